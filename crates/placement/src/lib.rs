@@ -1,1 +1,195 @@
-// placeholder
+//! Cluster map and placement.
+//!
+//! A [`ClusterMap`] lists the servers (id, address, weight) and has an epoch. The home
+//! server of a directory object is `straw2(hash(full path))` (seed 000 §2.3, Eq. 1): every
+//! client computes it locally and reaches any directory in one hop. straw2 is CRUSH's bucket
+//! choice: each server draws `ln(u) / weight` from a hash of (key, server id) and the
+//! longest straw wins, so adding a server moves only the keys it now wins (about 1/N).
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use thiserror::Error;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+
+/// One server of the cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerEntry {
+    /// Stable identifier; never reused for another server.
+    pub id: u32,
+    /// `host:port` the server listens on.
+    pub address: String,
+    /// Relative share of directory objects (default 1.0).
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+/// Durability of acknowledged operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// The write-ahead log is written before the reply: survives a process crash (default).
+    #[default]
+    Os,
+    /// The write-ahead log is also fsynced (group commit): survives a machine crash.
+    Always,
+}
+
+/// The cluster map file (`cluster.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Incremented whenever the server list changes.
+    pub epoch: u64,
+    /// Durability setting every server of the cluster uses (default `os`).
+    #[serde(default)]
+    pub sync: SyncMode,
+    pub servers: Vec<ServerEntry>,
+}
+
+/// Why a cluster map is unusable.
+#[derive(Debug, Error)]
+pub enum MapError {
+    #[error("cannot read cluster map {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("cannot parse cluster map {path}: {source}")]
+    Parse { path: String, source: toml::de::Error },
+    #[error("cluster map is invalid: {0}")]
+    Invalid(String),
+}
+
+impl ClusterMap {
+    /// Reads and validates a cluster map file.
+    pub fn load(path: &Path) -> Result<ClusterMap, MapError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| MapError::Read { path: path.display().to_string(), source })?;
+        let map: ClusterMap = toml::from_str(&text)
+            .map_err(|source| MapError::Parse { path: path.display().to_string(), source })?;
+        map.validate()?;
+        Ok(map)
+    }
+
+    /// The map as TOML text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("cluster map serialises")
+    }
+
+    /// Checks ids are unique, weights positive and the list non-empty.
+    pub fn validate(&self) -> Result<(), MapError> {
+        if self.servers.is_empty() {
+            return Err(MapError::Invalid("no servers".into()));
+        }
+        let mut ids: Vec<u32> = self.servers.iter().map(|s| s.id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(MapError::Invalid("duplicate server id".into()));
+        }
+        if ids.iter().any(|&id| id >= u16::MAX as u32) {
+            return Err(MapError::Invalid("server ids must be below 65535".into()));
+        }
+        if let Some(s) = self.servers.iter().find(|s| !(s.weight > 0.0 && s.weight.is_finite())) {
+            return Err(MapError::Invalid(format!("server {} has weight {}", s.id, s.weight)));
+        }
+        Ok(())
+    }
+
+    /// The server entry with `id`.
+    pub fn server(&self, id: u32) -> Option<&ServerEntry> {
+        self.servers.iter().find(|s| s.id == id)
+    }
+
+    /// Home server of the directory object at `path` (Eq. 1).
+    pub fn home_of_dir(&self, path: &str) -> u32 {
+        straw2(&self.servers, path_hash(path))
+    }
+}
+
+/// The placement hash of a full path name.
+pub fn path_hash(path: &str) -> u64 {
+    xxh3_64(path.as_bytes())
+}
+
+/// CRUSH straw2 choice of one server for `key`. Panics on an empty list.
+pub fn straw2(servers: &[ServerEntry], key: u64) -> u32 {
+    let mut best = (f64::NEG_INFINITY, u32::MAX);
+    for s in servers {
+        let draw = straw2_draw(key, s.id, s.weight);
+        // Ties (practically impossible) go to the lower id, so every node agrees.
+        if draw > best.0 || (draw == best.0 && s.id < best.1) {
+            best = (draw, s.id);
+        }
+    }
+    best.1
+}
+
+/// One server's straw: `ln(u) / weight` with `u` uniform in (0, 1] from the hash of
+/// (key, id). `libm::log` gives identical bits on every platform, so all nodes agree.
+fn straw2_draw(key: u64, id: u32, weight: f64) -> f64 {
+    let h = xxh3_64_with_seed(&key.to_le_bytes(), id as u64) >> 11; // 53 bits
+    let u = (h as f64 + 1.0) / (1u64 << 53) as f64;
+    libm::log(u) / weight
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn servers(n: u32) -> Vec<ServerEntry> {
+        (0..n)
+            .map(|id| ServerEntry { id, address: format!("127.0.0.1:{}", 7000 + id), weight: 1.0 })
+            .collect()
+    }
+
+    fn dirs() -> impl Iterator<Item = String> {
+        (0..100_000).map(|i| format!("/proj/run{}/dir{}", i % 97, i))
+    }
+
+    #[test]
+    fn balanced_within_ten_percent() {
+        let s = servers(8);
+        let mut count = [0u32; 8];
+        for d in dirs() {
+            count[straw2(&s, path_hash(&d)) as usize] += 1;
+        }
+        let mean = 100_000.0 / 8.0;
+        for c in count {
+            assert!((c as f64 - mean).abs() <= 0.10 * mean, "{count:?}");
+        }
+    }
+
+    #[test]
+    fn adding_a_server_moves_about_one_ninth() {
+        let (s8, s9) = (servers(8), servers(9));
+        let moved = dirs().filter(|d| straw2(&s8, path_hash(d)) != straw2(&s9, path_hash(d))).count();
+        let ideal = 100_000.0 / 9.0;
+        assert!(moved as f64 <= 1.25 * ideal, "moved {moved}, ideal {ideal}");
+        // Every moved directory moved to the new server.
+        assert!(dirs()
+            .filter(|d| straw2(&s8, path_hash(d)) != straw2(&s9, path_hash(d)))
+            .all(|d| straw2(&s9, path_hash(&d)) == 8));
+    }
+
+    #[test]
+    fn weights_are_respected() {
+        let mut s = servers(2);
+        s[1].weight = 3.0;
+        let n1 = dirs().filter(|d| straw2(&s, path_hash(d)) == 1).count();
+        let share = n1 as f64 / 100_000.0;
+        assert!((share - 0.75).abs() < 0.02, "share {share}");
+    }
+
+    #[test]
+    fn map_roundtrip_and_validation() {
+        let m = ClusterMap { epoch: 3, sync: SyncMode::Always, servers: servers(3) };
+        let text = m.to_toml();
+        let back: ClusterMap = toml::from_str(&text).unwrap();
+        assert_eq!(back, m);
+        let bad = ClusterMap { epoch: 1, sync: SyncMode::Os, servers: vec![] };
+        assert!(bad.validate().is_err());
+        let mut dup = m.clone();
+        dup.servers[1].id = 0;
+        assert!(dup.validate().is_err());
+    }
+}

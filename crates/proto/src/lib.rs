@@ -1,1 +1,18 @@
-// placeholder
+//! The plusfs wire protocol.
+//!
+//! Every message travels in one length-prefixed [frame](frame): a fixed 20-byte header
+//! (magic, protocol version, flags, opcode, request id) and a body encoded with
+//! [postcard](https://postcard.jamesmunns.com/wire-format). Requests are [`Request`], replies
+//! carry a [`Reply`] or a [`WireError`] (an errno plus a message). `docs/protocol.md` is the
+//! human description of the same format; the golden-byte tests in `tests/golden.rs` pin it.
+#![deny(unsafe_code)]
+
+pub mod errno;
+pub mod frame;
+pub mod io;
+pub mod message;
+pub mod path;
+
+pub use errno::Errno;
+pub use frame::{Frame, FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN, PROTOCOL_VERSION};
+pub use message::*;

@@ -1,0 +1,498 @@
+//! Message bodies: requests, replies, errors and the records they carry.
+//!
+//! The body of a request frame is the postcard encoding of one [`Request`]; the header's
+//! opcode is that request's [`Request::opcode`] and must agree with it. The body of a
+//! response frame is the postcard encoding of `Result<Reply, WireError>`. Variant order is
+//! part of the wire format: new variants go at the end, and a new field means a new
+//! protocol version.
+
+use crate::frame::{Frame, FrameError, Header, FLAG_RESPONSE, PROTOCOL_VERSION};
+use crate::Errno;
+use bytes::BytesMut;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Cluster-unique inode number. `1` is the root directory.
+pub type Ino = u64;
+/// Identifies a two-phase-commit transaction: the coordinator's id in the top 16 bits.
+pub type TxId = u64;
+/// Identifies a server in the cluster map.
+pub type ServerId = u32;
+
+/// Inode number of `/`.
+pub const ROOT_INO: Ino = 1;
+
+/// Type of a file-system object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+}
+
+/// A point in time: seconds and nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// The current wall-clock time.
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+}
+
+/// The embedded inode stored with a directory entry (seed 000 §2.4). For a subdirectory
+/// entry ("h" entry) only `ino` and `kind` are meaningful: the directory's own attributes
+/// live in its directory object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inode {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Permission bits (`0o7777` mask); the type is in `kind`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    /// Target of a symbolic link.
+    pub target: Option<String>,
+}
+
+impl Inode {
+    /// A subdirectory ("h") entry pointing at directory `ino`.
+    pub fn subdir(ino: Ino) -> Inode {
+        Inode {
+            ino,
+            kind: FileKind::Dir,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            target: None,
+        }
+    }
+}
+
+/// A directory object: the directory's own attributes plus bookkeeping (seed 001 §III.C).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirObject {
+    pub ino: Ino,
+    /// Creation stamp; differs between a directory and a later one at the same path.
+    pub incarnation: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    /// Entries of every kind, subdirectories included.
+    pub entries: u64,
+    /// Subdirectory entries (gives the link count `2 + subdirs`).
+    pub subdirs: u64,
+}
+
+/// Attributes returned by `stat`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    /// Incarnation of the directory object (directories only, else 0).
+    pub incarnation: u64,
+}
+
+impl Attr {
+    /// Attributes of a file, symlink or FIFO from its embedded inode.
+    pub fn of_inode(i: &Inode) -> Attr {
+        Attr {
+            ino: i.ino,
+            kind: i.kind,
+            mode: i.mode,
+            uid: i.uid,
+            gid: i.gid,
+            size: i.size,
+            nlink: i.nlink,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            incarnation: 0,
+        }
+    }
+
+    /// Attributes of a directory from its object; size is the number of entries.
+    pub fn of_dir(d: &DirObject) -> Attr {
+        Attr {
+            ino: d.ino,
+            kind: FileKind::Dir,
+            mode: d.mode,
+            uid: d.uid,
+            gid: d.gid,
+            size: d.entries,
+            nlink: (2 + d.subdirs).min(u32::MAX as u64) as u32,
+            atime: d.atime,
+            mtime: d.mtime,
+            ctime: d.ctime,
+            incarnation: d.incarnation,
+        }
+    }
+}
+
+/// How `utimens` sets a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeSet {
+    Now,
+    At(Timespec),
+}
+
+/// The attributes a `setattr` changes (`None` leaves one as it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: Ino,
+    pub kind: FileKind,
+}
+
+/// One page of a directory listing. Pages continue after the last name returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dirents {
+    pub incarnation: u64,
+    pub entries: Vec<DirEntry>,
+    /// True when entries after the last one returned may exist.
+    pub more: bool,
+}
+
+/// A directory object with all its entries, as moved by a directory rename.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirDump {
+    pub path: String,
+    pub object: DirObject,
+    pub entries: Vec<(String, Inode)>,
+}
+
+/// A participant's part of a two-phase-commit transaction (seed 004 Table I lists the
+/// sub-operations of each cross-server operation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SubOp {
+    /// Insert entry `name` (any kind) into directory `dir`. `replace`: an existing
+    /// non-directory entry, or an empty subdirectory entry, may be replaced.
+    InsertEntry { dir: String, name: String, inode: Inode, replace: bool },
+    /// Remove entry `name`, which must have inode number `ino`, from directory `dir`.
+    RemoveEntry { dir: String, name: String, ino: Ino },
+    /// Create the directory object at `path`.
+    CreateDir { path: String, object: DirObject },
+    /// Remove the directory object at `path`, which must be `ino` and empty.
+    RemoveDir { path: String, ino: Ino },
+    /// Lock and export every directory object at or below `root` (directory rename).
+    ExportSubtree { root: String },
+}
+
+/// Data a participant needs at commit time that it could not know at prepare time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CommitPayload {
+    /// Directory objects this server becomes the home of (directory rename).
+    pub imports: Vec<DirDump>,
+}
+
+/// A participant's YES vote; a NO vote is an error reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Vote {
+    /// Objects exported by an `ExportSubtree` sub-operation.
+    pub exports: Vec<DirDump>,
+}
+
+/// Counters of one server, as `plusfs cluster status` prints them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ServerStatus {
+    pub id: ServerId,
+    pub epoch: u64,
+    pub dir_objects: u64,
+    pub entries: u64,
+    /// Operations served, by operation name.
+    pub ops: Vec<(String, u64)>,
+    pub msgs_in: u64,
+    pub msgs_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Store write batches committed, and WAL fsyncs (group commit makes these fewer).
+    pub store_writes: u64,
+    pub store_syncs: u64,
+    /// Two-phase-commit transactions started as coordinator, and not yet finished.
+    pub tx_started: u64,
+    pub tx_pending: u64,
+}
+
+/// File-system totals (`statfs`) from one server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Statfs {
+    pub dir_objects: u64,
+    pub entries: u64,
+}
+
+/// Everything `fsck` needs from one server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct FsckData {
+    /// Directory objects held: path, inode number.
+    pub dirs: Vec<(String, Ino)>,
+    /// Subdirectory entries held: parent inode, name, child inode.
+    pub subdirs: Vec<(Ino, String, Ino)>,
+    /// Entries whose directory object is not on this server: parent inode, name.
+    pub orphans: Vec<(Ino, String)>,
+    /// Transactions not yet finished (they may explain transient differences).
+    pub pending_tx: u64,
+}
+
+/// Every request a client or a peer server can send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Ping,
+    Mkdir { path: String, mode: u32, uid: u32, gid: u32 },
+    Rmdir { path: String },
+    /// Create a regular file (or FIFO); `exclusive` gives `O_EXCL` semantics.
+    Create { path: String, kind: FileKind, mode: u32, uid: u32, gid: u32, exclusive: bool },
+    /// Open an existing entry; the file handle is its inode number.
+    Open { path: String },
+    Close { ino: Ino },
+    /// `lstat` of an entry, answered by its parent's server (`IsDir` for directories).
+    Stat { path: String },
+    /// Attributes of a directory, answered by the directory's own server.
+    DirStat { path: String },
+    Unlink { path: String },
+    /// One page of entries whose names sort after `after`.
+    Readdir { path: String, after: Option<String>, limit: u32 },
+    Rename { src: String, dst: String },
+    /// Change attributes of an entry (`IsDir` for directories).
+    SetAttr { path: String, set: SetAttr },
+    /// Change attributes of a directory, on the directory's own server.
+    DirSetAttr { path: String, set: SetAttr },
+    Symlink { path: String, target: String, uid: u32, gid: u32 },
+    Readlink { path: String },
+    Statfs,
+    Status,
+    FsckScan,
+    TxPrepare { txid: TxId, op: SubOp },
+    TxCommit { txid: TxId, payload: CommitPayload },
+    TxAbort { txid: TxId },
+}
+
+impl Request {
+    /// The opcode carried in the frame header (variant index + 1).
+    pub fn opcode(&self) -> u16 {
+        use Request::*;
+        match self {
+            Ping => 1,
+            Mkdir { .. } => 2,
+            Rmdir { .. } => 3,
+            Create { .. } => 4,
+            Open { .. } => 5,
+            Close { .. } => 6,
+            Stat { .. } => 7,
+            DirStat { .. } => 8,
+            Unlink { .. } => 9,
+            Readdir { .. } => 10,
+            Rename { .. } => 11,
+            SetAttr { .. } => 12,
+            DirSetAttr { .. } => 13,
+            Symlink { .. } => 14,
+            Readlink { .. } => 15,
+            Statfs => 16,
+            Status => 17,
+            FsckScan => 18,
+            TxPrepare { .. } => 19,
+            TxCommit { .. } => 20,
+            TxAbort { .. } => 21,
+        }
+    }
+
+    /// Short lower-case name of the operation, used by counters and logs.
+    pub fn name(&self) -> &'static str {
+        opcode_name(self.opcode())
+    }
+
+    /// True when sending the request twice has the same effect as once, so a client may
+    /// resend it after a broken connection.
+    pub fn is_idempotent(&self) -> bool {
+        use Request::*;
+        matches!(
+            self,
+            Ping | Open { .. }
+                | Close { .. }
+                | Stat { .. }
+                | DirStat { .. }
+                | Readdir { .. }
+                | SetAttr { .. }
+                | DirSetAttr { .. }
+                | Readlink { .. }
+                | Statfs
+                | Status
+                | FsckScan
+        )
+    }
+}
+
+/// Names of the opcodes, indexed by opcode.
+pub const OPCODE_NAMES: [&str; 22] = [
+    "invalid", "ping", "mkdir", "rmdir", "create", "open", "close", "stat", "dirstat", "unlink",
+    "readdir", "rename", "setattr", "dirsetattr", "symlink", "readlink", "statfs", "status",
+    "fsck", "tx_prepare", "tx_commit", "tx_abort",
+];
+
+/// Name of an opcode (`"invalid"` for unknown ones).
+pub fn opcode_name(op: u16) -> &'static str {
+    OPCODE_NAMES.get(op as usize).copied().unwrap_or("invalid")
+}
+
+/// Successful results.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Pong { server: ServerId, epoch: u64 },
+    Done,
+    Attr(Attr),
+    /// The entry is a directory: ask the directory's own server (`DirStat`, `DirSetAttr`).
+    IsDir { ino: Ino },
+    Dirents(Dirents),
+    Target(String),
+    Statfs(Statfs),
+    Status(ServerStatus),
+    Fsck(FsckData),
+    Vote(Vote),
+}
+
+/// A failed request: the errno and a message for humans.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Error)]
+#[error("{message}")]
+pub struct WireError {
+    pub errno: Errno,
+    pub message: String,
+}
+
+impl WireError {
+    pub fn new(errno: Errno, message: impl Into<String>) -> WireError {
+        WireError { errno, message: message.into() }
+    }
+}
+
+/// What a response body holds.
+pub type Response = Result<Reply, WireError>;
+
+/// Why a frame's body could not be turned into a message.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("peer speaks protocol version {peer}, this build speaks {ours}")]
+    Version { peer: u8, ours: u8 },
+    #[error("unknown opcode {0}")]
+    UnknownOpcode(u16),
+    #[error("header opcode {header} does not match body opcode {body}")]
+    OpcodeMismatch { header: u16, body: u16 },
+    #[error("expected a {0} frame")]
+    Direction(&'static str),
+    #[error("malformed body: {0}")]
+    Body(String),
+}
+
+impl DecodeError {
+    /// The errno a caller sees for this error.
+    pub fn errno(&self) -> Errno {
+        match self {
+            DecodeError::Frame(FrameError::TooLarge(_)) => Errno::EMSGSIZE,
+            _ => Errno::EPROTO,
+        }
+    }
+}
+
+/// Encodes a request frame.
+pub fn encode_request(request_id: u64, req: &Request, dst: &mut BytesMut) -> Result<(), FrameError> {
+    let body = postcard::to_allocvec(req).expect("in-memory encoding cannot fail");
+    let header = Header { version: PROTOCOL_VERSION, flags: 0, opcode: req.opcode(), request_id };
+    Frame::encode_into(&header, &body, dst)
+}
+
+/// Encodes a response frame for the request with `request_id` and `opcode`.
+pub fn encode_response(
+    request_id: u64,
+    opcode: u16,
+    resp: &Response,
+    dst: &mut BytesMut,
+) -> Result<(), FrameError> {
+    let body = postcard::to_allocvec(resp).expect("in-memory encoding cannot fail");
+    let header = Header { version: PROTOCOL_VERSION, flags: FLAG_RESPONSE, opcode, request_id };
+    Frame::encode_into(&header, &body, dst)
+}
+
+fn check_version(h: &Header) -> Result<(), DecodeError> {
+    if h.version != PROTOCOL_VERSION {
+        return Err(DecodeError::Version { peer: h.version, ours: PROTOCOL_VERSION });
+    }
+    Ok(())
+}
+
+/// Decodes a request frame, checking version, direction and opcode.
+pub fn decode_request(frame: &Frame) -> Result<Request, DecodeError> {
+    check_version(&frame.header)?;
+    if frame.is_response() {
+        return Err(DecodeError::Direction("request"));
+    }
+    let op = frame.header.opcode;
+    if op == 0 || op as usize >= OPCODE_NAMES.len() {
+        return Err(DecodeError::UnknownOpcode(op));
+    }
+    let (req, rest): (Request, &[u8]) =
+        postcard::take_from_bytes(&frame.body).map_err(|e| DecodeError::Body(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Body(format!("{} trailing bytes", rest.len())));
+    }
+    if req.opcode() != op {
+        return Err(DecodeError::OpcodeMismatch { header: op, body: req.opcode() });
+    }
+    Ok(req)
+}
+
+/// Decodes a response frame, checking version and direction.
+pub fn decode_response(frame: &Frame) -> Result<Response, DecodeError> {
+    if !frame.is_response() {
+        return Err(DecodeError::Direction("response"));
+    }
+    if frame.header.version != PROTOCOL_VERSION {
+        // A server that refuses our version says why in its own version's frame; report
+        // the mismatch, which is the useful fact.
+        return Err(DecodeError::Version { peer: frame.header.version, ours: PROTOCOL_VERSION });
+    }
+    let (resp, rest): (Response, &[u8]) =
+        postcard::take_from_bytes(&frame.body).map_err(|e| DecodeError::Body(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Body(format!("{} trailing bytes", rest.len())));
+    }
+    Ok(resp)
+}

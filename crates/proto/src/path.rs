@@ -1,0 +1,192 @@
+//! Validation and normalisation of plusfs paths and entry names.
+//!
+//! Paths are absolute, `/`-separated UTF-8 strings. Clients normalise them lexically (`.`
+//! removed, `..` applied, repeated slashes collapsed) before sending; servers accept only
+//! normalised paths, so a directory's path hash is the same for every client.
+
+use crate::Errno;
+
+/// Longest accepted path in bytes (Linux `PATH_MAX`).
+pub const MAX_PATH_LEN: usize = 4096;
+/// Longest accepted entry name in bytes (Linux `NAME_MAX`).
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Why a path or name was refused; carries the errno a POSIX caller expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathError {
+    pub errno: Errno,
+    pub reason: &'static str,
+}
+
+fn bad(errno: Errno, reason: &'static str) -> PathError {
+    PathError { errno, reason }
+}
+
+/// Checks one entry name: non-empty, at most 255 bytes, no `/` or NUL, not `.` or `..`.
+pub fn check_name(name: &str) -> Result<(), PathError> {
+    if name.is_empty() {
+        return Err(bad(Errno::EINVAL, "empty name"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(bad(Errno::ENAMETOOLONG, "name longer than 255 bytes"));
+    }
+    if name.contains('/') {
+        return Err(bad(Errno::EINVAL, "name contains '/'"));
+    }
+    if name.contains('\0') {
+        return Err(bad(Errno::EINVAL, "name contains NUL"));
+    }
+    if name == "." || name == ".." {
+        return Err(bad(Errno::EINVAL, "'.' and '..' cannot be used as names"));
+    }
+    Ok(())
+}
+
+/// Normalises a user-supplied absolute path: collapses `//`, drops `.`, applies `..`
+/// lexically (`..` of `/` is `/`). Refuses relative and empty paths, NUL bytes, components
+/// over 255 bytes and paths over 4096 bytes.
+pub fn normalize(path: &str) -> Result<String, PathError> {
+    if path.is_empty() {
+        return Err(bad(Errno::ENOENT, "empty path"));
+    }
+    if path.len() > MAX_PATH_LEN {
+        return Err(bad(Errno::ENAMETOOLONG, "path longer than 4096 bytes"));
+    }
+    if path.contains('\0') {
+        return Err(bad(Errno::EINVAL, "path contains NUL"));
+    }
+    if !path.starts_with('/') {
+        return Err(bad(Errno::EINVAL, "path is not absolute"));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for comp in path.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c if c.len() > MAX_NAME_LEN => {
+                return Err(bad(Errno::ENAMETOOLONG, "path component longer than 255 bytes"))
+            }
+            c => parts.push(c),
+        }
+    }
+    Ok(if parts.is_empty() { "/".to_string() } else { format!("/{}", parts.join("/")) })
+}
+
+/// True when `path` is already in the normal form servers accept.
+pub fn is_normalized(path: &str) -> bool {
+    if path == "/" {
+        return true;
+    }
+    path.len() <= MAX_PATH_LEN
+        && path.starts_with('/')
+        && !path.ends_with('/')
+        && path[1..].split('/').all(|c| check_name(c).is_ok())
+}
+
+/// Checks a path received from the network (servers never normalise on behalf of clients).
+pub fn check_wire_path(path: &str) -> Result<(), PathError> {
+    if is_normalized(path) {
+        Ok(())
+    } else if path.len() > MAX_PATH_LEN || path.split('/').any(|c| c.len() > MAX_NAME_LEN) {
+        Err(bad(Errno::ENAMETOOLONG, "path or component too long"))
+    } else {
+        Err(bad(Errno::EINVAL, "path is not absolute and normalised"))
+    }
+}
+
+/// The final component of the raw user path, before normalisation: `.`/`..` targets are
+/// refused by mutating operations (`rmdir /a/.` is EINVAL, as on Linux).
+pub fn raw_last_component(path: &str) -> &str {
+    path.trim_end_matches('/').rsplit('/').next().unwrap_or("")
+}
+
+/// Splits a normalised path into (parent, name). `None` for `/`.
+pub fn split(path: &str) -> Option<(&str, &str)> {
+    if path == "/" {
+        return None;
+    }
+    let i = path.rfind('/')?;
+    let parent = if i == 0 { "/" } else { &path[..i] };
+    Some((parent, &path[i + 1..]))
+}
+
+/// Joins a normalised directory path and a checked name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// True when `path` is `ancestor` or lies below it.
+pub fn is_within(path: &str, ancestor: &str) -> bool {
+    ancestor == "/"
+        || path == ancestor
+        || (path.starts_with(ancestor) && path.as_bytes().get(ancestor.len()) == Some(&b'/'))
+}
+
+/// Rewrites `path` (which lies within `from`) to lie within `to` instead.
+pub fn rebase(path: &str, from: &str, to: &str) -> String {
+    debug_assert!(is_within(path, from));
+    let rest = if from == "/" { &path[0..] } else { &path[from.len()..] };
+    if rest.is_empty() {
+        to.to_string()
+    } else if to == "/" {
+        rest.to_string()
+    } else {
+        format!("{to}{rest}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes() {
+        assert_eq!(normalize("/").unwrap(), "/");
+        assert_eq!(normalize("//a//b/./c/").unwrap(), "/a/b/c");
+        assert_eq!(normalize("/a/../../b").unwrap(), "/b");
+        assert_eq!(normalize("a").unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(normalize("").unwrap_err().errno, Errno::ENOENT);
+        assert_eq!(normalize("/a\0b").unwrap_err().errno, Errno::EINVAL);
+        let long = format!("/{}", "x".repeat(256));
+        assert_eq!(normalize(&long).unwrap_err().errno, Errno::ENAMETOOLONG);
+        let deep = "/aaaaaaa".repeat(600);
+        assert_eq!(normalize(&deep).unwrap_err().errno, Errno::ENAMETOOLONG);
+    }
+
+    #[test]
+    fn names() {
+        assert!(check_name("ok").is_ok());
+        assert_eq!(check_name("").unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(check_name("a/b").unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(check_name("..").unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(check_name(&"n".repeat(256)).unwrap_err().errno, Errno::ENAMETOOLONG);
+    }
+
+    #[test]
+    fn wire_paths() {
+        assert!(check_wire_path("/a/b").is_ok());
+        assert!(check_wire_path("/").is_ok());
+        assert!(check_wire_path("/a/").is_err());
+        assert!(check_wire_path("/a/./b").is_err());
+        assert!(check_wire_path("a").is_err());
+    }
+
+    #[test]
+    fn split_join_rebase() {
+        assert_eq!(split("/a"), Some(("/", "a")));
+        assert_eq!(split("/a/b"), Some(("/a", "b")));
+        assert_eq!(split("/"), None);
+        assert_eq!(join("/", "a"), "/a");
+        assert!(is_within("/a/b", "/a"));
+        assert!(!is_within("/ab", "/a"));
+        assert_eq!(rebase("/a/b/c", "/a/b", "/x"), "/x/c");
+        assert_eq!(rebase("/a/b", "/a/b", "/x/y"), "/x/y");
+        assert_eq!(raw_last_component("/a/.."), "..");
+    }
+}
