@@ -1,1 +1,144 @@
-// placeholder
+//! The directory-object store of one OSD+ server.
+//!
+//! [`DirStore`] is what the server needs from a store: directory objects by path, entries
+//! by (directory inode, name), small metadata counters, and the two-phase-commit logs, all
+//! changed through atomic [`Batch`]es. [`RocksStore`] is the RocksDB engine (the default).
+//!
+//! Key layout (one RocksDB column family; the first byte says what a key is):
+//! ```text
+//! D <path>                      -> DirObject   directory objects homed here
+//! E <dir ino: u64 BE> <name>    -> Inode       entries (embedded inodes, "h" entries)
+//! M <name>                      -> u64 BE      counters (next inode, next txid)
+//! C <txid: u64 BE>              -> bytes       coordinator log records
+//! P <txid: u64 BE>              -> bytes       participant log records
+//! ```
+//! Entries are keyed by the directory's inode number, not its path, so listing a
+//! directory is one prefix scan in name order and renaming a directory whose object stays
+//! on this server rewrites one key.
+
+mod rocks;
+
+pub use rocks::RocksStore;
+
+use plusfs_proto::{DirObject, Ino, Inode, TxId};
+use thiserror::Error;
+use tokio::sync::oneshot;
+
+/// A store failure. The server answers `EIO` and logs it.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("store engine error: {0}")]
+    Engine(String),
+    #[error("corrupt record under key {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error("store is shutting down")]
+    Closed,
+}
+
+/// Which two-phase-commit log a record belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogKind {
+    Coordinator,
+    Participant,
+}
+
+impl LogKind {
+    fn prefix(self) -> u8 {
+        match self {
+            LogKind::Coordinator => b'C',
+            LogKind::Participant => b'P',
+        }
+    }
+}
+
+/// One change inside a [`Batch`].
+#[derive(Debug, Clone)]
+pub enum BatchOp {
+    PutDir(String, DirObject),
+    DelDir(String),
+    PutEntry(Ino, String, Inode),
+    DelEntry(Ino, String),
+    PutCounter(&'static str, u64),
+    PutLog(LogKind, TxId, Vec<u8>),
+    DelLog(LogKind, TxId),
+}
+
+/// Changes applied atomically, in order (a later change of the same key wins).
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    pub ops: Vec<BatchOp>,
+}
+
+impl Batch {
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+    pub fn put_dir(&mut self, path: &str, obj: &DirObject) {
+        self.ops.push(BatchOp::PutDir(path.to_string(), obj.clone()));
+    }
+    pub fn del_dir(&mut self, path: &str) {
+        self.ops.push(BatchOp::DelDir(path.to_string()));
+    }
+    pub fn put_entry(&mut self, dir: Ino, name: &str, inode: &Inode) {
+        self.ops.push(BatchOp::PutEntry(dir, name.to_string(), inode.clone()));
+    }
+    pub fn del_entry(&mut self, dir: Ino, name: &str) {
+        self.ops.push(BatchOp::DelEntry(dir, name.to_string()));
+    }
+    pub fn put_counter(&mut self, name: &'static str, value: u64) {
+        self.ops.push(BatchOp::PutCounter(name, value));
+    }
+    pub fn put_log(&mut self, kind: LogKind, txid: TxId, record: Vec<u8>) {
+        self.ops.push(BatchOp::PutLog(kind, txid, record));
+    }
+    pub fn del_log(&mut self, kind: LogKind, txid: TxId) {
+        self.ops.push(BatchOp::DelLog(kind, txid));
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Counters of store activity.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreStats {
+    /// Engine write calls (one per group of batches).
+    pub writes: u64,
+    /// Write-ahead-log fsyncs.
+    pub syncs: u64,
+}
+
+/// Completion of a submitted batch: resolves once the batch is durable per the sync mode.
+pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
+
+/// What an OSD+ server needs from its directory-object store.
+pub trait DirStore: Send + Sync + 'static {
+    /// The directory object at `path`, if it is homed here.
+    fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError>;
+    /// Entry `name` of the directory with inode `dir`.
+    fn get_entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError>;
+    /// Up to `limit` entries of `dir` whose names sort after `after`, in name order.
+    fn list_entries(
+        &self,
+        dir: Ino,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Inode)>, StoreError>;
+    /// Every directory object at or below `root`, in path order.
+    fn dirs_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError>;
+    /// Every entry held here, as (directory inode, name, inode); used by fsck.
+    fn all_entries(&self) -> Result<Vec<(Ino, String, Inode)>, StoreError>;
+    /// A counter stored with [`Batch::put_counter`].
+    fn get_counter(&self, name: &str) -> Result<Option<u64>, StoreError>;
+    /// Every record of one log, in txid order.
+    fn log_records(&self, kind: LogKind) -> Result<Vec<(TxId, Vec<u8>)>, StoreError>;
+    /// Applies `batch` atomically. The returned receiver resolves when it is durable.
+    fn submit(&self, batch: Batch) -> Commit;
+    /// Activity counters.
+    fn stats(&self) -> StoreStats;
+}
+
+/// Submits `batch` and waits until it is durable.
+pub async fn commit(store: &dyn DirStore, batch: Batch) -> Result<(), StoreError> {
+    store.submit(batch).await.map_err(|_| StoreError::Closed)?
+}

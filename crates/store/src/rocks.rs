@@ -1,0 +1,346 @@
+//! The RocksDB engine of [`DirStore`](crate::DirStore).
+
+use crate::{Batch, BatchOp, Commit, DirStore, LogKind, StoreError, StoreStats};
+use plusfs_proto::{DirObject, Ino, Inode, TxId};
+use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use tokio::sync::oneshot;
+
+/// RocksDB-backed store. With `sync = os` a batch is written to the WAL in the caller's
+/// thread before `submit` returns; with `sync = always` batches go to a committer thread
+/// that merges every batch waiting into one write and one fsync (group commit).
+pub struct RocksStore {
+    db: Arc<DB>,
+    committer: Option<mpsc::Sender<(Batch, oneshot::Sender<Result<(), StoreError>>)>>,
+    stats: Arc<Counters>,
+}
+
+#[derive(Default)]
+struct Counters {
+    writes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+fn engine(e: rocksdb::Error) -> StoreError {
+    StoreError::Engine(e.into_string())
+}
+
+fn dir_key(path: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + path.len());
+    k.push(b'D');
+    k.extend_from_slice(path.as_bytes());
+    k
+}
+
+fn entry_prefix(dir: Ino) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(b'E');
+    k.extend_from_slice(&dir.to_be_bytes());
+    k
+}
+
+fn entry_key(dir: Ino, name: &str) -> Vec<u8> {
+    let mut k = entry_prefix(dir);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn counter_key(name: &str) -> Vec<u8> {
+    let mut k = vec![b'M'];
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn log_key(kind: LogKind, txid: TxId) -> Vec<u8> {
+    let mut k = vec![kind.prefix()];
+    k.extend_from_slice(&txid.to_be_bytes());
+    k
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
+}
+
+fn decode<T: DeserializeOwned>(key: &[u8], v: &[u8]) -> Result<T, StoreError> {
+    postcard::from_bytes(v).map_err(|e| StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn utf8(key: &[u8], bytes: &[u8]) -> Result<String, StoreError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: "name is not UTF-8".into(),
+    })
+}
+
+fn to_write_batch(batch: &Batch, wb: &mut WriteBatch) {
+    for op in &batch.ops {
+        match op {
+            BatchOp::PutDir(p, o) => wb.put(dir_key(p), encode(o)),
+            BatchOp::DelDir(p) => wb.delete(dir_key(p)),
+            BatchOp::PutEntry(d, n, i) => wb.put(entry_key(*d, n), encode(i)),
+            BatchOp::DelEntry(d, n) => wb.delete(entry_key(*d, n)),
+            BatchOp::PutCounter(n, v) => wb.put(counter_key(n), v.to_be_bytes()),
+            BatchOp::PutLog(k, t, r) => wb.put(log_key(*k, *t), r),
+            BatchOp::DelLog(k, t) => wb.delete(log_key(*k, *t)),
+        }
+    }
+}
+
+impl RocksStore {
+    /// Opens (creating if needed) the store in `dir`. `sync_always` selects fsync per
+    /// commit group.
+    pub fn open(dir: &Path, sync_always: bool) -> Result<RocksStore, StoreError> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.increase_parallelism(2);
+        opts.set_write_buffer_size(64 << 20);
+        opts.set_max_background_jobs(2);
+        let db = Arc::new(DB::open(&opts, dir).map_err(engine)?);
+        let stats = Arc::new(Counters::default());
+        let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone()));
+        Ok(RocksStore { db, committer, stats })
+    }
+
+    fn write_now(&self, batch: &Batch) -> Result<(), StoreError> {
+        let mut wb = WriteBatch::default();
+        to_write_batch(batch, &mut wb);
+        let mut wo = WriteOptions::default();
+        wo.set_sync(false);
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.db.write_opt(wb, &wo).map_err(engine)
+    }
+
+    fn scan_prefix(&self, prefix: &[u8]) -> impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>), StoreError>> + '_ {
+        let prefix = prefix.to_vec();
+        self.db
+            .iterator(IteratorMode::From(&prefix.clone(), Direction::Forward))
+            .map(|r| r.map_err(engine))
+            .take_while(move |r| match r {
+                Ok((k, _)) => k.starts_with(&prefix),
+                Err(_) => true,
+            })
+    }
+}
+
+/// The group-commit thread: takes every batch waiting, writes them as one WriteBatch with
+/// one fsync, then completes them all.
+fn spawn_committer(
+    db: Arc<DB>,
+    stats: Arc<Counters>,
+) -> mpsc::Sender<(Batch, oneshot::Sender<Result<(), StoreError>>)> {
+    let (tx, rx) = mpsc::channel::<(Batch, oneshot::Sender<Result<(), StoreError>>)>();
+    std::thread::Builder::new()
+        .name("plusfs-commit".into())
+        .spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut group = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    group.push(more);
+                }
+                let mut wb = WriteBatch::default();
+                for (b, _) in &group {
+                    to_write_batch(b, &mut wb);
+                }
+                let mut wo = WriteOptions::default();
+                wo.set_sync(true);
+                let result = db.write_opt(wb, &wo).map_err(engine);
+                stats.writes.fetch_add(1, Ordering::Relaxed);
+                stats.syncs.fetch_add(1, Ordering::Relaxed);
+                for (_, done) in group {
+                    let _ = done.send(result.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
+                }
+            }
+        })
+        .expect("spawn committer thread");
+    tx
+}
+
+impl DirStore for RocksStore {
+    fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError> {
+        let key = dir_key(path);
+        match self.db.get_pinned(&key).map_err(engine)? {
+            Some(v) => Ok(Some(decode(&key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn get_entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError> {
+        let key = entry_key(dir, name);
+        match self.db.get_pinned(&key).map_err(engine)? {
+            Some(v) => Ok(Some(decode(&key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn list_entries(
+        &self,
+        dir: Ino,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Inode)>, StoreError> {
+        let prefix = entry_prefix(dir);
+        let start = match after {
+            // The smallest key strictly greater than (dir, after).
+            Some(a) => {
+                let mut k = entry_key(dir, a);
+                k.push(0);
+                k
+            }
+            None => prefix.clone(),
+        };
+        let mut out = Vec::new();
+        for item in self.db.iterator(IteratorMode::From(&start, Direction::Forward)) {
+            let (k, v) = item.map_err(engine)?;
+            if !k.starts_with(&prefix) || out.len() >= limit {
+                break;
+            }
+            out.push((utf8(&k, &k[9..])?, decode(&k, &v)?));
+        }
+        Ok(out)
+    }
+
+    fn dirs_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(&dir_key(root)) {
+            let (k, v) = item?;
+            let path = utf8(&k, &k[1..])?;
+            if plusfs_proto::path::is_within(&path, root) {
+                out.push((path, decode(&k, &v)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn all_entries(&self) -> Result<Vec<(Ino, String, Inode)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(b"E") {
+            let (k, v) = item?;
+            if k.len() < 9 {
+                return Err(StoreError::Corrupt { key: format!("{k:?}"), reason: "short entry key".into() });
+            }
+            let dir = u64::from_be_bytes(k[1..9].try_into().expect("8 bytes"));
+            out.push((dir, utf8(&k, &k[9..])?, decode(&k, &v)?));
+        }
+        Ok(out)
+    }
+
+    fn get_counter(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        let key = counter_key(name);
+        match self.db.get_pinned(&key).map_err(engine)? {
+            Some(v) if v.len() == 8 => Ok(Some(u64::from_be_bytes(v[..8].try_into().expect("8 bytes")))),
+            Some(_) => Err(StoreError::Corrupt { key: name.into(), reason: "counter is not 8 bytes".into() }),
+            None => Ok(None),
+        }
+    }
+
+    fn log_records(&self, kind: LogKind) -> Result<Vec<(TxId, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(&[kind.prefix()]) {
+            let (k, v) = item?;
+            if k.len() != 9 {
+                return Err(StoreError::Corrupt { key: format!("{k:?}"), reason: "bad log key".into() });
+            }
+            out.push((u64::from_be_bytes(k[1..9].try_into().expect("8 bytes")), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn submit(&self, batch: Batch) -> Commit {
+        let (tx, rx) = oneshot::channel();
+        match &self.committer {
+            Some(c) => {
+                if let Err(mpsc::SendError((_, done))) = c.send((batch, tx)) {
+                    let _ = done.send(Err(StoreError::Closed));
+                }
+            }
+            None => {
+                let _ = tx.send(self.write_now(&batch));
+            }
+        }
+        rx
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            writes: self.stats.writes.load(Ordering::Relaxed),
+            syncs: self.stats.syncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commit;
+    use plusfs_proto::{FileKind, Timespec};
+
+    fn obj(ino: Ino) -> DirObject {
+        DirObject {
+            ino,
+            incarnation: 7,
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            entries: 0,
+            subdirs: 0,
+        }
+    }
+
+    fn file(ino: Ino) -> Inode {
+        Inode { kind: FileKind::File, mode: 0o644, nlink: 1, ..Inode::subdir(ino) }
+    }
+
+    #[tokio::test]
+    async fn batches_are_atomic_and_reads_see_them() {
+        for always in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let s = RocksStore::open(dir.path(), always).unwrap();
+            let mut b = Batch::new();
+            b.put_dir("/a", &obj(2));
+            b.put_dir("/a/b", &obj(3));
+            b.put_dir("/ab", &obj(4));
+            for i in 0..10 {
+                b.put_entry(2, &format!("f{i}"), &file(100 + i));
+            }
+            b.put_entry(3, "x", &file(200));
+            b.put_counter("next_ino", 42);
+            commit(&s, b).await.unwrap();
+            assert_eq!(s.get_dir("/a").unwrap().unwrap().ino, 2);
+            assert_eq!(s.get_counter("next_ino").unwrap(), Some(42));
+            let within: Vec<String> = s.dirs_within("/a").unwrap().into_iter().map(|d| d.0).collect();
+            assert_eq!(within, vec!["/a", "/a/b"]);
+            let page = s.list_entries(2, None, 4).unwrap();
+            assert_eq!(page.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["f0", "f1", "f2", "f3"]);
+            let rest = s.list_entries(2, Some("f3"), 100).unwrap();
+            assert_eq!(rest.len(), 6);
+            assert_eq!(s.all_entries().unwrap().len(), 11);
+            assert_eq!(s.stats().syncs, u64::from(always));
+        }
+    }
+
+    #[tokio::test]
+    async fn survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = RocksStore::open(dir.path(), false).unwrap();
+            let mut b = Batch::new();
+            b.put_log(LogKind::Coordinator, 5, b"rec".to_vec());
+            b.put_entry(1, "f", &file(9));
+            commit(&s, b).await.unwrap();
+        }
+        let s = RocksStore::open(dir.path(), false).unwrap();
+        assert_eq!(s.log_records(LogKind::Coordinator).unwrap(), vec![(5, b"rec".to_vec())]);
+        assert!(s.log_records(LogKind::Participant).unwrap().is_empty());
+        assert_eq!(s.get_entry(1, "f").unwrap(), Some(file(9)));
+    }
+}
