@@ -1,1 +1,19 @@
-// placeholder
+//! The plusfs client library.
+//!
+//! [`Client`] is the async core: it holds the cluster map, one [`Pool`] of pipelined
+//! connections per server, and message counters, and offers POSIX-like calls whose errors
+//! are [`FsError`]s carrying an errno and the path. Every call is routed with the placement
+//! function, so any directory is reached in one hop (seed 000 §2.3).
+//! [`BlockingClient`] wraps it for synchronous callers.
+
+mod blocking;
+mod conn;
+mod error;
+mod fs;
+mod pool;
+
+pub use blocking::BlockingClient;
+pub use conn::{CallError, Connection};
+pub use error::FsError;
+pub use fs::{Client, ClientOptions, FileHandle};
+pub use pool::{Counters, CountersSnapshot, Pool};

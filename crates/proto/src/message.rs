@@ -394,11 +394,23 @@ pub enum Reply {
 pub struct WireError {
     pub errno: Errno,
     pub message: String,
+    /// Set when the error is that the directory object at this path does not exist: the
+    /// client then tells ENOENT from ENOTDIR by looking at the ancestors.
+    pub missing_dir: Option<String>,
 }
 
 impl WireError {
     pub fn new(errno: Errno, message: impl Into<String>) -> WireError {
-        WireError { errno, message: message.into() }
+        WireError { errno, message: message.into(), missing_dir: None }
+    }
+
+    /// The directory object at `path` does not exist on its home server.
+    pub fn missing_dir(path: &str) -> WireError {
+        WireError {
+            errno: Errno::ENOENT,
+            message: format!("no directory object for '{path}'"),
+            missing_dir: Some(path.to_string()),
+        }
     }
 }
 

@@ -1,0 +1,184 @@
+//! One pipelined connection: many requests in flight, replies matched by request id.
+
+use crate::pool::Counters;
+use bytes::BytesMut;
+use plusfs_proto::io::FrameReader;
+use plusfs_proto::{decode_response, encode_request, Errno, Request, Response};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// A request that got no reply: the connection failed or the reply was unreadable.
+#[derive(Debug, Clone, Error)]
+pub enum CallError {
+    #[error("cannot reach server {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("connection to {addr} lost: {reason}")]
+    Broken { addr: String, reason: String },
+    #[error("protocol error talking to {addr}: {reason}")]
+    Protocol { addr: String, reason: String, errno: Errno },
+}
+
+impl CallError {
+    /// The errno a caller sees.
+    pub fn errno(&self) -> Errno {
+        match self {
+            CallError::Connect { .. } => Errno::ECONNRESET,
+            CallError::Broken { .. } => Errno::EIO,
+            CallError::Protocol { errno, .. } => *errno,
+        }
+    }
+
+    /// True when the request may not have reached the server and can be resent.
+    pub fn is_transport(&self) -> bool {
+        !matches!(self, CallError::Protocol { .. })
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Response, CallError>>>>>;
+
+/// A connection to one server. Cheap to share; calls from many tasks are pipelined.
+pub struct Connection {
+    addr: String,
+    next_id: AtomicU64,
+    pending: Pending,
+    outbox: mpsc::UnboundedSender<BytesMut>,
+    alive: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+}
+
+impl Connection {
+    /// Connects to `addr` and starts the reader and writer tasks.
+    pub async fn connect(addr: &str, counters: Arc<Counters>) -> Result<Connection, CallError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| CallError::Connect { addr: addr.to_string(), reason: e.to_string() })?;
+        stream.set_nodelay(true).ok();
+        let (rd, mut wr) = stream.into_split();
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (outbox, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+
+        // Writer: drain every queued frame into one write.
+        let walive = alive.clone();
+        let wpending = pending.clone();
+        let waddr = addr.to_string();
+        tokio::spawn(async move {
+            let mut buf = BytesMut::new();
+            while let Some(first) = rx.recv().await {
+                buf.unsplit(first);
+                while let Ok(more) = rx.try_recv() {
+                    buf.unsplit(more);
+                }
+                if let Err(e) = wr.write_all(&buf).await {
+                    fail_all(&walive, &wpending, &waddr, &e.to_string());
+                    return;
+                }
+                buf.clear();
+            }
+        });
+
+        // Reader: route each reply to its caller.
+        let ralive = alive.clone();
+        let rpending = pending.clone();
+        let raddr = addr.to_string();
+        let rcounters = counters.clone();
+        tokio::spawn(async move {
+            let mut reader = FrameReader::new(rd);
+            loop {
+                match reader.read_frame().await {
+                    Ok(Some(frame)) => {
+                        rcounters.msgs_in.fetch_add(1, Ordering::Relaxed);
+                        rcounters.bytes_in.fetch_add((frame.body.len() + 20) as u64, Ordering::Relaxed);
+                        let id = frame.header.request_id;
+                        let result = decode_response(&frame).map_err(|e| CallError::Protocol {
+                            addr: raddr.clone(),
+                            reason: e.to_string(),
+                            errno: e.errno(),
+                        });
+                        let waiter = rpending.lock().expect("pending lock").remove(&id);
+                        match (waiter, result) {
+                            (Some(w), r) => {
+                                let fatal = r.is_err();
+                                let _ = w.send(r);
+                                if fatal {
+                                    fail_all(&ralive, &rpending, &raddr, "protocol error");
+                                    return;
+                                }
+                            }
+                            (None, Err(e)) => {
+                                // An unsolicited error frame (e.g. a version refusal).
+                                fail_all(&ralive, &rpending, &raddr, &e.to_string());
+                                return;
+                            }
+                            (None, Ok(_)) => {}
+                        }
+                    }
+                    Ok(None) => {
+                        fail_all(&ralive, &rpending, &raddr, "closed by server");
+                        return;
+                    }
+                    Err(e) => {
+                        fail_all(&ralive, &rpending, &raddr, &e.to_string());
+                        return;
+                    }
+                }
+            }
+        });
+
+        Ok(Connection { addr: addr.to_string(), next_id: AtomicU64::new(1), pending, outbox, alive, counters })
+    }
+
+    /// True until the connection has failed.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// The server address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends `req` and waits for its reply.
+    pub async fn call(&self, req: &Request) -> Result<Response, CallError> {
+        let broken = || CallError::Broken { addr: self.addr.clone(), reason: "connection closed".into() };
+        if !self.is_alive() {
+            return Err(broken());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut buf = BytesMut::new();
+        encode_request(id, req, &mut buf).map_err(|e| CallError::Protocol {
+            addr: self.addr.clone(),
+            reason: e.to_string(),
+            errno: Errno::EMSGSIZE,
+        })?;
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("pending lock").insert(id, tx);
+        self.counters.msgs_out.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_out.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if self.outbox.send(buf).is_err() {
+            self.pending.lock().expect("pending lock").remove(&id);
+            return Err(broken());
+        }
+        // The connection may have died between the alive check and the insert.
+        if !self.is_alive() {
+            if let Some(w) = self.pending.lock().expect("pending lock").remove(&id) {
+                drop(w);
+                return Err(broken());
+            }
+        }
+        rx.await.unwrap_or_else(|_| Err(broken()))
+    }
+}
+
+fn fail_all(alive: &AtomicBool, pending: &Pending, addr: &str, reason: &str) {
+    alive.store(false, Ordering::Release);
+    let waiters: Vec<_> = pending.lock().expect("pending lock").drain().collect();
+    for (_, w) in waiters {
+        let _ = w.send(Err(CallError::Broken { addr: addr.to_string(), reason: reason.to_string() }));
+    }
+}
