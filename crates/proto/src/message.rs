@@ -204,17 +204,29 @@ pub struct DirDump {
 /// sub-operations of each cross-server operation).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SubOp {
-    /// Insert entry `name` (any kind) into directory `dir`. `replace`: an existing
-    /// non-directory entry, or an empty subdirectory entry, may be replaced.
-    InsertEntry { dir: String, name: String, inode: Inode, replace: bool },
+    /// Insert entry `name` (any kind) into directory `dir`; what an existing entry of that
+    /// name may be is said by `replace`.
+    InsertEntry { dir: String, name: String, inode: Inode, replace: Replace },
     /// Remove entry `name`, which must have inode number `ino`, from directory `dir`.
     RemoveEntry { dir: String, name: String, ino: Ino },
     /// Create the directory object at `path`.
     CreateDir { path: String, object: DirObject },
     /// Remove the directory object at `path`, which must be `ino` and empty.
     RemoveDir { path: String, ino: Ino },
-    /// Lock and export every directory object at or below `root` (directory rename).
-    ExportSubtree { root: String },
+    /// Lock and export every directory object at or below `root`; at commit they are
+    /// deleted here and re-homed below `new_root` (directory rename).
+    ExportSubtree { root: String, new_root: String },
+}
+
+/// What an [`SubOp::InsertEntry`] may replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Replace {
+    /// The name must be free.
+    Never,
+    /// Any non-directory entry is replaced (file rename); a directory gives EISDIR.
+    NonDir,
+    /// Exactly the (empty) directory with this inode is replaced (directory rename).
+    Dir(Ino),
 }
 
 /// Data a participant needs at commit time that it could not know at prepare time.
@@ -300,7 +312,7 @@ pub enum Request {
     Statfs,
     Status,
     FsckScan,
-    TxPrepare { txid: TxId, op: SubOp },
+    TxPrepare { txid: TxId, ops: Vec<SubOp> },
     TxCommit { txid: TxId, payload: CommitPayload },
     TxAbort { txid: TxId },
 }

@@ -1,1 +1,65 @@
-// placeholder
+//! The plusfs OSD+ server.
+//!
+//! A server stores the directory objects that placement assigns to it, serves the
+//! operations on them, and coordinates or takes part in two-phase commits for operations
+//! that span servers. [`run`] takes a bound listener and a shutdown signal, so tests and
+//! the CLI start servers the same way.
+
+mod ids;
+mod locks;
+mod metrics;
+mod net;
+mod osd;
+mod txn;
+
+pub use osd::Osd;
+
+use plusfs_placement::ClusterMap;
+use plusfs_proto::ServerId;
+use plusfs_store::{DirStore, RocksStore};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Settings of one server process.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// This server's id in the cluster map.
+    pub id: ServerId,
+    /// The cluster map.
+    pub map: ClusterMap,
+    /// Directory holding this server's store.
+    pub data_dir: PathBuf,
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("server id {0} is not in the cluster map")]
+    UnknownId(ServerId),
+    #[error("cannot open store in {path}: {source}")]
+    Store { path: String, source: plusfs_store::StoreError },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+}
+
+/// Opens the store, recovers unfinished transactions and serves until `shutdown` is true.
+pub async fn run(config: ServerConfig, listener: TcpListener, shutdown: watch::Receiver<bool>) -> Result<(), StartError> {
+    let store_err = |source| StartError::Store { path: config.data_dir.display().to_string(), source };
+    config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
+    let always = config.map.sync == plusfs_placement::SyncMode::Always;
+    let store: Arc<dyn DirStore> = Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_err)?);
+    let osd = Osd::open(config.id, config.map.clone(), store).await.map_err(store_err)?;
+    osd.recover().await.map_err(store_err)?;
+    tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");
+    net::serve(listener, osd, shutdown).await;
+    tracing::info!(id = config.id, "server stopped");
+    Ok(())
+}
+
+/// Binds the address the cluster map gives server `id`.
+pub async fn bind(map: &ClusterMap, id: ServerId) -> Result<TcpListener, StartError> {
+    let addr = map.server(id).ok_or(StartError::UnknownId(id))?.address.clone();
+    TcpListener::bind(&addr).await.map_err(|source| StartError::Listen { addr, source })
+}

@@ -130,6 +130,8 @@ pub trait DirStore: Send + Sync + 'static {
     fn all_entries(&self) -> Result<Vec<(Ino, String, Inode)>, StoreError>;
     /// A counter stored with [`Batch::put_counter`].
     fn get_counter(&self, name: &str) -> Result<Option<u64>, StoreError>;
+    /// One log record.
+    fn get_log(&self, kind: LogKind, txid: TxId) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every record of one log, in txid order.
     fn log_records(&self, kind: LogKind) -> Result<Vec<(TxId, Vec<u8>)>, StoreError>;
     /// Applies `batch` atomically. The returned receiver resolves when it is durable.

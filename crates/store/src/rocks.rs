@@ -240,6 +240,10 @@ impl DirStore for RocksStore {
         }
     }
 
+    fn get_log(&self, kind: LogKind, txid: TxId) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.db.get(log_key(kind, txid)).map_err(engine)?)
+    }
+
     fn log_records(&self, kind: LogKind) -> Result<Vec<(TxId, Vec<u8>)>, StoreError> {
         let mut out = Vec::new();
         for item in self.scan_prefix(&[kind.prefix()]) {

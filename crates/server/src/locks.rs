@@ -1,0 +1,210 @@
+//! Concurrency control of one server's directory objects.
+//!
+//! Two kinds of lock, both per directory path:
+//! - *busy*: held by one operation while it reads, checks and commits changes to the
+//!   directory (microseconds). Operations that change several directories take their busy
+//!   locks in path order, so they cannot deadlock.
+//! - *transaction locks*: set by a prepared two-phase-commit sub-operation on one entry name
+//!   or on the whole directory, until the transaction commits or aborts. Single-server
+//!   operations wait for them; a prepare that meets another transaction's lock votes NO
+//!   (the coordinator retries), so transactions never wait on each other.
+//!
+//! Reads take no locks: they see the last committed state.
+
+use plusfs_proto::TxId;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// What a lock covers inside a directory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum Scope {
+    Name(String),
+    Whole,
+}
+
+#[derive(Default)]
+struct DirState {
+    busy: bool,
+    whole: Option<TxId>,
+    names: HashMap<String, TxId>,
+}
+
+impl DirState {
+    fn is_idle(&self) -> bool {
+        !self.busy && self.whole.is_none() && self.names.is_empty()
+    }
+
+    /// The transaction (other than `owner`) whose lock conflicts with `scope`.
+    fn tx_conflict(&self, scope: &Scope, owner: Option<TxId>) -> Option<TxId> {
+        let foreign = |t: &TxId| Some(*t) != owner;
+        if let Some(t) = self.whole.filter(foreign) {
+            return Some(t);
+        }
+        match scope {
+            Scope::Name(n) => self.names.get(n).copied().filter(foreign),
+            Scope::Whole => self.names.values().copied().find(foreign),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    dirs: HashMap<String, DirState>,
+    by_tx: HashMap<TxId, Vec<(String, Scope)>>,
+}
+
+/// The lock table of one server.
+#[derive(Default)]
+pub struct LockTable {
+    inner: Mutex<Inner>,
+    changed: Notify,
+}
+
+/// Held busy locks; dropping releases them.
+pub struct Guard {
+    table: Arc<LockTable>,
+    dirs: Vec<String>,
+}
+
+/// A prepare met another transaction's lock.
+#[derive(Debug)]
+pub struct Conflict(pub TxId);
+
+impl LockTable {
+    /// Takes the busy locks of `wanted` (directory, scope) pairs, waiting while another
+    /// operation is busy on one of them. Transaction locks of transactions other than
+    /// `owner` are waited for when `wait_tx`, else reported as a [`Conflict`].
+    pub async fn lock(
+        self: &Arc<Self>,
+        wanted: &[(String, Scope)],
+        owner: Option<TxId>,
+        wait_tx: bool,
+    ) -> Result<Guard, Conflict> {
+        let dirs: BTreeSet<String> = wanted.iter().map(|(d, _)| d.clone()).collect();
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut inner = self.inner.lock().expect("lock table");
+                let busy = dirs.iter().any(|d| inner.dirs.get(d).is_some_and(|s| s.busy));
+                let conflict = wanted
+                    .iter()
+                    .find_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, owner)));
+                match (busy, conflict) {
+                    (false, None) => {
+                        for d in &dirs {
+                            inner.dirs.entry(d.clone()).or_default().busy = true;
+                        }
+                        return Ok(Guard { table: self.clone(), dirs: dirs.into_iter().collect() });
+                    }
+                    (false, Some(t)) if !wait_tx => return Err(Conflict(t)),
+                    _ => {}
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Records transaction locks for `txid` (the caller holds the busy locks).
+    pub fn add_tx_locks(&self, txid: TxId, locks: &[(String, Scope)]) {
+        let mut inner = self.inner.lock().expect("lock table");
+        for (d, sc) in locks {
+            let st = inner.dirs.entry(d.clone()).or_default();
+            match sc {
+                Scope::Whole => st.whole = Some(txid),
+                Scope::Name(n) => {
+                    st.names.insert(n.clone(), txid);
+                }
+            }
+            inner.by_tx.entry(txid).or_default().push((d.clone(), sc.clone()));
+        }
+    }
+
+    /// Drops every transaction lock of `txid` and wakes waiters.
+    pub fn release_tx(&self, txid: TxId) {
+        let mut inner = self.inner.lock().expect("lock table");
+        for (d, sc) in inner.by_tx.remove(&txid).unwrap_or_default() {
+            if let Some(st) = inner.dirs.get_mut(&d) {
+                match sc {
+                    Scope::Whole if st.whole == Some(txid) => st.whole = None,
+                    Scope::Name(n) if st.names.get(&n) == Some(&txid) => {
+                        st.names.remove(&n);
+                    }
+                    _ => {}
+                }
+                if st.is_idle() {
+                    inner.dirs.remove(&d);
+                }
+            }
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    /// A transaction other than `owner` holding any lock on a directory at or below `root`.
+    pub fn tx_locked_within(&self, root: &str, owner: TxId) -> Option<TxId> {
+        let inner = self.inner.lock().expect("lock table");
+        inner
+            .by_tx
+            .iter()
+            .filter(|(t, _)| **t != owner)
+            .find(|(_, locks)| locks.iter().any(|(d, _)| plusfs_proto::path::is_within(d, root)))
+            .map(|(t, _)| *t)
+    }
+
+    /// Number of transactions holding locks here.
+    pub fn tx_count(&self) -> usize {
+        self.inner.lock().expect("lock table").by_tx.len()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let mut inner = self.table.inner.lock().expect("lock table");
+        for d in &self.dirs {
+            if let Some(st) = inner.dirs.get_mut(d) {
+                st.busy = false;
+                if st.is_idle() {
+                    inner.dirs.remove(d);
+                }
+            }
+        }
+        drop(inner);
+        self.table.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn w(d: &str, sc: Scope) -> Vec<(String, Scope)> {
+        vec![(d.to_string(), sc)]
+    }
+
+    #[tokio::test]
+    async fn busy_serialises_and_tx_locks_conflict() {
+        let t = Arc::new(LockTable::default());
+        let g = t.lock(&w("/a", Scope::Whole), None, true).await.unwrap();
+        let t2 = t.clone();
+        let waiter = tokio::spawn(async move { t2.lock(&w("/a", Scope::Name("x".into())), None, true).await.is_ok() });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        t.add_tx_locks(9, &w("/a", Scope::Name("x".into())));
+        drop(g);
+        // Still blocked by the transaction lock on "x".
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        // Another name is free; the whole directory conflicts for a non-waiting prepare.
+        drop(t.lock(&w("/a", Scope::Name("y".into())), None, true).await.unwrap());
+        assert!(t.lock(&w("/a", Scope::Whole), Some(10), false).await.is_err());
+        // The owner itself passes.
+        drop(t.lock(&w("/a", Scope::Whole), Some(9), false).await.unwrap());
+        t.release_tx(9);
+        assert!(waiter.await.unwrap());
+        assert_eq!(t.tx_count(), 0);
+    }
+}

@@ -1,0 +1,39 @@
+//! Server counters: operations by type, messages and bytes. Names are the opcode names of
+//! `plusfs_proto::OPCODE_NAMES`, the single list `plusfs cluster status` prints.
+
+use plusfs_proto::OPCODE_NAMES;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of one server process since it started.
+#[derive(Default)]
+pub struct Metrics {
+    ops: [AtomicU64; OPCODE_NAMES.len()],
+    pub msgs_in: AtomicU64,
+    pub msgs_out: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub tx_started: AtomicU64,
+}
+
+impl Metrics {
+    /// Counts one served operation.
+    pub fn count_op(&self, opcode: u16) {
+        if let Some(c) = self.ops.get(opcode as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Non-zero operation counters as (name, count).
+    pub fn ops(&self) -> Vec<(String, u64)> {
+        self.ops
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (OPCODE_NAMES[i].to_string(), c.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,119 @@
+//! The network side of a server: accept loop, per-connection reader and writer.
+//!
+//! Each request is served in its own task, so one connection carries many requests in
+//! flight; replies are queued to the connection's writer, which sends every queued reply
+//! in one write. A malformed frame or a wrong protocol version ends only its connection
+//! (after an `EPROTO` reply where a reply can be addressed).
+
+use crate::osd::Osd;
+use bytes::BytesMut;
+use plusfs_proto::io::{FrameReader, ReadError};
+use plusfs_proto::{decode_request, encode_response, DecodeError, Errno, Response, WireError, HEADER_LEN};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Serves connections from `listener` until `shutdown` turns true, then waits for the
+/// requests in flight.
+pub async fn serve(listener: TcpListener, osd: Arc<Osd>, mut shutdown: watch::Receiver<bool>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tracing::debug!(%peer, "connection accepted");
+                    conns.spawn(connection(stream, osd.clone(), shutdown.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(cause = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Receiver<bool>) {
+    stream.set_nodelay(true).ok();
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let (rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+    let m = osd.clone();
+    let writer = tokio::spawn(async move {
+        let mut buf = BytesMut::new();
+        while let Some(first) = rx.recv().await {
+            buf.unsplit(first);
+            while let Ok(more) = rx.try_recv() {
+                buf.unsplit(more);
+            }
+            m.metrics.bytes_out.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            if wr.write_all(&buf).await.is_err() {
+                return;
+            }
+            buf.clear();
+        }
+    });
+
+    let mut reader = FrameReader::new(rd);
+    let mut inflight = JoinSet::new();
+    loop {
+        let frame = tokio::select! {
+            f = reader.read_frame() => f,
+            _ = shutdown.changed() => break,
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(ReadError::Io(e)) => {
+                tracing::debug!(%peer, cause = %e, "connection error");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(%peer, cause = %e, "malformed frame; closing connection");
+                break;
+            }
+        };
+        osd.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
+        osd.metrics.bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
+        let (id, opcode) = (frame.header.request_id, frame.header.opcode);
+        match decode_request(&frame) {
+            Ok(req) => {
+                let (osd, tx) = (osd.clone(), tx.clone());
+                inflight.spawn(async move {
+                    let resp = osd.handle(req).await;
+                    send(&osd, &tx, id, opcode, &resp);
+                });
+            }
+            Err(e) => {
+                tracing::warn!(%peer, cause = %e, "undecodable request; closing connection");
+                let errno = if matches!(e, DecodeError::Version { .. }) { Errno::EPROTO } else { e.errno() };
+                send(&osd, &tx, id, opcode, &Err(WireError::new(errno, e.to_string())));
+                break;
+            }
+        }
+        while inflight.try_join_next().is_some() {}
+    }
+    while inflight.join_next().await.is_some() {}
+    drop(tx);
+    let _ = writer.await;
+}
+
+fn send(osd: &Osd, tx: &mpsc::UnboundedSender<BytesMut>, id: u64, opcode: u16, resp: &Response) {
+    let mut buf = BytesMut::new();
+    let result = encode_response(id, opcode, resp, &mut buf).or_else(|e| {
+        buf.clear();
+        let too_big = Err(WireError::new(Errno::EMSGSIZE, format!("reply too large: {e}")));
+        encode_response(id, opcode, &too_big, &mut buf)
+    });
+    if result.is_ok() {
+        osd.metrics.msgs_out.fetch_add(1, Ordering::Relaxed);
+        let _ = tx.send(buf);
+    }
+}

@@ -1,0 +1,379 @@
+//! The OSD+ core: one server's directory objects and the operations on them.
+//!
+//! Every request arrives at the server that homes the directory it concerns (the client
+//! routes with Eq. 1). Single-server operations read, check and write one atomic store
+//! batch under the directory's busy lock. Operations that touch another server (mkdir and
+//! rmdir when the child object lives elsewhere, renames across servers, every directory
+//! rename) run a logged two-phase commit coordinated from here (`txn.rs`).
+
+use crate::ids::IdAllocator;
+use crate::locks::{LockTable, Scope};
+use crate::metrics::Metrics;
+use plusfs_client::Pool;
+use plusfs_placement::ClusterMap;
+use plusfs_proto::path::{self, check_name, check_wire_path};
+use plusfs_proto::{
+    Attr, DirEntry, DirObject, Dirents, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
+    ServerId, ServerStatus, SetAttr, Statfs, TimeSet, Timespec, WireError, ROOT_INO,
+};
+use plusfs_store::{commit, Batch, DirStore, StoreError};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Largest readdir page a server returns.
+pub const MAX_READDIR_PAGE: u32 = 4096;
+
+/// One OSD+ server's state.
+pub struct Osd {
+    pub id: ServerId,
+    pub map: Arc<ClusterMap>,
+    pub store: Arc<dyn DirStore>,
+    pub locks: Arc<LockTable>,
+    /// Connections to the other servers (two-phase commit).
+    pub peers: Pool,
+    pub metrics: Metrics,
+    inos: IdAllocator,
+    pub(crate) txids: IdAllocator,
+}
+
+pub(crate) type OpResult<T> = Result<T, WireError>;
+
+pub(crate) fn eio(e: StoreError) -> WireError {
+    tracing::error!(cause = %e, "store failure");
+    WireError::new(Errno::EIO, format!("store failure: {e}"))
+}
+
+pub(crate) fn err(errno: Errno, what: impl Into<String>) -> WireError {
+    WireError::new(errno, what)
+}
+
+/// Checks a path from the wire and splits it into (parent, name).
+pub(crate) fn split_entry(p: &str) -> OpResult<(&str, &str)> {
+    check_wire_path(p).map_err(|e| err(e.errno, format!("{}: '{p}'", e.reason)))?;
+    let (dir, name) = path::split(p).ok_or_else(|| err(Errno::EINVAL, "'/' has no parent"))?;
+    check_name(name).map_err(|e| err(e.errno, format!("{}: '{p}'", e.reason)))?;
+    Ok((dir, name))
+}
+
+pub(crate) fn check_dir_path(p: &str) -> OpResult<()> {
+    check_wire_path(p).map_err(|e| err(e.errno, format!("{}: '{p}'", e.reason)))
+}
+
+fn resolve(t: TimeSet, now: Timespec) -> Timespec {
+    match t {
+        TimeSet::Now => now,
+        TimeSet::At(ts) => ts,
+    }
+}
+
+/// Applies a `SetAttr` to the attribute fields of an inode or directory object.
+#[allow(clippy::too_many_arguments)]
+fn apply_set(
+    set: &SetAttr,
+    mode: &mut u32,
+    uid: &mut u32,
+    gid: &mut u32,
+    atime: &mut Timespec,
+    mtime: &mut Timespec,
+    ctime: &mut Timespec,
+) {
+    let now = Timespec::now();
+    if let Some(m) = set.mode {
+        *mode = m & 0o7777;
+    }
+    if let Some(u) = set.uid {
+        *uid = u;
+    }
+    if let Some(g) = set.gid {
+        *gid = g;
+    }
+    if let Some(a) = set.atime {
+        *atime = resolve(a, now);
+    }
+    if let Some(m) = set.mtime {
+        *mtime = resolve(m, now);
+    }
+    *ctime = now;
+}
+
+/// Records an entry added to (`delta` = 1) or removed from (-1) a directory object.
+pub(crate) fn count_entry(d: &mut DirObject, kind: FileKind, delta: i64) {
+    d.entries = d.entries.saturating_add_signed(delta);
+    if kind == FileKind::Dir {
+        d.subdirs = d.subdirs.saturating_add_signed(delta);
+    }
+    let now = Timespec::now();
+    d.mtime = now;
+    d.ctime = now;
+}
+
+impl Osd {
+    /// Opens the server's state over `store`; creates `/` if this server is its home.
+    pub async fn open(id: ServerId, map: ClusterMap, store: Arc<dyn DirStore>) -> Result<Arc<Osd>, StoreError> {
+        let inos = IdAllocator::load(store.as_ref(), "next_ino", id)?;
+        let txids = IdAllocator::load(store.as_ref(), "next_txid", id)?;
+        let peers = Pool::new(&map, 2, 0);
+        let osd = Arc::new(Osd {
+            id,
+            map: Arc::new(map),
+            store,
+            locks: Arc::default(),
+            peers,
+            metrics: Metrics::default(),
+            inos,
+            txids,
+        });
+        if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
+            let now = Timespec::now();
+            let root = DirObject {
+                ino: ROOT_INO,
+                incarnation: 1,
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                entries: 0,
+                subdirs: 0,
+            };
+            let mut b = Batch::new();
+            b.put_dir("/", &root);
+            commit(osd.store.as_ref(), b).await?;
+            tracing::info!("created the root directory");
+        }
+        Ok(osd)
+    }
+
+    /// Serves one request.
+    pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
+        self.metrics.count_op(req.opcode());
+        use Request::*;
+        match req {
+            Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
+            Mkdir { path, mode, uid, gid } => self.mkdir(&path, mode, uid, gid).await,
+            Rmdir { path } => self.rmdir(&path).await,
+            Create { path, kind, mode, uid, gid, exclusive } => {
+                self.create(&path, kind, mode, uid, gid, exclusive, None).await
+            }
+            Open { path } => self.open_entry(&path),
+            Close { .. } => Ok(Reply::Done),
+            Stat { path } => self.stat(&path),
+            DirStat { path } => self.dir_stat(&path),
+            Unlink { path } => self.unlink(&path).await,
+            Readdir { path, after, limit } => self.readdir(&path, after, limit),
+            Rename { src, dst } => self.rename(&src, &dst).await,
+            SetAttr { path, set } => self.set_attr(&path, &set).await,
+            DirSetAttr { path, set } => self.dir_set_attr(&path, &set).await,
+            Symlink { path, target, uid, gid } => {
+                self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, Some(target)).await
+            }
+            Readlink { path } => self.readlink(&path),
+            Statfs => self.statfs(),
+            Status => self.status(),
+            FsckScan => self.fsck_scan(),
+            TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
+            TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
+            TxAbort { txid } => self.tx_abort(txid).await,
+        }
+    }
+
+    /// The directory object at `dir`, or the "missing directory" error.
+    pub(crate) fn dir_object(&self, dir: &str) -> OpResult<DirObject> {
+        self.store.get_dir(dir).map_err(eio)?.ok_or_else(|| WireError::missing_dir(dir))
+    }
+
+    pub(crate) async fn new_ino(&self) -> OpResult<u64> {
+        self.inos.next(self.store.as_ref()).await.map_err(eio)
+    }
+
+    pub(crate) async fn write(&self, b: Batch) -> OpResult<()> {
+        commit(self.store.as_ref(), b).await.map_err(eio)
+    }
+
+    /// Creates a file, FIFO or symlink entry.
+    #[allow(clippy::too_many_arguments)]
+    async fn create(
+        self: &Arc<Self>,
+        p: &str,
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        exclusive: bool,
+        target: Option<String>,
+    ) -> Response {
+        let (dir, name) = split_entry(p)?;
+        if kind == FileKind::Dir {
+            return Err(err(Errno::EINVAL, "create cannot make directories"));
+        }
+        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let mut d = self.dir_object(dir)?;
+        if let Some(e) = self.store.get_entry(d.ino, name).map_err(eio)? {
+            return match e.kind {
+                _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
+                FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
+                _ => Ok(Reply::Attr(Attr::of_inode(&e))),
+            };
+        }
+        let now = Timespec::now();
+        let size = target.as_ref().map_or(0, |t| t.len() as u64);
+        let inode = Inode {
+            ino: self.new_ino().await?,
+            kind,
+            mode: mode & 0o7777,
+            uid,
+            gid,
+            size,
+            nlink: 1,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            target,
+        };
+        count_entry(&mut d, kind, 1);
+        let mut b = Batch::new();
+        b.put_entry(d.ino, name, &inode);
+        b.put_dir(dir, &d);
+        self.write(b).await?;
+        Ok(Reply::Attr(Attr::of_inode(&inode)))
+    }
+
+    /// The entry `name` of `dir`, or ENOENT.
+    pub(crate) fn entry(&self, d: &DirObject, p: &str, name: &str) -> OpResult<Inode> {
+        self.store
+            .get_entry(d.ino, name)
+            .map_err(eio)?
+            .ok_or_else(|| err(Errno::ENOENT, format!("'{p}' does not exist")))
+    }
+
+    fn open_entry(&self, p: &str) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let e = self.entry(&self.dir_object(dir)?, p, name)?;
+        Ok(match e.kind {
+            FileKind::Dir => Reply::IsDir { ino: e.ino },
+            _ => Reply::Attr(Attr::of_inode(&e)),
+        })
+    }
+
+    pub(crate) fn stat(&self, p: &str) -> Response {
+        self.open_entry(p)
+    }
+
+    fn dir_stat(&self, p: &str) -> Response {
+        check_dir_path(p)?;
+        Ok(Reply::Attr(Attr::of_dir(&self.dir_object(p)?)))
+    }
+
+    async fn unlink(self: &Arc<Self>, p: &str) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let mut d = self.dir_object(dir)?;
+        let e = self.entry(&d, p, name)?;
+        if e.kind == FileKind::Dir {
+            return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
+        }
+        count_entry(&mut d, e.kind, -1);
+        let mut b = Batch::new();
+        b.del_entry(d.ino, name);
+        b.put_dir(dir, &d);
+        self.write(b).await?;
+        Ok(Reply::Done)
+    }
+
+    fn readdir(&self, p: &str, after: Option<String>, limit: u32) -> Response {
+        check_dir_path(p)?;
+        let d = self.dir_object(p)?;
+        let limit = if limit == 0 { 1024 } else { limit.min(MAX_READDIR_PAGE) } as usize;
+        let mut page = self.store.list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
+        let more = page.len() > limit;
+        page.truncate(limit);
+        let entries = page.into_iter().map(|(name, i)| DirEntry { name, ino: i.ino, kind: i.kind }).collect();
+        Ok(Reply::Dirents(Dirents { incarnation: d.incarnation, entries, more }))
+    }
+
+    async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let d = self.dir_object(dir)?;
+        let mut e = self.entry(&d, p, name)?;
+        if e.kind == FileKind::Dir {
+            return Ok(Reply::IsDir { ino: e.ino });
+        }
+        apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
+        let mut b = Batch::new();
+        b.put_entry(d.ino, name, &e);
+        self.write(b).await?;
+        Ok(Reply::Attr(Attr::of_inode(&e)))
+    }
+
+    async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
+        check_dir_path(p)?;
+        let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+        let mut d = self.dir_object(p)?;
+        apply_set(set, &mut d.mode, &mut d.uid, &mut d.gid, &mut d.atime, &mut d.mtime, &mut d.ctime);
+        let mut b = Batch::new();
+        b.put_dir(p, &d);
+        self.write(b).await?;
+        Ok(Reply::Attr(Attr::of_dir(&d)))
+    }
+
+    fn readlink(&self, p: &str) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let e = self.entry(&self.dir_object(dir)?, p, name)?;
+        match e.target {
+            Some(t) if e.kind == FileKind::Symlink => Ok(Reply::Target(t)),
+            _ => Err(err(Errno::EINVAL, format!("'{p}' is not a symbolic link"))),
+        }
+    }
+
+    fn totals(&self) -> OpResult<(u64, u64)> {
+        let dirs = self.store.dirs_within("/").map_err(eio)?;
+        Ok((dirs.len() as u64, dirs.iter().map(|(_, d)| d.entries).sum()))
+    }
+
+    fn statfs(&self) -> Response {
+        let (dir_objects, entries) = self.totals()?;
+        Ok(Reply::Statfs(Statfs { dir_objects, entries }))
+    }
+
+    fn status(&self) -> Response {
+        let (dir_objects, entries) = self.totals()?;
+        let m = &self.metrics;
+        let peer = self.peers.counters().snapshot();
+        let st = self.store.stats();
+        Ok(Reply::Status(ServerStatus {
+            id: self.id,
+            epoch: self.map.epoch,
+            dir_objects,
+            entries,
+            ops: m.ops(),
+            msgs_in: Metrics::get(&m.msgs_in) + peer.msgs_in,
+            msgs_out: Metrics::get(&m.msgs_out) + peer.msgs_out,
+            bytes_in: Metrics::get(&m.bytes_in) + peer.bytes_in,
+            bytes_out: Metrics::get(&m.bytes_out) + peer.bytes_out,
+            store_writes: st.writes,
+            store_syncs: st.syncs,
+            tx_started: Metrics::get(&m.tx_started),
+            tx_pending: self.locks.tx_count() as u64,
+        }))
+    }
+
+    fn fsck_scan(&self) -> Response {
+        let dirs = self.store.dirs_within("/").map_err(eio)?;
+        let local: HashSet<u64> = dirs.iter().map(|(_, d)| d.ino).collect();
+        let mut data = FsckData {
+            dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
+            pending_tx: self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len() as u64,
+            ..Default::default()
+        };
+        for (parent, name, inode) in self.store.all_entries().map_err(eio)? {
+            if !local.contains(&parent) {
+                data.orphans.push((parent, name));
+            } else if inode.kind == FileKind::Dir {
+                data.subdirs.push((parent, name, inode.ino));
+            }
+        }
+        Ok(Reply::Fsck(data))
+    }
+}

@@ -1,0 +1,558 @@
+//! Operations that change two or more servers, and the logged two-phase commit under them.
+//!
+//! The server that receives the client's request coordinates. It writes a coordinator log
+//! record (`Preparing`), sends each participant (itself included, without a message) its
+//! sub-operations in one `TxPrepare`; a participant checks them, locks what they touch,
+//! writes a participant record and votes. All YES: the coordinator logs `Committing` with
+//! the commit payloads, sends `TxCommit`, and answers the client once every participant has
+//! applied its part. Any NO: `Aborting`, `TxAbort` to all, the first NO's error goes to the
+//! client (a NO caused by another transaction's lock is retried after a random back-off).
+//! A record is deleted once every participant acknowledged. After a crash the coordinator
+//! aborts `Preparing` transactions and re-sends the decision of the others until
+//! acknowledged; participants keep their locks until they hear it.
+
+use crate::locks::Scope;
+use crate::osd::{check_dir_path, count_entry, eio, err, split_entry, OpResult, Osd};
+use plusfs_proto::path::{is_within, rebase};
+use plusfs_proto::{
+    Attr, CommitPayload, DirDump, DirObject, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response,
+    ServerId, SubOp, Timespec, TxId, Vote,
+};
+use plusfs_store::{Batch, LogKind};
+use futures::future::join_all;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a transaction that met another's lock is retried before giving up (EBUSY).
+const MAX_ATTEMPTS: u32 = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum CoordState {
+    Preparing,
+    Committing,
+    Aborting,
+}
+
+/// The coordinator's log record of one transaction.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CoordRecord {
+    state: CoordState,
+    participants: Vec<ServerId>,
+    payloads: Vec<(ServerId, CommitPayload)>,
+}
+
+/// A participant's log record: what it prepared and what it locked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Prepared {
+    ops: Vec<SubOp>,
+    locks: Vec<(String, Scope)>,
+    /// Objects exported by `ExportSubtree`: (path, inode number).
+    exported: Vec<(String, Ino)>,
+}
+
+/// Sub-operations per participant, in the order their errors take precedence.
+type Parts = Vec<(ServerId, Vec<SubOp>)>;
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
+}
+
+fn add_part(parts: &mut Parts, server: ServerId, op: SubOp) {
+    match parts.iter_mut().find(|(s, _)| *s == server) {
+        Some((_, ops)) => ops.push(op),
+        None => parts.push((server, vec![op])),
+    }
+}
+
+impl Osd {
+    // ----- client-facing operations -------------------------------------------------
+
+    pub(crate) async fn mkdir(self: &Arc<Self>, p: &str, mode: u32, uid: u32, gid: u32) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let parent = self.dir_object(dir)?;
+        if self.store.get_entry(parent.ino, name).map_err(eio)?.is_some() {
+            return Err(err(Errno::EEXIST, format!("'{p}' exists")));
+        }
+        let now = Timespec::now();
+        let ino = self.new_ino().await?;
+        let object = DirObject {
+            ino,
+            incarnation: (now.sec as u64) * 1_000_000_000 + now.nsec as u64,
+            mode: mode & 0o7777,
+            uid,
+            gid,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            entries: 0,
+            subdirs: 0,
+        };
+        let mut parts = Parts::new();
+        let entry = SubOp::InsertEntry {
+            dir: dir.to_string(),
+            name: name.to_string(),
+            inode: Inode::subdir(ino),
+            replace: Replace::Never,
+        };
+        add_part(&mut parts, self.id, entry);
+        add_part(&mut parts, self.map.home_of_dir(p), SubOp::CreateDir { path: p.to_string(), object: object.clone() });
+        self.run(parts).await?;
+        Ok(Reply::Attr(Attr::of_dir(&object)))
+    }
+
+    pub(crate) async fn rmdir(self: &Arc<Self>, p: &str) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let e = self.entry(&self.dir_object(dir)?, p, name)?;
+        if e.kind != FileKind::Dir {
+            return Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory")));
+        }
+        let mut parts = Parts::new();
+        add_part(&mut parts, self.id, SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino });
+        add_part(&mut parts, self.map.home_of_dir(p), SubOp::RemoveDir { path: p.into(), ino: e.ino });
+        self.run(parts).await?;
+        Ok(Reply::Done)
+    }
+
+    pub(crate) async fn rename(self: &Arc<Self>, src: &str, dst: &str) -> Response {
+        let (sdir, sname) = split_entry(src)?;
+        let (ddir, dname) = split_entry(dst)?;
+        let e = self.entry(&self.dir_object(sdir)?, src, sname)?;
+        if src == dst {
+            return Ok(Reply::Done);
+        }
+        let mut parts = Parts::new();
+        let remove = SubOp::RemoveEntry { dir: sdir.into(), name: sname.into(), ino: e.ino };
+        add_part(&mut parts, self.id, remove);
+        let dst_home = self.map.home_of_dir(ddir);
+        if e.kind != FileKind::Dir {
+            let mut inode = e.clone();
+            inode.ctime = Timespec::now();
+            let insert = SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace: Replace::NonDir };
+            add_part(&mut parts, dst_home, insert);
+        } else {
+            if is_within(dst, src) {
+                return Err(err(Errno::EINVAL, format!("cannot move '{src}' into itself ('{dst}')")));
+            }
+            let replace = match self.peer_call(dst_home, Request::Stat { path: dst.into() }).await {
+                Ok(Reply::IsDir { ino }) => Replace::Dir(ino),
+                Ok(Reply::Attr(_)) => return Err(err(Errno::ENOTDIR, format!("'{dst}' is not a directory"))),
+                Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => Replace::Never,
+                Err(e) => return Err(e),
+            };
+            let insert =
+                SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode: Inode::subdir(e.ino), replace };
+            add_part(&mut parts, dst_home, insert);
+            if let Replace::Dir(old) = replace {
+                add_part(&mut parts, self.map.home_of_dir(dst), SubOp::RemoveDir { path: dst.into(), ino: old });
+            }
+            for s in &self.map.servers {
+                add_part(&mut parts, s.id, SubOp::ExportSubtree { root: src.into(), new_root: dst.into() });
+            }
+        }
+        self.run(parts).await?;
+        Ok(Reply::Done)
+    }
+
+    async fn peer_call(self: &Arc<Self>, server: ServerId, req: Request) -> Response {
+        if server == self.id {
+            // Served directly (no message), and never through `handle`, so no operation
+            // recurses into another.
+            return match req {
+                Request::Stat { path } => self.stat(&path),
+                Request::TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
+                Request::TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
+                Request::TxAbort { txid } => self.tx_abort(txid).await,
+                other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
+            };
+        }
+        match self.peers.call(server, &req).await {
+            Ok(r) => r,
+            Err(e) => Err(err(e.errno(), format!("server {server}: {e}"))),
+        }
+    }
+
+    // ----- coordinator --------------------------------------------------------------
+
+    /// Runs `parts` atomically: in one local store batch when only this server takes part,
+    /// else by two-phase commit, retrying after lock conflicts.
+    async fn run(self: &Arc<Self>, parts: Parts) -> OpResult<()> {
+        if parts.len() == 1 && parts[0].0 == self.id {
+            return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default()).await;
+        }
+        let mut attempt = 0;
+        loop {
+            match self.two_phase_commit(&parts).await {
+                Err(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
+                    attempt += 1;
+                    let wait = rand::thread_rng().gen_range(1..=(2u64 << attempt.min(6)));
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// All sub-operations are local: prepare and commit them as one batch, no log.
+    async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>) -> OpResult<()> {
+        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        let (guard, prepared) = self.check_subops(txid, &ops, true).await?;
+        let payload = if prepared.exported.is_empty() {
+            CommitPayload::default()
+        } else {
+            // A directory rename inside a one-server cluster: re-home locally.
+            let exports = self.dump(&prepared.exported)?;
+            self.payloads_from_exports(&ops, exports).remove(&self.id).unwrap_or_default()
+        };
+        let batch = self.commit_batch(&prepared, &payload)?;
+        self.write(batch).await?;
+        drop(guard);
+        Ok(())
+    }
+
+    async fn two_phase_commit(self: &Arc<Self>, parts: &Parts) -> OpResult<()> {
+        self.metrics.tx_started.fetch_add(1, Ordering::Relaxed);
+        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        let participants: Vec<ServerId> = parts.iter().map(|p| p.0).collect();
+        let mut rec = CoordRecord { state: CoordState::Preparing, participants, payloads: vec![] };
+        self.log_coord(txid, &rec).await?;
+
+        let votes = join_all(parts.iter().map(|(s, ops)| {
+            let ops = ops.clone();
+            async move { self.peer_call(*s, Request::TxPrepare { txid, ops }).await }
+        }))
+        .await;
+        let first_no = votes.iter().find_map(|v| v.as_ref().err().cloned());
+        if let Some(no) = first_no {
+            tracing::debug!(txid, cause = %no.message, "transaction aborted");
+            rec.state = CoordState::Aborting;
+            self.log_coord(txid, &rec).await?;
+            self.clone().finish(txid, rec).await;
+            return Err(no);
+        }
+        let mut exports = Vec::new();
+        for v in votes {
+            if let Ok(Reply::Vote(Vote { exports: e })) = v {
+                exports.extend(e);
+            }
+        }
+        let ops: Vec<SubOp> = parts.iter().flat_map(|p| p.1.iter().cloned()).collect();
+        let mut payloads = self.payloads_from_exports(&ops, exports);
+        rec.state = CoordState::Committing;
+        rec.payloads = parts.iter().map(|(s, _)| (*s, payloads.remove(s).unwrap_or_default())).collect();
+        self.log_coord(txid, &rec).await?;
+        self.clone().finish(txid, rec).await;
+        Ok(())
+    }
+
+    /// New homes of exported directory objects (directory rename).
+    fn payloads_from_exports(&self, ops: &[SubOp], exports: Vec<DirDump>) -> HashMap<ServerId, CommitPayload> {
+        let mut out: HashMap<ServerId, CommitPayload> = HashMap::new();
+        let Some((root, new_root)) = ops.iter().find_map(|o| match o {
+            SubOp::ExportSubtree { root, new_root } => Some((root.clone(), new_root.clone())),
+            _ => None,
+        }) else {
+            return out;
+        };
+        let now = Timespec::now();
+        for mut dump in exports {
+            if dump.path == root {
+                dump.object.ctime = now;
+            }
+            dump.path = rebase(&dump.path, &root, &new_root);
+            out.entry(self.map.home_of_dir(&dump.path)).or_default().imports.push(dump);
+        }
+        out
+    }
+
+    async fn log_coord(&self, txid: TxId, rec: &CoordRecord) -> OpResult<()> {
+        let mut b = Batch::new();
+        b.put_log(LogKind::Coordinator, txid, encode(rec));
+        self.write(b).await
+    }
+
+    /// Delivers the decision to every participant. The first round is awaited; if a
+    /// participant cannot be reached, delivery goes on in the background until it acks.
+    async fn finish(self: Arc<Self>, txid: TxId, rec: CoordRecord) {
+        let remaining = self.deliver(txid, &rec, &rec.participants).await;
+        if remaining.is_empty() {
+            self.forget(txid).await;
+        } else {
+            tracing::warn!(txid, ?remaining, "participants unreachable; delivering decision in the background");
+            tokio::spawn(self.finish_in_background(txid, rec, remaining));
+        }
+    }
+
+    async fn finish_in_background(self: Arc<Self>, txid: TxId, rec: CoordRecord, mut remaining: Vec<ServerId>) {
+        while !remaining.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            remaining = self.deliver(txid, &rec, &remaining).await;
+        }
+        tracing::info!(txid, "decision delivered to every participant");
+        self.forget(txid).await;
+    }
+
+    /// Sends the decision to `targets`; returns those that did not acknowledge.
+    async fn deliver(self: &Arc<Self>, txid: TxId, rec: &CoordRecord, targets: &[ServerId]) -> Vec<ServerId> {
+        let results = join_all(targets.iter().map(|s| {
+            let req = match rec.state {
+                CoordState::Committing => {
+                    let payload = rec.payloads.iter().find(|(p, _)| p == s).map(|p| p.1.clone()).unwrap_or_default();
+                    Request::TxCommit { txid, payload }
+                }
+                _ => Request::TxAbort { txid },
+            };
+            self.peer_call(*s, req)
+        }))
+        .await;
+        targets.iter().zip(results).filter(|(_, r)| r.is_err()).map(|(s, _)| *s).collect()
+    }
+
+    async fn forget(&self, txid: TxId) {
+        let mut b = Batch::new();
+        b.del_log(LogKind::Coordinator, txid);
+        if let Err(e) = self.write(b).await {
+            tracing::error!(txid, cause = %e.message, "cannot delete coordinator record");
+        }
+    }
+
+    /// Resumes every unfinished transaction of the coordinator log (after a restart).
+    pub async fn recover(self: &Arc<Self>) -> Result<(), plusfs_store::StoreError> {
+        for (txid, bytes) in self.store.log_records(LogKind::Participant)? {
+            let p: Prepared = postcard::from_bytes(&bytes)
+                .map_err(|e| plusfs_store::StoreError::Corrupt { key: format!("P{txid}"), reason: e.to_string() })?;
+            self.locks.add_tx_locks(txid, &p.locks);
+            tracing::info!(txid, "participant waits for the decision of an in-doubt transaction");
+        }
+        for (txid, bytes) in self.store.log_records(LogKind::Coordinator)? {
+            let mut rec: CoordRecord = postcard::from_bytes(&bytes)
+                .map_err(|e| plusfs_store::StoreError::Corrupt { key: format!("C{txid}"), reason: e.to_string() })?;
+            if rec.state == CoordState::Preparing {
+                rec.state = CoordState::Aborting;
+                let mut b = Batch::new();
+                b.put_log(LogKind::Coordinator, txid, encode(&rec));
+                plusfs_store::commit(self.store.as_ref(), b).await?;
+            }
+            tracing::info!(txid, state = ?rec.state, "resuming transaction");
+            let targets = rec.participants.clone();
+            tokio::spawn(self.clone().finish_in_background(txid, rec, targets));
+        }
+        Ok(())
+    }
+
+    // ----- participant --------------------------------------------------------------
+
+    /// Directory locks a list of sub-operations needs (ExportSubtree adds its objects).
+    fn subop_locks(ops: &[SubOp]) -> Vec<(String, Scope)> {
+        ops.iter()
+            .filter_map(|o| match o {
+                SubOp::InsertEntry { dir, name, .. } | SubOp::RemoveEntry { dir, name, .. } => {
+                    Some((dir.clone(), Scope::Name(name.clone())))
+                }
+                SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } => Some((path.clone(), Scope::Whole)),
+                SubOp::ExportSubtree { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Locks and checks `ops`. Returns the held busy locks and the prepared record.
+    async fn check_subops(
+        self: &Arc<Self>,
+        txid: TxId,
+        ops: &[SubOp],
+        wait_tx: bool,
+    ) -> OpResult<(crate::locks::Guard, Prepared)> {
+        let export_root = ops.iter().find_map(|o| match o {
+            SubOp::ExportSubtree { root, .. } => Some(root.clone()),
+            _ => None,
+        });
+        loop {
+            let mut locks = Self::subop_locks(ops);
+            let mut exported = Vec::new();
+            if let Some(root) = &export_root {
+                check_dir_path(root)?;
+                exported = self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
+                locks.extend(exported.iter().map(|(p, _)| (p.clone(), Scope::Whole)));
+            }
+            let guard = self
+                .locks
+                .lock(&locks, Some(txid), wait_tx)
+                .await
+                .map_err(|c| err(Errno::EBUSY, format!("conflicts with transaction {}", c.0)))?;
+            if let Some(root) = &export_root {
+                if let Some(t) = self.locks.tx_locked_within(root, txid) {
+                    return Err(err(Errno::EBUSY, format!("conflicts with transaction {t}")));
+                }
+                let again: Vec<(String, Ino)> =
+                    self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
+                if again != exported {
+                    continue; // an object appeared or vanished between scan and lock
+                }
+            }
+            for op in ops {
+                self.check_subop(op)?;
+            }
+            return Ok((guard, Prepared { ops: ops.to_vec(), locks, exported }));
+        }
+    }
+
+    fn check_subop(&self, op: &SubOp) -> OpResult<()> {
+        match op {
+            SubOp::InsertEntry { dir, name, inode, replace } => {
+                let p = plusfs_proto::path::join(dir, name);
+                let d = self.dir_object(dir)?;
+                match (self.store.get_entry(d.ino, name).map_err(eio)?, replace) {
+                    (None, _) => Ok(()),
+                    (Some(_), Replace::Never) => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
+                    (Some(e), Replace::NonDir) if e.kind == FileKind::Dir => {
+                        Err(err(Errno::EISDIR, format!("'{p}' is a directory")))
+                    }
+                    (Some(e), Replace::Dir(_)) if e.kind != FileKind::Dir => {
+                        Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory")))
+                    }
+                    (Some(e), Replace::Dir(ino)) if e.ino != *ino => {
+                        Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")))
+                    }
+                    (Some(e), _) if e.ino == inode.ino => Err(err(Errno::EBUSY, format!("'{p}' is being moved"))),
+                    _ => Ok(()),
+                }
+            }
+            SubOp::RemoveEntry { dir, name, ino } => {
+                let p = plusfs_proto::path::join(dir, name);
+                let e = self.entry(&self.dir_object(dir)?, &p, name)?;
+                if e.ino != *ino {
+                    return Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")));
+                }
+                Ok(())
+            }
+            SubOp::CreateDir { path, .. } => match self.store.get_dir(path).map_err(eio)? {
+                Some(_) => Err(err(Errno::EEXIST, format!("directory object '{path}' exists"))),
+                None => Ok(()),
+            },
+            SubOp::RemoveDir { path, ino } => {
+                let d = self.store.get_dir(path).map_err(eio)?;
+                match d {
+                    Some(d) if d.ino != *ino => Err(err(Errno::EBUSY, format!("'{path}' changed during the operation"))),
+                    Some(d) if d.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
+                    Some(_) => Ok(()),
+                    None => Err(err(Errno::ENOENT, format!("'{path}' does not exist"))),
+                }
+            }
+            SubOp::ExportSubtree { .. } => Ok(()),
+        }
+    }
+
+    fn dump(&self, exported: &[(String, Ino)]) -> OpResult<Vec<DirDump>> {
+        exported
+            .iter()
+            .map(|(path, _)| {
+                let object = self.dir_object(path)?;
+                let entries = self.store.list_entries(object.ino, None, usize::MAX).map_err(eio)?;
+                Ok(DirDump { path: path.clone(), object, entries })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>) -> Response {
+        let (guard, prepared) = self.check_subops(txid, &ops, false).await?;
+        let exports = self.dump(&prepared.exported)?;
+        let mut b = Batch::new();
+        b.put_log(LogKind::Participant, txid, encode(&prepared));
+        self.write(b).await?;
+        self.locks.add_tx_locks(txid, &prepared.locks);
+        drop(guard);
+        Ok(Reply::Vote(Vote { exports }))
+    }
+
+    pub(crate) async fn tx_commit(self: &Arc<Self>, txid: TxId, payload: CommitPayload) -> Response {
+        let Some(bytes) = self.store.get_log(LogKind::Participant, txid).map_err(eio)? else {
+            return Ok(Reply::Done); // already committed: the coordinator re-sent its decision
+        };
+        let prepared: Prepared =
+            postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt prepare record: {e}")))?;
+        let mut locks = prepared.locks.clone();
+        locks.extend(payload.imports.iter().map(|d| (d.path.clone(), Scope::Whole)));
+        let guard = self.locks.lock(&locks, Some(txid), true).await.map_err(|_| err(Errno::EIO, "lock"))?;
+        let mut batch = self.commit_batch(&prepared, &payload)?;
+        batch.del_log(LogKind::Participant, txid);
+        self.write(batch).await?;
+        self.locks.release_tx(txid);
+        drop(guard);
+        Ok(Reply::Done)
+    }
+
+    pub(crate) async fn tx_abort(self: &Arc<Self>, txid: TxId) -> Response {
+        if self.store.get_log(LogKind::Participant, txid).map_err(eio)?.is_some() {
+            let mut b = Batch::new();
+            b.del_log(LogKind::Participant, txid);
+            self.write(b).await?;
+        }
+        self.locks.release_tx(txid);
+        Ok(Reply::Done)
+    }
+
+    /// The store batch that applies prepared sub-operations: removals first, then inserts
+    /// and imports, so a replaced directory's object is deleted before its successor lands.
+    fn commit_batch(&self, p: &Prepared, payload: &CommitPayload) -> OpResult<Batch> {
+        let mut dirs: BTreeMap<String, DirObject> = BTreeMap::new();
+        let mut b = Batch::new();
+        let load = |dirs: &mut BTreeMap<String, DirObject>, path: &str| -> OpResult<()> {
+            if !dirs.contains_key(path) {
+                dirs.insert(path.to_string(), self.dir_object(path)?);
+            }
+            Ok(())
+        };
+        for op in &p.ops {
+            match op {
+                SubOp::RemoveEntry { dir, name, .. } => {
+                    load(&mut dirs, dir)?;
+                    let d = dirs.get_mut(dir.as_str()).expect("loaded");
+                    if let Some(e) = self.store.get_entry(d.ino, name).map_err(eio)? {
+                        count_entry(d, e.kind, -1);
+                        b.del_entry(d.ino, name);
+                    }
+                }
+                SubOp::RemoveDir { path, .. } => b.del_dir(path),
+                _ => {}
+            }
+        }
+        for (path, ino) in &p.exported {
+            b.del_dir(path);
+            for (name, _) in self.store.list_entries(*ino, None, usize::MAX).map_err(eio)? {
+                b.del_entry(*ino, &name);
+            }
+        }
+        for op in &p.ops {
+            match op {
+                SubOp::InsertEntry { dir, name, inode, .. } => {
+                    load(&mut dirs, dir)?;
+                    let d = dirs.get_mut(dir.as_str()).expect("loaded");
+                    match self.store.get_entry(d.ino, name).map_err(eio)? {
+                        Some(_) => {
+                            d.mtime = Timespec::now();
+                            d.ctime = d.mtime;
+                        }
+                        None => count_entry(d, inode.kind, 1),
+                    }
+                    b.put_entry(d.ino, name, inode);
+                }
+                SubOp::CreateDir { path, object } => b.put_dir(path, object),
+                _ => {}
+            }
+        }
+        for dump in &payload.imports {
+            b.put_dir(&dump.path, &dump.object);
+            for (name, inode) in &dump.entries {
+                b.put_entry(dump.object.ino, name, inode);
+            }
+        }
+        for (path, d) in &dirs {
+            b.put_dir(path, d);
+        }
+        Ok(b)
+    }
+}
