@@ -1,1 +1,110 @@
-fn main(){}
+//! `plusfs`: one binary for servers, local clusters, file commands, benchmarks and fsck.
+//! Everything here parses flags and prints; the work is done by the library crates.
+
+mod bench;
+mod cluster;
+mod files;
+mod fsck;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use plusfs_client::{Client, ClientOptions};
+use plusfs_placement::ClusterMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "plusfs", version, about = "plusfs: a parallel file system whose metadata service scales out")]
+struct Cli {
+    /// Cluster map file (written by `plusfs cluster up` as DIR/cluster.toml).
+    #[arg(long, global = true, env = "PLUSFS_CLUSTER")]
+    cluster: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one OSD+ server of a cluster.
+    Server(cluster::ServerArgs),
+    /// Start, stop and inspect clusters.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCmd),
+    /// Create directories.
+    Mkdir(files::MkdirArgs),
+    /// Create empty files (existing ones are left as they are).
+    Touch(files::PathsArgs),
+    /// Show attributes.
+    Stat(files::PathsArgs),
+    /// List directories.
+    Ls(files::LsArgs),
+    /// Remove files (and trees with -r).
+    Rm(files::RmArgs),
+    /// Remove empty directories.
+    Rmdir(files::PathsArgs),
+    /// Rename or move an entry.
+    Mv(files::MvArgs),
+    /// Make a symbolic link (`ln -s TARGET LINK`).
+    Ln(files::LnArgs),
+    /// Print the target of a symbolic link.
+    Readlink(files::PathsArgs),
+    /// Change permission bits (octal mode).
+    Chmod(files::ChmodArgs),
+    /// Metadata load generator: create, stat and unlink many files.
+    Bench(bench::BenchArgs),
+    /// Check the namespace invariants of a cluster.
+    Fsck,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PLUSFS_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("plusfs: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let cluster = cli.cluster;
+    match cli.command {
+        Cmd::Server(a) => cluster::server(a, cluster).map(|_| ExitCode::SUCCESS),
+        Cmd::Cluster(c) => cluster::cluster(c, cluster),
+        Cmd::Bench(a) => bench::run(a, cluster),
+        other => {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            rt.block_on(async move {
+                let client = connect(cluster.as_ref())?;
+                Ok(match other {
+                    Cmd::Mkdir(a) => files::mkdir(&client, a).await,
+                    Cmd::Touch(a) => files::touch(&client, a).await,
+                    Cmd::Stat(a) => files::stat(&client, a).await,
+                    Cmd::Ls(a) => files::ls(&client, a).await,
+                    Cmd::Rm(a) => files::rm(&client, a).await,
+                    Cmd::Rmdir(a) => files::rmdir(&client, a).await,
+                    Cmd::Mv(a) => files::mv(&client, a).await,
+                    Cmd::Ln(a) => files::ln(&client, a).await,
+                    Cmd::Readlink(a) => files::readlink(&client, a).await,
+                    Cmd::Chmod(a) => files::chmod(&client, a).await,
+                    Cmd::Fsck => fsck::run(&client).await?,
+                    Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) => unreachable!("handled above"),
+                })
+            })
+        }
+    }
+}
+
+/// Loads the cluster map named by `--cluster`/`PLUSFS_CLUSTER`.
+pub(crate) fn load_map(cluster: Option<&PathBuf>) -> Result<ClusterMap> {
+    let path = cluster.context("no cluster map: pass --cluster FILE or set PLUSFS_CLUSTER")?;
+    Ok(ClusterMap::load(path)?)
+}
+
+/// A client for the cluster named by `--cluster`.
+pub(crate) fn connect(cluster: Option<&PathBuf>) -> Result<Client> {
+    Ok(Client::new(load_map(cluster)?, ClientOptions::default()))
+}

@@ -1,1 +1,241 @@
-// placeholder
+//! A local plusfs cluster: N server processes on loopback, one data directory each.
+//!
+//! Used by `plusfs cluster up/down`, by the multi-process tests and by benchmarks, so all
+//! three start servers the same way. Layout of the data directory:
+//! ```text
+//! DIR/cluster.toml       the cluster map (free loopback ports picked at creation)
+//! DIR/server-N/          server N's store
+//! DIR/server-N.log       its log
+//! DIR/server-N.pid       its process id while it runs
+//! ```
+
+use anyhow::{bail, Context, Result};
+use plusfs_client::{Client, ClientOptions};
+use plusfs_placement::{ClusterMap, ServerEntry, SyncMode};
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A cluster of server processes started from this process.
+pub struct LocalCluster {
+    exe: PathBuf,
+    data: PathBuf,
+    map: ClusterMap,
+    children: Vec<(u32, Child)>,
+}
+
+/// Path of the cluster map inside a data directory.
+pub fn map_path(data: &Path) -> PathBuf {
+    data.join("cluster.toml")
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+impl LocalCluster {
+    /// Creates a new cluster map for `servers` servers in `data`, or reuses the one there
+    /// (restarting the same cluster with its data). Does not start anything.
+    pub fn prepare(exe: &Path, data: &Path, servers: usize, sync: SyncMode) -> Result<LocalCluster> {
+        fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+        let data = data.canonicalize()?;
+        let path = map_path(&data);
+        let map = if path.exists() {
+            let map = ClusterMap::load(&path)?;
+            if servers != 0 && servers != map.servers.len() {
+                bail!(
+                    "{} holds a {}-server cluster; use the same --servers or another --data",
+                    data.display(),
+                    map.servers.len()
+                );
+            }
+            map
+        } else {
+            if servers == 0 {
+                bail!("--servers must be at least 1");
+            }
+            let servers = (0..servers as u32)
+                .map(|id| Ok(ServerEntry { id, address: format!("127.0.0.1:{}", free_port()?), weight: 1.0 }))
+                .collect::<Result<Vec<_>>>()?;
+            let map = ClusterMap { epoch: 1, sync, servers };
+            fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
+            map
+        };
+        Ok(LocalCluster { exe: exe.to_path_buf(), data, map, children: Vec::new() })
+    }
+
+    /// Starts every server and waits until all answer.
+    pub fn up(exe: &Path, data: &Path, servers: usize, sync: SyncMode) -> Result<LocalCluster> {
+        let mut c = LocalCluster::prepare(exe, data, servers, sync)?;
+        for id in c.ids() {
+            c.start(id)?;
+        }
+        c.wait_ready(Duration::from_secs(30))?;
+        Ok(c)
+    }
+
+    /// The cluster map.
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// The cluster map file.
+    pub fn map_file(&self) -> PathBuf {
+        map_path(&self.data)
+    }
+
+    /// The data directory.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
+    /// Server ids in map order.
+    pub fn ids(&self) -> Vec<u32> {
+        self.map.servers.iter().map(|s| s.id).collect()
+    }
+
+    /// Starts server `id` as a child process (in its own process group, so a terminal's
+    /// Ctrl-C reaches only the command that started it).
+    pub fn start(&mut self, id: u32) -> Result<()> {
+        let dir = self.data.join(format!("server-{id}"));
+        fs::create_dir_all(&dir)?;
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("server-{id}.log")))?;
+        let child = Command::new(&self.exe)
+            .arg("server")
+            .arg("--cluster")
+            .arg(self.map_file())
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--data")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot start {}", self.exe.display()))?;
+        fs::write(self.data.join(format!("server-{id}.pid")), child.id().to_string())?;
+        self.children.retain(|(i, _)| *i != id);
+        self.children.push((id, child));
+        Ok(())
+    }
+
+    /// Waits until every server answers a ping.
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client = {
+            let _g = rt.enter();
+            Client::new(self.map.clone(), ClientOptions { retries: 0, ..Default::default() })
+        };
+        for s in &self.map.servers {
+            loop {
+                if rt.block_on(client.call_server(s.id, &plusfs_proto::Request::Ping)).is_ok() {
+                    break;
+                }
+                if let Some((_, child)) = self.children.iter_mut().find(|(i, _)| *i == s.id) {
+                    if let Some(status) = child.try_wait()? {
+                        bail!(
+                            "server {} exited ({status}) during start-up; see {}",
+                            s.id,
+                            self.data.join(format!("server-{}.log", s.id)).display()
+                        );
+                    }
+                }
+                if Instant::now() > deadline {
+                    bail!("server {} did not answer within {timeout:?}", s.id);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills server `id` with SIGKILL (a crash) and reaps it.
+    pub fn kill(&mut self, id: u32) -> Result<()> {
+        self.signal_and_reap(id, libc::SIGKILL)
+    }
+
+    /// Stops server `id` with SIGTERM and waits for it.
+    pub fn stop(&mut self, id: u32) -> Result<()> {
+        self.signal_and_reap(id, libc::SIGTERM)
+    }
+
+    fn signal_and_reap(&mut self, id: u32, sig: i32) -> Result<()> {
+        if let Some(pos) = self.children.iter().position(|(i, _)| *i == id) {
+            let (_, mut child) = self.children.remove(pos);
+            send_signal(child.id(), sig);
+            child.wait()?;
+            let _ = fs::remove_file(self.data.join(format!("server-{id}.pid")));
+        }
+        Ok(())
+    }
+
+    /// Leaves the servers running after this value is dropped (`cluster up --detach`).
+    pub fn detach(mut self) {
+        self.children.clear();
+    }
+
+    /// Stops every server started by this value.
+    pub fn shutdown(&mut self) -> Result<()> {
+        for id in self.ids() {
+            self.stop(id)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            send_signal(child.id(), libc::SIGTERM);
+        }
+        for (_, child) in &mut self.children {
+            let _ = child.wait();
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+fn send_signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a pid of a child this process started; no memory is touched.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    #[allow(unsafe_code)]
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe {
+        libc::kill(pid as i32, 0) == 0
+    }
+}
+
+/// Stops the servers of the cluster in `data` from their pid files (`cluster down`):
+/// SIGTERM, then SIGKILL after `grace`. Returns how many were stopped.
+pub fn down(data: &Path, grace: Duration) -> Result<usize> {
+    let map = ClusterMap::load(&map_path(data)).with_context(|| format!("no cluster in {}", data.display()))?;
+    let mut stopped = 0;
+    for s in &map.servers {
+        let pid_file = data.join(format!("server-{}.pid", s.id));
+        let Ok(text) = fs::read_to_string(&pid_file) else { continue };
+        let pid: u32 = text.trim().parse().with_context(|| format!("bad pid in {}", pid_file.display()))?;
+        if alive(pid) {
+            send_signal(pid, libc::SIGTERM);
+            let deadline = Instant::now() + grace;
+            while alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(pid) {
+                send_signal(pid, libc::SIGKILL);
+            }
+            stopped += 1;
+        }
+        let _ = fs::remove_file(&pid_file);
+    }
+    Ok(stopped)
+}

@@ -1,0 +1,279 @@
+//! `plusfs bench`: a metadata load generator in the spirit of mdtest.
+//!
+//! Each client is a task with its own connections that runs its operations one at a time
+//! (unbatched). Phases run in the order given (default: create, stat, unlink), every client
+//! starting together. `--target` may be repeated to run the same phases on plusfs and on
+//! local directories through system calls in one run, so their ratio is measured under
+//! the same machine load.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use plusfs_client::{Client, ClientOptions};
+use plusfs_placement::ClusterMap;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Create,
+    Stat,
+    Unlink,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Phases to run, in order.
+    #[arg(value_enum, default_values = ["create", "stat", "unlink"])]
+    phases: Vec<Phase>,
+    /// Files per client (like mdtest -n).
+    #[arg(long, short = 'n', default_value_t = 1000)]
+    files: usize,
+    /// Concurrent clients, each with its own connections.
+    #[arg(long, short = 'c', default_value_t = 1)]
+    clients: usize,
+    /// All clients work in one shared directory (default).
+    #[arg(long, conflicts_with = "unique")]
+    shared: bool,
+    /// Each client works in a directory of its own (like mdtest -u).
+    #[arg(long)]
+    unique: bool,
+    /// Directory to work in (created if missing).
+    #[arg(long, short = 'd', default_value = "/bench")]
+    dir: String,
+    /// Where to run: `plusfs` or `local:PATH` (repeatable; default plusfs).
+    #[arg(long = "target")]
+    targets: Vec<String>,
+    /// Print results as JSON lines.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Outcome {
+    target: String,
+    phase: Phase,
+    clients: usize,
+    ops: u64,
+    errors: u64,
+    seconds: f64,
+    ops_per_sec: f64,
+    /// Messages each operation cost: client requests + replies, plus server-to-server
+    /// messages (from the servers' counters). Zero for local targets.
+    messages_per_op: f64,
+    requests: u64,
+}
+
+enum Target {
+    Plusfs,
+    Local(PathBuf),
+}
+
+fn parse_target(t: &str) -> Result<Target> {
+    if t == "plusfs" {
+        Ok(Target::Plusfs)
+    } else if let Some(p) = t.strip_prefix("local:") {
+        Ok(Target::Local(PathBuf::from(p)))
+    } else {
+        bail!("unknown target '{t}': use plusfs or local:PATH")
+    }
+}
+
+pub fn run(a: BenchArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
+    if a.clients == 0 || a.files == 0 {
+        bail!("--clients and --files must be positive");
+    }
+    let targets = if a.targets.is_empty() { vec!["plusfs".to_string()] } else { a.targets.clone() };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut results: Vec<Outcome> = Vec::new();
+    for t in &targets {
+        let outcomes = match parse_target(t)? {
+            Target::Plusfs => rt.block_on(run_plusfs(&a, crate::load_map(cluster.as_ref())?))?,
+            Target::Local(p) => run_local(&a, &p)?,
+        };
+        for o in outcomes {
+            print_outcome(&a, &o);
+            results.push(o);
+        }
+    }
+    if !a.json && targets.len() > 1 {
+        for phase in &a.phases {
+            let rate = |t: &str| results.iter().find(|o| o.target == t && o.phase == *phase).map(|o| o.ops_per_sec);
+            if let Some(base) = rate(&targets[0]) {
+                for t in &targets[1..] {
+                    if let Some(r) = rate(t) {
+                        println!("{phase:?}: {} / {t} = {:.2}", targets[0], base / r);
+                    }
+                }
+            }
+        }
+    }
+    let failed = results.iter().any(|o| o.errors > 0);
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+fn print_outcome(a: &BenchArgs, o: &Outcome) {
+    if a.json {
+        println!("{}", serde_json::to_string(o).expect("serialisable"));
+        return;
+    }
+    let name = format!("{:?}", o.phase).to_lowercase();
+    let msgs = if o.target == "plusfs" { format!(", {:.1} messages/op", o.messages_per_op) } else { String::new() };
+    println!(
+        "{name}: {:.0} ops/s{msgs} [{}; {} clients, {} ops, {:.2} s{}]",
+        o.ops_per_sec,
+        o.target,
+        o.clients,
+        o.ops,
+        o.seconds,
+        if o.errors > 0 { format!(", {} ERRORS", o.errors) } else { String::new() }
+    );
+}
+
+fn file_path(a: &BenchArgs, base: &str, client: usize, i: usize) -> String {
+    if a.unique {
+        format!("{base}/c{client}/f{i}")
+    } else {
+        format!("{base}/f.{client}.{i}")
+    }
+}
+
+/// Messages received anywhere in the cluster: every message is received exactly once,
+/// by a server (requests from clients and peers, replies from peers) or by a client.
+async fn server_msgs_in(client: &Client) -> Result<u64> {
+    let mut total = 0;
+    for s in &client.map().servers {
+        total += client.server_status(s.id).await?.msgs_in;
+    }
+    Ok(total)
+}
+
+async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
+    let admin = Client::new(map.clone(), ClientOptions::default());
+    let base = plusfs_proto::path::normalize(&a.dir).map_err(|e| anyhow::anyhow!("bad --dir: {}", e.reason))?;
+    admin.mkdir_all(&base, 0o755).await?;
+    if a.unique {
+        for c in 0..a.clients {
+            admin.mkdir_all(&format!("{base}/c{c}"), 0o755).await?;
+        }
+    }
+    let clients: Vec<Client> = (0..a.clients).map(|_| Client::new(map.clone(), ClientOptions::default())).collect();
+    for c in &clients {
+        c.wait_ready(std::time::Duration::from_secs(10)).await?; // open connections before timing
+    }
+    let mut out = Vec::new();
+    for &phase in &a.phases {
+        let before_servers = server_msgs_in(&admin).await?;
+        let before: Vec<_> = clients.iter().map(|c| c.counters()).collect();
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (ci, c) in clients.iter().enumerate() {
+            let c = c.clone();
+            let paths: Vec<String> = (0..a.files).map(|i| file_path(a, &base, ci, i)).collect();
+            tasks.spawn(async move {
+                let mut errors = 0u64;
+                let mut first_error = None;
+                for p in &paths {
+                    let r = match phase {
+                        Phase::Create => c.create(p, 0o644, true).await.map(drop),
+                        Phase::Stat => c.stat(p).await.map(drop),
+                        Phase::Unlink => c.unlink(p).await,
+                    };
+                    if let Err(e) = r {
+                        errors += 1;
+                        first_error.get_or_insert(e);
+                    }
+                }
+                (errors, first_error)
+            });
+        }
+        let mut errors = 0;
+        while let Some(r) = tasks.join_next().await {
+            let (e, first) = r.context("bench client panicked")?;
+            errors += e;
+            if let Some(f) = first {
+                eprintln!("plusfs: bench: {f}");
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        // The status requests of the second scan are themselves counted once per server.
+        let server_msgs = server_msgs_in(&admin).await?.saturating_sub(before_servers + map.servers.len() as u64);
+        let mut replies = 0;
+        let mut requests = 0;
+        for (c, b) in clients.iter().zip(before) {
+            let d = c.counters() - b;
+            replies += d.msgs_in;
+            requests += d.requests;
+        }
+        let ops = (a.files * a.clients) as u64;
+        out.push(Outcome {
+            target: "plusfs".into(),
+            phase,
+            clients: a.clients,
+            ops,
+            errors,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            messages_per_op: (server_msgs + replies) as f64 / ops as f64,
+            requests,
+        });
+    }
+    Ok(out)
+}
+
+fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
+    let base = root.join(a.dir.trim_start_matches('/'));
+    std::fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    if a.unique {
+        for c in 0..a.clients {
+            std::fs::create_dir_all(base.join(format!("c{c}")))?;
+        }
+    }
+    let base = Arc::new(base.to_string_lossy().into_owned());
+    let mut out = Vec::new();
+    for &phase in &a.phases {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..a.clients)
+            .map(|ci| {
+                let paths: Vec<String> = (0..a.files).map(|i| file_path(a, &base, ci, i)).collect();
+                std::thread::spawn(move || {
+                    let mut errors = 0u64;
+                    for p in &paths {
+                        let r = match phase {
+                            Phase::Create => {
+                                std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop)
+                            }
+                            Phase::Stat => std::fs::symlink_metadata(p).map(drop),
+                            Phase::Unlink => std::fs::remove_file(p),
+                        };
+                        if let Err(e) = r {
+                            if errors == 0 {
+                                eprintln!("plusfs: bench: {p}: {e}");
+                            }
+                            errors += 1;
+                        }
+                    }
+                    errors
+                })
+            })
+            .collect();
+        let errors: u64 = handles.into_iter().map(|h| h.join().unwrap_or(1)).sum();
+        let seconds = start.elapsed().as_secs_f64();
+        let ops = (a.files * a.clients) as u64;
+        out.push(Outcome {
+            target: format!("local:{}", root.display()),
+            phase,
+            clients: a.clients,
+            ops,
+            errors,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            messages_per_op: 0.0,
+            requests: 0,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,167 @@
+//! `plusfs server` and `plusfs cluster up|down|status`.
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use plusfs_client::{Client, ClientOptions};
+use plusfs_localcluster::LocalCluster;
+use plusfs_placement::{ClusterMap, SyncMode};
+use plusfs_server::ServerConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ServerArgs {
+    /// This server's id in the cluster map.
+    #[arg(long)]
+    id: u32,
+    /// Directory for this server's store.
+    #[arg(long)]
+    data: PathBuf,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SyncArg {
+    /// WAL written before each reply: survives a process crash.
+    Os,
+    /// WAL also fsynced (group commit): survives a machine crash.
+    Always,
+}
+
+#[derive(Subcommand)]
+pub enum ClusterCmd {
+    /// Start N servers on loopback with data under DIR (or restart the cluster in DIR).
+    Up {
+        /// Number of servers (ignored when DIR already holds a cluster).
+        #[arg(long, default_value_t = 4)]
+        servers: usize,
+        #[arg(long)]
+        data: PathBuf,
+        /// Durability setting of a new cluster.
+        #[arg(long, value_enum, default_value = "os")]
+        sync: SyncArg,
+        /// Return once all servers answer, leaving them running.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Stop the servers of the local cluster in DIR.
+    Down {
+        #[arg(long)]
+        data: PathBuf,
+    },
+    /// Per-server counters: objects, entries, operations, messages, bytes.
+    Status {
+        /// Data directory of a local cluster (instead of --cluster).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+}
+
+/// Runs one server until SIGTERM or SIGINT.
+pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
+    let map = crate::load_map(cluster.as_ref())?;
+    let config = ServerConfig { id: a.id, map, data_dir: a.data };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = plusfs_server::bind(&config.map, config.id).await?;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            tracing::info!("shutting down");
+            let _ = tx.send(true);
+        });
+        plusfs_server::run(config, listener, rx).await?;
+        Ok(())
+    })
+}
+
+pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
+    match c {
+        ClusterCmd::Up { servers, data, sync, detach } => up(servers, data, sync, detach),
+        ClusterCmd::Down { data } => {
+            let n = plusfs_localcluster::down(&data, Duration::from_secs(10))?;
+            println!("stopped {n} servers");
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCmd::Status { data } => {
+            let file = match data {
+                Some(d) => plusfs_localcluster::map_path(&d),
+                None => cluster.context("pass --data DIR or --cluster FILE")?,
+            };
+            status(ClusterMap::load(&file)?)
+        }
+    }
+}
+
+fn up(servers: usize, data: PathBuf, sync: SyncArg, detach: bool) -> Result<ExitCode> {
+    let exe = std::env::current_exe()?;
+    let sync = match sync {
+        SyncArg::Os => SyncMode::Os,
+        SyncArg::Always => SyncMode::Always,
+    };
+    let mut c = LocalCluster::up(&exe, &data, servers, sync)?;
+    println!("cluster of {} servers is up; map: {}", c.map().servers.len(), c.map_file().display());
+    println!("export PLUSFS_CLUSTER={}", c.map_file().display());
+    if detach {
+        c.detach();
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("press Ctrl-C to stop");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+        anyhow::Ok(())
+    })?;
+    c.shutdown()?;
+    println!("cluster stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(map: ClusterMap) -> Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let client = {
+        let _g = rt.enter();
+        Client::new(map.clone(), ClientOptions { retries: 0, ..Default::default() })
+    };
+    println!(
+        "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>7} {:>5}",
+        "id", "address", "dirobjs", "entries", "msgs_in", "msgs_out", "bytes_in", "bytes_out", "writes", "fsyncs", "tx"
+    );
+    let mut failed = false;
+    let mut ops_lines = Vec::new();
+    for s in &map.servers {
+        match rt.block_on(client.server_status(s.id)) {
+            Ok(st) => {
+                println!(
+                    "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>7} {:>5}",
+                    s.id,
+                    s.address,
+                    st.dir_objects,
+                    st.entries,
+                    st.msgs_in,
+                    st.msgs_out,
+                    st.bytes_in,
+                    st.bytes_out,
+                    st.store_writes,
+                    st.store_syncs,
+                    st.tx_pending
+                );
+                let ops: Vec<String> = st.ops.iter().map(|(n, c)| format!("{n}={c}")).collect();
+                ops_lines.push(format!("server {} ops: {}", s.id, ops.join(" ")));
+            }
+            Err(e) => {
+                println!("{:>3} {:<21} DOWN ({})", s.id, s.address, e.detail.unwrap_or_default());
+                failed = true;
+            }
+        }
+    }
+    for l in ops_lines {
+        println!("{l}");
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}

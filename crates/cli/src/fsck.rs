@@ -1,0 +1,98 @@
+//! `plusfs fsck`: checks the namespace invariants across all servers.
+//!
+//! - every directory object sits on its home server (Eq. 1) and on no other;
+//! - every subdirectory entry has its directory object, with the same inode number;
+//! - every directory object but `/` has a subdirectory entry in its parent;
+//! - no entry belongs to a directory object that is not on the same server.
+
+use anyhow::Result;
+use plusfs_client::Client;
+use plusfs_proto::path;
+use plusfs_proto::{FsckData, Ino, ServerId};
+use std::collections::{HashMap, HashSet};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+pub async fn run(client: &Client) -> Result<ExitCode> {
+    let scans = scan_settled(client).await?;
+    let problems = check(client, &scans);
+    let dirs: usize = scans.iter().map(|(_, d)| d.dirs.len()).sum();
+    let subdirs: usize = scans.iter().map(|(_, d)| d.subdirs.len()).sum();
+    for p in &problems {
+        println!("fsck: {p}");
+    }
+    println!(
+        "fsck: {} servers, {dirs} directory objects, {subdirs} subdirectory entries: {}",
+        scans.len(),
+        if problems.is_empty() { "clean".to_string() } else { format!("{} problems", problems.len()) }
+    );
+    Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Scans every server; while transactions are in flight, waits (up to 10 s) for them.
+async fn scan_settled(client: &Client) -> Result<Vec<(ServerId, FsckData)>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut scans = Vec::new();
+        for s in &client.map().servers {
+            scans.push((s.id, client.fsck_scan(s.id).await?));
+        }
+        let pending: u64 = scans.iter().map(|(_, d)| d.pending_tx).sum();
+        if pending == 0 || Instant::now() > deadline {
+            if pending > 0 {
+                println!("fsck: {pending} transactions still pending; results may show their effects");
+            }
+            return Ok(scans);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every broken invariant, as a sentence.
+pub fn check(client: &Client, scans: &[(ServerId, FsckData)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut by_path: HashMap<&str, (ServerId, Ino)> = HashMap::new();
+    let mut path_of: HashMap<Ino, &str> = HashMap::new();
+    for (server, data) in scans {
+        for (p, ino) in &data.dirs {
+            let home = client.home(p);
+            if home != *server {
+                problems.push(format!("directory object '{p}' is on server {server}, its home is server {home}"));
+            }
+            if let Some((other, _)) = by_path.insert(p, (*server, *ino)) {
+                problems.push(format!("directory object '{p}' exists on servers {other} and {server}"));
+            }
+            path_of.insert(*ino, p);
+        }
+        for (parent, name) in &data.orphans {
+            problems.push(format!("entry '{name}' on server {server} belongs to directory inode {parent}, which is not there"));
+        }
+    }
+    let mut linked: HashSet<String> = HashSet::new();
+    for (server, data) in scans {
+        for (parent, name, child) in &data.subdirs {
+            let Some(parent_path) = path_of.get(parent) else { continue };
+            let child_path = path::join(parent_path, name);
+            match by_path.get(child_path.as_str()) {
+                None => problems.push(format!(
+                    "subdirectory entry '{child_path}' (server {server}) has no directory object"
+                )),
+                Some((_, ino)) if ino != child => problems.push(format!(
+                    "subdirectory entry '{child_path}' names inode {child}, its object is inode {ino}"
+                )),
+                Some(_) => {}
+            }
+            linked.insert(child_path);
+        }
+    }
+    for (p, (server, _)) in &by_path {
+        if *p != "/" && !linked.contains(*p) {
+            problems.push(format!("directory object '{p}' (server {server}) has no entry in its parent"));
+        }
+    }
+    if !by_path.contains_key("/") {
+        problems.push("the root directory object is missing".into());
+    }
+    problems.sort();
+    problems
+}
