@@ -123,17 +123,13 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Waits until every server answers a ping.
+    /// Waits until every server answers a ping. Safe to call from async code: the pings
+    /// run on a thread of their own.
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let client = {
-            let _g = rt.enter();
-            Client::new(self.map.clone(), ClientOptions { retries: 0, ..Default::default() })
-        };
-        for s in &self.map.servers {
+        for s in self.map.servers.clone() {
             loop {
-                if rt.block_on(client.call_server(s.id, &plusfs_proto::Request::Ping)).is_ok() {
+                if ping(&self.map, s.id)? {
                     break;
                 }
                 if let Some((_, child)) = self.children.iter_mut().find(|(i, _)| *i == s.id) {
@@ -197,6 +193,22 @@ impl Drop for LocalCluster {
             let _ = child.wait();
         }
     }
+}
+
+/// One ping of server `id` on a private runtime and thread; `Ok(false)` if it did not answer.
+fn ping(map: &ClusterMap, id: u32) -> Result<bool> {
+    let map = map.clone();
+    let answered = std::thread::spawn(move || -> Result<bool> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let client = Client::new(map, ClientOptions { retries: 0, ..Default::default() });
+            let ping = client.call_server(id, &plusfs_proto::Request::Ping);
+            Ok(matches!(tokio::time::timeout(Duration::from_secs(2), ping).await, Ok(Ok(_))))
+        })
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("ping thread panicked"))??;
+    Ok(answered)
 }
 
 #[allow(unsafe_code)]

@@ -134,9 +134,8 @@ impl Osd {
             let insert = SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace: Replace::NonDir };
             add_part(&mut parts, dst_home, insert);
         } else {
-            if is_within(dst, src) {
-                return Err(err(Errno::EINVAL, format!("cannot move '{src}' into itself ('{dst}')")));
-            }
+            // Look the destination up first, as POSIX path resolution would: a missing
+            // destination parent is ENOENT even when the move is also into itself.
             let replace = match self.peer_call(dst_home, Request::Stat { path: dst.into() }).await {
                 Ok(Reply::IsDir { ino }) => Replace::Dir(ino),
                 Ok(Reply::Attr(_)) => return Err(err(Errno::ENOTDIR, format!("'{dst}' is not a directory"))),
@@ -144,6 +143,9 @@ impl Osd {
                 Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => Replace::Never,
                 Err(e) => return Err(e),
             };
+            if is_within(dst, src) {
+                return Err(err(Errno::EINVAL, format!("cannot move '{src}' into itself ('{dst}')")));
+            }
             let insert =
                 SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode: Inode::subdir(e.ino), replace };
             add_part(&mut parts, dst_home, insert);
