@@ -1,0 +1,182 @@
+//! Bad input: POSIX errnos with the path in the message, and garbage on a server socket
+//! that ends only its own connection.
+
+mod common;
+
+use bytes::BytesMut;
+use common::TestCluster;
+use plusfs_proto::{decode_response, encode_request, Errno, Frame, Request, MAX_FRAME_LEN};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posix_errors_name_the_path() {
+    let cluster = TestCluster::start(4);
+    let c = cluster.client();
+    c.mkdir("/d", 0o755).await.unwrap();
+    c.mkdir("/d/full", 0o755).await.unwrap();
+    c.create("/d/full/x", 0o644, true).await.unwrap();
+    c.create("/d/f", 0o644, true).await.unwrap();
+
+    let long_name = format!("/d/{}", "n".repeat(256));
+    let long_path = "/abcdefg".repeat(600);
+    let cases: Vec<(&str, Result<(), plusfs_client::FsError>, Errno)> = vec![
+        ("long name", c.create(&long_name, 0o644, true).await.map(drop), Errno::ENAMETOOLONG),
+        ("long path", c.mkdir(&long_path, 0o755).await.map(drop), Errno::ENAMETOOLONG),
+        ("NUL", c.create("/d/a\0b", 0o644, true).await.map(drop), Errno::EINVAL),
+        ("empty path", c.stat("").await.map(drop), Errno::ENOENT),
+        ("relative", c.stat("d/f").await.map(drop), Errno::EINVAL),
+        ("dot target", c.rmdir("/d/.").await, Errno::EINVAL),
+        ("dotdot target", c.mkdir("/d/..", 0o755).await.map(drop), Errno::EINVAL),
+        ("mkdir existing", c.mkdir("/d", 0o755).await.map(drop), Errno::EEXIST),
+        ("mkdir root", c.mkdir("/", 0o755).await.map(drop), Errno::EEXIST),
+        ("missing parent", c.create("/nope/x", 0o644, true).await.map(drop), Errno::ENOENT),
+        ("file as dir", c.create("/d/f/x", 0o644, true).await.map(drop), Errno::ENOTDIR),
+        ("deep file as dir", c.mkdir("/d/f/x/y", 0o755).await.map(drop), Errno::ENOTDIR),
+        ("rmdir file", c.rmdir("/d/f").await, Errno::ENOTDIR),
+        ("rmdir non-empty", c.rmdir("/d/full").await, Errno::ENOTEMPTY),
+        ("unlink dir", c.unlink("/d/full").await, Errno::EISDIR),
+        ("unlink missing", c.unlink("/d/none").await, Errno::ENOENT),
+        ("rename onto non-empty dir", c.rename("/d", "/e").await.and(c.rename("/e/full", "/e/full2").await).and(
+            {
+                c.mkdir("/other", 0o755).await.unwrap();
+                c.rename("/other", "/e").await
+            }), Errno::ENOTEMPTY),
+        ("rename dir onto file", c.rename("/e/full2", "/e/f").await, Errno::ENOTDIR),
+        ("rename file onto dir", c.rename("/e/f", "/e/full2").await, Errno::EISDIR),
+        ("rename into itself", c.rename("/e", "/e/full2/sub").await, Errno::EINVAL),
+        ("readlink of file", c.readlink("/e/f").await.map(drop), Errno::EINVAL),
+        ("excl create", c.create("/e/f", 0o644, true).await.map(drop), Errno::EEXIST),
+    ];
+    for (what, got, want) in cases {
+        let e = got.expect_err(what);
+        assert_eq!(e.errno, want, "{what}: {e}");
+        assert!(e.to_string().contains('/') || e.path.is_empty(), "{what}: message names no path: {e}");
+    }
+    cluster.assert_fsck_clean();
+}
+
+#[test]
+fn cli_messages_and_exit_codes() {
+    let cluster = TestCluster::start(2);
+    let (code, _, err) = cluster.cli(&["mkdir", "/a/b"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.trim(), "plusfs: cannot create directory '/a/b': No such file or directory");
+    let (code, _, _) = cluster.cli(&["mkdir", "-p", "/a/b/c"]);
+    assert_eq!(code, 0);
+    let (code, _, _) = cluster.cli(&["touch", "/a/f1", "/a/f2"]);
+    assert_eq!(code, 0);
+    let (code, out, _) = cluster.cli(&["ls", "/a"]);
+    assert_eq!((code, out.as_str()), (0, "b\nf1\nf2\n"));
+    let (code, out, _) = cluster.cli(&["ls", "-la", "/a"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l.starts_with("drwxr-xr-x") && l.ends_with(" b")), "{out}");
+    assert!(out.lines().any(|l| l.ends_with(" ..")), "{out}");
+    let (code, _, err) = cluster.cli(&["rm", "/a"]);
+    assert_eq!((code, err.trim()), (1, "plusfs: cannot remove '/a': Is a directory"));
+    let (code, _, _) = cluster.cli(&["ln", "-s", "/a/f1", "/a/l"]);
+    assert_eq!(code, 0);
+    let (code, out, _) = cluster.cli(&["readlink", "/a/l"]);
+    assert_eq!((code, out.trim()), (0, "/a/f1"));
+    let (code, _, _) = cluster.cli(&["chmod", "600", "/a/f1"]);
+    assert_eq!(code, 0);
+    let (_, out, _) = cluster.cli(&["stat", "/a/f1"]);
+    assert!(out.contains("(0600/-rw-------)"), "{out}");
+    let (code, _, _) = cluster.cli(&["mv", "/a", "/z"]);
+    assert_eq!(code, 0);
+    let (code, _, _) = cluster.cli(&["rm", "-r", "/z"]);
+    assert_eq!(code, 0);
+    let (code, out, _) = cluster.cli(&["ls", "/"]);
+    assert_eq!((code, out.as_str()), (0, ""));
+    let (code, out, _) = cluster.cli(&["cluster", "status", "--data", cluster.cluster.data().to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("mkdir="), "{out}");
+    cluster.assert_fsck_clean();
+}
+
+fn raw(cluster: &TestCluster) -> TcpStream {
+    let s = TcpStream::connect(&cluster.cluster.map().servers[0].address).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// Reads until the server closes the connection; returns what it sent.
+fn read_to_close(mut s: TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("server must close the connection, not hang");
+    out
+}
+
+fn assert_still_serving(cluster: &TestCluster) {
+    let mut s = raw(cluster);
+    let mut buf = BytesMut::new();
+    encode_request(1, &Request::Ping, &mut buf).unwrap();
+    s.write_all(&buf).unwrap();
+    let mut reply = vec![0u8; 64];
+    let n = s.read(&mut reply).unwrap();
+    let frame = Frame::parse(bytes::Bytes::copy_from_slice(&reply[..n])).unwrap();
+    assert!(matches!(decode_response(&frame).unwrap(), Ok(plusfs_proto::Reply::Pong { .. })));
+}
+
+#[test]
+fn garbage_on_the_socket_closes_only_that_connection() {
+    let cluster = TestCluster::start(2);
+    // Random bytes.
+    let mut s = raw(&cluster);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    read_to_close(s);
+    assert_still_serving(&cluster);
+
+    // An oversized length prefix.
+    let mut s = raw(&cluster);
+    s.write_all(&((MAX_FRAME_LEN as u32) + 1).to_be_bytes()).unwrap();
+    read_to_close(s);
+
+    // A truncated frame, then EOF.
+    let mut buf = BytesMut::new();
+    encode_request(1, &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
+    let mut s = raw(&cluster);
+    s.write_all(&buf[..buf.len() - 2]).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    read_to_close(s);
+
+    // A valid header with a garbage body: an EPROTO reply, then close.
+    let mut buf = BytesMut::new();
+    encode_request(7, &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
+    let n = buf.len();
+    buf[n - 3..].copy_from_slice(&[0xff, 0xff, 0xff]);
+    let mut s = raw(&cluster);
+    s.write_all(&buf).unwrap();
+    let reply = read_to_close(s);
+    let frame = Frame::parse(bytes::Bytes::from(reply)).unwrap();
+    assert_eq!(frame.header.request_id, 7);
+    assert_eq!(decode_response(&frame).unwrap().unwrap_err().errno, Errno::EPROTO);
+
+    // Unnormalised paths straight on the wire are refused, not normalised by the server.
+    let mut buf = BytesMut::new();
+    encode_request(8, &Request::Mkdir { path: "/a/../b".into(), mode: 0o755, uid: 0, gid: 0 }, &mut buf).unwrap();
+    let mut s = raw(&cluster);
+    s.write_all(&buf).unwrap();
+    let mut reply = vec![0u8; 256];
+    let n = s.read(&mut reply).unwrap();
+    let frame = Frame::parse(bytes::Bytes::copy_from_slice(&reply[..n])).unwrap();
+    assert_eq!(decode_response(&frame).unwrap().unwrap_err().errno, Errno::EINVAL);
+    assert_still_serving(&cluster);
+}
+
+#[test]
+fn wrong_protocol_version_gets_a_clear_error() {
+    let cluster = TestCluster::start(1);
+    let mut buf = BytesMut::new();
+    encode_request(3, &Request::Ping, &mut buf).unwrap();
+    buf[6] = 99; // version byte
+    let mut s = raw(&cluster);
+    s.write_all(&buf).unwrap();
+    let reply = read_to_close(s);
+    let frame = Frame::parse(bytes::Bytes::from(reply)).unwrap();
+    let err = decode_response(&frame).unwrap().unwrap_err();
+    assert_eq!(err.errno, Errno::EPROTO);
+    assert!(err.message.contains("version 99"), "{}", err.message);
+    assert_still_serving(&cluster);
+}

@@ -1,0 +1,119 @@
+//! Crash safety: kill -9 servers in the middle of a mkdir/rename workload, restart them,
+//! then every acknowledged operation must be there and fsck must find the namespace clean.
+
+mod common;
+
+use common::TestCluster;
+use plusfs_proto::{Errno, FileKind};
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[derive(Default, Debug, Clone, Copy)]
+struct Acks {
+    mkdir: Option<bool>,
+    sub: Option<bool>,
+    rename: Option<Result<(), Errno>>,
+}
+
+/// True when the error leaves the outcome unknown (the request may have been applied).
+fn unknown(e: Errno) -> bool {
+    matches!(e, Errno::EIO | Errno::ECONNRESET | Errno::EPROTO)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_dash_nine_loses_nothing_acknowledged() {
+    let mut cluster = TestCluster::start(4);
+    let c = cluster.client();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let workload = tokio::spawn(async move {
+        let mut acks: HashMap<usize, Acks> = HashMap::new();
+        let mut i = 0;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) && i < 5000 {
+            let a = acks.entry(i).or_default();
+            a.mkdir = Some(c.mkdir(&format!("/d{i}"), 0o755).await.is_ok());
+            a.sub = Some(c.mkdir(&format!("/d{i}/s"), 0o755).await.is_ok());
+            a.rename = Some(c.rename(&format!("/d{i}"), &format!("/r{i}")).await.map_err(|e| e.errno));
+            i += 1;
+        }
+        acks
+    });
+    for victim in [1u32, 2, 0] {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        cluster.cluster.kill(victim).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster.cluster.start(victim).unwrap();
+        cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acks = workload.await.unwrap();
+    assert!(acks.len() > 20, "workload made too little progress: {}", acks.len());
+    let failed = acks.values().filter(|a| a.mkdir == Some(false) || matches!(a.rename, Some(Err(_)))).count();
+    eprintln!("{} iterations, {failed} with a failed step (servers were down)", acks.len());
+    assert!(failed > 0, "no operation met a killed server: the test did not test crashes");
+
+    cluster.assert_fsck_clean();
+    let c = cluster.client();
+    let exists = |p: String| {
+        let c = c.clone();
+        async move {
+            match c.stat(&p).await {
+                Ok(a) => Some(a.kind),
+                Err(e) if e.errno == Errno::ENOENT => None,
+                Err(e) => panic!("stat {p}: {e}"),
+            }
+        }
+    };
+    let mut checked = 0;
+    for (i, a) in &acks {
+        let d = exists(format!("/d{i}")).await;
+        let r = exists(format!("/r{i}")).await;
+        let home = match a.rename {
+            Some(Ok(())) => {
+                assert_eq!((d, r), (None, Some(FileKind::Dir)), "/d{i} acknowledged renamed to /r{i}");
+                Some("r")
+            }
+            Some(Err(e)) if !unknown(e) && a.mkdir == Some(true) => {
+                assert_eq!((d, r), (Some(FileKind::Dir), None), "/d{i}: rename refused with {e:?}");
+                Some("d")
+            }
+            _ if a.mkdir == Some(true) => {
+                assert!(d.is_some() != r.is_some(), "/d{i} acknowledged: exactly one of d/r must exist");
+                Some(if d.is_some() { "d" } else { "r" })
+            }
+            _ => None,
+        };
+        if let (Some(h), Some(true)) = (home, a.sub) {
+            assert_eq!(exists(format!("/{h}{i}/s")).await, Some(FileKind::Dir), "/{h}{i}/s acknowledged");
+            checked += 1;
+        }
+    }
+    assert!(checked > 10, "too few acknowledged subdirectories checked: {checked}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_restart_keeps_everything() {
+    let mut cluster = TestCluster::start(4);
+    let c = cluster.client();
+    for i in 0..50 {
+        c.mkdir(&format!("/k{i}"), 0o700).await.unwrap();
+        c.create(&format!("/k{i}/f"), 0o600, true).await.unwrap();
+    }
+    cluster.cluster.shutdown().unwrap();
+    for id in cluster.cluster.ids() {
+        cluster.cluster.start(id).unwrap();
+    }
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let c = cluster.client();
+    for i in 0..50 {
+        assert_eq!(c.stat(&format!("/k{i}")).await.unwrap().mode, 0o700);
+        assert_eq!(c.stat(&format!("/k{i}/f")).await.unwrap().kind, FileKind::File);
+    }
+    // New inode numbers never reuse old ones after a restart.
+    let old = c.stat("/k0/f").await.unwrap().ino;
+    let new = c.create("/k0/g", 0o600, true).await.unwrap().ino;
+    assert_ne!(old, new);
+    cluster.assert_fsck_clean();
+    cluster.assert_no_errors_logged();
+}
