@@ -243,9 +243,7 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
                     let mut errors = 0u64;
                     for p in &paths {
                         let r = match phase {
-                            Phase::Create => {
-                                std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop)
-                            }
+                            Phase::Create => std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop),
                             Phase::Stat => std::fs::symlink_metadata(p).map(drop),
                             Phase::Unlink => std::fs::remove_file(p),
                         };

@@ -206,7 +206,8 @@ pub async fn ls(c: &Client, a: LsArgs) -> ExitCode {
                     if a.long {
                         match c.stat(&full).await {
                             Ok(at) => {
-                                let target = if at.kind == FileKind::Symlink { c.readlink(&full).await.ok() } else { None };
+                                let target =
+                                    if at.kind == FileKind::Symlink { c.readlink(&full).await.ok() } else { None };
                                 print_entry(&a, &e.name, &at, target)
                             }
                             // Removed between readdir and stat: skip it, like ls does.
@@ -248,9 +249,7 @@ pub async fn rm(c: &Client, a: RmArgs) -> ExitCode {
     let mut failed = false;
     for p in &a.paths {
         let r = match c.stat(p).await {
-            Ok(at) if at.kind == FileKind::Dir && !a.recursive => {
-                Err(FsError::new("remove", p.clone(), Errno::EISDIR))
-            }
+            Ok(at) if at.kind == FileKind::Dir && !a.recursive => Err(FsError::new("remove", p.clone(), Errno::EISDIR)),
             Ok(at) if at.kind == FileKind::Dir => remove_tree(c, p).await,
             Ok(_) => c.unlink(p).await,
             Err(e) if a.force && e.errno == Errno::ENOENT => Ok(()),

@@ -65,7 +65,9 @@ pub fn check(client: &Client, scans: &[(ServerId, FsckData)]) -> Vec<String> {
             path_of.insert(*ino, p);
         }
         for (parent, name) in &data.orphans {
-            problems.push(format!("entry '{name}' on server {server} belongs to directory inode {parent}, which is not there"));
+            problems.push(format!(
+                "entry '{name}' on server {server} belongs to directory inode {parent}, which is not there"
+            ));
         }
     }
     let mut linked: HashSet<String> = HashSet::new();
@@ -74,12 +76,10 @@ pub fn check(client: &Client, scans: &[(ServerId, FsckData)]) -> Vec<String> {
             let Some(parent_path) = path_of.get(parent) else { continue };
             let child_path = path::join(parent_path, name);
             match by_path.get(child_path.as_str()) {
-                None => problems.push(format!(
-                    "subdirectory entry '{child_path}' (server {server}) has no directory object"
-                )),
-                Some((_, ino)) if ino != child => problems.push(format!(
-                    "subdirectory entry '{child_path}' names inode {child}, its object is inode {ino}"
-                )),
+                None => problems
+                    .push(format!("subdirectory entry '{child_path}' (server {server}) has no directory object")),
+                Some((_, ino)) if ino != child => problems
+                    .push(format!("subdirectory entry '{child_path}' names inode {child}, its object is inode {ino}")),
                 Some(_) => {}
             }
             linked.insert(child_path);

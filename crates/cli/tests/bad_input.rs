@@ -38,11 +38,14 @@ async fn posix_errors_name_the_path() {
         ("rmdir non-empty", c.rmdir("/d/full").await, Errno::ENOTEMPTY),
         ("unlink dir", c.unlink("/d/full").await, Errno::EISDIR),
         ("unlink missing", c.unlink("/d/none").await, Errno::ENOENT),
-        ("rename onto non-empty dir", c.rename("/d", "/e").await.and(c.rename("/e/full", "/e/full2").await).and(
-            {
+        (
+            "rename onto non-empty dir",
+            c.rename("/d", "/e").await.and(c.rename("/e/full", "/e/full2").await).and({
                 c.mkdir("/other", 0o755).await.unwrap();
                 c.rename("/other", "/e").await
-            }), Errno::ENOTEMPTY),
+            }),
+            Errno::ENOTEMPTY,
+        ),
         ("rename dir onto file", c.rename("/e/full2", "/e/f").await, Errno::ENOTDIR),
         ("rename file onto dir", c.rename("/e/f", "/e/full2").await, Errno::EISDIR),
         ("rename into itself", c.rename("/e", "/e/full2/sub").await, Errno::EINVAL),

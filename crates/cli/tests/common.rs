@@ -39,11 +39,8 @@ impl TestCluster {
 
     /// Runs the `plusfs` CLI against this cluster; returns (exit code, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(exe())
-            .args(args)
-            .env("PLUSFS_CLUSTER", self.cluster.map_file())
-            .output()
-            .expect("run plusfs");
+        let out =
+            Command::new(exe()).args(args).env("PLUSFS_CLUSTER", self.cluster.map_file()).output().expect("run plusfs");
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),

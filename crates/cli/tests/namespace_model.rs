@@ -222,11 +222,8 @@ async fn run_seed(cluster: &TestCluster, seed: u64, steps: usize) {
         assert_eq!(got, expected, "seed {seed} step {step}: {op:?}");
         if step % 50 == 49 || step + 1 == steps {
             let tree = walk(&c).await;
-            let ours: BTreeMap<String, Kind> = tree
-                .into_iter()
-                .filter(|(k, _)| is_within(k, &top))
-                .map(|(k, v)| (rebase(&k, &top, "/"), v))
-                .collect();
+            let ours: BTreeMap<String, Kind> =
+                tree.into_iter().filter(|(k, _)| is_within(k, &top)).map(|(k, v)| (rebase(&k, &top, "/"), v)).collect();
             assert_eq!(ours, model.tree, "seed {seed} tree after step {step}");
         }
     }

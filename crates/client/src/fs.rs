@@ -5,8 +5,8 @@ use crate::pool::{CountersSnapshot, Pool};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, PathError};
 use plusfs_proto::{
-    Attr, DirEntry, Dirents, Errno, FileKind, FsckData, Ino, Reply, Request, ServerId, ServerStatus,
-    SetAttr, Statfs, TimeSet, WireError,
+    Attr, DirEntry, Dirents, Errno, FileKind, FsckData, Ino, Reply, Request, ServerId, ServerStatus, SetAttr, Statfs,
+    TimeSet, WireError,
 };
 use std::sync::Arc;
 
@@ -124,7 +124,7 @@ impl Client {
 
     /// Normalises the target of a namespace change: `.`/`..` as last component is EINVAL,
     /// `/` gets `root_errno`.
-    fn target<'a>(&self, op: &'static str, raw: &str, root_errno: Errno) -> Result<(String, String), FsError> {
+    fn target(&self, op: &'static str, raw: &str, root_errno: Errno) -> Result<(String, String), FsError> {
         let p = self.norm(op, raw)?;
         let last = path::raw_last_component(raw);
         if last == "." || last == ".." {

@@ -65,8 +65,8 @@ impl ClusterMap {
     pub fn load(path: &Path) -> Result<ClusterMap, MapError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| MapError::Read { path: path.display().to_string(), source })?;
-        let map: ClusterMap = toml::from_str(&text)
-            .map_err(|source| MapError::Parse { path: path.display().to_string(), source })?;
+        let map: ClusterMap =
+            toml::from_str(&text).map_err(|source| MapError::Parse { path: path.display().to_string(), source })?;
         map.validate()?;
         Ok(map)
     }
@@ -137,9 +137,7 @@ mod tests {
     use super::*;
 
     fn servers(n: u32) -> Vec<ServerEntry> {
-        (0..n)
-            .map(|id| ServerEntry { id, address: format!("127.0.0.1:{}", 7000 + id), weight: 1.0 })
-            .collect()
+        (0..n).map(|id| ServerEntry { id, address: format!("127.0.0.1:{}", 7000 + id), weight: 1.0 }).collect()
     }
 
     fn dirs() -> impl Iterator<Item = String> {

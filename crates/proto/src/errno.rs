@@ -60,11 +60,7 @@ impl Errno {
             (Self::ETIMEDOUT, "ETIMEDOUT"),
             (Self::ECONNRESET, "ECONNRESET"),
         ];
-        known
-            .iter()
-            .find(|(e, _)| *e == self)
-            .map(|(_, n)| n.to_string())
-            .unwrap_or_else(|| format!("E{}", self.0))
+        known.iter().find(|(e, _)| *e == self).map(|(_, n)| n.to_string()).unwrap_or_else(|| format!("E{}", self.0))
     }
 
     /// The C library's description (`"No such file or directory"`).

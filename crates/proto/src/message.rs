@@ -41,9 +41,7 @@ pub struct Timespec {
 impl Timespec {
     /// The current wall-clock time.
     pub fn now() -> Timespec {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
     }
 }
@@ -288,33 +286,85 @@ pub struct FsckData {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     Ping,
-    Mkdir { path: String, mode: u32, uid: u32, gid: u32 },
-    Rmdir { path: String },
+    Mkdir {
+        path: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    Rmdir {
+        path: String,
+    },
     /// Create a regular file (or FIFO); `exclusive` gives `O_EXCL` semantics.
-    Create { path: String, kind: FileKind, mode: u32, uid: u32, gid: u32, exclusive: bool },
+    Create {
+        path: String,
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        exclusive: bool,
+    },
     /// Open an existing entry; the file handle is its inode number.
-    Open { path: String },
-    Close { ino: Ino },
+    Open {
+        path: String,
+    },
+    Close {
+        ino: Ino,
+    },
     /// `lstat` of an entry, answered by its parent's server (`IsDir` for directories).
-    Stat { path: String },
+    Stat {
+        path: String,
+    },
     /// Attributes of a directory, answered by the directory's own server.
-    DirStat { path: String },
-    Unlink { path: String },
+    DirStat {
+        path: String,
+    },
+    Unlink {
+        path: String,
+    },
     /// One page of entries whose names sort after `after`.
-    Readdir { path: String, after: Option<String>, limit: u32 },
-    Rename { src: String, dst: String },
+    Readdir {
+        path: String,
+        after: Option<String>,
+        limit: u32,
+    },
+    Rename {
+        src: String,
+        dst: String,
+    },
     /// Change attributes of an entry (`IsDir` for directories).
-    SetAttr { path: String, set: SetAttr },
+    SetAttr {
+        path: String,
+        set: SetAttr,
+    },
     /// Change attributes of a directory, on the directory's own server.
-    DirSetAttr { path: String, set: SetAttr },
-    Symlink { path: String, target: String, uid: u32, gid: u32 },
-    Readlink { path: String },
+    DirSetAttr {
+        path: String,
+        set: SetAttr,
+    },
+    Symlink {
+        path: String,
+        target: String,
+        uid: u32,
+        gid: u32,
+    },
+    Readlink {
+        path: String,
+    },
     Statfs,
     Status,
     FsckScan,
-    TxPrepare { txid: TxId, ops: Vec<SubOp> },
-    TxCommit { txid: TxId, payload: CommitPayload },
-    TxAbort { txid: TxId },
+    TxPrepare {
+        txid: TxId,
+        ops: Vec<SubOp>,
+    },
+    TxCommit {
+        txid: TxId,
+        payload: CommitPayload,
+    },
+    TxAbort {
+        txid: TxId,
+    },
 }
 
 impl Request {
@@ -374,9 +424,28 @@ impl Request {
 
 /// Names of the opcodes, indexed by opcode.
 pub const OPCODE_NAMES: [&str; 22] = [
-    "invalid", "ping", "mkdir", "rmdir", "create", "open", "close", "stat", "dirstat", "unlink",
-    "readdir", "rename", "setattr", "dirsetattr", "symlink", "readlink", "statfs", "status",
-    "fsck", "tx_prepare", "tx_commit", "tx_abort",
+    "invalid",
+    "ping",
+    "mkdir",
+    "rmdir",
+    "create",
+    "open",
+    "close",
+    "stat",
+    "dirstat",
+    "unlink",
+    "readdir",
+    "rename",
+    "setattr",
+    "dirsetattr",
+    "symlink",
+    "readlink",
+    "statfs",
+    "status",
+    "fsck",
+    "tx_prepare",
+    "tx_commit",
+    "tx_abort",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -387,11 +456,16 @@ pub fn opcode_name(op: u16) -> &'static str {
 /// Successful results.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    Pong { server: ServerId, epoch: u64 },
+    Pong {
+        server: ServerId,
+        epoch: u64,
+    },
     Done,
     Attr(Attr),
     /// The entry is a directory: ask the directory's own server (`DirStat`, `DirSetAttr`).
-    IsDir { ino: Ino },
+    IsDir {
+        ino: Ino,
+    },
     Dirents(Dirents),
     Target(String),
     Statfs(Statfs),
@@ -464,12 +538,7 @@ pub fn encode_request(request_id: u64, req: &Request, dst: &mut BytesMut) -> Res
 }
 
 /// Encodes a response frame for the request with `request_id` and `opcode`.
-pub fn encode_response(
-    request_id: u64,
-    opcode: u16,
-    resp: &Response,
-    dst: &mut BytesMut,
-) -> Result<(), FrameError> {
+pub fn encode_response(request_id: u64, opcode: u16, resp: &Response, dst: &mut BytesMut) -> Result<(), FrameError> {
     let body = postcard::to_allocvec(resp).expect("in-memory encoding cannot fail");
     let header = Header { version: PROTOCOL_VERSION, flags: FLAG_RESPONSE, opcode, request_id };
     Frame::encode_into(&header, &body, dst)

@@ -54,7 +54,13 @@ fn requests() -> Vec<Request> {
         Request::Rename { src: "/a".into(), dst: "/b".into() },
         Request::SetAttr {
             path: "/a/f".into(),
-            set: SetAttr { mode: Some(0o600), uid: None, gid: Some(5), atime: Some(TimeSet::Now), mtime: Some(TimeSet::At(t(4))) },
+            set: SetAttr {
+                mode: Some(0o600),
+                uid: None,
+                gid: Some(5),
+                atime: Some(TimeSet::Now),
+                mtime: Some(TimeSet::At(t(4))),
+            },
         },
         Request::DirSetAttr { path: "/a".into(), set: SetAttr::default() },
         Request::Symlink { path: "/a/l".into(), target: "/t".into(), uid: 1, gid: 2 },
@@ -65,7 +71,12 @@ fn requests() -> Vec<Request> {
         Request::TxPrepare {
             txid: 0x0002_0000_0000_0001,
             ops: vec![
-                SubOp::InsertEntry { dir: "/".into(), name: "a".into(), inode: Inode::subdir(7), replace: Replace::Never },
+                SubOp::InsertEntry {
+                    dir: "/".into(),
+                    name: "a".into(),
+                    inode: Inode::subdir(7),
+                    replace: Replace::Never,
+                },
                 SubOp::RemoveEntry { dir: "/".into(), name: "b".into(), ino: 8 },
                 SubOp::CreateDir { path: "/a".into(), object: dir_object() },
                 SubOp::RemoveDir { path: "/b".into(), ino: 8 },
@@ -75,7 +86,11 @@ fn requests() -> Vec<Request> {
         Request::TxCommit {
             txid: 1,
             payload: CommitPayload {
-                imports: vec![DirDump { path: "/c".into(), object: dir_object(), entries: vec![("f".into(), inode())] }],
+                imports: vec![DirDump {
+                    path: "/c".into(),
+                    object: dir_object(),
+                    entries: vec![("f".into(), inode())],
+                }],
             },
         },
         Request::TxAbort { txid: 1 },
@@ -119,7 +134,10 @@ fn check(name: &str, got: Vec<String>, golden: &str) {
     let want: Vec<&str> = golden.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
     if std::env::var_os("PLUSFS_BLESS").is_some() {
         let path = format!("{}/tests/golden_{name}.txt", env!("CARGO_MANIFEST_DIR"));
-        let text = format!("# plusfs protocol v{PROTOCOL_VERSION} golden {name}, one frame per line (hex)\n{}\n", got.join("\n"));
+        let text = format!(
+            "# plusfs protocol v{PROTOCOL_VERSION} golden {name}, one frame per line (hex)\n{}\n",
+            got.join("\n")
+        );
         std::fs::write(path, text).unwrap();
         return;
     }

@@ -45,11 +45,16 @@ pub enum StartError {
 }
 
 /// Opens the store, recovers unfinished transactions and serves until `shutdown` is true.
-pub async fn run(config: ServerConfig, listener: TcpListener, shutdown: watch::Receiver<bool>) -> Result<(), StartError> {
+pub async fn run(
+    config: ServerConfig,
+    listener: TcpListener,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), StartError> {
     let store_err = |source| StartError::Store { path: config.data_dir.display().to_string(), source };
     config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
     let always = config.map.sync == plusfs_placement::SyncMode::Always;
-    let store: Arc<dyn DirStore> = Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_err)?);
+    let store: Arc<dyn DirStore> =
+        Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_err)?);
     let osd = Osd::open(config.id, config.map.clone(), store).await.map_err(store_err)?;
     osd.recover().await.map_err(store_err)?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");

@@ -89,9 +89,8 @@ impl LockTable {
             {
                 let mut inner = self.inner.lock().expect("lock table");
                 let busy = dirs.iter().any(|d| inner.dirs.get(d).is_some_and(|s| s.busy));
-                let conflict = wanted
-                    .iter()
-                    .find_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, owner)));
+                let conflict =
+                    wanted.iter().find_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, owner)));
                 match (busy, conflict) {
                     (false, None) => {
                         for d in &dirs {

@@ -13,8 +13,8 @@ use plusfs_client::Pool;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, check_name, check_wire_path};
 use plusfs_proto::{
-    Attr, DirEntry, DirObject, Dirents, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
-    ServerId, ServerStatus, SetAttr, Statfs, TimeSet, Timespec, WireError, ROOT_INO,
+    Attr, DirEntry, DirObject, Dirents, Errno, FileKind, FsckData, Inode, Reply, Request, Response, ServerId,
+    ServerStatus, SetAttr, Statfs, TimeSet, Timespec, WireError, ROOT_INO,
 };
 use plusfs_store::{commit, Batch, DirStore, StoreError};
 use std::collections::HashSet;

@@ -13,13 +13,13 @@
 
 use crate::locks::Scope;
 use crate::osd::{check_dir_path, count_entry, eio, err, split_entry, OpResult, Osd};
+use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
-    Attr, CommitPayload, DirDump, DirObject, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response,
-    ServerId, SubOp, Timespec, TxId, Vote,
+    Attr, CommitPayload, DirDump, DirObject, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId,
+    SubOp, Timespec, TxId, Vote,
 };
 use plusfs_store::{Batch, LogKind};
-use futures::future::join_all;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -438,7 +438,9 @@ impl Osd {
             SubOp::RemoveDir { path, ino } => {
                 let d = self.store.get_dir(path).map_err(eio)?;
                 match d {
-                    Some(d) if d.ino != *ino => Err(err(Errno::EBUSY, format!("'{path}' changed during the operation"))),
+                    Some(d) if d.ino != *ino => {
+                        Err(err(Errno::EBUSY, format!("'{path}' changed during the operation")))
+                    }
                     Some(d) if d.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
                     Some(_) => Ok(()),
                     None => Err(err(Errno::ENOENT, format!("'{path}' does not exist"))),

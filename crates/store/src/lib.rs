@@ -118,12 +118,7 @@ pub trait DirStore: Send + Sync + 'static {
     /// Entry `name` of the directory with inode `dir`.
     fn get_entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError>;
     /// Up to `limit` entries of `dir` whose names sort after `after`, in name order.
-    fn list_entries(
-        &self,
-        dir: Ino,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, Inode)>, StoreError>;
+    fn list_entries(&self, dir: Ino, after: Option<&str>, limit: usize) -> Result<Vec<(String, Inode)>, StoreError>;
     /// Every directory object at or below `root`, in path order.
     fn dirs_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError>;
     /// Every entry held here, as (directory inode, name, inode); used by fsck.

@@ -13,9 +13,15 @@ use tokio::sync::oneshot;
 /// RocksDB-backed store. With `sync = os` a batch is written to the WAL in the caller's
 /// thread before `submit` returns; with `sync = always` batches go to a committer thread
 /// that merges every batch waiting into one write and one fsync (group commit).
+/// A batch waiting for the committer thread, with the channel that reports its outcome.
+type Queued = (Batch, oneshot::Sender<Result<(), StoreError>>);
+
+/// A raw key-value pair from a scan.
+type Kv = (Box<[u8]>, Box<[u8]>);
+
 pub struct RocksStore {
     db: Arc<DB>,
-    committer: Option<mpsc::Sender<(Batch, oneshot::Sender<Result<(), StoreError>>)>>,
+    committer: Option<mpsc::Sender<Queued>>,
     stats: Arc<Counters>,
 }
 
@@ -66,10 +72,8 @@ fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 }
 
 fn decode<T: DeserializeOwned>(key: &[u8], v: &[u8]) -> Result<T, StoreError> {
-    postcard::from_bytes(v).map_err(|e| StoreError::Corrupt {
-        key: String::from_utf8_lossy(key).into_owned(),
-        reason: e.to_string(),
-    })
+    postcard::from_bytes(v)
+        .map_err(|e| StoreError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason: e.to_string() })
 }
 
 fn utf8(key: &[u8], bytes: &[u8]) -> Result<String, StoreError> {
@@ -117,25 +121,21 @@ impl RocksStore {
         self.db.write_opt(wb, &wo).map_err(engine)
     }
 
-    fn scan_prefix(&self, prefix: &[u8]) -> impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>), StoreError>> + '_ {
+    fn scan_prefix(&self, prefix: &[u8]) -> impl Iterator<Item = Result<Kv, StoreError>> + '_ {
         let prefix = prefix.to_vec();
-        self.db
-            .iterator(IteratorMode::From(&prefix.clone(), Direction::Forward))
-            .map(|r| r.map_err(engine))
-            .take_while(move |r| match r {
+        self.db.iterator(IteratorMode::From(&prefix.clone(), Direction::Forward)).map(|r| r.map_err(engine)).take_while(
+            move |r| match r {
                 Ok((k, _)) => k.starts_with(&prefix),
                 Err(_) => true,
-            })
+            },
+        )
     }
 }
 
 /// The group-commit thread: takes every batch waiting, writes them as one WriteBatch with
 /// one fsync, then completes them all.
-fn spawn_committer(
-    db: Arc<DB>,
-    stats: Arc<Counters>,
-) -> mpsc::Sender<(Batch, oneshot::Sender<Result<(), StoreError>>)> {
-    let (tx, rx) = mpsc::channel::<(Batch, oneshot::Sender<Result<(), StoreError>>)>();
+fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>) -> mpsc::Sender<Queued> {
+    let (tx, rx) = mpsc::channel::<Queued>();
     std::thread::Builder::new()
         .name("plusfs-commit".into())
         .spawn(move || {
@@ -179,12 +179,7 @@ impl DirStore for RocksStore {
         }
     }
 
-    fn list_entries(
-        &self,
-        dir: Ino,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, Inode)>, StoreError> {
+    fn list_entries(&self, dir: Ino, after: Option<&str>, limit: usize) -> Result<Vec<(String, Inode)>, StoreError> {
         let prefix = entry_prefix(dir);
         let start = match after {
             // The smallest key strictly greater than (dir, after).
@@ -241,7 +236,7 @@ impl DirStore for RocksStore {
     }
 
     fn get_log(&self, kind: LogKind, txid: TxId) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.db.get(log_key(kind, txid)).map_err(engine)?)
+        self.db.get(log_key(kind, txid)).map_err(engine)
     }
 
     fn log_records(&self, kind: LogKind) -> Result<Vec<(TxId, Vec<u8>)>, StoreError> {
