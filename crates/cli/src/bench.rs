@@ -160,54 +160,33 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
             admin.mkdir_all(&format!("{base}/c{c}"), 0o755).await?;
         }
     }
-    let clients: Vec<Client> = (0..a.clients).map(|_| Client::new(map.clone(), ClientOptions::default())).collect();
-    for c in &clients {
-        c.wait_ready(std::time::Duration::from_secs(10)).await?; // open connections before timing
-    }
     let mut out = Vec::new();
     for &phase in &a.phases {
         let before_servers = server_msgs_in(&admin).await?;
-        let before: Vec<_> = clients.iter().map(|c| c.counters()).collect();
+        let barrier = Arc::new(std::sync::Barrier::new(a.clients + 1));
+        let threads: Vec<_> = (0..a.clients)
+            .map(|ci| {
+                let paths: Vec<String> = (0..a.files).map(|i| file_path(a, &base, ci, i)).collect();
+                let (map, barrier) = (map.clone(), barrier.clone());
+                std::thread::spawn(move || plusfs_client_thread(map, phase, paths, barrier))
+            })
+            .collect();
+        barrier.wait(); // every client connected
         let start = Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        for (ci, c) in clients.iter().enumerate() {
-            let c = c.clone();
-            let paths: Vec<String> = (0..a.files).map(|i| file_path(a, &base, ci, i)).collect();
-            tasks.spawn(async move {
-                let mut errors = 0u64;
-                let mut first_error = None;
-                for p in &paths {
-                    let r = match phase {
-                        Phase::Create => c.create(p, 0o644, true).await.map(drop),
-                        Phase::Stat => c.stat(p).await.map(drop),
-                        Phase::Unlink => c.unlink(p).await,
-                    };
-                    if let Err(e) = r {
-                        errors += 1;
-                        first_error.get_or_insert(e);
-                    }
-                }
-                (errors, first_error)
-            });
-        }
         let mut errors = 0;
-        while let Some(r) = tasks.join_next().await {
-            let (e, first) = r.context("bench client panicked")?;
-            errors += e;
-            if let Some(f) = first {
+        let (mut replies, mut requests) = (0, 0);
+        for t in threads {
+            let r = t.join().map_err(|_| anyhow::anyhow!("bench client panicked"))??;
+            errors += r.errors;
+            replies += r.counters.msgs_in;
+            requests += r.counters.requests;
+            if let Some(f) = r.first_error {
                 eprintln!("plusfs: bench: {f}");
             }
         }
         let seconds = start.elapsed().as_secs_f64();
         // The status requests of the second scan are themselves counted once per server.
         let server_msgs = server_msgs_in(&admin).await?.saturating_sub(before_servers + map.servers.len() as u64);
-        let mut replies = 0;
-        let mut requests = 0;
-        for (c, b) in clients.iter().zip(before) {
-            let d = c.counters() - b;
-            replies += d.msgs_in;
-            requests += d.requests;
-        }
         let ops = (a.files * a.clients) as u64;
         out.push(Outcome {
             target: "plusfs".into(),
@@ -222,6 +201,45 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         });
     }
     Ok(out)
+}
+
+/// What one bench client thread did.
+struct ClientRun {
+    errors: u64,
+    first_error: Option<plusfs_client::FsError>,
+    counters: plusfs_client::CountersSnapshot,
+}
+
+/// One bench client: a thread with its own single-threaded runtime and connections, so a
+/// request and its reply never hop between threads inside the client.
+fn plusfs_client_thread(
+    map: ClusterMap,
+    phase: Phase,
+    paths: Vec<String>,
+    barrier: Arc<std::sync::Barrier>,
+) -> Result<ClientRun> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let c = Client::new(map, ClientOptions::default());
+        let ready = c.wait_ready(std::time::Duration::from_secs(10)).await;
+        barrier.wait();
+        ready?;
+        let before = c.counters();
+        let mut run = ClientRun { errors: 0, first_error: None, counters: Default::default() };
+        for p in &paths {
+            let r = match phase {
+                Phase::Create => c.create(p, 0o644, true).await.map(drop),
+                Phase::Stat => c.stat(p).await.map(drop),
+                Phase::Unlink => c.unlink(p).await,
+            };
+            if let Err(e) = r {
+                run.errors += 1;
+                run.first_error.get_or_insert(e);
+            }
+        }
+        run.counters = c.counters() - before;
+        Ok(run)
+    })
 }
 
 fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
