@@ -229,7 +229,7 @@ fn plusfs_client_thread(
         for p in &paths {
             let r = match phase {
                 Phase::Create => c.create(p, 0o644, true).await.map(drop),
-                Phase::Stat => c.stat(p).await.map(drop),
+                Phase::Stat => c.lstat(p).await.map(drop),
                 Phase::Unlink => c.unlink(p).await,
             };
             if let Err(e) = r {

@@ -36,9 +36,9 @@ pub enum SyncArg {
 pub enum ClusterCmd {
     /// Start N servers on loopback with data under DIR (or restart the cluster in DIR).
     Up {
-        /// Number of servers (ignored when DIR already holds a cluster).
-        #[arg(long, default_value_t = 4)]
-        servers: usize,
+        /// Number of servers of a new cluster (default 4); an existing cluster keeps its own.
+        #[arg(long)]
+        servers: Option<usize>,
         #[arg(long)]
         data: PathBuf,
         /// Durability setting of a new cluster.
@@ -105,7 +105,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
     }
 }
 
-fn up(servers: usize, data: PathBuf, sync: SyncArg, detach: bool) -> Result<ExitCode> {
+fn up(servers: Option<usize>, data: PathBuf, sync: SyncArg, detach: bool) -> Result<ExitCode> {
     let exe = std::env::current_exe()?;
     let sync = match sync {
         SyncArg::Os => SyncMode::Os,
@@ -138,8 +138,19 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
         Client::new(map.clone(), ClientOptions { retries: 0, ..Default::default() })
     };
     println!(
-        "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>7} {:>5}",
-        "id", "address", "dirobjs", "entries", "msgs_in", "msgs_out", "bytes_in", "bytes_out", "writes", "fsyncs", "tx"
+        "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>5}",
+        "id",
+        "address",
+        "dirobjs",
+        "entries",
+        "msgs_in",
+        "msgs_out",
+        "bytes_in",
+        "bytes_out",
+        "batches",
+        "writes",
+        "fsyncs",
+        "tx"
     );
     let mut failed = false;
     let mut ops_lines = Vec::new();
@@ -147,7 +158,7 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
         match rt.block_on(client.server_status(s.id)) {
             Ok(st) => {
                 println!(
-                    "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>7} {:>5}",
+                    "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>5}",
                     s.id,
                     s.address,
                     st.dir_objects,
@@ -156,6 +167,7 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                     st.msgs_out,
                     st.bytes_in,
                     st.bytes_out,
+                    st.store_batches,
                     st.store_writes,
                     st.store_syncs,
                     st.tx_pending

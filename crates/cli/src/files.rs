@@ -14,6 +14,15 @@ pub struct PathsArgs {
 }
 
 #[derive(Args)]
+pub struct StatArgs {
+    /// Follow symbolic links.
+    #[arg(short = 'L', long)]
+    dereference: bool,
+    #[arg(required = true)]
+    paths: Vec<String>,
+}
+
+#[derive(Args)]
 pub struct MkdirArgs {
     /// Make parent directories as needed; no error if existing.
     #[arg(short, long)]
@@ -148,10 +157,11 @@ fn time(t: Timespec) -> String {
     humantime::format_rfc3339_nanos(st).to_string()
 }
 
-pub async fn stat(c: &Client, a: PathsArgs) -> ExitCode {
+pub async fn stat(c: &Client, a: StatArgs) -> ExitCode {
     let mut failed = false;
     for p in &a.paths {
-        match c.stat(p).await {
+        let r = if a.dereference { c.stat(p).await } else { c.lstat(p).await };
+        match r {
             Ok(at) => print_stat(c, p, &at),
             Err(e) => report(&mut failed, e),
         }
@@ -177,7 +187,7 @@ pub async fn ls(c: &Client, a: LsArgs) -> ExitCode {
     let mut failed = false;
     let many = a.paths.len() > 1;
     for p in &a.paths {
-        let attr = match c.stat(p).await {
+        let attr = match c.lstat(p).await {
             Ok(at) => at,
             Err(e) => {
                 report(&mut failed, FsError { op: "access", ..e });
@@ -196,7 +206,7 @@ pub async fn ls(c: &Client, a: LsArgs) -> ExitCode {
                 if a.all {
                     print_entry(&a, ".", &attr, None);
                     let parent = plusfs_proto::path::normalize(&format!("{p}/..")).unwrap_or_else(|_| "/".into());
-                    match c.stat(&parent).await {
+                    match c.lstat(&parent).await {
                         Ok(pa) => print_entry(&a, "..", &pa, None),
                         Err(e) => report(&mut failed, e),
                     }
@@ -204,7 +214,7 @@ pub async fn ls(c: &Client, a: LsArgs) -> ExitCode {
                 for e in entries {
                     let full = plusfs_proto::path::join(&plusfs_proto::path::normalize(p).unwrap_or_default(), &e.name);
                     if a.long {
-                        match c.stat(&full).await {
+                        match c.lstat(&full).await {
                             Ok(at) => {
                                 let target =
                                     if at.kind == FileKind::Symlink { c.readlink(&full).await.ok() } else { None };
@@ -248,7 +258,7 @@ fn print_entry(a: &LsArgs, name: &str, at: &Attr, target: Option<String>) {
 pub async fn rm(c: &Client, a: RmArgs) -> ExitCode {
     let mut failed = false;
     for p in &a.paths {
-        let r = match c.stat(p).await {
+        let r = match c.lstat(p).await {
             Ok(at) if at.kind == FileKind::Dir && !a.recursive => Err(FsError::new("remove", p.clone(), Errno::EISDIR)),
             Ok(at) if at.kind == FileKind::Dir => remove_tree(c, p).await,
             Ok(_) => c.unlink(p).await,

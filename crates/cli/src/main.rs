@@ -35,7 +35,7 @@ enum Cmd {
     /// Create empty files (existing ones are left as they are).
     Touch(files::PathsArgs),
     /// Show attributes.
-    Stat(files::PathsArgs),
+    Stat(files::StatArgs),
     /// List directories.
     Ls(files::LsArgs),
     /// Remove files (and trees with -r).

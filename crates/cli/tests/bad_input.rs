@@ -25,8 +25,8 @@ async fn posix_errors_name_the_path() {
         ("long name", c.create(&long_name, 0o644, true).await.map(drop), Errno::ENAMETOOLONG),
         ("long path", c.mkdir(&long_path, 0o755).await.map(drop), Errno::ENAMETOOLONG),
         ("NUL", c.create("/d/a\0b", 0o644, true).await.map(drop), Errno::EINVAL),
-        ("empty path", c.stat("").await.map(drop), Errno::ENOENT),
-        ("relative", c.stat("d/f").await.map(drop), Errno::EINVAL),
+        ("empty path", c.lstat("").await.map(drop), Errno::ENOENT),
+        ("relative", c.lstat("d/f").await.map(drop), Errno::EINVAL),
         ("dot target", c.rmdir("/d/.").await, Errno::EINVAL),
         ("dotdot target", c.mkdir("/d/..", 0o755).await.map(drop), Errno::EINVAL),
         ("mkdir existing", c.mkdir("/d", 0o755).await.map(drop), Errno::EEXIST),
@@ -82,6 +82,18 @@ fn cli_messages_and_exit_codes() {
     assert_eq!(code, 0);
     let (code, out, _) = cluster.cli(&["readlink", "/a/l"]);
     assert_eq!((code, out.trim()), (0, "/a/f1"));
+    let (_, out, _) = cluster.cli(&["stat", "/a/l"]);
+    assert!(out.contains("symbolic link"), "{out}");
+    let (_, out, _) = cluster.cli(&["stat", "-L", "/a/l"]);
+    assert!(out.contains("regular file"), "{out}");
+    let (code, _, err) = cluster.cli(&["ln", "-s", "loop", "/a/loop"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cluster.cli(&["stat", "-L", "/a/loop"]);
+    assert_eq!((code, err.trim()), (1, "plusfs: cannot stat '/a/loop': Too many levels of symbolic links"));
+    let data = cluster.cluster.data().to_str().unwrap().to_string();
+    let (code, _, err) = cluster.cli(&["cluster", "up", "--data", &data, "--detach"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("already running"), "{err}");
     let (code, _, _) = cluster.cli(&["chmod", "600", "/a/f1"]);
     assert_eq!(code, 0);
     let (_, out, _) = cluster.cli(&["stat", "/a/f1"]);

@@ -28,7 +28,7 @@ impl TestCluster {
 
     pub fn start_with(n: usize, sync: SyncMode) -> TestCluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cluster = LocalCluster::up(&exe(), dir.path(), n, sync).expect("cluster up");
+        let cluster = LocalCluster::up(&exe(), dir.path(), Some(n), sync).expect("cluster up");
         TestCluster { cluster, _dir: dir }
     }
 

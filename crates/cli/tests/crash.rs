@@ -58,7 +58,7 @@ async fn kill_dash_nine_loses_nothing_acknowledged() {
     let exists = |p: String| {
         let c = c.clone();
         async move {
-            match c.stat(&p).await {
+            match c.lstat(&p).await {
                 Ok(a) => Some(a.kind),
                 Err(e) if e.errno == Errno::ENOENT => None,
                 Err(e) => panic!("stat {p}: {e}"),
@@ -107,13 +107,36 @@ async fn sigterm_restart_keeps_everything() {
     cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
     let c = cluster.client();
     for i in 0..50 {
-        assert_eq!(c.stat(&format!("/k{i}")).await.unwrap().mode, 0o700);
-        assert_eq!(c.stat(&format!("/k{i}/f")).await.unwrap().kind, FileKind::File);
+        assert_eq!(c.lstat(&format!("/k{i}")).await.unwrap().mode, 0o700);
+        assert_eq!(c.lstat(&format!("/k{i}/f")).await.unwrap().kind, FileKind::File);
     }
     // New inode numbers never reuse old ones after a restart.
-    let old = c.stat("/k0/f").await.unwrap().ino;
+    let old = c.lstat("/k0/f").await.unwrap().ino;
     let new = c.create("/k0/g", 0o600, true).await.unwrap().ino;
     assert_ne!(old, new);
     cluster.assert_fsck_clean();
     cluster.assert_no_errors_logged();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_always_shares_fsyncs_between_concurrent_requests() {
+    let cluster = TestCluster::start_with(1, plusfs_placement::SyncMode::Always);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let c = cluster.client();
+        tasks.push(tokio::spawn(async move {
+            c.mkdir(&format!("/g{t}"), 0o755).await.unwrap();
+            for i in 0..100 {
+                c.create(&format!("/g{t}/f{i}"), 0o644, true).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let st = cluster.client().server_status(0).await.unwrap();
+    eprintln!("batches {} writes {} fsyncs {}", st.store_batches, st.store_writes, st.store_syncs);
+    assert!(st.store_batches >= 808, "{st:?}");
+    assert!(st.store_syncs < st.store_batches, "no fsync was shared: {st:?}");
+    assert_eq!(st.store_syncs, st.store_writes);
 }

@@ -163,7 +163,7 @@ async fn apply(c: &Client, op: &Op) -> R {
         Op::Unlink(p) => c.unlink(p).await,
         Op::Rmdir(p) => c.rmdir(p).await,
         Op::Rename(s, d) => c.rename(s, d).await,
-        Op::Stat(p) => c.stat(p).await.map(drop),
+        Op::Stat(p) => c.lstat(p).await.map(drop),
     };
     r.map_err(|e| e.errno)
 }
@@ -174,13 +174,13 @@ async fn walk(c: &Client) -> BTreeMap<String, Kind> {
     let mut stack = vec!["/".to_string()];
     while let Some(dir) = stack.pop() {
         let entries = c.readdir(&dir).await.expect("readdir");
-        let attr = c.stat(&dir).await.expect("stat dir");
+        let attr = c.lstat(&dir).await.expect("stat dir");
         let subdirs = entries.iter().filter(|e| e.kind == FileKind::Dir).count();
         assert_eq!(attr.size as usize, entries.len(), "size of {dir}");
         assert_eq!(attr.nlink as usize, 2 + subdirs, "link count of {dir}");
         for e in entries {
             let p = join(&dir, &e.name);
-            let st = c.stat(&p).await.expect("stat entry");
+            let st = c.lstat(&p).await.expect("stat entry");
             assert_eq!(st.kind, e.kind, "kind of {p}");
             assert_eq!(st.ino, e.ino, "inode of {p}");
             if e.kind == FileKind::Dir {

@@ -48,7 +48,7 @@ impl BlockingClient {
         self.rt.block_on(self.inner.close(fh))
     }
     pub fn stat(&self, p: &str) -> Result<Attr, FsError> {
-        self.rt.block_on(self.inner.stat(p))
+        self.rt.block_on(self.inner.lstat(p))
     }
     pub fn unlink(&self, p: &str) -> Result<(), FsError> {
         self.rt.block_on(self.inner.unlink(p))

@@ -147,7 +147,7 @@ impl Client {
     /// `mkdir -p`: creates missing ancestors; an existing directory is not an error.
     pub async fn mkdir_all(&self, raw: &str, mode: u32) -> Result<Attr, FsError> {
         let p = self.norm("create directory", raw)?;
-        match self.stat(&p).await {
+        match self.lstat(&p).await {
             Ok(a) if a.kind == FileKind::Dir => return Ok(a),
             Ok(_) => return Err(FsError::new("create directory", raw, Errno::EEXIST)),
             Err(e) if e.errno != Errno::ENOENT => return Err(e),
@@ -157,7 +157,7 @@ impl Client {
             Box::pin(self.mkdir_all(parent, mode)).await?;
         }
         match self.mkdir(&p, mode).await {
-            Err(e) if e.errno == Errno::EEXIST => self.stat(&p).await,
+            Err(e) if e.errno == Errno::EEXIST => self.lstat(&p).await,
             r => r,
         }
     }
@@ -200,7 +200,7 @@ impl Client {
     /// Opens an existing entry (a directory too) and returns its handle.
     pub async fn open(&self, raw: &str) -> Result<FileHandle, FsError> {
         let p = self.norm("open", raw)?;
-        let attr = self.stat(&p).await.map_err(|e| FsError { op: "open", ..e })?;
+        let attr = self.lstat(&p).await.map_err(|e| FsError { op: "open", ..e })?;
         let server = match path::split(&p) {
             Some(_) if attr.kind == FileKind::Dir => self.home(&p),
             Some((parent, _)) => self.home(parent),
@@ -220,8 +220,25 @@ impl Client {
         self.rpc("close", &fh.path, fh.server, Request::Close { ino: fh.ino }).await.map(drop)
     }
 
-    /// `lstat(2)`: symbolic links are not followed.
+    /// `stat(2)`: follows symbolic links in the last component (relative targets resolve
+    /// against the link's directory), at most 40 of them (ELOOP).
     pub async fn stat(&self, raw: &str) -> Result<Attr, FsError> {
+        let mut p = self.norm("stat", raw)?;
+        for _ in 0..40 {
+            let a = self.lstat(&p).await.map_err(|e| FsError { path: raw.to_string(), ..e })?;
+            if a.kind != FileKind::Symlink {
+                return Ok(a);
+            }
+            let target = self.readlink(&p).await?;
+            let dir = path::split(&p).map(|(d, _)| d.to_string()).unwrap_or_else(|| "/".into());
+            let joined = if target.starts_with('/') { target } else { format!("{dir}/{target}") };
+            p = self.norm("stat", &joined)?;
+        }
+        Err(FsError::new("stat", raw, Errno::ELOOP))
+    }
+
+    /// `lstat(2)`: symbolic links are not followed.
+    pub async fn lstat(&self, raw: &str) -> Result<Attr, FsError> {
         let p = self.norm("stat", raw)?;
         let Some((parent, _)) = path::split(&p) else {
             return expect_attr(self.rpc("stat", raw, self.home("/"), Request::DirStat { path: p }).await?, raw);
@@ -271,7 +288,7 @@ impl Client {
         let (src, src_parent) = self.target("move", src_raw, Errno::EBUSY)?;
         let (dst, _) = self.target("move", dst_raw, Errno::EBUSY)?;
         if src == dst {
-            self.stat(&src).await.map_err(|e| FsError { op: "move", ..e })?;
+            self.lstat(&src).await.map_err(|e| FsError { op: "move", ..e })?;
             return Ok(());
         }
         let req = Request::Rename { src, dst };

@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Servers of a new local cluster when the caller does not say.
+pub const DEFAULT_SERVERS: usize = 4;
+
 /// A cluster of server processes started from this process.
 pub struct LocalCluster {
     exe: PathBuf,
@@ -37,15 +40,16 @@ fn free_port() -> Result<u16> {
 }
 
 impl LocalCluster {
-    /// Creates a new cluster map for `servers` servers in `data`, or reuses the one there
-    /// (restarting the same cluster with its data). Does not start anything.
-    pub fn prepare(exe: &Path, data: &Path, servers: usize, sync: SyncMode) -> Result<LocalCluster> {
+    /// Creates a new cluster map for `servers` servers (default [`DEFAULT_SERVERS`]) in
+    /// `data`, or reuses the one there (restarting the same cluster with its data; `servers`,
+    /// if given, must match). Does not start anything.
+    pub fn prepare(exe: &Path, data: &Path, servers: Option<usize>, sync: SyncMode) -> Result<LocalCluster> {
         fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
         let data = data.canonicalize()?;
         let path = map_path(&data);
         let map = if path.exists() {
             let map = ClusterMap::load(&path)?;
-            if servers != 0 && servers != map.servers.len() {
+            if servers.is_some_and(|n| n != map.servers.len()) {
                 bail!(
                     "{} holds a {}-server cluster; use the same --servers or another --data",
                     data.display(),
@@ -54,8 +58,9 @@ impl LocalCluster {
             }
             map
         } else {
-            if servers == 0 {
-                bail!("--servers must be at least 1");
+            let servers = servers.unwrap_or(DEFAULT_SERVERS);
+            if servers == 0 || servers > 1000 {
+                bail!("--servers must be between 1 and 1000");
             }
             let servers = (0..servers as u32)
                 .map(|id| Ok(ServerEntry { id, address: format!("127.0.0.1:{}", free_port()?), weight: 1.0 }))
@@ -68,8 +73,18 @@ impl LocalCluster {
     }
 
     /// Starts every server and waits until all answer.
-    pub fn up(exe: &Path, data: &Path, servers: usize, sync: SyncMode) -> Result<LocalCluster> {
+    pub fn up(exe: &Path, data: &Path, servers: Option<usize>, sync: SyncMode) -> Result<LocalCluster> {
         let mut c = LocalCluster::prepare(exe, data, servers, sync)?;
+        for id in c.ids() {
+            let pid_file = c.data.join(format!("server-{id}.pid"));
+            let running = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok());
+            if running.is_some_and(alive) {
+                bail!(
+                    "the cluster in {} is already running (server {id}); `plusfs cluster down` first",
+                    c.data.display()
+                );
+            }
+        }
         for id in c.ids() {
             c.start(id)?;
         }

@@ -254,7 +254,9 @@ pub struct ServerStatus {
     pub msgs_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
-    /// Store write batches committed, and WAL fsyncs (group commit makes these fewer).
+    /// Store batches submitted, engine writes, and WAL fsyncs: with group commit one
+    /// write and one fsync serve several batches.
+    pub store_batches: u64,
     pub store_writes: u64,
     pub store_syncs: u64,
     /// Two-phase-commit transactions started as coordinator, and not yet finished.

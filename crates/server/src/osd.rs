@@ -352,6 +352,7 @@ impl Osd {
             msgs_out: Metrics::get(&m.msgs_out) + peer.msgs_out,
             bytes_in: Metrics::get(&m.bytes_in) + peer.bytes_in,
             bytes_out: Metrics::get(&m.bytes_out) + peer.bytes_out,
+            store_batches: st.batches,
             store_writes: st.writes,
             store_syncs: st.syncs,
             tx_started: Metrics::get(&m.tx_started),

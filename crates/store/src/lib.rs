@@ -102,6 +102,8 @@ impl Batch {
 /// Counters of store activity.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StoreStats {
+    /// Batches submitted (one per operation or transaction step).
+    pub batches: u64,
     /// Engine write calls (one per group of batches).
     pub writes: u64,
     /// Write-ahead-log fsyncs.

@@ -27,6 +27,7 @@ pub struct RocksStore {
 
 #[derive(Default)]
 struct Counters {
+    batches: AtomicU64,
     writes: AtomicU64,
     syncs: AtomicU64,
 }
@@ -106,6 +107,12 @@ impl RocksStore {
         opts.increase_parallelism(2);
         opts.set_write_buffer_size(64 << 20);
         opts.set_max_background_jobs(2);
+        // Creates look up names that do not exist yet: bloom filters answer those without
+        // reading data blocks.
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        table.set_block_cache(&rocksdb::Cache::new_lru_cache(64 << 20).map_err(engine)?);
+        opts.set_block_based_table_factory(&table);
         let db = Arc::new(DB::open(&opts, dir).map_err(engine)?);
         let stats = Arc::new(Counters::default());
         let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone()));
@@ -252,6 +259,7 @@ impl DirStore for RocksStore {
     }
 
     fn submit(&self, batch: Batch) -> Commit {
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         match &self.committer {
             Some(c) => {
@@ -268,6 +276,7 @@ impl DirStore for RocksStore {
 
     fn stats(&self) -> StoreStats {
         StoreStats {
+            batches: self.stats.batches.load(Ordering::Relaxed),
             writes: self.stats.writes.load(Ordering::Relaxed),
             syncs: self.stats.syncs.load(Ordering::Relaxed),
         }
