@@ -197,19 +197,26 @@ impl Client {
         Ok(FileHandle { path: p, ino: attr.ino, server, attr })
     }
 
-    /// Opens an existing entry (a directory too) and returns its handle.
+    /// Opens an existing entry (a directory too) and returns its handle: one round trip
+    /// for a file, two for a directory.
     pub async fn open(&self, raw: &str) -> Result<FileHandle, FsError> {
         let p = self.norm("open", raw)?;
-        let attr = self.lstat(&p).await.map_err(|e| FsError { op: "open", ..e })?;
-        let server = match path::split(&p) {
-            Some(_) if attr.kind == FileKind::Dir => self.home(&p),
-            Some((parent, _)) => self.home(parent),
-            None => self.home("/"),
+        let dir_handle = |attr: Attr| FileHandle { path: p.clone(), ino: attr.ino, server: self.home(&p), attr };
+        let Some((parent, _)) = path::split(&p) else {
+            let req = Request::DirStat { path: p.clone() };
+            return Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home("/"), req).await?, raw)?));
         };
-        if attr.kind != FileKind::Dir {
-            self.rpc("open", raw, server, Request::Open { path: p.clone() }).await?;
+        let server = self.home(parent);
+        match self.rpc("open", raw, server, Request::Open { path: p.clone() }).await? {
+            Reply::IsDir { .. } => {
+                let req = Request::DirStat { path: p.clone() };
+                Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home(&p), req).await?, raw)?))
+            }
+            r => {
+                let attr = expect_attr(r, raw)?;
+                Ok(FileHandle { path: p.clone(), ino: attr.ino, server, attr })
+            }
         }
-        Ok(FileHandle { path: p, ino: attr.ino, server, attr })
     }
 
     /// Closes a handle from `open`/`create`.

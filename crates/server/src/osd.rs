@@ -151,8 +151,8 @@ impl Osd {
         use Request::*;
         match req {
             Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
-            Mkdir { path, mode, uid, gid } => self.mkdir(&path, mode, uid, gid).await,
-            Rmdir { path } => self.rmdir(&path).await,
+            Mkdir { path, mode, uid, gid } => self.retrying(|| self.mkdir(&path, mode, uid, gid)).await,
+            Rmdir { path } => self.retrying(|| self.rmdir(&path)).await,
             Create { path, kind, mode, uid, gid, exclusive } => {
                 self.create(&path, kind, mode, uid, gid, exclusive, None).await
             }
@@ -162,7 +162,7 @@ impl Osd {
             DirStat { path } => self.dir_stat(&path),
             Unlink { path } => self.unlink(&path).await,
             Readdir { path, after, limit } => self.readdir(&path, after, limit),
-            Rename { src, dst } => self.rename(&src, &dst).await,
+            Rename { src, dst } => self.retrying(|| self.rename(&src, &dst)).await,
             SetAttr { path, set } => self.set_attr(&path, &set).await,
             DirSetAttr { path, set } => self.dir_set_attr(&path, &set).await,
             Symlink { path, target, uid, gid } => {

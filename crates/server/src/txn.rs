@@ -180,15 +180,17 @@ impl Osd {
 
     // ----- coordinator --------------------------------------------------------------
 
-    /// Runs `parts` atomically: in one local store batch when only this server takes part,
-    /// else by two-phase commit, retrying after lock conflicts.
-    async fn run(self: &Arc<Self>, parts: Parts) -> OpResult<()> {
-        if parts.len() == 1 && parts[0].0 == self.id {
-            return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default()).await;
-        }
+    /// Runs an operation that may span servers, again from the start (re-reading what it
+    /// depends on) while it loses against another transaction (EBUSY), with a random
+    /// back-off; after [`MAX_ATTEMPTS`] the client gets EBUSY.
+    pub(crate) async fn retrying<F, Fut>(self: &Arc<Self>, mut op: F) -> Response
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Response>,
+    {
         let mut attempt = 0;
         loop {
-            match self.two_phase_commit(&parts).await {
+            match op().await {
                 Err(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
                     attempt += 1;
                     let wait = rand::thread_rng().gen_range(1..=(2u64 << attempt.min(6)));
@@ -197,6 +199,15 @@ impl Osd {
                 r => return r,
             }
         }
+    }
+
+    /// Runs `parts` atomically: in one local store batch when only this server takes part,
+    /// else by two-phase commit.
+    async fn run(self: &Arc<Self>, parts: Parts) -> OpResult<()> {
+        if parts.len() == 1 && parts[0].0 == self.id {
+            return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default()).await;
+        }
+        self.two_phase_commit(&parts).await
     }
 
     /// All sub-operations are local: prepare and commit them as one batch, no log.
