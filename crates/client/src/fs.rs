@@ -23,6 +23,8 @@ pub struct ClientOptions {
     pub gid: u32,
     /// Entries fetched per readdir request (default 1024).
     pub readdir_page: u32,
+    /// Most entries in one batch request; larger batches are cut (default 4096).
+    pub max_batch: usize,
 }
 
 impl Default for ClientOptions {
@@ -30,7 +32,7 @@ impl Default for ClientOptions {
         // SAFETY-free: geteuid/getegid cannot fail.
         #[allow(unsafe_code)]
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        ClientOptions { conns_per_server: 1, retries: 3, uid, gid, readdir_page: 1024 }
+        ClientOptions { conns_per_server: 1, retries: 3, uid, gid, readdir_page: 1024, max_batch: 4096 }
     }
 }
 
@@ -48,7 +50,8 @@ pub struct FileHandle {
 pub struct Client {
     map: Arc<ClusterMap>,
     pool: Arc<Pool>,
-    opts: ClientOptions,
+    pub(crate) opts: ClientOptions,
+    pub(crate) fds: Arc<crate::fds::FdTable>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -59,7 +62,7 @@ impl Client {
     /// A client for the cluster in `map`. Connections open on first use.
     pub fn new(map: ClusterMap, opts: ClientOptions) -> Client {
         let pool = Arc::new(Pool::new(&map, opts.conns_per_server, opts.retries));
-        Client { map: Arc::new(map), pool, opts }
+        Client { map: Arc::new(map), pool, opts, fds: Arc::default() }
     }
 
     /// The cluster map in use.
@@ -87,7 +90,13 @@ impl Client {
     }
 
     /// One request about `path`; server errors become [`FsError`]s naming `path`.
-    async fn rpc(&self, op: &'static str, shown: &str, server: ServerId, req: Request) -> Result<Reply, FsError> {
+    pub(crate) async fn rpc(
+        &self,
+        op: &'static str,
+        shown: &str,
+        server: ServerId,
+        req: Request,
+    ) -> Result<Reply, FsError> {
         match self.pool.call(server, &req).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(self.server_error(op, shown, e).await),
@@ -217,6 +226,20 @@ impl Client {
                 Ok(FileHandle { path: p.clone(), ino: attr.ino, server, attr })
             }
         }
+    }
+
+    /// `open(2)` returning a descriptor of this client's table (`flags.create` for O_CREAT).
+    pub async fn open_fd(&self, raw: &str, flags: crate::batch::OpenFlags, mode: u32) -> Result<i32, FsError> {
+        let fh = if flags.create { self.create(raw, mode, flags.exclusive).await? } else { self.open(raw).await? };
+        Ok(self.fds.insert(fh))
+    }
+
+    /// `close(2)` of a descriptor from `open_fd`/`openv`.
+    pub async fn close_fd(&self, fd: i32) -> Result<(), FsError> {
+        let fh = self.fds.get(fd).ok_or_else(|| FsError::new("close", format!("descriptor {fd}"), Errno::EBADF))?;
+        self.close(&fh).await?;
+        self.fds.remove(fd);
+        Ok(())
     }
 
     /// Closes a handle from `open`/`create`.
@@ -406,6 +429,13 @@ impl Client {
 fn expect_attr(r: Reply, raw: &str) -> Result<Attr, FsError> {
     match r {
         Reply::Attr(a) => Ok(a),
+        other => Err(unexpected(raw, &other)),
+    }
+}
+
+pub(crate) fn expect_batch(r: Reply, raw: &str) -> Result<plusfs_proto::BatchReply, FsError> {
+    match r {
+        Reply::Batch(b) => Ok(b),
         other => Err(unexpected(raw, &other)),
     }
 }

@@ -6,14 +6,18 @@
 //! function, so any directory is reached in one hop (seed 000 §2.3).
 //! [`BlockingClient`] wraps it for synchronous callers.
 
+mod batch;
 mod blocking;
 mod conn;
 mod error;
+mod fds;
 mod fs;
 mod pool;
 
+pub use batch::{OpenFlags, Outcome};
 pub use blocking::BlockingClient;
 pub use conn::{CallError, Connection};
 pub use error::FsError;
+pub use fds::FdTable;
 pub use fs::{Client, ClientOptions, FileHandle};
 pub use pool::{Counters, CountersSnapshot, Pool};

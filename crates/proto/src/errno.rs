@@ -29,6 +29,9 @@ impl Errno {
     pub const EMSGSIZE: Errno = Errno(libc::EMSGSIZE);
     pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
     pub const ECONNRESET: Errno = Errno(libc::ECONNRESET);
+    pub const ECANCELED: Errno = Errno(libc::ECANCELED);
+    /// Success, as it appears in a batch reply's list of results.
+    pub const OK: Errno = Errno(0);
 
     /// The raw value, as `errno` would hold it.
     pub fn raw(self) -> i32 {
@@ -59,6 +62,8 @@ impl Errno {
             (Self::EMSGSIZE, "EMSGSIZE"),
             (Self::ETIMEDOUT, "ETIMEDOUT"),
             (Self::ECONNRESET, "ECONNRESET"),
+            (Self::ECANCELED, "ECANCELED"),
+            (Self::OK, "OK"),
         ];
         known.iter().find(|(e, _)| *e == self).map(|(_, n)| n.to_string()).unwrap_or_else(|| format!("E{}", self.0))
     }

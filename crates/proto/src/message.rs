@@ -284,6 +284,43 @@ pub struct FsckData {
     pub pending_tx: u64,
 }
 
+/// The operation of a batch request (seed 000 §3: `openv`, `statv`, `unlinkv`, and
+/// `mkdirv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchOp {
+    /// `openv` with `O_CREAT` (and `O_EXCL` when `exclusive`): creates regular files.
+    Create { exclusive: bool },
+    /// `openv` without `O_CREAT`: opens existing non-directory entries.
+    Open,
+    /// `statv`: `lstat` of every entry.
+    Stat,
+    /// `unlinkv`.
+    Unlink,
+    /// `mkdirv`.
+    Mkdir,
+}
+
+/// How a server treats a failed entry of a batch; the decision is local to each server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Semantics {
+    /// Every entry is attempted whatever happened to the others.
+    #[default]
+    PerformAll,
+    /// The server stops at its first failed entry; later ones are not performed.
+    StopOnFailure,
+}
+
+/// The reply to a batch (seed 000 Fig. 4): one result per performed entry, in request
+/// order (`errnos.len()` is the number performed; 0 means success), and the attributes of
+/// the successful entries, in the same order, for operations that produce them (create,
+/// open, stat, mkdir). For a subdirectory entry `statv` returns only its inode number and
+/// type (`incarnation` 0): its attributes live in its own directory object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct BatchReply {
+    pub errnos: Vec<Errno>,
+    pub attrs: Vec<Attr>,
+}
+
 /// Every request a client or a peer server can send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -367,6 +404,22 @@ pub enum Request {
     TxAbort {
         txid: TxId,
     },
+    /// One operation on many entries of directory `dir`; `mode`, `uid`, `gid` apply to
+    /// created entries.
+    Batch {
+        op: BatchOp,
+        dir: String,
+        names: Vec<String>,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        semantics: Semantics,
+    },
+    /// `closev`: closes open files (their inode numbers).
+    CloseBatch {
+        inos: Vec<Ino>,
+        semantics: Semantics,
+    },
 }
 
 impl Request {
@@ -395,6 +448,8 @@ impl Request {
             TxPrepare { .. } => 19,
             TxCommit { .. } => 20,
             TxAbort { .. } => 21,
+            Batch { .. } => 22,
+            CloseBatch { .. } => 23,
         }
     }
 
@@ -420,12 +475,14 @@ impl Request {
                 | Statfs
                 | Status
                 | FsckScan
+                | CloseBatch { .. }
+                | Batch { op: BatchOp::Stat | BatchOp::Open, .. }
         )
     }
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 22] = [
+pub const OPCODE_NAMES: [&str; 24] = [
     "invalid",
     "ping",
     "mkdir",
@@ -448,6 +505,8 @@ pub const OPCODE_NAMES: [&str; 22] = [
     "tx_prepare",
     "tx_commit",
     "tx_abort",
+    "batch",
+    "closev",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -474,6 +533,7 @@ pub enum Reply {
     Status(ServerStatus),
     Fsck(FsckData),
     Vote(Vote),
+    Batch(BatchReply),
 }
 
 /// A failed request: the errno and a message for humans.

@@ -94,6 +94,16 @@ fn requests() -> Vec<Request> {
             },
         },
         Request::TxAbort { txid: 1 },
+        Request::Batch {
+            op: BatchOp::Create { exclusive: true },
+            dir: "/d".into(),
+            names: vec!["a".into(), "b".into()],
+            mode: 0o644,
+            uid: 1,
+            gid: 2,
+            semantics: Semantics::StopOnFailure,
+        },
+        Request::CloseBatch { inos: vec![7, 8], semantics: Semantics::PerformAll },
     ]
 }
 
@@ -118,6 +128,7 @@ fn responses() -> Vec<Response> {
             pending_tx: 0,
         })),
         Ok(Reply::Vote(Vote::default())),
+        Ok(Reply::Batch(BatchReply { errnos: vec![Errno::OK, Errno::EEXIST], attrs: vec![Attr::of_inode(&inode())] })),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
     ]

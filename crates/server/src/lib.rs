@@ -5,6 +5,7 @@
 //! that span servers. [`run`] takes a bound listener and a shutdown signal, so tests and
 //! the CLI start servers the same way.
 
+mod batch;
 mod ids;
 mod locks;
 mod metrics;

@@ -175,6 +175,10 @@ impl Osd {
             TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
             TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
             TxAbort { txid } => self.tx_abort(txid).await,
+            Batch { op, dir, names, mode, uid, gid, semantics } => {
+                self.batch(op, &dir, &names, mode, uid, gid, semantics).await
+            }
+            CloseBatch { inos, .. } => self.closev(&inos),
         }
     }
 

@@ -1,0 +1,241 @@
+//! Batch operations (seed 000 §3): one request carries one operation on many entries of a
+//! directory. Entries run in request order against the directory object and their changes
+//! go to the store as one write batch (one fsync with `sync = always`), so a batch of a
+//! thousand creates costs one request, one reply and one store write.
+
+use crate::locks::Scope;
+use crate::osd::{check_dir_path, count_entry, eio, Osd};
+use plusfs_proto::path::{check_name, join};
+use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Inode, Reply, Response, Semantics, Timespec};
+use plusfs_store::Batch;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What one entry of a batch came to.
+type EntryResult = Result<Option<Attr>, Errno>;
+
+/// Collects per-entry results into a [`BatchReply`], honouring the semantics.
+struct Results {
+    reply: BatchReply,
+    stop_on_failure: bool,
+}
+
+impl Results {
+    fn new(semantics: Semantics, capacity: usize) -> Results {
+        Results {
+            reply: BatchReply { errnos: Vec::with_capacity(capacity), attrs: Vec::new() },
+            stop_on_failure: semantics == Semantics::StopOnFailure,
+        }
+    }
+
+    /// Records a result; false when the batch must stop here.
+    fn push(&mut self, r: EntryResult) -> bool {
+        match r {
+            Ok(attr) => {
+                self.reply.errnos.push(Errno::OK);
+                self.reply.attrs.extend(attr);
+                true
+            }
+            Err(e) => {
+                self.reply.errnos.push(e);
+                !self.stop_on_failure
+            }
+        }
+    }
+}
+
+impl Osd {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn batch(
+        self: &Arc<Self>,
+        op: BatchOp,
+        dir: &str,
+        names: &[String],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        semantics: Semantics,
+    ) -> Response {
+        check_dir_path(dir)?;
+        let reply = match op {
+            BatchOp::Mkdir => self.mkdirv(dir, names, mode, uid, gid, semantics).await,
+            BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics)?,
+            BatchOp::Create { exclusive } => {
+                self.write_batch(dir, names, semantics, |cur| match cur {
+                    Some(_) if exclusive => Err(Errno::EEXIST),
+                    Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
+                    Some(e) => Ok(Change::Keep(Attr::of_inode(e))),
+                    None => Ok(Change::Create(new_file(mode, uid, gid))),
+                })
+                .await?
+            }
+            BatchOp::Unlink => {
+                self.write_batch(dir, names, semantics, |cur| match cur {
+                    None => Err(Errno::ENOENT),
+                    Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
+                    Some(e) => Ok(Change::Remove(e.kind)),
+                })
+                .await?
+            }
+        };
+        Ok(Reply::Batch(reply))
+    }
+
+    /// `statv` and `openv` without creation: reads only, no lock.
+    fn read_batch(
+        &self,
+        op: BatchOp,
+        dir: &str,
+        names: &[String],
+        semantics: Semantics,
+    ) -> Result<BatchReply, plusfs_proto::WireError> {
+        let d = self.dir_object(dir)?;
+        let mut results = Results::new(semantics, names.len());
+        for name in names {
+            let r = match check_name(name) {
+                Err(e) => Err(e.errno),
+                Ok(()) => match self.store.get_entry(d.ino, name).map_err(eio)? {
+                    None => Err(Errno::ENOENT),
+                    Some(e) if e.kind == FileKind::Dir && op == BatchOp::Open => Err(Errno::EISDIR),
+                    Some(e) if e.kind == FileKind::Dir => Ok(Some(Attr { incarnation: 0, ..Attr::of_inode(&e) })),
+                    Some(e) => Ok(Some(Attr::of_inode(&e))),
+                },
+            };
+            if !results.push(r) {
+                break;
+            }
+        }
+        Ok(results.reply)
+    }
+
+    /// Creates or removes entries of `dir` in one store write. `decide` maps an entry's
+    /// current inode (as changed by earlier entries of the same batch) to a change.
+    async fn write_batch<F>(
+        self: &Arc<Self>,
+        dir: &str,
+        names: &[String],
+        semantics: Semantics,
+        decide: F,
+    ) -> Result<BatchReply, plusfs_proto::WireError>
+    where
+        F: Fn(Option<&Inode>) -> Result<Change, Errno>,
+    {
+        let mut wanted: Vec<(String, Scope)> =
+            names.iter().filter(|n| check_name(n).is_ok()).map(|n| (dir.to_string(), Scope::Name(n.clone()))).collect();
+        wanted.sort();
+        wanted.dedup();
+        let _guard = self.locks.lock(&wanted, None, true).await;
+        let mut d = self.dir_object(dir)?;
+        let mut overlay: HashMap<&str, Option<Inode>> = HashMap::new();
+        let mut batch = Batch::new();
+        let mut results = Results::new(semantics, names.len());
+        for name in names {
+            let r = match check_name(name) {
+                Err(e) => Err(e.errno),
+                Ok(()) => {
+                    let cur = match overlay.get(name.as_str()) {
+                        Some(c) => c.clone(),
+                        None => self.store.get_entry(d.ino, name).map_err(eio)?,
+                    };
+                    match decide(cur.as_ref()) {
+                        Err(e) => Err(e),
+                        Ok(Change::Keep(a)) => Ok(Some(a)),
+                        Ok(Change::Create(mut inode)) => {
+                            inode.ino = self.new_ino().await?;
+                            count_entry(&mut d, inode.kind, 1);
+                            batch.put_entry(d.ino, name, &inode);
+                            let a = Attr::of_inode(&inode);
+                            overlay.insert(name, Some(inode));
+                            Ok(Some(a))
+                        }
+                        Ok(Change::Remove(kind)) => {
+                            count_entry(&mut d, kind, -1);
+                            batch.del_entry(d.ino, name);
+                            overlay.insert(name, None);
+                            Ok(None)
+                        }
+                    }
+                }
+            };
+            if !results.push(r) {
+                break;
+            }
+        }
+        if !batch.is_empty() {
+            batch.put_dir(dir, &d);
+            self.write(batch).await?;
+        }
+        Ok(results.reply)
+    }
+
+    /// `mkdirv`: each directory's object may live on another server, so every entry is its
+    /// own (two-phase) operation; under perform-all they run concurrently.
+    async fn mkdirv(
+        self: &Arc<Self>,
+        dir: &str,
+        names: &[String],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        semantics: Semantics,
+    ) -> BatchReply {
+        let mut results = Results::new(semantics, names.len());
+        match semantics {
+            Semantics::PerformAll => {
+                let all = names.iter().map(|n| self.mkdir_entry(dir, n, mode, uid, gid));
+                for r in futures::future::join_all(all).await {
+                    results.push(r);
+                }
+            }
+            Semantics::StopOnFailure => {
+                for name in names {
+                    if !results.push(self.mkdir_entry(dir, name, mode, uid, gid).await) {
+                        break;
+                    }
+                }
+            }
+        }
+        results.reply
+    }
+
+    async fn mkdir_entry(self: &Arc<Self>, dir: &str, name: &str, mode: u32, uid: u32, gid: u32) -> EntryResult {
+        check_name(name).map_err(|e| e.errno)?;
+        let path = join(dir, name);
+        match self.retrying(|| self.mkdir(&path, mode, uid, gid)).await {
+            Ok(Reply::Attr(a)) => Ok(Some(a)),
+            Ok(_) => Err(Errno::EIO),
+            Err(e) => Err(e.errno),
+        }
+    }
+
+    /// `closev`: no server state is kept for open files yet, so every handle closes.
+    pub(crate) fn closev(&self, inos: &[Ino]) -> Response {
+        Ok(Reply::Batch(BatchReply { errnos: vec![Errno::OK; inos.len()], attrs: Vec::new() }))
+    }
+}
+
+/// What a write batch does to one entry.
+enum Change {
+    /// Leave it; report these attributes (opening an existing file).
+    Keep(Attr),
+    /// Create this inode (its number is allocated when it is written).
+    Create(Inode),
+    Remove(FileKind),
+}
+
+fn new_file(mode: u32, uid: u32, gid: u32) -> Inode {
+    let now = Timespec::now();
+    Inode {
+        ino: 0,
+        kind: FileKind::File,
+        mode: mode & 0o7777,
+        uid,
+        gid,
+        size: 0,
+        nlink: 1,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        target: None,
+    }
+}
