@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use plusfs_client::{Client, ClientOptions};
 use plusfs_placement::ClusterMap;
+use plusfs_proto::{BatchOp, Semantics};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,48 +29,54 @@ pub enum Phase {
 pub struct BenchArgs {
     /// Phases to run, in order.
     #[arg(value_enum, default_values = ["create", "stat", "unlink"])]
-    phases: Vec<Phase>,
+    pub(crate) phases: Vec<Phase>,
     /// Files per client (like mdtest -n).
     #[arg(long, short = 'n', default_value_t = 1000)]
-    files: usize,
+    pub(crate) files: usize,
     /// Concurrent clients, each with its own connections.
     #[arg(long, short = 'c', default_value_t = 1)]
-    clients: usize,
+    pub(crate) clients: usize,
     /// All clients work in one shared directory (default).
     #[arg(long, conflicts_with = "unique")]
     shared: bool,
     /// Each client works in a directory of its own (like mdtest -u).
     #[arg(long)]
-    unique: bool,
+    pub(crate) unique: bool,
     /// Directory to work in (created if missing).
     #[arg(long, short = 'd', default_value = "/bench")]
-    dir: String,
+    pub(crate) dir: String,
     /// Where to run: `plusfs` or `local:PATH` (repeatable; default plusfs).
     #[arg(long = "target")]
     targets: Vec<String>,
+    /// Entries per batch request (1: one request per operation, no batching).
+    #[arg(long, short = 'b', default_value_t = 1)]
+    pub(crate) batch: usize,
     /// Print results as JSON lines.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Serialize)]
-struct Outcome {
-    target: String,
-    phase: Phase,
-    clients: usize,
-    ops: u64,
-    errors: u64,
-    seconds: f64,
-    ops_per_sec: f64,
+pub(crate) struct Outcome {
+    pub(crate) target: String,
+    pub(crate) phase: Phase,
+    pub(crate) batch: usize,
+    pub(crate) clients: usize,
+    pub(crate) ops: u64,
+    pub(crate) errors: u64,
+    pub(crate) seconds: f64,
+    pub(crate) ops_per_sec: f64,
     /// Messages each operation cost: client requests + replies, plus server-to-server
     /// messages (from the servers' counters). Zero for local targets.
-    messages_per_op: f64,
-    requests: u64,
+    pub(crate) messages_per_op: f64,
+    pub(crate) requests: u64,
 }
 
 enum Target {
     Plusfs,
     Local(PathBuf),
+    /// The store engine driven in-process: the upper limit of a server on this machine.
+    Engine(Option<PathBuf>),
 }
 
 fn parse_target(t: &str) -> Result<Target> {
@@ -77,14 +84,18 @@ fn parse_target(t: &str) -> Result<Target> {
         Ok(Target::Plusfs)
     } else if let Some(p) = t.strip_prefix("local:") {
         Ok(Target::Local(PathBuf::from(p)))
+    } else if t == "engine" {
+        Ok(Target::Engine(None))
+    } else if let Some(p) = t.strip_prefix("engine:") {
+        Ok(Target::Engine(Some(PathBuf::from(p))))
     } else {
-        bail!("unknown target '{t}': use plusfs or local:PATH")
+        bail!("unknown target '{t}': use plusfs, local:PATH, engine or engine:PATH")
     }
 }
 
 pub fn run(a: BenchArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
-    if a.clients == 0 || a.files == 0 {
-        bail!("--clients and --files must be positive");
+    if a.clients == 0 || a.files == 0 || a.batch == 0 {
+        bail!("--clients, --files and --batch must be positive");
     }
     let targets = if a.targets.is_empty() { vec!["plusfs".to_string()] } else { a.targets.clone() };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -93,6 +104,7 @@ pub fn run(a: BenchArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
         let outcomes = match parse_target(t)? {
             Target::Plusfs => rt.block_on(run_plusfs(&a, crate::load_map(cluster.as_ref())?))?,
             Target::Local(p) => run_local(&a, &p)?,
+            Target::Engine(p) => rt.block_on(crate::engine_bench::run(&a, p.as_deref()))?,
         };
         for o in outcomes {
             print_outcome(&a, &o);
@@ -121,11 +133,16 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
         return;
     }
     let name = format!("{:?}", o.phase).to_lowercase();
-    let msgs = if o.target == "plusfs" { format!(", {:.1} messages/op", o.messages_per_op) } else { String::new() };
+    let msgs = if o.target == "plusfs" {
+        format!(", {} requests, {:.3} messages/op", o.requests, o.messages_per_op)
+    } else {
+        String::new()
+    };
     println!(
-        "{name}: {:.0} ops/s{msgs} [{}; {} clients, {} ops, {:.2} s{}]",
+        "{name}: {:.0} ops/s{msgs} [{}; batch {}, {} clients, {} ops, {:.2} s{}]",
         o.ops_per_sec,
         o.target,
+        o.batch,
         o.clients,
         o.ops,
         o.seconds,
@@ -133,12 +150,18 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
     );
 }
 
-fn file_path(a: &BenchArgs, base: &str, client: usize, i: usize) -> String {
+/// The directory and file names client `client` works on.
+pub(crate) fn client_files(a: &BenchArgs, base: &str, client: usize) -> (String, Vec<String>) {
     if a.unique {
-        format!("{base}/c{client}/f{i}")
+        (format!("{base}/c{client}"), (0..a.files).map(|i| format!("f{i}")).collect())
     } else {
-        format!("{base}/f.{client}.{i}")
+        (base.to_string(), (0..a.files).map(|i| format!("f.{client}.{i}")).collect())
     }
+}
+
+fn file_path(a: &BenchArgs, base: &str, client: usize, i: usize) -> String {
+    let (dir, names) = client_files(a, base, client);
+    format!("{dir}/{}", names[i])
 }
 
 /// Messages received anywhere in the cluster: every message is received exactly once,
@@ -166,9 +189,9 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         let barrier = Arc::new(std::sync::Barrier::new(a.clients + 1));
         let threads: Vec<_> = (0..a.clients)
             .map(|ci| {
-                let paths: Vec<String> = (0..a.files).map(|i| file_path(a, &base, ci, i)).collect();
-                let (map, barrier) = (map.clone(), barrier.clone());
-                std::thread::spawn(move || plusfs_client_thread(map, phase, paths, barrier))
+                let files = client_files(a, &base, ci);
+                let (map, barrier, batch) = (map.clone(), barrier.clone(), a.batch);
+                std::thread::spawn(move || plusfs_client_thread(map, phase, files, batch, barrier))
             })
             .collect();
         barrier.wait(); // every client connected
@@ -191,6 +214,7 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         out.push(Outcome {
             target: "plusfs".into(),
             phase,
+            batch: a.batch,
             clients: a.clients,
             ops,
             errors,
@@ -215,7 +239,8 @@ struct ClientRun {
 fn plusfs_client_thread(
     map: ClusterMap,
     phase: Phase,
-    paths: Vec<String>,
+    (dir, names): (String, Vec<String>),
+    batch: usize,
     barrier: Arc<std::sync::Barrier>,
 ) -> Result<ClientRun> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -226,15 +251,41 @@ fn plusfs_client_thread(
         ready?;
         let before = c.counters();
         let mut run = ClientRun { errors: 0, first_error: None, counters: Default::default() };
-        for p in &paths {
-            let r = match phase {
-                Phase::Create => c.create(p, 0o644, true).await.map(drop),
-                Phase::Stat => c.lstat(p).await.map(drop),
-                Phase::Unlink => c.unlink(p).await,
+        if batch <= 1 {
+            for name in &names {
+                let p = plusfs_proto::path::join(&dir, name);
+                let r = match phase {
+                    Phase::Create => c.create(&p, 0o644, true).await.map(drop),
+                    Phase::Stat => c.lstat(&p).await.map(drop),
+                    Phase::Unlink => c.unlink(&p).await,
+                };
+                if let Err(e) = r {
+                    run.errors += 1;
+                    run.first_error.get_or_insert(e);
+                }
+            }
+        } else {
+            let op = match phase {
+                Phase::Create => BatchOp::Create { exclusive: true },
+                Phase::Stat => BatchOp::Stat,
+                Phase::Unlink => BatchOp::Unlink,
             };
-            if let Err(e) = r {
-                run.errors += 1;
-                run.first_error.get_or_insert(e);
+            for chunk in names.chunks(batch) {
+                match c.batch(op, &dir, chunk, 0o644, Semantics::PerformAll).await {
+                    Ok(out) => {
+                        for (o, name) in out.into_iter().zip(chunk) {
+                            if let Err(e) = o.into_result() {
+                                run.errors += 1;
+                                let p = plusfs_proto::path::join(&dir, name);
+                                run.first_error.get_or_insert_with(|| plusfs_client::FsError::new("bench", p, e));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        run.errors += chunk.len() as u64;
+                        run.first_error.get_or_insert(e);
+                    }
+                }
             }
         }
         run.counters = c.counters() - before;
@@ -282,6 +333,7 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
         out.push(Outcome {
             target: format!("local:{}", root.display()),
             phase,
+            batch: a.batch,
             clients: a.clients,
             ops,
             errors,

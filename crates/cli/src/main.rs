@@ -3,6 +3,7 @@
 
 mod bench;
 mod cluster;
+mod engine_bench;
 mod files;
 mod fsck;
 

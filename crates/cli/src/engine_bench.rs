@@ -1,0 +1,134 @@
+//! `plusfs bench --target engine`: the same inserts, gets and deletes a server would make,
+//! done in-process directly on the store engine, batch for batch. No network, no protocol:
+//! the upper limit for a server on this machine.
+
+use crate::bench::{client_files, BenchArgs, Outcome, Phase};
+use anyhow::{Context, Result};
+use plusfs_proto::{DirObject, FileKind, Inode, Timespec};
+use plusfs_store::{Batch, DirStore, RocksStore};
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+pub async fn run(a: &BenchArgs, dir: Option<&Path>) -> Result<Vec<Outcome>> {
+    let scratch = match dir {
+        Some(d) => tempfile::Builder::new().prefix("plusfs-engine").tempdir_in(d),
+        None => tempfile::Builder::new().prefix("plusfs-engine").tempdir(),
+    }
+    .context("cannot create the engine's scratch directory")?;
+    let store = Arc::new(RocksStore::open(scratch.path(), false)?);
+    let label = match dir {
+        Some(d) => format!("engine:{}", d.display()),
+        None => "engine".to_string(),
+    };
+    let mut out = Vec::new();
+    for &phase in &a.phases {
+        let barrier = Arc::new(Barrier::new(a.clients + 1));
+        let threads: Vec<_> = (0..a.clients)
+            .map(|ci| {
+                let (dir_path, names) = client_files(a, &a.dir, ci);
+                // Shared: one directory object for all clients; unique: one each.
+                let dir_ino = if a.unique { 1000 + ci as u64 } else { 1000 };
+                let (store, barrier, batch) = (store.clone(), barrier.clone(), a.batch);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    engine_client(store.as_ref(), phase, &dir_path, dir_ino, &names, batch, ci as u64)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let mut errors = 0;
+        for t in threads {
+            errors += t.join().map_err(|_| anyhow::anyhow!("engine client panicked"))??;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let ops = (a.files * a.clients) as u64;
+        out.push(Outcome {
+            target: label.clone(),
+            phase,
+            batch: a.batch,
+            clients: a.clients,
+            ops,
+            errors,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            messages_per_op: 0.0,
+            requests: 0,
+        });
+    }
+    Ok(out)
+}
+
+fn dir_object(ino: u64, entries: u64) -> DirObject {
+    let now = Timespec::now();
+    DirObject {
+        ino,
+        incarnation: 1,
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        entries,
+        subdirs: 0,
+    }
+}
+
+/// One client's loop; returns the number of failed operations.
+fn engine_client(
+    store: &RocksStore,
+    phase: Phase,
+    dir_path: &str,
+    dir_ino: u64,
+    names: &[String],
+    batch: usize,
+    client: u64,
+) -> Result<u64> {
+    let mut errors = 0;
+    let mut next_ino = (client + 2) << 40;
+    for chunk in names.chunks(batch.max(1)) {
+        match phase {
+            Phase::Stat => {
+                for name in chunk {
+                    if store.get_entry(dir_ino, name)?.is_none() {
+                        errors += 1;
+                    }
+                }
+            }
+            Phase::Create | Phase::Unlink => {
+                let mut b = Batch::new();
+                for name in chunk {
+                    // A server checks the name is free (create) or present (unlink) first.
+                    let exists = store.get_entry(dir_ino, name)?.is_some();
+                    match (phase, exists) {
+                        (Phase::Create, false) => {
+                            next_ino += 1;
+                            let now = Timespec::now();
+                            let inode = Inode {
+                                ino: next_ino,
+                                kind: FileKind::File,
+                                mode: 0o644,
+                                uid: 0,
+                                gid: 0,
+                                size: 0,
+                                nlink: 1,
+                                atime: now,
+                                mtime: now,
+                                ctime: now,
+                                target: None,
+                            };
+                            b.put_entry(dir_ino, name, &inode);
+                        }
+                        (Phase::Unlink, true) => b.del_entry(dir_ino, name),
+                        _ => errors += 1,
+                    }
+                }
+                b.put_dir(dir_path, &dir_object(dir_ino, 0));
+                store.submit(b).blocking_recv().map_err(|_| anyhow::anyhow!("store closed"))??;
+            }
+        }
+    }
+    Ok(errors)
+}
