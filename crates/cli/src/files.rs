@@ -4,7 +4,7 @@
 
 use clap::Args;
 use plusfs_client::{Client, FsError};
-use plusfs_proto::{Attr, Errno, FileKind, Timespec};
+use plusfs_proto::{Attr, Errno, FileKind, Semantics, Timespec};
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -110,16 +110,83 @@ pub async fn mkdir(c: &Client, a: MkdirArgs) -> ExitCode {
     exit(failed)
 }
 
+/// Operands grouped by parent directory, in first-seen order: (directory, [(operand
+/// index, name)]). Operands that are `/` or do not normalise go to `single`.
+struct Groups {
+    dirs: Vec<(String, Vec<(usize, String)>)>,
+    single: Vec<usize>,
+}
+
+fn group_by_parent(paths: &[String]) -> Groups {
+    let mut g = Groups { dirs: Vec::new(), single: Vec::new() };
+    for (i, raw) in paths.iter().enumerate() {
+        let last = plusfs_proto::path::raw_last_component(raw);
+        match plusfs_proto::path::normalize(raw) {
+            Ok(p) if p != "/" && last != "." && last != ".." => {
+                let (dir, name) = plusfs_proto::path::split(&p).expect("not root");
+                match g.dirs.iter_mut().find(|(d, _)| d == dir) {
+                    Some((_, v)) => v.push((i, name.to_string())),
+                    None => g.dirs.push((dir.to_string(), vec![(i, name.to_string())])),
+                }
+            }
+            _ => g.single.push(i),
+        }
+    }
+    g
+}
+
+/// Runs one batch per parent directory; returns one result per operand, in order.
+async fn per_operand<T: Clone, F, Fut>(paths: &[String], op: &'static str, batch: F) -> Vec<Result<T, FsError>>
+where
+    F: Fn(String, Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Result<T, Errno>>, FsError>>,
+{
+    let groups = group_by_parent(paths);
+    let mut out: Vec<Option<Result<T, FsError>>> = vec![None; paths.len()];
+    for (dir, items) in groups.dirs {
+        let names: Vec<String> = items.iter().map(|(_, n)| n.clone()).collect();
+        match batch(dir, names).await {
+            Ok(results) => {
+                for ((i, _), r) in items.iter().zip(results) {
+                    out[*i] = Some(r.map_err(|e| FsError::new(op, paths[*i].clone(), e)));
+                }
+            }
+            Err(e) => {
+                for (i, _) in &items {
+                    out[*i] = Some(Err(FsError { op, path: paths[*i].clone(), ..e.clone() }));
+                }
+            }
+        }
+    }
+    for i in groups.single {
+        let errno = match plusfs_proto::path::normalize(&paths[i]) {
+            Ok(p) if p == "/" => Errno::EISDIR,
+            Ok(_) => Errno::EINVAL,
+            Err(e) => e.errno,
+        };
+        out[i] = Some(Err(FsError::new(op, paths[i].clone(), errno)));
+    }
+    out.into_iter().map(|r| r.expect("every operand has a result")).collect()
+}
+
 pub async fn touch(c: &Client, a: PathsArgs) -> ExitCode {
     let mut failed = false;
-    for p in &a.paths {
-        let r = match c.create(p, 0o644, false).await {
-            Ok(fh) => c.close(&fh).await,
-            Err(e) if e.errno == Errno::EISDIR => Ok(()),
-            Err(e) => Err(FsError { op: "touch", ..e }),
-        };
+    let flags = plusfs_client::OpenFlags { create: true, exclusive: false };
+    let results = per_operand(&a.paths, "touch", |dir, names| async move {
+        c.openv(&dir, &names, flags, 0o644, Semantics::PerformAll).await
+    })
+    .await;
+    let mut fds = Vec::new();
+    for r in results {
+        match r {
+            Ok(fd) => fds.push(fd),
+            Err(e) if e.errno == Errno::EISDIR => {}
+            Err(e) => report(&mut failed, e),
+        }
+    }
+    for (fd, r) in fds.iter().zip(c.closev(&fds, Semantics::PerformAll).await) {
         if let Err(e) = r {
-            report(&mut failed, e);
+            report(&mut failed, FsError::new("close", format!("descriptor {fd}"), e));
         }
     }
     exit(failed)
@@ -159,8 +226,26 @@ fn time(t: Timespec) -> String {
 
 pub async fn stat(c: &Client, a: StatArgs) -> ExitCode {
     let mut failed = false;
-    for p in &a.paths {
-        let r = if a.dereference { c.stat(p).await } else { c.lstat(p).await };
+    let results: Vec<Result<Attr, FsError>> =
+        if a.dereference {
+            let mut v = Vec::new();
+            for p in &a.paths {
+                v.push(c.stat(p).await);
+            }
+            v
+        } else {
+            let mut v = per_operand(&a.paths, "stat", |dir, names| async move {
+                c.statv(&dir, &names, Semantics::PerformAll).await
+            })
+            .await;
+            for (i, p) in a.paths.iter().enumerate() {
+                if plusfs_proto::path::normalize(p).is_ok_and(|n| n == "/") {
+                    v[i] = c.lstat(p).await;
+                }
+            }
+            v
+        };
+    for (p, r) in a.paths.iter().zip(results) {
         match r {
             Ok(at) => print_stat(c, p, &at),
             Err(e) => report(&mut failed, e),
@@ -211,21 +296,30 @@ pub async fn ls(c: &Client, a: LsArgs) -> ExitCode {
                         Err(e) => report(&mut failed, e),
                     }
                 }
-                for e in entries {
-                    let full = plusfs_proto::path::join(&plusfs_proto::path::normalize(p).unwrap_or_default(), &e.name);
-                    if a.long {
-                        match c.lstat(&full).await {
-                            Ok(at) => {
-                                let target =
-                                    if at.kind == FileKind::Symlink { c.readlink(&full).await.ok() } else { None };
-                                print_entry(&a, &e.name, &at, target)
-                            }
-                            // Removed between readdir and stat: skip it, like ls does.
-                            Err(err) if err.errno == Errno::ENOENT => {}
-                            Err(err) => report(&mut failed, err),
+                if !a.long {
+                    entries.iter().for_each(|e| println!("{}", e.name));
+                    continue;
+                }
+                // ls -l: one statv per directory instead of one stat per entry.
+                let dir = plusfs_proto::path::normalize(p).unwrap_or_default();
+                let names: Vec<String> = entries.into_iter().map(|e| e.name).collect();
+                let attrs = match c.statv(&dir, &names, Semantics::PerformAll).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        report(&mut failed, e);
+                        continue;
+                    }
+                };
+                for (name, r) in names.iter().zip(attrs) {
+                    let full = plusfs_proto::path::join(&dir, name);
+                    match r {
+                        Ok(at) => {
+                            let target = if at.kind == FileKind::Symlink { c.readlink(&full).await.ok() } else { None };
+                            print_entry(&a, name, &at, target)
                         }
-                    } else {
-                        println!("{}", e.name);
+                        // Removed between readdir and stat: skip it, like ls does.
+                        Err(Errno::ENOENT) => {}
+                        Err(e) => report(&mut failed, FsError::new("stat", full, e)),
                     }
                 }
             }
@@ -257,30 +351,49 @@ fn print_entry(a: &LsArgs, name: &str, at: &Attr, target: Option<String>) {
 
 pub async fn rm(c: &Client, a: RmArgs) -> ExitCode {
     let mut failed = false;
-    for p in &a.paths {
-        let r = match c.lstat(p).await {
+    let kinds =
+        per_operand(&a.paths, "remove", |dir, names| async move { c.statv(&dir, &names, Semantics::PerformAll).await })
+            .await;
+    let mut files = Vec::new();
+    for (p, k) in a.paths.iter().zip(kinds) {
+        let r = match k {
             Ok(at) if at.kind == FileKind::Dir && !a.recursive => Err(FsError::new("remove", p.clone(), Errno::EISDIR)),
             Ok(at) if at.kind == FileKind::Dir => remove_tree(c, p).await,
-            Ok(_) => c.unlink(p).await,
+            Ok(_) => {
+                files.push(p.clone());
+                Ok(())
+            }
             Err(e) if a.force && e.errno == Errno::ENOENT => Ok(()),
-            Err(e) => Err(FsError { op: "remove", ..e }),
+            Err(e) => Err(e),
         };
         if let Err(e) = r {
             report(&mut failed, e);
         }
     }
+    let removed =
+        per_operand(&files, "remove", |dir, names| async move { c.unlinkv(&dir, &names, Semantics::PerformAll).await })
+            .await;
+    for r in removed {
+        match r {
+            Err(e) if a.force && e.errno == Errno::ENOENT => {}
+            Err(e) => report(&mut failed, e),
+            Ok(()) => {}
+        }
+    }
     exit(failed)
 }
 
+/// Removes a tree: per directory one listing, one `unlinkv` for its files, then its
+/// subdirectories, then the directory itself.
 async fn remove_tree(c: &Client, p: &str) -> Result<(), FsError> {
     let base = plusfs_proto::path::normalize(p).map_err(|e| FsError::new("remove", p, e.errno))?;
-    for e in c.readdir(&base).await? {
-        let child = plusfs_proto::path::join(&base, &e.name);
-        if e.kind == FileKind::Dir {
-            Box::pin(remove_tree(c, &child)).await?;
-        } else {
-            c.unlink(&child).await?;
-        }
+    let entries = c.readdir(&base).await?;
+    let files: Vec<String> = entries.iter().filter(|e| e.kind != FileKind::Dir).map(|e| e.name.clone()).collect();
+    for (name, r) in files.iter().zip(c.unlinkv(&base, &files, Semantics::PerformAll).await?) {
+        r.map_err(|e| FsError::new("remove", plusfs_proto::path::join(&base, name), e))?;
+    }
+    for e in entries.iter().filter(|e| e.kind == FileKind::Dir) {
+        Box::pin(remove_tree(c, &plusfs_proto::path::join(&base, &e.name))).await?;
     }
     c.rmdir(&base).await
 }

@@ -98,6 +98,17 @@ fn cli_messages_and_exit_codes() {
     assert_eq!(code, 0);
     let (_, out, _) = cluster.cli(&["stat", "/a/f1"]);
     assert!(out.contains("(0600/-rw-------)"), "{out}");
+    // Many operands: one batch per parent directory, errors per operand in order.
+    let (code, _, err) = cluster.cli(&["touch", "/a/x1", "/nope/y", "/a/x2", "/a/x3", "/"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().collect::<Vec<_>>(), ["plusfs: cannot touch '/nope/y': No such file or directory"]);
+    let (code, out, _) = cluster.cli(&["stat", "/a/x1", "/a/x3", "/"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("  File: ").count(), 3);
+    let (code, _, err) = cluster.cli(&["rm", "/a/x1", "/a/x2", "/a/missing", "/a/x3"]);
+    assert_eq!((code, err.trim()), (1, "plusfs: cannot remove '/a/missing': No such file or directory"));
+    let (code, _, _) = cluster.cli(&["rm", "-f", "/a/missing"]);
+    assert_eq!(code, 0);
     let (code, _, _) = cluster.cli(&["mv", "/a", "/z"]);
     assert_eq!(code, 0);
     let (code, _, _) = cluster.cli(&["rm", "-r", "/z"]);
@@ -107,6 +118,7 @@ fn cli_messages_and_exit_codes() {
     let (code, out, _) = cluster.cli(&["cluster", "status", "--data", cluster.cluster.data().to_str().unwrap()]);
     assert_eq!(code, 0);
     assert!(out.contains("mkdir="), "{out}");
+    assert!(out.contains("batch="), "file commands use batches: {out}");
     cluster.assert_fsck_clean();
 }
 
