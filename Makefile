@@ -17,7 +17,10 @@ endif
 CARGO ?= cargo
 BIN := $(CARGO_TARGET_DIR)/release/plusfs
 
-.PHONY: deps build demo test lint unit bench clean
+PYTHON ?= python3
+VENV := .venv
+
+.PHONY: deps build demo test lint unit ctest bench venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -40,8 +43,8 @@ build: deps
 demo: build
 	PLUSFS=$(BIN) scripts/demo.sh
 
-## test: formatting, lints, unit tests and multi-process cluster tests
-test: deps lint unit
+## test: formatting, lints, unit tests, multi-process cluster tests, C tests
+test: deps lint unit ctest
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -50,9 +53,21 @@ lint:
 unit:
 	$(CARGO) test --workspace $(CARGO_FEATURES)
 
-## bench: create/stat/unlink runs and baselines; report in bench/out/
-bench: build
-	PLUSFS=$(BIN) scripts/bench.sh
+## ctest: libplusfs built, C tests and the example compiled with gcc and run on a cluster
+ctest:
+	CARGO_FEATURES="$(CARGO_FEATURES)" scripts/ctest.sh
+
+## venv: the project's Python environment (charts of `make bench`)
+venv: $(VENV)/.done
+$(VENV)/.done:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet matplotlib
+	touch $@
+
+## bench: create/stat/unlink runs, batch sizes, baselines; report and charts in bench/out/
+bench: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/bench.sh
 
 clean:
 	$(CARGO) clean

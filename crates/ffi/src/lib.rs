@@ -1,0 +1,459 @@
+//! `libplusfs`: the C library. Every function is an `extern "C"` wrapper that checks its
+//! pointers, runs the async client on the handle's runtime inside a panic boundary, and
+//! returns a negated errno on failure, so no panic and no Rust error crosses into C.
+
+#![allow(non_camel_case_types)]
+
+use libc::{c_char, c_int, c_void, mode_t};
+use plusfs_client::{Client, ClientOptions, OpenFlags};
+use plusfs_placement::ClusterMap;
+use plusfs_proto::{Attr, Errno, FileKind, Semantics};
+use std::ffi::CStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use tokio::runtime::Runtime;
+
+/// A connection to one cluster; create with `plusfs_connect`, free with
+/// `plusfs_disconnect`. A handle may be used from several threads.
+pub struct plusfs_t {
+    rt: Runtime,
+    client: Client,
+}
+
+/// What a batch does when one of its entries fails (decided by each server on its own).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum plusfs_semantics_t {
+    /// Every entry is attempted.
+    PLUSFS_PERFORM_ALL = 0,
+    /// A server stops at its first failed entry.
+    PLUSFS_STOP_ON_FAILURE = 1,
+}
+
+/// Called by `plusfs_readdir` once per entry; `kind` is a `DT_*` value. Return non-zero to
+/// stop the listing.
+pub type plusfs_dirent_cb = Option<extern "C" fn(arg: *mut c_void, name: *const c_char, ino: u64, kind: u8) -> c_int>;
+
+fn neg(e: Errno) -> c_int {
+    -e.raw()
+}
+
+/// Runs `f`, turning a panic into -EIO.
+fn guard<F: FnOnce() -> c_int>(f: F) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(-libc::EIO)
+}
+
+fn to_semantics(s: plusfs_semantics_t) -> Semantics {
+    match s {
+        plusfs_semantics_t::PLUSFS_PERFORM_ALL => Semantics::PerformAll,
+        plusfs_semantics_t::PLUSFS_STOP_ON_FAILURE => Semantics::StopOnFailure,
+    }
+}
+
+/// A C string argument as UTF-8, or the errno to return.
+///
+/// # Safety
+/// `p` is NULL or a valid NUL-terminated string.
+unsafe fn text<'a>(p: *const c_char) -> Result<&'a str, c_int> {
+    if p.is_null() {
+        return Err(-libc::EFAULT);
+    }
+    CStr::from_ptr(p).to_str().map_err(|_| -libc::EINVAL)
+}
+
+/// The handle behind a pointer.
+///
+/// # Safety
+/// `fs` is NULL or a pointer returned by `plusfs_connect` and not yet disconnected.
+unsafe fn handle<'a>(fs: *mut plusfs_t) -> Result<&'a plusfs_t, c_int> {
+    fs.as_ref().ok_or(-libc::EFAULT)
+}
+
+/// `count` names from a C array.
+///
+/// # Safety
+/// `paths` points to `count` valid C strings.
+unsafe fn names(paths: *const *const c_char, count: c_int) -> Result<Vec<String>, c_int> {
+    if count < 0 {
+        return Err(-libc::EINVAL);
+    }
+    if count > 0 && paths.is_null() {
+        return Err(-libc::EFAULT);
+    }
+    (0..count as usize).map(|i| text(*paths.add(i)).map(str::to_string)).collect()
+}
+
+/// Writes per-entry results and returns how many were performed.
+///
+/// # Safety
+/// `out` points to `results.len()` writable ints.
+unsafe fn write_results(results: &[c_int], out: *mut c_int) -> c_int {
+    if !out.is_null() {
+        std::ptr::copy_nonoverlapping(results.as_ptr(), out, results.len());
+    }
+    results.iter().filter(|&&r| r != -libc::ECANCELED).count() as c_int
+}
+
+fn fill_stat(a: &Attr, st: &mut libc::stat) {
+    let kind = match a.kind {
+        FileKind::File => libc::S_IFREG,
+        FileKind::Dir => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
+        FileKind::Fifo => libc::S_IFIFO,
+    };
+    // SAFETY: `stat` is plain old data; all-zero is a valid value.
+    *st = unsafe { std::mem::zeroed() };
+    st.st_ino = a.ino;
+    st.st_mode = kind | a.mode;
+    st.st_nlink = a.nlink as _;
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_size = a.size as _;
+    st.st_blksize = 4096;
+    st.st_blocks = a.size.div_ceil(512) as _;
+    st.st_atime = a.atime.sec;
+    st.st_atime_nsec = a.atime.nsec as _;
+    st.st_mtime = a.mtime.sec;
+    st.st_mtime_nsec = a.mtime.nsec as _;
+    st.st_ctime = a.ctime.sec;
+    st.st_ctime_nsec = a.ctime.nsec as _;
+}
+
+/// Connects to the cluster described by the cluster map file `cluster_file`. Returns NULL
+/// and sets `errno` on failure.
+///
+/// # Safety
+/// `cluster_file` is a valid C string.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_connect(cluster_file: *const c_char) -> *mut plusfs_t {
+    let result = catch_unwind(AssertUnwindSafe(|| -> Result<*mut plusfs_t, c_int> {
+        let path = text(cluster_file)?;
+        let map = ClusterMap::load(std::path::Path::new(path)).map_err(|_| -libc::ENOENT)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|_| -libc::ENOMEM)?;
+        let client = {
+            let _g = rt.enter();
+            Client::new(map, ClientOptions::default())
+        };
+        Ok(Box::into_raw(Box::new(plusfs_t { rt, client })))
+    }));
+    match result {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            *libc::__errno_location() = -e;
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            *libc::__errno_location() = libc::EIO;
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Closes the connections and frees the handle.
+///
+/// # Safety
+/// `fs` comes from `plusfs_connect` and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_disconnect(fs: *mut plusfs_t) -> c_int {
+    guard(|| {
+        if fs.is_null() {
+            return -libc::EFAULT;
+        }
+        drop(Box::from_raw(fs));
+        0
+    })
+}
+
+/// Opens files `paths[0..count)` of `dirname` in one batch; `flags` may hold `O_CREAT` and
+/// `O_EXCL`. `returnvalues[i]` receives a descriptor or a negated errno.
+///
+/// # Safety
+/// Pointers are valid for `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_openv(
+    fs: *mut plusfs_t,
+    dirname: *const c_char,
+    paths: *const *const c_char,
+    flags: c_int,
+    mode: mode_t,
+    semantics: plusfs_semantics_t,
+    returnvalues: *mut c_int,
+    count: c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
+            let flags = OpenFlags { create: flags & libc::O_CREAT != 0, exclusive: flags & libc::O_EXCL != 0 };
+            let out = fs
+                .rt
+                .block_on(fs.client.openv(dir, &names, flags, mode, to_semantics(semantics)))
+                .map_err(|e| neg(e.errno))?;
+            let rv: Vec<c_int> = out.into_iter().map(|r| r.unwrap_or_else(neg)).collect();
+            Ok(write_results(&rv, returnvalues))
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
+
+/// Closes descriptors in one batch per server; unknown descriptors get -EBADF.
+///
+/// # Safety
+/// Pointers are valid for `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_closev(
+    fs: *mut plusfs_t,
+    fds: *const c_int,
+    semantics: plusfs_semantics_t,
+    returnvalues: *mut c_int,
+    count: c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let fs = handle(fs)?;
+            if count < 0 || (count > 0 && fds.is_null()) {
+                return Err(-libc::EINVAL);
+            }
+            let fds = std::slice::from_raw_parts(fds, count as usize);
+            let out = fs.rt.block_on(fs.client.closev(fds, to_semantics(semantics)));
+            let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(neg)).collect();
+            Ok(write_results(&rv, returnvalues))
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
+
+/// `lstat` of `paths[0..count)` of `dirname` in one batch; successful entries fill
+/// `returnstats[i]`.
+///
+/// # Safety
+/// Pointers are valid for `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_statv(
+    fs: *mut plusfs_t,
+    dirname: *const c_char,
+    paths: *const *const c_char,
+    semantics: plusfs_semantics_t,
+    returnvalues: *mut c_int,
+    returnstats: *mut libc::stat,
+    count: c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
+            let out =
+                fs.rt.block_on(fs.client.statv(dir, &names, to_semantics(semantics))).map_err(|e| neg(e.errno))?;
+            let mut rv = Vec::with_capacity(out.len());
+            for (i, r) in out.iter().enumerate() {
+                match r {
+                    Ok(a) => {
+                        if !returnstats.is_null() {
+                            fill_stat(a, &mut *returnstats.add(i));
+                        }
+                        rv.push(0);
+                    }
+                    Err(e) => rv.push(neg(*e)),
+                }
+            }
+            Ok(write_results(&rv, returnvalues))
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
+
+/// Removes `paths[0..count)` of `dirname` in one batch.
+///
+/// # Safety
+/// Pointers are valid for `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_unlinkv(
+    fs: *mut plusfs_t,
+    dirname: *const c_char,
+    paths: *const *const c_char,
+    semantics: plusfs_semantics_t,
+    returnvalues: *mut c_int,
+    count: c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
+            let out =
+                fs.rt.block_on(fs.client.unlinkv(dir, &names, to_semantics(semantics))).map_err(|e| neg(e.errno))?;
+            let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(neg)).collect();
+            Ok(write_results(&rv, returnvalues))
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
+
+/// Creates subdirectories `paths[0..count)` of `dirname` in one batch.
+///
+/// # Safety
+/// Pointers are valid for `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_mkdirv(
+    fs: *mut plusfs_t,
+    dirname: *const c_char,
+    paths: *const *const c_char,
+    mode: mode_t,
+    semantics: plusfs_semantics_t,
+    returnvalues: *mut c_int,
+    count: c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
+            let out = fs
+                .rt
+                .block_on(fs.client.mkdirv(dir, &names, mode, to_semantics(semantics)))
+                .map_err(|e| neg(e.errno))?;
+            let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(neg)).collect();
+            Ok(write_results(&rv, returnvalues))
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
+
+/// Runs a single-path call that yields an int.
+///
+/// # Safety
+/// `fs` and `path` are valid.
+unsafe fn one<F>(fs: *mut plusfs_t, path: *const c_char, f: F) -> c_int
+where
+    F: FnOnce(&plusfs_t, &str) -> Result<c_int, Errno>,
+{
+    guard(|| match (handle(fs), text(path)) {
+        (Ok(fs), Ok(p)) => f(fs, p).unwrap_or_else(neg),
+        (Err(e), _) | (_, Err(e)) => e,
+    })
+}
+
+/// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`).
+///
+/// # Safety
+/// `fs` and `path` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_open(fs: *mut plusfs_t, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    one(fs, path, |fs, p| {
+        let flags = OpenFlags { create: flags & libc::O_CREAT != 0, exclusive: flags & libc::O_EXCL != 0 };
+        fs.rt.block_on(fs.client.open_fd(p, flags, mode)).map_err(|e| e.errno)
+    })
+}
+
+/// `close(2)`.
+///
+/// # Safety
+/// `fs` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_close(fs: *mut plusfs_t, fd: c_int) -> c_int {
+    guard(|| match handle(fs) {
+        Ok(fs) => fs.rt.block_on(fs.client.close_fd(fd)).map(|_| 0).unwrap_or_else(|e| neg(e.errno)),
+        Err(e) => e,
+    })
+}
+
+/// `stat(2)` (follows symbolic links).
+///
+/// # Safety
+/// `fs`, `path` and `st` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_stat(fs: *mut plusfs_t, path: *const c_char, st: *mut libc::stat) -> c_int {
+    if st.is_null() {
+        return -libc::EFAULT;
+    }
+    one(fs, path, |fs, p| {
+        let a = fs.rt.block_on(fs.client.stat(p)).map_err(|e| e.errno)?;
+        fill_stat(&a, &mut *st);
+        Ok(0)
+    })
+}
+
+/// `lstat(2)`.
+///
+/// # Safety
+/// `fs`, `path` and `st` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_lstat(fs: *mut plusfs_t, path: *const c_char, st: *mut libc::stat) -> c_int {
+    if st.is_null() {
+        return -libc::EFAULT;
+    }
+    one(fs, path, |fs, p| {
+        let a = fs.rt.block_on(fs.client.lstat(p)).map_err(|e| e.errno)?;
+        fill_stat(&a, &mut *st);
+        Ok(0)
+    })
+}
+
+/// `mkdir(2)`.
+///
+/// # Safety
+/// `fs` and `path` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_mkdir(fs: *mut plusfs_t, path: *const c_char, mode: mode_t) -> c_int {
+    one(fs, path, |fs, p| fs.rt.block_on(fs.client.mkdir(p, mode)).map(|_| 0).map_err(|e| e.errno))
+}
+
+/// `unlink(2)`.
+///
+/// # Safety
+/// `fs` and `path` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_unlink(fs: *mut plusfs_t, path: *const c_char) -> c_int {
+    one(fs, path, |fs, p| fs.rt.block_on(fs.client.unlink(p)).map(|_| 0).map_err(|e| e.errno))
+}
+
+/// `rmdir(2)`.
+///
+/// # Safety
+/// `fs` and `path` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_rmdir(fs: *mut plusfs_t, path: *const c_char) -> c_int {
+    one(fs, path, |fs, p| fs.rt.block_on(fs.client.rmdir(p)).map(|_| 0).map_err(|e| e.errno))
+}
+
+/// `rename(2)`.
+///
+/// # Safety
+/// `fs`, `oldpath` and `newpath` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_rename(fs: *mut plusfs_t, oldpath: *const c_char, newpath: *const c_char) -> c_int {
+    one(fs, oldpath, |fs, old| {
+        let new = text(newpath).map_err(|e| Errno(-e))?;
+        fs.rt.block_on(fs.client.rename(old, new)).map(|_| 0).map_err(|e| e.errno)
+    })
+}
+
+/// Lists directory `path` (without `.` and `..`), calling `cb` for each entry in name
+/// order. Returns the number of entries passed to `cb`.
+///
+/// # Safety
+/// `fs` and `path` are valid; `cb` is safe to call with `arg`.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_readdir(
+    fs: *mut plusfs_t,
+    path: *const c_char,
+    cb: plusfs_dirent_cb,
+    arg: *mut c_void,
+) -> c_int {
+    let Some(cb) = cb else { return -libc::EFAULT };
+    one(fs, path, |fs, p| {
+        let entries = fs.rt.block_on(fs.client.readdir(p)).map_err(|e| e.errno)?;
+        let mut n = 0;
+        for e in entries {
+            let name = std::ffi::CString::new(e.name).map_err(|_| Errno::EINVAL)?;
+            let kind = match e.kind {
+                FileKind::File => libc::DT_REG,
+                FileKind::Dir => libc::DT_DIR,
+                FileKind::Symlink => libc::DT_LNK,
+                FileKind::Fifo => libc::DT_FIFO,
+            };
+            n += 1;
+            if cb(arg, name.as_ptr(), e.ino, kind) != 0 {
+                break;
+            }
+        }
+        Ok(n)
+    })
+}

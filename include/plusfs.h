@@ -1,0 +1,171 @@
+/*
+ * plusfs.h: the C interface of plusfs (libplusfs.so / libplusfs.a).
+ * Generated from crates/ffi by cbindgen; do not edit. `make test` checks it is current.
+ *
+ * Every call returns a value >= 0 on success and a negated errno (-ENOENT, ...) on failure.
+ * Batch calls (seed 000 Fig. 5) take a directory and entry names; they return how many
+ * entries were performed and fill returnvalues[i] per entry: a file descriptor or 0 on
+ * success, a negated errno on failure, -ECANCELED for an entry not performed because an
+ * earlier one failed under PLUSFS_STOP_ON_FAILURE.
+ */
+
+#ifndef PLUSFS_H
+#define PLUSFS_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+// What a batch does when one of its entries fails (decided by each server on its own).
+typedef enum plusfs_semantics_t {
+  // Every entry is attempted.
+  PLUSFS_PERFORM_ALL = 0,
+  // A server stops at its first failed entry.
+  PLUSFS_STOP_ON_FAILURE = 1,
+} plusfs_semantics_t;
+
+// A connection to one cluster; create with `plusfs_connect`, free with
+// `plusfs_disconnect`. A handle may be used from several threads.
+typedef struct plusfs_t plusfs_t;
+
+// Called by `plusfs_readdir` once per entry; `kind` is a `DT_*` value. Return non-zero to
+// stop the listing.
+typedef int (*plusfs_dirent_cb)(void *arg, const char *name, uint64_t ino, uint8_t kind);
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+// Connects to the cluster described by the cluster map file `cluster_file`. Returns NULL
+// and sets `errno` on failure.
+//
+// # Safety
+// `cluster_file` is a valid C string.
+struct plusfs_t *plusfs_connect(const char *cluster_file);
+
+// Closes the connections and frees the handle.
+//
+// # Safety
+// `fs` comes from `plusfs_connect` and is not used afterwards.
+int plusfs_disconnect(struct plusfs_t *fs);
+
+// Opens files `paths[0..count)` of `dirname` in one batch; `flags` may hold `O_CREAT` and
+// `O_EXCL`. `returnvalues[i]` receives a descriptor or a negated errno.
+//
+// # Safety
+// Pointers are valid for `count` elements.
+int plusfs_openv(struct plusfs_t *fs,
+                 const char *dirname,
+                 const char *const *paths,
+                 int flags,
+                 mode_t mode,
+                 enum plusfs_semantics_t semantics,
+                 int *returnvalues,
+                 int count);
+
+// Closes descriptors in one batch per server; unknown descriptors get -EBADF.
+//
+// # Safety
+// Pointers are valid for `count` elements.
+int plusfs_closev(struct plusfs_t *fs,
+                  const int *fds,
+                  enum plusfs_semantics_t semantics,
+                  int *returnvalues,
+                  int count);
+
+// `lstat` of `paths[0..count)` of `dirname` in one batch; successful entries fill
+// `returnstats[i]`.
+//
+// # Safety
+// Pointers are valid for `count` elements.
+int plusfs_statv(struct plusfs_t *fs,
+                 const char *dirname,
+                 const char *const *paths,
+                 enum plusfs_semantics_t semantics,
+                 int *returnvalues,
+                 struct stat *returnstats,
+                 int count);
+
+// Removes `paths[0..count)` of `dirname` in one batch.
+//
+// # Safety
+// Pointers are valid for `count` elements.
+int plusfs_unlinkv(struct plusfs_t *fs,
+                   const char *dirname,
+                   const char *const *paths,
+                   enum plusfs_semantics_t semantics,
+                   int *returnvalues,
+                   int count);
+
+// Creates subdirectories `paths[0..count)` of `dirname` in one batch.
+//
+// # Safety
+// Pointers are valid for `count` elements.
+int plusfs_mkdirv(struct plusfs_t *fs,
+                  const char *dirname,
+                  const char *const *paths,
+                  mode_t mode,
+                  enum plusfs_semantics_t semantics,
+                  int *returnvalues,
+                  int count);
+
+// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`).
+//
+// # Safety
+// `fs` and `path` are valid.
+int plusfs_open(struct plusfs_t *fs, const char *path, int flags, mode_t mode);
+
+// `close(2)`.
+//
+// # Safety
+// `fs` is valid.
+int plusfs_close(struct plusfs_t *fs, int fd);
+
+// `stat(2)` (follows symbolic links).
+//
+// # Safety
+// `fs`, `path` and `st` are valid.
+int plusfs_stat(struct plusfs_t *fs, const char *path, struct stat *st);
+
+// `lstat(2)`.
+//
+// # Safety
+// `fs`, `path` and `st` are valid.
+int plusfs_lstat(struct plusfs_t *fs, const char *path, struct stat *st);
+
+// `mkdir(2)`.
+//
+// # Safety
+// `fs` and `path` are valid.
+int plusfs_mkdir(struct plusfs_t *fs, const char *path, mode_t mode);
+
+// `unlink(2)`.
+//
+// # Safety
+// `fs` and `path` are valid.
+int plusfs_unlink(struct plusfs_t *fs, const char *path);
+
+// `rmdir(2)`.
+//
+// # Safety
+// `fs` and `path` are valid.
+int plusfs_rmdir(struct plusfs_t *fs, const char *path);
+
+// `rename(2)`.
+//
+// # Safety
+// `fs`, `oldpath` and `newpath` are valid.
+int plusfs_rename(struct plusfs_t *fs, const char *oldpath, const char *newpath);
+
+// Lists directory `path` (without `.` and `..`), calling `cb` for each entry in name
+// order. Returns the number of entries passed to `cb`.
+//
+// # Safety
+// `fs` and `path` are valid; `cb` is safe to call with `arg`.
+int plusfs_readdir(struct plusfs_t *fs, const char *path, plusfs_dirent_cb cb, void *arg);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* PLUSFS_H */

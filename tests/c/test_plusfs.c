@@ -1,0 +1,111 @@
+/* C tests of libplusfs against a running cluster: ./test_plusfs CLUSTER_FILE
+ * Prints one line per check and ends with "N passed, N failed". */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "plusfs.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                          \
+    do {                                          \
+        if (cond) {                               \
+            passed++;                             \
+        } else {                                  \
+            failed++;                             \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                  \
+            printf("\n");                         \
+        }                                         \
+    } while (0)
+
+static int count_entries(void *arg, const char *name, uint64_t ino, uint8_t kind) {
+    (void)name;
+    (void)ino;
+    (void)kind;
+    (*(int *)arg)++;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CLUSTER_FILE\n", argv[0]);
+        return 2;
+    }
+    errno = 0;
+    CHECK(plusfs_connect("/nonexistent/cluster.toml") == NULL && errno == ENOENT, "connect to a missing map");
+    plusfs_t *fs = plusfs_connect(argv[1]);
+    CHECK(fs != NULL, "connect: %s", strerror(errno));
+    if (!fs) return 1;
+
+    CHECK(plusfs_mkdir(fs, "/ctest", 0755) == 0, "mkdir");
+    CHECK(plusfs_mkdir(fs, "/ctest", 0755) == -EEXIST, "mkdir existing gives -EEXIST");
+    CHECK(plusfs_mkdir(fs, "/nope/x", 0755) == -ENOENT, "mkdir under a missing parent");
+
+    enum { N = 2000 };
+    static char buf[N][16];
+    const char *names[N];
+    int rv[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(buf[i], sizeof buf[i], "f%d", i);
+        names[i] = buf[i];
+    }
+    int done = plusfs_openv(fs, "/ctest", names, O_CREAT | O_EXCL, 0640, PLUSFS_PERFORM_ALL, rv, N);
+    CHECK(done == N, "openv performed %d", done);
+    int fds_ok = 1;
+    for (int i = 0; i < N; i++) fds_ok &= rv[i] >= 0;
+    CHECK(fds_ok, "openv gives descriptors");
+    int closed[N];
+    CHECK(plusfs_closev(fs, rv, PLUSFS_PERFORM_ALL, closed, N) == N, "closev");
+    int bad = 12345, badrv = 0;
+    plusfs_closev(fs, &bad, PLUSFS_PERFORM_ALL, &badrv, 1);
+    CHECK(badrv == -EBADF, "closev of an unknown descriptor gives -EBADF (%d)", badrv);
+
+    static struct stat st[N];
+    CHECK(plusfs_statv(fs, "/ctest", names, PLUSFS_PERFORM_ALL, rv, st, N) == N, "statv");
+    int stats_ok = 1;
+    for (int i = 0; i < N; i++) stats_ok &= rv[i] == 0 && S_ISREG(st[i].st_mode) && (st[i].st_mode & 07777) == 0640;
+    CHECK(stats_ok, "statv fills struct stat");
+
+    /* stop-on-failure: the failing entry gets its errno, later ones -ECANCELED */
+    const char *mixed[3] = {"new1", "f0", "new2"};
+    int mrv[3];
+    int performed = plusfs_openv(fs, "/ctest", mixed, O_CREAT | O_EXCL, 0644, PLUSFS_STOP_ON_FAILURE, mrv, 3);
+    CHECK(performed == 2 && mrv[0] >= 0 && mrv[1] == -EEXIST && mrv[2] == -ECANCELED,
+          "stop-on-failure: %d %d %d %d", performed, mrv[0], mrv[1], mrv[2]);
+    plusfs_close(fs, mrv[0]);
+
+    int entries = 0;
+    CHECK(plusfs_readdir(fs, "/ctest", count_entries, &entries) == N + 1 && entries == N + 1, "readdir %d", entries);
+
+    struct stat one;
+    CHECK(plusfs_stat(fs, "/ctest", &one) == 0 && S_ISDIR(one.st_mode) && one.st_size == N + 1, "stat dir");
+    CHECK(plusfs_stat(fs, "/ctest/missing", &one) == -ENOENT, "stat missing");
+    int fd = plusfs_open(fs, "/ctest/single", O_CREAT, 0600);
+    CHECK(fd >= 0, "open O_CREAT: %d", fd);
+    CHECK(plusfs_close(fs, fd) == 0, "close");
+    CHECK(plusfs_close(fs, fd) == -EBADF, "double close gives -EBADF");
+    CHECK(plusfs_rename(fs, "/ctest/single", "/ctest/renamed") == 0, "rename");
+    CHECK(plusfs_unlink(fs, "/ctest/renamed") == 0, "unlink");
+    CHECK(plusfs_rmdir(fs, "/ctest") == -ENOTEMPTY, "rmdir non-empty");
+
+    CHECK(plusfs_unlinkv(fs, "/ctest", names, PLUSFS_PERFORM_ALL, rv, N) == N, "unlinkv");
+    CHECK(plusfs_unlinkv(fs, "/ctest", mixed, PLUSFS_PERFORM_ALL, rv, 3) == 3 && rv[0] == 0 && rv[1] == -ENOENT,
+          "unlinkv per-entry errors");
+    const char *dirs[3] = {"d1", "d2", "bad/name"};
+    CHECK(plusfs_mkdirv(fs, "/ctest", dirs, 0755, PLUSFS_PERFORM_ALL, rv, 3) == 3 && rv[0] == 0 && rv[1] == 0 &&
+              rv[2] == -EINVAL,
+          "mkdirv");
+    CHECK(plusfs_rmdir(fs, "/ctest/d1") == 0 && plusfs_rmdir(fs, "/ctest/d2") == 0, "rmdir subdirs");
+    CHECK(plusfs_rmdir(fs, "/ctest") == 0, "rmdir");
+    CHECK(plusfs_statv(fs, "/ctest", names, PLUSFS_PERFORM_ALL, rv, st, 1) == -ENOENT, "statv of a missing dir");
+    CHECK(plusfs_mkdir(NULL, "/x", 0755) == -EFAULT, "NULL handle gives -EFAULT");
+    CHECK(plusfs_disconnect(fs) == 0, "disconnect");
+
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
