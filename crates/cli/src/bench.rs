@@ -159,10 +159,6 @@ pub(crate) fn client_files(a: &BenchArgs, base: &str, client: usize) -> (String,
     }
 }
 
-fn file_path(a: &BenchArgs, base: &str, client: usize, i: usize) -> String {
-    let (dir, names) = client_files(a, base, client);
-    format!("{dir}/{}", names[i])
-}
 
 /// Messages received anywhere in the cluster: every message is received exactly once,
 /// by a server (requests from clients and peers, replies from peers) or by a client.
@@ -307,7 +303,8 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
         let start = Instant::now();
         let handles: Vec<_> = (0..a.clients)
             .map(|ci| {
-                let paths: Vec<String> = (0..a.files).map(|i| file_path(a, &base, ci, i)).collect();
+                let (dir, names) = client_files(a, &base, ci);
+                let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
                 std::thread::spawn(move || {
                     let mut errors = 0u64;
                     for p in &paths {
