@@ -159,7 +159,6 @@ pub(crate) fn client_files(a: &BenchArgs, base: &str, client: usize) -> (String,
     }
 }
 
-
 /// Messages received anywhere in the cluster: every message is received exactly once,
 /// by a server (requests from clients and peers, replies from peers) or by a client.
 async fn server_msgs_in(client: &Client) -> Result<u64> {
@@ -181,7 +180,6 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
     }
     let mut out = Vec::new();
     for &phase in &a.phases {
-        let before_servers = server_msgs_in(&admin).await?;
         let barrier = Arc::new(std::sync::Barrier::new(a.clients + 1));
         let threads: Vec<_> = (0..a.clients)
             .map(|ci| {
@@ -190,7 +188,11 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
                 std::thread::spawn(move || plusfs_client_thread(map, phase, files, batch, barrier))
             })
             .collect();
-        barrier.wait(); // every client connected
+        // Two barriers: all clients connected; then the server counters are read (so the
+        // clients' pings are not charged to the phase) and everyone starts together.
+        barrier.wait();
+        let before_servers = server_msgs_in(&admin).await?;
+        barrier.wait();
         let start = Instant::now();
         let mut errors = 0;
         let (mut replies, mut requests) = (0, 0);
@@ -243,6 +245,7 @@ fn plusfs_client_thread(
     rt.block_on(async move {
         let c = Client::new(map, ClientOptions::default());
         let ready = c.wait_ready(std::time::Duration::from_secs(10)).await;
+        barrier.wait();
         barrier.wait();
         ready?;
         let before = c.counters();
