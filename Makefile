@@ -9,10 +9,10 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/plusfs/target
 ifeq ($(BUNDLED_ROCKSDB),1)
 CARGO_FEATURES := --features plusfs-store/bundled-rocksdb
-APT_PACKAGES := libclang-dev clang pkg-config
+APT_PACKAGES := libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv
 else
 export ROCKSDB_LIB_DIR ?= /usr/lib/$(shell gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
-APT_PACKAGES := librocksdb-dev libclang-dev clang pkg-config
+APT_PACKAGES := librocksdb-dev libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv
 endif
 CARGO ?= cargo
 BIN := $(CARGO_TARGET_DIR)/release/plusfs
@@ -20,7 +20,7 @@ BIN := $(CARGO_TARGET_DIR)/release/plusfs
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: deps build demo test lint unit ctest bench venv clean
+.PHONY: deps build demo test lint unit ctest pytest bench venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -43,12 +43,17 @@ build: deps
 demo: build
 	PLUSFS=$(BIN) scripts/demo.sh
 
-## test: formatting, lints, unit tests, multi-process cluster tests, C tests
-test: deps lint unit ctest
+## test: formatting, lints, unit tests, multi-process cluster tests, C tests, Python tests
+test: deps lint unit ctest pytest
 
-lint:
+lint: venv
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_FEATURES) -- -D warnings
+	$(VENV)/bin/ruff check python scripts
+
+## pytest: DMetabench tests (exit code 5, no test collected, is a failure here too)
+pytest: venv
+	cd python/dmetabench && ../../$(VENV)/bin/python -m pytest -q
 
 unit:
 	$(CARGO) test --workspace $(CARGO_FEATURES)
@@ -57,12 +62,13 @@ unit:
 ctest:
 	CARGO_FEATURES="$(CARGO_FEATURES)" scripts/ctest.sh
 
-## venv: the project's Python environment (charts of `make bench`)
+## venv: the project's Python environment: dmetabench (editable), matplotlib, mpi4py, pytest, ruff
 venv: $(VENV)/.done
-$(VENV)/.done:
+$(VENV)/.done: python/dmetabench/pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet matplotlib
+	$(VENV)/bin/pip install --quiet matplotlib mpi4py pytest ruff
+	$(VENV)/bin/pip install --quiet -e python/dmetabench
 	touch $@
 
 ## bench: create/stat/unlink runs, batch sizes, baselines; report and charts in bench/out/

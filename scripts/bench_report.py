@@ -72,7 +72,8 @@ def batch_tables(rows):
     for mode in ("shared", "unique"):
         title = "one shared directory" if mode == "shared" else "a directory per client"
         print(f"## 8 clients, {title}: ops/s by batch size (median of {len(runs)} runs)\n")
-        print("| phase | servers | " + " | ".join(f"b={b}" for b in batches) + " | engine b=1000 | msgs/op b=1 → b=1000 |")
+        cols = " | ".join(f"b={b}" for b in batches)
+        print(f"| phase | servers | {cols} | engine b={batches[-1]} | msgs/op b={batches[0]} → b={batches[-1]} |")
         print("|---|---|" + "---|" * len(batches) + "---|---|")
         for phase in PHASES:
             for n in servers:
@@ -85,18 +86,26 @@ def batch_tables(rows):
 
     big, small = batches[-1], batches[0]
     print(f"## Speed-up of batch {big} over batch {small}, and fraction of the engine (same run)\n")
-    print("| mode | servers | phase | speed-up (median) | per run | plusfs / engine at batch "
-          f"{big} (median) |")
+    print(f"| mode | servers | phase | speed-up (median) | per run | plusfs / engine at batch {big} (median) |")
     print("|---|---|---|---|---|---|")
     for mode in ("shared", "unique"):
         for n in servers:
             for phase in PHASES:
-                ups = [per_run[(mode, n, phase, big, r)] / per_run[(mode, n, phase, small, r)]
-                       for r in runs if (mode, n, phase, big, r) in per_run and (mode, n, phase, small, r) in per_run]
-                frac = [per_run[(mode, n, phase, big, r)] / eng_run[(mode, n, phase, big, r)]
-                        for r in runs if (mode, n, phase, big, r) in per_run and (mode, n, phase, big, r) in eng_run]
-                print(f"| {mode} | {n} | {phase} | {median(ups):.1f}x | "
-                      + ", ".join(f"{u:.1f}x" for u in ups) + f" | {median(frac):.0%} |")
+                ups = [
+                    per_run[(mode, n, phase, big, r)] / per_run[(mode, n, phase, small, r)]
+                    for r in runs
+                    if (mode, n, phase, big, r) in per_run and (mode, n, phase, small, r) in per_run
+                ]
+                frac = [
+                    per_run[(mode, n, phase, big, r)] / eng_run[(mode, n, phase, big, r)]
+                    for r in runs
+                    if (mode, n, phase, big, r) in per_run and (mode, n, phase, big, r) in eng_run
+                ]
+                print(
+                    f"| {mode} | {n} | {phase} | {median(ups):.1f}x | "
+                    + ", ".join(f"{u:.1f}x" for u in ups)
+                    + f" | {median(frac):.0%} |"
+                )
     print()
     return {"rate": rate, "engine": engine, "batches": batches, "servers": servers}
 
@@ -115,7 +124,7 @@ def charts(data, out_dir):
     batches, servers = data["batches"], data["servers"]
     for mode in ("shared", "unique"):
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-        for ax, phase in zip(axes, PHASES):
+        for ax, phase in zip(axes, PHASES, strict=True):
             for n in servers:
                 ys = [median(data["rate"][(mode, n, phase, b)]) for b in batches]
                 ax.plot(batches, ys, marker="o", label=f"plusfs, {n} server{'s' if n > 1 else ''}")
@@ -142,8 +151,10 @@ def counts(rows):
     for r in rows:
         if r["suite"] == "count":
             print("## 100,000 creates, batch 1000, one directory\n")
-            print(f"{r['ops']:,} files: {r['requests']} requests, "
-                  f"{r['messages_per_op'] * r['ops']:.0f} messages in all, {r['ops_per_sec']:,.0f} creates/s\n")
+            print(
+                f"{r['ops']:,} files: {r['requests']} requests, "
+                f"{r['messages_per_op'] * r['ops']:.0f} messages in all, {r['ops_per_sec']:,.0f} creates/s\n"
+            )
     sync = [r for r in rows if r["suite"] == "sync"]
     if sync:
         print("## sync = always, 8 clients\n")
@@ -154,7 +165,7 @@ def counts(rows):
 
 def status_files(out_dir):
     for f in sorted(Path(out_dir).glob("status-*.txt")):
-        print(f"### cluster status after `{f.stem[len('status-'):]}`\n")
+        print(f"### cluster status after `{f.stem[len('status-') :]}`\n")
         print("```")
         print(f.read_text().rstrip())
         print("```\n")
