@@ -20,7 +20,7 @@ BIN := $(CARGO_TARGET_DIR)/release/plusfs
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: deps build demo test lint unit ctest pytest bench venv clean
+.PHONY: deps build demo test lint unit ctest pytest pymodule bench venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -51,9 +51,15 @@ lint: venv
 	$(CARGO) clippy --workspace --all-targets $(CARGO_FEATURES) -- -D warnings
 	$(VENV)/bin/ruff check python scripts
 
-## pytest: DMetabench tests (exit code 5, no test collected, is a failure here too)
-pytest: venv
-	cd python/dmetabench && ../../$(VENV)/bin/python -m pytest -q
+## pymodule: the `plusfs` Python module (PyO3), built with maturin into the venv
+pymodule: venv
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --quiet -m crates/py/Cargo.toml
+
+## pytest: DMetabench tests, incl. its plusfs plugins on a local cluster
+## (pytest's exit code 5, no test collected, fails the target too)
+pytest: venv pymodule
+	$(CARGO) build -p plusfs $(CARGO_FEATURES)
+	cd python/dmetabench && PLUSFS_BIN=$(CARGO_TARGET_DIR)/debug/plusfs ../../$(VENV)/bin/python -m pytest -q
 
 unit:
 	$(CARGO) test --workspace $(CARGO_FEATURES)
@@ -67,7 +73,7 @@ venv: $(VENV)/.done
 $(VENV)/.done: python/dmetabench/pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet matplotlib mpi4py pytest ruff
+	$(VENV)/bin/pip install --quiet matplotlib mpi4py pytest ruff maturin
 	$(VENV)/bin/pip install --quiet -e python/dmetabench
 	touch $@
 

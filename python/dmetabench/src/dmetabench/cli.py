@@ -39,6 +39,8 @@ def _run_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="dmetabench-results", help="where result sets are written")
     p.add_argument("--plugin-path", action="append", default=[], help="directory or file with more plugins")
     p.add_argument("--vmstat-seconds", type=int, default=15, help="vmstat before the run (default 15)")
+    p.add_argument("--plusfs-cluster", help="cluster map for the Plusfs* plugins (default: $PLUSFS_CLUSTER)")
+    p.add_argument("--batch", type=int, default=1000, help="entries per request of the PlusfsBatch* plugins")
 
 
 def _fixed(text: str | None) -> list[int]:
@@ -63,6 +65,7 @@ def cmd_run(args) -> int:
         plugin_paths=[str(Path(p).resolve()) for p in args.plugin_path],
         vmstat_seconds=args.vmstat_seconds,
         max_procs=args.max_procs,
+        extra={"plusfs_cluster": args.plusfs_cluster or os.environ.get("PLUSFS_CLUSTER"), "batch": args.batch},
     )
     if args.interval <= 0 or args.problemsize < 1 or args.procs < 1:
         raise SystemExit("dmetabench: --interval, --problemsize and --procs must be positive")

@@ -32,6 +32,8 @@ class RunConfig:
     plugin_paths: list[str] = field(default_factory=list)
     vmstat_seconds: int = 15
     max_procs: int | None = None
+    # Passed to every plugin as is (plusfs plugins: plusfs_cluster, batch).
+    extra: dict = field(default_factory=dict)
 
 
 def log(msg: str) -> None:
@@ -133,6 +135,7 @@ def _subtask(transport, cfg, op, cls, entry, order, hosts, base, outdir) -> None
                 "nodes": entry.nodes,
                 "ppn": entry.ppn,
                 "hostname": hosts[w],
+                **cfg.extra,
             }
         )
     for i, p in enumerate(params):

@@ -40,6 +40,12 @@ def load_plugin_path(path: str | Path) -> dict[str, type[Benchmark]]:
 def registry(plugin_paths: list[str] | None = None) -> dict[str, type[Benchmark]]:
     """Built-in plugins plus those found under `plugin_paths`, by operation name."""
     reg = _classes(builtin)
+    try:  # plusfs-native plugins exist when the plusfs Python module is installed
+        from . import plusfs_native
+
+        reg.update(_classes(plusfs_native))
+    except ImportError:
+        pass
     for p in plugin_paths or []:
         reg.update(load_plugin_path(p))
     return reg

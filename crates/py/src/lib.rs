@@ -1,0 +1,234 @@
+//! The Python module `plusfs` (imported as `plusfs._plusfs` behind `plusfs/__init__.py`).
+//!
+//! One tokio runtime per process, created on first use; every call releases the GIL while
+//! it waits for the cluster. Failures raise `OSError(errno, strerror, path)`.
+
+use plusfs_client::{Client as Core, ClientOptions, FsError, OpenFlags};
+use plusfs_placement::ClusterMap;
+use plusfs_proto::{Attr, Errno, FileKind, Semantics};
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use std::sync::OnceLock;
+use tokio::runtime::Runtime;
+
+fn runtime() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("plusfs-py")
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    })
+}
+
+fn os_error(e: FsError) -> PyErr {
+    PyOSError::new_err((e.errno.raw(), e.errno.description(), e.path))
+}
+
+fn semantics(stop_on_failure: bool) -> Semantics {
+    if stop_on_failure {
+        Semantics::StopOnFailure
+    } else {
+        Semantics::PerformAll
+    }
+}
+
+/// Attributes of a file, with the field names of `os.stat_result`.
+#[pyclass(frozen, get_all, module = "plusfs")]
+#[derive(Clone)]
+pub struct Stat {
+    st_ino: u64,
+    st_mode: u32,
+    st_nlink: u32,
+    st_uid: u32,
+    st_gid: u32,
+    st_size: u64,
+    st_atime: f64,
+    st_mtime: f64,
+    st_ctime: f64,
+}
+
+impl From<&Attr> for Stat {
+    fn from(a: &Attr) -> Stat {
+        let kind = match a.kind {
+            FileKind::File => 0o100000,
+            FileKind::Dir => 0o040000,
+            FileKind::Symlink => 0o120000,
+            FileKind::Fifo => 0o010000,
+        };
+        let t = |ts: plusfs_proto::Timespec| ts.sec as f64 + ts.nsec as f64 / 1e9;
+        Stat {
+            st_ino: a.ino,
+            st_mode: kind | a.mode,
+            st_nlink: a.nlink,
+            st_uid: a.uid,
+            st_gid: a.gid,
+            st_size: a.size,
+            st_atime: t(a.atime),
+            st_mtime: t(a.mtime),
+            st_ctime: t(a.ctime),
+        }
+    }
+}
+
+#[pymethods]
+impl Stat {
+    fn __repr__(&self) -> String {
+        format!("plusfs.Stat(st_ino={}, st_mode=0o{:o}, st_size={})", self.st_ino, self.st_mode, self.st_size)
+    }
+}
+
+/// A connection to one plusfs cluster.
+#[pyclass(frozen, module = "plusfs")]
+pub struct Client {
+    core: Core,
+}
+
+impl Client {
+    fn run<T, F>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: std::future::Future<Output = Result<T, FsError>> + Send,
+    {
+        py.detach(|| runtime().block_on(f)).map_err(os_error)
+    }
+}
+
+fn code<T>(r: Result<T, Errno>, ok: impl FnOnce(T) -> i64) -> i64 {
+    match r {
+        Ok(v) => ok(v),
+        Err(e) => -(e.raw() as i64),
+    }
+}
+
+#[pymethods]
+impl Client {
+    #[pyo3(signature = (path, mode = 0o755))]
+    fn mkdir(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
+        self.run(py, self.core.mkdir(path, mode)).map(drop)
+    }
+
+    /// `mkdir -p`.
+    #[pyo3(signature = (path, mode = 0o755))]
+    fn makedirs(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
+        self.run(py, self.core.mkdir_all(path, mode)).map(drop)
+    }
+
+    fn rmdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        self.run(py, self.core.rmdir(path))
+    }
+
+    fn unlink(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        self.run(py, self.core.unlink(path))
+    }
+
+    fn rename(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
+        self.run(py, self.core.rename(src, dst))
+    }
+
+    fn stat(&self, py: Python<'_>, path: &str) -> PyResult<Stat> {
+        self.run(py, self.core.stat(path)).map(|a| Stat::from(&a))
+    }
+
+    fn lstat(&self, py: Python<'_>, path: &str) -> PyResult<Stat> {
+        self.run(py, self.core.lstat(path)).map(|a| Stat::from(&a))
+    }
+
+    fn listdir(&self, py: Python<'_>, path: &str) -> PyResult<Vec<String>> {
+        self.run(py, self.core.readdir(path)).map(|v| v.into_iter().map(|e| e.name).collect())
+    }
+
+    /// Opens (or creates) a file; returns a descriptor of this client.
+    #[pyo3(signature = (path, create = false, exclusive = false, mode = 0o644))]
+    fn open(&self, py: Python<'_>, path: &str, create: bool, exclusive: bool, mode: u32) -> PyResult<i32> {
+        self.run(py, self.core.open_fd(path, OpenFlags { create, exclusive }, mode))
+    }
+
+    fn close(&self, py: Python<'_>, fd: i32) -> PyResult<()> {
+        self.run(py, self.core.close_fd(fd))
+    }
+
+    /// `openv`: descriptors or negated errnos, one per name.
+    #[pyo3(signature = (dir, names, create = false, exclusive = false, mode = 0o644, stop_on_failure = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn openv(
+        &self,
+        py: Python<'_>,
+        dir: &str,
+        names: Vec<String>,
+        create: bool,
+        exclusive: bool,
+        mode: u32,
+        stop_on_failure: bool,
+    ) -> PyResult<Vec<i64>> {
+        let flags = OpenFlags { create, exclusive };
+        let out = self.run(py, self.core.openv(dir, &names, flags, mode, semantics(stop_on_failure)))?;
+        Ok(out.into_iter().map(|r| code(r, |fd| fd as i64)).collect())
+    }
+
+    /// `closev`: 0 or a negated errno (-EBADF for unknown descriptors) per descriptor.
+    #[pyo3(signature = (fds, stop_on_failure = false))]
+    fn closev(&self, py: Python<'_>, fds: Vec<i32>, stop_on_failure: bool) -> Vec<i64> {
+        let out = py.detach(|| runtime().block_on(self.core.closev(&fds, semantics(stop_on_failure))));
+        out.into_iter().map(|r| code(r, |_| 0)).collect()
+    }
+
+    /// `statv`: a Stat or a negated errno per name.
+    #[pyo3(signature = (dir, names, stop_on_failure = false))]
+    fn statv(&self, py: Python<'_>, dir: &str, names: Vec<String>, stop_on_failure: bool) -> PyResult<Vec<Py<PyAny>>> {
+        let out = self.run(py, self.core.statv(dir, &names, semantics(stop_on_failure)))?;
+        out.into_iter()
+            .map(|r| match r {
+                Ok(a) => Ok(Py::new(py, Stat::from(&a))?.into_any()),
+                Err(e) => Ok((-(e.raw() as i64)).into_pyobject(py)?.into_any().unbind()),
+            })
+            .collect()
+    }
+
+    /// `unlinkv`: 0 or a negated errno per name.
+    #[pyo3(signature = (dir, names, stop_on_failure = false))]
+    fn unlinkv(&self, py: Python<'_>, dir: &str, names: Vec<String>, stop_on_failure: bool) -> PyResult<Vec<i64>> {
+        let out = self.run(py, self.core.unlinkv(dir, &names, semantics(stop_on_failure)))?;
+        Ok(out.into_iter().map(|r| code(r, |_| 0)).collect())
+    }
+
+    /// `mkdirv`: 0 or a negated errno per name.
+    #[pyo3(signature = (dir, names, mode = 0o755, stop_on_failure = false))]
+    fn mkdirv(
+        &self,
+        py: Python<'_>,
+        dir: &str,
+        names: Vec<String>,
+        mode: u32,
+        stop_on_failure: bool,
+    ) -> PyResult<Vec<i64>> {
+        let out = self.run(py, self.core.mkdirv(dir, &names, mode, semantics(stop_on_failure)))?;
+        Ok(out.into_iter().map(|r| code(r, |_| 0)).collect())
+    }
+}
+
+/// Connects to the cluster described by a cluster map file.
+#[pyfunction]
+fn connect(cluster_file: &str) -> PyResult<Client> {
+    let map = ClusterMap::load(std::path::Path::new(cluster_file))
+        .map_err(|e| PyOSError::new_err((libc_enoent(), e.to_string(), cluster_file.to_string())))?;
+    let core = {
+        let _g = runtime().enter();
+        Core::new(map, ClientOptions::default())
+    };
+    Ok(Client { core })
+}
+
+fn libc_enoent() -> i32 {
+    Errno::ENOENT.raw()
+}
+
+#[pymodule]
+fn _plusfs(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_class::<Stat>()?;
+    m.add_function(wrap_pyfunction!(connect, m)?)?;
+    Ok(())
+}

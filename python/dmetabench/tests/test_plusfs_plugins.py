@@ -1,0 +1,92 @@
+"""The plusfs-native plugins against a real local plusfs cluster (server processes on
+loopback, started with the `plusfs` binary: $PLUSFS_BIN, default the debug build)."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import plusfs  # built by `make pymodule` (maturin)
+import pytest
+from dmetabench.plugins import registry
+from dmetabench.worker import WorkerState, handle
+
+
+def plusfs_bin() -> str:
+    if os.environ.get("PLUSFS_BIN"):
+        return os.environ["PLUSFS_BIN"]
+    target = os.environ.get("CARGO_TARGET_DIR", str(Path.home() / ".cache/plusfs/target"))
+    return str(Path(target) / "debug" / "plusfs")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    data = tmp_path_factory.mktemp("cluster")
+    exe = plusfs_bin()
+    assert Path(exe).exists(), f"plusfs binary not found at {exe} (set PLUSFS_BIN)"
+    subprocess.run(
+        [exe, "cluster", "up", "--servers", "3", "--data", str(data), "--detach"], check=True, capture_output=True
+    )
+    yield str(data / "cluster.toml")
+    subprocess.run([exe, "cluster", "down", "--data", str(data)], check=False, capture_output=True)
+
+
+OPS = [
+    "PlusfsMakeFiles",
+    "PlusfsStatFiles",
+    "PlusfsDeleteFiles",
+    "PlusfsOpenCloseFiles",
+    "PlusfsBatchMakeFiles",
+    "PlusfsBatchStatFiles",
+    "PlusfsBatchDeleteFiles",
+    "PlusfsBatchOpenCloseFiles",
+]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_plusfs_plugin(cluster, op):
+    params = {
+        "problemsize": 300,
+        "runtime": 0.3,
+        "workdir": f"/dmb/{op}/p0",
+        "shared_dir": "/dmb/shared",
+        "procno": 0,
+        "procs": 1,
+        "nodes": 1,
+        "ppn": 1,
+        "hostname": "h",
+        "partner_dir": "",
+        "plusfs_cluster": cluster,
+        "batch": 100,
+    }
+    state = WorkerState()
+    assert handle(state, {"cmd": "prepare", "operation": op, "params": params}).get("ok")
+    reply = handle(state, {"cmd": "bench", "interval": 0.05, "runtime": 0.3, "start_at": time.time()})
+    assert reply.get("ok"), reply
+    final = reply["samples"][-1][1]
+    if registry()[op].time_limited:
+        assert final > 0
+    else:
+        assert final == 300
+    assert handle(state, {"cmd": "cleanup"}).get("ok")
+    fs = plusfs.connect(cluster)
+    with pytest.raises(FileNotFoundError):
+        fs.stat(f"/dmb/{op}/p0")
+
+
+def test_python_module_basics(cluster):
+    fs = plusfs.connect(cluster)
+    fs.makedirs("/py/a/b")
+    assert fs.listdir("/py/a") == ["b"]
+    fds = fs.openv("/py/a", ["x", "y", "x", "bad/name"], create=True, exclusive=True)
+    assert fds[0] >= 0 and fds[1] >= 0 and fds[2] == -17 and fds[3] == -22
+    assert fs.closev([fds[0], fds[1], 9999]) == [0, 0, -9]
+    st = fs.statv("/py/a", ["x", "nope", "b"])
+    assert st[0].st_size == 0 and st[1] == -2 and st[2].st_mode & 0o040000
+    with pytest.raises(FileExistsError) as e:
+        fs.mkdir("/py/a")
+    assert e.value.filename == "/py/a"
+    assert fs.unlinkv("/py/a", ["x", "y"]) == [0, 0]
+    fs.rmdir("/py/a/b")
+    fs.rename("/py/a", "/py/c")
+    assert fs.lstat("/py/c").st_nlink == 2
