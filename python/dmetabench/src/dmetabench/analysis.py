@@ -39,6 +39,8 @@ class Summary:
     total_ops: int
     wallclock_rate: float
     fixed: dict[int, float]
+    # Exact totals/time from timing.tsv (mdtest accounting), when recorded.
+    exact_rate: float | None = None
 
     @property
     def ppn(self) -> int:
@@ -133,8 +135,9 @@ MDTEST_NAMES = {
 
 def mdtest_table(summaries: list[Summary]) -> str:
     """An mdtest-style `SUMMARY rate` table: per operation, over its configurations, the
-    max/min/mean/std dev of the wall-clock rate (total operations / time of the slowest
-    process, mdtest's accounting), then the stonewall rate of each configuration."""
+    max/min/mean/std dev of total operations / time of the slowest process (mdtest's
+    accounting: exact when timing.tsv has it, else to the interval), then per configuration
+    the interval-based wall-clock and stonewall rates beside the exact one."""
     lines = [
         f"SUMMARY rate: (of {len(summaries)} configurations)",
         "",
@@ -145,16 +148,21 @@ def mdtest_table(summaries: list[Summary]) -> str:
     for s in summaries:
         by_op.setdefault(s.operation, []).append(s)
     for op, ss in by_op.items():
-        rates = [s.wallclock_rate for s in ss]
+        rates = [s.exact_rate or s.wallclock_rate for s in ss]
         sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
         name = MDTEST_NAMES.get(op, op)
         lines.append(f"   {name:<26}: {max(rates):15.3f}{min(rates):15.3f}{statistics.fmean(rates):15.3f}{sd:15.3f}")
     lines.append("")
-    lines.append(f"   {'configuration':<40}{'total ops':>12}{'wall s':>9}{'wall ops/s':>14}{'stonewall ops/s':>17}")
+    lines.append(
+        f"   {'configuration':<36}{'total ops':>11}{'wall s':>8}{'wall ops/s':>13}{'stonewall ops/s':>17}"
+        f"{'exact ops/s':>13}"
+    )
     for s in summaries:
         cfg = f"{s.operation} {s.nodes} nodes x {s.ppn} ppn"
+        exact = f"{s.exact_rate:13.1f}" if s.exact_rate else f"{'-':>13}"
         lines.append(
-            f"   {cfg:<40}{s.total_ops:>12}{s.wallclock_time:>9.2f}{s.wallclock_rate:>14.1f}{s.stonewall_rate:>17.1f}"
+            f"   {cfg:<36}{s.total_ops:>11}{s.wallclock_time:>8.2f}{s.wallclock_rate:>13.1f}{s.stonewall_rate:>17.1f}"
+            + exact
         )
     return "\n".join(lines)
 
@@ -168,6 +176,10 @@ def analyze(directory: Path, fixed_ops: list[int] | None = None) -> list[Summary
     if not files:
         raise FileNotFoundError(f"no results-*.tsv in {directory}")
     summaries = [summarize(res.read(f), fixed_ops) for f in files]
+    timing = res.read_timing(directory)
+    for s in summaries:
+        ops, secs = timing.get((s.operation, s.nodes, s.procs), (0, 0.0))
+        s.exact_rate = ops / secs if secs else None
     summaries.sort(key=lambda s: (s.operation, s.nodes, s.procs))
     for s in summaries:
         out = directory / f"summary-{s.operation}-{s.nodes}-{s.procs}.tsv"

@@ -36,6 +36,7 @@ def _run_parser(p: argparse.ArgumentParser) -> None:
         help="worker processes without MPI (default: number of CPUs)",
     )
     p.add_argument("--max-procs", type=int, help="skip configurations with more processes")
+    p.add_argument("--min-procs", type=int, help="skip configurations with fewer processes")
     p.add_argument("--results", default="dmetabench-results", help="where result sets are written")
     p.add_argument("--plugin-path", action="append", default=[], help="directory or file with more plugins")
     p.add_argument("--vmstat-seconds", type=int, default=15, help="vmstat before the run (default 15)")
@@ -65,6 +66,7 @@ def cmd_run(args) -> int:
         plugin_paths=[str(Path(p).resolve()) for p in args.plugin_path],
         vmstat_seconds=args.vmstat_seconds,
         max_procs=args.max_procs,
+        min_procs=args.min_procs,
         extra={"plusfs_cluster": args.plusfs_cluster or os.environ.get("PLUSFS_CLUSTER"), "batch": args.batch},
     )
     if args.interval <= 0 or args.problemsize < 1 or args.procs < 1:

@@ -32,6 +32,7 @@ class RunConfig:
     plugin_paths: list[str] = field(default_factory=list)
     vmstat_seconds: int = 15
     max_procs: int | None = None
+    min_procs: int | None = None
     # Passed to every plugin as is (plusfs plugins: plusfs_cluster, batch).
     extra: dict = field(default_factory=dict)
 
@@ -78,6 +79,8 @@ def run(transport, cfg: RunConfig) -> Path:
     plan = planning.execution_plan(table, cfg.nodestep, cfg.ppnstep)
     if cfg.max_procs:
         plan = [e for e in plan if e.procs <= cfg.max_procs]
+    if cfg.min_procs:
+        plan = [e for e in plan if e.procs >= cfg.min_procs]
     log(
         f"{len(hosts)} workers on {len(table)} node(s): "
         + "; ".join(f"{n}: {table[n]}" for n in planning.node_order(table))
@@ -158,6 +161,7 @@ def _subtask(transport, cfg, op, cls, entry, order, hosts, base, outdir) -> None
         replies = _phase(transport, workers, [bench] * len(workers))
         errors = [r["error"] for r in replies if "error" in r]
         samples = [r.get("samples", []) for r in replies]
+        elapsed = max((r.get("elapsed", 0.0) for r in replies), default=0.0)
     cleanup = _phase(transport, workers, [{"cmd": "cleanup"}] * len(workers))
     errors += [r["error"] for r in cleanup if "error" in r]
     if errors:
@@ -172,5 +176,5 @@ def _subtask(transport, cfg, op, cls, entry, order, hosts, base, outdir) -> None
     )
     path = res.write(result, outdir)
     total = sum(s[-1][1] for s in samples if s)
-    end = max((s[-1][0] for s in samples if s), default=0)
-    log(f"  {total} operations in {end:g} s -> {path.name}")
+    res.append_timing(outdir, result, total, elapsed)
+    log(f"  {total} operations in {elapsed:.3f} s ({total / elapsed if elapsed else 0:,.0f} ops/s) -> {path.name}")

@@ -62,5 +62,32 @@ def read(path: Path) -> RunResult:
     return result
 
 
+TIMING = "timing.tsv"
+
+
+def append_timing(directory: Path, result: RunResult, total: int, seconds: float) -> None:
+    """Records the exact duration of a configuration (from the synchronised start to the
+    end of the slowest process): mdtest's totals/time accounting, not quantised to the
+    interval."""
+    path = Path(directory) / TIMING
+    new = not path.exists()
+    with open(path, "a") as f:
+        if new:
+            f.write("Operation\tNodes\tProcs\tOperationsDone\tSeconds\n")
+        f.write(f"{result.operation}\t{result.nodes}\t{result.procs}\t{total}\t{seconds:.6f}\n")
+
+
+def read_timing(directory: Path) -> dict[tuple[str, int, int], tuple[int, float]]:
+    """(operation, nodes, procs) -> (operations, seconds) from timing.tsv, if present."""
+    path = Path(directory) / TIMING
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines()[1:]:
+        op, nodes, procs, total, secs = line.split("\t")
+        out[(op, int(nodes), int(procs))] = (int(total), float(secs))
+    return out
+
+
 def result_files(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob("results-*.tsv"))

@@ -43,8 +43,9 @@ class Supervisor(threading.Thread):
             k += 1
 
 
-def run_bench(plugin, interval: float, runtime: float | None, start_at: float) -> list[tuple[float, int]]:
-    """Runs `plugin.doBench()` from wall-clock time `start_at` under a supervisor."""
+def run_bench(plugin, interval: float, runtime: float | None, start_at: float) -> tuple[list, float]:
+    """Runs `plugin.doBench()` from wall-clock time `start_at` under a supervisor; returns
+    the time log and the exact seconds doBench took."""
     wait = start_at - time.time()
     if wait > 0:
         time.sleep(wait)
@@ -53,9 +54,10 @@ def run_bench(plugin, interval: float, runtime: float | None, start_at: float) -
     try:
         plugin.doBench()
     finally:
+        elapsed = time.monotonic() - sup.t0
         sup.finished.set()
         sup.join()
-    return sup.samples
+    return sup.samples, elapsed
 
 
 class WorkerState:
@@ -80,8 +82,8 @@ def handle(state: WorkerState, msg: dict) -> dict:
             state.plugin.prepare()
             return {"ok": True, "notes": state.plugin.param_dict.get("notes", [])}
         if cmd == "bench":
-            samples = run_bench(state.plugin, msg["interval"], msg.get("runtime"), msg["start_at"])
-            return {"ok": True, "samples": samples}
+            samples, elapsed = run_bench(state.plugin, msg["interval"], msg.get("runtime"), msg["start_at"])
+            return {"ok": True, "samples": samples, "elapsed": elapsed}
         if cmd == "cleanup":
             if state.plugin is not None:
                 state.plugin.cleanup()
