@@ -104,7 +104,7 @@ pub fn run(a: BenchArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
         let outcomes = match parse_target(t)? {
             Target::Plusfs => rt.block_on(run_plusfs(&a, crate::load_map(cluster.as_ref())?))?,
             Target::Local(p) => run_local(&a, &p)?,
-            Target::Engine(p) => rt.block_on(crate::engine_bench::run(&a, p.as_deref()))?,
+            Target::Engine(p) => crate::engine_bench::run(&a, p.as_deref())?,
         };
         for o in outcomes {
             print_outcome(&a, &o);

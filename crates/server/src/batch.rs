@@ -91,10 +91,13 @@ impl Osd {
     ) -> Result<BatchReply, plusfs_proto::WireError> {
         let d = self.dir_object(dir)?;
         let mut results = Results::new(semantics, names.len());
+        // One batched lookup of every valid name (stop-on-failure may leave some unused).
+        let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
+        let mut found = self.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
         for name in names {
             let r = match check_name(name) {
                 Err(e) => Err(e.errno),
-                Ok(()) => match self.store.get_entry(d.ino, name).map_err(eio)? {
+                Ok(()) => match found.next().flatten() {
                     None => Err(Errno::ENOENT),
                     Some(e) if e.kind == FileKind::Dir && op == BatchOp::Open => Err(Errno::EISDIR),
                     Some(e) if e.kind == FileKind::Dir => Ok(Some(Attr { incarnation: 0, ..Attr::of_inode(&e) })),

@@ -119,6 +119,9 @@ pub trait DirStore: Send + Sync + 'static {
     fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError>;
     /// Entry `name` of the directory with inode `dir`.
     fn get_entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError>;
+    /// Entries `names` of the directory with inode `dir`, looked up together (one batched
+    /// engine call), in the order of `names`.
+    fn get_entries(&self, dir: Ino, names: &[&str]) -> Result<Vec<Option<Inode>>, StoreError>;
     /// Up to `limit` entries of `dir` whose names sort after `after`, in name order.
     fn list_entries(&self, dir: Ino, after: Option<&str>, limit: usize) -> Result<Vec<(String, Inode)>, StoreError>;
     /// Every directory object at or below `root`, in path order.

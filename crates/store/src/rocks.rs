@@ -186,6 +186,19 @@ impl DirStore for RocksStore {
         }
     }
 
+    fn get_entries(&self, dir: Ino, names: &[&str]) -> Result<Vec<Option<Inode>>, StoreError> {
+        let keys: Vec<Vec<u8>> = names.iter().map(|n| entry_key(dir, n)).collect();
+        self.db
+            .multi_get(&keys)
+            .into_iter()
+            .zip(&keys)
+            .map(|(r, k)| match r.map_err(engine)? {
+                Some(v) => Ok(Some(decode(k, &v)?)),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
     fn list_entries(&self, dir: Ino, after: Option<&str>, limit: usize) -> Result<Vec<(String, Inode)>, StoreError> {
         let prefix = entry_prefix(dir);
         let start = match after {
@@ -332,6 +345,8 @@ mod tests {
             let rest = s.list_entries(2, Some("f3"), 100).unwrap();
             assert_eq!(rest.len(), 6);
             assert_eq!(s.all_entries().unwrap().len(), 11);
+            let got = s.get_entries(2, &["f9", "nope", "f0"]).unwrap();
+            assert_eq!(got.iter().map(|e| e.as_ref().map(|i| i.ino)).collect::<Vec<_>>(), [Some(109), None, Some(100)]);
             assert_eq!(s.stats().syncs, u64::from(always));
         }
     }
