@@ -29,7 +29,7 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        // SAFETY-free: geteuid/getegid cannot fail.
+        // SAFETY: geteuid/getegid have no preconditions and cannot fail.
         #[allow(unsafe_code)]
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         ClientOptions { conns_per_server: 1, retries: 3, uid, gid, readdir_page: 1024, max_batch: 4096 }
