@@ -140,3 +140,24 @@ async fn sync_always_shares_fsyncs_between_concurrent_requests() {
     assert!(st.store_syncs < st.store_batches, "no fsync was shared: {st:?}");
     assert_eq!(st.store_syncs, st.store_writes);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reconnects_and_resends_idempotent_requests() {
+    let mut cluster = TestCluster::start(2);
+    let c = cluster.client();
+    c.mkdir("/r", 0o755).await.unwrap();
+    c.create("/r/f", 0o644, true).await.unwrap();
+    let home = c.home("/r");
+    cluster.cluster.kill(home).unwrap();
+    // A stat while the server is down is retried with back-off until it is back.
+    let c2 = c.clone();
+    let stat = tokio::spawn(async move { c2.lstat("/r/f").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cluster.cluster.start(home).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    assert_eq!(stat.await.unwrap().unwrap().kind, FileKind::File);
+    assert!(c.counters().retries > 0);
+    // The same client keeps working on its new connection.
+    c.create("/r/g", 0o644, true).await.unwrap();
+    assert_eq!(c.readdir("/r").await.unwrap().len(), 2);
+}
