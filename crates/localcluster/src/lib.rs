@@ -115,6 +115,12 @@ impl LocalCluster {
     /// Starts server `id` as a child process (in its own process group, so a terminal's
     /// Ctrl-C reaches only the command that started it).
     pub fn start(&mut self, id: u32) -> Result<()> {
+        self.start_with_env(id, &[])
+    }
+
+    /// Starts server `id` with extra environment variables (fault-injection tests set
+    /// `PLUSFS_FAILPOINT`).
+    pub fn start_with_env(&mut self, id: u32, env: &[(&str, &str)]) -> Result<()> {
         let dir = self.data.join(format!("server-{id}"));
         fs::create_dir_all(&dir)?;
         let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("server-{id}.log")))?;
@@ -126,6 +132,7 @@ impl LocalCluster {
             .arg(id.to_string())
             .arg("--data")
             .arg(&dir)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -6,6 +6,7 @@
 //! the CLI start servers the same way.
 
 mod batch;
+mod failpoint;
 mod ids;
 mod locks;
 mod metrics;

@@ -247,6 +247,7 @@ impl Osd {
             self.clone().finish(txid, rec).await;
             return Err(no);
         }
+        crate::failpoint::hit("coordinator_after_votes");
         let mut exports = Vec::new();
         for v in votes {
             if let Ok(Reply::Vote(Vote { exports: e })) = v {
@@ -258,6 +259,7 @@ impl Osd {
         rec.state = CoordState::Committing;
         rec.payloads = parts.iter().map(|(s, _)| (*s, payloads.remove(s).unwrap_or_default())).collect();
         self.log_coord(txid, &rec).await?;
+        crate::failpoint::hit("coordinator_after_commit_record");
         self.clone().finish(txid, rec).await;
         Ok(())
     }
@@ -478,6 +480,7 @@ impl Osd {
         let mut b = Batch::new();
         b.put_log(LogKind::Participant, txid, encode(&prepared));
         self.write(b).await?;
+        crate::failpoint::hit("participant_after_prepare_record");
         self.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
         Ok(Reply::Vote(Vote { exports }))

@@ -1,0 +1,19 @@
+//! Crash points for fault-injection tests. `PLUSFS_FAILPOINT=<name>` in a server's
+//! environment makes it abort (like kill -9: nothing is flushed or cleaned up) when it
+//! reaches that point. Names: `coordinator_after_votes`, `coordinator_after_commit_record`,
+//! `participant_after_prepare_record`. Unset in production; checking costs one comparison.
+
+use std::sync::OnceLock;
+
+fn configured() -> Option<&'static str> {
+    static NAME: OnceLock<Option<String>> = OnceLock::new();
+    NAME.get_or_init(|| std::env::var("PLUSFS_FAILPOINT").ok().filter(|s| !s.is_empty())).as_deref()
+}
+
+/// Aborts the process if the failpoint `name` is configured.
+pub fn hit(name: &str) {
+    if configured() == Some(name) {
+        eprintln!("plusfs: failpoint {name} reached: aborting");
+        std::process::abort();
+    }
+}
