@@ -107,8 +107,11 @@ async fn per_entry_results_in_caller_order() {
 
     // mkdirv: objects land on their home servers; fsck agrees.
     let dirs = names("m", 40);
+    let before = c.server_status(c.home("/d")).await.unwrap().tx_started;
     let out = c.mkdirv("/d", &dirs, 0o755, Semantics::PerformAll).await.unwrap();
     assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+    let after = c.server_status(c.home("/d")).await.unwrap().tx_started;
+    assert_eq!(after - before, 1, "a perform-all mkdirv is one transaction");
     let again = c.mkdirv("/d", &dirs[..2], 0o755, Semantics::PerformAll).await.unwrap();
     assert!(again.iter().all(|r| *r == Err(Errno::EEXIST)));
     assert_eq!(c.lstat("/d").await.unwrap().nlink, 2 + 41);

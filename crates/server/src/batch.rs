@@ -185,8 +185,7 @@ impl Osd {
         let mut results = Results::new(semantics, names.len());
         match semantics {
             Semantics::PerformAll => {
-                let all = names.iter().map(|n| self.mkdir_entry(dir, n, mode, uid, gid));
-                for r in futures::future::join_all(all).await {
+                for r in self.mkdirv_together(dir, names, mode, uid, gid).await {
                     results.push(r);
                 }
             }
@@ -199,6 +198,58 @@ impl Osd {
             }
         }
         results.reply
+    }
+
+    /// Perform-all `mkdirv`: entries that can be checked here (bad names, existing or
+    /// repeated names) fail at once; the others are made in one transaction, so a batch
+    /// costs one message pair per server. If that transaction fails, each remaining entry
+    /// is retried on its own to give it its own result.
+    async fn mkdirv_together(
+        self: &Arc<Self>,
+        dir: &str,
+        names: &[String],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Vec<EntryResult> {
+        let parent = match self.dir_object(dir) {
+            Ok(d) => d,
+            Err(e) => return vec![Err(e.errno); names.len()],
+        };
+        let mut out: Vec<Option<EntryResult>> = vec![None; names.len()];
+        let mut seen = std::collections::HashSet::new();
+        let mut todo: Vec<usize> = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            out[i] = match check_name(name) {
+                Err(e) => Some(Err(e.errno)),
+                Ok(()) if !seen.insert(name.as_str()) => Some(Err(Errno::EEXIST)),
+                Ok(()) => match self.store.get_entry(parent.ino, name) {
+                    Err(_) => Some(Err(Errno::EIO)),
+                    Ok(Some(_)) => Some(Err(Errno::EEXIST)),
+                    Ok(None) => {
+                        todo.push(i);
+                        None
+                    }
+                },
+            };
+        }
+        let batch: Vec<&str> = todo.iter().map(|&i| names[i].as_str()).collect();
+        let together =
+            if batch.is_empty() { Ok(Vec::new()) } else { self.mkdir_many(dir, &batch, mode, uid, gid).await };
+        match together {
+            Ok(attrs) => {
+                for (i, a) in todo.iter().zip(attrs) {
+                    out[*i] = Some(Ok(Some(a)));
+                }
+            }
+            Err(_) => {
+                let each = todo.iter().map(|&i| self.mkdir_entry(dir, &names[i], mode, uid, gid));
+                for (i, r) in todo.iter().zip(futures::future::join_all(each).await) {
+                    out[*i] = Some(r);
+                }
+            }
+        }
+        out.into_iter().map(|r| r.expect("every entry decided")).collect()
     }
 
     async fn mkdir_entry(self: &Arc<Self>, dir: &str, name: &str, mode: u32, uid: u32, gid: u32) -> EntryResult {

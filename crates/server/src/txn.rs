@@ -77,31 +77,49 @@ impl Osd {
         if self.store.get_entry(parent.ino, name).map_err(eio)?.is_some() {
             return Err(err(Errno::EEXIST, format!("'{p}' exists")));
         }
-        let now = Timespec::now();
-        let ino = self.new_ino().await?;
-        let object = DirObject {
-            ino,
-            incarnation: (now.sec as u64) * 1_000_000_000 + now.nsec as u64,
-            mode: mode & 0o7777,
-            uid,
-            gid,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            entries: 0,
-            subdirs: 0,
-        };
+        let attrs = self.mkdir_many(dir, &[name], mode, uid, gid).await?;
+        Ok(Reply::Attr(attrs.into_iter().next().expect("one directory made")))
+    }
+
+    /// Makes subdirectories `names` of `dir` in one atomic operation: this server inserts
+    /// every entry, each child's home creates its objects, one sub-operation list per server.
+    pub(crate) async fn mkdir_many(
+        self: &Arc<Self>,
+        dir: &str,
+        names: &[&str],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> OpResult<Vec<Attr>> {
         let mut parts = Parts::new();
-        let entry = SubOp::InsertEntry {
-            dir: dir.to_string(),
-            name: name.to_string(),
-            inode: Inode::subdir(ino),
-            replace: Replace::Never,
-        };
-        add_part(&mut parts, self.id, entry);
-        add_part(&mut parts, self.map.home_of_dir(p), SubOp::CreateDir { path: p.to_string(), object: object.clone() });
+        let mut attrs = Vec::with_capacity(names.len());
+        for name in names {
+            let now = Timespec::now();
+            let object = DirObject {
+                ino: self.new_ino().await?,
+                incarnation: (now.sec as u64) * 1_000_000_000 + now.nsec as u64,
+                mode: mode & 0o7777,
+                uid,
+                gid,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                entries: 0,
+                subdirs: 0,
+            };
+            let path = plusfs_proto::path::join(dir, name);
+            let entry = SubOp::InsertEntry {
+                dir: dir.to_string(),
+                name: name.to_string(),
+                inode: Inode::subdir(object.ino),
+                replace: Replace::Never,
+            };
+            add_part(&mut parts, self.id, entry);
+            attrs.push(Attr::of_dir(&object));
+            add_part(&mut parts, self.map.home_of_dir(&path), SubOp::CreateDir { path, object });
+        }
         self.run(parts).await?;
-        Ok(Reply::Attr(Attr::of_dir(&object)))
+        Ok(attrs)
     }
 
     pub(crate) async fn rmdir(self: &Arc<Self>, p: &str) -> Response {
