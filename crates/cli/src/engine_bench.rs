@@ -107,9 +107,12 @@ fn engine_client(
             }
             Phase::Create | Phase::Unlink => {
                 let mut b = Batch::new();
-                for name in chunk {
-                    // A server checks the name is free (create) or present (unlink) first.
-                    let exists = store.get_entry(dir_ino, name)?.is_some();
+                // A server checks the names are free (create) or present (unlink) first,
+                // with one batched lookup.
+                let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                let current = store.get_entries(dir_ino, &names)?;
+                for (name, cur) in chunk.iter().zip(current) {
+                    let exists = cur.is_some();
                     match (phase, exists) {
                         (Phase::Create, false) => {
                             next_ino += 1;

@@ -129,17 +129,18 @@ impl Osd {
         wanted.dedup();
         let _guard = self.locks.lock(&wanted, None, true).await;
         let mut d = self.dir_object(dir)?;
-        let mut overlay: HashMap<&str, Option<Inode>> = HashMap::new();
+        // What every valid name is now, in one batched lookup; then, entry by entry, what
+        // the earlier entries of this batch made of it.
+        let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
+        let found = self.store.get_entries(d.ino, &valid).map_err(eio)?;
+        let mut overlay: HashMap<&str, Option<Inode>> = valid.into_iter().zip(found).collect();
         let mut batch = Batch::new();
         let mut results = Results::new(semantics, names.len());
         for name in names {
             let r = match check_name(name) {
                 Err(e) => Err(e.errno),
                 Ok(()) => {
-                    let cur = match overlay.get(name.as_str()) {
-                        Some(c) => c.clone(),
-                        None => self.store.get_entry(d.ino, name).map_err(eio)?,
-                    };
+                    let cur = overlay.get(name.as_str()).cloned().flatten();
                     match decide(cur.as_ref()) {
                         Err(e) => Err(e),
                         Ok(Change::Keep(a)) => Ok(Some(a)),
