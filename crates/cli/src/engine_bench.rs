@@ -4,7 +4,7 @@
 
 use crate::bench::{client_files, BenchArgs, Outcome, Phase};
 use anyhow::{Context, Result};
-use plusfs_proto::{DirObject, FileKind, Inode, Timespec};
+use plusfs_proto::{DirObject, FileKind, Inode};
 use plusfs_store::{Batch, DirStore, RocksStore};
 use std::path::Path;
 use std::sync::{Arc, Barrier};
@@ -70,22 +70,6 @@ pub fn run(a: &BenchArgs, dir: Option<&Path>) -> Result<Vec<Outcome>> {
     Ok(out)
 }
 
-fn dir_object(ino: u64, entries: u64) -> DirObject {
-    let now = Timespec::now();
-    DirObject {
-        ino,
-        incarnation: 1,
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        entries,
-        subdirs: 0,
-    }
-}
-
 /// One client's loop; returns the number of failed operations.
 fn engine_client(
     store: &RocksStore,
@@ -116,27 +100,13 @@ fn engine_client(
                     match (phase, exists) {
                         (Phase::Create, false) => {
                             next_ino += 1;
-                            let now = Timespec::now();
-                            let inode = Inode {
-                                ino: next_ino,
-                                kind: FileKind::File,
-                                mode: 0o644,
-                                uid: 0,
-                                gid: 0,
-                                size: 0,
-                                nlink: 1,
-                                atime: now,
-                                mtime: now,
-                                ctime: now,
-                                target: None,
-                            };
-                            b.put_entry(dir_ino, name, &inode);
+                            b.put_entry(dir_ino, name, &Inode::new(next_ino, FileKind::File, 0o644, 0, 0));
                         }
                         (Phase::Unlink, true) => b.del_entry(dir_ino, name),
                         _ => errors += 1,
                     }
                 }
-                b.put_dir(dir_path, &dir_object(dir_ino, 0));
+                b.put_dir(dir_path, &DirObject::new(dir_ino, 0o755, 0, 0));
                 store.submit(b).blocking_recv().map_err(|_| anyhow::anyhow!("store closed"))??;
             }
         }

@@ -67,6 +67,24 @@ pub struct Inode {
 }
 
 impl Inode {
+    /// A new file, FIFO or symlink with one link, size 0 and all times now.
+    pub fn new(ino: Ino, kind: FileKind, mode: u32, uid: u32, gid: u32) -> Inode {
+        let now = Timespec::now();
+        Inode {
+            ino,
+            kind,
+            mode: mode & 0o7777,
+            uid,
+            gid,
+            size: 0,
+            nlink: 1,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            target: None,
+        }
+    }
+
     /// A subdirectory ("h") entry pointing at directory `ino`.
     pub fn subdir(ino: Ino) -> Inode {
         Inode {
@@ -101,6 +119,26 @@ pub struct DirObject {
     pub entries: u64,
     /// Subdirectory entries (gives the link count `2 + subdirs`).
     pub subdirs: u64,
+}
+
+impl DirObject {
+    /// A new, empty directory object with all times now and its creation time as
+    /// incarnation.
+    pub fn new(ino: Ino, mode: u32, uid: u32, gid: u32) -> DirObject {
+        let now = Timespec::now();
+        DirObject {
+            ino,
+            incarnation: (now.sec as u64) * 1_000_000_000 + now.nsec as u64,
+            mode: mode & 0o7777,
+            uid,
+            gid,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            entries: 0,
+            subdirs: 0,
+        }
+    }
 }
 
 /// Attributes returned by `stat`.

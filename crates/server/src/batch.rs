@@ -6,7 +6,7 @@
 use crate::locks::Scope;
 use crate::osd::{check_dir_path, count_entry, eio, Osd};
 use plusfs_proto::path::{check_name, join};
-use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Inode, Reply, Response, Semantics, Timespec};
+use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Inode, Reply, Response, Semantics};
 use plusfs_store::Batch;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -65,7 +65,7 @@ impl Osd {
                     Some(_) if exclusive => Err(Errno::EEXIST),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Keep(Attr::of_inode(e))),
-                    None => Ok(Change::Create(new_file(mode, uid, gid))),
+                    None => Ok(Change::Create(Inode::new(0, FileKind::File, mode, uid, gid))),
                 })
                 .await?
             }
@@ -172,8 +172,9 @@ impl Osd {
         Ok(results.reply)
     }
 
-    /// `mkdirv`: each directory's object may live on another server, so every entry is its
-    /// own (two-phase) operation; under perform-all they run concurrently.
+    /// `mkdirv`: each directory's object may live on another server. Under perform-all the
+    /// whole batch is one transaction (see `mkdirv_together`); under stop-on-failure the
+    /// entries run one after the other.
     async fn mkdirv(
         self: &Arc<Self>,
         dir: &str,
@@ -276,21 +277,4 @@ enum Change {
     /// Create this inode (its number is allocated when it is written).
     Create(Inode),
     Remove(FileKind),
-}
-
-fn new_file(mode: u32, uid: u32, gid: u32) -> Inode {
-    let now = Timespec::now();
-    Inode {
-        ino: 0,
-        kind: FileKind::File,
-        mode: mode & 0o7777,
-        uid,
-        gid,
-        size: 0,
-        nlink: 1,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        target: None,
-    }
 }

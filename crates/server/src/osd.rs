@@ -124,19 +124,7 @@ impl Osd {
             txids,
         });
         if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
-            let now = Timespec::now();
-            let root = DirObject {
-                ino: ROOT_INO,
-                incarnation: 1,
-                mode: 0o755,
-                uid: 0,
-                gid: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                entries: 0,
-                subdirs: 0,
-            };
+            let root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
             let mut b = Batch::new();
             b.put_dir("/", &root);
             commit(osd.store.as_ref(), b).await?;
@@ -220,21 +208,8 @@ impl Osd {
                 _ => Ok(Reply::Attr(Attr::of_inode(&e))),
             };
         }
-        let now = Timespec::now();
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
-        let inode = Inode {
-            ino: self.new_ino().await?,
-            kind,
-            mode: mode & 0o7777,
-            uid,
-            gid,
-            size,
-            nlink: 1,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            target,
-        };
+        let inode = Inode { size, target, ..Inode::new(self.new_ino().await?, kind, mode, uid, gid) };
         count_entry(&mut d, kind, 1);
         let mut b = Batch::new();
         b.put_entry(d.ino, name, &inode);

@@ -94,19 +94,7 @@ impl Osd {
         let mut parts = Parts::new();
         let mut attrs = Vec::with_capacity(names.len());
         for name in names {
-            let now = Timespec::now();
-            let object = DirObject {
-                ino: self.new_ino().await?,
-                incarnation: (now.sec as u64) * 1_000_000_000 + now.nsec as u64,
-                mode: mode & 0o7777,
-                uid,
-                gid,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                entries: 0,
-                subdirs: 0,
-            };
+            let object = DirObject::new(self.new_ino().await?, mode, uid, gid);
             let path = plusfs_proto::path::join(dir, name);
             let entry = SubOp::InsertEntry {
                 dir: dir.to_string(),
