@@ -5,7 +5,7 @@
 #![allow(non_camel_case_types)]
 
 use libc::{c_char, c_int, c_void, mode_t};
-use plusfs_client::{Client, ClientOptions, OpenFlags};
+use plusfs_client::{Client, ClientOptions, FsError, OpenFlags};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Attr, Errno, FileKind, Semantics};
 use std::ffi::CStr;
@@ -118,6 +118,33 @@ fn fill_stat(a: &Attr, st: &mut libc::stat) {
     st.st_ctime_nsec = a.ctime.nsec as _;
 }
 
+/// The shared body of the directory batch calls: checks the arguments, runs `call`, writes
+/// one result per entry (`ok` turns a success into its value, failures become negated
+/// errnos) and returns how many entries were performed.
+///
+/// # Safety
+/// Pointers are valid for `count` elements.
+unsafe fn dir_batch<T>(
+    fs: *mut plusfs_t,
+    dirname: *const c_char,
+    paths: *const *const c_char,
+    count: c_int,
+    returnvalues: *mut c_int,
+    call: impl FnOnce(&plusfs_t, &str, &[String]) -> Result<Vec<Result<T, Errno>>, FsError>,
+    mut ok: impl FnMut(usize, T) -> c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
+            let out = call(fs, dir, &names).map_err(|e| neg(e.errno))?;
+            let rv: Vec<c_int> =
+                out.into_iter().enumerate().map(|(i, r)| r.map(|v| ok(i, v)).unwrap_or_else(neg)).collect();
+            Ok(write_results(&rv, returnvalues))
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
+
 /// Connects to the cluster described by the cluster map file `cluster_file`. Returns NULL
 /// and sets `errno` on failure.
 ///
@@ -183,19 +210,17 @@ pub unsafe extern "C" fn plusfs_openv(
     returnvalues: *mut c_int,
     count: c_int,
 ) -> c_int {
-    guard(|| {
-        let run = || -> Result<c_int, c_int> {
-            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
-            let flags = OpenFlags { create: flags & libc::O_CREAT != 0, exclusive: flags & libc::O_EXCL != 0 };
-            let out = fs
-                .rt
-                .block_on(fs.client.openv(dir, &names, flags, mode, to_semantics(semantics)))
-                .map_err(|e| neg(e.errno))?;
-            let rv: Vec<c_int> = out.into_iter().map(|r| r.unwrap_or_else(neg)).collect();
-            Ok(write_results(&rv, returnvalues))
-        };
-        run().unwrap_or_else(|e| e)
-    })
+    let flags = OpenFlags { create: flags & libc::O_CREAT != 0, exclusive: flags & libc::O_EXCL != 0 };
+    let sem = to_semantics(semantics);
+    dir_batch(
+        fs,
+        dirname,
+        paths,
+        count,
+        returnvalues,
+        |fs, dir, names| fs.rt.block_on(fs.client.openv(dir, names, flags, mode, sem)),
+        |_, fd| fd,
+    )
 }
 
 /// Closes descriptors in one batch per server; unknown descriptors get -EBADF.
@@ -240,27 +265,21 @@ pub unsafe extern "C" fn plusfs_statv(
     returnstats: *mut libc::stat,
     count: c_int,
 ) -> c_int {
-    guard(|| {
-        let run = || -> Result<c_int, c_int> {
-            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
-            let out =
-                fs.rt.block_on(fs.client.statv(dir, &names, to_semantics(semantics))).map_err(|e| neg(e.errno))?;
-            let mut rv = Vec::with_capacity(out.len());
-            for (i, r) in out.iter().enumerate() {
-                match r {
-                    Ok(a) => {
-                        if !returnstats.is_null() {
-                            fill_stat(a, &mut *returnstats.add(i));
-                        }
-                        rv.push(0);
-                    }
-                    Err(e) => rv.push(neg(*e)),
-                }
+    let sem = to_semantics(semantics);
+    dir_batch(
+        fs,
+        dirname,
+        paths,
+        count,
+        returnvalues,
+        |fs, dir, names| fs.rt.block_on(fs.client.statv(dir, names, sem)),
+        |i, a| {
+            if !returnstats.is_null() {
+                fill_stat(&a, &mut *returnstats.add(i));
             }
-            Ok(write_results(&rv, returnvalues))
-        };
-        run().unwrap_or_else(|e| e)
-    })
+            0
+        },
+    )
 }
 
 /// Removes `paths[0..count)` of `dirname` in one batch.
@@ -276,16 +295,16 @@ pub unsafe extern "C" fn plusfs_unlinkv(
     returnvalues: *mut c_int,
     count: c_int,
 ) -> c_int {
-    guard(|| {
-        let run = || -> Result<c_int, c_int> {
-            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
-            let out =
-                fs.rt.block_on(fs.client.unlinkv(dir, &names, to_semantics(semantics))).map_err(|e| neg(e.errno))?;
-            let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(neg)).collect();
-            Ok(write_results(&rv, returnvalues))
-        };
-        run().unwrap_or_else(|e| e)
-    })
+    let sem = to_semantics(semantics);
+    dir_batch(
+        fs,
+        dirname,
+        paths,
+        count,
+        returnvalues,
+        |fs, dir, names| fs.rt.block_on(fs.client.unlinkv(dir, names, sem)),
+        |_, ()| 0,
+    )
 }
 
 /// Creates subdirectories `paths[0..count)` of `dirname` in one batch.
@@ -302,18 +321,16 @@ pub unsafe extern "C" fn plusfs_mkdirv(
     returnvalues: *mut c_int,
     count: c_int,
 ) -> c_int {
-    guard(|| {
-        let run = || -> Result<c_int, c_int> {
-            let (fs, dir, names) = (handle(fs)?, text(dirname)?, names(paths, count)?);
-            let out = fs
-                .rt
-                .block_on(fs.client.mkdirv(dir, &names, mode, to_semantics(semantics)))
-                .map_err(|e| neg(e.errno))?;
-            let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(neg)).collect();
-            Ok(write_results(&rv, returnvalues))
-        };
-        run().unwrap_or_else(|e| e)
-    })
+    let sem = to_semantics(semantics);
+    dir_batch(
+        fs,
+        dirname,
+        paths,
+        count,
+        returnvalues,
+        |fs, dir, names| fs.rt.block_on(fs.client.mkdirv(dir, names, mode, sem)),
+        |_, _| 0,
+    )
 }
 
 /// Runs a single-path call that yields an int.
