@@ -72,6 +72,25 @@ pub(crate) struct Outcome {
     pub(crate) requests: u64,
 }
 
+impl Outcome {
+    /// The outcome of one phase on a target without messages (local, engine).
+    pub(crate) fn timed(target: String, phase: Phase, a: &BenchArgs, errors: u64, seconds: f64) -> Outcome {
+        let ops = (a.files * a.clients) as u64;
+        Outcome {
+            target,
+            phase,
+            batch: a.batch,
+            clients: a.clients,
+            ops,
+            errors,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            messages_per_op: 0.0,
+            requests: 0,
+        }
+    }
+}
+
 enum Target {
     Plusfs,
     Local(PathBuf),
@@ -208,19 +227,10 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         let seconds = start.elapsed().as_secs_f64();
         // The status requests of the second scan are themselves counted once per server.
         let server_msgs = server_msgs_in(&admin).await?.saturating_sub(before_servers + map.servers.len() as u64);
-        let ops = (a.files * a.clients) as u64;
-        out.push(Outcome {
-            target: "plusfs".into(),
-            phase,
-            batch: a.batch,
-            clients: a.clients,
-            ops,
-            errors,
-            seconds,
-            ops_per_sec: ops as f64 / seconds,
-            messages_per_op: (server_msgs + replies) as f64 / ops as f64,
-            requests,
-        });
+        let mut o = Outcome::timed("plusfs".into(), phase, a, errors, seconds);
+        o.messages_per_op = (server_msgs + replies) as f64 / o.ops as f64;
+        o.requests = requests;
+        out.push(o);
     }
     Ok(out)
 }
@@ -329,19 +339,7 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
             .collect();
         let errors: u64 = handles.into_iter().map(|h| h.join().unwrap_or(1)).sum();
         let seconds = start.elapsed().as_secs_f64();
-        let ops = (a.files * a.clients) as u64;
-        out.push(Outcome {
-            target: format!("local:{}", root.display()),
-            phase,
-            batch: a.batch,
-            clients: a.clients,
-            ops,
-            errors,
-            seconds,
-            ops_per_sec: ops as f64 / seconds,
-            messages_per_op: 0.0,
-            requests: 0,
-        });
+        out.push(Outcome::timed(format!("local:{}", root.display()), phase, a, errors, seconds));
     }
     Ok(out)
 }

@@ -53,19 +53,7 @@ pub fn run(a: &BenchArgs, dir: Option<&Path>) -> Result<Vec<Outcome>> {
             errors += t.join().map_err(|_| anyhow::anyhow!("engine client panicked"))??;
         }
         let seconds = start.elapsed().as_secs_f64();
-        let ops = (a.files * a.clients) as u64;
-        out.push(Outcome {
-            target: label.clone(),
-            phase,
-            batch: a.batch,
-            clients: a.clients,
-            ops,
-            errors,
-            seconds,
-            ops_per_sec: ops as f64 / seconds,
-            messages_per_op: 0.0,
-            requests: 0,
-        });
+        out.push(Outcome::timed(label.clone(), phase, a, errors, seconds));
     }
     Ok(out)
 }
