@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use plusfs_client::{Client, ClientOptions};
-use plusfs_localcluster::LocalCluster;
-use plusfs_placement::{ClusterMap, SyncMode};
+use plusfs_localcluster::{ClusterSettings, LocalCluster};
+use plusfs_placement::{ClusterMap, HugedirSettings, SyncMode, ThresholdSetting};
 use plusfs_server::ServerConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +44,13 @@ pub enum ClusterCmd {
         /// Durability setting of a new cluster.
         #[arg(long, value_enum, default_value = "os")]
         sync: SyncArg,
+        /// Huge-directory threshold of a new cluster: entries above which a directory is
+        /// spread over several servers, 0 (from the first entry) or `never`.
+        #[arg(long, default_value = "8000", value_parser = parse_threshold)]
+        hugedir_threshold: ThresholdSetting,
+        /// Storing servers of a distributed directory (0: all).
+        #[arg(long, default_value_t = 0)]
+        hugedir_width: u32,
         /// Return once all servers answer, leaving them running.
         #[arg(long)]
         detach: bool,
@@ -89,7 +96,14 @@ pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
 
 pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
     match c {
-        ClusterCmd::Up { servers, data, sync, detach } => up(servers, data, sync, detach),
+        ClusterCmd::Up { servers, data, sync, hugedir_threshold, hugedir_width, detach } => {
+            let sync = match sync {
+                SyncArg::Os => SyncMode::Os,
+                SyncArg::Always => SyncMode::Always,
+            };
+            let hugedirs = HugedirSettings { threshold: hugedir_threshold, width: hugedir_width };
+            up(servers, data, &ClusterSettings { sync, hugedirs }, detach)
+        }
         ClusterCmd::Down { data } => {
             let n = plusfs_localcluster::down(&data, Duration::from_secs(10))?;
             println!("stopped {n} servers");
@@ -105,13 +119,19 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
     }
 }
 
-fn up(servers: Option<usize>, data: PathBuf, sync: SyncArg, detach: bool) -> Result<ExitCode> {
+/// Parses a cluster huge-directory threshold: a number of entries or `never`.
+pub fn parse_threshold(s: &str) -> Result<ThresholdSetting, String> {
+    match s {
+        "never" => Ok(ThresholdSetting::Word("never".into())),
+        n => {
+            n.parse().map(ThresholdSetting::Entries).map_err(|_| format!("'{s}' is not a number of entries or 'never'"))
+        }
+    }
+}
+
+fn up(servers: Option<usize>, data: PathBuf, settings: &ClusterSettings, detach: bool) -> Result<ExitCode> {
     let exe = std::env::current_exe()?;
-    let sync = match sync {
-        SyncArg::Os => SyncMode::Os,
-        SyncArg::Always => SyncMode::Always,
-    };
-    let mut c = LocalCluster::up(&exe, &data, servers, sync)?;
+    let mut c = LocalCluster::up(&exe, &data, servers, settings)?;
     println!("cluster of {} servers is up; map: {}", c.map().servers.len(), c.map_file().display());
     println!("export PLUSFS_CLUSTER={}", c.map_file().display());
     if detach {

@@ -182,7 +182,19 @@ fn garbage_on_the_socket_closes_only_that_connection() {
 
     // Unnormalised paths straight on the wire are refused, not normalised by the server.
     let mut buf = BytesMut::new();
-    encode_request(8, &Request::Mkdir { path: "/a/../b".into(), mode: 0o755, uid: 0, gid: 0 }, &mut buf).unwrap();
+    encode_request(
+        8,
+        &Request::Mkdir {
+            path: "/a/../b".into(),
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            threshold: Default::default(),
+            width: 0,
+        },
+        &mut buf,
+    )
+    .unwrap();
     let mut s = raw(&cluster);
     s.write_all(&buf).unwrap();
     let mut reply = vec![0u8; 256];

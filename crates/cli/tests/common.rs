@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use plusfs_client::{Client, ClientOptions};
-use plusfs_localcluster::LocalCluster;
-use plusfs_placement::SyncMode;
+use plusfs_localcluster::{ClusterSettings, LocalCluster};
+use plusfs_placement::{HugedirSettings, SyncMode, ThresholdSetting};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -27,8 +27,23 @@ impl TestCluster {
     }
 
     pub fn start_with(n: usize, sync: SyncMode) -> TestCluster {
+        Self::start_settings(n, &ClusterSettings { sync, ..Default::default() })
+    }
+
+    /// Starts `n` servers whose directories are distributed above `threshold` entries
+    /// (`None`: never).
+    pub fn start_hugedirs(n: usize, threshold: Option<u64>) -> TestCluster {
+        let threshold = match threshold {
+            Some(t) => ThresholdSetting::Entries(t),
+            None => ThresholdSetting::Word("never".into()),
+        };
+        let hugedirs = HugedirSettings { threshold, width: 0 };
+        Self::start_settings(n, &ClusterSettings { hugedirs, ..Default::default() })
+    }
+
+    pub fn start_settings(n: usize, settings: &ClusterSettings) -> TestCluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cluster = LocalCluster::up(&exe(), dir.path(), Some(n), sync).expect("cluster up");
+        let cluster = LocalCluster::up(&exe(), dir.path(), Some(n), settings).expect("cluster up");
         TestCluster { cluster, _dir: dir }
     }
 

@@ -1,15 +1,17 @@
 //! Batch operations: one operation on many entries of a directory (seed 000 §3).
 //!
-//! A batch is split by server ([`Client::route_batch`]: today every entry of a directory
-//! lives on the directory's home server; huge directories will split by name), each
-//! server's part is cut into requests of at most `max_batch` entries and a few MiB, the
-//! parts go out in parallel, and the results come back in the caller's order.
+//! A batch is split by server ([`Client::route_batch`]: the directory's home, or for a
+//! distributed directory the storing servers by Eq. 2), each server's part is cut into
+//! requests of at most `max_batch` entries and a few MiB, the parts go out in parallel, and
+//! the results come back in the caller's order (seed 000 §3.1, Fig. 6). Entries a server
+//! hands back (redirect, directory distributed midway, stale cache) are routed again.
 
+use crate::dist::Reroute;
 use crate::error::FsError;
-use crate::fs::{expect_batch, Client};
+use crate::fs::Client;
 use futures::future::join_all;
 use plusfs_proto::path;
-use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Reply, Request, Semantics, ServerId};
+use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Reply, Request, Semantics, ServerId, WireError};
 
 /// Largest total of name bytes in one batch request (frames stay far below the maximum).
 const MAX_BATCH_BYTES: usize = 4 << 20;
@@ -45,14 +47,26 @@ pub struct OpenFlags {
 }
 
 impl Client {
-    /// Which server holds which entries of `dir`: (server, indexes into `names`).
-    pub fn route_batch(&self, dir: &str, names: &[String]) -> Vec<(ServerId, Vec<usize>)> {
-        vec![(self.home(dir), (0..names.len()).collect())]
+    /// Which server holds which entries of `dir`: (server, shard incarnation, indexes into
+    /// `names`) for the entries `idx`. A directory this client knows to be distributed is
+    /// split by Eq. 2 (seed 000 Fig. 6); any other goes whole to its home.
+    pub fn route_batch(&self, dir: &str, names: &[String], idx: &[usize]) -> Vec<(ServerId, Option<u64>, Vec<usize>)> {
+        let mut parts: Vec<(ServerId, Option<u64>, Vec<usize>)> = Vec::new();
+        for &i in idx {
+            let (server, shard) = self.locate(dir, &names[i]);
+            match parts.iter_mut().find(|p| p.0 == server) {
+                Some(p) => p.2.push(i),
+                None => parts.push((server, shard, vec![i])),
+            }
+        }
+        parts
     }
 
     /// Runs one batch operation and returns one outcome per name, in the caller's order.
     /// `Err` only when the directory itself cannot be used (it does not exist, is not a
-    /// directory, or its path is invalid).
+    /// directory, or its path is invalid). Entries a server sends back (the directory is
+    /// distributed, became distributed midway, or the cached distribution was stale) are
+    /// routed again and sent to their storing servers.
     pub async fn batch(
         &self,
         op: BatchOp,
@@ -64,19 +78,46 @@ impl Client {
         let verb = batch_verb(op);
         let dir = path::normalize(dir_raw).map_err(|e| FsError::new(verb, dir_raw, e.errno).with_detail(e.reason))?;
         let mut out = vec![Outcome::NotPerformed; names.len()];
-        let parts = self.route_batch(&dir, names);
-        let replies = join_all(parts.into_iter().map(|(server, idx)| {
-            let dir = dir.clone();
-            async move {
-                let r = self.batch_on_server(op, &dir, dir_raw, names, server, &idx, mode, semantics).await;
-                (idx, r)
+        let mut pending: Vec<usize> = (0..names.len()).collect();
+        let mut waits = 0u32;
+        for _ in 0..MAX_ROUNDS {
+            if pending.is_empty() {
+                break;
             }
-        }))
-        .await;
-        for (idx, r) in replies {
-            for (i, o) in idx.into_iter().zip(r?) {
-                out[i] = o;
+            let parts = self.route_batch(&dir, names, &pending);
+            let replies = join_all(parts.into_iter().map(|(server, shard, idx)| {
+                let dir = dir.clone();
+                async move {
+                    let part = Part { op, dir: &dir, names, server, shard, mode, semantics };
+                    self.batch_on_server(&part, &idx).await
+                }
+            }))
+            .await;
+            pending.clear();
+            let mut wait = false;
+            for r in replies {
+                let r = r?;
+                for (i, o) in r.done {
+                    out[i] = o;
+                }
+                pending.extend(r.redo);
+                if let Some(e) = r.error {
+                    match self.reroute(&dir, e.1, e.0) {
+                        Reroute::Retry => {}
+                        Reroute::Wait => wait = true,
+                        Reroute::Fail(e) => return Err(self.server_error(verb, dir_raw, e).await),
+                    }
+                }
             }
+            pending.sort_unstable();
+            if wait && !pending.is_empty() {
+                waits += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(2u64 << waits.min(8))).await;
+            }
+        }
+        if !pending.is_empty() {
+            let detail = "the directory's distribution kept changing";
+            return Err(FsError::new(verb, dir_raw, Errno::EAGAIN).with_detail(detail));
         }
         if op == BatchOp::Stat {
             self.fill_dir_attrs(&dir, names, &mut out).await;
@@ -85,60 +126,46 @@ impl Client {
     }
 
     /// One server's part: cut into requests; under perform-all they are pipelined, under
-    /// stop-on-failure sent one after another until one reports a failure.
-    #[allow(clippy::too_many_arguments)]
-    async fn batch_on_server(
-        &self,
-        op: BatchOp,
-        dir: &str,
-        dir_raw: &str,
-        names: &[String],
-        server: ServerId,
-        idx: &[usize],
-        mode: u32,
-        semantics: Semantics,
-    ) -> Result<Vec<Outcome>, FsError> {
-        let chunks = self.cut(names, idx);
-        let request = |chunk: &[usize]| Request::Batch {
-            op,
-            dir: dir.to_string(),
-            names: chunk.iter().map(|&i| names[i].clone()).collect(),
-            mode: mode & 0o7777,
-            uid: self.opts.uid,
-            gid: self.opts.gid,
-            semantics,
+    /// stop-on-failure sent one after another until one reports a failure. Entries not
+    /// performed because of routing come back in `redo`.
+    async fn batch_on_server(&self, part: &Part<'_>, idx: &[usize]) -> Result<PartResult, FsError> {
+        let chunks = self.cut(part.names, idx);
+        let request = |chunk: &[usize]| {
+            let req = Request::Batch {
+                op: part.op,
+                dir: part.dir.to_string(),
+                names: chunk.iter().map(|&i| part.names[i].clone()).collect(),
+                mode: part.mode & 0o7777,
+                uid: self.opts.uid,
+                gid: self.opts.gid,
+                semantics: part.semantics,
+            };
+            Client::addressed(req, part.shard)
         };
-        let mut out = Vec::with_capacity(idx.len());
-        match semantics {
+        let mut result = PartResult::default();
+        let verb = batch_verb(part.op);
+        match part.semantics {
             Semantics::PerformAll => {
                 let replies =
-                    join_all(chunks.iter().map(|c| self.rpc_batch(batch_verb(op), dir_raw, server, request(c)))).await;
+                    join_all(chunks.iter().map(|c| async move { self.raw_call(verb, part.server, &request(c)).await }))
+                        .await;
                 for (chunk, reply) in chunks.iter().zip(replies) {
-                    out.extend(outcomes(chunk.len(), reply?, op));
+                    result.absorb(chunk, reply?, part);
                 }
             }
             Semantics::StopOnFailure => {
+                let mut stopped = false;
                 for chunk in &chunks {
-                    if out.iter().any(|o| matches!(o, Outcome::Failed(_))) {
-                        out.extend(std::iter::repeat_n(Outcome::NotPerformed, chunk.len()));
+                    if stopped {
+                        result.done.extend(chunk.iter().map(|&i| (i, Outcome::NotPerformed)));
                         continue;
                     }
-                    let reply = self.rpc_batch(batch_verb(op), dir_raw, server, request(chunk)).await?;
-                    out.extend(outcomes(chunk.len(), reply, op));
+                    let reply = self.raw_call(verb, part.server, &request(chunk)).await?;
+                    stopped = result.absorb(chunk, reply, part);
                 }
             }
         }
-        Ok(out)
-    }
-
-    async fn rpc_batch(
-        &self,
-        verb: &'static str,
-        shown: &str,
-        server: ServerId,
-        req: Request,
-    ) -> Result<BatchReply, FsError> {
-        expect_batch(self.rpc(verb, shown, server, req).await?, shown)
+        Ok(result)
     }
 
     /// Cuts `idx` into requests of at most `max_batch` entries and [`MAX_BATCH_BYTES`].
@@ -198,7 +225,6 @@ impl Client {
         let op = if flags.create { BatchOp::Create { exclusive: flags.exclusive } } else { BatchOp::Open };
         let dir_n = path::normalize(dir).map_err(|e| FsError::new("open", dir, e.errno))?;
         let out = self.batch(op, dir, names, mode, semantics).await?;
-        let server = self.home(&dir_n);
         Ok(out
             .into_iter()
             .zip(names)
@@ -207,7 +233,7 @@ impl Client {
                 Ok(self.fds.insert(crate::fs::FileHandle {
                     path: path::join(&dir_n, name),
                     ino: attr.ino,
-                    server,
+                    server: self.locate(&dir_n, name).0,
                     attr,
                 }))
             })
@@ -282,6 +308,68 @@ impl Client {
     ) -> Result<Vec<Result<Attr, Errno>>, FsError> {
         let out = self.batch(BatchOp::Mkdir, dir, names, mode, semantics).await?;
         Ok(out.into_iter().map(|o| o.into_result().and_then(|a| a.ok_or(Errno::EPROTO))).collect())
+    }
+}
+
+/// How many rounds of re-routing a batch goes through before giving up (EAGAIN).
+const MAX_ROUNDS: usize = 12;
+
+/// What one server's share of a batch is about.
+struct Part<'a> {
+    op: BatchOp,
+    dir: &'a str,
+    names: &'a [String],
+    server: ServerId,
+    shard: Option<u64>,
+    mode: u32,
+    semantics: Semantics,
+}
+
+/// What came back from one server's share.
+#[derive(Default)]
+struct PartResult {
+    /// Outcomes of the entries this server decided.
+    done: Vec<(usize, Outcome)>,
+    /// Entries to route again.
+    redo: Vec<usize>,
+    /// A routing error (redirect, stale cache) with the shard incarnation it was sent with.
+    error: Option<(WireError, Option<u64>)>,
+}
+
+impl PartResult {
+    /// Takes one request's reply; true when it reports a failed entry (stop-on-failure).
+    fn absorb(&mut self, chunk: &[usize], reply: Result<Reply, (WireError, Option<u64>)>, part: &Part) -> bool {
+        match reply {
+            Ok(Reply::Batch(b)) => {
+                let performed = b.errnos.len().min(chunk.len());
+                let failed = b.errnos.iter().any(|e| *e != Errno::OK);
+                let learnt = b.dist.clone();
+                let outs = outcomes(chunk.len(), b, part.op);
+                match learnt {
+                    // The directory became distributed midway: the rest goes to its storing servers.
+                    Some(info) => {
+                        self.done.extend(chunk[..performed].iter().copied().zip(outs));
+                        self.redo.extend(&chunk[performed..]);
+                        if self.error.is_none() {
+                            self.error = Some((WireError::redirect(info), None));
+                        }
+                    }
+                    None => self.done.extend(chunk.iter().copied().zip(outs)),
+                }
+                failed
+            }
+            Ok(other) => {
+                let e = WireError::new(Errno::EPROTO, format!("unexpected reply {other:?}"));
+                self.error = Some((e, None));
+                self.redo.extend(chunk);
+                false
+            }
+            Err((e, _)) => {
+                self.redo.extend(chunk);
+                self.error = Some((e, part.shard));
+                false
+            }
+        }
     }
 }
 

@@ -5,8 +5,8 @@ use crate::pool::{CountersSnapshot, Pool};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, PathError};
 use plusfs_proto::{
-    Attr, DirEntry, Dirents, Errno, FileKind, FsckData, Ino, Reply, Request, ServerId, ServerStatus, SetAttr, Statfs,
-    TimeSet, WireError,
+    Attr, DirEntry, Dirents, DistReport, Errno, FileKind, FsckData, Ino, Reply, Request, ServerId, ServerStatus,
+    SetAttr, Statfs, Threshold, TimeSet, WireError,
 };
 use std::sync::Arc;
 
@@ -49,9 +49,10 @@ pub struct FileHandle {
 #[derive(Clone)]
 pub struct Client {
     map: Arc<ClusterMap>,
-    pool: Arc<Pool>,
+    pub(crate) pool: Arc<Pool>,
     pub(crate) opts: ClientOptions,
     pub(crate) fds: Arc<crate::fds::FdTable>,
+    pub(crate) dist: Arc<crate::dist::DistCache>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -62,7 +63,7 @@ impl Client {
     /// A client for the cluster in `map`. Connections open on first use.
     pub fn new(map: ClusterMap, opts: ClientOptions) -> Client {
         let pool = Arc::new(Pool::new(&map, opts.conns_per_server, opts.retries));
-        Client { map: Arc::new(map), pool, opts, fds: Arc::default() }
+        Client { map: Arc::new(map), pool, opts, fds: Arc::default(), dist: Arc::default() }
     }
 
     /// The cluster map in use.
@@ -104,7 +105,7 @@ impl Client {
         }
     }
 
-    async fn server_error(&self, op: &'static str, shown: &str, e: WireError) -> FsError {
+    pub(crate) async fn server_error(&self, op: &'static str, shown: &str, e: WireError) -> FsError {
         let errno = match &e.missing_dir {
             Some(dir) => self.classify_missing(dir).await,
             None => e.errno,
@@ -132,8 +133,8 @@ impl Client {
     }
 
     /// Normalises the target of a namespace change: `.`/`..` as last component is EINVAL,
-    /// `/` gets `root_errno`.
-    fn target(&self, op: &'static str, raw: &str, root_errno: Errno) -> Result<(String, String), FsError> {
+    /// `/` gets `root_errno`. Returns (path, parent, name).
+    fn target(&self, op: &'static str, raw: &str, root_errno: Errno) -> Result<(String, String, String), FsError> {
         let p = self.norm(op, raw)?;
         let last = path::raw_last_component(raw);
         if last == "." || last == ".." {
@@ -142,15 +143,42 @@ impl Client {
         if p == "/" {
             return Err(FsError::new(op, raw, root_errno));
         }
-        let parent = path::split(&p).map(|(d, _)| d.to_string()).unwrap_or_default();
-        Ok((p, parent))
+        let (parent, name) = path::split(&p).map(|(d, n)| (d.to_string(), n.to_string())).unwrap_or_default();
+        Ok((p, parent, name))
     }
 
     /// `mkdir(2)`.
     pub async fn mkdir(&self, raw: &str, mode: u32) -> Result<Attr, FsError> {
-        let (p, parent) = self.target("create directory", raw, Errno::EEXIST)?;
-        let req = Request::Mkdir { path: p, mode: mode & 0o7777, uid: self.opts.uid, gid: self.opts.gid };
-        expect_attr(self.rpc("create directory", raw, self.home(&parent), req).await?, raw)
+        self.mkdir_with(raw, mode, Threshold::Cluster, 0).await
+    }
+
+    /// `mkdir(2)` with a huge-directory policy for the new directory: distributed once it
+    /// holds more than `threshold` entries (`Entries(0)`: from creation) over `width`
+    /// storing servers (0: the cluster's setting).
+    pub async fn mkdir_with(&self, raw: &str, mode: u32, threshold: Threshold, width: u32) -> Result<Attr, FsError> {
+        let (p, parent, name) = self.target("create directory", raw, Errno::EEXIST)?;
+        let req =
+            Request::Mkdir { path: p, mode: mode & 0o7777, uid: self.opts.uid, gid: self.opts.gid, threshold, width };
+        expect_attr(self.entry_rpc("create directory", raw, &parent, &name, req).await?.0, raw)
+    }
+
+    /// Changes the huge-directory policy of an existing directory; it is distributed at
+    /// once if it already holds more entries than the new threshold.
+    pub async fn set_policy(
+        &self,
+        raw: &str,
+        threshold: Option<Threshold>,
+        width: Option<u32>,
+    ) -> Result<DistReport, FsError> {
+        let p = self.norm("set the policy of", raw)?;
+        let req = Request::SetPolicy { path: p.clone(), threshold, width };
+        expect_dist(self.rpc("set the policy of", raw, self.home(&p), req).await?, raw)
+    }
+
+    /// A directory's distribution: state, threshold, storing set and entries per server.
+    pub async fn distribution(&self, raw: &str) -> Result<DistReport, FsError> {
+        let p = self.norm("stat", raw)?;
+        expect_dist(self.rpc("stat", raw, self.home(&p), Request::DistStatus { path: p.clone() }).await?, raw)
     }
 
     /// `mkdir -p`: creates missing ancestors; an existing directory is not an error.
@@ -173,8 +201,8 @@ impl Client {
 
     /// `rmdir(2)`.
     pub async fn rmdir(&self, raw: &str) -> Result<(), FsError> {
-        let (p, parent) = self.target("remove directory", raw, Errno::EBUSY)?;
-        self.rpc("remove directory", raw, self.home(&parent), Request::Rmdir { path: p }).await.map(drop)
+        let (p, parent, name) = self.target("remove directory", raw, Errno::EBUSY)?;
+        self.entry_rpc("remove directory", raw, &parent, &name, Request::Rmdir { path: p }).await.map(drop)
     }
 
     /// Creates a regular file (`open(O_CREAT)`, with `O_EXCL` when `exclusive`) and returns
@@ -192,8 +220,7 @@ impl Client {
     }
 
     async fn make_node(&self, raw: &str, kind: FileKind, mode: u32, exclusive: bool) -> Result<FileHandle, FsError> {
-        let (p, parent) = self.target("create", raw, Errno::EISDIR)?;
-        let server = self.home(&parent);
+        let (p, parent, name) = self.target("create", raw, Errno::EISDIR)?;
         let req = Request::Create {
             path: p.clone(),
             kind,
@@ -202,7 +229,8 @@ impl Client {
             gid: self.opts.gid,
             exclusive,
         };
-        let attr = expect_attr(self.rpc("create", raw, server, req).await?, raw)?;
+        let (reply, server) = self.entry_rpc("create", raw, &parent, &name, req).await?;
+        let attr = expect_attr(reply, raw)?;
         Ok(FileHandle { path: p, ino: attr.ino, server, attr })
     }
 
@@ -211,12 +239,12 @@ impl Client {
     pub async fn open(&self, raw: &str) -> Result<FileHandle, FsError> {
         let p = self.norm("open", raw)?;
         let dir_handle = |attr: Attr| FileHandle { path: p.clone(), ino: attr.ino, server: self.home(&p), attr };
-        let Some((parent, _)) = path::split(&p) else {
+        let Some((parent, name)) = path::split(&p) else {
             let req = Request::DirStat { path: p.clone() };
             return Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home("/"), req).await?, raw)?));
         };
-        let server = self.home(parent);
-        match self.rpc("open", raw, server, Request::Open { path: p.clone() }).await? {
+        let (reply, server) = self.entry_rpc("open", raw, parent, name, Request::Open { path: p.clone() }).await?;
+        match reply {
             Reply::IsDir { .. } => {
                 let req = Request::DirStat { path: p.clone() };
                 Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home(&p), req).await?, raw)?))
@@ -270,10 +298,10 @@ impl Client {
     /// `lstat(2)`: symbolic links are not followed.
     pub async fn lstat(&self, raw: &str) -> Result<Attr, FsError> {
         let p = self.norm("stat", raw)?;
-        let Some((parent, _)) = path::split(&p) else {
+        let Some((parent, name)) = path::split(&p) else {
             return expect_attr(self.rpc("stat", raw, self.home("/"), Request::DirStat { path: p }).await?, raw);
         };
-        match self.rpc("stat", raw, self.home(parent), Request::Stat { path: p.clone() }).await? {
+        match self.entry_rpc("stat", raw, parent, name, Request::Stat { path: p.clone() }).await?.0 {
             Reply::IsDir { .. } => {
                 let server = self.home(&p);
                 expect_attr(self.rpc("stat", raw, server, Request::DirStat { path: p }).await?, raw)
@@ -284,26 +312,37 @@ impl Client {
 
     /// `unlink(2)`.
     pub async fn unlink(&self, raw: &str) -> Result<(), FsError> {
-        let (p, parent) = self.target("remove", raw, Errno::EISDIR)?;
-        self.rpc("remove", raw, self.home(&parent), Request::Unlink { path: p }).await.map(drop)
+        let (p, parent, name) = self.target("remove", raw, Errno::EISDIR)?;
+        self.entry_rpc("remove", raw, &parent, &name, Request::Unlink { path: p }).await.map(drop)
     }
 
-    /// One page of a directory listing: entries whose names sort after `after`.
+    /// One page of a directory listing: entries whose names sort after `after` (merged
+    /// from every storing server when the directory is distributed).
     pub async fn readdir_page(&self, raw: &str, after: Option<String>, limit: u32) -> Result<Dirents, FsError> {
         let p = self.norm("open directory", raw)?;
-        let req = Request::Readdir { path: p.clone(), after, limit };
-        match self.rpc("open directory", raw, self.home(&p), req).await? {
-            Reply::Dirents(d) => Ok(d),
-            other => Err(unexpected(raw, &other)),
-        }
+        self.list_page(raw, &p, after, limit).await
     }
 
-    /// The whole listing of a directory (without `.` and `..`), in name order.
+    /// The whole listing of a directory (without `.` and `..`), in name order. A
+    /// distributed directory is listed from all its storing servers in parallel.
     pub async fn readdir(&self, raw: &str) -> Result<Vec<DirEntry>, FsError> {
+        let p = self.norm("open directory", raw)?;
         let mut out = Vec::new();
         let mut after = None;
         loop {
-            let page = self.readdir_page(raw, after.take(), self.opts.readdir_page).await?;
+            if let Some(info) = self.cached_distribution(&p) {
+                if let Some(all) = self.list_shards(raw, &info).await? {
+                    return Ok(all);
+                }
+                out.clear();
+                after = None;
+                continue;
+            }
+            let page = self.list_page(raw, &p, after.take(), self.opts.readdir_page).await?;
+            if self.cached_distribution(&p).is_some() {
+                // Learnt mid-way that it is distributed: list it from its shards.
+                continue;
+            }
             after = page.entries.last().map(|e| e.name.clone());
             out.extend(page.entries);
             if !page.more || after.is_none() {
@@ -312,28 +351,68 @@ impl Client {
         }
     }
 
+    /// Every entry of a distributed directory: each storing server's shard paged through
+    /// in parallel, merged by name. `None` when the cached distribution was out of date
+    /// (dropped; the caller lists again).
+    async fn list_shards(&self, raw: &str, info: &plusfs_proto::DistInfo) -> Result<Option<Vec<DirEntry>>, FsError> {
+        let lists = futures::future::join_all(info.set.iter().map(|&s| async move {
+            let mut all = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let req = Client::addressed(
+                    Request::Readdir { path: info.path.clone(), after: after.take(), limit: self.opts.readdir_page },
+                    Some(info.incarnation),
+                );
+                match self.raw_call(raw, s, &req).await? {
+                    Ok(Reply::Dirents(d)) => {
+                        after = d.entries.last().map(|e| e.name.clone());
+                        all.extend(d.entries);
+                        if !d.more || after.is_none() {
+                            return Ok(Ok(all));
+                        }
+                    }
+                    Ok(other) => return Err(unexpected(raw, &other)),
+                    Err((e, _)) => return Ok(Err(e)),
+                }
+            }
+        }))
+        .await;
+        let mut out = Vec::new();
+        for l in lists {
+            match l? {
+                Ok(entries) => out.extend(entries),
+                Err(e) => match self.reroute(&info.path, Some(info.incarnation), e) {
+                    crate::dist::Reroute::Fail(e) => return Err(self.server_error("open directory", raw, e).await),
+                    _ => return Ok(None),
+                },
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Some(out))
+    }
+
     /// `rename(2)`. Renaming a directory moves its directory objects and those of all its
     /// descendants to their new home servers.
     pub async fn rename(&self, src_raw: &str, dst_raw: &str) -> Result<(), FsError> {
-        let (src, src_parent) = self.target("move", src_raw, Errno::EBUSY)?;
-        let (dst, _) = self.target("move", dst_raw, Errno::EBUSY)?;
+        let (src, src_parent, src_name) = self.target("move", src_raw, Errno::EBUSY)?;
+        let (dst, _, _) = self.target("move", dst_raw, Errno::EBUSY)?;
         if src == dst {
             self.lstat(&src).await.map_err(|e| FsError { op: "move", ..e })?;
             return Ok(());
         }
         let req = Request::Rename { src, dst };
-        self.rpc("move", src_raw, self.home(&src_parent), req).await.map(drop)
+        self.entry_rpc("move", src_raw, &src_parent, &src_name, req).await.map(drop)
     }
 
     /// Changes attributes (`chmod`, `chown`, `utimens` in one call).
     pub async fn setattr(&self, raw: &str, set: SetAttr) -> Result<Attr, FsError> {
         let p = self.norm("change attributes of", raw)?;
         let dir_req = Request::DirSetAttr { path: p.clone(), set: set.clone() };
-        let Some((parent, _)) = path::split(&p) else {
+        let Some((parent, name)) = path::split(&p) else {
             return expect_attr(self.rpc("change attributes of", raw, self.home("/"), dir_req).await?, raw);
         };
         let req = Request::SetAttr { path: p.clone(), set };
-        match self.rpc("change attributes of", raw, self.home(parent), req).await? {
+        match self.entry_rpc("change attributes of", raw, parent, name, req).await?.0 {
             Reply::IsDir { .. } => {
                 expect_attr(self.rpc("change attributes of", raw, self.home(&p), dir_req).await?, raw)
             }
@@ -358,22 +437,22 @@ impl Client {
 
     /// `symlink(2)`: creates `link` pointing at `target`.
     pub async fn symlink(&self, target: &str, link: &str) -> Result<Attr, FsError> {
-        let (p, parent) = self.target("create symbolic link", link, Errno::EEXIST)?;
+        let (p, parent, name) = self.target("create symbolic link", link, Errno::EEXIST)?;
         if target.is_empty() || target.len() > path::MAX_PATH_LEN || target.contains('\0') {
             let errno = if target.len() > path::MAX_PATH_LEN { Errno::ENAMETOOLONG } else { Errno::EINVAL };
             return Err(FsError::new("create symbolic link", link, errno).with_detail("bad target"));
         }
         let req = Request::Symlink { path: p, target: target.to_string(), uid: self.opts.uid, gid: self.opts.gid };
-        expect_attr(self.rpc("create symbolic link", link, self.home(&parent), req).await?, link)
+        expect_attr(self.entry_rpc("create symbolic link", link, &parent, &name, req).await?.0, link)
     }
 
     /// `readlink(2)`.
     pub async fn readlink(&self, raw: &str) -> Result<String, FsError> {
         let p = self.norm("read link", raw)?;
-        let Some((parent, _)) = path::split(&p) else {
+        let Some((parent, name)) = path::split(&p) else {
             return Err(FsError::new("read link", raw, Errno::EINVAL));
         };
-        match self.rpc("read link", raw, self.home(parent), Request::Readlink { path: p }).await? {
+        match self.entry_rpc("read link", raw, parent, name, Request::Readlink { path: p.clone() }).await?.0 {
             Reply::Target(t) => Ok(t),
             other => Err(unexpected(raw, &other)),
         }
@@ -426,16 +505,16 @@ impl Client {
     }
 }
 
-fn expect_attr(r: Reply, raw: &str) -> Result<Attr, FsError> {
+fn expect_dist(r: Reply, raw: &str) -> Result<DistReport, FsError> {
     match r {
-        Reply::Attr(a) => Ok(a),
+        Reply::Dist(d) => Ok(d),
         other => Err(unexpected(raw, &other)),
     }
 }
 
-pub(crate) fn expect_batch(r: Reply, raw: &str) -> Result<plusfs_proto::BatchReply, FsError> {
+fn expect_attr(r: Reply, raw: &str) -> Result<Attr, FsError> {
     match r {
-        Reply::Batch(b) => Ok(b),
+        Reply::Attr(a) => Ok(a),
         other => Err(unexpected(raw, &other)),
     }
 }

@@ -3,12 +3,15 @@
 //! [`Client`] is the async core: it holds the cluster map, one [`Pool`] of pipelined
 //! connections per server, and message counters, and offers POSIX-like calls whose errors
 //! are [`FsError`]s carrying an errno and the path. Every call is routed with the placement
-//! function, so any directory is reached in one hop (seed 000 §2.3).
+//! function, so any directory is reached in one hop (seed 000 §2.3); entries of a
+//! distributed (huge) directory go straight to their storing server once the client has
+//! learnt the directory's distribution (`dist.rs`, seed 001 §IV.C).
 //! [`BlockingClient`] wraps it for synchronous callers.
 
 mod batch;
 mod blocking;
 mod conn;
+mod dist;
 mod error;
 mod fds;
 mod fs;
@@ -17,6 +20,7 @@ mod pool;
 pub use batch::{OpenFlags, Outcome};
 pub use blocking::BlockingClient;
 pub use conn::{CallError, Connection};
+pub use dist::DistCache;
 pub use error::FsError;
 pub use fds::FdTable;
 pub use fs::{Client, ClientOptions, FileHandle};

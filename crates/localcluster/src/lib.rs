@@ -11,7 +11,7 @@
 
 use anyhow::{bail, Context, Result};
 use plusfs_client::{Client, ClientOptions};
-use plusfs_placement::{ClusterMap, ServerEntry, SyncMode};
+use plusfs_placement::{ClusterMap, HugedirSettings, ServerEntry, SyncMode};
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -29,6 +29,13 @@ pub struct LocalCluster {
     children: Vec<(u32, Child)>,
 }
 
+/// Cluster-wide settings written into a new cluster map.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSettings {
+    pub sync: SyncMode,
+    pub hugedirs: HugedirSettings,
+}
+
 /// Path of the cluster map inside a data directory.
 pub fn map_path(data: &Path) -> PathBuf {
     data.join("cluster.toml")
@@ -43,7 +50,12 @@ impl LocalCluster {
     /// Creates a new cluster map for `servers` servers (default [`DEFAULT_SERVERS`]) in
     /// `data`, or reuses the one there (restarting the same cluster with its data; `servers`,
     /// if given, must match). Does not start anything.
-    pub fn prepare(exe: &Path, data: &Path, servers: Option<usize>, sync: SyncMode) -> Result<LocalCluster> {
+    pub fn prepare(
+        exe: &Path,
+        data: &Path,
+        servers: Option<usize>,
+        settings: &ClusterSettings,
+    ) -> Result<LocalCluster> {
         fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
         let data = data.canonicalize()?;
         let path = map_path(&data);
@@ -65,7 +77,7 @@ impl LocalCluster {
             let servers = (0..servers as u32)
                 .map(|id| Ok(ServerEntry { id, address: format!("127.0.0.1:{}", free_port()?), weight: 1.0 }))
                 .collect::<Result<Vec<_>>>()?;
-            let map = ClusterMap { epoch: 1, sync, servers };
+            let map = ClusterMap { epoch: 1, sync: settings.sync, hugedirs: settings.hugedirs.clone(), servers };
             fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
             map
         };
@@ -73,8 +85,8 @@ impl LocalCluster {
     }
 
     /// Starts every server and waits until all answer.
-    pub fn up(exe: &Path, data: &Path, servers: Option<usize>, sync: SyncMode) -> Result<LocalCluster> {
-        let mut c = LocalCluster::prepare(exe, data, servers, sync)?;
+    pub fn up(exe: &Path, data: &Path, servers: Option<usize>, settings: &ClusterSettings) -> Result<LocalCluster> {
+        let mut c = LocalCluster::prepare(exe, data, servers, settings)?;
         for id in c.ids() {
             let pid_file = c.data.join(format!("server-{id}.pid"));
             let running = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok());

@@ -38,6 +38,47 @@ pub enum SyncMode {
     Always,
 }
 
+/// A huge-directory threshold as written in the map: a number of entries or `"never"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ThresholdSetting {
+    Entries(u64),
+    Word(String),
+}
+
+/// Huge-directory settings of the cluster (`[hugedirs]`, seed 001 §IV).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HugedirSettings {
+    /// Entries above which a directory is distributed (default 8,000), `0` to distribute
+    /// every directory from its first entry, `"never"` to keep every directory on one
+    /// server. Directories can override it.
+    #[serde(default = "default_threshold")]
+    pub threshold: ThresholdSetting,
+    /// Storing servers of a distributed directory (default 0: all servers).
+    #[serde(default)]
+    pub width: u32,
+}
+
+fn default_threshold() -> ThresholdSetting {
+    ThresholdSetting::Entries(8000)
+}
+
+impl Default for HugedirSettings {
+    fn default() -> Self {
+        HugedirSettings { threshold: default_threshold(), width: 0 }
+    }
+}
+
+impl HugedirSettings {
+    /// The threshold in entries, `None` for never.
+    pub fn threshold_entries(&self) -> Option<u64> {
+        match &self.threshold {
+            ThresholdSetting::Entries(n) => Some(*n),
+            ThresholdSetting::Word(_) => None,
+        }
+    }
+}
+
 /// The cluster map file (`cluster.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -46,6 +87,9 @@ pub struct ClusterMap {
     /// Durability setting every server of the cluster uses (default `os`).
     #[serde(default)]
     pub sync: SyncMode,
+    /// Huge-directory settings.
+    #[serde(default)]
+    pub hugedirs: HugedirSettings,
     pub servers: Vec<ServerEntry>,
 }
 
@@ -92,6 +136,13 @@ impl ClusterMap {
         if let Some(s) = self.servers.iter().find(|s| !(s.weight > 0.0 && s.weight.is_finite())) {
             return Err(MapError::Invalid(format!("server {} has weight {}", s.id, s.weight)));
         }
+        if let ThresholdSetting::Word(w) = &self.hugedirs.threshold {
+            if w != "never" {
+                return Err(MapError::Invalid(format!(
+                    "hugedirs.threshold is '{w}': give a number of entries or \"never\""
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -103,6 +154,18 @@ impl ClusterMap {
     /// Home server of the directory object at `path` (Eq. 1).
     pub fn home_of_dir(&self, path: &str) -> u32 {
         straw2(&self.servers, path_hash(path))
+    }
+
+    /// The storing set of a directory distributed while at `path`: the `width` servers
+    /// (0 or more than the cluster has: all) with the longest straw2 straws for the path, in
+    /// straw order, so different directories get different sets and orders.
+    pub fn storing_set(&self, path: &str, width: u32) -> Vec<u32> {
+        let key = path_hash(path);
+        let mut ranked: Vec<(f64, u32)> =
+            self.servers.iter().map(|s| (straw2_draw(key, s.id, s.weight), s.id)).collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let n = if width == 0 { ranked.len() } else { (width as usize).min(ranked.len()) };
+        ranked.into_iter().take(n).map(|(_, id)| id).collect()
     }
 }
 
@@ -180,14 +243,37 @@ mod tests {
 
     #[test]
     fn map_roundtrip_and_validation() {
-        let m = ClusterMap { epoch: 3, sync: SyncMode::Always, servers: servers(3) };
+        let m =
+            ClusterMap { epoch: 3, sync: SyncMode::Always, hugedirs: HugedirSettings::default(), servers: servers(3) };
         let text = m.to_toml();
         let back: ClusterMap = toml::from_str(&text).unwrap();
         assert_eq!(back, m);
-        let bad = ClusterMap { epoch: 1, sync: SyncMode::Os, servers: vec![] };
+        let bad = ClusterMap { epoch: 1, sync: SyncMode::Os, hugedirs: HugedirSettings::default(), servers: vec![] };
         assert!(bad.validate().is_err());
         let mut dup = m.clone();
         dup.servers[1].id = 0;
         assert!(dup.validate().is_err());
+        let never: ClusterMap =
+            toml::from_str("epoch = 1\n[hugedirs]\nthreshold = \"never\"\n[[servers]]\nid = 0\naddress = \"a:1\"\n")
+                .unwrap();
+        assert_eq!(never.hugedirs.threshold_entries(), None);
+        let typo: ClusterMap =
+            toml::from_str("epoch = 1\n[hugedirs]\nthreshold = \"nevr\"\n[[servers]]\nid = 0\naddress = \"a:1\"\n")
+                .unwrap();
+        assert!(typo.validate().is_err());
+    }
+
+    #[test]
+    fn storing_sets_differ_between_directories() {
+        let m = ClusterMap { epoch: 1, sync: SyncMode::Os, hugedirs: HugedirSettings::default(), servers: servers(8) };
+        let a = m.storing_set("/a", 4);
+        assert_eq!(a.len(), 4);
+        assert_eq!(m.storing_set("/a", 0).len(), 8);
+        assert_eq!(m.storing_set("/a", 0)[..4], a[..]);
+        let distinct: std::collections::HashSet<Vec<u32>> =
+            (0..50).map(|i| m.storing_set(&format!("/d{i}"), 4)).collect();
+        assert!(distinct.len() > 30, "{}", distinct.len());
+        // The first server of the ranking is the directory's home.
+        assert_eq!(m.storing_set("/a", 1)[0], m.home_of_dir("/a"));
     }
 }

@@ -30,6 +30,10 @@ impl Errno {
     pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
     pub const ECONNRESET: Errno = Errno(libc::ECONNRESET);
     pub const ECANCELED: Errno = Errno(libc::ECANCELED);
+    /// The directory's distribution changed (redirect to its storing servers).
+    pub const EREMCHG: Errno = Errno(libc::EREMCHG);
+    /// A cached distribution is out of date (another incarnation of the directory).
+    pub const ESTALE: Errno = Errno(libc::ESTALE);
     /// Success, as it appears in a batch reply's list of results.
     pub const OK: Errno = Errno(0);
 
@@ -63,6 +67,8 @@ impl Errno {
             (Self::ETIMEDOUT, "ETIMEDOUT"),
             (Self::ECONNRESET, "ECONNRESET"),
             (Self::ECANCELED, "ECANCELED"),
+            (Self::EREMCHG, "EREMCHG"),
+            (Self::ESTALE, "ESTALE"),
             (Self::OK, "OK"),
         ];
         known.iter().find(|(e, _)| *e == self).map(|(_, n)| n.to_string()).unwrap_or_else(|| format!("E{}", self.0))

@@ -9,10 +9,12 @@
 
 pub mod errno;
 pub mod frame;
+pub mod hugedir;
 pub mod io;
 pub mod message;
 pub mod path;
 
 pub use errno::Errno;
 pub use frame::{Frame, FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN, PROTOCOL_VERSION};
+pub use hugedir::{DistInfo, DistReport, DistState, Distribution, Threshold};
 pub use message::*;

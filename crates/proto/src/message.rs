@@ -7,6 +7,7 @@
 //! protocol version.
 
 use crate::frame::{Frame, FrameError, Header, FLAG_RESPONSE, PROTOCOL_VERSION};
+use crate::hugedir::{DistInfo, DistReport, Distribution, Threshold};
 use crate::Errno;
 use bytes::BytesMut;
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,8 @@ pub struct DirObject {
     pub entries: u64,
     /// Subdirectory entries (gives the link count `2 + subdirs`).
     pub subdirs: u64,
+    /// Huge-directory policy and state (primary objects); unused in shards.
+    pub dist: Distribution,
 }
 
 impl DirObject {
@@ -137,6 +140,7 @@ impl DirObject {
             ctime: now,
             entries: 0,
             subdirs: 0,
+            dist: Distribution::default(),
         }
     }
 }
@@ -242,16 +246,23 @@ pub struct DirDump {
 pub enum SubOp {
     /// Insert entry `name` (any kind) into directory `dir`; what an existing entry of that
     /// name may be is said by `replace`.
-    InsertEntry { dir: String, name: String, inode: Inode, replace: Replace },
-    /// Remove entry `name`, which must have inode number `ino`, from directory `dir`.
-    RemoveEntry { dir: String, name: String, ino: Ino },
+    /// `shard` is the directory's incarnation when the entry belongs in this server's
+    /// shard of a distributed directory, `None` when it belongs with the directory object.
+    InsertEntry { dir: String, name: String, inode: Inode, replace: Replace, shard: Option<u64> },
+    /// Remove entry `name`, which must have inode number `ino`, from directory `dir`
+    /// (`shard` as for `InsertEntry`).
+    RemoveEntry { dir: String, name: String, ino: Ino, shard: Option<u64> },
     /// Create the directory object at `path`.
     CreateDir { path: String, object: DirObject },
-    /// Remove the directory object at `path`, which must be `ino` and empty.
-    RemoveDir { path: String, ino: Ino },
+    /// Remove the directory object at `path`, which must be `ino` and empty; when it is
+    /// distributed, `shards` must be its storing set (the same transaction removes them).
+    RemoveDir { path: String, ino: Ino, shards: Vec<ServerId> },
     /// Lock and export every directory object at or below `root`; at commit they are
     /// deleted here and re-homed below `new_root` (directory rename).
     ExportSubtree { root: String, new_root: String },
+    /// Remove this server's shard of the distributed directory `path` (inode `ino`), which
+    /// must be empty (rmdir of a huge directory).
+    RemoveShard { path: String, ino: Ino },
 }
 
 /// What an [`SubOp::InsertEntry`] may replace.
@@ -300,6 +311,11 @@ pub struct ServerStatus {
     /// Two-phase-commit transactions started as coordinator, and not yet finished.
     pub tx_started: u64,
     pub tx_pending: u64,
+    /// Distributed (or distributing) directories whose primary object is here; the
+    /// per-server entry counts are this server's view (see `shards`).
+    pub hugedirs: Vec<DistReport>,
+    /// Shards held here: directory path and entries.
+    pub shards: Vec<(String, u64)>,
 }
 
 /// File-system totals (`statfs`) from one server.
@@ -320,6 +336,12 @@ pub struct FsckData {
     pub orphans: Vec<(Ino, String)>,
     /// Transactions not yet finished (they may explain transient differences).
     pub pending_tx: u64,
+    /// Shards held: path, directory inode, incarnation.
+    pub shards: Vec<(String, Ino, u64)>,
+    /// Entries of a shard that Eq. 2 places on another server: directory path, name.
+    pub misplaced: Vec<(String, String)>,
+    /// Distributed directories homed here: path, inode, incarnation, storing set.
+    pub distributed: Vec<(String, Ino, u64, Vec<ServerId>)>,
 }
 
 /// The operation of a batch request (seed 000 §3: `openv`, `statv`, `unlinkv`, and
@@ -357,6 +379,10 @@ pub enum Semantics {
 pub struct BatchReply {
     pub errnos: Vec<Errno>,
     pub attrs: Vec<Attr>,
+    /// Set when the directory became distributed during this batch (seed 000 §3.1): the
+    /// entries after the last performed one were not attempted and belong on the storing
+    /// servers of this distribution.
+    pub dist: Option<DistInfo>,
 }
 
 /// Every request a client or a peer server can send.
@@ -368,6 +394,10 @@ pub enum Request {
         mode: u32,
         uid: u32,
         gid: u32,
+        /// Huge-directory threshold of the new directory.
+        threshold: Threshold,
+        /// Storing servers if it is distributed (0: the cluster's setting).
+        width: u32,
     },
     Rmdir {
         path: String,
@@ -458,6 +488,31 @@ pub enum Request {
         inos: Vec<Ino>,
         semantics: Semantics,
     },
+    /// A request about entries of a distributed directory, addressed to this server's shard
+    /// of it (Eq. 2); refused with ESTALE when the directory's incarnation differs.
+    Shard {
+        incarnation: u64,
+        op: Box<Request>,
+    },
+    /// From a primary while it distributes: entries for this server's shard of `path`; the
+    /// last request of a distribution carries the shard object itself. Repeatable.
+    ShardImport {
+        path: String,
+        ino: Ino,
+        entries: Vec<(String, Inode)>,
+        shard: Option<DirObject>,
+    },
+    /// Changes a directory's huge-directory policy (on its home); distributes it now if it
+    /// is already over the new threshold.
+    SetPolicy {
+        path: String,
+        threshold: Option<Threshold>,
+        width: Option<u32>,
+    },
+    /// A directory's distribution and entries per storing server.
+    DistStatus {
+        path: String,
+    },
 }
 
 impl Request {
@@ -488,6 +543,10 @@ impl Request {
             TxAbort { .. } => 21,
             Batch { .. } => 22,
             CloseBatch { .. } => 23,
+            Shard { .. } => 24,
+            ShardImport { .. } => 25,
+            SetPolicy { .. } => 26,
+            DistStatus { .. } => 27,
         }
     }
 
@@ -515,12 +574,15 @@ impl Request {
                 | FsckScan
                 | CloseBatch { .. }
                 | Batch { op: BatchOp::Stat | BatchOp::Open, .. }
-        )
+                | ShardImport { .. }
+                | SetPolicy { .. }
+                | DistStatus { .. }
+        ) || matches!(self, Shard { op, .. } if op.is_idempotent())
     }
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 24] = [
+pub const OPCODE_NAMES: [&str; 28] = [
     "invalid",
     "ping",
     "mkdir",
@@ -545,6 +607,10 @@ pub const OPCODE_NAMES: [&str; 24] = [
     "tx_abort",
     "batch",
     "closev",
+    "shard",
+    "shard_import",
+    "set_policy",
+    "dist_status",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -572,6 +638,7 @@ pub enum Reply {
     Fsck(FsckData),
     Vote(Vote),
     Batch(BatchReply),
+    Dist(DistReport),
 }
 
 /// A failed request: the errno and a message for humans.
@@ -583,11 +650,14 @@ pub struct WireError {
     /// Set when the error is that the directory object at this path does not exist: the
     /// client then tells ENOENT from ENOTDIR by looking at the ancestors.
     pub missing_dir: Option<String>,
+    /// Set when the request concerned entries of a distributed directory and went to the
+    /// wrong server: where they are (seed 001 §IV.C). The errno is EREMCHG.
+    pub redirect: Option<DistInfo>,
 }
 
 impl WireError {
     pub fn new(errno: Errno, message: impl Into<String>) -> WireError {
-        WireError { errno, message: message.into(), missing_dir: None }
+        WireError { errno, message: message.into(), missing_dir: None, redirect: None }
     }
 
     /// The directory object at `path` does not exist on its home server.
@@ -596,6 +666,17 @@ impl WireError {
             errno: Errno::ENOENT,
             message: format!("no directory object for '{path}'"),
             missing_dir: Some(path.to_string()),
+            redirect: None,
+        }
+    }
+
+    /// The entries of a distributed directory are elsewhere: see `info`.
+    pub fn redirect(info: DistInfo) -> WireError {
+        WireError {
+            errno: Errno::EREMCHG,
+            message: format!("'{}' is {}; its entries are on servers {:?}", info.path, info.state, info.set),
+            missing_dir: None,
+            redirect: Some(info),
         }
     }
 }

@@ -36,13 +36,23 @@ fn dir_object() -> DirObject {
         ctime: t(3),
         entries: 2,
         subdirs: 1,
+        dist: Distribution {
+            threshold: Threshold::Entries(8000),
+            width: 4,
+            state: DistState::Distributed,
+            set: vec![3, 1, 0, 2],
+        },
     }
+}
+
+fn dist_info() -> DistInfo {
+    DistInfo { path: "/h".into(), ino: 7, incarnation: 9, state: DistState::Distributed, set: vec![1, 0] }
 }
 
 fn requests() -> Vec<Request> {
     vec![
         Request::Ping,
-        Request::Mkdir { path: "/a".into(), mode: 0o755, uid: 1, gid: 2 },
+        Request::Mkdir { path: "/a".into(), mode: 0o755, uid: 1, gid: 2, threshold: Threshold::Never, width: 2 },
         Request::Rmdir { path: "/a".into() },
         Request::Create { path: "/a/f".into(), kind: FileKind::File, mode: 0o644, uid: 1, gid: 2, exclusive: true },
         Request::Open { path: "/a/f".into() },
@@ -76,11 +86,13 @@ fn requests() -> Vec<Request> {
                     name: "a".into(),
                     inode: Inode::subdir(7),
                     replace: Replace::Never,
+                    shard: None,
                 },
-                SubOp::RemoveEntry { dir: "/".into(), name: "b".into(), ino: 8 },
+                SubOp::RemoveEntry { dir: "/".into(), name: "b".into(), ino: 8, shard: Some(9) },
                 SubOp::CreateDir { path: "/a".into(), object: dir_object() },
-                SubOp::RemoveDir { path: "/b".into(), ino: 8 },
+                SubOp::RemoveDir { path: "/b".into(), ino: 8, shards: vec![0, 1] },
                 SubOp::ExportSubtree { root: "/a".into(), new_root: "/c".into() },
+                SubOp::RemoveShard { path: "/b".into(), ino: 8 },
             ],
         },
         Request::TxCommit {
@@ -104,6 +116,15 @@ fn requests() -> Vec<Request> {
             semantics: Semantics::StopOnFailure,
         },
         Request::CloseBatch { inos: vec![7, 8], semantics: Semantics::PerformAll },
+        Request::Shard { incarnation: 9, op: Box::new(Request::Stat { path: "/h/f".into() }) },
+        Request::ShardImport {
+            path: "/h".into(),
+            ino: 7,
+            entries: vec![("f".into(), inode())],
+            shard: Some(dir_object()),
+        },
+        Request::SetPolicy { path: "/h".into(), threshold: Some(Threshold::Entries(0)), width: None },
+        Request::DistStatus { path: "/h".into() },
     ]
 }
 
@@ -126,11 +147,29 @@ fn responses() -> Vec<Response> {
             subdirs: vec![(1, "a".into(), 7)],
             orphans: vec![],
             pending_tx: 0,
+            shards: vec![("/h".into(), 7, 9)],
+            misplaced: vec![],
+            distributed: vec![("/h".into(), 7, 9, vec![1, 0])],
         })),
         Ok(Reply::Vote(Vote::default())),
-        Ok(Reply::Batch(BatchReply { errnos: vec![Errno::OK, Errno::EEXIST], attrs: vec![Attr::of_inode(&inode())] })),
+        Ok(Reply::Batch(BatchReply {
+            errnos: vec![Errno::OK, Errno::EEXIST],
+            attrs: vec![Attr::of_inode(&inode())],
+            dist: None,
+        })),
+        Ok(Reply::Batch(BatchReply { errnos: vec![Errno::OK], attrs: vec![], dist: Some(dist_info()) })),
+        Ok(Reply::Dist(DistReport {
+            path: "/h".into(),
+            state: DistState::Distributed,
+            threshold: Threshold::Cluster,
+            effective: Threshold::Entries(8000),
+            width: 0,
+            set: vec![1, 0],
+            entries: vec![(1, 4000), (0, 4001)],
+        })),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
+        Err(WireError::redirect(dist_info())),
     ]
 }
 

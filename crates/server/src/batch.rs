@@ -3,6 +3,7 @@
 //! go to the store as one write batch (one fsync with `sync = always`), so a batch of a
 //! thousand creates costs one request, one reply and one store write.
 
+use crate::hugedir::Via;
 use crate::locks::Scope;
 use crate::osd::{check_dir_path, count_entry, eio, Osd};
 use plusfs_proto::path::{check_name, join};
@@ -23,7 +24,7 @@ struct Results {
 impl Results {
     fn new(semantics: Semantics, capacity: usize) -> Results {
         Results {
-            reply: BatchReply { errnos: Vec::with_capacity(capacity), attrs: Vec::new() },
+            reply: BatchReply { errnos: Vec::with_capacity(capacity), attrs: Vec::new(), dist: None },
             stop_on_failure: semantics == Semantics::StopOnFailure,
         }
     }
@@ -55,13 +56,14 @@ impl Osd {
         uid: u32,
         gid: u32,
         semantics: Semantics,
+        via: Via,
     ) -> Response {
         check_dir_path(dir)?;
         let reply = match op {
-            BatchOp::Mkdir => self.mkdirv(dir, names, mode, uid, gid, semantics).await,
-            BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics)?,
+            BatchOp::Mkdir => self.mkdirv(dir, names, mode, uid, gid, semantics, via).await?,
+            BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics, via)?,
             BatchOp::Create { exclusive } => {
-                self.write_batch(dir, names, semantics, |cur| match cur {
+                self.write_batch(dir, names, semantics, via, |cur| match cur {
                     Some(_) if exclusive => Err(Errno::EEXIST),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Keep(Attr::of_inode(e))),
@@ -70,7 +72,7 @@ impl Osd {
                 .await?
             }
             BatchOp::Unlink => {
-                self.write_batch(dir, names, semantics, |cur| match cur {
+                self.write_batch(dir, names, semantics, via, |cur| match cur {
                     None => Err(Errno::ENOENT),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Remove(e.kind)),
@@ -83,13 +85,14 @@ impl Osd {
 
     /// `statv` and `openv` without creation: reads only, no lock.
     fn read_batch(
-        &self,
+        self: &Arc<Self>,
         op: BatchOp,
         dir: &str,
         names: &[String],
         semantics: Semantics,
+        via: Via,
     ) -> Result<BatchReply, plusfs_proto::WireError> {
-        let d = self.dir_object(dir)?;
+        let d = self.host(dir, via)?.obj;
         let mut results = Results::new(semantics, names.len());
         // One batched lookup of every valid name (stop-on-failure may leave some unused).
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
@@ -112,12 +115,16 @@ impl Osd {
     }
 
     /// Creates or removes entries of `dir` in one store write. `decide` maps an entry's
-    /// current inode (as changed by earlier entries of the same batch) to a change.
+    /// current inode (as changed by earlier entries of the same batch) to a change. If the
+    /// directory (on its home) goes over its threshold, the batch stops there, the
+    /// directory is distributed, and the reply carries the distribution so the client
+    /// sends the rest to the storing servers (seed 000 §3.1).
     async fn write_batch<F>(
         self: &Arc<Self>,
         dir: &str,
         names: &[String],
         semantics: Semantics,
+        via: Via,
         decide: F,
     ) -> Result<BatchReply, plusfs_proto::WireError>
     where
@@ -127,12 +134,12 @@ impl Osd {
             names.iter().filter(|n| check_name(n).is_ok()).map(|n| (dir.to_string(), Scope::Name(n.clone()))).collect();
         wanted.sort();
         wanted.dedup();
-        let _guard = self.locks.lock(&wanted, None, true).await;
-        let mut d = self.dir_object(dir)?;
+        let guard = self.locks.lock(&wanted, None, true).await;
+        let mut host = self.host(dir, via)?;
         // What every valid name is now, in one batched lookup; then, entry by entry, what
         // the earlier entries of this batch made of it.
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
-        let found = self.store.get_entries(d.ino, &valid).map_err(eio)?;
+        let found = self.store.get_entries(host.obj.ino, &valid).map_err(eio)?;
         let mut overlay: HashMap<&str, Option<Inode>> = valid.into_iter().zip(found).collect();
         let mut batch = Batch::new();
         let mut results = Results::new(semantics, names.len());
@@ -146,15 +153,15 @@ impl Osd {
                         Ok(Change::Keep(a)) => Ok(Some(a)),
                         Ok(Change::Create(mut inode)) => {
                             inode.ino = self.new_ino().await?;
-                            count_entry(&mut d, inode.kind, 1);
-                            batch.put_entry(d.ino, name, &inode);
+                            count_entry(&mut host.obj, inode.kind, 1);
+                            batch.put_entry(host.obj.ino, name, &inode);
                             let a = Attr::of_inode(&inode);
                             overlay.insert(name, Some(inode));
                             Ok(Some(a))
                         }
                         Ok(Change::Remove(kind)) => {
-                            count_entry(&mut d, kind, -1);
-                            batch.del_entry(d.ino, name);
+                            count_entry(&mut host.obj, kind, -1);
+                            batch.del_entry(host.obj.ino, name);
                             overlay.insert(name, None);
                             Ok(None)
                         }
@@ -164,12 +171,21 @@ impl Osd {
             if !results.push(r) {
                 break;
             }
+            if !host.shard && self.over_threshold(&host.obj) {
+                break;
+            }
         }
+        let over = !host.shard && self.over_threshold(&host.obj);
         if !batch.is_empty() {
-            batch.put_dir(dir, &d);
+            host.save(&mut batch, dir);
             self.write(batch).await?;
         }
-        Ok(results.reply)
+        drop(guard);
+        let mut reply = results.reply;
+        if over {
+            reply.dist = self.distribute(dir).await?;
+        }
+        Ok(reply)
     }
 
     /// `mkdirv`: each directory's object may live on another server. Under perform-all the
@@ -183,23 +199,26 @@ impl Osd {
         uid: u32,
         gid: u32,
         semantics: Semantics,
-    ) -> BatchReply {
+        via: Via,
+    ) -> Result<BatchReply, plusfs_proto::WireError> {
+        // A distributed directory redirects here, before anything is done.
+        self.host(dir, via)?;
         let mut results = Results::new(semantics, names.len());
         match semantics {
             Semantics::PerformAll => {
-                for r in self.mkdirv_together(dir, names, mode, uid, gid).await {
+                for r in self.mkdirv_together(dir, names, mode, uid, gid, via).await {
                     results.push(r);
                 }
             }
             Semantics::StopOnFailure => {
                 for name in names {
-                    if !results.push(self.mkdir_entry(dir, name, mode, uid, gid).await) {
+                    if !results.push(self.mkdir_entry(dir, name, mode, uid, gid, via).await) {
                         break;
                     }
                 }
             }
         }
-        results.reply
+        Ok(results.reply)
     }
 
     /// Perform-all `mkdirv`: entries that can be checked here (bad names, existing or
@@ -213,9 +232,10 @@ impl Osd {
         mode: u32,
         uid: u32,
         gid: u32,
+        via: Via,
     ) -> Vec<EntryResult> {
-        let parent = match self.dir_object(dir) {
-            Ok(d) => d,
+        let parent = match self.host(dir, via) {
+            Ok(h) => h.obj,
             Err(e) => return vec![Err(e.errno); names.len()],
         };
         let mut out: Vec<Option<EntryResult>> = vec![None; names.len()];
@@ -236,8 +256,12 @@ impl Osd {
             };
         }
         let batch: Vec<&str> = todo.iter().map(|&i| names[i].as_str()).collect();
-        let together =
-            if batch.is_empty() { Ok(Vec::new()) } else { self.mkdir_many(dir, &batch, mode, uid, gid).await };
+        let policy = (plusfs_proto::Threshold::Cluster, 0);
+        let together = if batch.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.mkdir_many(dir, &batch, mode, uid, gid, policy, via).await
+        };
         match together {
             Ok(attrs) => {
                 for (i, a) in todo.iter().zip(attrs) {
@@ -245,7 +269,7 @@ impl Osd {
                 }
             }
             Err(_) => {
-                let each = todo.iter().map(|&i| self.mkdir_entry(dir, &names[i], mode, uid, gid));
+                let each = todo.iter().map(|&i| self.mkdir_entry(dir, &names[i], mode, uid, gid, via));
                 for (i, r) in todo.iter().zip(futures::future::join_all(each).await) {
                     out[*i] = Some(r);
                 }
@@ -254,10 +278,20 @@ impl Osd {
         out.into_iter().map(|r| r.expect("every entry decided")).collect()
     }
 
-    async fn mkdir_entry(self: &Arc<Self>, dir: &str, name: &str, mode: u32, uid: u32, gid: u32) -> EntryResult {
+    #[allow(clippy::too_many_arguments)]
+    async fn mkdir_entry(
+        self: &Arc<Self>,
+        dir: &str,
+        name: &str,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        via: Via,
+    ) -> EntryResult {
         check_name(name).map_err(|e| e.errno)?;
         let path = join(dir, name);
-        match self.retrying(|| self.mkdir(&path, mode, uid, gid)).await {
+        let policy = (plusfs_proto::Threshold::Cluster, 0);
+        match self.retrying(|| self.mkdir(&path, mode, uid, gid, policy, via)).await {
             Ok(Reply::Attr(a)) => Ok(Some(a)),
             Ok(_) => Err(Errno::EIO),
             Err(e) => Err(e.errno),
@@ -266,7 +300,7 @@ impl Osd {
 
     /// `closev`: no server state is kept for open files yet, so every handle closes.
     pub(crate) fn closev(&self, inos: &[Ino]) -> Response {
-        Ok(Reply::Batch(BatchReply { errnos: vec![Errno::OK; inos.len()], attrs: Vec::new() }))
+        Ok(Reply::Batch(BatchReply { errnos: vec![Errno::OK; inos.len()], attrs: Vec::new(), dist: None }))
     }
 }
 

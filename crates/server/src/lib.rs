@@ -7,6 +7,7 @@
 
 mod batch;
 mod failpoint;
+mod hugedir;
 mod ids;
 mod locks;
 mod metrics;
@@ -59,6 +60,7 @@ pub async fn run(
         Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_err)?);
     let osd = Osd::open(config.id, config.map.clone(), store).await.map_err(store_err)?;
     osd.recover().await.map_err(store_err)?;
+    osd.resume_distributions().map_err(store_err)?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");
     net::serve(listener, osd, shutdown).await;
     tracing::info!(id = config.id, "server stopped");

@@ -6,6 +6,7 @@
 //! rmdir when the child object lives elsewhere, renames across servers, every directory
 //! rename) run a logged two-phase commit coordinated from here (`txn.rs`).
 
+use crate::hugedir::Via;
 use crate::ids::IdAllocator;
 use crate::locks::{LockTable, Scope};
 use crate::metrics::Metrics;
@@ -13,12 +14,12 @@ use plusfs_client::Pool;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, check_name, check_wire_path};
 use plusfs_proto::{
-    Attr, DirEntry, DirObject, Dirents, Errno, FileKind, FsckData, Inode, Reply, Request, Response, ServerId,
-    ServerStatus, SetAttr, Statfs, TimeSet, Timespec, WireError, ROOT_INO,
+    Attr, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
+    ServerId, ServerStatus, SetAttr, Statfs, TimeSet, Timespec, WireError, ROOT_INO,
 };
 use plusfs_store::{commit, Batch, DirStore, StoreError};
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Largest readdir page a server returns.
 pub const MAX_READDIR_PAGE: u32 = 4096;
@@ -34,6 +35,8 @@ pub struct Osd {
     pub metrics: Metrics,
     inos: IdAllocator,
     pub(crate) txids: IdAllocator,
+    /// Directories whose redistribution runs in a background task.
+    pub(crate) distributing: Mutex<HashSet<String>>,
 }
 
 pub(crate) type OpResult<T> = Result<T, WireError>;
@@ -122,6 +125,7 @@ impl Osd {
             metrics: Metrics::default(),
             inos,
             txids,
+            distributing: Mutex::default(),
         });
         if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
             let root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
@@ -136,37 +140,57 @@ impl Osd {
     /// Serves one request.
     pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
         self.metrics.count_op(req.opcode());
+        match req {
+            Request::Shard { incarnation, op } => {
+                self.metrics.count_op(op.opcode());
+                self.dispatch(*op, Via::Shard(incarnation)).await
+            }
+            req => self.dispatch(req, Via::Home).await,
+        }
+    }
+
+    /// Serves a request addressed to a directory's home (`Via::Home`) or to this server's
+    /// shard of a distributed directory (only requests about entries).
+    async fn dispatch(self: &Arc<Self>, req: Request, via: Via) -> Response {
         use Request::*;
         match req {
-            Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
-            Mkdir { path, mode, uid, gid } => self.retrying(|| self.mkdir(&path, mode, uid, gid)).await,
-            Rmdir { path } => self.retrying(|| self.rmdir(&path)).await,
+            Mkdir { path, mode, uid, gid, threshold, width } => {
+                self.retrying(|| self.mkdir(&path, mode, uid, gid, (threshold, width), via)).await
+            }
+            Rmdir { path } => self.retrying(|| self.rmdir(&path, via)).await,
             Create { path, kind, mode, uid, gid, exclusive } => {
-                self.create(&path, kind, mode, uid, gid, exclusive, None).await
+                self.create(&path, kind, mode, uid, gid, exclusive, None, via).await
             }
-            Open { path } => self.open_entry(&path),
+            Open { path } | Stat { path } => self.stat(&path, via),
             Close { .. } => Ok(Reply::Done),
-            Stat { path } => self.stat(&path),
-            DirStat { path } => self.dir_stat(&path),
-            Unlink { path } => self.unlink(&path).await,
-            Readdir { path, after, limit } => self.readdir(&path, after, limit),
-            Rename { src, dst } => self.retrying(|| self.rename(&src, &dst)).await,
-            SetAttr { path, set } => self.set_attr(&path, &set).await,
-            DirSetAttr { path, set } => self.dir_set_attr(&path, &set).await,
+            DirStat { path } => self.dir_stat(&path, via).await,
+            Unlink { path } => self.unlink(&path, via).await,
+            Readdir { path, after, limit } => self.readdir(&path, after, limit, via),
+            Rename { src, dst } => self.retrying(|| self.rename(&src, &dst, via)).await,
+            SetAttr { path, set } => self.set_attr(&path, &set, via).await,
             Symlink { path, target, uid, gid } => {
-                self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, Some(target)).await
+                self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, Some(target), via).await
             }
-            Readlink { path } => self.readlink(&path),
+            Readlink { path } => self.readlink(&path, via),
+            Batch { op, dir, names, mode, uid, gid, semantics } => {
+                self.batch(op, &dir, &names, mode, uid, gid, semantics, via).await
+            }
+            other if via != Via::Home => {
+                Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard", other.name())))
+            }
+            Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
+            DirSetAttr { path, set } => self.dir_set_attr(&path, &set).await,
             Statfs => self.statfs(),
-            Status => self.status(),
+            Status => self.status().await,
             FsckScan => self.fsck_scan(),
             TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
             TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
             TxAbort { txid } => self.tx_abort(txid).await,
-            Batch { op, dir, names, mode, uid, gid, semantics } => {
-                self.batch(op, &dir, &names, mode, uid, gid, semantics).await
-            }
             CloseBatch { inos, .. } => self.closev(&inos),
+            Shard { .. } => Err(err(Errno::EINVAL, "a shard request cannot be nested")),
+            ShardImport { path, ino, entries, shard } => self.shard_import(&path, ino, entries, shard).await,
+            SetPolicy { path, threshold, width } => self.set_policy(&path, threshold, width).await,
+            DistStatus { path } => self.dist_status(&path).await,
         }
     }
 
@@ -194,14 +218,15 @@ impl Osd {
         gid: u32,
         exclusive: bool,
         target: Option<String>,
+        via: Via,
     ) -> Response {
         let (dir, name) = split_entry(p)?;
         if kind == FileKind::Dir {
             return Err(err(Errno::EINVAL, "create cannot make directories"));
         }
-        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let mut d = self.dir_object(dir)?;
-        if let Some(e) = self.store.get_entry(d.ino, name).map_err(eio)? {
+        let g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let mut host = self.host(dir, via)?;
+        if let Some(e) = self.store.get_entry(host.obj.ino, name).map_err(eio)? {
             return match e.kind {
                 _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
                 FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
@@ -210,11 +235,15 @@ impl Osd {
         }
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
         let inode = Inode { size, target, ..Inode::new(self.new_ino().await?, kind, mode, uid, gid) };
-        count_entry(&mut d, kind, 1);
+        count_entry(&mut host.obj, kind, 1);
         let mut b = Batch::new();
-        b.put_entry(d.ino, name, &inode);
-        b.put_dir(dir, &d);
+        b.put_entry(host.obj.ino, name, &inode);
+        host.save(&mut b, dir);
         self.write(b).await?;
+        drop(g);
+        if !host.shard && self.over_threshold(&host.obj) {
+            self.distribute(dir).await?;
+        }
         Ok(Reply::Attr(Attr::of_inode(&inode)))
     }
 
@@ -226,43 +255,43 @@ impl Osd {
             .ok_or_else(|| err(Errno::ENOENT, format!("'{p}' does not exist")))
     }
 
-    fn open_entry(&self, p: &str) -> Response {
+    /// `lstat` (and `open`) of an entry: its attributes, or `IsDir` for a subdirectory.
+    pub(crate) fn stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
         let (dir, name) = split_entry(p)?;
-        let e = self.entry(&self.dir_object(dir)?, p, name)?;
+        let e = self.entry(&self.host(dir, via)?.obj, p, name)?;
         Ok(match e.kind {
             FileKind::Dir => Reply::IsDir { ino: e.ino },
             _ => Reply::Attr(Attr::of_inode(&e)),
         })
     }
 
-    pub(crate) fn stat(&self, p: &str) -> Response {
-        self.open_entry(p)
-    }
-
-    fn dir_stat(&self, p: &str) -> Response {
+    async fn dir_stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
         check_dir_path(p)?;
-        Ok(Reply::Attr(Attr::of_dir(&self.dir_object(p)?)))
+        match via {
+            Via::Home => Ok(Reply::Attr(self.dir_attr(p).await?)),
+            Via::Shard(_) => Ok(Reply::Attr(Attr::of_dir(&self.host(p, via)?.obj))),
+        }
     }
 
-    async fn unlink(self: &Arc<Self>, p: &str) -> Response {
+    async fn unlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
         let (dir, name) = split_entry(p)?;
         let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let mut d = self.dir_object(dir)?;
-        let e = self.entry(&d, p, name)?;
+        let mut host = self.host(dir, via)?;
+        let e = self.entry(&host.obj, p, name)?;
         if e.kind == FileKind::Dir {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
         }
-        count_entry(&mut d, e.kind, -1);
+        count_entry(&mut host.obj, e.kind, -1);
         let mut b = Batch::new();
-        b.del_entry(d.ino, name);
-        b.put_dir(dir, &d);
+        b.del_entry(host.obj.ino, name);
+        host.save(&mut b, dir);
         self.write(b).await?;
         Ok(Reply::Done)
     }
 
-    fn readdir(&self, p: &str, after: Option<String>, limit: u32) -> Response {
+    fn readdir(self: &Arc<Self>, p: &str, after: Option<String>, limit: u32, via: Via) -> Response {
         check_dir_path(p)?;
-        let d = self.dir_object(p)?;
+        let d = self.host(p, via)?.obj;
         let limit = if limit == 0 { 1024 } else { limit.min(MAX_READDIR_PAGE) } as usize;
         let mut page = self.store.list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
         let more = page.len() > limit;
@@ -271,10 +300,10 @@ impl Osd {
         Ok(Reply::Dirents(Dirents { incarnation: d.incarnation, entries, more }))
     }
 
-    async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
+    async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via) -> Response {
         let (dir, name) = split_entry(p)?;
         let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let d = self.dir_object(dir)?;
+        let d = self.host(dir, via)?.obj;
         let mut e = self.entry(&d, p, name)?;
         if e.kind == FileKind::Dir {
             return Ok(Reply::IsDir { ino: e.ino });
@@ -288,27 +317,32 @@ impl Osd {
 
     async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
         check_dir_path(p)?;
-        let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
-        let mut d = self.dir_object(p)?;
-        apply_set(set, &mut d.mode, &mut d.uid, &mut d.gid, &mut d.atime, &mut d.mtime, &mut d.ctime);
-        let mut b = Batch::new();
-        b.put_dir(p, &d);
-        self.write(b).await?;
-        Ok(Reply::Attr(Attr::of_dir(&d)))
+        {
+            let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+            let mut d = self.dir_object(p)?;
+            apply_set(set, &mut d.mode, &mut d.uid, &mut d.gid, &mut d.atime, &mut d.mtime, &mut d.ctime);
+            let mut b = Batch::new();
+            b.put_dir(p, &d);
+            self.write(b).await?;
+        }
+        Ok(Reply::Attr(self.dir_attr(p).await?))
     }
 
-    fn readlink(&self, p: &str) -> Response {
+    fn readlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
         let (dir, name) = split_entry(p)?;
-        let e = self.entry(&self.dir_object(dir)?, p, name)?;
+        let e = self.entry(&self.host(dir, via)?.obj, p, name)?;
         match e.target {
             Some(t) if e.kind == FileKind::Symlink => Ok(Reply::Target(t)),
             _ => Err(err(Errno::EINVAL, format!("'{p}' is not a symbolic link"))),
         }
     }
 
+    /// Directory objects homed here, and entries held here (in objects and shards).
     fn totals(&self) -> OpResult<(u64, u64)> {
         let dirs = self.store.dirs_within("/").map_err(eio)?;
-        Ok((dirs.len() as u64, dirs.iter().map(|(_, d)| d.entries).sum()))
+        let shards = self.store.shards_within("/").map_err(eio)?;
+        let entries = dirs.iter().chain(&shards).map(|(_, d)| d.entries).sum();
+        Ok((dirs.len() as u64, entries))
     }
 
     fn statfs(&self) -> Response {
@@ -316,7 +350,7 @@ impl Osd {
         Ok(Reply::Statfs(Statfs { dir_objects, entries }))
     }
 
-    fn status(&self) -> Response {
+    async fn status(self: &Arc<Self>) -> Response {
         let (dir_objects, entries) = self.totals()?;
         let m = &self.metrics;
         let peer = self.peers.counters().snapshot();
@@ -336,21 +370,41 @@ impl Osd {
             store_syncs: st.syncs,
             tx_started: Metrics::get(&m.tx_started),
             tx_pending: self.locks.tx_count() as u64,
+            hugedirs: self.hugedir_reports().await?,
+            shards: self.store.shards_within("/").map_err(eio)?.into_iter().map(|(p, d)| (p, d.entries)).collect(),
         }))
     }
 
     fn fsck_scan(&self) -> Response {
         let dirs = self.store.dirs_within("/").map_err(eio)?;
-        let local: HashSet<u64> = dirs.iter().map(|(_, d)| d.ino).collect();
+        let shards = self.store.shards_within("/").map_err(eio)?;
+        // Entries belong to a nondistributed directory object or to a shard held here.
+        let local: HashSet<u64> =
+            dirs.iter().filter(|(_, d)| d.dist.state != DistState::Distributed).map(|(_, d)| d.ino).collect();
+        let shard_of: std::collections::HashMap<u64, (&String, &DirObject)> =
+            shards.iter().map(|(p, d)| (d.ino, (p, d))).collect();
         let mut data = FsckData {
             dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
             pending_tx: self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len() as u64,
+            shards: shards.iter().map(|(p, d)| (p.clone(), d.ino, d.incarnation)).collect(),
+            distributed: dirs
+                .iter()
+                .filter(|(_, d)| d.dist.state == DistState::Distributed)
+                .map(|(p, d)| (p.clone(), d.ino, d.incarnation, d.dist.set.clone()))
+                .collect(),
             ..Default::default()
         };
         for (parent, name, inode) in self.store.all_entries().map_err(eio)? {
-            if !local.contains(&parent) {
+            if let Some((path, shard)) = shard_of.get(&parent) {
+                let set = &shard.dist.set;
+                if set.get(plusfs_proto::hugedir::slot_of(&name, set.len())) != Some(&self.id) {
+                    data.misplaced.push(((*path).clone(), name.clone()));
+                }
+            } else if !local.contains(&parent) {
                 data.orphans.push((parent, name));
-            } else if inode.kind == FileKind::Dir {
+                continue;
+            }
+            if inode.kind == FileKind::Dir {
                 data.subdirs.push((parent, name, inode.ino));
             }
         }

@@ -11,13 +11,14 @@
 //! aborts `Preparing` transactions and re-sends the decision of the others until
 //! acknowledged; participants keep their locks until they hear it.
 
+use crate::hugedir::Via;
 use crate::locks::Scope;
 use crate::osd::{check_dir_path, count_entry, eio, err, split_entry, OpResult, Osd};
 use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
-    Attr, CommitPayload, DirDump, DirObject, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId,
-    SubOp, Timespec, TxId, Vote,
+    Attr, CommitPayload, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response,
+    ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
 };
 use plusfs_store::{Batch, LogKind};
 use rand::Rng;
@@ -52,6 +53,17 @@ struct Prepared {
     locks: Vec<(String, Scope)>,
     /// Objects exported by `ExportSubtree`: (path, inode number).
     exported: Vec<(String, Ino)>,
+    /// Shards at or below the `ExportSubtree` root: re-keyed under the new root at commit.
+    reshards: Vec<String>,
+}
+
+/// Where a rename puts the destination entry.
+struct DstAt {
+    server: ServerId,
+    /// Incarnation of the destination directory when the entry goes into a shard.
+    shard: Option<u64>,
+    /// Storing set of a distributed directory the rename replaces (its shards go too).
+    replaced_shards: Vec<ServerId>,
 }
 
 /// Sub-operations per participant, in the order their errors take precedence.
@@ -71,18 +83,35 @@ fn add_part(parts: &mut Parts, server: ServerId, op: SubOp) {
 impl Osd {
     // ----- client-facing operations -------------------------------------------------
 
-    pub(crate) async fn mkdir(self: &Arc<Self>, p: &str, mode: u32, uid: u32, gid: u32) -> Response {
+    /// `mkdir`; `policy` is the new directory's huge-directory threshold and width.
+    pub(crate) async fn mkdir(
+        self: &Arc<Self>,
+        p: &str,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        policy: (Threshold, u32),
+        via: Via,
+    ) -> Response {
         let (dir, name) = split_entry(p)?;
-        let parent = self.dir_object(dir)?;
+        let parent = self.host(dir, via)?.obj;
         if self.store.get_entry(parent.ino, name).map_err(eio)?.is_some() {
             return Err(err(Errno::EEXIST, format!("'{p}' exists")));
         }
-        let attrs = self.mkdir_many(dir, &[name], mode, uid, gid).await?;
+        let attrs = self.mkdir_many(dir, &[name], mode, uid, gid, policy, via).await?;
+        if policy.0.resolve(self.cluster_threshold()) == Threshold::Entries(0) {
+            // Distributed from creation: its home distributes it now.
+            let req = Request::SetPolicy { path: p.to_string(), threshold: None, width: None };
+            if let Err(e) = self.peer_call(self.map.home_of_dir(p), req).await {
+                tracing::warn!(path = p, cause = %e.message, "cannot distribute a new directory yet");
+            }
+        }
         Ok(Reply::Attr(attrs.into_iter().next().expect("one directory made")))
     }
 
     /// Makes subdirectories `names` of `dir` in one atomic operation: this server inserts
     /// every entry, each child's home creates its objects, one sub-operation list per server.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn mkdir_many(
         self: &Arc<Self>,
         dir: &str,
@@ -90,17 +119,22 @@ impl Osd {
         mode: u32,
         uid: u32,
         gid: u32,
+        policy: (Threshold, u32),
+        via: Via,
     ) -> OpResult<Vec<Attr>> {
         let mut parts = Parts::new();
         let mut attrs = Vec::with_capacity(names.len());
         for name in names {
-            let object = DirObject::new(self.new_ino().await?, mode, uid, gid);
+            let mut object = DirObject::new(self.new_ino().await?, mode, uid, gid);
+            object.dist.threshold = policy.0;
+            object.dist.width = policy.1;
             let path = plusfs_proto::path::join(dir, name);
             let entry = SubOp::InsertEntry {
                 dir: dir.to_string(),
                 name: name.to_string(),
                 inode: Inode::subdir(object.ino),
                 replace: Replace::Never,
+                shard: via.shard(),
             };
             add_part(&mut parts, self.id, entry);
             attrs.push(Attr::of_dir(&object));
@@ -110,39 +144,89 @@ impl Osd {
         Ok(attrs)
     }
 
-    pub(crate) async fn rmdir(self: &Arc<Self>, p: &str) -> Response {
+    /// `rmdir`. A distributed directory's shards are removed in the same transaction;
+    /// the first attempt learns them from the home's redirect.
+    pub(crate) async fn rmdir(self: &Arc<Self>, p: &str, via: Via) -> Response {
         let (dir, name) = split_entry(p)?;
-        let e = self.entry(&self.dir_object(dir)?, p, name)?;
+        let e = self.entry(&self.host(dir, via)?.obj, p, name)?;
         if e.kind != FileKind::Dir {
             return Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory")));
         }
-        let mut parts = Parts::new();
-        add_part(&mut parts, self.id, SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino });
-        add_part(&mut parts, self.map.home_of_dir(p), SubOp::RemoveDir { path: p.into(), ino: e.ino });
-        self.run(parts).await?;
+        let parts = |shards: &[ServerId]| {
+            let mut parts = Parts::new();
+            let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
+            add_part(&mut parts, self.id, remove);
+            let remove_dir = SubOp::RemoveDir { path: p.into(), ino: e.ino, shards: shards.to_vec() };
+            add_part(&mut parts, self.map.home_of_dir(p), remove_dir);
+            for &s in shards {
+                add_part(&mut parts, s, SubOp::RemoveShard { path: p.into(), ino: e.ino });
+            }
+            parts
+        };
+        match self.run(parts(&[])).await {
+            Err(WireError { redirect: Some(info), .. }) if info.path == p => self.run(parts(&info.set)).await?,
+            r => r?,
+        }
         Ok(Reply::Done)
     }
 
-    pub(crate) async fn rename(self: &Arc<Self>, src: &str, dst: &str) -> Response {
+    /// `rename`. The destination entry's server is learnt like a client would: the home of
+    /// its parent, or the storing server Eq. 2 gives after a redirect.
+    pub(crate) async fn rename(self: &Arc<Self>, src: &str, dst: &str, via: Via) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
-        let e = self.entry(&self.dir_object(sdir)?, src, sname)?;
+        let src_host = self.host(sdir, via)?;
+        let e = self.entry(&src_host.obj, src, sname)?;
         if src == dst {
             return Ok(Reply::Done);
         }
+        let mut at = DstAt { server: self.map.home_of_dir(ddir), shard: None, replaced_shards: Vec::new() };
+        if ddir == sdir {
+            at.server = self.id;
+            if let Via::Shard(inc) = via {
+                let set = &src_host.obj.dist.set;
+                at = DstAt { server: set[plusfs_proto::hugedir::slot_of(dname, set.len())], shard: Some(inc), ..at };
+            }
+        }
+        for _ in 0..3 {
+            match self.rename_to(src, dst, &e, via, &at).await {
+                Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
+                    at.server = info.server_of(dname);
+                    at.shard = Some(info.incarnation);
+                }
+                Err(WireError { redirect: Some(info), .. }) if info.path == dst => at.replaced_shards = info.set,
+                r => return r,
+            }
+        }
+        Err(err(Errno::EBUSY, format!("the distribution of '{ddir}' keeps changing")))
+    }
+
+    async fn rename_to(self: &Arc<Self>, src: &str, dst: &str, e: &Inode, via: Via, at: &DstAt) -> Response {
+        let (sdir, sname) = split_entry(src)?;
+        let (ddir, dname) = split_entry(dst)?;
         let mut parts = Parts::new();
-        let remove = SubOp::RemoveEntry { dir: sdir.into(), name: sname.into(), ino: e.ino };
+        let remove = SubOp::RemoveEntry { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() };
         add_part(&mut parts, self.id, remove);
-        let dst_home = self.map.home_of_dir(ddir);
+        let dst_home = at.server;
         if e.kind != FileKind::Dir {
             let mut inode = e.clone();
             inode.ctime = Timespec::now();
-            let insert = SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace: Replace::NonDir };
+            let insert = SubOp::InsertEntry {
+                dir: ddir.into(),
+                name: dname.into(),
+                inode,
+                replace: Replace::NonDir,
+                shard: at.shard,
+            };
             add_part(&mut parts, dst_home, insert);
         } else {
             // Look the destination up first, as POSIX path resolution would: a missing
             // destination parent is ENOENT even when the move is also into itself.
-            let replace = match self.peer_call(dst_home, Request::Stat { path: dst.into() }).await {
+            let mut stat = Request::Stat { path: dst.into() };
+            if let Some(incarnation) = at.shard {
+                stat = Request::Shard { incarnation, op: Box::new(stat) };
+            }
+            let replace = match self.peer_call(dst_home, stat).await {
                 Ok(Reply::IsDir { ino }) => Replace::Dir(ino),
                 Ok(Reply::Attr(_)) => return Err(err(Errno::ENOTDIR, format!("'{dst}' is not a directory"))),
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
@@ -152,11 +236,20 @@ impl Osd {
             if is_within(dst, src) {
                 return Err(err(Errno::EINVAL, format!("cannot move '{src}' into itself ('{dst}')")));
             }
-            let insert =
-                SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode: Inode::subdir(e.ino), replace };
+            let insert = SubOp::InsertEntry {
+                dir: ddir.into(),
+                name: dname.into(),
+                inode: Inode::subdir(e.ino),
+                replace,
+                shard: at.shard,
+            };
             add_part(&mut parts, dst_home, insert);
             if let Replace::Dir(old) = replace {
-                add_part(&mut parts, self.map.home_of_dir(dst), SubOp::RemoveDir { path: dst.into(), ino: old });
+                let remove_dir = SubOp::RemoveDir { path: dst.into(), ino: old, shards: at.replaced_shards.clone() };
+                add_part(&mut parts, self.map.home_of_dir(dst), remove_dir);
+                for &s in &at.replaced_shards {
+                    add_part(&mut parts, s, SubOp::RemoveShard { path: dst.into(), ino: old });
+                }
             }
             for s in &self.map.servers {
                 add_part(&mut parts, s.id, SubOp::ExportSubtree { root: src.into(), new_root: dst.into() });
@@ -171,7 +264,14 @@ impl Osd {
             // Served directly (no message), and never through `handle`, so no operation
             // recurses into another.
             return match req {
-                Request::Stat { path } => self.stat(&path),
+                Request::Stat { path } => self.stat(&path, Via::Home),
+                Request::Shard { incarnation, op } => match *op {
+                    Request::Stat { path } => self.stat(&path, Via::Shard(incarnation)),
+                    other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
+                },
+                Request::SetPolicy { path, threshold, width } => {
+                    Box::pin(self.set_policy(&path, threshold, width)).await
+                }
                 Request::TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
                 Request::TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
                 Request::TxAbort { txid } => self.tx_abort(txid).await,
@@ -230,7 +330,19 @@ impl Osd {
         let batch = self.commit_batch(&prepared, &payload)?;
         self.write(batch).await?;
         drop(guard);
+        self.check_thresholds(&prepared.ops);
         Ok(())
+    }
+
+    /// Directories on this server that inserts made huge are distributed in the background.
+    fn check_thresholds(self: &Arc<Self>, ops: &[SubOp]) {
+        for op in ops {
+            if let SubOp::InsertEntry { dir, shard: None, .. } = op {
+                if self.store.get_dir(dir).ok().flatten().is_some_and(|d| self.over_threshold(&d)) {
+                    self.ensure_distributing(dir);
+                }
+            }
+        }
     }
 
     async fn two_phase_commit(self: &Arc<Self>, parts: &Parts) -> OpResult<()> {
@@ -374,7 +486,9 @@ impl Osd {
                 SubOp::InsertEntry { dir, name, .. } | SubOp::RemoveEntry { dir, name, .. } => {
                     Some((dir.clone(), Scope::Name(name.clone())))
                 }
-                SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } => Some((path.clone(), Scope::Whole)),
+                SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } | SubOp::RemoveShard { path, .. } => {
+                    Some((path.clone(), Scope::Whole))
+                }
                 SubOp::ExportSubtree { .. } => None,
             })
             .collect()
@@ -391,13 +505,19 @@ impl Osd {
             SubOp::ExportSubtree { root, .. } => Some(root.clone()),
             _ => None,
         });
+        let shards_within = |root: &str| -> OpResult<Vec<String>> {
+            Ok(self.store.shards_within(root).map_err(eio)?.into_iter().map(|(p, _)| p).collect())
+        };
         loop {
             let mut locks = Self::subop_locks(ops);
             let mut exported = Vec::new();
+            let mut reshards = Vec::new();
             if let Some(root) = &export_root {
                 check_dir_path(root)?;
                 exported = self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
+                reshards = shards_within(root)?;
                 locks.extend(exported.iter().map(|(p, _)| (p.clone(), Scope::Whole)));
+                locks.extend(reshards.iter().map(|p| (p.clone(), Scope::Whole)));
             }
             let guard = self
                 .locks
@@ -410,22 +530,36 @@ impl Osd {
                 }
                 let again: Vec<(String, Ino)> =
                     self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
-                if again != exported {
+                if again != exported || shards_within(root)? != reshards {
                     continue; // an object appeared or vanished between scan and lock
+                }
+                if let Some((p, _)) = self
+                    .store
+                    .dirs_within(root)
+                    .map_err(eio)?
+                    .into_iter()
+                    .find(|(_, d)| d.dist.state == DistState::Distributing)
+                {
+                    return Err(err(Errno::EBUSY, format!("'{p}' is being distributed")));
                 }
             }
             for op in ops {
                 self.check_subop(op)?;
             }
-            return Ok((guard, Prepared { ops: ops.to_vec(), locks, exported }));
+            return Ok((guard, Prepared { ops: ops.to_vec(), locks, exported, reshards }));
         }
     }
 
-    fn check_subop(&self, op: &SubOp) -> OpResult<()> {
+    /// The object holding the entries of `dir` that a sub-operation names.
+    fn sub_host(self: &Arc<Self>, dir: &str, shard: Option<u64>) -> OpResult<crate::hugedir::Host> {
+        self.host(dir, shard.map_or(Via::Home, Via::Shard))
+    }
+
+    fn check_subop(self: &Arc<Self>, op: &SubOp) -> OpResult<()> {
         match op {
-            SubOp::InsertEntry { dir, name, inode, replace } => {
+            SubOp::InsertEntry { dir, name, inode, replace, shard } => {
                 let p = plusfs_proto::path::join(dir, name);
-                let d = self.dir_object(dir)?;
+                let d = self.sub_host(dir, *shard)?.obj;
                 match (self.store.get_entry(d.ino, name).map_err(eio)?, replace) {
                     (None, _) => Ok(()),
                     (Some(_), Replace::Never) => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
@@ -442,9 +576,9 @@ impl Osd {
                     _ => Ok(()),
                 }
             }
-            SubOp::RemoveEntry { dir, name, ino } => {
+            SubOp::RemoveEntry { dir, name, ino, shard } => {
                 let p = plusfs_proto::path::join(dir, name);
-                let e = self.entry(&self.dir_object(dir)?, &p, name)?;
+                let e = self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?;
                 if e.ino != *ino {
                     return Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")));
                 }
@@ -454,17 +588,30 @@ impl Osd {
                 Some(_) => Err(err(Errno::EEXIST, format!("directory object '{path}' exists"))),
                 None => Ok(()),
             },
-            SubOp::RemoveDir { path, ino } => {
+            SubOp::RemoveDir { path, ino, shards } => {
                 let d = self.store.get_dir(path).map_err(eio)?;
                 match d {
                     Some(d) if d.ino != *ino => {
                         Err(err(Errno::EBUSY, format!("'{path}' changed during the operation")))
+                    }
+                    Some(d) if d.dist.state == DistState::Distributing => {
+                        Err(err(Errno::EBUSY, format!("'{path}' is being distributed")))
+                    }
+                    // Its shards must be removed by the same transaction.
+                    Some(d) if d.dist.state == DistState::Distributed && d.dist.set != *shards => {
+                        Err(WireError::redirect(self.dist_info(path, &d)))
                     }
                     Some(d) if d.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
                     Some(_) => Ok(()),
                     None => Err(err(Errno::ENOENT, format!("'{path}' does not exist"))),
                 }
             }
+            SubOp::RemoveShard { path, ino } => match self.store.get_shard(path).map_err(eio)? {
+                Some(s) if s.ino != *ino => Err(err(Errno::EBUSY, format!("'{path}' changed during the operation"))),
+                Some(s) if s.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
+                Some(_) => Ok(()),
+                None => Err(err(Errno::ENOENT, format!("no shard of '{path}' here"))),
+            },
             SubOp::ExportSubtree { .. } => Ok(()),
         }
     }
@@ -474,7 +621,11 @@ impl Osd {
             .iter()
             .map(|(path, _)| {
                 let object = self.dir_object(path)?;
-                let entries = self.store.list_entries(object.ino, None, usize::MAX).map_err(eio)?;
+                // A distributed directory's entries stay in its shards: only its object moves.
+                let entries = match object.dist.state {
+                    DistState::Distributed => Vec::new(),
+                    _ => self.store.list_entries(object.ino, None, usize::MAX).map_err(eio)?,
+                };
                 Ok(DirDump { path: path.clone(), object, entries })
             })
             .collect()
@@ -506,6 +657,7 @@ impl Osd {
         self.write(batch).await?;
         self.locks.release_tx(txid);
         drop(guard);
+        self.check_thresholds(&prepared.ops);
         Ok(Reply::Done)
     }
 
@@ -521,40 +673,67 @@ impl Osd {
 
     /// The store batch that applies prepared sub-operations: removals first, then inserts
     /// and imports, so a replaced directory's object is deleted before its successor lands.
-    fn commit_batch(&self, p: &Prepared, payload: &CommitPayload) -> OpResult<Batch> {
-        let mut dirs: BTreeMap<String, DirObject> = BTreeMap::new();
+    fn commit_batch(self: &Arc<Self>, p: &Prepared, payload: &CommitPayload) -> OpResult<Batch> {
+        // Changed entry holders, keyed by (path, is a shard).
+        let mut hosts: BTreeMap<(String, bool), DirObject> = BTreeMap::new();
         let mut b = Batch::new();
-        let load = |dirs: &mut BTreeMap<String, DirObject>, path: &str| -> OpResult<()> {
-            if !dirs.contains_key(path) {
-                dirs.insert(path.to_string(), self.dir_object(path)?);
+        let load = |hosts: &mut BTreeMap<(String, bool), DirObject>,
+                    path: &str,
+                    shard: Option<u64>|
+         -> OpResult<(String, bool)> {
+            let key = (path.to_string(), shard.is_some());
+            if !hosts.contains_key(&key) {
+                let obj = match shard {
+                    Some(_) => self.store.get_shard(path).map_err(eio)?.ok_or_else(|| WireError::missing_dir(path))?,
+                    None => self.dir_object(path)?,
+                };
+                hosts.insert(key.clone(), obj);
             }
-            Ok(())
+            Ok(key)
         };
+        let export_roots = p.ops.iter().find_map(|o| match o {
+            SubOp::ExportSubtree { root, new_root } => Some((root.clone(), new_root.clone())),
+            _ => None,
+        });
         for op in &p.ops {
             match op {
-                SubOp::RemoveEntry { dir, name, .. } => {
-                    load(&mut dirs, dir)?;
-                    let d = dirs.get_mut(dir.as_str()).expect("loaded");
+                SubOp::RemoveEntry { dir, name, shard, .. } => {
+                    let key = load(&mut hosts, dir, *shard)?;
+                    let d = hosts.get_mut(&key).expect("loaded");
                     if let Some(e) = self.store.get_entry(d.ino, name).map_err(eio)? {
                         count_entry(d, e.kind, -1);
                         b.del_entry(d.ino, name);
                     }
                 }
                 SubOp::RemoveDir { path, .. } => b.del_dir(path),
+                SubOp::RemoveShard { path, .. } => b.del_shard(path),
                 _ => {}
             }
         }
         for (path, ino) in &p.exported {
+            let distributed =
+                self.store.get_dir(path).map_err(eio)?.is_some_and(|d| d.dist.state == DistState::Distributed);
             b.del_dir(path);
-            for (name, _) in self.store.list_entries(*ino, None, usize::MAX).map_err(eio)? {
-                b.del_entry(*ino, &name);
+            if !distributed {
+                for (name, _) in self.store.list_entries(*ino, None, usize::MAX).map_err(eio)? {
+                    b.del_entry(*ino, &name);
+                }
+            }
+        }
+        if let Some((root, new_root)) = &export_roots {
+            // Shards move by key only; their entries are keyed by inode and stay.
+            for path in &p.reshards {
+                if let Some(shard) = self.store.get_shard(path).map_err(eio)? {
+                    b.del_shard(path);
+                    b.put_shard(&rebase(path, root, new_root), &shard);
+                }
             }
         }
         for op in &p.ops {
             match op {
-                SubOp::InsertEntry { dir, name, inode, .. } => {
-                    load(&mut dirs, dir)?;
-                    let d = dirs.get_mut(dir.as_str()).expect("loaded");
+                SubOp::InsertEntry { dir, name, inode, shard, .. } => {
+                    let key = load(&mut hosts, dir, *shard)?;
+                    let d = hosts.get_mut(&key).expect("loaded");
                     match self.store.get_entry(d.ino, name).map_err(eio)? {
                         Some(_) => {
                             d.mtime = Timespec::now();
@@ -574,8 +753,12 @@ impl Osd {
                 b.put_entry(dump.object.ino, name, inode);
             }
         }
-        for (path, d) in &dirs {
-            b.put_dir(path, d);
+        for ((path, shard), d) in &hosts {
+            if *shard {
+                b.put_shard(path, d);
+            } else {
+                b.put_dir(path, d);
+            }
         }
         Ok(b)
     }

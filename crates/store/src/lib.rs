@@ -7,6 +7,7 @@
 //! Key layout (one RocksDB column family; the first byte says what a key is):
 //! ```text
 //! D <path>                      -> DirObject   directory objects homed here
+//! H <path>                      -> DirObject   shards of distributed directories stored here
 //! E <dir ino: u64 BE> <name>    -> Inode       entries (embedded inodes, "h" entries)
 //! M <name>                      -> u64 BE      counters (next inode, next txid)
 //! C <txid: u64 BE>              -> bytes       coordinator log records
@@ -14,7 +15,9 @@
 //! ```
 //! Entries are keyed by the directory's inode number, not its path, so listing a
 //! directory is one prefix scan in name order and renaming a directory whose object stays
-//! on this server rewrites one key.
+//! on this server rewrites one key. The same holds for the entries of a shard (a server's
+//! part of a distributed directory): renaming a huge directory re-keys each shard record
+//! and moves no entry.
 
 mod rocks;
 
@@ -56,6 +59,8 @@ impl LogKind {
 pub enum BatchOp {
     PutDir(String, DirObject),
     DelDir(String),
+    PutShard(String, DirObject),
+    DelShard(String),
     PutEntry(Ino, String, Inode),
     DelEntry(Ino, String),
     PutCounter(&'static str, u64),
@@ -78,6 +83,12 @@ impl Batch {
     }
     pub fn del_dir(&mut self, path: &str) {
         self.ops.push(BatchOp::DelDir(path.to_string()));
+    }
+    pub fn put_shard(&mut self, path: &str, obj: &DirObject) {
+        self.ops.push(BatchOp::PutShard(path.to_string(), obj.clone()));
+    }
+    pub fn del_shard(&mut self, path: &str) {
+        self.ops.push(BatchOp::DelShard(path.to_string()));
     }
     pub fn put_entry(&mut self, dir: Ino, name: &str, inode: &Inode) {
         self.ops.push(BatchOp::PutEntry(dir, name.to_string(), inode.clone()));
@@ -117,6 +128,10 @@ pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
 pub trait DirStore: Send + Sync + 'static {
     /// The directory object at `path`, if it is homed here.
     fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError>;
+    /// This server's shard of the distributed directory at `path`, if it stores one.
+    fn get_shard(&self, path: &str) -> Result<Option<DirObject>, StoreError>;
+    /// Every shard at or below `root`, in path order.
+    fn shards_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError>;
     /// Entry `name` of the directory with inode `dir`.
     fn get_entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError>;
     /// Entries `names` of the directory with inode `dir`, looked up together (one batched

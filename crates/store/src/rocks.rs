@@ -37,8 +37,16 @@ fn engine(e: rocksdb::Error) -> StoreError {
 }
 
 fn dir_key(path: &str) -> Vec<u8> {
+    object_key(b'D', path)
+}
+
+fn shard_key(path: &str) -> Vec<u8> {
+    object_key(b'H', path)
+}
+
+fn object_key(prefix: u8, path: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + path.len());
-    k.push(b'D');
+    k.push(prefix);
     k.extend_from_slice(path.as_bytes());
     k
 }
@@ -89,6 +97,8 @@ fn to_write_batch(batch: &Batch, wb: &mut WriteBatch) {
         match op {
             BatchOp::PutDir(p, o) => wb.put(dir_key(p), encode(o)),
             BatchOp::DelDir(p) => wb.delete(dir_key(p)),
+            BatchOp::PutShard(p, o) => wb.put(shard_key(p), encode(o)),
+            BatchOp::DelShard(p) => wb.delete(shard_key(p)),
             BatchOp::PutEntry(d, n, i) => wb.put(entry_key(*d, n), encode(i)),
             BatchOp::DelEntry(d, n) => wb.delete(entry_key(*d, n)),
             BatchOp::PutCounter(n, v) => wb.put(counter_key(n), v.to_be_bytes()),
@@ -126,6 +136,26 @@ impl RocksStore {
         wo.set_sync(false);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.db.write_opt(wb, &wo).map_err(engine)
+    }
+
+    fn get_object(&self, key: &[u8]) -> Result<Option<DirObject>, StoreError> {
+        match self.db.get_pinned(key).map_err(engine)? {
+            Some(v) => Ok(Some(decode(key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Directory objects (`D`) or shards (`H`) at or below `root`, in path order.
+    fn objects_within(&self, prefix: u8, root: &str) -> Result<Vec<(String, DirObject)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(&object_key(prefix, root)) {
+            let (k, v) = item?;
+            let path = utf8(&k, &k[1..])?;
+            if plusfs_proto::path::is_within(&path, root) {
+                out.push((path, decode(&k, &v)?));
+            }
+        }
+        Ok(out)
     }
 
     fn scan_prefix(&self, prefix: &[u8]) -> impl Iterator<Item = Result<Kv, StoreError>> + '_ {
@@ -171,11 +201,15 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>) -> mpsc::Sender<Queued> {
 
 impl DirStore for RocksStore {
     fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError> {
-        let key = dir_key(path);
-        match self.db.get_pinned(&key).map_err(engine)? {
-            Some(v) => Ok(Some(decode(&key, &v)?)),
-            None => Ok(None),
-        }
+        self.get_object(&dir_key(path))
+    }
+
+    fn get_shard(&self, path: &str) -> Result<Option<DirObject>, StoreError> {
+        self.get_object(&shard_key(path))
+    }
+
+    fn shards_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError> {
+        self.objects_within(b'H', root)
     }
 
     fn get_entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError> {
@@ -222,15 +256,7 @@ impl DirStore for RocksStore {
     }
 
     fn dirs_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError> {
-        let mut out = Vec::new();
-        for item in self.scan_prefix(&dir_key(root)) {
-            let (k, v) = item?;
-            let path = utf8(&k, &k[1..])?;
-            if plusfs_proto::path::is_within(&path, root) {
-                out.push((path, decode(&k, &v)?));
-            }
-        }
-        Ok(out)
+        self.objects_within(b'D', root)
     }
 
     fn all_entries(&self) -> Result<Vec<(Ino, String, Inode)>, StoreError> {
@@ -314,6 +340,7 @@ mod tests {
             ctime: Timespec::default(),
             entries: 0,
             subdirs: 0,
+            dist: Default::default(),
         }
     }
 

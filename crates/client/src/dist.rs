@@ -1,0 +1,236 @@
+//! Huge directories on the client side (seed 001 §IV.C, seed 000 §2.5 and §3.1).
+//!
+//! A client does not know a directory is distributed until a server says so: the home of
+//! a distributed directory answers requests about its entries with a redirect carrying the
+//! distribution ([`DistInfo`]). The client caches it by path with the incarnation, and from
+//! then on sends requests about entries straight to the storing server Eq. 2 gives, wrapped
+//! in `Request::Shard` with the cached incarnation. When the cache is out of date the
+//! storing server says so: the directory was renamed or removed (it holds no shard at that
+//! path: "missing directory"), or removed and re-created (another incarnation: ESTALE). The
+//! client then drops the entry and retries through Eq. 1.
+
+use crate::error::FsError;
+use crate::fs::Client;
+use futures::future::join_all;
+use plusfs_proto::{DirEntry, Dirents, DistInfo, DistState, Errno, Reply, Request, ServerId, WireError};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How often one call follows redirects or stale-cache answers before giving up (EAGAIN).
+const MAX_REROUTES: u32 = 12;
+
+/// Distributions this client has learnt, by directory path.
+#[derive(Default)]
+pub struct DistCache {
+    dirs: Mutex<HashMap<String, DistInfo>>,
+}
+
+impl DistCache {
+    /// The cached distribution of `dir`.
+    pub fn get(&self, dir: &str) -> Option<DistInfo> {
+        self.dirs.lock().expect("dist cache").get(dir).cloned()
+    }
+
+    fn insert(&self, info: DistInfo) {
+        self.dirs.lock().expect("dist cache").insert(info.path.clone(), info);
+    }
+
+    fn remove(&self, dir: &str) {
+        self.dirs.lock().expect("dist cache").remove(dir);
+    }
+
+    /// Number of cached distributions.
+    pub fn len(&self) -> usize {
+        self.dirs.lock().expect("dist cache").len()
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What to do after a failed request about entries of a directory.
+pub(crate) enum Reroute {
+    /// The cache changed (learnt or dropped): send again.
+    Retry,
+    /// The directory is being distributed: wait, then send again.
+    Wait,
+    /// A real error for the caller.
+    Fail(WireError),
+}
+
+impl Client {
+    /// Where requests about entry `name` of `dir` go: (server, shard incarnation).
+    pub fn locate(&self, dir: &str, name: &str) -> (ServerId, Option<u64>) {
+        match self.dist.get(dir) {
+            Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => {
+                (info.server_of(name), Some(info.incarnation))
+            }
+            _ => (self.home(dir), None),
+        }
+    }
+
+    /// Wraps `req` for a shard when `shard` is set.
+    pub(crate) fn addressed(req: Request, shard: Option<u64>) -> Request {
+        match shard {
+            Some(incarnation) => Request::Shard { incarnation, op: Box::new(req) },
+            None => req,
+        }
+    }
+
+    /// Decides what a server error about entries of `dir` means for routing.
+    pub(crate) fn reroute(&self, dir: &str, shard: Option<u64>, e: WireError) -> Reroute {
+        if let Some(info) = &e.redirect {
+            if info.path == dir {
+                if info.state == DistState::Distributing {
+                    return Reroute::Wait;
+                }
+                self.dist.insert(info.clone());
+                return Reroute::Retry;
+            }
+        }
+        if shard.is_some() && (e.errno == Errno::ESTALE || e.missing_dir.as_deref() == Some(dir)) {
+            self.dist.remove(dir);
+            return Reroute::Retry;
+        }
+        Reroute::Fail(e)
+    }
+
+    /// Sends a request about entry `name` of `dir`, following redirects; returns the reply
+    /// and the server that gave it.
+    pub(crate) async fn entry_rpc(
+        &self,
+        op: &'static str,
+        shown: &str,
+        dir: &str,
+        name: &str,
+        req: Request,
+    ) -> Result<(Reply, ServerId), FsError> {
+        let mut waits = 0u32;
+        for _ in 0..MAX_REROUTES {
+            let (server, shard) = self.locate(dir, name);
+            let sent = Self::addressed(req.clone(), shard);
+            let e = match self.pool.call(server, &sent).await {
+                Ok(Ok(r)) => return Ok((r, server)),
+                Ok(Err(e)) => e,
+                Err(e) => return Err(FsError::new(op, shown, e.errno()).with_detail(e.to_string())),
+            };
+            match self.reroute(dir, shard, e) {
+                Reroute::Retry => {}
+                Reroute::Wait => {
+                    waits += 1;
+                    tokio::time::sleep(Duration::from_millis(2u64 << waits.min(8))).await;
+                }
+                Reroute::Fail(e) => return Err(self.server_error(op, shown, e).await),
+            }
+        }
+        Err(FsError::new(op, shown, Errno::EAGAIN).with_detail("the directory's distribution kept changing"))
+    }
+
+    /// One page of the listing of the directory `dir` (normalised): from its home, or
+    /// merged from its storing servers when it is distributed.
+    pub(crate) async fn list_page(
+        &self,
+        shown: &str,
+        dir: &str,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Dirents, FsError> {
+        let mut waits = 0u32;
+        for _ in 0..MAX_REROUTES {
+            let result = match self.dist.get(dir) {
+                Some(info) => self.merged_page(&info, after.clone(), limit).await,
+                None => {
+                    let req = Request::Readdir { path: dir.to_string(), after: after.clone(), limit };
+                    self.raw_call(shown, self.home(dir), &req).await?.map(|r| (r, ()))
+                }
+            };
+            let (error, shard) = match result {
+                Ok((r, ())) => return expect_dirents(r, shown),
+                Err((e, shard)) => (e, shard),
+            };
+            match self.reroute(dir, shard, error) {
+                Reroute::Retry => {}
+                Reroute::Wait => {
+                    waits += 1;
+                    tokio::time::sleep(Duration::from_millis(2u64 << waits.min(8))).await;
+                }
+                Reroute::Fail(e) => return Err(self.server_error("open directory", shown, e).await),
+            }
+        }
+        Err(FsError::new("open directory", shown, Errno::EAGAIN)
+            .with_detail("the directory's distribution kept changing"))
+    }
+
+    /// A page of a distributed directory: the next `limit` names of every storing server
+    /// after `after`, merged in name order and cut to `limit` (each entry lives on exactly
+    /// one server, so none is returned twice).
+    async fn merged_page(
+        &self,
+        info: &DistInfo,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<(Reply, ()), (WireError, Option<u64>)> {
+        let pages = join_all(info.set.iter().map(|&s| {
+            let req = Self::addressed(
+                Request::Readdir { path: info.path.clone(), after: after.clone(), limit },
+                Some(info.incarnation),
+            );
+            async move { self.pool.call(s, &req).await }
+        }))
+        .await;
+        let mut entries: Vec<DirEntry> = Vec::new();
+        let mut more = false;
+        for p in pages {
+            match p {
+                Ok(Ok(Reply::Dirents(d))) => {
+                    more |= d.more;
+                    entries.extend(d.entries);
+                }
+                Ok(Ok(other)) => {
+                    return Err((WireError::new(Errno::EPROTO, format!("unexpected reply {other:?}")), None))
+                }
+                Ok(Err(e)) => return Err((e, Some(info.incarnation))),
+                Err(e) => return Err((WireError::new(e.errno(), e.to_string()), None)),
+            }
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        let cap = if limit == 0 { 1024 } else { limit as usize };
+        if entries.len() > cap {
+            entries.truncate(cap);
+            more = true;
+        }
+        Ok((Reply::Dirents(Dirents { incarnation: info.incarnation, entries, more }), ()))
+    }
+
+    /// Sends `req` to `server`; transport failures become an [`FsError`], server errors
+    /// are returned as they came.
+    pub(crate) async fn raw_call(
+        &self,
+        shown: &str,
+        server: ServerId,
+        req: &Request,
+    ) -> Result<Result<Reply, (WireError, Option<u64>)>, FsError> {
+        match self.pool.call(server, req).await {
+            Ok(Ok(r)) => Ok(Ok(r)),
+            Ok(Err(e)) => Ok(Err((e, None))),
+            Err(e) => Err(FsError::new("reach", shown, e.errno()).with_detail(e.to_string())),
+        }
+    }
+
+    /// The cached distribution of `dir` (normalised), if this client has learnt one.
+    pub fn cached_distribution(&self, dir: &str) -> Option<DistInfo> {
+        self.dist.get(dir)
+    }
+}
+
+fn expect_dirents(r: Reply, shown: &str) -> Result<Dirents, FsError> {
+    match r {
+        Reply::Dirents(d) => Ok(d),
+        other => {
+            Err(FsError::new("open directory", shown, Errno::EPROTO).with_detail(format!("unexpected reply {other:?}")))
+        }
+    }
+}

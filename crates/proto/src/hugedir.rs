@@ -1,0 +1,162 @@
+//! Huge directories (seed 001 §IV, seed 000 §2.5): the records that say whether a
+//! directory's entries are spread over several servers, and where.
+//!
+//! A directory starts *nondistributed*: its home server (Eq. 1) holds the directory object
+//! and every entry. When it holds more entries than its threshold, the home (the *primary*)
+//! moves the entries to the *storing set* by Eq. 2, `set[hash(name) % set.len()]`; each
+//! storing server keeps a *shard* (a secondary directory object) with its part of the
+//! entries. The primary keeps the directory's own attributes and the distribution, and
+//! answers requests about entries with a redirect carrying [`DistInfo`].
+
+use crate::message::{Ino, ServerId};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// When a directory is distributed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Threshold {
+    /// The cluster's setting (`[hugedirs] threshold` in the cluster map).
+    #[default]
+    Cluster,
+    /// Distributed once it holds more than this many entries (`0`: from its first entry).
+    Entries(u64),
+    /// Never distributed.
+    Never,
+}
+
+impl Threshold {
+    /// Parses `never`, `cluster` or a number of entries.
+    pub fn parse(s: &str) -> Result<Threshold, String> {
+        match s {
+            "never" => Ok(Threshold::Never),
+            "cluster" | "default" => Ok(Threshold::Cluster),
+            n => n
+                .parse::<u64>()
+                .map(Threshold::Entries)
+                .map_err(|_| format!("threshold '{s}' is not a number of entries, 'never' or 'cluster'")),
+        }
+    }
+
+    /// This threshold with `Cluster` replaced by the cluster's setting.
+    pub fn resolve(self, cluster: Threshold) -> Threshold {
+        match self {
+            Threshold::Cluster => cluster,
+            t => t,
+        }
+    }
+}
+
+impl fmt::Display for Threshold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Threshold::Cluster => write!(f, "cluster"),
+            Threshold::Entries(n) => write!(f, "{n}"),
+            Threshold::Never => write!(f, "never"),
+        }
+    }
+}
+
+/// The three states of a directory (seed 001 §IV.A).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum DistState {
+    /// Every entry is with the directory object on its home server.
+    #[default]
+    Nondistributed,
+    /// The primary is moving entries to the storing set; writers wait.
+    Distributing,
+    /// Entries live on the storing set by Eq. 2.
+    Distributed,
+}
+
+impl fmt::Display for DistState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DistState::Nondistributed => "nondistributed",
+            DistState::Distributing => "distributing",
+            DistState::Distributed => "distributed",
+        })
+    }
+}
+
+/// Distribution policy and state, kept durably in the primary directory object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Distribution {
+    pub threshold: Threshold,
+    /// Number of storing servers (0: the cluster's setting).
+    pub width: u32,
+    pub state: DistState,
+    /// The storing set, in Eq. 2 order (empty while nondistributed).
+    pub set: Vec<ServerId>,
+}
+
+/// What a client needs to route requests about entries of a distributed directory: sent
+/// with every redirect and cached by clients with the incarnation (seed 001 §IV.C).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistInfo {
+    /// The directory's path when the information was sent.
+    pub path: String,
+    pub ino: Ino,
+    /// Incarnation of the directory; shards refuse requests carrying another one.
+    pub incarnation: u64,
+    pub state: DistState,
+    pub set: Vec<ServerId>,
+}
+
+impl DistInfo {
+    /// The storing server of entry `name` (seed 001 Eq. 2).
+    pub fn server_of(&self, name: &str) -> ServerId {
+        self.set[slot_of(name, self.set.len())]
+    }
+}
+
+/// Index into a storing set of `len` servers for entry `name` (Eq. 2).
+pub fn slot_of(name: &str, len: usize) -> usize {
+    (name_hash(name) % len.max(1) as u64) as usize
+}
+
+/// The hash of an entry name used by Eq. 2 (seeded differently from the path hash, so
+/// entry placement and directory placement are independent).
+pub fn name_hash(name: &str) -> u64 {
+    xxh3_64_with_seed(name.as_bytes(), 0x6875_6765_6469_72)
+}
+
+/// A directory's distribution as `plusfs stat` and `cluster status` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DistReport {
+    pub path: String,
+    pub state: DistState,
+    /// The directory's own threshold setting, and what it resolves to on this cluster.
+    pub threshold: Threshold,
+    pub effective: Threshold,
+    pub width: u32,
+    pub set: Vec<ServerId>,
+    /// Entries held by each storing server (or the home while nondistributed).
+    pub entries: Vec<(ServerId, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_parse() {
+        assert_eq!(Threshold::parse("never"), Ok(Threshold::Never));
+        assert_eq!(Threshold::parse("0"), Ok(Threshold::Entries(0)));
+        assert_eq!(Threshold::parse("8000"), Ok(Threshold::Entries(8000)));
+        assert!(Threshold::parse("-1").is_err());
+        assert_eq!(Threshold::Cluster.resolve(Threshold::Entries(5)), Threshold::Entries(5));
+        assert_eq!(Threshold::Never.resolve(Threshold::Entries(5)), Threshold::Never);
+    }
+
+    #[test]
+    fn eq2_spreads_names_evenly() {
+        let mut counts = [0u32; 8];
+        for i in 0..80_000 {
+            counts[slot_of(&format!("file.{i}"), 8)] += 1;
+        }
+        for c in counts {
+            assert!((9_500..=10_500).contains(&c), "{counts:?}");
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! Huge directories on the server side (seed 001 §IV, seed 000 §2.5).
+//!
+//! The home of a directory (its *primary*) decides when the directory is distributed and
+//! leads the redistribution; each member of the storing set keeps a *shard*: a directory
+//! object under the shard key with this server's part of the entries and its counts.
+//!
+//! Redistribution, under the directory's busy lock (writers wait; readers are answered
+//! with the distribution and retry):
+//! 1. the primary records `Distributing` with the storing set in its object (durable);
+//! 2. it streams its entries, sending each storing server the ones Eq. 2 gives it
+//!    (`ShardImport`, in parallel, repeated until acknowledged);
+//! 3. it sends each storing server its shard object with the counts;
+//! 4. in one store write it drops the entries that moved, writes its own shard (if it is a
+//!    member) and records `Distributed`.
+//!
+//! Until step 4 every entry is still on the primary and nobody can reach the shards, so a
+//! crash before it is repaired by running the same steps again (a restarted primary resumes
+//! every `Distributing` directory); imports are idempotent. After it, the directory is
+//! distributed and the primary only routes.
+
+use crate::locks::Scope;
+use crate::osd::{eio, err, OpResult, Osd};
+use futures::future::join_all;
+use plusfs_proto::hugedir::slot_of;
+use plusfs_proto::{
+    Attr, DirObject, DistInfo, DistReport, DistState, Errno, FileKind, Inode, Reply, Request, Response, ServerId,
+    Threshold, Timespec, WireError,
+};
+use plusfs_store::Batch;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Entries per `ShardImport` request while distributing.
+const IMPORT_CHUNK: usize = 16_384;
+
+/// Where an entry request was addressed: the directory's home (Eq. 1) or this server's
+/// shard of a distributed directory (Eq. 2, with the incarnation the client cached).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    Home,
+    Shard(u64),
+}
+
+impl Via {
+    /// The incarnation a sub-operation must find in the shard (`None`: the home object).
+    pub(crate) fn shard(self) -> Option<u64> {
+        match self {
+            Via::Home => None,
+            Via::Shard(i) => Some(i),
+        }
+    }
+}
+
+/// The object that holds a directory's entries on this server.
+pub(crate) struct Host {
+    pub obj: DirObject,
+    pub shard: bool,
+}
+
+impl Host {
+    /// Adds the write of the (changed) object to `b`.
+    pub(crate) fn save(&self, b: &mut Batch, path: &str) {
+        if self.shard {
+            b.put_shard(path, &self.obj);
+        } else {
+            b.put_dir(path, &self.obj);
+        }
+    }
+}
+
+impl Osd {
+    /// The object holding the entries of `dir` here, as addressed by `via`. A request to
+    /// the home of a distributed directory gets a redirect with the distribution; a request
+    /// to a shard this server does not hold gets "missing directory", and one carrying
+    /// another incarnation ESTALE (the two staleness cases of seed 001 §IV.C).
+    pub(crate) fn host(self: &Arc<Self>, dir: &str, via: Via) -> OpResult<Host> {
+        match via {
+            Via::Home => {
+                let obj = self.dir_object(dir)?;
+                match obj.dist.state {
+                    DistState::Nondistributed => Ok(Host { obj, shard: false }),
+                    DistState::Distributed => Err(WireError::redirect(self.dist_info(dir, &obj))),
+                    DistState::Distributing => {
+                        self.ensure_distributing(dir);
+                        Err(WireError::redirect(self.dist_info(dir, &obj)))
+                    }
+                }
+            }
+            Via::Shard(incarnation) => {
+                let obj = self.store.get_shard(dir).map_err(eio)?.ok_or_else(|| WireError::missing_dir(dir))?;
+                if obj.incarnation != incarnation {
+                    return Err(err(
+                        Errno::ESTALE,
+                        format!("'{dir}' was re-created (incarnation {} here, {incarnation} cached)", obj.incarnation),
+                    ));
+                }
+                Ok(Host { obj, shard: true })
+            }
+        }
+    }
+
+    /// What clients need to route to the entries of `dir` (a primary or shard object).
+    pub(crate) fn dist_info(&self, dir: &str, d: &DirObject) -> DistInfo {
+        DistInfo {
+            path: dir.to_string(),
+            ino: d.ino,
+            incarnation: d.incarnation,
+            state: d.dist.state,
+            set: d.dist.set.clone(),
+        }
+    }
+
+    /// The cluster's threshold (`[hugedirs] threshold`).
+    pub(crate) fn cluster_threshold(&self) -> Threshold {
+        match self.map.hugedirs.threshold_entries() {
+            Some(n) => Threshold::Entries(n),
+            None => Threshold::Never,
+        }
+    }
+
+    /// True when the nondistributed directory `d` should be distributed now.
+    pub(crate) fn over_threshold(&self, d: &DirObject) -> bool {
+        d.dist.state == DistState::Nondistributed
+            && match d.dist.threshold.resolve(self.cluster_threshold()) {
+                Threshold::Entries(0) => true,
+                Threshold::Entries(n) => d.entries > n,
+                Threshold::Never | Threshold::Cluster => false,
+            }
+    }
+
+    /// Starts a background redistribution of `dir` unless one is running (a restarted
+    /// primary resuming, or a request that met a `Distributing` directory).
+    pub(crate) fn ensure_distributing(self: &Arc<Self>, dir: &str) {
+        if !self.distributing.lock().expect("distributing set").insert(dir.to_string()) {
+            return;
+        }
+        let osd = self.clone();
+        let dir = dir.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = osd.distribute(&dir).await {
+                tracing::error!(dir, cause = %e.message, "redistribution failed");
+            }
+            osd.distributing.lock().expect("distributing set").remove(&dir);
+        });
+    }
+
+    /// Distributes `dir` if it is over its threshold (or resumes a started distribution).
+    /// Returns the distribution when the directory is distributed at the end.
+    pub(crate) async fn distribute(self: &Arc<Self>, dir: &str) -> OpResult<Option<DistInfo>> {
+        let _guard = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await.map_err(|_| {
+            err(Errno::EIO, "lock conflict while waiting") // cannot happen: wait_tx is set
+        })?;
+        let Some(mut d) = self.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
+        match d.dist.state {
+            DistState::Distributed => return Ok(Some(self.dist_info(dir, &d))),
+            DistState::Nondistributed if !self.over_threshold(&d) => return Ok(None),
+            DistState::Nondistributed => {
+                let width = if d.dist.width == 0 { self.map.hugedirs.width } else { d.dist.width };
+                d.dist.set = self.map.storing_set(dir, width);
+                d.dist.state = DistState::Distributing;
+                let mut b = Batch::new();
+                b.put_dir(dir, &d);
+                self.write(b).await?;
+            }
+            DistState::Distributing => tracing::info!(dir, "resuming an interrupted redistribution"),
+        }
+        crate::failpoint::hit("distribute_after_intent");
+        let started = std::time::Instant::now();
+        let set = d.dist.set.clone();
+        let counts = self.export_entries(dir, &d, &set).await?;
+        crate::failpoint::hit("distribute_after_entries");
+        let shard_of = |s: ServerId| {
+            let (entries, subdirs) = counts.get(&s).copied().unwrap_or((0, 0));
+            let mut shard = DirObject { entries, subdirs, ..d.clone() };
+            shard.dist.state = DistState::Distributed;
+            shard
+        };
+        let remote: Vec<ServerId> = set.iter().copied().filter(|&s| s != self.id).collect();
+        join_all(remote.iter().map(|&s| {
+            let req = Request::ShardImport {
+                path: dir.to_string(),
+                ino: d.ino,
+                entries: Vec::new(),
+                shard: Some(shard_of(s)),
+            };
+            self.send_until_acked(s, req)
+        }))
+        .await;
+        crate::failpoint::hit("distribute_after_shards");
+        // Flip: drop what moved, keep our own part as our shard, record Distributed.
+        let mut b = Batch::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.store.list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (name, _) in &page {
+                if set[slot_of(name, set.len())] != self.id {
+                    b.del_entry(d.ino, name);
+                }
+            }
+        }
+        if set.contains(&self.id) {
+            b.put_shard(dir, &shard_of(self.id));
+        }
+        d.dist.state = DistState::Distributed;
+        d.entries = 0;
+        d.subdirs = 0;
+        b.put_dir(dir, &d);
+        self.write(b).await?;
+        let moved: u64 = counts.iter().filter(|(s, _)| **s != self.id).map(|(_, c)| c.0).sum();
+        tracing::info!(
+            dir,
+            set = ?set,
+            moved,
+            ms = started.elapsed().as_millis() as u64,
+            "directory distributed"
+        );
+        Ok(Some(self.dist_info(dir, &d)))
+    }
+
+    /// Step 2: sends every entry to its storing server; returns (entries, subdirectories)
+    /// per storing server.
+    async fn export_entries(
+        self: &Arc<Self>,
+        dir: &str,
+        d: &DirObject,
+        set: &[ServerId],
+    ) -> OpResult<HashMap<ServerId, (u64, u64)>> {
+        let mut counts: HashMap<ServerId, (u64, u64)> = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.store.list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            let mut parts: HashMap<ServerId, Vec<(String, Inode)>> = HashMap::new();
+            for (name, inode) in page {
+                let s = set[slot_of(&name, set.len())];
+                let c = counts.entry(s).or_default();
+                c.0 += 1;
+                c.1 += u64::from(inode.kind == FileKind::Dir);
+                if s != self.id {
+                    parts.entry(s).or_default().push((name, inode));
+                }
+            }
+            join_all(parts.into_iter().map(|(s, entries)| {
+                let req = Request::ShardImport { path: dir.to_string(), ino: d.ino, entries, shard: None };
+                self.send_until_acked(s, req)
+            }))
+            .await;
+        }
+        Ok(counts)
+    }
+
+    /// Sends `req` to `server` until it succeeds; the directory waits meanwhile.
+    async fn send_until_acked(self: &Arc<Self>, server: ServerId, req: Request) {
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match self.peers.call(server, &req).await {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => tracing::warn!(server, cause = %e.message, "shard import refused; retrying"),
+                Err(e) => tracing::warn!(server, cause = %e, "storing server unreachable; retrying"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// A storing server's side of steps 2 and 3.
+    pub(crate) async fn shard_import(
+        self: &Arc<Self>,
+        path: &str,
+        ino: u64,
+        entries: Vec<(String, Inode)>,
+        shard: Option<DirObject>,
+    ) -> Response {
+        crate::osd::check_dir_path(path)?;
+        let _g = self
+            .locks
+            .lock(&[(path.to_string(), Scope::Whole)], None, true)
+            .await
+            .map_err(|_| err(Errno::EIO, "lock"))?;
+        if let Some(old) = self.store.get_shard(path).map_err(eio)? {
+            if old.ino != ino {
+                tracing::warn!(path, old = old.ino, new = ino, "replacing the shard of an older directory");
+            }
+        }
+        let mut b = Batch::new();
+        for (name, inode) in &entries {
+            b.put_entry(ino, name, inode);
+        }
+        if let Some(s) = &shard {
+            if s.ino != ino {
+                return Err(err(Errno::EINVAL, format!("shard of '{path}' has inode {} not {ino}", s.ino)));
+            }
+            b.put_shard(path, s);
+        }
+        self.write(b).await?;
+        Ok(Reply::Done)
+    }
+
+    /// `SetPolicy`: changes the threshold and width of a directory on its home, then
+    /// distributes it if it is over the new threshold.
+    pub(crate) async fn set_policy(
+        self: &Arc<Self>,
+        path: &str,
+        threshold: Option<Threshold>,
+        width: Option<u32>,
+    ) -> Response {
+        crate::osd::check_dir_path(path)?;
+        {
+            let _g = self
+                .locks
+                .lock(&[(path.to_string(), Scope::Whole)], None, true)
+                .await
+                .map_err(|_| err(Errno::EIO, "lock"))?;
+            let mut d = self.dir_object(path)?;
+            if let Some(t) = threshold {
+                d.dist.threshold = t;
+            }
+            if let Some(w) = width {
+                if d.dist.state != DistState::Nondistributed && w != d.dist.width {
+                    return Err(err(
+                        Errno::EBUSY,
+                        format!(
+                            "'{path}' is already distributed over {} servers; its width is fixed",
+                            d.dist.set.len()
+                        ),
+                    ));
+                }
+                d.dist.width = w;
+            }
+            d.ctime = Timespec::now();
+            let mut b = Batch::new();
+            b.put_dir(path, &d);
+            self.write(b).await?;
+        }
+        self.distribute(path).await?;
+        self.dist_status(path).await
+    }
+
+    /// `DistStatus`: the distribution of a directory homed here and entries per server.
+    pub(crate) async fn dist_status(self: &Arc<Self>, path: &str) -> Response {
+        crate::osd::check_dir_path(path)?;
+        let d = self.dir_object(path)?;
+        Ok(Reply::Dist(self.report(path, &d).await?))
+    }
+
+    async fn report(self: &Arc<Self>, path: &str, d: &DirObject) -> OpResult<DistReport> {
+        let entries = match d.dist.state {
+            DistState::Distributed => self.shard_attrs(path, d).await?.into_iter().map(|(s, a)| (s, a.size)).collect(),
+            _ => vec![(self.id, d.entries)],
+        };
+        Ok(DistReport {
+            path: path.to_string(),
+            state: d.dist.state,
+            threshold: d.dist.threshold,
+            effective: d.dist.threshold.resolve(self.cluster_threshold()),
+            width: d.dist.width,
+            set: d.dist.set.clone(),
+            entries,
+        })
+    }
+
+    /// Attributes of every shard of the distributed directory `d` (asked in parallel).
+    async fn shard_attrs(self: &Arc<Self>, path: &str, d: &DirObject) -> OpResult<Vec<(ServerId, Attr)>> {
+        let asks = d.dist.set.iter().map(|&s| async move {
+            let r = if s == self.id {
+                self.host(path, Via::Shard(d.incarnation)).map(|h| Reply::Attr(Attr::of_dir(&h.obj)))
+            } else {
+                let req = Request::Shard {
+                    incarnation: d.incarnation,
+                    op: Box::new(Request::DirStat { path: path.to_string() }),
+                };
+                match self.peers.call(s, &req).await {
+                    Ok(r) => r,
+                    Err(e) => Err(err(Errno::EIO, format!("storing server {s} of '{path}': {e}"))),
+                }
+            };
+            match r {
+                Ok(Reply::Attr(a)) => Ok((s, a)),
+                Ok(other) => Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                Err(e) => Err(e),
+            }
+        });
+        join_all(asks).await.into_iter().collect()
+    }
+
+    /// `stat` of a directory on its home: for a distributed one, size and link count are
+    /// the sums over its shards and mtime the latest.
+    pub(crate) async fn dir_attr(self: &Arc<Self>, path: &str) -> OpResult<Attr> {
+        let d = self.dir_object(path)?;
+        let mut attr = Attr::of_dir(&d);
+        if d.dist.state == DistState::Distributed {
+            let (mut size, mut subdirs) = (0u64, 0u64);
+            for (_, a) in self.shard_attrs(path, &d).await? {
+                size += a.size;
+                subdirs += u64::from(a.nlink.saturating_sub(2));
+                if a.mtime > attr.mtime {
+                    attr.mtime = a.mtime;
+                }
+            }
+            attr.size = size;
+            attr.nlink = (2 + subdirs).min(u32::MAX as u64) as u32;
+        }
+        Ok(attr)
+    }
+
+    /// Distributed directories homed here, for `cluster status`.
+    pub(crate) async fn hugedir_reports(self: &Arc<Self>) -> OpResult<Vec<DistReport>> {
+        let mut out = Vec::new();
+        for (path, d) in self.store.dirs_within("/").map_err(eio)? {
+            if d.dist.state != DistState::Nondistributed {
+                let mut r = DistReport {
+                    path: path.clone(),
+                    state: d.dist.state,
+                    threshold: d.dist.threshold,
+                    effective: d.dist.threshold.resolve(self.cluster_threshold()),
+                    width: d.dist.width,
+                    set: d.dist.set.clone(),
+                    entries: Vec::new(),
+                };
+                if d.dist.state == DistState::Distributed {
+                    if let Ok(full) = self.report(&path, &d).await {
+                        r = full;
+                    }
+                }
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// After a restart: resume every redistribution that was under way.
+    pub(crate) fn resume_distributions(self: &Arc<Self>) -> Result<(), plusfs_store::StoreError> {
+        for (path, d) in self.store.dirs_within("/")? {
+            if d.dist.state == DistState::Distributing {
+                self.ensure_distributing(&path);
+            }
+        }
+        Ok(())
+    }
+}
