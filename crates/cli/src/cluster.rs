@@ -174,6 +174,8 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
     );
     let mut failed = false;
     let mut ops_lines = Vec::new();
+    let mut hugedirs = Vec::new();
+    let mut shards: Vec<(u32, String, u64)> = Vec::new();
     for s in &map.servers {
         match rt.block_on(client.server_status(s.id)) {
             Ok(st) => {
@@ -194,6 +196,8 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                 );
                 let ops: Vec<String> = st.ops.iter().map(|(n, c)| format!("{n}={c}")).collect();
                 ops_lines.push(format!("server {} ops: {}", s.id, ops.join(" ")));
+                hugedirs.extend(st.hugedirs);
+                shards.extend(st.shards.into_iter().map(|(p, n)| (s.id, p, n)));
             }
             Err(e) => {
                 println!("{:>3} {:<21} DOWN ({})", s.id, s.address, e.detail.unwrap_or_default());
@@ -203,6 +207,26 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
     }
     for l in ops_lines {
         println!("{l}");
+    }
+    if !hugedirs.is_empty() {
+        println!("distributed directories:");
+        hugedirs.sort_by(|a, b| a.path.cmp(&b.path));
+        for d in &hugedirs {
+            let per: Vec<String> = shards
+                .iter()
+                .filter(|(_, p, _)| *p == d.path)
+                .map(|(s, _, n)| format!("{s}:{n}"))
+                .collect();
+            println!(
+                "  {} {} threshold={} (effective {}) set={:?} entries per server: {}",
+                d.path,
+                d.state,
+                d.threshold,
+                d.effective,
+                d.set,
+                per.join(" ")
+            );
+        }
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

@@ -4,7 +4,7 @@
 
 use clap::Args;
 use plusfs_client::{Client, FsError};
-use plusfs_proto::{Attr, Errno, FileKind, Semantics, Timespec};
+use plusfs_proto::{Attr, DistReport, Errno, FileKind, Semantics, Threshold, Timespec};
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -30,6 +30,25 @@ pub struct MkdirArgs {
     /// Permission bits, octal.
     #[arg(short, long, default_value = "755", value_parser = parse_mode)]
     mode: u32,
+    /// Huge-directory threshold of the new directories: entries above which they are
+    /// spread over several servers, 0 (from creation), `never`, or `cluster` (default).
+    #[arg(long, value_parser = Threshold::parse)]
+    threshold: Option<Threshold>,
+    /// Storing servers when distributed (0: the cluster's setting).
+    #[arg(long, default_value_t = 0)]
+    width: u32,
+    #[arg(required = true)]
+    paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct HugedirArgs {
+    /// New threshold: a number of entries, 0 (distribute now), `never` or `cluster`.
+    #[arg(long, value_parser = Threshold::parse)]
+    threshold: Option<Threshold>,
+    /// New number of storing servers (only before the directory is distributed).
+    #[arg(long)]
+    width: Option<u32>,
     #[arg(required = true)]
     paths: Vec<String>,
 }
@@ -101,13 +120,57 @@ fn exit(failed: bool) -> ExitCode {
 
 pub async fn mkdir(c: &Client, a: MkdirArgs) -> ExitCode {
     let mut failed = false;
+    let threshold = a.threshold.unwrap_or(Threshold::Cluster);
     for p in &a.paths {
-        let r = if a.parents { c.mkdir_all(p, a.mode).await } else { c.mkdir(p, a.mode).await };
+        let r = if a.parents {
+            match c.mkdir_all(p, a.mode).await {
+                Ok(_) if a.threshold.is_some() || a.width != 0 => {
+                    c.set_policy(p, a.threshold, Some(a.width).filter(|w| *w != 0)).await.map(drop)
+                }
+                r => r.map(drop),
+            }
+        } else {
+            c.mkdir_with(p, a.mode, threshold, a.width).await.map(drop)
+        };
         if let Err(e) = r {
             report(&mut failed, e);
         }
     }
     exit(failed)
+}
+
+/// `plusfs hugedir`: shows (and with options changes) the distribution of directories.
+pub async fn hugedir(c: &Client, a: HugedirArgs) -> ExitCode {
+    let mut failed = false;
+    for p in &a.paths {
+        let r = if a.threshold.is_some() || a.width.is_some() {
+            c.set_policy(p, a.threshold, a.width).await
+        } else {
+            c.distribution(p).await
+        };
+        match r {
+            Ok(d) => print_distribution(&d),
+            Err(e) => report(&mut failed, e),
+        }
+    }
+    exit(failed)
+}
+
+/// Prints a directory's distribution, one line per storing server.
+pub fn print_distribution(d: &DistReport) {
+    println!("{}: {} (threshold {}, effective {})", d.path, d.state, d.threshold, d.effective);
+    if !d.set.is_empty() {
+        println!("  storing set: {:?}", d.set);
+    }
+    let total: u64 = d.entries.iter().map(|e| e.1).sum();
+    for (s, n) in &d.entries {
+        println!("  server {s}: {n} entries");
+    }
+    if d.entries.len() > 1 {
+        let mean = total as f64 / d.entries.len() as f64;
+        let worst = d.entries.iter().map(|e| (e.1 as f64 - mean).abs()).fold(0.0, f64::max);
+        println!("  total {total}; largest deviation from the mean {:.2} %", if mean > 0.0 { 100.0 * worst / mean } else { 0.0 });
+    }
 }
 
 /// Operands grouped by parent directory, in first-seen order: (directory, [(operand
@@ -247,7 +310,15 @@ pub async fn stat(c: &Client, a: StatArgs) -> ExitCode {
         };
     for (p, r) in a.paths.iter().zip(results) {
         match r {
-            Ok(at) => print_stat(c, p, &at),
+            Ok(at) => {
+                print_stat(c, p, &at);
+                if at.kind == FileKind::Dir {
+                    match c.distribution(p).await {
+                        Ok(d) => print_distribution(&d),
+                        Err(e) => report(&mut failed, e),
+                    }
+                }
+            }
             Err(e) => report(&mut failed, e),
         }
     }

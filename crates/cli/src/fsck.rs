@@ -3,7 +3,10 @@
 //! - every directory object sits on its home server (Eq. 1) and on no other;
 //! - every subdirectory entry has its directory object, with the same inode number;
 //! - every directory object but `/` has a subdirectory entry in its parent;
-//! - no entry belongs to a directory object that is not on the same server.
+//! - no entry belongs to a directory object that is not on the same server;
+//! - a distributed directory has a shard, with its inode and incarnation, on every server
+//!   of its storing set and nowhere else, and every entry of a shard is on the server Eq. 2
+//!   gives it.
 
 use anyhow::Result;
 use plusfs_client::Client;
@@ -93,6 +96,44 @@ pub fn check(client: &Client, scans: &[(ServerId, FsckData)]) -> Vec<String> {
     if !by_path.contains_key("/") {
         problems.push("the root directory object is missing".into());
     }
+    check_shards(scans, &mut problems);
     problems.sort();
     problems
+}
+
+/// Huge-directory invariants: shards exactly on the storing set, entries where Eq. 2 puts
+/// them.
+fn check_shards(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
+    let mut shards: HashMap<&str, Vec<(ServerId, Ino, u64)>> = HashMap::new();
+    for (server, data) in scans {
+        for (p, ino, inc) in &data.shards {
+            shards.entry(p).or_default().push((*server, *ino, *inc));
+        }
+        for (p, name) in &data.misplaced {
+            problems.push(format!("entry '{}' of distributed '{p}' is on server {server}, not where Eq. 2 puts it", path::join(p, name)));
+        }
+    }
+    for (_, data) in scans {
+        for (p, ino, inc, set) in &data.distributed {
+            let found = shards.remove(p.as_str()).unwrap_or_default();
+            for s in set {
+                match found.iter().find(|f| f.0 == *s) {
+                    None => problems.push(format!("distributed '{p}' has no shard on storing server {s}")),
+                    Some(f) if (f.1, f.2) != (*ino, *inc) => problems.push(format!(
+                        "shard of '{p}' on server {s} is inode {} incarnation {}, the directory is inode {ino} incarnation {inc}",
+                        f.1, f.2
+                    )),
+                    Some(_) => {}
+                }
+            }
+            for f in found.iter().filter(|f| !set.contains(&f.0)) {
+                problems.push(format!("server {} holds a shard of '{p}' but is not in its storing set {set:?}", f.0));
+            }
+        }
+    }
+    for (p, found) in shards {
+        for f in found {
+            problems.push(format!("server {} holds a shard of '{p}', which is not a distributed directory", f.0));
+        }
+    }
 }

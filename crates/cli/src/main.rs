@@ -51,6 +51,8 @@ enum Cmd {
     Readlink(files::PathsArgs),
     /// Change permission bits (octal mode).
     Chmod(files::ChmodArgs),
+    /// Show or change how huge directories are spread over servers.
+    Hugedir(files::HugedirArgs),
     /// Metadata load generator: create, stat and unlink many files.
     Bench(bench::BenchArgs),
     /// Check the namespace invariants of a cluster.
@@ -91,6 +93,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Ln(a) => files::ln(&client, a).await,
                     Cmd::Readlink(a) => files::readlink(&client, a).await,
                     Cmd::Chmod(a) => files::chmod(&client, a).await,
+                    Cmd::Hugedir(a) => files::hugedir(&client, a).await,
                     Cmd::Fsck => fsck::run(&client).await?,
                     Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) => unreachable!("handled above"),
                 })
