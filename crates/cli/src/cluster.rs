@@ -212,11 +212,8 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
         println!("distributed directories:");
         hugedirs.sort_by(|a, b| a.path.cmp(&b.path));
         for d in &hugedirs {
-            let per: Vec<String> = shards
-                .iter()
-                .filter(|(_, p, _)| *p == d.path)
-                .map(|(s, _, n)| format!("{s}:{n}"))
-                .collect();
+            let per: Vec<String> =
+                shards.iter().filter(|(_, p, _)| *p == d.path).map(|(s, _, n)| format!("{s}:{n}")).collect();
             println!(
                 "  {} {} threshold={} (effective {}) set={:?} entries per server: {}",
                 d.path,

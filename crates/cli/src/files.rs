@@ -169,7 +169,10 @@ pub fn print_distribution(d: &DistReport) {
     if d.entries.len() > 1 {
         let mean = total as f64 / d.entries.len() as f64;
         let worst = d.entries.iter().map(|e| (e.1 as f64 - mean).abs()).fold(0.0, f64::max);
-        println!("  total {total}; largest deviation from the mean {:.2} %", if mean > 0.0 { 100.0 * worst / mean } else { 0.0 });
+        println!(
+            "  total {total}; largest deviation from the mean {:.2} %",
+            if mean > 0.0 { 100.0 * worst / mean } else { 0.0 }
+        );
     }
 }
 

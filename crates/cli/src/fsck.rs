@@ -110,7 +110,10 @@ fn check_shards(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
             shards.entry(p).or_default().push((*server, *ino, *inc));
         }
         for (p, name) in &data.misplaced {
-            problems.push(format!("entry '{}' of distributed '{p}' is on server {server}, not where Eq. 2 puts it", path::join(p, name)));
+            problems.push(format!(
+                "entry '{}' of distributed '{p}' is on server {server}, not where Eq. 2 puts it",
+                path::join(p, name)
+            ));
         }
     }
     for (_, data) in scans {

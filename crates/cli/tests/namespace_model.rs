@@ -242,6 +242,21 @@ async fn namespace_matches_model() {
     cluster.assert_no_errors_logged();
 }
 
+/// The same sequences when every directory is distributed from creation (threshold 0),
+/// and when directories turn huge after two entries: renames of distributed directories
+/// and their ancestors, rmdir of distributed directories, moves between shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_matches_model_with_distributed_directories() {
+    for threshold in [0, 2] {
+        let cluster = TestCluster::start_hugedirs(4, Some(threshold));
+        for seed in 7..=9 {
+            run_seed(&cluster, seed, 300).await;
+        }
+        cluster.assert_fsck_clean();
+        cluster.assert_no_errors_logged();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_matches_model_on_one_server() {
     let cluster = TestCluster::start(1);

@@ -87,7 +87,7 @@ impl Client {
                 if info.state == DistState::Distributing {
                     return Reroute::Wait;
                 }
-                self.dist.insert(info.clone());
+                self.dist.insert((**info).clone());
                 return Reroute::Retry;
             }
         }
@@ -108,14 +108,28 @@ impl Client {
         name: &str,
         req: Request,
     ) -> Result<(Reply, ServerId), FsError> {
+        match self.entry_call(dir, name, &req).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(self.server_error(op, shown, e).await),
+            Err(e) => Err(FsError { op, path: shown.to_string(), ..e }),
+        }
+    }
+
+    /// [`Client::entry_rpc`] without turning server errors into [`FsError`]s.
+    pub(crate) async fn entry_call(
+        &self,
+        dir: &str,
+        name: &str,
+        req: &Request,
+    ) -> Result<Result<(Reply, ServerId), WireError>, FsError> {
         let mut waits = 0u32;
         for _ in 0..MAX_REROUTES {
             let (server, shard) = self.locate(dir, name);
             let sent = Self::addressed(req.clone(), shard);
             let e = match self.pool.call(server, &sent).await {
-                Ok(Ok(r)) => return Ok((r, server)),
+                Ok(Ok(r)) => return Ok(Ok((r, server))),
                 Ok(Err(e)) => e,
-                Err(e) => return Err(FsError::new(op, shown, e.errno()).with_detail(e.to_string())),
+                Err(e) => return Err(FsError::new("reach", dir, e.errno()).with_detail(e.to_string())),
             };
             match self.reroute(dir, shard, e) {
                 Reroute::Retry => {}
@@ -123,10 +137,10 @@ impl Client {
                     waits += 1;
                     tokio::time::sleep(Duration::from_millis(2u64 << waits.min(8))).await;
                 }
-                Reroute::Fail(e) => return Err(self.server_error(op, shown, e).await),
+                Reroute::Fail(e) => return Ok(Err(e)),
             }
         }
-        Err(FsError::new(op, shown, Errno::EAGAIN).with_detail("the directory's distribution kept changing"))
+        Err(FsError::new("reach", dir, Errno::EAGAIN).with_detail("the directory's distribution kept changing"))
     }
 
     /// One page of the listing of the directory `dir` (normalised): from its home, or

@@ -118,10 +118,10 @@ impl Client {
     async fn classify_missing(&self, dir: &str) -> Errno {
         let mut cur = dir.to_string();
         loop {
-            let Some((parent, _)) = path::split(&cur) else { return Errno::ENOENT };
+            let Some((parent, name)) = path::split(&cur) else { return Errno::ENOENT };
             let req = Request::Stat { path: cur.clone() };
-            match self.pool.call(self.home(parent), &req).await {
-                Ok(Ok(Reply::Attr(a))) if a.kind != FileKind::Dir => return Errno::ENOTDIR,
+            match self.entry_call(parent, name, &req).await {
+                Ok(Ok((Reply::Attr(a), _))) if a.kind != FileKind::Dir => return Errno::ENOTDIR,
                 Ok(Err(WireError { missing_dir: Some(p), .. })) => cur = p,
                 _ => return Errno::ENOENT,
             }

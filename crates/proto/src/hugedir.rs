@@ -118,7 +118,7 @@ pub fn slot_of(name: &str, len: usize) -> usize {
 /// The hash of an entry name used by Eq. 2 (seeded differently from the path hash, so
 /// entry placement and directory placement are independent).
 pub fn name_hash(name: &str) -> u64 {
-    xxh3_64_with_seed(name.as_bytes(), 0x6875_6765_6469_72)
+    xxh3_64_with_seed(name.as_bytes(), 0x0068_7567_6564_6972)
 }
 
 /// A directory's distribution as `plusfs stat` and `cluster status` show it.

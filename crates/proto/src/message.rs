@@ -652,7 +652,7 @@ pub struct WireError {
     pub missing_dir: Option<String>,
     /// Set when the request concerned entries of a distributed directory and went to the
     /// wrong server: where they are (seed 001 §IV.C). The errno is EREMCHG.
-    pub redirect: Option<DistInfo>,
+    pub redirect: Option<Box<DistInfo>>,
 }
 
 impl WireError {
@@ -676,7 +676,7 @@ impl WireError {
             errno: Errno::EREMCHG,
             message: format!("'{}' is {}; its entries are on servers {:?}", info.path, info.state, info.set),
             missing_dir: None,
-            redirect: Some(info),
+            redirect: Some(Box::new(info)),
         }
     }
 }

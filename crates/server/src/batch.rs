@@ -188,6 +188,7 @@ impl Osd {
         Ok(reply)
     }
 
+    #[allow(clippy::too_many_arguments)]
     /// `mkdirv`: each directory's object may live on another server. Under perform-all the
     /// whole batch is one transaction (see `mkdirv_together`); under stop-on-failure the
     /// entries run one after the other.

@@ -1,7 +1,9 @@
 //! Crash points for fault-injection tests. `PLUSFS_FAILPOINT=<name>` in a server's
 //! environment makes it abort (like kill -9: nothing is flushed or cleaned up) when it
 //! reaches that point. Names: `coordinator_after_votes`, `coordinator_after_commit_record`,
-//! `participant_after_prepare_record`. Unset in production; checking costs one comparison.
+//! `participant_after_prepare_record` (two-phase commit); `distribute_after_intent`,
+//! `distribute_after_entries`, `distribute_after_shards` (a primary redistributing a huge
+//! directory), `storing_before_shard_object` (a storing server receiving its shard). Unset in production; checking costs one comparison.
 
 use std::sync::OnceLock;
 

@@ -291,6 +291,7 @@ impl Osd {
             b.put_entry(ino, name, inode);
         }
         if let Some(s) = &shard {
+            crate::failpoint::hit("storing_before_shard_object");
             if s.ino != ino {
                 return Err(err(Errno::EINVAL, format!("shard of '{path}' has inode {} not {ino}", s.ino)));
             }

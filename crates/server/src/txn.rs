@@ -194,7 +194,9 @@ impl Osd {
                     at.server = info.server_of(dname);
                     at.shard = Some(info.incarnation);
                 }
-                Err(WireError { redirect: Some(info), .. }) if info.path == dst => at.replaced_shards = info.set,
+                Err(WireError { redirect: Some(info), .. }) if info.path == dst => {
+                    at.replaced_shards = info.set.clone()
+                }
                 r => return r,
             }
         }
