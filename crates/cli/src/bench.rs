@@ -22,6 +22,8 @@ use std::time::Instant;
 pub enum Phase {
     Create,
     Stat,
+    /// Every client lists its directory (rate: entries listed per second).
+    Readdir,
     Unlink,
 }
 
@@ -51,6 +53,13 @@ pub struct BenchArgs {
     /// Entries per batch request (1: one request per operation, no batching).
     #[arg(long, short = 'b', default_value_t = 1)]
     pub(crate) batch: usize,
+    /// Shared directories: client i works in DIR/d<i % N> (0: DIR itself).
+    #[arg(long, default_value_t = 0)]
+    dirs: usize,
+    /// Huge-directory threshold of the directories the bench creates: a number of
+    /// entries, 0 (always distributed), `never`, or `cluster` (the cluster's, default).
+    #[arg(long, value_parser = plusfs_proto::Threshold::parse, default_value = "cluster")]
+    threshold: plusfs_proto::Threshold,
     /// Print results as JSON lines.
     #[arg(long)]
     json: bool,
@@ -70,6 +79,9 @@ pub(crate) struct Outcome {
     /// messages (from the servers' counters). Zero for local targets.
     pub(crate) messages_per_op: f64,
     pub(crate) requests: u64,
+    /// Rates over the first and the last tenth of the operations (plusfs target).
+    pub(crate) first_tenth_ops_per_sec: f64,
+    pub(crate) last_tenth_ops_per_sec: f64,
 }
 
 impl Outcome {
@@ -87,6 +99,8 @@ impl Outcome {
             ops_per_sec: ops as f64 / seconds,
             messages_per_op: 0.0,
             requests: 0,
+            first_tenth_ops_per_sec: 0.0,
+            last_tenth_ops_per_sec: 0.0,
         }
     }
 }
@@ -157,6 +171,14 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
     } else {
         String::new()
     };
+    if o.first_tenth_ops_per_sec > 0.0 {
+        println!(
+            "{name}: first tenth {:.0} ops/s, last tenth {:.0} ops/s ({:.0} % kept)",
+            o.first_tenth_ops_per_sec,
+            o.last_tenth_ops_per_sec,
+            100.0 * o.last_tenth_ops_per_sec / o.first_tenth_ops_per_sec
+        );
+    }
     println!(
         "{name}: {:.0} ops/s{msgs} [{}; batch {}, {} clients, {} ops, {:.2} s{}]",
         o.ops_per_sec,
@@ -173,9 +195,40 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
 pub(crate) fn client_files(a: &BenchArgs, base: &str, client: usize) -> (String, Vec<String>) {
     if a.unique {
         (format!("{base}/c{client}"), (0..a.files).map(|i| format!("f{i}")).collect())
+    } else if a.dirs > 0 {
+        (format!("{base}/d{}", client % a.dirs), (0..a.files).map(|i| format!("f.{client}.{i}")).collect())
     } else {
         (base.to_string(), (0..a.files).map(|i| format!("f.{client}.{i}")).collect())
     }
+}
+
+/// The directories the clients work in.
+fn work_dirs(a: &BenchArgs, base: &str) -> Vec<String> {
+    let mut dirs: Vec<String> = (0..a.clients).map(|c| client_files(a, base, c).0).collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// Rates over the first and last tenth of the operations, from (time, ops) marks of all
+/// clients.
+fn tenth_rates(mut marks: Vec<(f64, u64)>, total: u64) -> (f64, f64) {
+    marks.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut done, mut t10, mut t90, mut end) = (0u64, None, None, 0.0);
+    for (t, n) in marks {
+        done += n;
+        end = t;
+        if t10.is_none() && done * 10 >= total {
+            t10 = Some(t);
+        }
+        if t90.is_none() && done * 10 >= total * 9 {
+            t90 = Some(t);
+        }
+    }
+    let tenth = total as f64 / 10.0;
+    let first = t10.map_or(0.0, |t| if t > 0.0 { tenth / t } else { 0.0 });
+    let last = t90.map_or(0.0, |t| if end > t { tenth / (end - t) } else { 0.0 });
+    (first, last)
 }
 
 /// Messages received anywhere in the cluster: every message is received exactly once,
@@ -191,10 +244,14 @@ async fn server_msgs_in(client: &Client) -> Result<u64> {
 async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
     let admin = Client::new(map.clone(), ClientOptions::default());
     let base = plusfs_proto::path::normalize(&a.dir).map_err(|e| anyhow::anyhow!("bad --dir: {}", e.reason))?;
-    admin.mkdir_all(&base, 0o755).await?;
-    if a.unique {
-        for c in 0..a.clients {
-            admin.mkdir_all(&format!("{base}/c{c}"), 0o755).await?;
+    let parent = plusfs_proto::path::split(&base).map_or("/".to_string(), |(d, _)| d.to_string());
+    admin.mkdir_all(&parent, 0o755).await?;
+    for d in std::iter::once(base.clone()).chain(work_dirs(a, &base)) {
+        match admin.mkdir_with(&d, 0o755, a.threshold, 0).await {
+            Err(e) if e.errno == plusfs_proto::Errno::EEXIST => {}
+            r => {
+                r?;
+            }
         }
     }
     let mut out = Vec::new();
@@ -214,10 +271,12 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         barrier.wait();
         let start = Instant::now();
         let mut errors = 0;
-        let (mut replies, mut requests) = (0, 0);
+        let (mut replies, mut requests, mut marks, mut listed) = (0, 0, Vec::new(), 0u64);
         for t in threads {
             let r = t.join().map_err(|_| anyhow::anyhow!("bench client panicked"))??;
             errors += r.errors;
+            marks.extend(r.marks);
+            listed += r.listed;
             replies += r.counters.msgs_in;
             requests += r.counters.requests;
             if let Some(f) = r.first_error {
@@ -228,8 +287,13 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         // The status requests of the second scan are themselves counted once per server.
         let server_msgs = server_msgs_in(&admin).await?.saturating_sub(before_servers + map.servers.len() as u64);
         let mut o = Outcome::timed("plusfs".into(), phase, a, errors, seconds);
-        o.messages_per_op = (server_msgs + replies) as f64 / o.ops as f64;
+        if phase == Phase::Readdir {
+            o.ops = listed;
+            o.ops_per_sec = listed as f64 / seconds;
+        }
+        o.messages_per_op = (server_msgs + replies) as f64 / o.ops.max(1) as f64;
         o.requests = requests;
+        (o.first_tenth_ops_per_sec, o.last_tenth_ops_per_sec) = tenth_rates(marks, o.ops);
         out.push(o);
     }
     Ok(out)
@@ -240,6 +304,10 @@ struct ClientRun {
     errors: u64,
     first_error: Option<plusfs_client::FsError>,
     counters: plusfs_client::CountersSnapshot,
+    /// (seconds since start, operations done) after each request or batch.
+    marks: Vec<(f64, u64)>,
+    /// Entries listed (readdir phase).
+    listed: u64,
 }
 
 /// One bench client: a thread with its own single-threaded runtime and connections, so a
@@ -259,18 +327,32 @@ fn plusfs_client_thread(
         barrier.wait();
         ready?;
         let before = c.counters();
-        let mut run = ClientRun { errors: 0, first_error: None, counters: Default::default() };
-        if batch <= 1 {
+        let start = Instant::now();
+        let mut run =
+            ClientRun { errors: 0, first_error: None, counters: Default::default(), marks: Vec::new(), listed: 0 };
+        if phase == Phase::Readdir {
+            match c.readdir(&dir).await {
+                Ok(entries) => run.listed = entries.len() as u64,
+                Err(e) => {
+                    run.errors += 1;
+                    run.first_error = Some(e);
+                }
+            }
+        } else if batch <= 1 {
             for name in &names {
                 let p = plusfs_proto::path::join(&dir, name);
                 let r = match phase {
                     Phase::Create => c.create(&p, 0o644, true).await.map(drop),
                     Phase::Stat => c.lstat(&p).await.map(drop),
                     Phase::Unlink => c.unlink(&p).await,
+                    Phase::Readdir => unreachable!("listed above"),
                 };
                 if let Err(e) = r {
                     run.errors += 1;
                     run.first_error.get_or_insert(e);
+                }
+                if names.len() >= 100 {
+                    run.marks.push((start.elapsed().as_secs_f64(), 1));
                 }
             }
         } else {
@@ -278,8 +360,10 @@ fn plusfs_client_thread(
                 Phase::Create => BatchOp::Create { exclusive: true },
                 Phase::Stat => BatchOp::Stat,
                 Phase::Unlink => BatchOp::Unlink,
+                Phase::Readdir => unreachable!("listed above"),
             };
             for chunk in names.chunks(batch) {
+                run.marks.push((start.elapsed().as_secs_f64(), 0));
                 match c.batch(op, &dir, chunk, 0o644, Semantics::PerformAll).await {
                     Ok(out) => {
                         for (o, name) in out.into_iter().zip(chunk) {
@@ -295,6 +379,7 @@ fn plusfs_client_thread(
                         run.first_error.get_or_insert(e);
                     }
                 }
+                run.marks.push((start.elapsed().as_secs_f64(), chunk.len() as u64));
             }
         }
         run.counters = c.counters() - before;
@@ -319,12 +404,16 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
                 let (dir, names) = client_files(a, &base, ci);
                 let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
                 std::thread::spawn(move || {
+                    if phase == Phase::Readdir {
+                        return std::fs::read_dir(&dir).map_or(1, |d| u64::from(d.count() == 0));
+                    }
                     let mut errors = 0u64;
                     for p in &paths {
                         let r = match phase {
                             Phase::Create => std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop),
                             Phase::Stat => std::fs::symlink_metadata(p).map(drop),
                             Phase::Unlink => std::fs::remove_file(p),
+                            Phase::Readdir => unreachable!("listed above"),
                         };
                         if let Err(e) = r {
                             if errors == 0 {
