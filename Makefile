@@ -20,7 +20,7 @@ BIN := $(CARGO_TARGET_DIR)/release/plusfs
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: deps build demo test lint unit ctest pytest pymodule bench venv clean
+.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -80,6 +80,9 @@ $(VENV)/.done: python/dmetabench/pyproject.toml | deps
 ## bench: create/stat/unlink runs, batch sizes, baselines; report and charts in bench/out/
 bench: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/bench.sh
+
+bench-hugedirs: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/hugedir_bench.sh
 
 clean:
 	$(CARGO) clean

@@ -46,6 +46,25 @@ int main(int argc, char **argv) {
     CHECK(plusfs_mkdir(fs, "/ctest", 0755) == -EEXIST, "mkdir existing gives -EEXIST");
     CHECK(plusfs_mkdir(fs, "/nope/x", 0755) == -ENOENT, "mkdir under a missing parent");
 
+    /* Huge directories: distributed from creation, then entries spread over the servers. */
+    CHECK(plusfs_mkdir_hugedir(fs, "/chuge", 0755, 0, 0) == 0, "mkdir of a directory distributed from creation");
+    {
+        const char *hn[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+        int hr[8];
+        CHECK(plusfs_openv(fs, "/chuge", hn, O_CREAT | O_EXCL, 0644, PLUSFS_PERFORM_ALL, hr, 8) == 8,
+              "openv into a distributed directory");
+        int ok = 1;
+        for (int i = 0; i < 8; i++) ok &= hr[i] >= 0;
+        CHECK(ok, "every create in the distributed directory succeeded");
+        int cr[8];
+        CHECK(plusfs_closev(fs, hr, PLUSFS_PERFORM_ALL, cr, 8) == 8, "closev of the distributed directory's files");
+        struct stat hst;
+        CHECK(plusfs_lstat(fs, "/chuge", &hst) == 0 && hst.st_size == 8, "size of a distributed directory sums its servers");
+    }
+    CHECK(plusfs_set_hugedir(fs, "/ctest", PLUSFS_HUGEDIR_NEVER, 0) == 0, "set a directory's threshold to never");
+    CHECK(plusfs_set_hugedir(fs, "/ctest", -7, 0) == -EINVAL, "a bad threshold is EINVAL");
+    CHECK(plusfs_set_hugedir(fs, "/nope", 100, 0) == -ENOENT, "policy of a missing directory is ENOENT");
+
     enum { N = 2000 };
     static char buf[N][16];
     const char *names[N];

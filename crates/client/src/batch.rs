@@ -79,8 +79,9 @@ impl Client {
         let dir = path::normalize(dir_raw).map_err(|e| FsError::new(verb, dir_raw, e.errno).with_detail(e.reason))?;
         let mut out = vec![Outcome::NotPerformed; names.len()];
         let mut pending: Vec<usize> = (0..names.len()).collect();
-        let mut waits = 0u32;
-        for _ in 0..MAX_ROUNDS {
+        let (mut waited, mut round) = (std::time::Duration::ZERO, 0u32);
+        let mut rounds = 0;
+        while rounds < MAX_ROUNDS {
             if pending.is_empty() {
                 break;
             }
@@ -111,8 +112,11 @@ impl Client {
             }
             pending.sort_unstable();
             if wait && !pending.is_empty() {
-                waits += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(2u64 << waits.min(8))).await;
+                if !crate::dist::wait_for_distribution(&mut waited, &mut round).await {
+                    break;
+                }
+            } else {
+                rounds += 1;
             }
         }
         if !pending.is_empty() {

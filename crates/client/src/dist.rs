@@ -20,6 +20,23 @@ use std::time::Duration;
 /// How often one call follows redirects or stale-cache answers before giving up (EAGAIN).
 const MAX_REROUTES: u32 = 12;
 
+/// How long a call waits for a directory being distributed before giving up (EAGAIN).
+/// A million entries take a few seconds to move.
+pub(crate) const MAX_DISTRIBUTING_WAIT: Duration = Duration::from_secs(300);
+
+/// Waits while a directory is being distributed: short sleeps first, then at most 200 ms.
+/// Returns false once [`MAX_DISTRIBUTING_WAIT`] has passed.
+pub(crate) async fn wait_for_distribution(waited: &mut Duration, round: &mut u32) -> bool {
+    if *waited >= MAX_DISTRIBUTING_WAIT {
+        return false;
+    }
+    *round += 1;
+    let step = Duration::from_millis((1u64 << (*round).min(8)).min(200));
+    tokio::time::sleep(step).await;
+    *waited += step;
+    true
+}
+
 /// Distributions this client has learnt, by directory path.
 #[derive(Default)]
 pub struct DistCache {
@@ -122,8 +139,9 @@ impl Client {
         name: &str,
         req: &Request,
     ) -> Result<Result<(Reply, ServerId), WireError>, FsError> {
-        let mut waits = 0u32;
-        for _ in 0..MAX_REROUTES {
+        let (mut waited, mut round) = (Duration::ZERO, 0u32);
+        let mut reroutes = 0;
+        while reroutes < MAX_REROUTES {
             let (server, shard) = self.locate(dir, name);
             let sent = Self::addressed(req.clone(), shard);
             let e = match self.pool.call(server, &sent).await {
@@ -132,11 +150,9 @@ impl Client {
                 Err(e) => return Err(FsError::new("reach", dir, e.errno()).with_detail(e.to_string())),
             };
             match self.reroute(dir, shard, e) {
-                Reroute::Retry => {}
-                Reroute::Wait => {
-                    waits += 1;
-                    tokio::time::sleep(Duration::from_millis(2u64 << waits.min(8))).await;
-                }
+                Reroute::Retry => reroutes += 1,
+                Reroute::Wait if wait_for_distribution(&mut waited, &mut round).await => {}
+                Reroute::Wait => break,
                 Reroute::Fail(e) => return Ok(Err(e)),
             }
         }
@@ -152,8 +168,9 @@ impl Client {
         after: Option<String>,
         limit: u32,
     ) -> Result<Dirents, FsError> {
-        let mut waits = 0u32;
-        for _ in 0..MAX_REROUTES {
+        let (mut waited, mut round) = (Duration::ZERO, 0u32);
+        let mut reroutes = 0;
+        while reroutes < MAX_REROUTES {
             let result = match self.dist.get(dir) {
                 Some(info) => self.merged_page(&info, after.clone(), limit).await,
                 None => {
@@ -166,11 +183,9 @@ impl Client {
                 Err((e, shard)) => (e, shard),
             };
             match self.reroute(dir, shard, error) {
-                Reroute::Retry => {}
-                Reroute::Wait => {
-                    waits += 1;
-                    tokio::time::sleep(Duration::from_millis(2u64 << waits.min(8))).await;
-                }
+                Reroute::Retry => reroutes += 1,
+                Reroute::Wait if wait_for_distribution(&mut waited, &mut round).await => {}
+                Reroute::Wait => break,
                 Reroute::Fail(e) => return Err(self.server_error("open directory", shown, e).await),
             }
         }

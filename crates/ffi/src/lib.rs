@@ -412,6 +412,59 @@ pub unsafe extern "C" fn plusfs_mkdir(fs: *mut plusfs_t, path: *const c_char, mo
     one(fs, path, |fs, p| fs.rt.block_on(fs.client.mkdir(p, mode)).map(|_| 0).map_err(|e| e.errno))
 }
 
+/// `plusfs_set_hugedir` threshold: never distribute the directory.
+pub const PLUSFS_HUGEDIR_NEVER: i64 = -1;
+/// `plusfs_set_hugedir` threshold: use the cluster's setting.
+pub const PLUSFS_HUGEDIR_CLUSTER: i64 = -2;
+/// `plusfs_set_hugedir` threshold: leave the threshold unchanged.
+pub const PLUSFS_HUGEDIR_KEEP: i64 = -3;
+
+fn threshold_of(t: i64) -> Result<Option<plusfs_proto::Threshold>, Errno> {
+    use plusfs_proto::Threshold;
+    match t {
+        PLUSFS_HUGEDIR_NEVER => Ok(Some(Threshold::Never)),
+        PLUSFS_HUGEDIR_CLUSTER => Ok(Some(Threshold::Cluster)),
+        PLUSFS_HUGEDIR_KEEP => Ok(None),
+        n if n >= 0 => Ok(Some(Threshold::Entries(n as u64))),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// `mkdir(2)` with a huge-directory policy: the directory is spread over `width` servers
+/// (0: the cluster's setting) once it holds more than `threshold` entries (0: from
+/// creation; or `PLUSFS_HUGEDIR_NEVER` / `PLUSFS_HUGEDIR_CLUSTER`).
+///
+/// # Safety
+/// `fs` and `path` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_mkdir_hugedir(
+    fs: *mut plusfs_t,
+    path: *const c_char,
+    mode: mode_t,
+    threshold: i64,
+    width: u32,
+) -> c_int {
+    one(fs, path, |fs, p| {
+        let t = threshold_of(threshold)?.unwrap_or(plusfs_proto::Threshold::Cluster);
+        fs.rt.block_on(fs.client.mkdir_with(p, mode, t, width)).map(|_| 0).map_err(|e| e.errno)
+    })
+}
+
+/// Changes the huge-directory policy of an existing directory (`PLUSFS_HUGEDIR_KEEP` and
+/// `width` 0 leave a setting as it is); it is distributed at once if it already holds more
+/// entries than the new threshold. Returns 0, or a negated errno.
+///
+/// # Safety
+/// `fs` and `path` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_set_hugedir(fs: *mut plusfs_t, path: *const c_char, threshold: i64, width: u32) -> c_int {
+    one(fs, path, |fs, p| {
+        let t = threshold_of(threshold)?;
+        let w = (width != 0).then_some(width);
+        fs.rt.block_on(fs.client.set_policy(p, t, w)).map(|_| 0).map_err(|e| e.errno)
+    })
+}
+
 /// `unlink(2)`.
 ///
 /// # Safety

@@ -41,9 +41,13 @@ pub fn map_path(data: &Path) -> PathBuf {
     data.join("cluster.toml")
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
-    Ok(l.local_addr()?.port())
+/// `n` distinct free loopback ports. The listeners stay open until all are chosen, so the
+/// kernel cannot hand out the same port twice.
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
+        .collect::<Result<Vec<_>>>()?;
+    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 impl LocalCluster {
@@ -74,9 +78,11 @@ impl LocalCluster {
             if servers == 0 || servers > 1000 {
                 bail!("--servers must be between 1 and 1000");
             }
-            let servers = (0..servers as u32)
-                .map(|id| Ok(ServerEntry { id, address: format!("127.0.0.1:{}", free_port()?), weight: 1.0 }))
-                .collect::<Result<Vec<_>>>()?;
+            let servers = free_ports(servers)?
+                .into_iter()
+                .zip(0u32..)
+                .map(|(port, id)| ServerEntry { id, address: format!("127.0.0.1:{port}"), weight: 1.0 })
+                .collect();
             let map = ClusterMap { epoch: 1, sync: settings.sync, hugedirs: settings.hugedirs.clone(), servers };
             fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
             map
@@ -237,7 +243,9 @@ fn ping(map: &ClusterMap, id: u32) -> Result<bool> {
         rt.block_on(async {
             let client = Client::new(map, ClientOptions { retries: 0, ..Default::default() });
             let ping = client.call_server(id, &plusfs_proto::Request::Ping);
-            Ok(matches!(tokio::time::timeout(Duration::from_secs(2), ping).await, Ok(Ok(_))))
+            // Only the right server counts: another process on that address is not it.
+            let answer = tokio::time::timeout(Duration::from_secs(2), ping).await;
+            Ok(matches!(answer, Ok(Ok(plusfs_proto::Reply::Pong { server, .. })) if server == id))
         })
     })
     .join()

@@ -130,6 +130,11 @@ impl ClusterMap {
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(MapError::Invalid("duplicate server id".into()));
         }
+        let mut addrs: Vec<&str> = self.servers.iter().map(|s| s.address.as_str()).collect();
+        addrs.sort_unstable();
+        if let Some(w) = addrs.windows(2).find(|w| w[0] == w[1]) {
+            return Err(MapError::Invalid(format!("two servers have the address {}", w[0])));
+        }
         if ids.iter().any(|&id| id >= u16::MAX as u32) {
             return Err(MapError::Invalid("server ids must be below 65535".into()));
         }

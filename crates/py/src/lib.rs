@@ -105,9 +105,34 @@ fn code<T>(r: Result<T, Errno>, ok: impl FnOnce(T) -> i64) -> i64 {
 
 #[pymethods]
 impl Client {
-    #[pyo3(signature = (path, mode = 0o755))]
-    fn mkdir(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
-        self.run(py, self.core.mkdir(path, mode)).map(drop)
+    /// `mkdir`; `threshold` (entries, 0 = distributed from creation, "never", or None for
+    /// the cluster's) and `width` (storing servers, 0 = the cluster's) set its huge-directory
+    /// policy.
+    #[pyo3(signature = (path, mode = 0o755, threshold = None, width = 0))]
+    fn mkdir(&self, py: Python<'_>, path: &str, mode: u32, threshold: Option<&str>, width: u32) -> PyResult<()> {
+        let t = parse_threshold(threshold)?.unwrap_or(plusfs_proto::Threshold::Cluster);
+        self.run(py, self.core.mkdir_with(path, mode, t, width)).map(drop)
+    }
+
+    /// Changes a directory's huge-directory policy; returns its distribution as a dict
+    /// (`state`, `threshold`, `set`, `entries` per server).
+    #[pyo3(signature = (path, threshold = None, width = None))]
+    fn set_hugedir(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        threshold: Option<&str>,
+        width: Option<u32>,
+    ) -> PyResult<std::collections::HashMap<String, Py<PyAny>>> {
+        let t = parse_threshold(threshold)?;
+        let d = self.run(py, self.core.set_policy(path, t, width))?;
+        Ok(dist_dict(py, &d))
+    }
+
+    /// A directory's distribution as a dict (`state`, `threshold`, `set`, `entries`).
+    fn hugedir(&self, py: Python<'_>, path: &str) -> PyResult<std::collections::HashMap<String, Py<PyAny>>> {
+        let d = self.run(py, self.core.distribution(path))?;
+        Ok(dist_dict(py, &d))
     }
 
     /// `mkdir -p`.
@@ -231,4 +256,19 @@ fn _plusfs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Stat>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     Ok(())
+}
+
+fn parse_threshold(t: Option<&str>) -> PyResult<Option<plusfs_proto::Threshold>> {
+    t.map(plusfs_proto::Threshold::parse).transpose().map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
+fn dist_dict(py: Python<'_>, d: &plusfs_proto::DistReport) -> std::collections::HashMap<String, Py<PyAny>> {
+    let mut m = std::collections::HashMap::new();
+    m.insert("path".to_string(), d.path.clone().into_pyobject(py).expect("str").into_any().unbind());
+    m.insert("state".to_string(), d.state.to_string().into_pyobject(py).expect("str").into_any().unbind());
+    m.insert("threshold".to_string(), d.effective.to_string().into_pyobject(py).expect("str").into_any().unbind());
+    m.insert("set".to_string(), d.set.clone().into_pyobject(py).expect("list").into_any().unbind());
+    let entries: std::collections::HashMap<u32, u64> = d.entries.iter().copied().collect();
+    m.insert("entries".to_string(), entries.into_pyobject(py).expect("dict").into_any().unbind());
+    m
 }

@@ -183,7 +183,19 @@ impl Osd {
         drop(guard);
         let mut reply = results.reply;
         if over {
-            reply.dist = self.distribute(dir).await?;
+            // What was done is done; the rest goes to the storing servers, or, if the
+            // distribution failed (it stays `Distributing`), waits for it.
+            reply.dist = Some(match self.distribute(dir).await {
+                Ok(Some(info)) => info,
+                // Not distributed after all (its policy changed meanwhile): send the rest again.
+                Ok(None) => self.dist_info(dir, &host.obj),
+                Err(e) => {
+                    tracing::error!(dir, cause = %e.message, "redistribution failed");
+                    let mut info = self.dist_info(dir, &host.obj);
+                    info.state = plusfs_proto::DistState::Distributing;
+                    info
+                }
+            });
         }
         Ok(reply)
     }

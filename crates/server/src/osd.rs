@@ -242,7 +242,11 @@ impl Osd {
         self.write(b).await?;
         drop(g);
         if !host.shard && self.over_threshold(&host.obj) {
-            self.distribute(dir).await?;
+            // The create is done whatever happens to the distribution (a failed one stays
+            // `Distributing` and is finished by the next request or restart).
+            if let Err(e) = self.distribute(dir).await {
+                tracing::error!(dir, cause = %e.message, "redistribution failed");
+            }
         }
         Ok(Reply::Attr(Attr::of_inode(&inode)))
     }

@@ -90,3 +90,17 @@ def test_python_module_basics(cluster):
     fs.rmdir("/py/a/b")
     fs.rename("/py/a", "/py/c")
     assert fs.lstat("/py/c").st_nlink == 2
+
+
+def test_hugedir_policy_from_python(cluster):
+    c = plusfs.connect(cluster)
+    c.mkdir("/pyhuge", 0o755, threshold="0")
+    assert all(r >= 0 for r in c.openv("/pyhuge", [f"f{i}" for i in range(50)], create=True))
+    d = c.hugedir("/pyhuge")
+    assert d["state"] == "distributed"
+    assert sum(d["entries"].values()) == 50
+    assert len(d["set"]) == 3
+    c.mkdir("/pysmall")
+    assert c.set_hugedir("/pysmall", threshold="never")["threshold"] == "never"
+    with pytest.raises(ValueError):
+        c.set_hugedir("/pysmall", threshold="lots")
