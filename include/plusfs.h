@@ -16,6 +16,15 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+// `plusfs_set_hugedir` threshold: never distribute the directory.
+#define PLUSFS_HUGEDIR_NEVER -1
+
+// `plusfs_set_hugedir` threshold: use the cluster's setting.
+#define PLUSFS_HUGEDIR_CLUSTER -2
+
+// `plusfs_set_hugedir` threshold: leave the threshold unchanged.
+#define PLUSFS_HUGEDIR_KEEP -3
+
 // What a batch does when one of its entries fails (decided by each server on its own).
 typedef enum plusfs_semantics_t {
   // Every entry is attempted.
@@ -138,6 +147,26 @@ int plusfs_lstat(struct plusfs_t *fs, const char *path, struct stat *st);
 // # Safety
 // `fs` and `path` are valid.
 int plusfs_mkdir(struct plusfs_t *fs, const char *path, mode_t mode);
+
+// `mkdir(2)` with a huge-directory policy: the directory is spread over `width` servers
+// (0: the cluster's setting) once it holds more than `threshold` entries (0: from
+// creation; or `PLUSFS_HUGEDIR_NEVER` / `PLUSFS_HUGEDIR_CLUSTER`).
+//
+// # Safety
+// `fs` and `path` are valid.
+int plusfs_mkdir_hugedir(struct plusfs_t *fs,
+                         const char *path,
+                         mode_t mode,
+                         int64_t threshold,
+                         uint32_t width);
+
+// Changes the huge-directory policy of an existing directory (`PLUSFS_HUGEDIR_KEEP` and
+// `width` 0 leave a setting as it is); it is distributed at once if it already holds more
+// entries than the new threshold. Returns 0, or a negated errno.
+//
+// # Safety
+// `fs` and `path` are valid.
+int plusfs_set_hugedir(struct plusfs_t *fs, const char *path, int64_t threshold, uint32_t width);
 
 // `unlink(2)`.
 //

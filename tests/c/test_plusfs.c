@@ -121,6 +121,13 @@ int main(int argc, char **argv) {
           "mkdirv");
     CHECK(plusfs_rmdir(fs, "/ctest/d1") == 0 && plusfs_rmdir(fs, "/ctest/d2") == 0, "rmdir subdirs");
     CHECK(plusfs_rmdir(fs, "/ctest") == 0, "rmdir");
+    {
+        const char *hn[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+        int hr[8];
+        CHECK(plusfs_rmdir(fs, "/chuge") == -ENOTEMPTY, "rmdir of a non-empty distributed directory");
+        CHECK(plusfs_unlinkv(fs, "/chuge", hn, PLUSFS_PERFORM_ALL, hr, 8) == 8, "unlinkv in a distributed directory");
+        CHECK(plusfs_rmdir(fs, "/chuge") == 0, "rmdir of an emptied distributed directory");
+    }
     CHECK(plusfs_statv(fs, "/ctest", names, PLUSFS_PERFORM_ALL, rv, st, 1) == -ENOENT, "statv of a missing dir");
     CHECK(plusfs_mkdir(NULL, "/x", 0755) == -EFAULT, "NULL handle gives -EFAULT");
     CHECK(plusfs_disconnect(fs) == 0, "disconnect");

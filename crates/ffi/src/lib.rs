@@ -457,7 +457,12 @@ pub unsafe extern "C" fn plusfs_mkdir_hugedir(
 /// # Safety
 /// `fs` and `path` are valid.
 #[no_mangle]
-pub unsafe extern "C" fn plusfs_set_hugedir(fs: *mut plusfs_t, path: *const c_char, threshold: i64, width: u32) -> c_int {
+pub unsafe extern "C" fn plusfs_set_hugedir(
+    fs: *mut plusfs_t,
+    path: *const c_char,
+    threshold: i64,
+    width: u32,
+) -> c_int {
     one(fs, path, |fs, p| {
         let t = threshold_of(threshold)?;
         let w = (width != 0).then_some(width);
