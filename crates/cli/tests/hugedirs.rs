@@ -257,3 +257,52 @@ async fn crash_during_redistribution_recovers() {
         cluster.assert_fsck_clean();
     }
 }
+
+/// Real kill -9 (not a failpoint) of a storing server, then of the primary, while a
+/// directory of 60,000 entries is being distributed; after restarts the directory is
+/// distributed with every entry exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_during_a_large_redistribution() {
+    for kill_primary in [false, true] {
+        let mut cluster = TestCluster::start_hugedirs(3, None);
+        let c = cluster.client();
+        c.mkdir("/big", 0o755).await.unwrap();
+        let files = names("f", 60_000);
+        let made = c
+            .batch(plusfs_proto::BatchOp::Create { exclusive: true }, "/big", &files, 0o644, Semantics::PerformAll)
+            .await
+            .unwrap();
+        assert!(made.iter().all(|o| matches!(o, plusfs_client::Outcome::Done(_))));
+        let primary = c.home("/big");
+        let victim =
+            if kill_primary { primary } else { cluster.cluster.ids().into_iter().find(|&s| s != primary).unwrap() };
+        let distributing = {
+            let c = cluster.client();
+            tokio::spawn(async move { c.set_policy("/big", Some(Threshold::Entries(0)), None).await })
+        };
+        // Kill as soon as the primary has recorded `Distributing`.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.distribution("/big").await.map(|d| d.state) != Ok(DistState::Distributing) {
+            assert!(Instant::now() < deadline, "the distribution never started");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        cluster.cluster.kill(victim).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster.cluster.start(victim).unwrap();
+        cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+        let answered = distributing.await.unwrap();
+        if !kill_primary {
+            // The primary retried the dead storing server until it came back.
+            assert_eq!(answered.unwrap().state, DistState::Distributed);
+        }
+        let d = wait_distributed(&c, "/big").await;
+        assert_eq!(d.state, DistState::Distributed, "primary killed: {kill_primary}");
+        assert_eq!(d.entries.iter().map(|e| e.1).sum::<u64>(), 60_000);
+        let got = listing(&cluster.client(), "/big").await;
+        assert_eq!(got, files.iter().cloned().collect::<BTreeSet<_>>(), "primary killed: {kill_primary}");
+        cluster.assert_fsck_clean();
+        let log = std::fs::read_to_string(cluster.cluster.data().join(format!("server-{primary}.log"))).unwrap();
+        let sign = if kill_primary { "resuming an interrupted redistribution" } else { "retrying" };
+        assert!(log.contains(sign), "the kill did not land during the redistribution:\n{log}");
+    }
+}
