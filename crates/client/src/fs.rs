@@ -329,10 +329,17 @@ impl Client {
         let p = self.norm("open directory", raw)?;
         let mut out = Vec::new();
         let mut after = None;
+        let mut restarts = 0;
         loop {
             if let Some(info) = self.cached_distribution(&p) {
                 if let Some(all) = self.list_shards(raw, &info).await? {
                     return Ok(all);
+                }
+                // The cached distribution was out of date: list again from the home.
+                restarts += 1;
+                if restarts > 12 {
+                    let detail = "the directory's distribution kept changing";
+                    return Err(FsError::new("open directory", raw, Errno::EAGAIN).with_detail(detail));
                 }
                 out.clear();
                 after = None;
