@@ -136,6 +136,15 @@ impl Osd {
         wanted.dedup();
         let guard = self.locks.lock(&wanted, None, true).await;
         let mut host = self.host(dir, via)?;
+        if !host.shard && self.over_threshold(&host.obj) {
+            // Due for distribution before this batch: distribute, then every entry goes
+            // to the storing servers.
+            drop(guard);
+            let info = self.distribute(dir).await?;
+            let mut reply = Results::new(semantics, 0).reply;
+            reply.dist = Some(info.unwrap_or_else(|| self.dist_info(dir, &host.obj)));
+            return Ok(reply);
+        }
         // What every valid name is now, in one batched lookup; then, entry by entry, what
         // the earlier entries of this batch made of it.
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();

@@ -226,6 +226,13 @@ impl Osd {
         }
         let g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
         let mut host = self.host(dir, via)?;
+        if !host.shard && self.over_threshold(&host.obj) {
+            // Due for distribution (another writer crossed the threshold): distribute
+            // first, so writers cannot keep the directory from ever being distributed.
+            drop(g);
+            let info = self.distribute(dir).await?;
+            return Err(WireError::redirect(info.unwrap_or_else(|| self.dist_info(dir, &host.obj))));
+        }
         if let Some(e) = self.store.get_entry(host.obj.ino, name).map_err(eio)? {
             return match e.kind {
                 _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
