@@ -10,16 +10,24 @@ def load(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+PHASES = ["create", "stat", "unlink"]
+MODES = ("never", "dynamic", "always")
+
+
+def by_mode(rows, second, value):
+    """{(servers, second field, phase): {mode: value}} in table order."""
+    cells = defaultdict(dict)
+    for r in rows:
+        cells[(r["servers"], r[second], r["phase"])][r["mode"]] = r[value]
+    return [(k, cells[k]) for k in sorted(cells, key=lambda k: (k[0], k[1], PHASES.index(k[2])))]
+
+
 def shared_table(rows):
     out = ["## One shared directory, 8 clients (ops/s)", ""]
     out.append("| servers | batch | phase | never | dynamic | always |")
     out.append("|---:|---:|---|---:|---:|---:|")
-    cells = defaultdict(dict)
-    for r in rows:
-        cells[(r["servers"], r["batch"], r["phase"])][r["mode"]] = r["ops_per_sec"]
-    for key in sorted(cells, key=lambda k: (k[0], k[1], ["create", "stat", "unlink"].index(k[2]))):
-        c = cells[key]
-        vals = " | ".join(f"{c.get(m, 0):,.0f}" for m in ("never", "dynamic", "always"))
+    for key, c in by_mode(rows, "batch", "ops_per_sec"):
+        vals = " | ".join(f"{c.get(m, 0):,.0f}" for m in MODES)
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {vals} |")
     return out
 
@@ -30,15 +38,11 @@ def multi_table(rows):
     out.append("")
     out.append("| servers | clients/dir | phase | never (s) | dynamic | always |")
     out.append("|---:|---:|---|---:|---:|---:|")
-    cells = defaultdict(dict)
-    for r in rows:
-        cells[(r["servers"], r["per_dir"], r["phase"])][r["mode"]] = r["seconds"]
-    for key in sorted(cells, key=lambda k: (k[0], k[1], ["create", "stat", "unlink"].index(k[2]))):
-        c = cells[key]
+    for key, c in by_mode(rows, "per_dir", "seconds"):
         never = c.get("never")
         if not never:
             continue
-        rel = [f"{100 * (c[m] - never) / never:+.1f} %" if m in c else "-" for m in ("dynamic", "always")]
+        rel = [f"{100 * (c[m] - never) / never:+.1f} %" if m in c else "-" for m in MODES[1:]]
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {never:.2f} | {rel[0]} | {rel[1]} |")
     return out
 

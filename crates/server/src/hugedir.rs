@@ -100,6 +100,15 @@ impl Osd {
         }
     }
 
+    /// The busy lock of the whole directory `dir`, once no transaction holds any of it.
+    async fn lock_whole(self: &Arc<Self>, dir: &str) -> OpResult<crate::locks::Guard> {
+        // With wait_tx set the lock waits instead of reporting a conflict.
+        self.locks
+            .lock(&[(dir.to_string(), Scope::Whole)], None, true)
+            .await
+            .map_err(|c| err(Errno::EIO, format!("'{dir}': unexpected conflict with transaction {}", c.0)))
+    }
+
     /// What clients need to route to the entries of `dir` (a primary or shard object).
     pub(crate) fn dist_info(&self, dir: &str, d: &DirObject) -> DistInfo {
         DistInfo {
@@ -148,9 +157,7 @@ impl Osd {
     /// Distributes `dir` if it is over its threshold (or resumes a started distribution).
     /// Returns the distribution when the directory is distributed at the end.
     pub(crate) async fn distribute(self: &Arc<Self>, dir: &str) -> OpResult<Option<DistInfo>> {
-        let _guard = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await.map_err(|_| {
-            err(Errno::EIO, "lock conflict while waiting") // cannot happen: wait_tx is set
-        })?;
+        let _guard = self.lock_whole(dir).await?;
         let Some(mut d) = self.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
         match d.dist.state {
             DistState::Distributed => return Ok(Some(self.dist_info(dir, &d))),
@@ -276,11 +283,7 @@ impl Osd {
         shard: Option<DirObject>,
     ) -> Response {
         crate::osd::check_dir_path(path)?;
-        let _g = self
-            .locks
-            .lock(&[(path.to_string(), Scope::Whole)], None, true)
-            .await
-            .map_err(|_| err(Errno::EIO, "lock"))?;
+        let _g = self.lock_whole(path).await?;
         if let Some(old) = self.store.get_shard(path).map_err(eio)? {
             if old.ino != ino {
                 tracing::warn!(path, old = old.ino, new = ino, "replacing the shard of an older directory");
@@ -311,11 +314,7 @@ impl Osd {
     ) -> Response {
         crate::osd::check_dir_path(path)?;
         {
-            let _g = self
-                .locks
-                .lock(&[(path.to_string(), Scope::Whole)], None, true)
-                .await
-                .map_err(|_| err(Errno::EIO, "lock"))?;
+            let _g = self.lock_whole(path).await?;
             let mut d = self.dir_object(path)?;
             if let Some(t) = threshold {
                 d.dist.threshold = t;
@@ -348,20 +347,26 @@ impl Osd {
         Ok(Reply::Dist(self.report(path, &d).await?))
     }
 
-    async fn report(self: &Arc<Self>, path: &str, d: &DirObject) -> OpResult<DistReport> {
-        let entries = match d.dist.state {
-            DistState::Distributed => self.shard_attrs(path, d).await?.into_iter().map(|(s, a)| (s, a.size)).collect(),
-            _ => vec![(self.id, d.entries)],
-        };
-        Ok(DistReport {
+    /// The distribution of `d` without entry counts.
+    fn base_report(&self, path: &str, d: &DirObject) -> DistReport {
+        DistReport {
             path: path.to_string(),
             state: d.dist.state,
             threshold: d.dist.threshold,
             effective: d.dist.threshold.resolve(self.cluster_threshold()),
             width: d.dist.width,
             set: d.dist.set.clone(),
-            entries,
-        })
+            entries: Vec::new(),
+        }
+    }
+
+    /// The distribution of `d` with the entries each storing server holds.
+    async fn report(self: &Arc<Self>, path: &str, d: &DirObject) -> OpResult<DistReport> {
+        let entries = match d.dist.state {
+            DistState::Distributed => self.shard_attrs(path, d).await?.into_iter().map(|(s, a)| (s, a.size)).collect(),
+            _ => vec![(self.id, d.entries)],
+        };
+        Ok(DistReport { entries, ..self.base_report(path, d) })
     }
 
     /// Attributes of every shard of the distributed directory `d` (asked in parallel).
@@ -408,25 +413,16 @@ impl Osd {
         Ok(attr)
     }
 
-    /// Distributed directories homed here, for `cluster status`.
+    /// Distributed directories homed here, for `cluster status` (without entry counts
+    /// when a storing server does not answer).
     pub(crate) async fn hugedir_reports(self: &Arc<Self>) -> OpResult<Vec<DistReport>> {
         let mut out = Vec::new();
         for (path, d) in self.store.dirs_within("/").map_err(eio)? {
             if d.dist.state != DistState::Nondistributed {
-                let mut r = DistReport {
-                    path: path.clone(),
-                    state: d.dist.state,
-                    threshold: d.dist.threshold,
-                    effective: d.dist.threshold.resolve(self.cluster_threshold()),
-                    width: d.dist.width,
-                    set: d.dist.set.clone(),
-                    entries: Vec::new(),
+                let r = match self.report(&path, &d).await {
+                    Ok(r) => r,
+                    Err(_) => self.base_report(&path, &d),
                 };
-                if d.dist.state == DistState::Distributed {
-                    if let Ok(full) = self.report(&path, &d).await {
-                        r = full;
-                    }
-                }
                 out.push(r);
             }
         }
