@@ -1,0 +1,80 @@
+//! Space reclamation: copy the live records out of mostly-dead segments, switch their
+//! owners to the copies atomically, then delete the segments.
+
+use crate::record::HEADER_LEN;
+use crate::{DataError, DataStore, Extent};
+
+/// What the metadata side provides to compaction: which extents are live, and an atomic,
+/// durable switch of owners to new extents.
+pub trait LiveIndex {
+    /// The live extents of `segment`, with their owners.
+    fn live_in(&self, segment: u32) -> Result<Vec<(u64, Extent)>, DataError>;
+    /// Replaces every `from` by its `to` in the owners' layouts, all or nothing, durably.
+    /// A move whose `from` is no longer in its owner's layout (the file was rewritten or
+    /// removed meanwhile) must be skipped: its copy is garbage for a later pass.
+    fn relocate(&mut self, moves: &[Move]) -> Result<(), DataError>;
+}
+
+/// One live record moved by compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Move {
+    pub owner: u64,
+    pub from: Extent,
+    pub to: Extent,
+}
+
+/// What one compaction pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    pub segments_compacted: u32,
+    pub records_moved: u64,
+    pub bytes_moved: u64,
+    pub bytes_reclaimed: u64,
+}
+
+/// Compacts every sealed segment whose live bytes are at most `max_live_ratio` of its
+/// size: live records are copied to the active segment (and synced), the owners switched
+/// with one [`LiveIndex::relocate`] per segment, then the segment is deleted. An error
+/// stops the pass with the segment being compacted still intact and referenced.
+pub fn compact(store: &DataStore, index: &mut dyn LiveIndex, max_live_ratio: f64) -> Result<CompactStats, DataError> {
+    let mut stats = CompactStats::default();
+    for seg in store.segments().into_iter().filter(|s| !s.active) {
+        let live = index.live_in(seg.id)?;
+        let live_bytes: u64 = live.iter().map(|(_, e)| HEADER_LEN as u64 + e.len as u64).sum();
+        if seg.bytes > 0 && live_bytes as f64 > max_live_ratio * seg.bytes as f64 {
+            continue;
+        }
+        if !live.is_empty() {
+            let extents: Vec<Extent> = live.iter().map(|(_, e)| *e).collect();
+            let data = store.read_many(&extents, 1 << 20)?;
+            let records: Vec<(u64, &[u8])> = live.iter().zip(&data).map(|((o, _), d)| (*o, d.as_slice())).collect();
+            let copies = store.append_records(&records)?;
+            store.sync()?;
+            let moves: Vec<Move> = live
+                .iter()
+                .zip(&copies)
+                .map(|((owner, from), to)| Move { owner: *owner, from: *from, to: *to })
+                .collect();
+            index.relocate(&moves)?;
+            stats.records_moved += moves.len() as u64;
+            stats.bytes_moved += live_bytes;
+        }
+        store.delete_segment(seg.id)?;
+        stats.segments_compacted += 1;
+        stats.bytes_reclaimed += seg.bytes.saturating_sub(live_bytes);
+    }
+    Ok(stats)
+}
+
+/// Deletes sealed segments nothing references (left by a crash between a relocation and
+/// the deletion of the old segment). Returns how many were deleted.
+pub fn collect_garbage(store: &DataStore, index: &dyn LiveIndex) -> Result<u32, DataError> {
+    let mut deleted = 0;
+    for seg in store.segments().into_iter().filter(|s| !s.active) {
+        if index.live_in(seg.id)?.is_empty() {
+            store.delete_segment(seg.id)?;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
