@@ -100,7 +100,7 @@ pub struct ChmodArgs {
     paths: Vec<String>,
 }
 
-fn parse_mode(s: &str) -> Result<u32, String> {
+pub fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| format!("invalid mode '{s}'"))
 }
 

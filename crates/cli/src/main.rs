@@ -3,6 +3,7 @@
 
 mod bench;
 mod cluster;
+mod data;
 mod engine_bench;
 mod files;
 mod fsck;
@@ -53,6 +54,12 @@ enum Cmd {
     Chmod(files::ChmodArgs),
     /// Show or change how huge directories are spread over servers.
     Hugedir(files::HugedirArgs),
+    /// Copy a local file into the cluster (`-` reads standard input).
+    Put(data::PutArgs),
+    /// Copy a cluster file to a local file (`-` writes standard output).
+    Get(data::GetArgs),
+    /// Print files.
+    Cat(data::CatArgs),
     /// Metadata load generator: create, stat and unlink many files.
     Bench(bench::BenchArgs),
     /// Check the namespace invariants of a cluster.
@@ -94,6 +101,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Readlink(a) => files::readlink(&client, a).await,
                     Cmd::Chmod(a) => files::chmod(&client, a).await,
                     Cmd::Hugedir(a) => files::hugedir(&client, a).await,
+                    Cmd::Put(a) => data::put(&client, a).await,
+                    Cmd::Get(a) => data::get(&client, a).await,
+                    Cmd::Cat(a) => data::cat(&client, a).await,
                     Cmd::Fsck => fsck::run(&client).await?,
                     Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) => unreachable!("handled above"),
                 })

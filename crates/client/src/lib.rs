@@ -14,6 +14,7 @@ mod conn;
 mod dist;
 mod error;
 mod fds;
+mod file;
 mod fs;
 mod pool;
 
@@ -23,5 +24,6 @@ pub use conn::{CallError, Connection};
 pub use dist::DistCache;
 pub use error::FsError;
 pub use fds::FdTable;
+pub use file::IO_CHUNK;
 pub use fs::{Client, ClientOptions, FileHandle};
 pub use pool::{Counters, CountersSnapshot, Pool};

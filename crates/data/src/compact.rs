@@ -7,18 +7,26 @@ use crate::{DataError, DataStore, Extent};
 /// What the metadata side provides to compaction: which extents are live, and an atomic,
 /// durable switch of owners to new extents.
 pub trait LiveIndex {
-    /// The live extents of `segment`, with their owners.
-    fn live_in(&self, segment: u32) -> Result<Vec<(u64, Extent)>, DataError>;
+    /// The live records of `segment`.
+    fn live_in(&self, segment: u32) -> Result<Vec<Live>, DataError>;
     /// Replaces every `from` by its `to` in the owners' layouts, all or nothing, durably.
     /// A move whose `from` is no longer in its owner's layout (the file was rewritten or
     /// removed meanwhile) must be skipped: its copy is garbage for a later pass.
     fn relocate(&mut self, moves: &[Move]) -> Result<(), DataError>;
 }
 
+/// A live record: the index's key for it, the owner written in its header, its extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live {
+    pub key: u64,
+    pub owner: u64,
+    pub extent: Extent,
+}
+
 /// One live record moved by compaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Move {
-    pub owner: u64,
+    pub key: u64,
     pub from: Extent,
     pub to: Extent,
 }
@@ -40,21 +48,18 @@ pub fn compact(store: &DataStore, index: &mut dyn LiveIndex, max_live_ratio: f64
     let mut stats = CompactStats::default();
     for seg in store.segments().into_iter().filter(|s| !s.active) {
         let live = index.live_in(seg.id)?;
-        let live_bytes: u64 = live.iter().map(|(_, e)| HEADER_LEN as u64 + e.len as u64).sum();
+        let live_bytes: u64 = live.iter().map(|l| HEADER_LEN as u64 + l.extent.len as u64).sum();
         if seg.bytes > 0 && live_bytes as f64 > max_live_ratio * seg.bytes as f64 {
             continue;
         }
         if !live.is_empty() {
-            let extents: Vec<Extent> = live.iter().map(|(_, e)| *e).collect();
+            let extents: Vec<Extent> = live.iter().map(|l| l.extent).collect();
             let data = store.read_many(&extents, 1 << 20)?;
-            let records: Vec<(u64, &[u8])> = live.iter().zip(&data).map(|((o, _), d)| (*o, d.as_slice())).collect();
+            let records: Vec<(u64, &[u8])> = live.iter().zip(&data).map(|(l, d)| (l.owner, d.as_slice())).collect();
             let copies = store.append_records(&records)?;
             store.sync()?;
-            let moves: Vec<Move> = live
-                .iter()
-                .zip(&copies)
-                .map(|((owner, from), to)| Move { owner: *owner, from: *from, to: *to })
-                .collect();
+            let moves: Vec<Move> =
+                live.iter().zip(&copies).map(|(l, to)| Move { key: l.key, from: l.extent, to: *to }).collect();
             index.relocate(&moves)?;
             stats.records_moved += moves.len() as u64;
             stats.bytes_moved += live_bytes;

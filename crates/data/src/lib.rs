@@ -25,7 +25,7 @@
 mod compact;
 mod record;
 
-pub use compact::{collect_garbage, compact, CompactStats, LiveIndex, Move};
+pub use compact::{collect_garbage, compact, CompactStats, Live, LiveIndex, Move};
 
 use record::{RecordHeader, HEADER_LEN};
 use serde::{Deserialize, Serialize};

@@ -111,8 +111,13 @@ struct MemIndex {
 }
 
 impl LiveIndex for MemIndex {
-    fn live_in(&self, segment: u32) -> Result<Vec<(u64, Extent)>, DataError> {
-        Ok(self.files.iter().filter(|(_, e)| e.segment == segment).map(|(o, e)| (*o, *e)).collect())
+    fn live_in(&self, segment: u32) -> Result<Vec<Live>, DataError> {
+        Ok(self
+            .files
+            .iter()
+            .filter(|(_, e)| e.segment == segment)
+            .map(|(o, e)| Live { key: *o, owner: *o, extent: *e })
+            .collect())
     }
 
     fn relocate(&mut self, moves: &[Move]) -> Result<(), DataError> {
@@ -121,8 +126,8 @@ impl LiveIndex for MemIndex {
             return Err(crash());
         }
         for m in moves {
-            assert_eq!(self.files.get(&m.owner), Some(&m.from));
-            self.files.insert(m.owner, m.to);
+            assert_eq!(self.files.get(&m.key), Some(&m.from));
+            self.files.insert(m.key, m.to);
         }
         if self.fail_after {
             return Err(crash());

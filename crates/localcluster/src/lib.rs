@@ -83,7 +83,13 @@ impl LocalCluster {
                 .zip(0u32..)
                 .map(|(port, id)| ServerEntry { id, address: format!("127.0.0.1:{port}"), weight: 1.0 })
                 .collect();
-            let map = ClusterMap { epoch: 1, sync: settings.sync, hugedirs: settings.hugedirs.clone(), servers };
+            let map = ClusterMap {
+                epoch: 1,
+                sync: settings.sync,
+                hugedirs: settings.hugedirs.clone(),
+                data: Default::default(),
+                servers,
+            };
             fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
             map
         };

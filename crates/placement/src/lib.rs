@@ -79,6 +79,32 @@ impl HugedirSettings {
     }
 }
 
+/// Where file data goes (`[data]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataSettings {
+    /// File bytes below this offset stay with the file's directory entry (default 1 MiB).
+    #[serde(default = "default_small_file")]
+    pub small_file_bytes: u64,
+    /// Bytes beyond it go in chunks of this size, each placed by CRUSH over (inode, chunk
+    /// index) (default 4 MiB).
+    #[serde(default = "default_chunk")]
+    pub chunk_bytes: u64,
+}
+
+fn default_small_file() -> u64 {
+    1 << 20
+}
+
+fn default_chunk() -> u64 {
+    4 << 20
+}
+
+impl Default for DataSettings {
+    fn default() -> Self {
+        DataSettings { small_file_bytes: default_small_file(), chunk_bytes: default_chunk() }
+    }
+}
+
 /// The cluster map file (`cluster.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -90,6 +116,9 @@ pub struct ClusterMap {
     /// Huge-directory settings.
     #[serde(default)]
     pub hugedirs: HugedirSettings,
+    /// File-data placement settings.
+    #[serde(default)]
+    pub data: DataSettings,
     pub servers: Vec<ServerEntry>,
 }
 
@@ -141,6 +170,9 @@ impl ClusterMap {
         if let Some(s) = self.servers.iter().find(|s| !(s.weight > 0.0 && s.weight.is_finite())) {
             return Err(MapError::Invalid(format!("server {} has weight {}", s.id, s.weight)));
         }
+        if self.data.chunk_bytes == 0 || self.data.chunk_bytes > 64 << 20 {
+            return Err(MapError::Invalid("data.chunk_bytes must be between 1 and 64 MiB".into()));
+        }
         if let ThresholdSetting::Word(w) = &self.hugedirs.threshold {
             if w != "never" {
                 return Err(MapError::Invalid(format!(
@@ -159,6 +191,14 @@ impl ClusterMap {
     /// Home server of the directory object at `path` (Eq. 1).
     pub fn home_of_dir(&self, path: &str) -> u32 {
         straw2(&self.servers, path_hash(path))
+    }
+
+    /// The server holding chunk `chunk` of the file with inode `ino` (CRUSH over the pair).
+    pub fn chunk_server(&self, ino: u64, chunk: u64) -> u32 {
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&ino.to_le_bytes());
+        key[8..].copy_from_slice(&chunk.to_le_bytes());
+        straw2(&self.servers, xxh3_64(&key))
     }
 
     /// The storing set of a directory distributed while at `path`: the `width` servers
@@ -248,12 +288,23 @@ mod tests {
 
     #[test]
     fn map_roundtrip_and_validation() {
-        let m =
-            ClusterMap { epoch: 3, sync: SyncMode::Always, hugedirs: HugedirSettings::default(), servers: servers(3) };
+        let m = ClusterMap {
+            epoch: 3,
+            sync: SyncMode::Always,
+            hugedirs: HugedirSettings::default(),
+            data: DataSettings::default(),
+            servers: servers(3),
+        };
         let text = m.to_toml();
         let back: ClusterMap = toml::from_str(&text).unwrap();
         assert_eq!(back, m);
-        let bad = ClusterMap { epoch: 1, sync: SyncMode::Os, hugedirs: HugedirSettings::default(), servers: vec![] };
+        let bad = ClusterMap {
+            epoch: 1,
+            sync: SyncMode::Os,
+            hugedirs: HugedirSettings::default(),
+            data: DataSettings::default(),
+            servers: vec![],
+        };
         assert!(bad.validate().is_err());
         let mut dup = m.clone();
         dup.servers[1].id = 0;
@@ -270,7 +321,13 @@ mod tests {
 
     #[test]
     fn storing_sets_differ_between_directories() {
-        let m = ClusterMap { epoch: 1, sync: SyncMode::Os, hugedirs: HugedirSettings::default(), servers: servers(8) };
+        let m = ClusterMap {
+            epoch: 1,
+            sync: SyncMode::Os,
+            hugedirs: HugedirSettings::default(),
+            data: DataSettings::default(),
+            servers: servers(8),
+        };
         let a = m.storing_set("/a", 4);
         assert_eq!(a.len(), 4);
         assert_eq!(m.storing_set("/a", 0).len(), 8);

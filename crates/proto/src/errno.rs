@@ -21,6 +21,7 @@ impl Errno {
     pub const EISDIR: Errno = Errno(libc::EISDIR);
     pub const EINVAL: Errno = Errno(libc::EINVAL);
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    pub const EFBIG: Errno = Errno(libc::EFBIG);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
     pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
     pub const ELOOP: Errno = Errno(libc::ELOOP);
@@ -58,6 +59,7 @@ impl Errno {
             (Self::EISDIR, "EISDIR"),
             (Self::EINVAL, "EINVAL"),
             (Self::ENOSPC, "ENOSPC"),
+            (Self::EFBIG, "EFBIG"),
             (Self::ENAMETOOLONG, "ENAMETOOLONG"),
             (Self::ENOTEMPTY, "ENOTEMPTY"),
             (Self::ELOOP, "ELOOP"),

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod errno;
+pub mod filedata;
 pub mod frame;
 pub mod hugedir;
 pub mod io;
@@ -15,6 +16,7 @@ pub mod message;
 pub mod path;
 
 pub use errno::Errno;
+pub use filedata::{Piece, MAX_FILE_SIZE, MAX_RECORD};
 pub use frame::{Frame, FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use hugedir::{DistInfo, DistReport, DistState, Distribution, Threshold};
 pub use message::*;

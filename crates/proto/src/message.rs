@@ -65,6 +65,8 @@ pub struct Inode {
     pub ctime: Timespec,
     /// Target of a symbolic link.
     pub target: Option<String>,
+    /// Where a regular file's contents are (sorted, non-overlapping; holes read as zeros).
+    pub pieces: Vec<crate::filedata::Piece>,
 }
 
 impl Inode {
@@ -83,6 +85,7 @@ impl Inode {
             mtime: now,
             ctime: now,
             target: None,
+            pieces: Vec::new(),
         }
     }
 
@@ -100,6 +103,7 @@ impl Inode {
             mtime: Timespec::default(),
             ctime: Timespec::default(),
             target: None,
+            pieces: Vec::new(),
         }
     }
 }
@@ -213,6 +217,8 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime: Option<TimeSet>,
     pub mtime: Option<TimeSet>,
+    /// New size of a regular file (`truncate`).
+    pub size: Option<u64>,
 }
 
 /// One entry of a directory listing.
@@ -513,6 +519,37 @@ pub enum Request {
     DistStatus {
         path: String,
     },
+    /// Writes `data` at `offset` of a regular file (at its end with `append`).
+    Write {
+        path: String,
+        offset: u64,
+        data: Vec<u8>,
+        append: bool,
+    },
+    /// Reads up to `len` bytes at `offset` of a regular file (fewer at its end).
+    Read {
+        path: String,
+        offset: u64,
+        len: u32,
+    },
+    /// Makes a file's data and metadata durable.
+    Fsync {
+        path: String,
+    },
+    /// From a file's entry server: store `data` as a record of `owner` (a chunk of a large
+    /// file, or a file renamed away from its data); answers `Record`.
+    DataPut {
+        owner: Ino,
+        data: Vec<u8>,
+    },
+    /// From a file's entry server: bytes `[skip, skip + len)` of each record.
+    DataGet {
+        ranges: Vec<(u64, u64, u64)>,
+    },
+    /// From a file's entry server: records no file uses any more.
+    DataDrop {
+        records: Vec<u64>,
+    },
 }
 
 impl Request {
@@ -547,6 +584,12 @@ impl Request {
             ShardImport { .. } => 25,
             SetPolicy { .. } => 26,
             DistStatus { .. } => 27,
+            Write { .. } => 28,
+            Read { .. } => 29,
+            Fsync { .. } => 30,
+            DataPut { .. } => 31,
+            DataGet { .. } => 32,
+            DataDrop { .. } => 33,
         }
     }
 
@@ -577,12 +620,17 @@ impl Request {
                 | ShardImport { .. }
                 | SetPolicy { .. }
                 | DistStatus { .. }
+                | Write { append: false, .. }
+                | Read { .. }
+                | Fsync { .. }
+                | DataGet { .. }
+                | DataDrop { .. }
         ) || matches!(self, Shard { op, .. } if op.is_idempotent())
     }
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 28] = [
+pub const OPCODE_NAMES: [&str; 34] = [
     "invalid",
     "ping",
     "mkdir",
@@ -611,6 +659,12 @@ pub const OPCODE_NAMES: [&str; 28] = [
     "shard_import",
     "set_policy",
     "dist_status",
+    "write",
+    "read",
+    "fsync",
+    "data_put",
+    "data_get",
+    "data_drop",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -639,6 +693,10 @@ pub enum Reply {
     Vote(Vote),
     Batch(BatchReply),
     Dist(DistReport),
+    /// File contents (`Read`), or record contents (`DataGet`, concatenated in order).
+    Data(Vec<u8>),
+    /// The id of a stored record (`DataPut`).
+    Record(u64),
 }
 
 /// A failed request: the errno and a message for humans.

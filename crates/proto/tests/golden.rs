@@ -21,6 +21,7 @@ fn inode() -> Inode {
         mtime: t(2),
         ctime: t(3),
         target: None,
+        pieces: vec![Piece { file_off: 0, len: 4096, server: 2, record: 17, skip: 0 }],
     }
 }
 
@@ -70,6 +71,7 @@ fn requests() -> Vec<Request> {
                 gid: Some(5),
                 atime: Some(TimeSet::Now),
                 mtime: Some(TimeSet::At(t(4))),
+                size: Some(10),
             },
         },
         Request::DirSetAttr { path: "/a".into(), set: SetAttr::default() },
@@ -125,6 +127,12 @@ fn requests() -> Vec<Request> {
         },
         Request::SetPolicy { path: "/h".into(), threshold: Some(Threshold::Entries(0)), width: None },
         Request::DistStatus { path: "/h".into() },
+        Request::Write { path: "/a/f".into(), offset: 4096, data: vec![1, 2, 3], append: false },
+        Request::Read { path: "/a/f".into(), offset: 0, len: 4096 },
+        Request::Fsync { path: "/a/f".into() },
+        Request::DataPut { owner: 300, data: vec![9; 4] },
+        Request::DataGet { ranges: vec![(17, 0, 4096)] },
+        Request::DataDrop { records: vec![17, 18] },
     ]
 }
 
@@ -167,6 +175,8 @@ fn responses() -> Vec<Response> {
             set: vec![1, 0],
             entries: vec![(1, 4000), (0, 4001)],
         })),
+        Ok(Reply::Data(vec![1, 2, 3])),
+        Ok(Reply::Record(17)),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),

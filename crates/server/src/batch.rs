@@ -152,6 +152,8 @@ impl Osd {
         let mut overlay: HashMap<&str, Option<Inode>> = valid.into_iter().zip(found).collect();
         let mut batch = Batch::new();
         let mut results = Results::new(semantics, names.len());
+        // Data records of removed files.
+        let mut gone = std::collections::BTreeSet::new();
         for name in names {
             let r = match check_name(name) {
                 Err(e) => Err(e.errno),
@@ -169,6 +171,9 @@ impl Osd {
                             Ok(Some(a))
                         }
                         Ok(Change::Remove(kind)) => {
+                            if let Some(inode) = &cur {
+                                gone.extend(plusfs_proto::filedata::records(&inode.pieces));
+                            }
                             count_entry(&mut host.obj, kind, -1);
                             batch.del_entry(host.obj.ino, name);
                             overlay.insert(name, None);
@@ -185,11 +190,15 @@ impl Osd {
             }
         }
         let over = !host.shard && self.over_threshold(&host.obj);
+        let gate = self.data_gate.read().await;
+        let remote = self.drop_unused(&gone, &Default::default(), &mut batch)?;
         if !batch.is_empty() {
             host.save(&mut batch, dir);
             self.write(batch).await?;
         }
+        drop(gate);
         drop(guard);
+        self.drop_remote(remote).await;
         let mut reply = results.reply;
         if over {
             // What was done is done; the rest goes to the storing servers, or, if the

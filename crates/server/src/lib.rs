@@ -7,6 +7,7 @@
 
 mod batch;
 mod failpoint;
+mod filedata;
 mod hugedir;
 mod ids;
 mod locks;
@@ -43,6 +44,8 @@ pub enum StartError {
     UnknownId(ServerId),
     #[error("cannot open store in {path}: {source}")]
     Store { path: String, source: plusfs_store::StoreError },
+    #[error("cannot open the data store in {path}: {source}")]
+    Data { path: String, source: plusfs_data::DataError },
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
 }
@@ -58,9 +61,14 @@ pub async fn run(
     let always = config.map.sync == plusfs_placement::SyncMode::Always;
     let store: Arc<dyn DirStore> =
         Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_err)?);
-    let osd = Osd::open(config.id, config.map.clone(), store).await.map_err(store_err)?;
+    let data_dir = config.data_dir.join("data");
+    let data_opts = plusfs_data::DataOptions { sync: always, ..Default::default() };
+    let data = plusfs_data::DataStore::open(&data_dir, data_opts)
+        .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
+    let osd = Osd::open(config.id, config.map.clone(), store, Arc::new(data)).await.map_err(store_err)?;
     osd.recover().await.map_err(store_err)?;
     osd.resume_distributions().map_err(store_err)?;
+    osd.spawn_compactor();
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");
     net::serve(listener, osd, shutdown).await;
     tracing::info!(id = config.id, "server stopped");

@@ -5,7 +5,6 @@ use plusfs_proto::OPCODE_NAMES;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of one server process since it started.
-#[derive(Default)]
 pub struct Metrics {
     ops: [AtomicU64; OPCODE_NAMES.len()],
     pub msgs_in: AtomicU64,
@@ -13,6 +12,19 @@ pub struct Metrics {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub tx_started: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            ops: std::array::from_fn(|_| AtomicU64::new(0)),
+            msgs_in: AtomicU64::new(0),
+            msgs_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            tx_started: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Metrics {

@@ -37,6 +37,12 @@ pub struct Osd {
     pub(crate) txids: IdAllocator,
     /// Directories whose redistribution runs in a background task.
     pub(crate) distributing: Mutex<HashSet<String>>,
+    /// File data stored on this server.
+    pub(crate) data: Arc<plusfs_data::DataStore>,
+    /// Record ids of the data store.
+    pub(crate) records: IdAllocator,
+    /// Held (shared) by changes of the record index, (exclusively) by compaction's switch.
+    pub(crate) data_gate: tokio::sync::RwLock<()>,
 }
 
 pub(crate) type OpResult<T> = Result<T, WireError>;
@@ -112,9 +118,15 @@ pub(crate) fn count_entry(d: &mut DirObject, kind: FileKind, delta: i64) {
 
 impl Osd {
     /// Opens the server's state over `store`; creates `/` if this server is its home.
-    pub async fn open(id: ServerId, map: ClusterMap, store: Arc<dyn DirStore>) -> Result<Arc<Osd>, StoreError> {
+    pub async fn open(
+        id: ServerId,
+        map: ClusterMap,
+        store: Arc<dyn DirStore>,
+        data: Arc<plusfs_data::DataStore>,
+    ) -> Result<Arc<Osd>, StoreError> {
         let inos = IdAllocator::load(store.as_ref(), "next_ino", id)?;
         let txids = IdAllocator::load(store.as_ref(), "next_txid", id)?;
+        let records = IdAllocator::load(store.as_ref(), "next_record", id)?;
         let peers = Pool::new(&map, 2, 0);
         let osd = Arc::new(Osd {
             id,
@@ -126,6 +138,9 @@ impl Osd {
             inos,
             txids,
             distributing: Mutex::default(),
+            data,
+            records,
+            data_gate: tokio::sync::RwLock::new(()),
         });
         if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
             let root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
@@ -172,6 +187,9 @@ impl Osd {
                 self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, Some(target), via).await
             }
             Readlink { path } => self.readlink(&path, via),
+            Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via).await,
+            Read { path, offset, len } => self.read_file(&path, offset, len, via).await,
+            Fsync { path } if !path.is_empty() => self.fsync_file(&path, via).await,
             Batch { op, dir, names, mode, uid, gid, semantics } => {
                 self.batch(op, &dir, &names, mode, uid, gid, semantics, via).await
             }
@@ -191,6 +209,11 @@ impl Osd {
             ShardImport { path, ino, entries, shard } => self.shard_import(&path, ino, entries, shard).await,
             SetPolicy { path, threshold, width } => self.set_policy(&path, threshold, width).await,
             DistStatus { path } => self.dist_status(&path).await,
+            DataPut { owner, data } => self.data_put(owner, data).await,
+            DataGet { ranges } => self.data_get(&ranges).await,
+            DataDrop { records } => self.data_drop(&records).await,
+            // An empty path (from a peer): this server's data store.
+            Fsync { .. } => self.fsync_data().await,
         }
     }
 
@@ -293,10 +316,14 @@ impl Osd {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
         }
         count_entry(&mut host.obj, e.kind, -1);
+        let gate = self.data_gate.read().await;
         let mut b = Batch::new();
+        let remote = self.drop_unused(&plusfs_proto::filedata::records(&e.pieces), &Default::default(), &mut b)?;
         b.del_entry(host.obj.ino, name);
         host.save(&mut b, dir);
         self.write(b).await?;
+        drop(gate);
+        self.drop_remote(remote).await;
         Ok(Reply::Done)
     }
 
@@ -319,15 +346,28 @@ impl Osd {
         if e.kind == FileKind::Dir {
             return Ok(Reply::IsDir { ino: e.ino });
         }
-        apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
+        let gate = self.data_gate.read().await;
         let mut b = Batch::new();
+        let mut remote = Vec::new();
+        if let Some(size) = set.size {
+            if e.kind != FileKind::File {
+                return Err(err(Errno::EINVAL, format!("'{p}' is not a regular file")));
+            }
+            remote = self.resize(&mut e, size, &mut b)?;
+        }
+        apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
         b.put_entry(d.ino, name, &e);
         self.write(b).await?;
+        drop(gate);
+        self.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&e)))
     }
 
     async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
         check_dir_path(p)?;
+        if set.size.is_some() {
+            return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
+        }
         {
             let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
             let mut d = self.dir_object(p)?;

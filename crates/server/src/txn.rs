@@ -737,9 +737,21 @@ impl Osd {
                     let key = load(&mut hosts, dir, *shard)?;
                     let d = hosts.get_mut(&key).expect("loaded");
                     match self.store.get_entry(d.ino, name).map_err(eio)? {
-                        Some(_) => {
+                        Some(old) => {
                             d.mtime = Timespec::now();
                             d.ctime = d.mtime;
+                            // A file replaced by a rename: its data records go.
+                            let remote = self.drop_unused(
+                                &plusfs_proto::filedata::records(&old.pieces),
+                                &plusfs_proto::filedata::records(&inode.pieces),
+                                &mut b,
+                            )?;
+                            if !remote.is_empty() {
+                                tracing::warn!(
+                                    records = remote.len(),
+                                    "records of a replaced file stay on other servers"
+                                );
+                            }
                         }
                         None => count_entry(d, inode.kind, 1),
                     }

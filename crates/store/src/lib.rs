@@ -12,6 +12,8 @@
 //! M <name>                      -> u64 BE      counters (next inode, next txid)
 //! C <txid: u64 BE>              -> bytes       coordinator log records
 //! P <txid: u64 BE>              -> bytes       participant log records
+//! R <record: u64 BE>            -> bytes       file-data records here (their extent, owner)
+//! G <segment: u32 BE> <off: u64 BE> -> u64 BE  record at that place (compaction's index)
 //! ```
 //! Entries are keyed by the directory's inode number, not its path, so listing a
 //! directory is one prefix scan in name order and renaming a directory whose object stays
@@ -66,6 +68,10 @@ pub enum BatchOp {
     PutCounter(&'static str, u64),
     PutLog(LogKind, TxId, Vec<u8>),
     DelLog(LogKind, TxId),
+    PutRecord(u64, Vec<u8>),
+    DelRecord(u64),
+    PutSegRef(u32, u64, u64),
+    DelSegRef(u32, u64),
 }
 
 /// Changes applied atomically, in order (a later change of the same key wins).
@@ -104,6 +110,18 @@ impl Batch {
     }
     pub fn del_log(&mut self, kind: LogKind, txid: TxId) {
         self.ops.push(BatchOp::DelLog(kind, txid));
+    }
+    pub fn put_record(&mut self, id: u64, value: Vec<u8>) {
+        self.ops.push(BatchOp::PutRecord(id, value));
+    }
+    pub fn del_record(&mut self, id: u64) {
+        self.ops.push(BatchOp::DelRecord(id));
+    }
+    pub fn put_seg_ref(&mut self, segment: u32, offset: u64, id: u64) {
+        self.ops.push(BatchOp::PutSegRef(segment, offset, id));
+    }
+    pub fn del_seg_ref(&mut self, segment: u32, offset: u64) {
+        self.ops.push(BatchOp::DelSegRef(segment, offset));
     }
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
@@ -149,6 +167,12 @@ pub trait DirStore: Send + Sync + 'static {
     fn get_log(&self, kind: LogKind, txid: TxId) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every record of one log, in txid order.
     fn log_records(&self, kind: LogKind) -> Result<Vec<(TxId, Vec<u8>)>, StoreError>;
+    /// File-data records by id, looked up together, in the order of `ids`.
+    fn get_records(&self, ids: &[u64]) -> Result<Vec<Option<Vec<u8>>>, StoreError>;
+    /// The records stored in data segment `segment`: (offset, record id), by offset.
+    fn seg_refs(&self, segment: u32) -> Result<Vec<(u64, u64)>, StoreError>;
+    /// Number of file-data records held.
+    fn record_count(&self) -> Result<u64, StoreError>;
     /// Applies `batch` atomically. The returned receiver resolves when it is durable.
     fn submit(&self, batch: Batch) -> Commit;
     /// Activity counters.

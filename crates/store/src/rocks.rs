@@ -64,6 +64,19 @@ fn entry_key(dir: Ino, name: &str) -> Vec<u8> {
     k
 }
 
+fn record_key(id: u64) -> Vec<u8> {
+    let mut k = vec![b'R'];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn seg_ref_key(segment: u32, offset: u64) -> Vec<u8> {
+    let mut k = vec![b'G'];
+    k.extend_from_slice(&segment.to_be_bytes());
+    k.extend_from_slice(&offset.to_be_bytes());
+    k
+}
+
 fn counter_key(name: &str) -> Vec<u8> {
     let mut k = vec![b'M'];
     k.extend_from_slice(name.as_bytes());
@@ -104,6 +117,10 @@ fn to_write_batch(batch: &Batch, wb: &mut WriteBatch) {
             BatchOp::PutCounter(n, v) => wb.put(counter_key(n), v.to_be_bytes()),
             BatchOp::PutLog(k, t, r) => wb.put(log_key(*k, *t), r),
             BatchOp::DelLog(k, t) => wb.delete(log_key(*k, *t)),
+            BatchOp::PutRecord(id, v) => wb.put(record_key(*id), v),
+            BatchOp::DelRecord(id) => wb.delete(record_key(*id)),
+            BatchOp::PutSegRef(seg, off, id) => wb.put(seg_ref_key(*seg, *off), id.to_be_bytes()),
+            BatchOp::DelSegRef(seg, off) => wb.delete(seg_ref_key(*seg, *off)),
         }
     }
 }
@@ -270,6 +287,34 @@ impl DirStore for RocksStore {
             out.push((dir, utf8(&k, &k[9..])?, decode(&k, &v)?));
         }
         Ok(out)
+    }
+
+    fn get_records(&self, ids: &[u64]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let keys: Vec<Vec<u8>> = ids.iter().map(|&id| record_key(id)).collect();
+        self.db.multi_get(&keys).into_iter().map(|r| r.map_err(engine)).collect()
+    }
+
+    fn seg_refs(&self, segment: u32) -> Result<Vec<(u64, u64)>, StoreError> {
+        let mut prefix = vec![b'G'];
+        prefix.extend_from_slice(&segment.to_be_bytes());
+        let mut out = Vec::new();
+        for item in self.scan_prefix(&prefix) {
+            let (k, v) = item?;
+            let (Ok(off), Ok(id)) = (<[u8; 8]>::try_from(&k[5..]), <[u8; 8]>::try_from(&v[..])) else {
+                return Err(StoreError::Corrupt { key: format!("{k:?}"), reason: "bad segment reference".into() });
+            };
+            out.push((u64::from_be_bytes(off), u64::from_be_bytes(id)));
+        }
+        Ok(out)
+    }
+
+    fn record_count(&self) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for item in self.scan_prefix(b"R") {
+            item?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     fn get_counter(&self, name: &str) -> Result<Option<u64>, StoreError> {

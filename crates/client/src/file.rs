@@ -1,0 +1,133 @@
+//! File contents: read, write, append, truncate, fsync.
+//!
+//! Requests go to the server holding the file's entry (Eq. 1, or Eq. 2 in a huge
+//! directory), which keeps the layout in the inode and stores or fetches the bytes. Large
+//! transfers are cut into requests of [`IO_CHUNK`] bytes, several in flight at once.
+
+use crate::error::FsError;
+use crate::fs::Client;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use plusfs_proto::path;
+use plusfs_proto::{Attr, Errno, Reply, Request, SetAttr, MAX_FILE_SIZE};
+
+/// Bytes per read or write request.
+pub const IO_CHUNK: usize = 4 << 20;
+/// Requests of one transfer in flight at once.
+const IN_FLIGHT: usize = 4;
+
+impl Client {
+    fn file_target(&self, op: &'static str, raw: &str) -> Result<(String, String, String), FsError> {
+        let p = path::normalize(raw).map_err(|e| FsError::new(op, raw, e.errno).with_detail(e.reason))?;
+        let (dir, name) = path::split(&p).ok_or_else(|| FsError::new(op, raw, Errno::EISDIR))?;
+        Ok((p.clone(), dir.to_string(), name.to_string()))
+    }
+
+    /// `pwrite(2)`: writes `data` at `offset`; returns the attributes after the write.
+    pub async fn write(&self, raw: &str, offset: u64, data: &[u8]) -> Result<Attr, FsError> {
+        let (p, dir, name) = self.file_target("write", raw)?;
+        if offset.checked_add(data.len() as u64).is_none_or(|end| end > MAX_FILE_SIZE) {
+            return Err(FsError::new("write", raw, Errno::EFBIG));
+        }
+        if data.is_empty() {
+            return self.write_one(raw, &p, &dir, &name, offset, Vec::new(), false).await;
+        }
+        let chunks: Vec<(u64, &[u8])> =
+            data.chunks(IO_CHUNK).enumerate().map(|(i, c)| (offset + (i * IO_CHUNK) as u64, c)).collect();
+        let attrs: Vec<Attr> = stream::iter(chunks)
+            .map(|(at, c)| self.write_one(raw, &p, &dir, &name, at, c.to_vec(), false))
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect()
+            .await?;
+        // The last reply to arrive has seen every write.
+        Ok(attrs.into_iter().max_by_key(|a| (a.mtime, a.size)).expect("at least one chunk"))
+    }
+
+    /// Appends `data` at the end of the file (`O_APPEND`), atomically per request.
+    pub async fn append(&self, raw: &str, data: &[u8]) -> Result<Attr, FsError> {
+        let (p, dir, name) = self.file_target("write", raw)?;
+        let mut last = None;
+        for c in data.chunks(IO_CHUNK.max(1)) {
+            last = Some(self.write_one(raw, &p, &dir, &name, 0, c.to_vec(), true).await?);
+        }
+        match last {
+            Some(a) => Ok(a),
+            None => self.write_one(raw, &p, &dir, &name, 0, Vec::new(), true).await,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn write_one(
+        &self,
+        raw: &str,
+        p: &str,
+        dir: &str,
+        name: &str,
+        offset: u64,
+        data: Vec<u8>,
+        append: bool,
+    ) -> Result<Attr, FsError> {
+        let req = Request::Write { path: p.to_string(), offset, data, append };
+        match self.entry_rpc("write", raw, dir, name, req).await?.0 {
+            Reply::Attr(a) => Ok(a),
+            other => Err(FsError::new("write", raw, Errno::EPROTO).with_detail(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// `pread(2)`: up to `len` bytes at `offset` (fewer at the end of the file).
+    pub async fn read(&self, raw: &str, offset: u64, len: usize) -> Result<Vec<u8>, FsError> {
+        let (p, dir, name) = self.file_target("read", raw)?;
+        let starts: Vec<u64> = (0..len).step_by(IO_CHUNK).map(|i| offset + i as u64).collect();
+        let parts: Vec<Vec<u8>> = stream::iter(starts)
+            .map(|at| {
+                let n = (offset + len as u64 - at).min(IO_CHUNK as u64) as u32;
+                self.read_one(raw, &p, &dir, &name, at, n)
+            })
+            .buffered(IN_FLIGHT)
+            .try_collect()
+            .await?;
+        let mut out = Vec::with_capacity(len);
+        for part in parts {
+            let short = part.len() < IO_CHUNK;
+            out.extend(part);
+            if short {
+                break; // end of file
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read_one(
+        &self,
+        raw: &str,
+        p: &str,
+        dir: &str,
+        name: &str,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, FsError> {
+        let req = Request::Read { path: p.to_string(), offset, len };
+        match self.entry_rpc("read", raw, dir, name, req).await?.0 {
+            Reply::Data(d) => Ok(d),
+            other => Err(FsError::new("read", raw, Errno::EPROTO).with_detail(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The whole contents of a file.
+    pub async fn read_all(&self, raw: &str) -> Result<Vec<u8>, FsError> {
+        let size = self.lstat(raw).await?.size;
+        self.read(raw, 0, size as usize).await
+    }
+
+    /// `truncate(2)`: sets a regular file's size (cut or zero-extended).
+    pub async fn truncate(&self, raw: &str, size: u64) -> Result<Attr, FsError> {
+        self.setattr(raw, SetAttr { size: Some(size), ..Default::default() })
+            .await
+            .map_err(|e| FsError { op: "truncate", ..e })
+    }
+
+    /// `fsync(2)`: the file's data and metadata are durable when it returns.
+    pub async fn fsync(&self, raw: &str) -> Result<(), FsError> {
+        let (p, dir, name) = self.file_target("sync", raw)?;
+        self.entry_rpc("sync", raw, &dir, &name, Request::Fsync { path: p }).await.map(drop)
+    }
+}

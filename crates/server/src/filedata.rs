@@ -1,0 +1,449 @@
+//! File contents on the server side.
+//!
+//! A regular file's inode lists its [`Piece`]s; each names a record in some server's data
+//! store (`plusfs-data`). That server keeps, in its metadata store, the record's extent
+//! (`R<id>`) and a back reference by place (`G<segment><offset>`) for compaction, written in
+//! the same store batch as the inode change that starts using the record, so a crash never
+//! leaves an inode pointing at a record the server does not know.
+//!
+//! Placement (cluster map `[data]`): bytes below `small_file_bytes` (1 MiB) are stored by
+//! the server holding the file's entry when they are written — a directory's small files
+//! sit together, for batch I/O; bytes beyond go in `chunk_bytes` (4 MiB) chunks on the
+//! server CRUSH picks for (inode, chunk index). A file renamed to another server keeps its
+//! records where they are; its pieces say where.
+//!
+//! Compaction runs in the background: segments whose live share fell under half are
+//! copied out and deleted; the switch of the moved records' extents is one store batch,
+//! made while writers are held off (`data_gate`).
+
+use crate::hugedir::Via;
+use crate::locks::Scope;
+use crate::osd::{eio, err, split_entry, OpResult, Osd};
+use futures::future::join_all;
+use plusfs_data::{DataError, Extent, Live, LiveIndex, Move};
+use plusfs_proto::filedata::{overlay, records, truncate};
+use plusfs_proto::{
+    Attr, Errno, FileKind, Ino, Inode, Piece, Reply, Request, Response, ServerId, Timespec, MAX_FILE_SIZE, MAX_RECORD,
+};
+use plusfs_store::{Batch, DirStore};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the background compaction looks at the segments.
+const COMPACT_EVERY: Duration = Duration::from_secs(30);
+/// Segments whose live bytes are at most this share of their size are compacted.
+const COMPACT_LIVE_RATIO: f64 = 0.5;
+
+/// What `R<id>` holds: where the record is and whose it is.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct RecordLoc {
+    extent: Extent,
+    owner: Ino,
+}
+
+fn encode(loc: &RecordLoc) -> Vec<u8> {
+    postcard::to_allocvec(loc).expect("in-memory encoding cannot fail")
+}
+
+fn data_err(e: DataError) -> plusfs_proto::WireError {
+    tracing::error!(cause = %e, "data store failure");
+    err(Errno(e.errno()), format!("data store: {e}"))
+}
+
+/// Runs blocking data-store work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, DataError> + Send + 'static) -> OpResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| err(Errno::EIO, format!("data task failed: {e}")))?
+        .map_err(data_err)
+}
+
+impl Osd {
+    /// The regular file at `p` (entry on this server as addressed by `via`).
+    fn file_entry(self: &Arc<Self>, p: &str, via: Via) -> OpResult<(crate::hugedir::Host, Inode)> {
+        let (dir, name) = split_entry(p)?;
+        let host = self.host(dir, via)?;
+        let e = self.entry(&host.obj, p, name)?;
+        match e.kind {
+            FileKind::File => Ok((host, e)),
+            FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
+            _ => Err(err(Errno::EINVAL, format!("'{p}' is not a regular file"))),
+        }
+    }
+
+    /// `Write`: stores `data` at `offset` (the end with `append`), updates size and times.
+    pub(crate) async fn write_file(
+        self: &Arc<Self>,
+        p: &str,
+        offset: u64,
+        data: Vec<u8>,
+        append: bool,
+        via: Via,
+    ) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let (host, mut inode) = self.file_entry(p, via)?;
+        let off = if append { inode.size } else { offset };
+        let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| {
+            err(Errno::EFBIG, format!("'{p}': writing {} bytes at {off} passes the maximum file size", data.len()))
+        })?;
+        let gate = self.data_gate.read().await;
+        let mut b = Batch::new();
+        let before = records(&inode.pieces);
+        for (at, server, range) in self.placement(inode.ino, off, end) {
+            let bytes = &data[(range.0 - off) as usize..(range.1 - off) as usize];
+            let pieces = if server == self.id {
+                self.put_local(inode.ino, at, bytes, &mut b).await?
+            } else {
+                self.put_remote(server, inode.ino, at, bytes).await?
+            };
+            for piece in pieces {
+                overlay(&mut inode.pieces, piece);
+            }
+        }
+        if !data.is_empty() {
+            inode.size = inode.size.max(end);
+            inode.mtime = Timespec::now();
+            inode.ctime = inode.mtime;
+        }
+        let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
+        b.put_entry(host.obj.ino, name, &inode);
+        self.write(b).await?;
+        drop(gate);
+        self.drop_remote(remote).await;
+        Ok(Reply::Attr(Attr::of_inode(&inode)))
+    }
+
+    /// Splits `[off, end)` by where its bytes go: (file offset, server, range).
+    fn placement(&self, ino: Ino, off: u64, end: u64) -> Vec<(u64, ServerId, (u64, u64))> {
+        let small = self.map.data.small_file_bytes;
+        let chunk = self.map.data.chunk_bytes;
+        let mut out = Vec::new();
+        let mut at = off;
+        while at < end {
+            let (server, stop) = if at < small {
+                (self.id, end.min(small))
+            } else {
+                let idx = at / chunk;
+                (self.map.chunk_server(ino, idx), end.min((idx + 1) * chunk))
+            };
+            out.push((at, server, (at, stop)));
+            at = stop;
+        }
+        out
+    }
+
+    /// Appends `bytes` (file offset `at`) to this server's data store as records of at most
+    /// [`MAX_RECORD`] bytes; their index entries go into `b`.
+    async fn put_local(self: &Arc<Self>, owner: Ino, at: u64, bytes: &[u8], b: &mut Batch) -> OpResult<Vec<Piece>> {
+        let parts: Vec<Vec<u8>> = bytes.chunks(MAX_RECORD as usize).map(<[u8]>::to_vec).collect();
+        let data = self.data.clone();
+        let parts_for_io = parts.clone();
+        let extents = blocking(move || {
+            let recs: Vec<(u64, &[u8])> = parts_for_io.iter().map(|p| (owner, p.as_slice())).collect();
+            data.append_records(&recs)
+        })
+        .await?;
+        let mut pieces = Vec::with_capacity(parts.len());
+        let mut file_off = at;
+        for (part, extent) in parts.iter().zip(extents) {
+            let id = self.records.next(self.store.as_ref()).await.map_err(eio)?;
+            b.put_record(id, encode(&RecordLoc { extent, owner }));
+            b.put_seg_ref(extent.segment, extent.offset, id);
+            pieces.push(Piece { file_off, len: part.len() as u64, server: self.id, record: id, skip: 0 });
+            file_off += part.len() as u64;
+        }
+        Ok(pieces)
+    }
+
+    /// Stores `bytes` on another server (`DataPut`, one record per request, in parallel).
+    async fn put_remote(self: &Arc<Self>, server: ServerId, owner: Ino, at: u64, bytes: &[u8]) -> OpResult<Vec<Piece>> {
+        let puts = bytes.chunks(MAX_RECORD as usize).map(|part| {
+            let req = Request::DataPut { owner, data: part.to_vec() };
+            async move { self.peers.call(server, &req).await }
+        });
+        let mut pieces = Vec::new();
+        let mut file_off = at;
+        for (part, r) in bytes.chunks(MAX_RECORD as usize).zip(join_all(puts).await) {
+            match r {
+                Ok(Ok(Reply::Record(id))) => {
+                    pieces.push(Piece { file_off, len: part.len() as u64, server, record: id, skip: 0 })
+                }
+                Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                Ok(Err(e)) => return Err(e),
+                Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
+            }
+            file_off += part.len() as u64;
+        }
+        Ok(pieces)
+    }
+
+    /// `DataPut` from another server: one record, with its own store write.
+    pub(crate) async fn data_put(self: &Arc<Self>, owner: Ino, data: Vec<u8>) -> Response {
+        if data.len() as u64 > MAX_RECORD {
+            return Err(err(Errno::EINVAL, format!("a record holds at most {MAX_RECORD} bytes")));
+        }
+        let gate = self.data_gate.read().await;
+        let mut b = Batch::new();
+        let pieces = self.put_local(owner, 0, &data, &mut b).await?;
+        self.write(b).await?;
+        drop(gate);
+        Ok(Reply::Record(pieces.first().map_or(0, |p| p.record)))
+    }
+
+    /// Records used before a change and not after: local ones are dropped in `b`, the
+    /// remote ones returned for [`Osd::drop_remote`] after the change is committed.
+    pub(crate) fn drop_unused(
+        &self,
+        before: &BTreeSet<(ServerId, u64)>,
+        after: &BTreeSet<(ServerId, u64)>,
+        b: &mut Batch,
+    ) -> OpResult<Vec<(ServerId, u64)>> {
+        let gone: Vec<(ServerId, u64)> = before.difference(after).copied().collect();
+        let local: Vec<u64> = gone.iter().filter(|(s, _)| *s == self.id).map(|(_, r)| *r).collect();
+        self.drop_local(&local, b)?;
+        Ok(gone.into_iter().filter(|(s, _)| *s != self.id).collect())
+    }
+
+    /// Adds the removal of local records `ids` (index entries) to `b`; their bytes become
+    /// garbage for compaction.
+    fn drop_local(&self, ids: &[u64], b: &mut Batch) -> OpResult<()> {
+        for (id, loc) in ids.iter().zip(self.store.get_records(ids).map_err(eio)?) {
+            if let Some(bytes) = loc {
+                let loc: RecordLoc = postcard::from_bytes(&bytes)
+                    .map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
+                b.del_seg_ref(loc.extent.segment, loc.extent.offset);
+            }
+            b.del_record(*id);
+        }
+        Ok(())
+    }
+
+    /// Tells other servers that records are no longer used. A failure leaves them as
+    /// unreferenced space (logged), never a file without its data.
+    pub(crate) async fn drop_remote(self: &Arc<Self>, gone: Vec<(ServerId, u64)>) {
+        let mut by_server: std::collections::BTreeMap<ServerId, Vec<u64>> = Default::default();
+        for (s, r) in gone {
+            by_server.entry(s).or_default().push(r);
+        }
+        for (server, records) in by_server {
+            let n = records.len();
+            if let Err(e) = self.peers.call(server, &Request::DataDrop { records }).await {
+                tracing::warn!(server, records = n, cause = %e, "cannot drop unused records; space stays used");
+            }
+        }
+    }
+
+    /// `DataDrop` from another server.
+    pub(crate) async fn data_drop(self: &Arc<Self>, ids: &[u64]) -> Response {
+        let gate = self.data_gate.read().await;
+        let mut b = Batch::new();
+        self.drop_local(ids, &mut b)?;
+        self.write(b).await?;
+        drop(gate);
+        Ok(Reply::Done)
+    }
+
+    /// `Read`: up to `len` bytes at `offset`; holes read as zeros.
+    pub(crate) async fn read_file(self: &Arc<Self>, p: &str, offset: u64, len: u32, via: Via) -> Response {
+        // A read may race with a rewrite or a compaction that moves what it looked up:
+        // it then starts again from the inode.
+        let mut last = None;
+        for _ in 0..4 {
+            let (_, inode) = self.file_entry(p, via)?;
+            match self.read_pieces(&inode, offset, len).await {
+                Ok(data) => return Ok(Reply::Data(data)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    async fn read_pieces(self: &Arc<Self>, inode: &Inode, offset: u64, len: u32) -> OpResult<Vec<u8>> {
+        if offset >= inode.size {
+            return Ok(Vec::new());
+        }
+        let end = inode.size.min(offset + len as u64);
+        let mut out = vec![0u8; (end - offset) as usize];
+        // (destination offset in `out`, record, skip, len) per server.
+        let mut wanted: std::collections::BTreeMap<ServerId, Vec<(usize, u64, u64, u64)>> = Default::default();
+        for piece in inode.pieces.iter().filter(|q| q.end() > offset && q.file_off < end) {
+            let from = piece.file_off.max(offset);
+            let to = piece.end().min(end);
+            let skip = piece.skip + (from - piece.file_off);
+            wanted.entry(piece.server).or_default().push(((from - offset) as usize, piece.record, skip, to - from));
+        }
+        let fetches = wanted.iter().map(|(&server, ranges)| async move {
+            let r: Vec<(u64, u64, u64)> = ranges.iter().map(|x| (x.1, x.2, x.3)).collect();
+            let bytes = if server == self.id {
+                self.read_local(&r).await?
+            } else {
+                match self.peers.call(server, &Request::DataGet { ranges: r }).await {
+                    Ok(Ok(Reply::Data(d))) => d,
+                    Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
+                }
+            };
+            Ok((server, bytes))
+        });
+        for fetched in join_all(fetches).await {
+            let (server, bytes) = fetched?;
+            let mut at = 0usize;
+            for (dst, _, _, n) in &wanted[&server] {
+                let n = *n as usize;
+                let src = bytes.get(at..at + n).ok_or_else(|| err(Errno::EIO, "short data reply"))?;
+                out[*dst..*dst + n].copy_from_slice(src);
+                at += n;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bytes `[skip, skip + len)` of local records, concatenated in the order asked; the
+    /// records are read sorted by place and merged (seed 002's ORDER_LIST).
+    async fn read_local(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> OpResult<Vec<u8>> {
+        let ids: Vec<u64> = ranges.iter().map(|r| r.0).collect();
+        let mut extents = Vec::with_capacity(ids.len());
+        for (id, loc) in ids.iter().zip(self.store.get_records(&ids).map_err(eio)?) {
+            let bytes = loc.ok_or_else(|| err(Errno::EIO, format!("record {id} is not on server {}", self.id)))?;
+            let loc: RecordLoc =
+                postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
+            extents.push(loc.extent);
+        }
+        let data = self.data.clone();
+        let records = blocking(move || data.read_many(&extents, 256 << 10)).await?;
+        let mut out = Vec::new();
+        for (rec, (_, skip, len)) in records.iter().zip(ranges) {
+            let piece =
+                rec.get(*skip as usize..(*skip + *len) as usize).ok_or_else(|| err(Errno::EIO, "range past record"))?;
+            out.extend_from_slice(piece);
+        }
+        Ok(out)
+    }
+
+    /// `DataGet` from another server.
+    pub(crate) async fn data_get(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> Response {
+        Ok(Reply::Data(self.read_local(ranges).await?))
+    }
+
+    /// Changes a file's size (`truncate`); cut-off records are dropped.
+    pub(crate) fn resize(&self, inode: &mut Inode, size: u64, b: &mut Batch) -> OpResult<Vec<(ServerId, u64)>> {
+        if size > MAX_FILE_SIZE {
+            return Err(err(Errno::EFBIG, format!("size {size} passes the maximum file size")));
+        }
+        let before = records(&inode.pieces);
+        truncate(&mut inode.pieces, size);
+        inode.size = size;
+        inode.mtime = Timespec::now();
+        inode.ctime = inode.mtime;
+        self.drop_unused(&before, &records(&inode.pieces), b)
+    }
+
+    /// `Fsync`: file data and metadata durable (the metadata already is with `sync =
+    /// always`; data appends are synced here too).
+    pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via) -> Response {
+        let (_, inode) = self.file_entry(p, via)?;
+        let mut servers: BTreeSet<ServerId> = inode.pieces.iter().map(|q| q.server).collect();
+        servers.insert(self.id);
+        let data = self.data.clone();
+        blocking(move || data.sync()).await?;
+        for s in servers.into_iter().filter(|s| *s != self.id) {
+            match self.peers.call(s, &Request::Fsync { path: String::new() }).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(e) => return Err(err(Errno::EIO, format!("data server {s}: {e}"))),
+            }
+        }
+        Ok(Reply::Done)
+    }
+
+    /// `Fsync` with an empty path, from another server: sync this server's data store.
+    pub(crate) async fn fsync_data(self: &Arc<Self>) -> Response {
+        let data = self.data.clone();
+        blocking(move || data.sync()).await?;
+        Ok(Reply::Done)
+    }
+
+    /// Background compaction loop.
+    pub(crate) fn spawn_compactor(self: &Arc<Self>) {
+        let osd = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(COMPACT_EVERY).await;
+                let Some(osd) = osd.upgrade() else { return };
+                if let Err(e) = osd.compact_now(COMPACT_LIVE_RATIO).await {
+                    tracing::error!(cause = %e.message, "compaction failed");
+                }
+            }
+        });
+    }
+
+    /// One compaction pass (also used by tests and `plusfs` admin paths).
+    pub(crate) async fn compact_now(self: &Arc<Self>, ratio: f64) -> OpResult<plusfs_data::CompactStats> {
+        let osd = self.clone();
+        let handle = tokio::runtime::Handle::current();
+        let stats = tokio::task::spawn_blocking(move || {
+            let mut index = RocksLiveIndex { osd: &osd, handle };
+            plusfs_data::compact(&osd.data, &mut index, ratio)
+        })
+        .await
+        .map_err(|e| err(Errno::EIO, format!("compaction task failed: {e}")))?
+        .map_err(data_err)?;
+        if stats.segments_compacted > 0 {
+            tracing::info!(?stats, "data compacted");
+        }
+        Ok(stats)
+    }
+}
+
+/// Compaction's view of the record index in the metadata store.
+struct RocksLiveIndex<'a> {
+    osd: &'a Arc<Osd>,
+    handle: tokio::runtime::Handle,
+}
+
+fn index_err(e: impl std::fmt::Display) -> DataError {
+    DataError::Corrupt { segment: 0, offset: 0, reason: format!("record index: {e}") }
+}
+
+impl LiveIndex for RocksLiveIndex<'_> {
+    fn live_in(&self, segment: u32) -> Result<Vec<Live>, DataError> {
+        let refs = self.osd.store.seg_refs(segment).map_err(index_err)?;
+        let ids: Vec<u64> = refs.iter().map(|r| r.1).collect();
+        let locs = self.osd.store.get_records(&ids).map_err(index_err)?;
+        let mut out = Vec::new();
+        for ((off, id), loc) in refs.into_iter().zip(locs) {
+            let Some(bytes) = loc else { continue };
+            let loc: RecordLoc = postcard::from_bytes(&bytes).map_err(index_err)?;
+            if loc.extent.segment == segment && loc.extent.offset == off {
+                out.push(Live { key: id, owner: loc.owner, extent: loc.extent });
+            }
+        }
+        Ok(out)
+    }
+
+    fn relocate(&mut self, moves: &[Move]) -> Result<(), DataError> {
+        // Writers are held off while the index switches, so none drops a record between
+        // the check and the write below.
+        let _gate = self.osd.data_gate.blocking_write();
+        let ids: Vec<u64> = moves.iter().map(|m| m.key).collect();
+        let current = self.osd.store.get_records(&ids).map_err(index_err)?;
+        let mut b = Batch::new();
+        for (m, loc) in moves.iter().zip(current) {
+            let Some(bytes) = loc else { continue }; // dropped meanwhile: the copy is garbage
+            let loc: RecordLoc = postcard::from_bytes(&bytes).map_err(index_err)?;
+            if loc.extent != m.from {
+                continue;
+            }
+            b.put_record(m.key, encode(&RecordLoc { extent: m.to, owner: loc.owner }));
+            b.del_seg_ref(m.from.segment, m.from.offset);
+            b.put_seg_ref(m.to.segment, m.to.offset, m.key);
+        }
+        let store: &dyn DirStore = self.osd.store.as_ref();
+        let commit = store.submit(b);
+        self.handle.block_on(commit).map_err(|_| index_err("store closed"))?.map_err(index_err)
+    }
+}
