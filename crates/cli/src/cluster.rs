@@ -66,6 +66,12 @@ pub enum ClusterCmd {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// Reclaim the space of deleted and overwritten file data on every server now.
+    Compact {
+        /// Compact data segments whose live share is at most this percentage.
+        #[arg(long, default_value_t = 50)]
+        live_percent: u32,
+    },
 }
 
 /// Runs one server until SIGTERM or SIGINT.
@@ -116,6 +122,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             };
             status(ClusterMap::load(&file)?)
         }
+        ClusterCmd::Compact { live_percent } => compact(crate::load_map(cluster.as_ref())?, live_percent),
     }
 }
 
@@ -149,6 +156,28 @@ fn up(servers: Option<usize>, data: PathBuf, settings: &ClusterSettings, detach:
     c.shutdown()?;
     println!("cluster stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+fn compact(map: ClusterMap, live_percent: u32) -> Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let client = {
+        let _g = rt.enter();
+        Client::new(map.clone(), ClientOptions { retries: 0, ..Default::default() })
+    };
+    let mut failed = false;
+    for s in &map.servers {
+        let before = rt.block_on(client.server_status(s.id)).map(|st| st.data_bytes);
+        let r = rt.block_on(client.call_server(s.id, &plusfs_proto::Request::Compact { live_percent }));
+        let after = rt.block_on(client.server_status(s.id)).map(|st| st.data_bytes);
+        match (r, before, after) {
+            (Ok(_), Ok(b), Ok(a)) => println!("server {}: data {b} -> {a} bytes", s.id),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                println!("server {}: {e}", s.id);
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 fn status(map: ClusterMap) -> Result<ExitCode> {
@@ -196,6 +225,10 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                 );
                 let ops: Vec<String> = st.ops.iter().map(|(n, c)| format!("{n}={c}")).collect();
                 ops_lines.push(format!("server {} ops: {}", s.id, ops.join(" ")));
+                ops_lines.push(format!(
+                    "server {} data: {} records in {} segments, {} bytes",
+                    s.id, st.data_records, st.data_segments, st.data_bytes
+                ));
                 hugedirs.extend(st.hugedirs);
                 shards.extend(st.shards.into_iter().map(|(p, n)| (s.id, p, n)));
             }

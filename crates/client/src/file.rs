@@ -33,11 +33,11 @@ impl Client {
         }
         let chunks: Vec<(u64, &[u8])> =
             data.chunks(IO_CHUNK).enumerate().map(|(i, c)| (offset + (i * IO_CHUNK) as u64, c)).collect();
-        let attrs: Vec<Attr> = stream::iter(chunks)
-            .map(|(at, c)| self.write_one(raw, &p, &dir, &name, at, c.to_vec(), false))
-            .buffer_unordered(IN_FLIGHT)
-            .try_collect()
-            .await?;
+        // The futures are built first (not in a stream closure) so the returned future is
+        // `Send` for any caller lifetime.
+        let writes: Vec<_> =
+            chunks.into_iter().map(|(at, c)| self.write_one(raw, &p, &dir, &name, at, c.to_vec(), false)).collect();
+        let attrs: Vec<Attr> = stream::iter(writes).buffer_unordered(IN_FLIGHT).try_collect().await?;
         // The last reply to arrive has seen every write.
         Ok(attrs.into_iter().max_by_key(|a| (a.mtime, a.size)).expect("at least one chunk"))
     }
@@ -77,14 +77,14 @@ impl Client {
     pub async fn read(&self, raw: &str, offset: u64, len: usize) -> Result<Vec<u8>, FsError> {
         let (p, dir, name) = self.file_target("read", raw)?;
         let starts: Vec<u64> = (0..len).step_by(IO_CHUNK).map(|i| offset + i as u64).collect();
-        let parts: Vec<Vec<u8>> = stream::iter(starts)
+        let reads: Vec<_> = starts
+            .into_iter()
             .map(|at| {
                 let n = (offset + len as u64 - at).min(IO_CHUNK as u64) as u32;
                 self.read_one(raw, &p, &dir, &name, at, n)
             })
-            .buffered(IN_FLIGHT)
-            .try_collect()
-            .await?;
+            .collect();
+        let parts: Vec<Vec<u8>> = stream::iter(reads).buffered(IN_FLIGHT).try_collect().await?;
         let mut out = Vec::with_capacity(len);
         for part in parts {
             let short = part.len() < IO_CHUNK;

@@ -41,17 +41,42 @@ pub struct CompactStats {
 }
 
 /// Compacts every sealed segment whose live bytes are at most `max_live_ratio` of its
-/// size: live records are copied to the active segment (and synced), the owners switched
-/// with one [`LiveIndex::relocate`] per segment, then the segment is deleted. An error
-/// stops the pass with the segment being compacted still intact and referenced.
+/// size ([`candidates`] then [`compact_segments`]). For a store nothing else writes to.
 pub fn compact(store: &DataStore, index: &mut dyn LiveIndex, max_live_ratio: f64) -> Result<CompactStats, DataError> {
-    let mut stats = CompactStats::default();
+    let ids = candidates(store, index, max_live_ratio)?;
+    compact_segments(store, index, &ids)
+}
+
+/// Sealed segments whose live bytes are at most `max_live_ratio` of their size. With
+/// concurrent writers, call it while no append is between its write and its index entry
+/// (the index must know every record of a sealed segment).
+pub fn candidates(store: &DataStore, index: &dyn LiveIndex, max_live_ratio: f64) -> Result<Vec<u32>, DataError> {
+    let mut out = Vec::new();
     for seg in store.segments().into_iter().filter(|s| !s.active) {
-        let live = index.live_in(seg.id)?;
-        let live_bytes: u64 = live.iter().map(|l| HEADER_LEN as u64 + l.extent.len as u64).sum();
-        if seg.bytes > 0 && live_bytes as f64 > max_live_ratio * seg.bytes as f64 {
-            continue;
+        let live_bytes = live_bytes(&index.live_in(seg.id)?);
+        if seg.bytes == 0 || live_bytes as f64 <= max_live_ratio * seg.bytes as f64 {
+            out.push(seg.id);
         }
+    }
+    Ok(out)
+}
+
+/// Live bytes (records with headers) of a segment.
+pub fn live_bytes(live: &[Live]) -> u64 {
+    live.iter().map(|l| HEADER_LEN as u64 + l.extent.len as u64).sum()
+}
+
+/// Compacts the sealed segments `ids`: live records are copied to the active segment (and
+/// synced), the owners switched with one [`LiveIndex::relocate`] per segment, then the
+/// segment is deleted. An error stops the pass with the segment being compacted still
+/// intact and referenced.
+pub fn compact_segments(store: &DataStore, index: &mut dyn LiveIndex, ids: &[u32]) -> Result<CompactStats, DataError> {
+    let mut stats = CompactStats::default();
+    let sizes: std::collections::HashMap<u32, u64> = store.segments().iter().map(|s| (s.id, s.bytes)).collect();
+    for &id in ids {
+        let Some(&bytes) = sizes.get(&id) else { continue };
+        let live = index.live_in(id)?;
+        let live_total = live_bytes(&live);
         if !live.is_empty() {
             let extents: Vec<Extent> = live.iter().map(|l| l.extent).collect();
             let data = store.read_many(&extents, 1 << 20)?;
@@ -62,11 +87,11 @@ pub fn compact(store: &DataStore, index: &mut dyn LiveIndex, max_live_ratio: f64
                 live.iter().zip(&copies).map(|(l, to)| Move { key: l.key, from: l.extent, to: *to }).collect();
             index.relocate(&moves)?;
             stats.records_moved += moves.len() as u64;
-            stats.bytes_moved += live_bytes;
+            stats.bytes_moved += live_total;
         }
-        store.delete_segment(seg.id)?;
+        store.delete_segment(id)?;
         stats.segments_compacted += 1;
-        stats.bytes_reclaimed += seg.bytes.saturating_sub(live_bytes);
+        stats.bytes_reclaimed += bytes.saturating_sub(live_total);
     }
     Ok(stats)
 }

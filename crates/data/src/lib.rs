@@ -25,7 +25,9 @@
 mod compact;
 mod record;
 
-pub use compact::{collect_garbage, compact, CompactStats, Live, LiveIndex, Move};
+pub use compact::{
+    candidates, collect_garbage, compact, compact_segments, live_bytes, CompactStats, Live, LiveIndex, Move,
+};
 
 use record::{RecordHeader, HEADER_LEN};
 use serde::{Deserialize, Serialize};

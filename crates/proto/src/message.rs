@@ -322,6 +322,10 @@ pub struct ServerStatus {
     pub hugedirs: Vec<DistReport>,
     /// Shards held here: directory path and entries.
     pub shards: Vec<(String, u64)>,
+    /// File-data records held, data segments and their bytes.
+    pub data_records: u64,
+    pub data_segments: u64,
+    pub data_bytes: u64,
 }
 
 /// File-system totals (`statfs`) from one server.
@@ -550,6 +554,10 @@ pub enum Request {
     DataDrop {
         records: Vec<u64>,
     },
+    /// Compacts this server's data segments whose live share is at most `live_percent`.
+    Compact {
+        live_percent: u32,
+    },
 }
 
 impl Request {
@@ -590,6 +598,7 @@ impl Request {
             DataPut { .. } => 31,
             DataGet { .. } => 32,
             DataDrop { .. } => 33,
+            Compact { .. } => 34,
         }
     }
 
@@ -630,7 +639,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 34] = [
+pub const OPCODE_NAMES: [&str; 35] = [
     "invalid",
     "ping",
     "mkdir",
@@ -665,6 +674,7 @@ pub const OPCODE_NAMES: [&str; 34] = [
     "data_put",
     "data_get",
     "data_drop",
+    "compact",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).

@@ -133,6 +133,7 @@ fn requests() -> Vec<Request> {
         Request::DataPut { owner: 300, data: vec![9; 4] },
         Request::DataGet { ranges: vec![(17, 0, 4096)] },
         Request::DataDrop { records: vec![17, 18] },
+        Request::Compact { live_percent: 50 },
     ]
 }
 

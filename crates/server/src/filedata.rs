@@ -14,7 +14,9 @@
 //!
 //! Compaction runs in the background: segments whose live share fell under half are
 //! copied out and deleted; the switch of the moved records' extents is one store batch,
-//! made while writers are held off (`data_gate`).
+//! made while writers are held off (`data_gate`). Writers hold the gate shared from their
+//! append until their index entries are committed, so a compaction that picks its
+//! segments under the exclusive gate never misses a record that is about to be used.
 
 use crate::hugedir::Via;
 use crate::locks::Scope;
@@ -35,6 +37,8 @@ use std::time::Duration;
 const COMPACT_EVERY: Duration = Duration::from_secs(30);
 /// Segments whose live bytes are at most this share of their size are compacted.
 const COMPACT_LIVE_RATIO: f64 = 0.5;
+/// The active segment is sealed for compaction once it holds this much and is mostly dead.
+const SEAL_FOR_COMPACTION: u64 = 1 << 20;
 
 /// What `R<id>` holds: where the record is and whose it is.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -89,19 +93,22 @@ impl Osd {
         let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| {
             err(Errno::EFBIG, format!("'{p}': writing {} bytes at {off} passes the maximum file size", data.len()))
         })?;
+        let before = records(&inode.pieces);
+        let parts = self.placement(inode.ino, off, end);
+        let bytes_of = |range: (u64, u64)| &data[(range.0 - off) as usize..(range.1 - off) as usize];
+        // Other servers' parts first, without holding this server's data gate (a peer's
+        // compaction may be waiting for its own gate while its writers call us).
+        let mut new_pieces = Vec::new();
+        for &(at, server, range) in parts.iter().filter(|p| p.1 != self.id) {
+            new_pieces.extend(self.put_remote(server, inode.ino, at, bytes_of(range)).await?);
+        }
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
-        let before = records(&inode.pieces);
-        for (at, server, range) in self.placement(inode.ino, off, end) {
-            let bytes = &data[(range.0 - off) as usize..(range.1 - off) as usize];
-            let pieces = if server == self.id {
-                self.put_local(inode.ino, at, bytes, &mut b).await?
-            } else {
-                self.put_remote(server, inode.ino, at, bytes).await?
-            };
-            for piece in pieces {
-                overlay(&mut inode.pieces, piece);
-            }
+        for &(at, _, range) in parts.iter().filter(|p| p.1 == self.id) {
+            new_pieces.extend(self.put_local(inode.ino, at, bytes_of(range), &mut b).await?);
+        }
+        for piece in new_pieces {
+            overlay(&mut inode.pieces, piece);
         }
         if !data.is_empty() {
             inode.size = inode.size.max(end);
@@ -387,7 +394,19 @@ impl Osd {
         let handle = tokio::runtime::Handle::current();
         let stats = tokio::task::spawn_blocking(move || {
             let mut index = RocksLiveIndex { osd: &osd, handle };
-            plusfs_data::compact(&osd.data, &mut index, ratio)
+            let ids = {
+                // With writers held off every appended record is in the index, so the
+                // live counts below are exact for every sealed segment.
+                let _gate = osd.data_gate.blocking_write();
+                let active = osd.data.segments().into_iter().find(|s| s.active);
+                if let Some(a) = active.filter(|a| a.bytes >= SEAL_FOR_COMPACTION) {
+                    if plusfs_data::live_bytes(&index.live_in(a.id)?) as f64 <= ratio * a.bytes as f64 {
+                        osd.data.seal_active()?;
+                    }
+                }
+                plusfs_data::candidates(&osd.data, &index, ratio)?
+            };
+            plusfs_data::compact_segments(&osd.data, &mut index, &ids)
         })
         .await
         .map_err(|e| err(Errno::EIO, format!("compaction task failed: {e}")))?

@@ -212,6 +212,10 @@ impl Osd {
             DataPut { owner, data } => self.data_put(owner, data).await,
             DataGet { ranges } => self.data_get(&ranges).await,
             DataDrop { records } => self.data_drop(&records).await,
+            Compact { live_percent } => {
+                self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
+                Ok(Reply::Done)
+            }
             // An empty path (from a peer): this server's data store.
             Fsync { .. } => self.fsync_data().await,
         }
@@ -423,6 +427,9 @@ impl Osd {
             tx_pending: self.locks.tx_count() as u64,
             hugedirs: self.hugedir_reports().await?,
             shards: self.store.shards_within("/").map_err(eio)?.into_iter().map(|(p, d)| (p, d.entries)).collect(),
+            data_records: self.store.record_count().map_err(eio)?,
+            data_segments: self.data.segments().len() as u64,
+            data_bytes: self.data.segments().iter().map(|s| s.bytes).sum(),
         }))
     }
 

@@ -1,0 +1,196 @@
+//! File contents on real multi-process clusters: integrity from 0 bytes to 100 MiB,
+//! sparse files, truncate, append, overwrite, files renamed away from their data, space
+//! reclaimed by compaction, kill -9 of a server during writes, and bad input.
+
+mod common;
+
+use common::TestCluster;
+use plusfs_client::Client;
+use plusfs_proto::{Errno, MAX_FILE_SIZE};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+fn digest(b: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(b)
+}
+
+async fn put(c: &Client, p: &str, data: &[u8]) {
+    c.create(p, 0o644, false).await.unwrap();
+    c.write(p, 0, data).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_from_empty_to_100_mib_read_back_intact() {
+    let cluster = TestCluster::start(3);
+    let c = cluster.client();
+    c.mkdir("/d", 0o755).await.unwrap();
+    let sizes = [0usize, 1, 4095, 4096, 4097, 1 << 20, (1 << 20) + 1, 5 << 20, 9_999_999, 100 << 20];
+    for (i, &n) in sizes.iter().enumerate() {
+        let data = bytes(i as u64, n);
+        let p = format!("/d/f{i}");
+        put(&c, &p, &data).await;
+        assert_eq!(c.lstat(&p).await.unwrap().size, n as u64, "size of {n}-byte file");
+        let back = c.read_all(&p).await.unwrap();
+        assert_eq!(back.len(), n);
+        assert_eq!(digest(&back), digest(&data), "contents of the {n}-byte file");
+    }
+    // The 100 MiB file's chunks are spread over the servers.
+    for id in cluster.cluster.ids() {
+        assert!(c.server_status(id).await.unwrap().data_bytes > 10 << 20, "server {id} holds chunks");
+    }
+    // A range in the middle, across a chunk boundary.
+    let big = bytes(9, 100 << 20);
+    let at = (4 << 20) - 100;
+    assert_eq!(c.read("/d/f9", at as u64, 1000).await.unwrap(), big[at..at + 1000]);
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sparse_files_truncate_append_and_overwrite() {
+    let cluster = TestCluster::start(2);
+    let c = cluster.client();
+    c.create("/s", 0o644, true).await.unwrap();
+    // A hole before the data, and a hole across a chunk boundary.
+    c.write("/s", 10 << 20, b"tail").await.unwrap();
+    c.write("/s", 100, b"head").await.unwrap();
+    let all = c.read_all("/s").await.unwrap();
+    assert_eq!(all.len(), (10 << 20) + 4);
+    assert_eq!(&all[100..104], b"head");
+    assert!(all[..100].iter().all(|&b| b == 0) && all[104..10 << 20].iter().all(|&b| b == 0));
+    assert_eq!(&all[10 << 20..], b"tail");
+    // Overwrite across two earlier writes.
+    c.write("/s", 102, b"XXXX").await.unwrap();
+    assert_eq!(c.read("/s", 98, 10).await.unwrap(), b"\0\0heXXXX\0\0");
+    // Truncate down, then up: the cut bytes come back as zeros.
+    c.truncate("/s", 104).await.unwrap();
+    assert_eq!(c.lstat("/s").await.unwrap().size, 104);
+    c.truncate("/s", 200).await.unwrap();
+    let t = c.read_all("/s").await.unwrap();
+    assert_eq!(&t[100..106], b"heXXXX"[..4].iter().chain(b"\0\0").copied().collect::<Vec<_>>().as_slice());
+    assert!(t[104..].iter().all(|&b| b == 0));
+    // Appends land at the end, also from several clients at once.
+    c.truncate("/s", 0).await.unwrap();
+    let mut tasks = Vec::new();
+    for k in 0..4u8 {
+        let c = cluster.client();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                c.append("/s", &[b'a' + k; 10]).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let a = c.read_all("/s").await.unwrap();
+    assert_eq!(a.len(), 1000);
+    for rec in a.chunks(10) {
+        assert!(rec.iter().all(|&b| b == rec[0]), "appends are not interleaved: {rec:?}");
+    }
+    // Reads past the end are empty; a read at the end of a hole gives zeros.
+    assert!(c.read("/s", 5000, 10).await.unwrap().is_empty());
+    c.fsync("/s").await.unwrap();
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renamed_files_keep_their_data_and_space_is_reclaimed() {
+    let cluster = TestCluster::start(3);
+    let c = cluster.client();
+    // Directories on different servers.
+    let dirs: Vec<String> = (0..20).map(|i| format!("/dir{i}")).collect();
+    let a = dirs.iter().find(|d| c.home(d) == 0).unwrap().clone();
+    let b = dirs.iter().find(|d| c.home(d) == 1).unwrap().clone();
+    c.mkdir(&a, 0o755).await.unwrap();
+    c.mkdir(&b, 0o755).await.unwrap();
+    let data = bytes(1, 300_000);
+    put(&c, &format!("{a}/f"), &data).await;
+    c.rename(&format!("{a}/f"), &format!("{b}/f")).await.unwrap();
+    assert_eq!(c.read_all(&format!("{b}/f")).await.unwrap(), data, "data read from the old server");
+    c.write(&format!("{b}/f"), 10, b"new").await.unwrap();
+    let mut expect = data.clone();
+    expect[10..13].copy_from_slice(b"new");
+    assert_eq!(c.read_all(&format!("{b}/f")).await.unwrap(), expect);
+    // Removing it frees its records on both servers.
+    c.unlink(&format!("{b}/f")).await.unwrap();
+    for id in [0, 1] {
+        assert_eq!(c.server_status(id).await.unwrap().data_records, 0, "server {id}");
+    }
+    // Rewrites leave dead bytes; compaction gives them back and keeps live data.
+    let p = format!("{a}/g");
+    for round in 0..40u64 {
+        put(&c, &p, &bytes(round, 200_000)).await;
+    }
+    let (code, out, err) = cluster.cli(&["cluster", "compact", "--live-percent", "60"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let home = c.home(&a);
+    let st = c.server_status(home).await.unwrap();
+    assert!(st.data_bytes < 4 << 20, "compaction left {} bytes", st.data_bytes);
+    assert_eq!(c.read_all(&p).await.unwrap(), bytes(39, 200_000));
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_during_writes_keeps_every_acknowledged_write() {
+    let mut cluster = TestCluster::start(3);
+    let c = cluster.client();
+    c.mkdir("/w", 0o755).await.unwrap();
+    let victim = c.home("/w");
+    let writer = {
+        let c = cluster.client();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0..400u64 {
+                let p = format!("/w/f{i}");
+                let data = bytes(i, 20_000 + (i as usize % 7) * 300_000);
+                let ok = c.create(&p, 0o644, true).await.is_ok() && c.write(&p, 0, &data).await.is_ok();
+                if ok {
+                    acked.push((p, digest(&data), data.len()));
+                } else if !acked.is_empty() {
+                    break;
+                }
+            }
+            acked
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.cluster.kill(victim).unwrap();
+    let acked = writer.await.unwrap();
+    assert!(!acked.is_empty());
+    cluster.cluster.start(victim).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let fresh = cluster.client();
+    for (p, d, n) in &acked {
+        let back = fresh.read_all(p).await.unwrap();
+        assert_eq!((back.len(), digest(&back)), (*n, *d), "{p} after kill -9");
+    }
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_posix_errors() {
+    let cluster = TestCluster::start(2);
+    let c = cluster.client();
+    c.mkdir("/d", 0o755).await.unwrap();
+    c.create("/f", 0o644, true).await.unwrap();
+    assert_eq!(c.write("/d", 0, b"x").await.unwrap_err().errno, Errno::EISDIR);
+    assert_eq!(c.read("/d", 0, 1).await.unwrap_err().errno, Errno::EISDIR);
+    assert_eq!(c.write("/nope", 0, b"x").await.unwrap_err().errno, Errno::ENOENT);
+    assert_eq!(c.write("/f/x", 0, b"x").await.unwrap_err().errno, Errno::ENOTDIR);
+    assert_eq!(c.write("/f", MAX_FILE_SIZE, b"x").await.unwrap_err().errno, Errno::EFBIG);
+    assert_eq!(c.truncate("/f", MAX_FILE_SIZE + 1).await.unwrap_err().errno, Errno::EFBIG);
+    assert_eq!(c.truncate("/d", 0).await.unwrap_err().errno, Errno::EISDIR);
+    c.symlink("/f", "/l").await.unwrap();
+    assert_eq!(c.write("/l", 0, b"x").await.unwrap_err().errno, Errno::EINVAL);
+    // A failed write changed nothing.
+    assert_eq!(c.lstat("/f").await.unwrap().size, 0);
+    cluster.assert_fsck_clean();
+}
