@@ -118,7 +118,38 @@ int plusfs_mkdirv(struct plusfs_t *fs,
                   int *returnvalues,
                   int count);
 
-// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`).
+// `pread(2)`: reads up to `count` bytes at `offset` of descriptor `fd` into `buf`;
+// returns the bytes read (0 at the end of the file) or a negated errno (`-EINVAL` for a
+// negative offset).
+//
+// # Safety
+// `fs` is valid; `buf` has room for `count` bytes.
+intptr_t plusfs_pread(struct plusfs_t *fs, int fd, void *buf, uintptr_t count, int64_t offset);
+
+// `pwrite(2)`: writes `count` bytes of `buf` at `offset` of descriptor `fd` (at the end
+// for `O_APPEND`); returns `count` or a negated errno.
+//
+// # Safety
+// `fs` is valid; `buf` holds `count` bytes.
+intptr_t plusfs_pwrite(struct plusfs_t *fs,
+                       int fd,
+                       const void *buf,
+                       uintptr_t count,
+                       int64_t offset);
+
+// `ftruncate(2)`.
+//
+// # Safety
+// `fs` is valid.
+int plusfs_ftruncate(struct plusfs_t *fs, int fd, int64_t size);
+
+// `fsync(2)`.
+//
+// # Safety
+// `fs` is valid.
+int plusfs_fsync(struct plusfs_t *fs, int fd);
+
+// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`).
 //
 // # Safety
 // `fs` and `path` are valid.

@@ -121,6 +121,37 @@ int main(int argc, char **argv) {
           "mkdirv");
     CHECK(plusfs_rmdir(fs, "/ctest/d1") == 0 && plusfs_rmdir(fs, "/ctest/d2") == 0, "rmdir subdirs");
     CHECK(plusfs_rmdir(fs, "/ctest") == 0, "rmdir");
+
+    /* File contents through descriptors. */
+    {
+        int fd = plusfs_open(fs, "/cdata", O_CREAT | O_EXCL, 0644);
+        CHECK(fd >= 0, "open for writing");
+        static char blk[300000];
+        for (size_t i = 0; i < sizeof blk; i++) blk[i] = (char)(i * 7);
+        CHECK(plusfs_pwrite(fs, fd, blk, sizeof blk, 0) == (ssize_t)sizeof blk, "pwrite 300,000 bytes");
+        CHECK(plusfs_pwrite(fs, fd, "end", 3, 1 << 20) == 3, "pwrite past a hole");
+        static char back[300000];
+        CHECK(plusfs_pread(fs, fd, back, sizeof back, 0) == (ssize_t)sizeof back && memcmp(back, blk, sizeof blk) == 0,
+              "pread gives the bytes back");
+        char hole[4] = {1, 1, 1, 1};
+        CHECK(plusfs_pread(fs, fd, hole, 4, 500000) == 4 && hole[0] == 0 && hole[3] == 0, "a hole reads as zeros");
+        CHECK(plusfs_pread(fs, fd, hole, 4, -1) == -EINVAL, "a negative offset is EINVAL");
+        CHECK(plusfs_pread(fs, fd, hole, 4, 5 << 20) == 0, "reading past the end gives 0");
+        CHECK(plusfs_ftruncate(fs, fd, 10) == 0, "ftruncate");
+        struct stat st;
+        CHECK(plusfs_lstat(fs, "/cdata", &st) == 0 && st.st_size == 10, "size after ftruncate");
+        CHECK(plusfs_fsync(fs, fd) == 0, "fsync");
+        CHECK(plusfs_close(fs, fd) == 0, "close");
+        int afd = plusfs_open(fs, "/cdata", O_APPEND, 0);
+        CHECK(plusfs_pwrite(fs, afd, "xy", 2, 0) == 2, "O_APPEND write");
+        CHECK(plusfs_lstat(fs, "/cdata", &st) == 0 && st.st_size == 12, "O_APPEND writes at the end");
+        plusfs_close(fs, afd);
+        int tfd = plusfs_open(fs, "/cdata", O_TRUNC, 0);
+        CHECK(plusfs_lstat(fs, "/cdata", &st) == 0 && st.st_size == 0, "O_TRUNC empties the file");
+        CHECK(plusfs_pread(fs, 9999, hole, 4, 0) == -EBADF, "unknown descriptor is EBADF");
+        plusfs_close(fs, tfd);
+        CHECK(plusfs_unlink(fs, "/cdata") == 0, "unlink the data file");
+    }
     {
         const char *hn[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
         int hr[8];

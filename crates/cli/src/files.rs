@@ -237,7 +237,7 @@ where
 
 pub async fn touch(c: &Client, a: PathsArgs) -> ExitCode {
     let mut failed = false;
-    let flags = plusfs_client::OpenFlags { create: true, exclusive: false };
+    let flags = plusfs_client::OpenFlags { create: true, ..Default::default() };
     let results = per_operand(&a.paths, "touch", |dir, names| async move {
         c.openv(&dir, &names, flags, 0o644, Semantics::PerformAll).await
     })

@@ -44,6 +44,10 @@ pub struct OpenFlags {
     pub create: bool,
     /// `O_EXCL` (with `create`).
     pub exclusive: bool,
+    /// `O_TRUNC`: a regular file is cut to size 0 when opened.
+    pub truncate: bool,
+    /// `O_APPEND`: every write through the descriptor goes to the end of the file.
+    pub append: bool,
 }
 
 impl Client {
@@ -239,6 +243,7 @@ impl Client {
                     ino: attr.ino,
                     server: self.locate(&dir_n, name).0,
                     attr,
+                    append: flags.append,
                 }))
             })
             .collect())

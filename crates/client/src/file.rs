@@ -131,3 +131,38 @@ impl Client {
         self.entry_rpc("sync", raw, &dir, &name, Request::Fsync { path: p }).await.map(drop)
     }
 }
+
+/// Descriptor-based calls over the client's descriptor table (`open_fd`, `openv`).
+impl Client {
+    fn handle(&self, op: &'static str, fd: i32) -> Result<crate::fs::FileHandle, FsError> {
+        self.fds.get(fd).ok_or_else(|| FsError::new(op, format!("descriptor {fd}"), Errno::EBADF))
+    }
+
+    /// `pread(2)` on a descriptor.
+    pub async fn pread_fd(&self, fd: i32, offset: u64, len: usize) -> Result<Vec<u8>, FsError> {
+        let h = self.handle("read", fd)?;
+        self.read(&h.path, offset, len).await
+    }
+
+    /// `pwrite(2)` on a descriptor (at the end of the file for `O_APPEND`).
+    pub async fn pwrite_fd(&self, fd: i32, offset: u64, data: &[u8]) -> Result<Attr, FsError> {
+        let h = self.handle("write", fd)?;
+        if h.append {
+            self.append(&h.path, data).await
+        } else {
+            self.write(&h.path, offset, data).await
+        }
+    }
+
+    /// `ftruncate(2)`.
+    pub async fn ftruncate_fd(&self, fd: i32, size: u64) -> Result<Attr, FsError> {
+        let h = self.handle("truncate", fd)?;
+        self.truncate(&h.path, size).await
+    }
+
+    /// `fsync(2)`.
+    pub async fn fsync_fd(&self, fd: i32) -> Result<(), FsError> {
+        let h = self.handle("sync", fd)?;
+        self.fsync(&h.path).await
+    }
+}

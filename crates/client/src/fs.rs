@@ -43,6 +43,8 @@ pub struct FileHandle {
     pub ino: Ino,
     pub server: ServerId,
     pub attr: Attr,
+    /// Opened with `O_APPEND`.
+    pub append: bool,
 }
 
 /// The async client. Cheap to clone; clones share connections and counters.
@@ -231,14 +233,15 @@ impl Client {
         };
         let (reply, server) = self.entry_rpc("create", raw, &parent, &name, req).await?;
         let attr = expect_attr(reply, raw)?;
-        Ok(FileHandle { path: p, ino: attr.ino, server, attr })
+        Ok(FileHandle { path: p, ino: attr.ino, server, attr, append: false })
     }
 
     /// Opens an existing entry (a directory too) and returns its handle: one round trip
     /// for a file, two for a directory.
     pub async fn open(&self, raw: &str) -> Result<FileHandle, FsError> {
         let p = self.norm("open", raw)?;
-        let dir_handle = |attr: Attr| FileHandle { path: p.clone(), ino: attr.ino, server: self.home(&p), attr };
+        let dir_handle =
+            |attr: Attr| FileHandle { path: p.clone(), ino: attr.ino, server: self.home(&p), attr, append: false };
         let Some((parent, name)) = path::split(&p) else {
             let req = Request::DirStat { path: p.clone() };
             return Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home("/"), req).await?, raw)?));
@@ -251,14 +254,18 @@ impl Client {
             }
             r => {
                 let attr = expect_attr(r, raw)?;
-                Ok(FileHandle { path: p.clone(), ino: attr.ino, server, attr })
+                Ok(FileHandle { path: p.clone(), ino: attr.ino, server, attr, append: false })
             }
         }
     }
 
     /// `open(2)` returning a descriptor of this client's table (`flags.create` for O_CREAT).
     pub async fn open_fd(&self, raw: &str, flags: crate::batch::OpenFlags, mode: u32) -> Result<i32, FsError> {
-        let fh = if flags.create { self.create(raw, mode, flags.exclusive).await? } else { self.open(raw).await? };
+        let mut fh = if flags.create { self.create(raw, mode, flags.exclusive).await? } else { self.open(raw).await? };
+        if flags.truncate && fh.attr.kind == FileKind::File && fh.attr.size > 0 {
+            fh.attr = self.truncate(&fh.path, 0).await?;
+        }
+        fh.append = flags.append;
         Ok(self.fds.insert(fh))
     }
 

@@ -42,6 +42,11 @@ fn guard<F: FnOnce() -> c_int>(f: F) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(-libc::EIO)
 }
 
+/// [`guard`] for calls returning a byte count.
+fn guard_size<F: FnOnce() -> isize>(f: F) -> isize {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(-(libc::EIO as isize))
+}
+
 fn to_semantics(s: plusfs_semantics_t) -> Semantics {
     match s {
         plusfs_semantics_t::PLUSFS_PERFORM_ALL => Semantics::PerformAll,
@@ -210,7 +215,7 @@ pub unsafe extern "C" fn plusfs_openv(
     returnvalues: *mut c_int,
     count: c_int,
 ) -> c_int {
-    let flags = OpenFlags { create: flags & libc::O_CREAT != 0, exclusive: flags & libc::O_EXCL != 0 };
+    let flags = open_flags(flags);
     let sem = to_semantics(semantics);
     dir_batch(
         fs,
@@ -347,16 +352,117 @@ where
     })
 }
 
-/// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`).
+/// The `open(2)` flags plusfs honours.
+fn open_flags(flags: c_int) -> OpenFlags {
+    OpenFlags {
+        create: flags & libc::O_CREAT != 0,
+        exclusive: flags & libc::O_EXCL != 0,
+        truncate: flags & libc::O_TRUNC != 0,
+        append: flags & libc::O_APPEND != 0,
+    }
+}
+
+/// `pread(2)`: reads up to `count` bytes at `offset` of descriptor `fd` into `buf`;
+/// returns the bytes read (0 at the end of the file) or a negated errno (`-EINVAL` for a
+/// negative offset).
+///
+/// # Safety
+/// `fs` is valid; `buf` has room for `count` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_pread(
+    fs: *mut plusfs_t,
+    fd: c_int,
+    buf: *mut c_void,
+    count: usize,
+    offset: i64,
+) -> isize {
+    guard_size(|| {
+        let fs = match handle(fs) {
+            Ok(fs) => fs,
+            Err(e) => return e as isize,
+        };
+        if offset < 0 || (buf.is_null() && count > 0) {
+            return -(libc::EINVAL as isize);
+        }
+        match fs.rt.block_on(fs.client.pread_fd(fd, offset as u64, count)) {
+            Ok(data) => {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), buf as *mut u8, data.len());
+                data.len() as isize
+            }
+            Err(e) => -(e.errno.raw() as isize),
+        }
+    })
+}
+
+/// `pwrite(2)`: writes `count` bytes of `buf` at `offset` of descriptor `fd` (at the end
+/// for `O_APPEND`); returns `count` or a negated errno.
+///
+/// # Safety
+/// `fs` is valid; `buf` holds `count` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_pwrite(
+    fs: *mut plusfs_t,
+    fd: c_int,
+    buf: *const c_void,
+    count: usize,
+    offset: i64,
+) -> isize {
+    guard_size(|| {
+        let fs = match handle(fs) {
+            Ok(fs) => fs,
+            Err(e) => return e as isize,
+        };
+        if offset < 0 || (buf.is_null() && count > 0) {
+            return -(libc::EINVAL as isize);
+        }
+        let data = if count == 0 { &[][..] } else { std::slice::from_raw_parts(buf as *const u8, count) };
+        match fs.rt.block_on(fs.client.pwrite_fd(fd, offset as u64, data)) {
+            Ok(_) => count as isize,
+            Err(e) => -(e.errno.raw() as isize),
+        }
+    })
+}
+
+/// `ftruncate(2)`.
+///
+/// # Safety
+/// `fs` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_ftruncate(fs: *mut plusfs_t, fd: c_int, size: i64) -> c_int {
+    guard(|| {
+        let fs = match handle(fs) {
+            Ok(fs) => fs,
+            Err(e) => return e,
+        };
+        if size < 0 {
+            return -libc::EINVAL;
+        }
+        fs.rt.block_on(fs.client.ftruncate_fd(fd, size as u64)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw())
+    })
+}
+
+/// `fsync(2)`.
+///
+/// # Safety
+/// `fs` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_fsync(fs: *mut plusfs_t, fd: c_int) -> c_int {
+    guard(|| {
+        let fs = match handle(fs) {
+            Ok(fs) => fs,
+            Err(e) => return e,
+        };
+        fs.rt.block_on(fs.client.fsync_fd(fd)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw())
+    })
+}
+
+/// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`).
 ///
 /// # Safety
 /// `fs` and `path` are valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_open(fs: *mut plusfs_t, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    one(fs, path, |fs, p| {
-        let flags = OpenFlags { create: flags & libc::O_CREAT != 0, exclusive: flags & libc::O_EXCL != 0 };
-        fs.rt.block_on(fs.client.open_fd(p, flags, mode)).map_err(|e| e.errno)
-    })
+    one(fs, path, |fs, p| fs.rt.block_on(fs.client.open_fd(p, open_flags(flags), mode)).map_err(|e| e.errno))
 }
 
 /// `close(2)`.

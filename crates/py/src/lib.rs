@@ -114,6 +114,36 @@ impl Client {
         self.run(py, self.core.mkdir_with(path, mode, t, width)).map(drop)
     }
 
+    /// Writes `data` at `offset` of the file at `path` (created if missing); returns its
+    /// new size.
+    #[pyo3(signature = (path, data, offset = 0))]
+    fn write(&self, py: Python<'_>, path: &str, data: Vec<u8>, offset: u64) -> PyResult<u64> {
+        let core = self.core.clone();
+        let path_owned = path.to_string();
+        let a = self.run(py, async move {
+            core.create(&path_owned, 0o644, false).await?;
+            core.write(&path_owned, offset, &data).await
+        })?;
+        Ok(a.size)
+    }
+
+    /// Reads up to `length` bytes at `offset` (the whole file when `length` is None).
+    #[pyo3(signature = (path, offset = 0, length = None))]
+    fn read(&self, py: Python<'_>, path: &str, offset: u64, length: Option<usize>) -> PyResult<Vec<u8>> {
+        match length {
+            Some(n) => self.run(py, self.core.read(path, offset, n)),
+            None => {
+                let all = self.run(py, self.core.read_all(path))?;
+                Ok(all.get(offset as usize..).map(<[u8]>::to_vec).unwrap_or_default())
+            }
+        }
+    }
+
+    /// `truncate(2)`.
+    fn truncate(&self, py: Python<'_>, path: &str, size: u64) -> PyResult<()> {
+        self.run(py, self.core.truncate(path, size)).map(drop)
+    }
+
     /// Changes a directory's huge-directory policy; returns its distribution as a dict
     /// (`state`, `threshold`, `set`, `entries` per server).
     #[pyo3(signature = (path, threshold = None, width = None))]
@@ -168,7 +198,7 @@ impl Client {
     /// Opens (or creates) a file; returns a descriptor of this client.
     #[pyo3(signature = (path, create = false, exclusive = false, mode = 0o644))]
     fn open(&self, py: Python<'_>, path: &str, create: bool, exclusive: bool, mode: u32) -> PyResult<i32> {
-        self.run(py, self.core.open_fd(path, OpenFlags { create, exclusive }, mode))
+        self.run(py, self.core.open_fd(path, OpenFlags { create, exclusive, ..Default::default() }, mode))
     }
 
     fn close(&self, py: Python<'_>, fd: i32) -> PyResult<()> {
@@ -188,7 +218,7 @@ impl Client {
         mode: u32,
         stop_on_failure: bool,
     ) -> PyResult<Vec<i64>> {
-        let flags = OpenFlags { create, exclusive };
+        let flags = OpenFlags { create, exclusive, ..Default::default() };
         let out = self.run(py, self.core.openv(dir, &names, flags, mode, semantics(stop_on_failure)))?;
         Ok(out.into_iter().map(|r| code(r, |fd| fd as i64)).collect())
     }

@@ -104,3 +104,15 @@ def test_hugedir_policy_from_python(cluster):
     assert c.set_hugedir("/pysmall", threshold="never")["threshold"] == "never"
     with pytest.raises(ValueError):
         c.set_hugedir("/pysmall", threshold="lots")
+
+
+def test_file_contents_from_python(cluster):
+    c = plusfs.connect(cluster)
+    data = bytes(range(256)) * 5000
+    assert c.write("/pydata", data) == len(data)
+    assert c.read("/pydata") == data
+    assert c.read("/pydata", 1000, 10) == data[1000:1010]
+    c.truncate("/pydata", 3)
+    assert c.read("/pydata") == data[:3]
+    with pytest.raises(IsADirectoryError):
+        c.read("/")
