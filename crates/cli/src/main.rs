@@ -7,6 +7,7 @@ mod data;
 mod engine_bench;
 mod files;
 mod fsck;
+mod mount;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -60,6 +61,10 @@ enum Cmd {
     Get(data::GetArgs),
     /// Print files.
     Cat(data::CatArgs),
+    /// Mount the cluster with FUSE.
+    Mount(mount::MountArgs),
+    /// Unmount a plusfs mount.
+    Umount(mount::UmountArgs),
     /// Metadata load generator: create, stat and unlink many files.
     Bench(bench::BenchArgs),
     /// Check the namespace invariants of a cluster.
@@ -85,6 +90,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Server(a) => cluster::server(a, cluster).map(|_| ExitCode::SUCCESS),
         Cmd::Cluster(c) => cluster::cluster(c, cluster),
         Cmd::Bench(a) => bench::run(a, cluster),
+        Cmd::Mount(a) => mount::mount(a, cluster),
+        Cmd::Umount(a) => mount::umount(a),
         other => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async move {
@@ -105,7 +112,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Get(a) => data::get(&client, a).await,
                     Cmd::Cat(a) => data::cat(&client, a).await,
                     Cmd::Fsck => fsck::run(&client).await?,
-                    Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) => unreachable!("handled above"),
+                    Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) | Cmd::Mount(_) | Cmd::Umount(_) => {
+                        unreachable!("handled above")
+                    }
                 })
             })
         }

@@ -68,6 +68,15 @@ impl Client {
         Client { map: Arc::new(map), pool, opts, fds: Arc::default(), dist: Arc::default() }
     }
 
+    /// The same client (connections, caches, descriptors) recording `uid` and `gid` as the
+    /// owner of what it creates — what a mount does for each caller.
+    pub fn as_owner(&self, uid: u32, gid: u32) -> Client {
+        let mut c = self.clone();
+        c.opts.uid = uid;
+        c.opts.gid = gid;
+        c
+    }
+
     /// The cluster map in use.
     pub fn map(&self) -> &ClusterMap {
         &self.map

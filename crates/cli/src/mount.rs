@@ -1,0 +1,115 @@
+//! `plusfs mount` and `plusfs umount`.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use plusfs_client::{Client, ClientOptions};
+use plusfs_fuse::MountSettings;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// Directory to mount the cluster on.
+    mountpoint: PathBuf,
+    /// Stay in the foreground (otherwise return once the mount is ready).
+    #[arg(short, long)]
+    foreground: bool,
+    /// Mount options: `allow_other`, `ttl=SECONDS` (attribute and name cache, default 1).
+    #[arg(short = 'o', value_delimiter = ',')]
+    options: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct UmountArgs {
+    mountpoint: PathBuf,
+}
+
+fn settings(options: &[String]) -> Result<MountSettings> {
+    let mut s = MountSettings::default();
+    for o in options {
+        match o.split_once('=') {
+            None if o == "allow_other" => s.allow_other = true,
+            Some(("ttl", v)) => {
+                let secs: f64 = v.parse().with_context(|| format!("ttl '{v}' is not a number of seconds"))?;
+                if !(0.0..=3600.0).contains(&secs) {
+                    bail!("ttl must be between 0 and 3600 seconds");
+                }
+                s.ttl = Duration::from_secs_f64(secs);
+            }
+            _ => bail!("unknown mount option '{o}' (known: allow_other, ttl=SECONDS)"),
+        }
+    }
+    Ok(s)
+}
+
+/// True when `mountpoint` is a plusfs mount now.
+fn mounted(mountpoint: &Path) -> bool {
+    let target = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(target.to_string_lossy().as_ref()) && l.contains("plusfs"))
+}
+
+pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
+    let s = settings(&a.options)?;
+    if !a.mountpoint.is_dir() {
+        bail!("mount point {} is not a directory", a.mountpoint.display());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        bail!("/dev/fuse is missing: this machine cannot mount FUSE file systems");
+    }
+    let map = crate::load_map(cluster.as_ref())?;
+    if !a.foreground {
+        // Serve from a child in its own session; return when the mount is up.
+        let exe = std::env::current_exe()?;
+        let mut cmd = Command::new(exe);
+        if let Some(c) = &cluster {
+            cmd.arg("--cluster").arg(c);
+        }
+        cmd.arg("mount").arg("-f").arg(&a.mountpoint);
+        if !a.options.is_empty() {
+            cmd.arg("-o").arg(a.options.join(","));
+        }
+        use std::os::unix::process::CommandExt;
+        // Run `-f` in a terminal to see its log.
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
+        let mut child = cmd.spawn().context("cannot start the mount process")?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !mounted(&a.mountpoint) {
+            if let Some(status) = child.try_wait()? {
+                bail!("the mount process exited ({status})");
+            }
+            if Instant::now() > deadline {
+                bail!("{} was not mounted within 20 s", a.mountpoint.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("plusfs mounted on {} (process {})", a.mountpoint.display(), child.id());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let client = {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let _g = rt.enter();
+        Client::new(map, ClientOptions { retries: 5, ..Default::default() })
+    };
+    plusfs_fuse::mount(client, &a.mountpoint, &s)
+        .with_context(|| format!("cannot mount on {}", a.mountpoint.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn umount(a: UmountArgs) -> Result<ExitCode> {
+    let status = Command::new("fusermount3").arg("-u").arg(&a.mountpoint).status();
+    match status {
+        Ok(s) if s.success() => Ok(ExitCode::SUCCESS),
+        _ => {
+            let s = Command::new("umount").arg(&a.mountpoint).status().context("cannot run umount")?;
+            if s.success() {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                bail!("cannot unmount {}", a.mountpoint.display())
+            }
+        }
+    }
+}
