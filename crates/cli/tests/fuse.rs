@@ -1,0 +1,206 @@
+//! The FUSE mount with ordinary tools: coreutils and tar on a real tree, two mounts of one
+//! cluster, data integrity, and a random operation sequence compared with a local
+//! directory. Skipped, with a line saying so, where /dev/fuse is missing.
+
+mod common;
+
+use common::{exe, TestCluster};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn fuse_available() -> bool {
+    let ok = Path::new("/dev/fuse").exists()
+        && fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
+    if !ok {
+        println!("SKIPPED: /dev/fuse is missing or not usable here; the FUSE tests did not run");
+    }
+    ok
+}
+
+/// A mount of `cluster` that is unmounted when dropped.
+struct Mount {
+    dir: tempfile::TempDir,
+}
+
+impl Mount {
+    fn new(cluster: &TestCluster) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        let (code, out, err) = cluster.cli(&["mount", dir.path().to_str().unwrap()]);
+        assert_eq!(code, 0, "mount failed: {out}{err}");
+        Mount { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new(exe()).arg("umount").arg(self.dir.path()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while mounted(self.dir.path()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn mounted(p: &Path) -> bool {
+    let p = p.to_string_lossy().to_string();
+    fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == Some(&p))
+}
+
+fn sh(cmd: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().expect("run sh");
+    assert!(out.status.success(), "`{cmd}` failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The source tree of this crate family: a real tree of directories and files.
+fn source_tree() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("proto").canonicalize().unwrap()
+}
+
+#[test]
+fn coreutils_and_tar_on_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let m = Mount::new(&cluster);
+    let mnt = m.path().display().to_string();
+    let src = source_tree().display().to_string();
+    sh(&format!("cp -r {src} {mnt}/tree && diff -r {src} {mnt}/tree"));
+    sh(&format!("mkdir -p {mnt}/a/b/c && mv {mnt}/tree {mnt}/a/b/c/moved && diff -r {src} {mnt}/a/b/c/moved"));
+    let listing = sh(&format!("ls -l {mnt}/a/b/c/moved/src"));
+    assert!(listing.contains("lib.rs") && listing.contains("-rw"), "{listing}");
+    let found = sh(&format!("find {mnt}/a | wc -l")).trim().parse::<usize>().unwrap();
+    let expected = sh(&format!("find {src} | wc -l")).trim().parse::<usize>().unwrap() + 3;
+    assert_eq!(found, expected);
+    sh(&format!("du -s {mnt}/a"));
+    // tar out of the mount into a local directory, and back into the mount.
+    let local = tempfile::tempdir().unwrap();
+    let l = local.path().display();
+    sh(&format!("tar c -C {mnt}/a/b/c moved | tar x -C {l} && diff -r {src} {l}/moved"));
+    sh(&format!("tar c -C {l} moved | tar x -C {mnt} && diff -r {src} {mnt}/moved"));
+    sh(&format!("rm -rf {mnt}/a {mnt}/moved"));
+    assert_eq!(fs::read_dir(m.path()).unwrap().count(), 0);
+    // Symlinks, FIFOs, chmod, truncate, hard-link refusal.
+    sh(&format!("ln -s target {mnt}/l && test \"$(readlink {mnt}/l)\" = target"));
+    sh(&format!("mkfifo {mnt}/fifo && test -p {mnt}/fifo"));
+    sh(&format!("echo hello > {mnt}/f && chmod 600 {mnt}/f && test \"$(stat -c %a {mnt}/f)\" = 600"));
+    sh(&format!("truncate -s 3 {mnt}/f && test \"$(cat {mnt}/f)\" = hel"));
+    sh(&format!("echo more >> {mnt}/f && test \"$(cat {mnt}/f)\" = helmore"));
+    cluster.assert_fsck_clean();
+}
+
+#[test]
+fn two_mounts_see_each_others_changes_after_close() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let a = Mount::new(&cluster);
+    let b = Mount::new(&cluster);
+    fs::write(a.path().join("shared"), b"from a").unwrap();
+    assert_eq!(fs::read(b.path().join("shared")).unwrap(), b"from a");
+    fs::write(b.path().join("shared"), b"from b, longer").unwrap();
+    // Attributes may be cached for up to the ttl (1 s); an open after it sees the change.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(fs::read(a.path().join("shared")).unwrap(), b"from b, longer");
+    fs::create_dir(b.path().join("dir")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(a.path().join("dir").is_dir());
+}
+
+#[test]
+fn data_integrity_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let m = Mount::new(&cluster);
+    let mut rng = StdRng::seed_from_u64(3);
+    for (i, size) in [0usize, 1, 4096, 131_073, 3 << 20, 20 << 20].into_iter().enumerate() {
+        let mut data = vec![0u8; size];
+        rng.fill(&mut data[..]);
+        let p = m.path().join(format!("f{i}"));
+        fs::write(&p, &data).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().len(), size as u64);
+        assert!(fs::read(&p).unwrap() == data, "contents of the {size}-byte file");
+    }
+    // Overwrite in the middle through a file handle.
+    use std::io::{Seek, SeekFrom, Write};
+    let p = m.path().join("f4");
+    let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.seek(SeekFrom::Start(1_000_000)).unwrap();
+    f.write_all(b"MIDDLE").unwrap();
+    drop(f);
+    let back = fs::read(&p).unwrap();
+    assert_eq!(&back[1_000_000..1_000_006], b"MIDDLE");
+    assert_eq!(back.len(), 3 << 20);
+}
+
+/// Random operations applied to the mount and to a local directory: same results (errno
+/// by errno) and the same tree and contents at the end.
+#[test]
+fn random_operations_match_a_local_directory() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let m = Mount::new(&cluster);
+    let local = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(21);
+    let names = ["a", "b", "c"];
+    let pick = |rng: &mut StdRng| -> String {
+        (0..rng.gen_range(1..=3)).map(|_| names[rng.gen_range(0..3)]).collect::<Vec<_>>().join("/")
+    };
+    for step in 0..400 {
+        let (p, q) = (pick(&mut rng), pick(&mut rng));
+        let data: Vec<u8> = (0..rng.gen_range(0..3000)).map(|_| rng.gen()).collect();
+        let op = rng.gen_range(0..7);
+        let run = |root: &Path| -> Result<(), i32> {
+            let r = match op {
+                0 => fs::create_dir(root.join(&p)),
+                1 => fs::write(root.join(&p), &data),
+                2 => fs::remove_file(root.join(&p)),
+                3 => fs::remove_dir(root.join(&p)),
+                4 => fs::rename(root.join(&p), root.join(&q)),
+                5 => fs::read(root.join(&p)).map(drop),
+                _ => fs::OpenOptions::new().append(true).open(root.join(&p)).and_then(|mut f| {
+                    use std::io::Write;
+                    f.write_all(&data)
+                }),
+            };
+            r.map_err(|e| e.raw_os_error().unwrap_or(-1))
+        };
+        let (got, want) = (run(m.path()), run(local.path()));
+        assert_eq!(got, want, "step {step}: op {op} on {p} -> {q}");
+    }
+    assert_eq!(tree(m.path()), tree(local.path()));
+}
+
+/// Every path below `root` with its kind and contents.
+fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+                out.insert(rel, None);
+            } else {
+                out.insert(rel, Some(fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out
+}
