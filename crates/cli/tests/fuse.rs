@@ -14,8 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn fuse_available() -> bool {
-    let ok = Path::new("/dev/fuse").exists()
-        && fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
+    let ok = Path::new("/dev/fuse").exists() && fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
     if !ok {
         println!("SKIPPED: /dev/fuse is missing or not usable here; the FUSE tests did not run");
     }
@@ -57,7 +56,12 @@ fn mounted(p: &Path) -> bool {
 
 fn sh(cmd: &str) -> String {
     let out = Command::new("sh").arg("-c").arg(cmd).output().expect("run sh");
-    assert!(out.status.success(), "`{cmd}` failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "`{cmd}` failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
