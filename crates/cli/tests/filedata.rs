@@ -194,3 +194,27 @@ async fn bad_input_gets_posix_errors() {
     assert_eq!(c.lstat("/f").await.unwrap().size, 0);
     cluster.assert_fsck_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_attributes_on_files_and_directories() {
+    let cluster = TestCluster::start(3);
+    let c = cluster.client();
+    c.mkdir("/d", 0o755).await.unwrap();
+    c.create("/d/f", 0o644, true).await.unwrap();
+    for p in ["/d/f", "/d", "/"] {
+        c.setxattr(p, "user.color", b"blue", true, false).await.unwrap();
+        assert_eq!(c.setxattr(p, "user.color", b"red", true, false).await.unwrap_err().errno, Errno::EEXIST);
+        c.setxattr(p, "user.color", b"red", false, true).await.unwrap();
+        c.setxattr(p, "user.size", &[0u8; 1000], false, false).await.unwrap();
+        assert_eq!(c.getxattr(p, "user.color").await.unwrap(), b"red");
+        assert_eq!(c.listxattr(p).await.unwrap(), vec!["user.color".to_string(), "user.size".to_string()]);
+        c.removexattr(p, "user.size").await.unwrap();
+        assert_eq!(c.getxattr(p, "user.size").await.unwrap_err().errno, Errno::ENODATA);
+        assert_eq!(c.setxattr(p, "security.x", b"", false, false).await.unwrap_err().errno, Errno::EOPNOTSUPP);
+    }
+    // Attributes travel with renames (across servers too) and vanish with the file.
+    c.rename("/d/f", "/g").await.unwrap();
+    assert_eq!(c.getxattr("/g", "user.color").await.unwrap(), b"red");
+    assert_eq!(c.getxattr("/nope", "user.color").await.unwrap_err().errno, Errno::ENOENT);
+    cluster.assert_fsck_clean();
+}

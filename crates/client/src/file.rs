@@ -166,3 +166,54 @@ impl Client {
         self.fsync(&h.path).await
     }
 }
+
+/// Extended attributes.
+impl Client {
+    /// Runs an xattr operation on the entry, or on the directory's own object.
+    async fn xattr(&self, op_name: &'static str, raw: &str, op: plusfs_proto::XattrOp) -> Result<Reply, FsError> {
+        let p = path::normalize(raw).map_err(|e| FsError::new(op_name, raw, e.errno).with_detail(e.reason))?;
+        let dir_req = Request::DirXattr { path: p.clone(), op: op.clone() };
+        let Some((dir, name)) = path::split(&p) else {
+            return self.rpc(op_name, raw, self.home("/"), dir_req).await;
+        };
+        let req = Request::Xattr { path: p.clone(), op };
+        match self.entry_rpc(op_name, raw, dir, name, req).await?.0 {
+            Reply::IsDir { .. } => self.rpc(op_name, raw, self.home(&p), dir_req).await,
+            r => Ok(r),
+        }
+    }
+
+    /// `lgetxattr(2)`: the value of attribute `name` (ENODATA if it has none).
+    pub async fn getxattr(&self, raw: &str, name: &str) -> Result<Vec<u8>, FsError> {
+        match self.xattr("get attribute of", raw, plusfs_proto::XattrOp::Get { name: name.into() }).await? {
+            Reply::Data(v) => Ok(v),
+            other => Err(FsError::new("get attribute of", raw, Errno::EPROTO).with_detail(format!("{other:?}"))),
+        }
+    }
+
+    /// `llistxattr(2)`: the attribute names.
+    pub async fn listxattr(&self, raw: &str) -> Result<Vec<String>, FsError> {
+        match self.xattr("list attributes of", raw, plusfs_proto::XattrOp::List).await? {
+            Reply::Names(n) => Ok(n),
+            other => Err(FsError::new("list attributes of", raw, Errno::EPROTO).with_detail(format!("{other:?}"))),
+        }
+    }
+
+    /// `lsetxattr(2)`; `create` is XATTR_CREATE, `replace` XATTR_REPLACE.
+    pub async fn setxattr(
+        &self,
+        raw: &str,
+        name: &str,
+        value: &[u8],
+        create: bool,
+        replace: bool,
+    ) -> Result<(), FsError> {
+        let op = plusfs_proto::XattrOp::Set { name: name.into(), value: value.to_vec(), create, replace };
+        self.xattr("set attribute of", raw, op).await.map(drop)
+    }
+
+    /// `lremovexattr(2)`.
+    pub async fn removexattr(&self, raw: &str, name: &str) -> Result<(), FsError> {
+        self.xattr("remove attribute of", raw, plusfs_proto::XattrOp::Remove { name: name.into() }).await.map(drop)
+    }
+}

@@ -274,34 +274,61 @@ impl Filesystem for PlusFs {
         Ok(())
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
-        // Extended attributes are not stored yet: none exists.
-        reply.error(Errno::NO_XATTR);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        let r = self.path(ino).and_then(|p| {
+            let name = name.to_str().ok_or(Errno::EINVAL)?;
+            self.run(self.client.getxattr(&p, name))
+        });
+        match r {
+            Ok(v) => xattr_reply(&v, size, reply),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        match self.path(ino).and_then(|p| self.run(self.client.listxattr(&p))) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(n.as_bytes());
+                    buf.push(0);
+                }
+                xattr_reply(&buf, size, reply)
+            }
+            Err(e) => reply.error(e),
         }
     }
 
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        let r = self.path(ino).and_then(|p| {
+            let name = name.to_str().ok_or(Errno::EINVAL)?;
+            let (create, replace) = (flags & libc::XATTR_CREATE != 0, flags & libc::XATTR_REPLACE != 0);
+            self.run(self.client.setxattr(&p, name, value, create, replace))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::NO_XATTR);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.path(ino).and_then(|p| {
+            let name = name.to_str().ok_or(Errno::EINVAL)?;
+            self.run(self.client.removexattr(&p, name))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -646,6 +673,18 @@ impl Filesystem for PlusFs {
             }
             Err(e) => reply.error(e),
         }
+    }
+}
+
+/// Answers an xattr value or name list: its size when asked with `size` 0, ERANGE when it
+/// does not fit.
+fn xattr_reply(v: &[u8], size: u32, reply: fuser::ReplyXattr) {
+    if size == 0 {
+        reply.size(v.len() as u32);
+    } else if v.len() > size as usize {
+        reply.error(Errno::from_i32(libc::ERANGE));
+    } else {
+        reply.data(v);
     }
 }
 

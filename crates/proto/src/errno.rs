@@ -22,6 +22,10 @@ impl Errno {
     pub const EINVAL: Errno = Errno(libc::EINVAL);
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
     pub const EFBIG: Errno = Errno(libc::EFBIG);
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    pub const ERANGE: Errno = Errno(libc::ERANGE);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
     pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
     pub const ELOOP: Errno = Errno(libc::ELOOP);
@@ -60,6 +64,10 @@ impl Errno {
             (Self::EINVAL, "EINVAL"),
             (Self::ENOSPC, "ENOSPC"),
             (Self::EFBIG, "EFBIG"),
+            (Self::ENODATA, "ENODATA"),
+            (Self::E2BIG, "E2BIG"),
+            (Self::EOPNOTSUPP, "EOPNOTSUPP"),
+            (Self::ERANGE, "ERANGE"),
             (Self::ENAMETOOLONG, "ENAMETOOLONG"),
             (Self::ENOTEMPTY, "ENOTEMPTY"),
             (Self::ELOOP, "ELOOP"),

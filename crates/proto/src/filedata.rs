@@ -121,3 +121,10 @@ mod tests {
         assert_eq!(records(&v).into_iter().map(|r| r.1).collect::<Vec<_>>(), vec![3]);
     }
 }
+
+/// Longest extended-attribute name.
+pub const MAX_XATTR_NAME: usize = 255;
+/// Largest extended-attribute value (Linux's XATTR_SIZE_MAX).
+pub const MAX_XATTR_VALUE: usize = 64 << 10;
+/// Most bytes of names and values one object holds.
+pub const MAX_XATTR_TOTAL: usize = 64 << 10;

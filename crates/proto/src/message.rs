@@ -67,6 +67,8 @@ pub struct Inode {
     pub target: Option<String>,
     /// Where a regular file's contents are (sorted, non-overlapping; holes read as zeros).
     pub pieces: Vec<crate::filedata::Piece>,
+    /// Extended attributes, sorted by name.
+    pub xattrs: Vec<(String, Vec<u8>)>,
 }
 
 impl Inode {
@@ -86,6 +88,7 @@ impl Inode {
             ctime: now,
             target: None,
             pieces: Vec::new(),
+            xattrs: Vec::new(),
         }
     }
 
@@ -104,6 +107,7 @@ impl Inode {
             ctime: Timespec::default(),
             target: None,
             pieces: Vec::new(),
+            xattrs: Vec::new(),
         }
     }
 }
@@ -126,6 +130,8 @@ pub struct DirObject {
     pub subdirs: u64,
     /// Huge-directory policy and state (primary objects); unused in shards.
     pub dist: Distribution,
+    /// Extended attributes of the directory, sorted by name.
+    pub xattrs: Vec<(String, Vec<u8>)>,
 }
 
 impl DirObject {
@@ -145,6 +151,7 @@ impl DirObject {
             entries: 0,
             subdirs: 0,
             dist: Distribution::default(),
+            xattrs: Vec::new(),
         }
     }
 }
@@ -558,6 +565,29 @@ pub enum Request {
     Compact {
         live_percent: u32,
     },
+    /// Extended attributes of an entry (`IsDir` for a directory: ask `DirXattr`).
+    Xattr {
+        path: String,
+        op: XattrOp,
+    },
+    /// Extended attributes of a directory, on the directory's own server.
+    DirXattr {
+        path: String,
+        op: XattrOp,
+    },
+}
+
+/// What an `Xattr` request does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrOp {
+    /// The value (`Data`), or ENODATA.
+    Get { name: String },
+    /// Every name (`Names`).
+    List,
+    /// Sets a value; `create` fails with EEXIST if it exists, `replace` with ENODATA if not.
+    Set { name: String, value: Vec<u8>, create: bool, replace: bool },
+    /// Removes a name (ENODATA if absent).
+    Remove { name: String },
 }
 
 impl Request {
@@ -599,6 +629,8 @@ impl Request {
             DataGet { .. } => 32,
             DataDrop { .. } => 33,
             Compact { .. } => 34,
+            Xattr { .. } => 35,
+            DirXattr { .. } => 36,
         }
     }
 
@@ -634,12 +666,14 @@ impl Request {
                 | Fsync { .. }
                 | DataGet { .. }
                 | DataDrop { .. }
+                | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
+                | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } if op.is_idempotent())
     }
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 35] = [
+pub const OPCODE_NAMES: [&str; 37] = [
     "invalid",
     "ping",
     "mkdir",
@@ -675,6 +709,8 @@ pub const OPCODE_NAMES: [&str; 35] = [
     "data_get",
     "data_drop",
     "compact",
+    "xattr",
+    "dir_xattr",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -707,6 +743,8 @@ pub enum Reply {
     Data(Vec<u8>),
     /// The id of a stored record (`DataPut`).
     Record(u64),
+    /// Extended-attribute names (`Xattr` list).
+    Names(Vec<String>),
 }
 
 /// A failed request: the errno and a message for humans.

@@ -22,6 +22,7 @@ fn inode() -> Inode {
         ctime: t(3),
         target: None,
         pieces: vec![Piece { file_off: 0, len: 4096, server: 2, record: 17, skip: 0 }],
+        xattrs: vec![("user.a".into(), vec![1])],
     }
 }
 
@@ -43,6 +44,7 @@ fn dir_object() -> DirObject {
             state: DistState::Distributed,
             set: vec![3, 1, 0, 2],
         },
+        xattrs: vec![],
     }
 }
 
@@ -134,6 +136,11 @@ fn requests() -> Vec<Request> {
         Request::DataGet { ranges: vec![(17, 0, 4096)] },
         Request::DataDrop { records: vec![17, 18] },
         Request::Compact { live_percent: 50 },
+        Request::Xattr {
+            path: "/a/f".into(),
+            op: XattrOp::Set { name: "user.x".into(), value: vec![7], create: true, replace: false },
+        },
+        Request::DirXattr { path: "/a".into(), op: XattrOp::List },
     ]
 }
 
@@ -178,6 +185,7 @@ fn responses() -> Vec<Response> {
         })),
         Ok(Reply::Data(vec![1, 2, 3])),
         Ok(Reply::Record(17)),
+        Ok(Reply::Names(vec!["user.a".into()])),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),

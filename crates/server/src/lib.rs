@@ -15,6 +15,7 @@ mod metrics;
 mod net;
 mod osd;
 mod txn;
+mod xattr;
 
 pub use osd::Osd;
 

@@ -190,6 +190,7 @@ impl Osd {
             Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via).await,
             Read { path, offset, len } => self.read_file(&path, offset, len, via).await,
             Fsync { path } if !path.is_empty() => self.fsync_file(&path, via).await,
+            Xattr { path, op } => self.xattr(&path, &op, via).await,
             Batch { op, dir, names, mode, uid, gid, semantics } => {
                 self.batch(op, &dir, &names, mode, uid, gid, semantics, via).await
             }
@@ -212,6 +213,7 @@ impl Osd {
             DataPut { owner, data } => self.data_put(owner, data).await,
             DataGet { ranges } => self.data_get(&ranges).await,
             DataDrop { records } => self.data_drop(&records).await,
+            DirXattr { path, op } => self.dir_xattr(&path, &op).await,
             Compact { live_percent } => {
                 self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
                 Ok(Reply::Done)

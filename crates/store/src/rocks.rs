@@ -386,6 +386,7 @@ mod tests {
             entries: 0,
             subdirs: 0,
             dist: Default::default(),
+            xattrs: Vec::new(),
         }
     }
 
