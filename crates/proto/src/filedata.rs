@@ -10,6 +10,12 @@ use serde::{Deserialize, Serialize};
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
 /// Largest data record a server writes; longer writes are cut into several records.
 pub const MAX_RECORD: u64 = 1 << 20;
+/// Longest extended-attribute name.
+pub const MAX_XATTR_NAME: usize = 255;
+/// Largest extended-attribute value (Linux's XATTR_SIZE_MAX).
+pub const MAX_XATTR_VALUE: usize = 64 << 10;
+/// Most bytes of names and values one object holds.
+pub const MAX_XATTR_TOTAL: usize = 64 << 10;
 
 /// Bytes `[file_off, file_off + len)` of a file are bytes `[skip, skip + len)` of record
 /// `record` in the data store of `server`.
@@ -121,10 +127,3 @@ mod tests {
         assert_eq!(records(&v).into_iter().map(|r| r.1).collect::<Vec<_>>(), vec![3]);
     }
 }
-
-/// Longest extended-attribute name.
-pub const MAX_XATTR_NAME: usize = 255;
-/// Largest extended-attribute value (Linux's XATTR_SIZE_MAX).
-pub const MAX_XATTR_VALUE: usize = 64 << 10;
-/// Most bytes of names and values one object holds.
-pub const MAX_XATTR_TOTAL: usize = 64 << 10;
