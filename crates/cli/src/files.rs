@@ -264,6 +264,9 @@ fn kind_name(k: FileKind) -> &'static str {
         FileKind::Dir => "directory",
         FileKind::Symlink => "symbolic link",
         FileKind::Fifo => "fifo",
+        FileKind::BlockDev => "block special file",
+        FileKind::CharDev => "character special file",
+        FileKind::Socket => "socket",
     }
 }
 
@@ -274,6 +277,9 @@ pub fn mode_string(kind: FileKind, mode: u32) -> String {
         FileKind::Dir => 'd',
         FileKind::Symlink => 'l',
         FileKind::Fifo => 'p',
+        FileKind::BlockDev => 'b',
+        FileKind::CharDev => 'c',
+        FileKind::Socket => 's',
     };
     let mut s = String::from(t);
     for shift in [6, 3, 0] {

@@ -219,18 +219,26 @@ impl Client {
     /// Creates a regular file (`open(O_CREAT)`, with `O_EXCL` when `exclusive`) and returns
     /// its handle. An existing file is opened unless `exclusive`.
     pub async fn create(&self, raw: &str, mode: u32, exclusive: bool) -> Result<FileHandle, FsError> {
-        self.make_node(raw, FileKind::File, mode, exclusive).await
+        self.make_node(raw, FileKind::File, mode, exclusive, 0).await
     }
 
-    /// Creates a regular file or FIFO (`mknod(2)`), failing if the name exists.
-    pub async fn mknod(&self, raw: &str, kind: FileKind, mode: u32) -> Result<FileHandle, FsError> {
+    /// Creates a regular file, FIFO, socket or device (`mknod(2)`; `rdev` for devices),
+    /// failing if the name exists.
+    pub async fn mknod(&self, raw: &str, kind: FileKind, mode: u32, rdev: u32) -> Result<FileHandle, FsError> {
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
             return Err(FsError::new("create", raw, Errno::EINVAL));
         }
-        self.make_node(raw, kind, mode, true).await
+        self.make_node(raw, kind, mode, true, rdev).await
     }
 
-    async fn make_node(&self, raw: &str, kind: FileKind, mode: u32, exclusive: bool) -> Result<FileHandle, FsError> {
+    async fn make_node(
+        &self,
+        raw: &str,
+        kind: FileKind,
+        mode: u32,
+        exclusive: bool,
+        rdev: u32,
+    ) -> Result<FileHandle, FsError> {
         let (p, parent, name) = self.target("create", raw, Errno::EISDIR)?;
         let req = Request::Create {
             path: p.clone(),
@@ -239,6 +247,7 @@ impl Client {
             uid: self.opts.uid,
             gid: self.opts.gid,
             exclusive,
+            rdev,
         };
         let (reply, server) = self.entry_rpc("create", raw, &parent, &name, req).await?;
         let attr = expect_attr(reply, raw)?;

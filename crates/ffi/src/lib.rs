@@ -7,7 +7,7 @@
 use libc::{c_char, c_int, c_void, mode_t};
 use plusfs_client::{Client, ClientOptions, FsError, OpenFlags};
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Attr, Errno, FileKind, Semantics};
+use plusfs_proto::{Attr, Errno, Semantics};
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tokio::runtime::Runtime;
@@ -99,12 +99,7 @@ unsafe fn write_results(results: &[c_int], out: *mut c_int) -> c_int {
 }
 
 fn fill_stat(a: &Attr, st: &mut libc::stat) {
-    let kind = match a.kind {
-        FileKind::File => libc::S_IFREG,
-        FileKind::Dir => libc::S_IFDIR,
-        FileKind::Symlink => libc::S_IFLNK,
-        FileKind::Fifo => libc::S_IFIFO,
-    };
+    let kind = a.kind.mode_bits();
     // SAFETY: `stat` is plain old data; all-zero is a valid value.
     *st = unsafe { std::mem::zeroed() };
     st.st_ino = a.ino;
@@ -624,12 +619,7 @@ pub unsafe extern "C" fn plusfs_readdir(
         let mut n = 0;
         for e in entries {
             let name = std::ffi::CString::new(e.name).map_err(|_| Errno::EINVAL)?;
-            let kind = match e.kind {
-                FileKind::File => libc::DT_REG,
-                FileKind::Dir => libc::DT_DIR,
-                FileKind::Symlink => libc::DT_LNK,
-                FileKind::Fifo => libc::DT_FIFO,
-            };
+            let kind = e.kind.dirent_type();
             n += 1;
             if cb(arg, name.as_ptr(), e.ino, kind) != 0 {
                 break;

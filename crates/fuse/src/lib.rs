@@ -104,6 +104,9 @@ fn file_type(k: FileKind) -> FileType {
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
         FileKind::Fifo => FileType::NamedPipe,
+        FileKind::BlockDev => FileType::BlockDevice,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::Socket => FileType::Socket,
     }
 }
 
@@ -122,7 +125,7 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 4096,
         flags: 0,
     }
@@ -212,15 +215,19 @@ impl PlusFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
+        rdev: u32,
     ) -> Result<(String, Attr), Errno> {
         let path = self.child(parent, name)?;
         let kind = match mode & libc::S_IFMT {
             libc::S_IFREG | 0 => FileKind::File,
             libc::S_IFIFO => FileKind::Fifo,
-            _ => return Err(Errno::EPERM), // devices and sockets are not stored
+            libc::S_IFBLK => FileKind::BlockDev,
+            libc::S_IFCHR => FileKind::CharDev,
+            libc::S_IFSOCK => FileKind::Socket,
+            _ => return Err(Errno::EINVAL),
         };
         let c = self.as_caller(req);
-        let fh = self.run(c.mknod(&path, kind, mode & !umask & 0o7777))?;
+        let fh = self.run(c.mknod(&path, kind, mode & !umask & 0o7777, rdev))?;
         Ok((path, fh.attr))
     }
 
@@ -388,17 +395,8 @@ impl Filesystem for PlusFs {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        match self.make_node(req, parent, name, mode, umask) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        match self.make_node(req, parent, name, mode, umask, rdev) {
             Ok((p, a)) => self.entry(&p, &a, reply),
             Err(e) => reply.error(e),
         }

@@ -30,6 +30,38 @@ pub enum FileKind {
     Dir,
     Symlink,
     Fifo,
+    /// Device special files and sockets: stored names, attributes and device numbers.
+    BlockDev,
+    CharDev,
+    Socket,
+}
+
+impl FileKind {
+    /// The `S_IF*` type bits of `st_mode`.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::BlockDev => libc::S_IFBLK,
+            FileKind::CharDev => libc::S_IFCHR,
+            FileKind::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    /// The `DT_*` type of a directory entry.
+    pub fn dirent_type(self) -> u8 {
+        match self {
+            FileKind::File => libc::DT_REG,
+            FileKind::Dir => libc::DT_DIR,
+            FileKind::Symlink => libc::DT_LNK,
+            FileKind::Fifo => libc::DT_FIFO,
+            FileKind::BlockDev => libc::DT_BLK,
+            FileKind::CharDev => libc::DT_CHR,
+            FileKind::Socket => libc::DT_SOCK,
+        }
+    }
 }
 
 /// A point in time: seconds and nanoseconds since the Unix epoch.
@@ -69,6 +101,8 @@ pub struct Inode {
     pub pieces: Vec<crate::filedata::Piece>,
     /// Extended attributes, sorted by name.
     pub xattrs: Vec<(String, Vec<u8>)>,
+    /// Device number of a block or character device.
+    pub rdev: u32,
 }
 
 impl Inode {
@@ -89,6 +123,7 @@ impl Inode {
             target: None,
             pieces: Vec::new(),
             xattrs: Vec::new(),
+            rdev: 0,
         }
     }
 
@@ -108,6 +143,7 @@ impl Inode {
             target: None,
             pieces: Vec::new(),
             xattrs: Vec::new(),
+            rdev: 0,
         }
     }
 }
@@ -171,6 +207,8 @@ pub struct Attr {
     pub ctime: Timespec,
     /// Incarnation of the directory object (directories only, else 0).
     pub incarnation: u64,
+    /// Device number (block and character devices).
+    pub rdev: u32,
 }
 
 impl Attr {
@@ -188,6 +226,7 @@ impl Attr {
             mtime: i.mtime,
             ctime: i.ctime,
             incarnation: 0,
+            rdev: i.rdev,
         }
     }
 
@@ -205,6 +244,7 @@ impl Attr {
             mtime: d.mtime,
             ctime: d.ctime,
             incarnation: d.incarnation,
+            rdev: 0,
         }
     }
 }
@@ -419,7 +459,8 @@ pub enum Request {
     Rmdir {
         path: String,
     },
-    /// Create a regular file (or FIFO); `exclusive` gives `O_EXCL` semantics.
+    /// Create a regular file, FIFO, device or socket; `exclusive` gives `O_EXCL`
+    /// semantics; `rdev` is a device's number.
     Create {
         path: String,
         kind: FileKind,
@@ -427,6 +468,7 @@ pub enum Request {
         uid: u32,
         gid: u32,
         exclusive: bool,
+        rdev: u32,
     },
     /// Open an existing entry; the file handle is its inode number.
     Open {

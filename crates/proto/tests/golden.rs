@@ -23,6 +23,7 @@ fn inode() -> Inode {
         target: None,
         pieces: vec![Piece { file_off: 0, len: 4096, server: 2, record: 17, skip: 0 }],
         xattrs: vec![("user.a".into(), vec![1])],
+        rdev: 0,
     }
 }
 
@@ -57,7 +58,15 @@ fn requests() -> Vec<Request> {
         Request::Ping,
         Request::Mkdir { path: "/a".into(), mode: 0o755, uid: 1, gid: 2, threshold: Threshold::Never, width: 2 },
         Request::Rmdir { path: "/a".into() },
-        Request::Create { path: "/a/f".into(), kind: FileKind::File, mode: 0o644, uid: 1, gid: 2, exclusive: true },
+        Request::Create {
+            path: "/a/f".into(),
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 1,
+            gid: 2,
+            exclusive: true,
+            rdev: 0,
+        },
         Request::Open { path: "/a/f".into() },
         Request::Close { ino: 300 },
         Request::Stat { path: "/a/f".into() },

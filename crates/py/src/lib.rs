@@ -5,7 +5,7 @@
 
 use plusfs_client::{Client as Core, ClientOptions, FsError, OpenFlags};
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Attr, Errno, FileKind, Semantics};
+use plusfs_proto::{Attr, Errno, Semantics};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use std::sync::OnceLock;
@@ -52,12 +52,7 @@ pub struct Stat {
 
 impl From<&Attr> for Stat {
     fn from(a: &Attr) -> Stat {
-        let kind = match a.kind {
-            FileKind::File => 0o100000,
-            FileKind::Dir => 0o040000,
-            FileKind::Symlink => 0o120000,
-            FileKind::Fifo => 0o010000,
-        };
+        let kind = a.kind.mode_bits();
         let t = |ts: plusfs_proto::Timespec| ts.sec as f64 + ts.nsec as f64 / 1e9;
         Stat {
             st_ino: a.ino,

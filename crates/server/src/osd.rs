@@ -105,6 +105,14 @@ fn apply_set(
     *ctime = now;
 }
 
+/// What only some kinds of new entries have.
+pub(crate) struct NewNode {
+    /// Target of a symbolic link.
+    pub target: Option<String>,
+    /// Device number of a device.
+    pub rdev: u32,
+}
+
 /// Records an entry added to (`delta` = 1) or removed from (-1) a directory object.
 pub(crate) fn count_entry(d: &mut DirObject, kind: FileKind, delta: i64) {
     d.entries = d.entries.saturating_add_signed(delta);
@@ -173,8 +181,9 @@ impl Osd {
                 self.retrying(|| self.mkdir(&path, mode, uid, gid, (threshold, width), via)).await
             }
             Rmdir { path } => self.retrying(|| self.rmdir(&path, via)).await,
-            Create { path, kind, mode, uid, gid, exclusive } => {
-                self.create(&path, kind, mode, uid, gid, exclusive, None, via).await
+            Create { path, kind, mode, uid, gid, exclusive, rdev } => {
+                let node = NewNode { target: None, rdev };
+                self.create(&path, kind, mode, uid, gid, exclusive, node, via).await
             }
             Open { path } | Stat { path } => self.stat(&path, via),
             Close { .. } => Ok(Reply::Done),
@@ -184,7 +193,8 @@ impl Osd {
             Rename { src, dst } => self.retrying(|| self.rename(&src, &dst, via)).await,
             SetAttr { path, set } => self.set_attr(&path, &set, via).await,
             Symlink { path, target, uid, gid } => {
-                self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, Some(target), via).await
+                let node = NewNode { target: Some(target), rdev: 0 };
+                self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, node, via).await
             }
             Readlink { path } => self.readlink(&path, via),
             Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via).await,
@@ -246,9 +256,10 @@ impl Osd {
         uid: u32,
         gid: u32,
         exclusive: bool,
-        target: Option<String>,
+        node: NewNode,
         via: Via,
     ) -> Response {
+        let NewNode { target, rdev } = node;
         let (dir, name) = split_entry(p)?;
         if kind == FileKind::Dir {
             return Err(err(Errno::EINVAL, "create cannot make directories"));
@@ -270,7 +281,8 @@ impl Osd {
             };
         }
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
-        let inode = Inode { size, target, ..Inode::new(self.new_ino().await?, kind, mode, uid, gid) };
+        let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { rdev } else { 0 };
+        let inode = Inode { size, target, rdev, ..Inode::new(self.new_ino().await?, kind, mode, uid, gid) };
         count_entry(&mut host.obj, kind, 1);
         let mut b = Batch::new();
         b.put_entry(host.obj.ino, name, &inode);
