@@ -357,6 +357,19 @@ fn open_flags(flags: c_int) -> OpenFlags {
     }
 }
 
+/// The handle of a read or write call, or its negated errno: EFAULT for a null handle,
+/// EINVAL for a negative offset or a null buffer with a non-zero count.
+///
+/// # Safety
+/// `fs` is null or valid.
+unsafe fn io_call<'a>(fs: *mut plusfs_t, buf_null: bool, count: usize, offset: i64) -> Result<&'a plusfs_t, isize> {
+    let fs = handle(fs).map_err(|e| e as isize)?;
+    if offset < 0 || (buf_null && count > 0) {
+        return Err(-(libc::EINVAL as isize));
+    }
+    Ok(fs)
+}
+
 /// `pread(2)`: reads up to `count` bytes at `offset` of descriptor `fd` into `buf`;
 /// returns the bytes read (0 at the end of the file) or a negated errno (`-EINVAL` for a
 /// negative offset).
@@ -372,13 +385,10 @@ pub unsafe extern "C" fn plusfs_pread(
     offset: i64,
 ) -> isize {
     guard_size(|| {
-        let fs = match handle(fs) {
+        let fs = match io_call(fs, buf.is_null(), count, offset) {
             Ok(fs) => fs,
-            Err(e) => return e as isize,
+            Err(e) => return e,
         };
-        if offset < 0 || (buf.is_null() && count > 0) {
-            return -(libc::EINVAL as isize);
-        }
         match fs.rt.block_on(fs.client.pread_fd(fd, offset as u64, count)) {
             Ok(data) => {
                 std::ptr::copy_nonoverlapping(data.as_ptr(), buf as *mut u8, data.len());
@@ -403,13 +413,10 @@ pub unsafe extern "C" fn plusfs_pwrite(
     offset: i64,
 ) -> isize {
     guard_size(|| {
-        let fs = match handle(fs) {
+        let fs = match io_call(fs, buf.is_null(), count, offset) {
             Ok(fs) => fs,
-            Err(e) => return e as isize,
+            Err(e) => return e,
         };
-        if offset < 0 || (buf.is_null() && count > 0) {
-            return -(libc::EINVAL as isize);
-        }
         let data = if count == 0 { &[][..] } else { std::slice::from_raw_parts(buf as *const u8, count) };
         match fs.rt.block_on(fs.client.pwrite_fd(fd, offset as u64, data)) {
             Ok(_) => count as isize,
