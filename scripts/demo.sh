@@ -21,6 +21,19 @@ step "building a small tree"
 "$PLUSFS" ls -l /demo /demo/projects /demo/projects/gamma/results
 "$PLUSFS" stat /demo/projects/gamma
 
+step "file contents: a 3 MB file in and out, and a short one through stdin"
+head -c 3000000 /dev/urandom > "$data/blob"
+"$PLUSFS" put "$data/blob" /demo/projects/alpha/blob
+"$PLUSFS" get /demo/projects/alpha/blob "$data/blob.back"
+cmp "$data/blob" "$data/blob.back" && echo "3 MB round trip: identical"
+echo "hello from plusfs" | "$PLUSFS" put - /demo/hello
+"$PLUSFS" cat /demo/hello
+
+step "a huge directory: distributed from creation, 4,000 files created in batches"
+"$PLUSFS" mkdir --threshold 0 /demo/huge
+"$PLUSFS" bench create --clients 2 --files 2000 --batch 500 --dir /demo/huge
+"$PLUSFS" hugedir /demo/huge
+
 step "plusfs bench: create, stat, unlink; 4 clients, one shared directory; vs the local file system"
 "$PLUSFS" bench create stat unlink --clients 4 --files 2500 --shared --dir /demo/bench \
   --target plusfs --target "local:$data/local"
