@@ -226,3 +226,32 @@ fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
     }
     out
 }
+
+/// A server that disappears under a mount: calls that need it fail with EIO after a
+/// bounded retry, others go on, and the mount works again once it is back.
+#[test]
+fn a_server_lost_under_the_mount_gives_eio_then_recovers() {
+    if !fuse_available() {
+        return;
+    }
+    let mut cluster = TestCluster::start(3);
+    let m = Mount::new(&cluster);
+    let c = cluster.client();
+    // A directory whose home is not the root's server, with a file in it.
+    let root_home = c.home("/");
+    let dir = (0..50).map(|i| format!("/d{i}")).find(|d| c.home(d) != root_home).unwrap();
+    let victim = c.home(&dir);
+    fs::create_dir(m.path().join(&dir[1..])).unwrap();
+    fs::write(m.path().join(&dir[1..]).join("f"), b"data").unwrap();
+    cluster.cluster.kill(victim).unwrap();
+    std::thread::sleep(Duration::from_millis(1100)); // past the attribute cache
+    let started = Instant::now();
+    let err = fs::read(m.path().join(&dir[1..]).join("f")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the retry is bounded");
+    // The rest of the namespace still answers.
+    fs::write(m.path().join("elsewhere"), b"ok").ok();
+    cluster.cluster.start(victim).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    assert_eq!(fs::read(m.path().join(&dir[1..]).join("f")).unwrap(), b"data");
+}

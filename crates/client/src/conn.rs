@@ -27,7 +27,9 @@ impl CallError {
     /// The errno a caller sees.
     pub fn errno(&self) -> Errno {
         match self {
-            CallError::Connect { .. } => Errno::ECONNRESET,
+            // A server that cannot be reached is an I/O error to a POSIX program; the
+            // message keeps the cause.
+            CallError::Connect { .. } => Errno::EIO,
             CallError::Broken { .. } => Errno::EIO,
             CallError::Protocol { errno, .. } => *errno,
         }

@@ -76,8 +76,24 @@ pub struct PlusFs {
     ttl: Duration,
 }
 
+/// The errno an application sees. A server that cannot be reached after the client's
+/// bounded retries is an I/O error to a POSIX program (EIO), not a socket error.
 fn errno(e: FsError) -> Errno {
-    Errno::from_i32(e.errno.raw())
+    let raw = e.errno.raw();
+    let unreachable = [
+        libc::ECONNRESET,
+        libc::ECONNREFUSED,
+        libc::ECONNABORTED,
+        libc::ETIMEDOUT,
+        libc::EPIPE,
+        libc::ENOTCONN,
+        libc::EHOSTUNREACH,
+    ];
+    if unreachable.contains(&raw) {
+        tracing::warn!(error = %e, "server unreachable; reporting EIO");
+        return Errno::EIO;
+    }
+    Errno::from_i32(raw)
 }
 
 fn time(t: Timespec) -> SystemTime {
