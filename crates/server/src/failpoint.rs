@@ -3,7 +3,8 @@
 //! reaches that point. Names: `coordinator_after_votes`, `coordinator_after_commit_record`,
 //! `participant_after_prepare_record` (two-phase commit); `distribute_after_intent`,
 //! `distribute_after_entries`, `distribute_after_shards` (a primary redistributing a huge
-//! directory), `storing_before_shard_object` (a storing server receiving its shard). Unset in production; checking costs one comparison.
+//! directory), `storing_before_shard_object` (a storing server receiving its shard);
+//! `compaction_before_switch`, `compaction_after_switch` (data compaction). Unset in production; checking costs one comparison.
 
 use std::sync::OnceLock;
 

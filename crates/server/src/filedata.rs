@@ -445,6 +445,8 @@ impl LiveIndex for RocksLiveIndex<'_> {
     }
 
     fn relocate(&mut self, moves: &[Move]) -> Result<(), DataError> {
+        // The copies are written and synced; the old segment still holds the live data.
+        crate::failpoint::hit("compaction_before_switch");
         // Writers are held off while the index switches, so none drops a record between
         // the check and the write below.
         let _gate = self.osd.data_gate.blocking_write();
@@ -463,6 +465,9 @@ impl LiveIndex for RocksLiveIndex<'_> {
         }
         let store: &dyn DirStore = self.osd.store.as_ref();
         let commit = store.submit(b);
-        self.handle.block_on(commit).map_err(|_| index_err("store closed"))?.map_err(index_err)
+        self.handle.block_on(commit).map_err(|_| index_err("store closed"))?.map_err(index_err)?;
+        // Switched, the old segment not yet deleted: a later pass deletes it.
+        crate::failpoint::hit("compaction_after_switch");
+        Ok(())
     }
 }
