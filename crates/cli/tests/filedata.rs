@@ -74,7 +74,7 @@ async fn sparse_files_truncate_append_and_overwrite() {
     assert_eq!(c.lstat("/s").await.unwrap().size, 104);
     c.truncate("/s", 200).await.unwrap();
     let t = c.read_all("/s").await.unwrap();
-    assert_eq!(&t[100..106], b"heXXXX"[..4].iter().chain(b"\0\0").copied().collect::<Vec<_>>().as_slice());
+    assert_eq!(&t[100..106], b"heXX\0\0");
     assert!(t[104..].iter().all(|&b| b == 0));
     // Appends land at the end, also from several clients at once.
     c.truncate("/s", 0).await.unwrap();

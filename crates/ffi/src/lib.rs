@@ -73,6 +73,17 @@ unsafe fn handle<'a>(fs: *mut plusfs_t) -> Result<&'a plusfs_t, c_int> {
     fs.as_ref().ok_or(-libc::EFAULT)
 }
 
+/// Runs `f` on the handle inside [`guard`] (EFAULT for a null handle).
+///
+/// # Safety
+/// `fs` is null or valid.
+unsafe fn on_handle(fs: *mut plusfs_t, f: impl FnOnce(&plusfs_t) -> c_int) -> c_int {
+    guard(|| match handle(fs) {
+        Ok(fs) => f(fs),
+        Err(e) => e,
+    })
+}
+
 /// `count` names from a C array.
 ///
 /// # Safety
@@ -431,11 +442,7 @@ pub unsafe extern "C" fn plusfs_pwrite(
 /// `fs` is valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_ftruncate(fs: *mut plusfs_t, fd: c_int, size: i64) -> c_int {
-    guard(|| {
-        let fs = match handle(fs) {
-            Ok(fs) => fs,
-            Err(e) => return e,
-        };
+    on_handle(fs, |fs| {
         if size < 0 {
             return -libc::EINVAL;
         }
@@ -449,13 +456,7 @@ pub unsafe extern "C" fn plusfs_ftruncate(fs: *mut plusfs_t, fd: c_int, size: i6
 /// `fs` is valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_fsync(fs: *mut plusfs_t, fd: c_int) -> c_int {
-    guard(|| {
-        let fs = match handle(fs) {
-            Ok(fs) => fs,
-            Err(e) => return e,
-        };
-        fs.rt.block_on(fs.client.fsync_fd(fd)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw())
-    })
+    on_handle(fs, |fs| fs.rt.block_on(fs.client.fsync_fd(fd)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw()))
 }
 
 /// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`).
@@ -485,12 +486,20 @@ pub unsafe extern "C" fn plusfs_close(fs: *mut plusfs_t, fd: c_int) -> c_int {
 /// `fs`, `path` and `st` are valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_stat(fs: *mut plusfs_t, path: *const c_char, st: *mut libc::stat) -> c_int {
+    stat_call(fs, path, st, true)
+}
+
+/// `stat` (`follow`) or `lstat` into `st`.
+///
+/// # Safety
+/// `fs` and `path` are valid; `st` is null or valid.
+unsafe fn stat_call(fs: *mut plusfs_t, path: *const c_char, st: *mut libc::stat, follow: bool) -> c_int {
     if st.is_null() {
         return -libc::EFAULT;
     }
     one(fs, path, |fs, p| {
-        let a = fs.rt.block_on(fs.client.stat(p)).map_err(|e| e.errno)?;
-        fill_stat(&a, &mut *st);
+        let r = if follow { fs.rt.block_on(fs.client.stat(p)) } else { fs.rt.block_on(fs.client.lstat(p)) };
+        fill_stat(&r.map_err(|e| e.errno)?, &mut *st);
         Ok(0)
     })
 }
@@ -501,14 +510,7 @@ pub unsafe extern "C" fn plusfs_stat(fs: *mut plusfs_t, path: *const c_char, st:
 /// `fs`, `path` and `st` are valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_lstat(fs: *mut plusfs_t, path: *const c_char, st: *mut libc::stat) -> c_int {
-    if st.is_null() {
-        return -libc::EFAULT;
-    }
-    one(fs, path, |fs, p| {
-        let a = fs.rt.block_on(fs.client.lstat(p)).map_err(|e| e.errno)?;
-        fill_stat(&a, &mut *st);
-        Ok(0)
-    })
+    stat_call(fs, path, st, false)
 }
 
 /// `mkdir(2)`.

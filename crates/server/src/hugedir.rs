@@ -175,7 +175,7 @@ impl Osd {
         crate::failpoint::hit("distribute_after_intent");
         let started = std::time::Instant::now();
         let set = d.dist.set.clone();
-        let counts = self.export_entries(dir, &d, &set).await?;
+        let (counts, moved) = self.export_entries(dir, &d, &set).await?;
         crate::failpoint::hit("distribute_after_entries");
         let shard_of = |s: ServerId| {
             let (entries, subdirs) = counts.get(&s).copied().unwrap_or((0, 0));
@@ -197,16 +197,8 @@ impl Osd {
         crate::failpoint::hit("distribute_after_shards");
         // Flip: drop what moved, keep our own part as our shard, record Distributed.
         let mut b = Batch::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.store.list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (name, _) in &page {
-                if set[slot_of(name, set.len())] != self.id {
-                    b.del_entry(d.ino, name);
-                }
-            }
+        for name in &moved {
+            b.del_entry(d.ino, name);
         }
         if set.contains(&self.id) {
             b.put_shard(dir, &shard_of(self.id));
@@ -228,14 +220,15 @@ impl Osd {
     }
 
     /// Step 2: sends every entry to its storing server; returns (entries, subdirectories)
-    /// per storing server.
+    /// per storing server, and the names that moved away from this server.
     async fn export_entries(
         self: &Arc<Self>,
         dir: &str,
         d: &DirObject,
         set: &[ServerId],
-    ) -> OpResult<HashMap<ServerId, (u64, u64)>> {
+    ) -> OpResult<(HashMap<ServerId, (u64, u64)>, Vec<String>)> {
         let mut counts: HashMap<ServerId, (u64, u64)> = HashMap::new();
+        let mut moved = Vec::new();
         let mut after: Option<String> = None;
         loop {
             let page = self.store.list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
@@ -248,6 +241,7 @@ impl Osd {
                 c.0 += 1;
                 c.1 += u64::from(inode.kind == FileKind::Dir);
                 if s != self.id {
+                    moved.push(name.clone());
                     parts.entry(s).or_default().push((name, inode));
                 }
             }
@@ -257,7 +251,7 @@ impl Osd {
             }))
             .await;
         }
-        Ok(counts)
+        Ok((counts, moved))
     }
 
     /// Sends `req` to `server` until it succeeds; the directory waits meanwhile.

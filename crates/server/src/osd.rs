@@ -424,6 +424,7 @@ impl Osd {
         let m = &self.metrics;
         let peer = self.peers.counters().snapshot();
         let st = self.store.stats();
+        let segments = self.data.segments();
         Ok(Reply::Status(ServerStatus {
             id: self.id,
             epoch: self.map.epoch,
@@ -442,8 +443,8 @@ impl Osd {
             hugedirs: self.hugedir_reports().await?,
             shards: self.store.shards_within("/").map_err(eio)?.into_iter().map(|(p, d)| (p, d.entries)).collect(),
             data_records: self.store.record_count().map_err(eio)?,
-            data_segments: self.data.segments().len() as u64,
-            data_bytes: self.data.segments().iter().map(|s| s.bytes).sum(),
+            data_segments: segments.len() as u64,
+            data_bytes: segments.iter().map(|s| s.bytes).sum(),
         }))
     }
 
