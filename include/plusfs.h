@@ -217,6 +217,12 @@ int plusfs_rmdir(struct plusfs_t *fs, const char *path);
 // `fs`, `oldpath` and `newpath` are valid.
 int plusfs_rename(struct plusfs_t *fs, const char *oldpath, const char *newpath);
 
+// `link(2)`: a new name `newpath` for the file `oldpath` (not a directory).
+//
+// # Safety
+// `fs`, `oldpath` and `newpath` are valid.
+int plusfs_link(struct plusfs_t *fs, const char *oldpath, const char *newpath);
+
 // Lists directory `path` (without `.` and `..`), calling `cb` for each entry in name
 // order. Returns the number of entries passed to `cb`.
 //

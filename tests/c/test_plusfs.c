@@ -109,6 +109,11 @@ int main(int argc, char **argv) {
     CHECK(plusfs_close(fs, fd) == 0, "close");
     CHECK(plusfs_close(fs, fd) == -EBADF, "double close gives -EBADF");
     CHECK(plusfs_rename(fs, "/ctest/single", "/ctest/renamed") == 0, "rename");
+    CHECK(plusfs_link(fs, "/ctest/renamed", "/ctest/linked") == 0, "link");
+    CHECK(plusfs_lstat(fs, "/ctest/linked", &one) == 0 && one.st_nlink == 2, "link count after link");
+    CHECK(plusfs_link(fs, "/ctest", "/ctest/dirlink") == -EPERM, "link of a directory gives -EPERM");
+    CHECK(plusfs_unlink(fs, "/ctest/linked") == 0, "unlink of a link");
+    CHECK(plusfs_lstat(fs, "/ctest/renamed", &one) == 0 && one.st_nlink == 1, "link count after unlink");
     CHECK(plusfs_unlink(fs, "/ctest/renamed") == 0, "unlink");
     CHECK(plusfs_rmdir(fs, "/ctest") == -ENOTEMPTY, "rmdir non-empty");
 

@@ -25,6 +25,10 @@ pub enum Phase {
     /// Every client lists its directory (rate: entries listed per second).
     Readdir,
     Unlink,
+    /// Creates the files with `--size` bytes of contents each.
+    Write,
+    /// Reads the files whole.
+    Read,
 }
 
 #[derive(Args)]
@@ -60,6 +64,9 @@ pub struct BenchArgs {
     /// entries, 0 (always distributed), `never`, or `cluster` (the cluster's, default).
     #[arg(long, value_parser = plusfs_proto::Threshold::parse, default_value = "cluster")]
     threshold: plusfs_proto::Threshold,
+    /// Bytes per file of the write and read phases.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) size: usize,
     /// Print results as JSON lines.
     #[arg(long)]
     json: bool,
@@ -82,6 +89,8 @@ pub(crate) struct Outcome {
     /// Rates over the first and the last tenth of the operations (plusfs target).
     pub(crate) first_tenth_ops_per_sec: f64,
     pub(crate) last_tenth_ops_per_sec: f64,
+    /// File bytes per second (write and read phases).
+    pub(crate) mib_per_sec: f64,
 }
 
 impl Outcome {
@@ -101,6 +110,10 @@ impl Outcome {
             requests: 0,
             first_tenth_ops_per_sec: 0.0,
             last_tenth_ops_per_sec: 0.0,
+            mib_per_sec: match phase {
+                Phase::Write | Phase::Read => (ops * a.size as u64) as f64 / seconds / (1 << 20) as f64,
+                _ => 0.0,
+            },
         }
     }
 }
@@ -179,8 +192,13 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
             100.0 * o.last_tenth_ops_per_sec / o.first_tenth_ops_per_sec
         );
     }
+    let mib = if o.mib_per_sec > 0.0 {
+        format!(" ({:.1} MiB/s of {} B files)", o.mib_per_sec, a.size)
+    } else {
+        String::new()
+    };
     println!(
-        "{name}: {:.0} ops/s{msgs} [{}; batch {}, {} clients, {} ops, {:.2} s{}]",
+        "{name}: {:.0} ops/s{mib}{msgs} [{}; batch {}, {} clients, {} ops, {:.2} s{}]",
         o.ops_per_sec,
         o.target,
         o.batch,
@@ -260,8 +278,8 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         let threads: Vec<_> = (0..a.clients)
             .map(|ci| {
                 let files = client_files(a, &base, ci);
-                let (map, barrier, batch) = (map.clone(), barrier.clone(), a.batch);
-                std::thread::spawn(move || plusfs_client_thread(map, phase, files, batch, barrier))
+                let (map, barrier, batch, size) = (map.clone(), barrier.clone(), a.batch, a.size);
+                std::thread::spawn(move || plusfs_client_thread(map, phase, files, (batch, size), barrier))
             })
             .collect();
         // Two barriers: all clients connected; then the server counters are read (so the
@@ -316,9 +334,10 @@ fn plusfs_client_thread(
     map: ClusterMap,
     phase: Phase,
     (dir, names): (String, Vec<String>),
-    batch: usize,
+    (batch, size): (usize, usize),
     barrier: Arc<std::sync::Barrier>,
 ) -> Result<ClientRun> {
+    let contents = vec![0x5au8; size];
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let c = Client::new(map, ClientOptions::default());
@@ -338,13 +357,23 @@ fn plusfs_client_thread(
                     run.first_error = Some(e);
                 }
             }
-        } else if batch <= 1 {
+        } else if batch <= 1 || matches!(phase, Phase::Write | Phase::Read) {
             for name in &names {
                 let p = plusfs_proto::path::join(&dir, name);
                 let r = match phase {
                     Phase::Create => c.create(&p, 0o644, true).await.map(drop),
                     Phase::Stat => c.lstat(&p).await.map(drop),
                     Phase::Unlink => c.unlink(&p).await,
+                    Phase::Write => match c.create(&p, 0o644, true).await {
+                        Ok(_) => c.write(&p, 0, &contents).await.map(drop),
+                        Err(e) => Err(e),
+                    },
+                    Phase::Read => match c.read_all(&p).await {
+                        Ok(d) if d.len() == contents.len() => Ok(()),
+                        Ok(d) => Err(plusfs_client::FsError::new("bench read", &p, plusfs_proto::Errno::EIO)
+                            .with_detail(format!("{} bytes, {} expected", d.len(), contents.len()))),
+                        Err(e) => Err(e),
+                    },
                     Phase::Readdir => unreachable!("listed above"),
                 };
                 if let Err(e) = r {
@@ -360,7 +389,7 @@ fn plusfs_client_thread(
                 Phase::Create => BatchOp::Create { exclusive: true },
                 Phase::Stat => BatchOp::Stat,
                 Phase::Unlink => BatchOp::Unlink,
-                Phase::Readdir => unreachable!("listed above"),
+                Phase::Readdir | Phase::Write | Phase::Read => unreachable!("run one by one above"),
             };
             for chunk in names.chunks(batch) {
                 run.marks.push((start.elapsed().as_secs_f64(), 0));
@@ -403,7 +432,9 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
             .map(|ci| {
                 let (dir, names) = client_files(a, &base, ci);
                 let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
+                let size = a.size;
                 std::thread::spawn(move || {
+                    let contents = vec![0x5au8; size];
                     if phase == Phase::Readdir {
                         return std::fs::read_dir(&dir).map_or(1, |d| u64::from(d.count() == 0));
                     }
@@ -413,6 +444,15 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
                             Phase::Create => std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop),
                             Phase::Stat => std::fs::symlink_metadata(p).map(drop),
                             Phase::Unlink => std::fs::remove_file(p),
+                            Phase::Write => std::fs::OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .open(p)
+                                .and_then(|mut f| std::io::Write::write_all(&mut f, &contents)),
+                            Phase::Read => std::fs::read(p).and_then(|d| match d.len() == size {
+                                true => Ok(()),
+                                false => Err(std::io::Error::other(format!("{} bytes, {size} expected", d.len()))),
+                            }),
                             Phase::Readdir => unreachable!("listed above"),
                         };
                         if let Err(e) = r {

@@ -85,8 +85,8 @@ pub struct MvArgs {
 
 #[derive(Args)]
 pub struct LnArgs {
-    /// Make a symbolic link (the only kind plusfs links today).
-    #[arg(short, long, required = true)]
+    /// Make a symbolic link (default: a hard link to the file TARGET).
+    #[arg(short, long)]
     symbolic: bool,
     target: String,
     link: String,
@@ -499,8 +499,11 @@ pub async fn mv(c: &Client, a: MvArgs) -> ExitCode {
 }
 
 pub async fn ln(c: &Client, a: LnArgs) -> ExitCode {
-    debug_assert!(a.symbolic);
-    match c.symlink(&a.target, &a.link).await {
+    let made = match a.symbolic {
+        true => c.symlink(&a.target, &a.link).await,
+        false => c.link(&a.target, &a.link).await,
+    };
+    match made {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("plusfs: {e}");

@@ -6,7 +6,9 @@
 //! - no entry belongs to a directory object that is not on the same server;
 //! - a distributed directory has a shard, with its inode and incarnation, on every server
 //!   of its storing set and nowhere else, and every entry of a shard is on the server Eq. 2
-//!   gives it.
+//!   gives it;
+//! - every shared inode (hard-linked file) has exactly as many link entries as its link
+//!   count, and every link entry's shared inode exists on the home it names.
 
 use anyhow::Result;
 use plusfs_client::Client;
@@ -97,6 +99,7 @@ pub fn check(client: &Client, scans: &[(ServerId, FsckData)]) -> Vec<String> {
         problems.push("the root directory object is missing".into());
     }
     check_shards(scans, &mut problems);
+    check_links(scans, &mut problems);
     problems.sort();
     problems
 }
@@ -138,5 +141,28 @@ fn check_shards(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
         for f in found {
             problems.push(format!("server {} holds a shard of '{p}', which is not a distributed directory", f.0));
         }
+    }
+}
+
+/// Hard-link invariants: link counts equal link entries, no dangling link entries.
+fn check_links(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
+    let mut entries: HashMap<(Ino, ServerId), u64> = HashMap::new();
+    for (_, data) in scans {
+        for link in &data.links {
+            *entries.entry(*link).or_default() += 1;
+        }
+    }
+    for (server, data) in scans {
+        for (ino, nlink) in &data.shared {
+            let found = entries.remove(&(*ino, *server)).unwrap_or(0);
+            if found != u64::from(*nlink) {
+                problems.push(format!(
+                    "shared inode {ino} on server {server} has link count {nlink} but {found} link entries"
+                ));
+            }
+        }
+    }
+    for ((ino, home), n) in entries {
+        problems.push(format!("{n} link entries name inode {ino} on server {home}, which does not hold it"));
     }
 }

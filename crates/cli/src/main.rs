@@ -47,7 +47,7 @@ enum Cmd {
     Rmdir(files::PathsArgs),
     /// Rename or move an entry.
     Mv(files::MvArgs),
-    /// Make a symbolic link (`ln -s TARGET LINK`).
+    /// Make a hard link (`ln TARGET LINK`) or a symbolic one (`ln -s TARGET LINK`).
     Ln(files::LnArgs),
     /// Print the target of a symbolic link.
     Readlink(files::PathsArgs),

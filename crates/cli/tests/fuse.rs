@@ -100,6 +100,10 @@ fn coreutils_and_tar_on_the_mount() {
     sh(&format!("echo hello > {mnt}/f && chmod 600 {mnt}/f && test \"$(stat -c %a {mnt}/f)\" = 600"));
     sh(&format!("truncate -s 3 {mnt}/f && test \"$(cat {mnt}/f)\" = hel"));
     sh(&format!("echo more >> {mnt}/f && test \"$(cat {mnt}/f)\" = helmore"));
+    // Hard links: ln, and tar keeping them.
+    sh(&format!("ln {mnt}/f {mnt}/f2 && test \"$(stat -c %h {mnt}/f)\" = 2 && test \"$(cat {mnt}/f2)\" = helmore"));
+    sh(&format!("mkdir {mnt}/lt && cd {mnt} && tar cf - f f2 | (cd lt && tar xf -) && test \"$(stat -c %h lt/f2)\" = 2"));
+    sh(&format!("rm {mnt}/f2 {mnt}/lt/f && test \"$(stat -c %h {mnt}/f)\" = 1 && test \"$(cat {mnt}/lt/f2)\" = helmore"));
     // Extended attributes, through the kernel's xattr system calls.
     let f = std::ffi::CString::new(format!("{mnt}/f")).unwrap();
     let name = std::ffi::CString::new("user.k").unwrap();
@@ -168,8 +172,8 @@ fn data_integrity_through_the_mount() {
     assert_eq!(back.len(), 3 << 20);
 }
 
-/// Random operations applied to the mount and to a local directory: same results (errno
-/// by errno) and the same tree and contents at the end.
+/// Random operations (hard links included) applied to the mount and to a local directory:
+/// same results (errno by errno) and the same tree, contents and link counts at the end.
 #[test]
 fn random_operations_match_a_local_directory() {
     if !fuse_available() {
@@ -186,7 +190,7 @@ fn random_operations_match_a_local_directory() {
     for step in 0..400 {
         let (p, q) = (pick(&mut rng), pick(&mut rng));
         let data: Vec<u8> = (0..rng.gen_range(0..3000)).map(|_| rng.gen()).collect();
-        let op = rng.gen_range(0..7);
+        let op = rng.gen_range(0..8);
         let run = |root: &Path| -> Result<(), i32> {
             let r = match op {
                 0 => fs::create_dir(root.join(&p)),
@@ -195,6 +199,7 @@ fn random_operations_match_a_local_directory() {
                 3 => fs::remove_dir(root.join(&p)),
                 4 => fs::rename(root.join(&p), root.join(&q)),
                 5 => fs::read(root.join(&p)).map(drop),
+                6 => fs::hard_link(root.join(&p), root.join(&q)),
                 _ => fs::OpenOptions::new().append(true).open(root.join(&p)).and_then(|mut f| {
                     use std::io::Write;
                     f.write_all(&data)
@@ -208,8 +213,9 @@ fn random_operations_match_a_local_directory() {
     assert_eq!(tree(m.path()), tree(local.path()));
 }
 
-/// Every path below `root` with its kind and contents.
-fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+/// Every path below `root` with its kind, and a file's contents and link count.
+fn tree(root: &Path) -> BTreeMap<String, Option<(Vec<u8>, u64)>> {
+    use std::os::unix::fs::MetadataExt;
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -220,7 +226,7 @@ fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
                 stack.push(e.path());
                 out.insert(rel, None);
             } else {
-                out.insert(rel, Some(fs::read(e.path()).unwrap()));
+                out.insert(rel, Some((fs::read(e.path()).unwrap(), e.metadata().unwrap().nlink())));
             }
         }
     }

@@ -436,6 +436,16 @@ impl Client {
         self.entry_rpc("move", src_raw, &src_parent, &src_name, req).await.map(drop)
     }
 
+    /// `link(2)`: a new name `dst` for the file (not directory) `src`; returns the file's
+    /// attributes with the new link count.
+    pub async fn link(&self, src_raw: &str, dst_raw: &str) -> Result<Attr, FsError> {
+        let (src, src_parent, src_name) = self.target("link", src_raw, Errno::EPERM)?;
+        let (dst, _, _) = self.target("link", dst_raw, Errno::EEXIST)?;
+        let req = Request::Link { src, dst: dst.clone() };
+        self.entry_rpc("link", src_raw, &src_parent, &src_name, req).await?;
+        self.lstat(&dst).await.map_err(|e| FsError { op: "link", ..e })
+    }
+
     /// Changes attributes (`chmod`, `chown`, `utimens` in one call).
     pub async fn setattr(&self, raw: &str, set: SetAttr) -> Result<Attr, FsError> {
         let p = self.norm("change attributes of", raw)?;

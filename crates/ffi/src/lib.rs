@@ -610,6 +610,18 @@ pub unsafe extern "C" fn plusfs_rename(fs: *mut plusfs_t, oldpath: *const c_char
     })
 }
 
+/// `link(2)`: a new name `newpath` for the file `oldpath` (not a directory).
+///
+/// # Safety
+/// `fs`, `oldpath` and `newpath` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_link(fs: *mut plusfs_t, oldpath: *const c_char, newpath: *const c_char) -> c_int {
+    one(fs, oldpath, |fs, old| {
+        let new = text(newpath).map_err(|e| Errno(-e))?;
+        fs.rt.block_on(fs.client.link(old, new)).map(|_| 0).map_err(|e| e.errno)
+    })
+}
+
 /// Lists directory `path` (without `.` and `..`), calling `cb` for each entry in name
 /// order. Returns the number of entries passed to `cb`.
 ///

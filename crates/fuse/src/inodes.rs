@@ -4,7 +4,8 @@ use plusfs_proto::path::{is_within, rebase, split};
 use std::collections::HashMap;
 
 struct Node {
-    path: String,
+    /// The names it is known under, the latest last (a hard-linked file has several).
+    paths: Vec<String>,
     lookups: u64,
 }
 
@@ -17,13 +18,14 @@ pub(crate) struct Inodes {
 impl Inodes {
     pub fn new() -> Inodes {
         let mut t = Inodes { nodes: HashMap::new(), by_path: HashMap::new() };
-        t.nodes.insert(1, Node { path: "/".into(), lookups: 1 });
+        t.nodes.insert(1, Node { paths: vec!["/".into()], lookups: 1 });
         t.by_path.insert("/".into(), 1);
         t
     }
 
+    /// A path of `ino` (the one it was last looked up under that still names it).
     pub fn path(&self, ino: u64) -> Option<String> {
-        self.nodes.get(&ino).map(|n| n.path.clone())
+        self.nodes.get(&ino).and_then(|n| n.paths.last().cloned())
     }
 
     /// Inode number of the parent of `dir` (1 for `/` and unknown parents).
@@ -33,13 +35,24 @@ impl Inodes {
 
     /// The kernel was given `ino` for `path` (one more lookup).
     pub fn remember(&mut self, ino: u64, path: &str) {
-        let n = self.nodes.entry(ino).or_insert_with(|| Node { path: path.to_string(), lookups: 0 });
-        if n.path != path {
-            self.by_path.remove(&n.path);
-            n.path = path.to_string();
+        if let Some(old) = self.by_path.insert(path.to_string(), ino).filter(|o| *o != ino) {
+            if let Some(n) = self.nodes.get_mut(&old) {
+                n.paths.retain(|p| p != path);
+            }
         }
+        let n = self.nodes.entry(ino).or_insert_with(|| Node { paths: Vec::new(), lookups: 0 });
+        n.paths.retain(|p| p != path);
+        n.paths.push(path.to_string());
         n.lookups += 1;
-        self.by_path.insert(path.to_string(), ino);
+    }
+
+    /// The name `path` was removed (its inode may live on under other names).
+    pub fn unlinked(&mut self, path: &str) {
+        if let Some(ino) = self.by_path.remove(path) {
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                n.paths.retain(|p| p != path);
+            }
+        }
     }
 
     /// The kernel dropped `count` lookups of `ino`.
@@ -50,29 +63,30 @@ impl Inodes {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.lookups = n.lookups.saturating_sub(count);
             if n.lookups == 0 {
-                let path = n.path.clone();
-                self.nodes.remove(&ino);
-                if self.by_path.get(&path) == Some(&ino) {
-                    self.by_path.remove(&path);
+                for path in &n.paths {
+                    if self.by_path.get(path) == Some(&ino) {
+                        self.by_path.remove(path);
+                    }
                 }
+                self.nodes.remove(&ino);
             }
         }
     }
 
     /// `src` was renamed to `dst`: it and everything known below it moved.
     pub fn renamed(&mut self, src: &str, dst: &str) {
-        let moved: Vec<u64> = self.nodes.iter().filter(|(_, n)| is_within(&n.path, src)).map(|(i, _)| *i).collect();
         // Whatever was known at the destination is gone (replaced).
-        if let Some(old) = self.by_path.remove(dst) {
-            if !moved.contains(&old) {
-                self.nodes.remove(&old);
+        self.unlinked(dst);
+        let moved: Vec<String> = self.by_path.keys().filter(|p| is_within(p, src)).cloned().collect();
+        for old in moved {
+            let ino = self.by_path.remove(&old).expect("listed");
+            let new = rebase(&old, src, dst);
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                for p in n.paths.iter_mut().filter(|p| **p == old) {
+                    *p = new.clone();
+                }
             }
-        }
-        for ino in moved {
-            let n = self.nodes.get_mut(&ino).expect("listed");
-            self.by_path.remove(&n.path);
-            n.path = rebase(&n.path, src, dst);
-            self.by_path.insert(n.path.clone(), ino);
+            self.by_path.insert(new, ino);
         }
     }
 }
@@ -96,5 +110,24 @@ mod tests {
         assert_eq!(t.path(7), None);
         t.forget(1, 100);
         assert_eq!(t.path(1).as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn hard_links_keep_every_name() {
+        let mut t = Inodes::new();
+        t.remember(5, "/a");
+        t.remember(5, "/d/b");
+        assert_eq!(t.path(5).as_deref(), Some("/d/b"));
+        t.unlinked("/d/b");
+        assert_eq!(t.path(5).as_deref(), Some("/a"));
+        t.renamed("/a", "/c");
+        assert_eq!(t.path(5).as_deref(), Some("/c"));
+        t.unlinked("/c");
+        assert_eq!(t.path(5), None);
+        // A name re-used by another inode leaves the first one's names.
+        t.remember(6, "/x");
+        t.remember(7, "/x");
+        assert_eq!(t.path(6), None);
+        assert_eq!(t.path(7).as_deref(), Some("/x"));
     }
 }

@@ -432,7 +432,9 @@ impl Filesystem for PlusFs {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.child(parent, name).and_then(|p| {
             self.flush_within(&p)?;
-            self.run(self.client.unlink(&p))
+            self.run(self.client.unlink(&p))?;
+            self.inodes.lock().expect("inode table").unlinked(&p);
+            Ok(())
         });
         match r {
             Ok(()) => reply.ok(),
@@ -441,7 +443,12 @@ impl Filesystem for PlusFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.child(parent, name).and_then(|p| self.run(self.client.rmdir(&p))) {
+        let r = self.child(parent, name).and_then(|p| {
+            self.run(self.client.rmdir(&p))?;
+            self.inodes.lock().expect("inode table").unlinked(&p);
+            Ok(())
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -452,6 +459,18 @@ impl Filesystem for PlusFs {
             let target = target.to_str().ok_or(Errno::EINVAL)?;
             let c = self.as_caller(req);
             Ok((p.clone(), self.run(c.symlink(target, &p))?))
+        });
+        match r {
+            Ok((p, a)) => self.entry(&p, &a, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = self.path(ino).and_then(|src| {
+            let dst = self.child(newparent, newname)?;
+            self.flush_ino(ino.0)?;
+            Ok((dst.clone(), self.run(self.client.link(&src, &dst))?))
         });
         match r {
             Ok((p, a)) => self.entry(&p, &a, reply),

@@ -26,6 +26,7 @@ impl Errno {
     pub const E2BIG: Errno = Errno(libc::E2BIG);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
     pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
     pub const ELOOP: Errno = Errno(libc::ELOOP);
@@ -68,6 +69,7 @@ impl Errno {
             (Self::E2BIG, "E2BIG"),
             (Self::EOPNOTSUPP, "EOPNOTSUPP"),
             (Self::ERANGE, "ERANGE"),
+            (Self::EMLINK, "EMLINK"),
             (Self::ENAMETOOLONG, "ENAMETOOLONG"),
             (Self::ENOTEMPTY, "ENOTEMPTY"),
             (Self::ELOOP, "ELOOP"),

@@ -103,6 +103,9 @@ pub struct Inode {
     pub xattrs: Vec<(String, Vec<u8>)>,
     /// Device number of a block or character device.
     pub rdev: u32,
+    /// Set on the entries of a hard-linked file: its inode is a shared inode object on
+    /// this server, and the entry's other fields (but `ino` and `kind`) mean nothing.
+    pub link_home: Option<ServerId>,
 }
 
 impl Inode {
@@ -124,6 +127,7 @@ impl Inode {
             pieces: Vec::new(),
             xattrs: Vec::new(),
             rdev: 0,
+            link_home: None,
         }
     }
 
@@ -144,7 +148,13 @@ impl Inode {
             pieces: Vec::new(),
             xattrs: Vec::new(),
             rdev: 0,
+            link_home: None,
         }
+    }
+
+    /// The entry of a hard link to inode `ino` of kind `kind`, kept on server `home`.
+    pub fn link(ino: Ino, kind: FileKind, home: ServerId) -> Inode {
+        Inode { kind, link_home: Some(home), ..Inode::subdir(ino) }
     }
 }
 
@@ -316,6 +326,13 @@ pub enum SubOp {
     /// Remove this server's shard of the distributed directory `path` (inode `ino`), which
     /// must be empty (rmdir of a huge directory).
     RemoveShard { path: String, ino: Ino },
+    /// Make the file at entry `name` of `dir` (inode `ino`) shared: its inode moves to a
+    /// shared inode object here with one more link and the entry becomes a link to it; if
+    /// it is already shared here, only the link count grows (first step of `link`).
+    ShareInode { dir: String, name: String, ino: Ino, shard: Option<u64> },
+    /// Add `delta` to the link count of shared inode `ino` held here; at zero the inode and
+    /// its data go.
+    AdjustLinks { ino: Ino, delta: i32 },
 }
 
 /// What an [`SubOp::InsertEntry`] may replace.
@@ -327,6 +344,9 @@ pub enum Replace {
     NonDir,
     /// Exactly the (empty) directory with this inode is replaced (directory rename).
     Dir(Ino),
+    /// Exactly a hard link to this shared inode is replaced; the same transaction drops
+    /// one of its links (file rename over a hard link).
+    Link(Ino),
 }
 
 /// Data a participant needs at commit time that it could not know at prepare time.
@@ -399,6 +419,10 @@ pub struct FsckData {
     pub misplaced: Vec<(String, String)>,
     /// Distributed directories homed here: path, inode, incarnation, storing set.
     pub distributed: Vec<(String, Ino, u64, Vec<ServerId>)>,
+    /// Hard-link entries held here: shared inode, its home.
+    pub links: Vec<(Ino, ServerId)>,
+    /// Shared inode objects held here: inode, link count.
+    pub shared: Vec<(Ino, u32)>,
 }
 
 /// The operation of a batch request (seed 000 §3: `openv`, `statv`, `unlinkv`, and
@@ -617,6 +641,18 @@ pub enum Request {
         path: String,
         op: XattrOp,
     },
+    /// `link`: a new entry `dst` for the non-directory `src`, sent to `src`'s server.
+    Link {
+        src: String,
+        dst: String,
+    },
+    /// From an entry's server to the home of its shared inode: `op` (an entry request
+    /// such as `Stat`, `Write`, `SetAttr`; its path only names the file in errors)
+    /// applies to shared inode `ino`.
+    OnInode {
+        ino: Ino,
+        op: Box<Request>,
+    },
 }
 
 /// What an `Xattr` request does.
@@ -673,6 +709,8 @@ impl Request {
             Compact { .. } => 34,
             Xattr { .. } => 35,
             DirXattr { .. } => 36,
+            Link { .. } => 37,
+            OnInode { .. } => 38,
         }
     }
 
@@ -710,12 +748,12 @@ impl Request {
                 | DataDrop { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
-        ) || matches!(self, Shard { op, .. } if op.is_idempotent())
+        ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
     }
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 37] = [
+pub const OPCODE_NAMES: [&str; 39] = [
     "invalid",
     "ping",
     "mkdir",
@@ -753,6 +791,8 @@ pub const OPCODE_NAMES: [&str; 37] = [
     "compact",
     "xattr",
     "dir_xattr",
+    "link",
+    "on_inode",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -801,11 +841,14 @@ pub struct WireError {
     /// Set when the request concerned entries of a distributed directory and went to the
     /// wrong server: where they are (seed 001 §IV.C). The errno is EREMCHG.
     pub redirect: Option<Box<DistInfo>>,
+    /// Set when a rename would replace a hard link without dropping its link: the shared
+    /// inode and its home, so the coordinator can retry with both. The errno is EBUSY.
+    pub replaced_link: Option<(Ino, ServerId)>,
 }
 
 impl WireError {
     pub fn new(errno: Errno, message: impl Into<String>) -> WireError {
-        WireError { errno, message: message.into(), missing_dir: None, redirect: None }
+        WireError { errno, message: message.into(), missing_dir: None, redirect: None, replaced_link: None }
     }
 
     /// The directory object at `path` does not exist on its home server.
@@ -815,6 +858,7 @@ impl WireError {
             message: format!("no directory object for '{path}'"),
             missing_dir: Some(path.to_string()),
             redirect: None,
+            replaced_link: None,
         }
     }
 
@@ -825,6 +869,15 @@ impl WireError {
             message: format!("'{}' is {}; its entries are on servers {:?}", info.path, info.state, info.set),
             missing_dir: None,
             redirect: Some(Box::new(info)),
+            replaced_link: None,
+        }
+    }
+
+    /// `path` is a hard link to shared inode `ino` on `home`, which a rename would replace.
+    pub fn replaced_link(path: &str, ino: Ino, home: ServerId) -> WireError {
+        WireError {
+            replaced_link: Some((ino, home)),
+            ..WireError::new(Errno::EBUSY, format!("'{path}' is a hard link to inode {ino} on server {home}"))
         }
     }
 }

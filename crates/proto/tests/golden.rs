@@ -24,6 +24,7 @@ fn inode() -> Inode {
         pieces: vec![Piece { file_off: 0, len: 4096, server: 2, record: 17, skip: 0 }],
         xattrs: vec![("user.a".into(), vec![1])],
         rdev: 0,
+        link_home: None,
     }
 }
 
@@ -106,6 +107,8 @@ fn requests() -> Vec<Request> {
                 SubOp::RemoveDir { path: "/b".into(), ino: 8, shards: vec![0, 1] },
                 SubOp::ExportSubtree { root: "/a".into(), new_root: "/c".into() },
                 SubOp::RemoveShard { path: "/b".into(), ino: 8 },
+                SubOp::ShareInode { dir: "/a".into(), name: "f".into(), ino: 300, shard: None },
+                SubOp::AdjustLinks { ino: 300, delta: -1 },
             ],
         },
         Request::TxCommit {
@@ -150,6 +153,8 @@ fn requests() -> Vec<Request> {
             op: XattrOp::Set { name: "user.x".into(), value: vec![7], create: true, replace: false },
         },
         Request::DirXattr { path: "/a".into(), op: XattrOp::List },
+        Request::Link { src: "/a/f".into(), dst: "/b/g".into() },
+        Request::OnInode { ino: 300, op: Box::new(Request::Stat { path: "/b/g".into() }) },
     ]
 }
 
@@ -175,6 +180,8 @@ fn responses() -> Vec<Response> {
             shards: vec![("/h".into(), 7, 9)],
             misplaced: vec![],
             distributed: vec![("/h".into(), 7, 9, vec![1, 0])],
+            links: vec![(300, 2)],
+            shared: vec![(300, 2)],
         })),
         Ok(Reply::Vote(Vote::default())),
         Ok(Reply::Batch(BatchReply {

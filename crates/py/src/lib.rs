@@ -178,6 +178,11 @@ impl Client {
         self.run(py, self.core.rename(src, dst))
     }
 
+    /// `os.link`: a new name `dst` for the file `src`.
+    fn link(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
+        self.run(py, self.core.link(src, dst)).map(drop)
+    }
+
     fn stat(&self, py: Python<'_>, path: &str) -> PyResult<Stat> {
         self.run(py, self.core.stat(path)).map(|a| Stat::from(&a))
     }

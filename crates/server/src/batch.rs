@@ -61,30 +61,75 @@ impl Osd {
         check_dir_path(dir)?;
         let reply = match op {
             BatchOp::Mkdir => self.mkdirv(dir, names, mode, uid, gid, semantics, via).await?,
-            BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics, via)?,
-            BatchOp::Create { exclusive } => {
-                self.write_batch(dir, names, semantics, via, |cur| match cur {
+            BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics, via).await?,
+            BatchOp::Create { exclusive } => match self
+                .write_batch(dir, names, semantics, via, |cur| match cur {
                     Some(_) if exclusive => Err(Errno::EEXIST),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Keep(Attr::of_inode(e))),
                     None => Ok(Change::Create(Inode::new(0, FileKind::File, mode, uid, gid))),
                 })
                 .await?
-            }
-            BatchOp::Unlink => {
-                self.write_batch(dir, names, semantics, via, |cur| match cur {
+            {
+                Some(reply) => reply,
+                None => self.each(op, dir, names, (mode, uid, gid), semantics, via).await,
+            },
+            BatchOp::Unlink => match self
+                .write_batch(dir, names, semantics, via, |cur| match cur {
                     None => Err(Errno::ENOENT),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Remove(e.kind)),
                 })
                 .await?
-            }
+            {
+                Some(reply) => reply,
+                None => self.each(op, dir, names, (mode, uid, gid), semantics, via).await,
+            },
         };
         Ok(Reply::Batch(reply))
     }
 
+    /// A create or unlink batch that meets hard links: entry by entry, through the
+    /// single-entry operations (which handle links). A redirect stops it and goes back
+    /// in the reply, as in `write_batch`.
+    async fn each(
+        self: &Arc<Self>,
+        op: BatchOp,
+        dir: &str,
+        names: &[String],
+        (mode, uid, gid): (u32, u32, u32),
+        semantics: Semantics,
+        via: Via,
+    ) -> BatchReply {
+        let mut results = Results::new(semantics, names.len());
+        for name in names {
+            let p = join(dir, name);
+            let r = match op {
+                BatchOp::Unlink => self.unlink(&p, via).await,
+                BatchOp::Create { exclusive } => {
+                    let node = crate::osd::NewNode { target: None, rdev: 0 };
+                    self.create(&p, FileKind::File, mode, uid, gid, exclusive, node, via).await
+                }
+                _ => Err(plusfs_proto::WireError::new(Errno::EINVAL, "not a write batch")),
+            };
+            let r = match r {
+                Ok(Reply::Attr(a)) => Ok(Some(a)),
+                Ok(_) => Ok(None),
+                Err(e) if e.redirect.is_some() => {
+                    results.reply.dist = e.redirect.map(|d| *d);
+                    break;
+                }
+                Err(e) => Err(e.errno),
+            };
+            if !results.push(r) {
+                break;
+            }
+        }
+        results.reply
+    }
+
     /// `statv` and `openv` without creation: reads only, no lock.
-    fn read_batch(
+    async fn read_batch(
         self: &Arc<Self>,
         op: BatchOp,
         dir: &str,
@@ -104,6 +149,10 @@ impl Osd {
                     None => Err(Errno::ENOENT),
                     Some(e) if e.kind == FileKind::Dir && op == BatchOp::Open => Err(Errno::EISDIR),
                     Some(e) if e.kind == FileKind::Dir => Ok(Some(Attr { incarnation: 0, ..Attr::of_inode(&e) })),
+                    Some(e) if e.link_home.is_some() => match self.resolve(&join(dir, name), e).await {
+                        Ok(i) => Ok(Some(Attr::of_inode(&i))),
+                        Err(e) => Err(e.errno),
+                    },
                     Some(e) => Ok(Some(Attr::of_inode(&e))),
                 },
             };
@@ -126,7 +175,7 @@ impl Osd {
         semantics: Semantics,
         via: Via,
         decide: F,
-    ) -> Result<BatchReply, plusfs_proto::WireError>
+    ) -> Result<Option<BatchReply>, plusfs_proto::WireError>
     where
         F: Fn(Option<&Inode>) -> Result<Change, Errno>,
     {
@@ -143,12 +192,15 @@ impl Osd {
             let info = self.distribute(dir).await?;
             let mut reply = Results::new(semantics, 0).reply;
             reply.dist = Some(info.unwrap_or_else(|| self.dist_info(dir, &host.obj)));
-            return Ok(reply);
+            return Ok(Some(reply));
         }
         // What every valid name is now, in one batched lookup; then, entry by entry, what
         // the earlier entries of this batch made of it.
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
         let found = self.store.get_entries(host.obj.ino, &valid).map_err(eio)?;
+        if found.iter().flatten().any(|e| e.link_home.is_some()) {
+            return Ok(None); // hard links: entry by entry (`each`)
+        }
         let mut overlay: HashMap<&str, Option<Inode>> = valid.into_iter().zip(found).collect();
         let mut batch = Batch::new();
         let mut results = Results::new(semantics, names.len());
@@ -215,7 +267,7 @@ impl Osd {
                 }
             });
         }
-        Ok(reply)
+        Ok(Some(reply))
     }
 
     #[allow(clippy::too_many_arguments)]

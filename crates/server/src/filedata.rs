@@ -19,8 +19,8 @@
 //! segments under the exclusive gate never misses a record that is about to be used.
 
 use crate::hugedir::Via;
-use crate::locks::Scope;
-use crate::osd::{eio, err, split_entry, OpResult, Osd};
+use crate::links::Found;
+use crate::osd::{eio, err, OpResult, Osd};
 use futures::future::join_all;
 use plusfs_data::{DataError, Extent, Live, LiveIndex, Move};
 use plusfs_proto::filedata::{overlay, records, truncate};
@@ -65,16 +65,17 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, DataError> + 
 }
 
 impl Osd {
-    /// The regular file at `p` (entry on this server as addressed by `via`).
-    fn file_entry(self: &Arc<Self>, p: &str, via: Via) -> OpResult<(crate::hugedir::Host, Inode)> {
-        let (dir, name) = split_entry(p)?;
-        let host = self.host(dir, via)?;
-        let e = self.entry(&host.obj, p, name)?;
-        match e.kind {
-            FileKind::File => Ok((host, e)),
-            FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
-            _ => Err(err(Errno::EINVAL, format!("'{p}' is not a regular file"))),
+    /// The regular file at `p` (as addressed by `via`), locked with `lock`.
+    async fn file_target(self: &Arc<Self>, p: &str, via: Via, lock: bool) -> OpResult<Found> {
+        let found = self.find(p, via, lock).await?;
+        if let Found::Here(t) = &found {
+            match t.inode.kind {
+                FileKind::File => {}
+                FileKind::Dir => return Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
+                _ => return Err(err(Errno::EINVAL, format!("'{p}' is not a regular file"))),
+            }
         }
+        Ok(found)
     }
 
     /// `Write`: stores `data` at `offset` (the end with `append`), updates size and times.
@@ -86,9 +87,13 @@ impl Osd {
         append: bool,
         via: Via,
     ) -> Response {
-        let (dir, name) = split_entry(p)?;
-        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let (host, mut inode) = self.file_entry(p, via)?;
+        let mut t = match self.file_target(p, via, true).await? {
+            Found::Here(t) => t,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Write { path: p.into(), offset, data, append }).await
+            }
+        };
+        let inode = &mut t.inode;
         let off = if append { inode.size } else { offset };
         let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| {
             err(Errno::EFBIG, format!("'{p}': writing {} bytes at {off} passes the maximum file size", data.len()))
@@ -116,11 +121,11 @@ impl Osd {
             inode.ctime = inode.mtime;
         }
         let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
-        b.put_entry(host.obj.ino, name, &inode);
+        t.save(&mut b);
         self.write(b).await?;
         drop(gate);
         self.drop_remote(remote).await;
-        Ok(Reply::Attr(Attr::of_inode(&inode)))
+        Ok(Reply::Attr(Attr::of_inode(&t.inode)))
     }
 
     /// Splits `[off, end)` by where its bytes go: (file offset, server, range).
@@ -259,7 +264,12 @@ impl Osd {
         // it then starts again from the inode.
         let mut last = None;
         for _ in 0..4 {
-            let (_, inode) = self.file_entry(p, via)?;
+            let inode = match self.file_target(p, via, false).await? {
+                Found::Here(t) => t.inode,
+                Found::Elsewhere { home, ino } => {
+                    return self.forward(home, ino, Request::Read { path: p.into(), offset, len }).await
+                }
+            };
             match self.read_pieces(&inode, offset, len).await {
                 Ok(data) => return Ok(Reply::Data(data)),
                 Err(e) => last = Some(e),
@@ -352,7 +362,10 @@ impl Osd {
     /// `Fsync`: file data and metadata durable (the metadata already is with `sync =
     /// always`; data appends are synced here too).
     pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via) -> Response {
-        let (_, inode) = self.file_entry(p, via)?;
+        let inode = match self.file_target(p, via, false).await? {
+            Found::Here(t) => t.inode,
+            Found::Elsewhere { home, ino } => return self.forward(home, ino, Request::Fsync { path: p.into() }).await,
+        };
         let mut servers: BTreeSet<ServerId> = inode.pieces.iter().map(|q| q.server).collect();
         servers.insert(self.id);
         let data = self.data.clone();

@@ -40,13 +40,15 @@ const IMPORT_CHUNK: usize = 16_384;
 pub(crate) enum Via {
     Home,
     Shard(u64),
+    /// Forwarded by an entry's server to the home of its shared inode (`links.rs`).
+    Inode(plusfs_proto::Ino),
 }
 
 impl Via {
     /// The incarnation a sub-operation must find in the shard (`None`: the home object).
     pub(crate) fn shard(self) -> Option<u64> {
         match self {
-            Via::Home => None,
+            Via::Home | Via::Inode(_) => None,
             Via::Shard(i) => Some(i),
         }
     }
@@ -97,6 +99,7 @@ impl Osd {
                 }
                 Ok(Host { obj, shard: true })
             }
+            Via::Inode(ino) => Err(err(Errno::EINVAL, format!("'{dir}': only file requests apply to inode {ino}"))),
         }
     }
 

@@ -10,6 +10,7 @@ mod failpoint;
 mod filedata;
 mod hugedir;
 mod ids;
+mod links;
 mod locks;
 mod metrics;
 mod net;

@@ -8,6 +8,7 @@
 
 use crate::hugedir::Via;
 use crate::ids::IdAllocator;
+use crate::links::Found;
 use crate::locks::{LockTable, Scope};
 use crate::metrics::Metrics;
 use plusfs_client::Pool;
@@ -168,6 +169,21 @@ impl Osd {
                 self.metrics.count_op(op.opcode());
                 self.dispatch(*op, Via::Shard(incarnation)).await
             }
+            Request::OnInode { ino, op } => {
+                self.metrics.count_op(op.opcode());
+                use Request::*;
+                match *op {
+                    op @ (Stat { .. }
+                    | Open { .. }
+                    | SetAttr { .. }
+                    | Write { .. }
+                    | Read { .. }
+                    | Fsync { .. }
+                    | Xattr { .. }
+                    | Readlink { .. }) => self.dispatch(op, Via::Inode(ino)).await,
+                    other => Err(err(Errno::EINVAL, format!("{} does not apply to a shared inode", other.name()))),
+                }
+            }
             req => self.dispatch(req, Via::Home).await,
         }
     }
@@ -185,7 +201,7 @@ impl Osd {
                 let node = NewNode { target: None, rdev };
                 self.create(&path, kind, mode, uid, gid, exclusive, node, via).await
             }
-            Open { path } | Stat { path } => self.stat(&path, via),
+            Open { path } | Stat { path } => self.stat(&path, via).await,
             Close { .. } => Ok(Reply::Done),
             DirStat { path } => self.dir_stat(&path, via).await,
             Unlink { path } => self.unlink(&path, via).await,
@@ -196,7 +212,8 @@ impl Osd {
                 let node = NewNode { target: Some(target), rdev: 0 };
                 self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, node, via).await
             }
-            Readlink { path } => self.readlink(&path, via),
+            Readlink { path } => self.readlink(&path, via).await,
+            Link { src, dst } => self.link(&src, &dst, via).await,
             Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via).await,
             Read { path, offset, len } => self.read_file(&path, offset, len, via).await,
             Fsync { path } if !path.is_empty() => self.fsync_file(&path, via).await,
@@ -205,7 +222,7 @@ impl Osd {
                 self.batch(op, &dir, &names, mode, uid, gid, semantics, via).await
             }
             other if via != Via::Home => {
-                Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard", other.name())))
+                Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard or inode", other.name())))
             }
             Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
             DirSetAttr { path, set } => self.dir_set_attr(&path, &set).await,
@@ -216,7 +233,7 @@ impl Osd {
             TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
             TxAbort { txid } => self.tx_abort(txid).await,
             CloseBatch { inos, .. } => self.closev(&inos),
-            Shard { .. } => Err(err(Errno::EINVAL, "a shard request cannot be nested")),
+            Shard { .. } | OnInode { .. } => Err(err(Errno::EINVAL, "a shard or inode request cannot be nested")),
             ShardImport { path, ino, entries, shard } => self.shard_import(&path, ino, entries, shard).await,
             SetPolicy { path, threshold, width } => self.set_policy(&path, threshold, width).await,
             DistStatus { path } => self.dist_status(&path).await,
@@ -248,7 +265,7 @@ impl Osd {
 
     /// Creates a file, FIFO or symlink entry.
     #[allow(clippy::too_many_arguments)]
-    async fn create(
+    pub(crate) async fn create(
         self: &Arc<Self>,
         p: &str,
         kind: FileKind,
@@ -277,7 +294,10 @@ impl Osd {
             return match e.kind {
                 _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
                 FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
-                _ => Ok(Reply::Attr(Attr::of_inode(&e))),
+                _ => {
+                    drop(g);
+                    Ok(Reply::Attr(Attr::of_inode(&self.resolve(p, e).await?)))
+                }
             };
         }
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
@@ -308,9 +328,11 @@ impl Osd {
     }
 
     /// `lstat` (and `open`) of an entry: its attributes, or `IsDir` for a subdirectory.
-    pub(crate) fn stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
-        let (dir, name) = split_entry(p)?;
-        let e = self.entry(&self.host(dir, via)?.obj, p, name)?;
+    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
+        let e = match self.find(p, via, false).await? {
+            Found::Here(t) => t.inode,
+            Found::Elsewhere { home, ino } => return self.forward(home, ino, Request::Stat { path: p.into() }).await,
+        };
         Ok(match e.kind {
             FileKind::Dir => Reply::IsDir { ino: e.ino },
             _ => Reply::Attr(Attr::of_inode(&e)),
@@ -321,17 +343,21 @@ impl Osd {
         check_dir_path(p)?;
         match via {
             Via::Home => Ok(Reply::Attr(self.dir_attr(p).await?)),
-            Via::Shard(_) => Ok(Reply::Attr(Attr::of_dir(&self.host(p, via)?.obj))),
+            Via::Shard(_) | Via::Inode(_) => Ok(Reply::Attr(Attr::of_dir(&self.host(p, via)?.obj))),
         }
     }
 
-    async fn unlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
+    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
         let (dir, name) = split_entry(p)?;
         let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
         let mut host = self.host(dir, via)?;
         let e = self.entry(&host.obj, p, name)?;
         if e.kind == FileKind::Dir {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
+        }
+        if e.link_home.is_some() {
+            drop(_g);
+            return self.unlink_link(p, &e, via).await;
         }
         count_entry(&mut host.obj, e.kind, -1);
         let gate = self.data_gate.read().await;
@@ -357,10 +383,13 @@ impl Osd {
     }
 
     async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via) -> Response {
-        let (dir, name) = split_entry(p)?;
-        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let d = self.host(dir, via)?.obj;
-        let mut e = self.entry(&d, p, name)?;
+        let mut t = match self.find(p, via, true).await? {
+            Found::Here(t) => t,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::SetAttr { path: p.into(), set: set.clone() }).await
+            }
+        };
+        let e = &mut t.inode;
         if e.kind == FileKind::Dir {
             return Ok(Reply::IsDir { ino: e.ino });
         }
@@ -371,14 +400,14 @@ impl Osd {
             if e.kind != FileKind::File {
                 return Err(err(Errno::EINVAL, format!("'{p}' is not a regular file")));
             }
-            remote = self.resize(&mut e, size, &mut b)?;
+            remote = self.resize(e, size, &mut b)?;
         }
         apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
-        b.put_entry(d.ino, name, &e);
+        t.save(&mut b);
         self.write(b).await?;
         drop(gate);
         self.drop_remote(remote).await;
-        Ok(Reply::Attr(Attr::of_inode(&e)))
+        Ok(Reply::Attr(Attr::of_inode(&t.inode)))
     }
 
     async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
@@ -397,9 +426,13 @@ impl Osd {
         Ok(Reply::Attr(self.dir_attr(p).await?))
     }
 
-    fn readlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
-        let (dir, name) = split_entry(p)?;
-        let e = self.entry(&self.host(dir, via)?.obj, p, name)?;
+    async fn readlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
+        let e = match self.find(p, via, false).await? {
+            Found::Here(t) => t.inode,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Readlink { path: p.into() }).await
+            }
+        };
         match e.target {
             Some(t) if e.kind == FileKind::Symlink => Ok(Reply::Target(t)),
             _ => Err(err(Errno::EINVAL, format!("'{p}' is not a symbolic link"))),
@@ -467,7 +500,11 @@ impl Osd {
                 .collect(),
             ..Default::default()
         };
+        data.shared = self.store.all_inodes().map_err(eio)?.iter().map(|i| (i.ino, i.nlink)).collect();
         for (parent, name, inode) in self.store.all_entries().map_err(eio)? {
+            if let Some(home) = inode.link_home {
+                data.links.push((inode.ino, home));
+            }
             if let Some((path, shard)) = shard_of.get(&parent) {
                 let set = &shard.dist.set;
                 if set.get(plusfs_proto::hugedir::slot_of(&name, set.len())) != Some(&self.id) {

@@ -64,16 +64,18 @@ struct DstAt {
     shard: Option<u64>,
     /// Storing set of a distributed directory the rename replaces (its shards go too).
     replaced_shards: Vec<ServerId>,
+    /// The hard link the rename replaces: shared inode and its home (it loses a link).
+    replaced_link: Option<(Ino, ServerId)>,
 }
 
 /// Sub-operations per participant, in the order their errors take precedence.
-type Parts = Vec<(ServerId, Vec<SubOp>)>;
+pub(crate) type Parts = Vec<(ServerId, Vec<SubOp>)>;
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
 }
 
-fn add_part(parts: &mut Parts, server: ServerId, op: SubOp) {
+pub(crate) fn add_part(parts: &mut Parts, server: ServerId, op: SubOp) {
     match parts.iter_mut().find(|(s, _)| *s == server) {
         Some((_, ops)) => ops.push(op),
         None => parts.push((server, vec![op])),
@@ -180,7 +182,8 @@ impl Osd {
         if src == dst {
             return Ok(Reply::Done);
         }
-        let mut at = DstAt { server: self.map.home_of_dir(ddir), shard: None, replaced_shards: Vec::new() };
+        let mut at =
+            DstAt { server: self.map.home_of_dir(ddir), shard: None, replaced_shards: Vec::new(), replaced_link: None };
         if ddir == sdir {
             at.server = self.id;
             if let Via::Shard(inc) = via {
@@ -188,8 +191,11 @@ impl Osd {
                 at = DstAt { server: set[plusfs_proto::hugedir::slot_of(dname, set.len())], shard: Some(inc), ..at };
             }
         }
-        for _ in 0..3 {
+        for _ in 0..4 {
             match self.rename_to(src, dst, &e, via, &at).await {
+                // Two links of one file: POSIX says the rename does nothing.
+                Err(WireError { replaced_link: Some((ino, _)), .. }) if ino == e.ino => return Ok(Reply::Done),
+                Err(WireError { replaced_link: Some(link), .. }) => at.replaced_link = Some(link),
                 Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
                     at.server = info.server_of(dname);
                     at.shard = Some(info.incarnation);
@@ -213,14 +219,12 @@ impl Osd {
         if e.kind != FileKind::Dir {
             let mut inode = e.clone();
             inode.ctime = Timespec::now();
-            let insert = SubOp::InsertEntry {
-                dir: ddir.into(),
-                name: dname.into(),
-                inode,
-                replace: Replace::NonDir,
-                shard: at.shard,
-            };
+            let replace = at.replaced_link.map_or(Replace::NonDir, |(ino, _)| Replace::Link(ino));
+            let insert = SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace, shard: at.shard };
             add_part(&mut parts, dst_home, insert);
+            if let Some((ino, home)) = at.replaced_link {
+                add_part(&mut parts, home, SubOp::AdjustLinks { ino, delta: -1 });
+            }
         } else {
             // Look the destination up first, as POSIX path resolution would: a missing
             // destination parent is ENOENT even when the move is also into itself.
@@ -266,9 +270,9 @@ impl Osd {
             // Served directly (no message), and never through `handle`, so no operation
             // recurses into another.
             return match req {
-                Request::Stat { path } => self.stat(&path, Via::Home),
+                Request::Stat { path } => self.stat(&path, Via::Home).await,
                 Request::Shard { incarnation, op } => match *op {
-                    Request::Stat { path } => self.stat(&path, Via::Shard(incarnation)),
+                    Request::Stat { path } => self.stat(&path, Via::Shard(incarnation)).await,
                     other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
                 },
                 Request::SetPolicy { path, threshold, width } => {
@@ -311,7 +315,7 @@ impl Osd {
 
     /// Runs `parts` atomically: in one local store batch when only this server takes part,
     /// else by two-phase commit.
-    async fn run(self: &Arc<Self>, parts: Parts) -> OpResult<()> {
+    pub(crate) async fn run(self: &Arc<Self>, parts: Parts) -> OpResult<()> {
         if parts.len() == 1 && parts[0].0 == self.id {
             return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default()).await;
         }
@@ -329,9 +333,10 @@ impl Osd {
             let exports = self.dump(&prepared.exported)?;
             self.payloads_from_exports(&ops, exports).remove(&self.id).unwrap_or_default()
         };
-        let batch = self.commit_batch(&prepared, &payload)?;
+        let (batch, remote) = self.commit_batch(&prepared, &payload)?;
         self.write(batch).await?;
         drop(guard);
+        self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
         Ok(())
     }
@@ -484,14 +489,19 @@ impl Osd {
     /// Directory locks a list of sub-operations needs (ExportSubtree adds its objects).
     fn subop_locks(ops: &[SubOp]) -> Vec<(String, Scope)> {
         ops.iter()
-            .filter_map(|o| match o {
+            .flat_map(|o| match o {
                 SubOp::InsertEntry { dir, name, .. } | SubOp::RemoveEntry { dir, name, .. } => {
-                    Some((dir.clone(), Scope::Name(name.clone())))
+                    vec![(dir.clone(), Scope::Name(name.clone()))]
                 }
                 SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } | SubOp::RemoveShard { path, .. } => {
-                    Some((path.clone(), Scope::Whole))
+                    vec![(path.clone(), Scope::Whole)]
                 }
-                SubOp::ExportSubtree { .. } => None,
+                // The entry, and the shared inode it is about to become.
+                SubOp::ShareInode { dir, name, ino, .. } => {
+                    vec![(dir.clone(), Scope::Name(name.clone())), crate::links::inode_lock(*ino)]
+                }
+                SubOp::AdjustLinks { ino, .. } => vec![crate::links::inode_lock(*ino)],
+                SubOp::ExportSubtree { .. } => Vec::new(),
             })
             .collect()
     }
@@ -574,6 +584,13 @@ impl Osd {
                     (Some(e), Replace::Dir(ino)) if e.ino != *ino => {
                         Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")))
                     }
+                    // A hard link goes only with one of its links (the coordinator retries).
+                    (Some(e), Replace::NonDir) if e.link_home.is_some() => {
+                        Err(WireError::replaced_link(&p, e.ino, e.link_home.expect("a link")))
+                    }
+                    (Some(e), Replace::Link(ino)) if e.ino != *ino || e.link_home.is_none() => {
+                        Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")))
+                    }
                     (Some(e), _) if e.ino == inode.ino => Err(err(Errno::EBUSY, format!("'{p}' is being moved"))),
                     _ => Ok(()),
                 }
@@ -614,6 +631,8 @@ impl Osd {
                 Some(_) => Ok(()),
                 None => Err(err(Errno::ENOENT, format!("no shard of '{path}' here"))),
             },
+            SubOp::ShareInode { dir, name, ino, shard } => self.check_share(dir, name, *ino, *shard),
+            SubOp::AdjustLinks { ino, delta } => self.check_adjust(*ino, *delta),
             SubOp::ExportSubtree { .. } => Ok(()),
         }
     }
@@ -654,11 +673,12 @@ impl Osd {
         let mut locks = prepared.locks.clone();
         locks.extend(payload.imports.iter().map(|d| (d.path.clone(), Scope::Whole)));
         let guard = self.locks.lock(&locks, Some(txid), true).await.map_err(|_| err(Errno::EIO, "lock"))?;
-        let mut batch = self.commit_batch(&prepared, &payload)?;
+        let (mut batch, remote) = self.commit_batch(&prepared, &payload)?;
         batch.del_log(LogKind::Participant, txid);
         self.write(batch).await?;
         self.locks.release_tx(txid);
         drop(guard);
+        self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
         Ok(Reply::Done)
     }
@@ -675,7 +695,14 @@ impl Osd {
 
     /// The store batch that applies prepared sub-operations: removals first, then inserts
     /// and imports, so a replaced directory's object is deleted before its successor lands.
-    fn commit_batch(self: &Arc<Self>, p: &Prepared, payload: &CommitPayload) -> OpResult<Batch> {
+    /// Also returns the other servers' data records that files removed here no longer use
+    /// (to drop once the batch is written).
+    fn commit_batch(
+        self: &Arc<Self>,
+        p: &Prepared,
+        payload: &CommitPayload,
+    ) -> OpResult<(Batch, Vec<(ServerId, u64)>)> {
+        let mut remote = Vec::new();
         // Changed entry holders, keyed by (path, is a shard).
         let mut hosts: BTreeMap<(String, bool), DirObject> = BTreeMap::new();
         let mut b = Batch::new();
@@ -709,6 +736,7 @@ impl Osd {
                 }
                 SubOp::RemoveDir { path, .. } => b.del_dir(path),
                 SubOp::RemoveShard { path, .. } => b.del_shard(path),
+                SubOp::AdjustLinks { ino, delta } => remote.extend(self.commit_adjust(*ino, *delta, &mut b)?),
                 _ => {}
             }
         }
@@ -740,17 +768,14 @@ impl Osd {
                         Some(old) => {
                             d.mtime = Timespec::now();
                             d.ctime = d.mtime;
-                            // A file replaced by a rename: its data records go.
-                            let remote = self.drop_unused(
-                                &plusfs_proto::filedata::records(&old.pieces),
-                                &plusfs_proto::filedata::records(&inode.pieces),
-                                &mut b,
-                            )?;
-                            if !remote.is_empty() {
-                                tracing::warn!(
-                                    records = remote.len(),
-                                    "records of a replaced file stay on other servers"
-                                );
+                            // A file replaced by a rename: its data records go (a hard
+                            // link's belong to its shared inode, which `AdjustLinks` handles).
+                            if old.link_home.is_none() {
+                                remote.extend(self.drop_unused(
+                                    &plusfs_proto::filedata::records(&old.pieces),
+                                    &plusfs_proto::filedata::records(&inode.pieces),
+                                    &mut b,
+                                )?);
                             }
                         }
                         None => count_entry(d, inode.kind, 1),
@@ -758,6 +783,7 @@ impl Osd {
                     b.put_entry(d.ino, name, inode);
                 }
                 SubOp::CreateDir { path, object } => b.put_dir(path, object),
+                SubOp::ShareInode { dir, name, shard, .. } => self.commit_share(dir, name, *shard, &mut b)?,
                 _ => {}
             }
         }
@@ -774,6 +800,6 @@ impl Osd {
                 b.put_dir(path, d);
             }
         }
-        Ok(b)
+        Ok((b, remote))
     }
 }

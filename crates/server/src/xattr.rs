@@ -2,10 +2,11 @@
 //! directory), so they change in the same store write as the rest of its metadata.
 
 use crate::hugedir::Via;
+use crate::links::Found;
 use crate::locks::Scope;
-use crate::osd::{check_dir_path, err, split_entry, OpResult, Osd};
+use crate::osd::{check_dir_path, err, OpResult, Osd};
 use plusfs_proto::filedata::{MAX_XATTR_NAME, MAX_XATTR_TOTAL, MAX_XATTR_VALUE};
-use plusfs_proto::{Errno, FileKind, Reply, Response, Timespec, XattrOp};
+use plusfs_proto::{Errno, FileKind, Reply, Request, Response, Timespec, XattrOp};
 use plusfs_store::Batch;
 use std::sync::Arc;
 
@@ -75,18 +76,20 @@ fn check_name(name: &str, p: &str) -> OpResult<()> {
 impl Osd {
     /// `Xattr` on the entry's server: files, symlinks and FIFOs; `IsDir` for directories.
     pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via) -> Response {
-        let (dir, name) = split_entry(p)?;
-        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let host = self.host(dir, via)?;
-        let mut e = self.entry(&host.obj, p, name)?;
-        if e.kind == FileKind::Dir {
-            return Ok(Reply::IsDir { ino: e.ino });
+        let mut t = match self.find(p, via, !matches!(op, XattrOp::Get { .. } | XattrOp::List)).await? {
+            Found::Here(t) => t,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Xattr { path: p.into(), op: op.clone() }).await
+            }
+        };
+        if t.inode.kind == FileKind::Dir {
+            return Ok(Reply::IsDir { ino: t.inode.ino });
         }
-        let (reply, changed) = apply(&mut e.xattrs, op, p)?;
+        let (reply, changed) = apply(&mut t.inode.xattrs, op, p)?;
         if changed {
-            e.ctime = Timespec::now();
+            t.inode.ctime = Timespec::now();
             let mut b = Batch::new();
-            b.put_entry(host.obj.ino, name, &e);
+            t.save(&mut b);
             self.write(b).await?;
         }
         Ok(reply)

@@ -65,6 +65,8 @@ pub enum BatchOp {
     DelShard(String),
     PutEntry(Ino, String, Inode),
     DelEntry(Ino, String),
+    PutInode(Inode),
+    DelInode(Ino),
     PutCounter(&'static str, u64),
     PutLog(LogKind, TxId, Vec<u8>),
     DelLog(LogKind, TxId),
@@ -101,6 +103,13 @@ impl Batch {
     }
     pub fn del_entry(&mut self, dir: Ino, name: &str) {
         self.ops.push(BatchOp::DelEntry(dir, name.to_string()));
+    }
+    /// Writes the shared inode object of a hard-linked file (key: its inode number).
+    pub fn put_inode(&mut self, inode: &Inode) {
+        self.ops.push(BatchOp::PutInode(inode.clone()));
+    }
+    pub fn del_inode(&mut self, ino: Ino) {
+        self.ops.push(BatchOp::DelInode(ino));
     }
     pub fn put_counter(&mut self, name: &'static str, value: u64) {
         self.ops.push(BatchOp::PutCounter(name, value));
@@ -162,6 +171,10 @@ pub trait DirStore: Send + Sync + 'static {
     /// Every entry held here, as (directory inode, name, inode); used by fsck.
     fn all_entries(&self) -> Result<Vec<(Ino, String, Inode)>, StoreError>;
     /// A counter stored with [`Batch::put_counter`].
+    /// The shared inode object `ino` (a hard-linked file) held here.
+    fn get_inode(&self, ino: Ino) -> Result<Option<Inode>, StoreError>;
+    /// Every shared inode object held here.
+    fn all_inodes(&self) -> Result<Vec<Inode>, StoreError>;
     fn get_counter(&self, name: &str) -> Result<Option<u64>, StoreError>;
     /// One log record.
     fn get_log(&self, kind: LogKind, txid: TxId) -> Result<Option<Vec<u8>>, StoreError>;

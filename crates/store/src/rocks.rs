@@ -64,6 +64,12 @@ fn entry_key(dir: Ino, name: &str) -> Vec<u8> {
     k
 }
 
+fn inode_key(ino: Ino) -> Vec<u8> {
+    let mut k = vec![b'I'];
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
 fn record_key(id: u64) -> Vec<u8> {
     let mut k = vec![b'R'];
     k.extend_from_slice(&id.to_be_bytes());
@@ -114,6 +120,8 @@ fn to_write_batch(batch: &Batch, wb: &mut WriteBatch) {
             BatchOp::DelShard(p) => wb.delete(shard_key(p)),
             BatchOp::PutEntry(d, n, i) => wb.put(entry_key(*d, n), encode(i)),
             BatchOp::DelEntry(d, n) => wb.delete(entry_key(*d, n)),
+            BatchOp::PutInode(i) => wb.put(inode_key(i.ino), encode(i)),
+            BatchOp::DelInode(ino) => wb.delete(inode_key(*ino)),
             BatchOp::PutCounter(n, v) => wb.put(counter_key(n), v.to_be_bytes()),
             BatchOp::PutLog(k, t, r) => wb.put(log_key(*k, *t), r),
             BatchOp::DelLog(k, t) => wb.delete(log_key(*k, *t)),
@@ -315,6 +323,23 @@ impl DirStore for RocksStore {
             n += 1;
         }
         Ok(n)
+    }
+
+    fn get_inode(&self, ino: Ino) -> Result<Option<Inode>, StoreError> {
+        let key = inode_key(ino);
+        match self.db.get_pinned(&key).map_err(engine)? {
+            Some(v) => Ok(Some(decode(&key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn all_inodes(&self) -> Result<Vec<Inode>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(b"I") {
+            let (k, v) = item?;
+            out.push(decode(&k, &v)?);
+        }
+        Ok(out)
     }
 
     fn get_counter(&self, name: &str) -> Result<Option<u64>, StoreError> {

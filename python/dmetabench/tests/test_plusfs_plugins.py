@@ -90,6 +90,13 @@ def test_python_module_basics(cluster):
     fs.rmdir("/py/a/b")
     fs.rename("/py/a", "/py/c")
     assert fs.lstat("/py/c").st_nlink == 2
+    fs.openv("/py/c", ["f"], create=True)
+    fs.link("/py/c/f", "/py/g")
+    assert fs.lstat("/py/g").st_nlink == 2 and fs.lstat("/py/c/f").st_ino == fs.lstat("/py/g").st_ino
+    with pytest.raises(FileExistsError):
+        fs.link("/py/c/f", "/py/g")
+    fs.unlink("/py/c/f")
+    assert fs.lstat("/py/g").st_nlink == 1
 
 
 def test_hugedir_policy_from_python(cluster):

@@ -1,0 +1,254 @@
+//! Hard links.
+//!
+//! A file's inode is embedded in its directory entry while it has one name. `link` moves
+//! it into a *shared inode object* (`I<ino>`) on the server that holds the entry, and
+//! every name of the file becomes a link entry ([`Inode::link`]) naming that server, its
+//! *inode home*. The home never changes: renames move link entries like any other, and
+//! the data records stay where the pieces say.
+//!
+//! Requests about a link entry are served where the inode is: the entry's server forwards
+//! them to the home as `OnInode` (one extra hop, only for hard-linked files). `link`,
+//! `unlink` of a link, and a rename over a link change the entries and the link count in
+//! one transaction (the two-phase commit of `txn.rs` when two servers take part), so the
+//! count always equals the number of link entries. At zero the shared object and its data
+//! go; at one it stays shared.
+
+use crate::hugedir::Via;
+use crate::locks::{Guard, Scope};
+use crate::osd::{eio, err, split_entry, OpResult, Osd};
+use crate::txn::{add_part, Parts};
+use plusfs_proto::{Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId, SubOp, WireError};
+use plusfs_store::Batch;
+use std::sync::Arc;
+
+/// Most links a file may have (EMLINK beyond), as ext4.
+pub const MAX_LINKS: u32 = 65_000;
+
+/// Where the inode an entry request acts on is stored here.
+pub(crate) enum Slot {
+    /// Embedded in entry `name` of the directory with inode `dir`.
+    Entry { dir: Ino, name: String },
+    /// A shared inode object.
+    Shared,
+}
+
+/// The inode an entry request acts on, with the busy lock taken for a change.
+pub(crate) struct Target {
+    pub inode: Inode,
+    pub slot: Slot,
+    _guard: Option<Guard>,
+}
+
+impl Target {
+    /// Adds the write of the (changed) inode to `b`.
+    pub(crate) fn save(&self, b: &mut Batch) {
+        match &self.slot {
+            Slot::Entry { dir, name } => b.put_entry(*dir, name, &self.inode),
+            Slot::Shared => b.put_inode(&self.inode),
+        }
+    }
+}
+
+/// The outcome of [`Osd::find`].
+#[allow(clippy::large_enum_variant)] // short-lived, returned once per request
+pub(crate) enum Found {
+    Here(Target),
+    /// A link to a shared inode on another server: forward the request there.
+    Elsewhere {
+        home: ServerId,
+        ino: Ino,
+    },
+}
+
+/// The busy-lock key of shared inode `ino` (not a path, so no directory lock covers it).
+pub(crate) fn inode_lock(ino: Ino) -> (String, Scope) {
+    (format!("#inode/{ino}"), Scope::Whole)
+}
+
+impl Osd {
+    /// Finds the inode that an entry request for `p` (addressed as `via`) acts on: the
+    /// embedded inode, a shared one held here, or the home to forward to. With `lock` the
+    /// entry's (or the shared inode's) busy lock is held by the returned target.
+    pub(crate) async fn find(self: &Arc<Self>, p: &str, via: Via, lock: bool) -> OpResult<Found> {
+        if let Via::Inode(ino) = via {
+            return Ok(Found::Here(self.shared_target(p, ino, lock).await?));
+        }
+        let (dir, name) = split_entry(p)?;
+        let guard = match lock {
+            true => self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await.ok(),
+            false => None,
+        };
+        let host = self.host(dir, via)?;
+        let e = self.entry(&host.obj, p, name)?;
+        match e.link_home {
+            None => Ok(Found::Here(Target {
+                inode: e,
+                slot: Slot::Entry { dir: host.obj.ino, name: name.into() },
+                _guard: guard,
+            })),
+            Some(home) if home == self.id => {
+                drop(guard);
+                Ok(Found::Here(self.shared_target(p, e.ino, lock).await?))
+            }
+            Some(home) => Ok(Found::Elsewhere { home, ino: e.ino }),
+        }
+    }
+
+    async fn shared_target(self: &Arc<Self>, p: &str, ino: Ino, lock: bool) -> OpResult<Target> {
+        let guard = match lock {
+            true => self.locks.lock(&[inode_lock(ino)], None, true).await.ok(),
+            false => None,
+        };
+        let inode = self
+            .store
+            .get_inode(ino)
+            .map_err(eio)?
+            .ok_or_else(|| err(Errno::ENOENT, format!("'{p}' does not exist (inode {ino} has no links left)")))?;
+        Ok(Target { inode, slot: Slot::Shared, _guard: guard })
+    }
+
+    /// Sends entry request `op` to the home of shared inode `ino`.
+    pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request) -> Response {
+        match self.peers.call(home, &Request::OnInode { ino, op: Box::new(op) }).await {
+            Ok(r) => r,
+            Err(e) => Err(err(e.errno(), format!("inode server {home}: {e}"))),
+        }
+    }
+
+    /// The current inode behind entry `e` (itself unless it is a link), for reads.
+    pub(crate) async fn resolve(self: &Arc<Self>, p: &str, e: Inode) -> OpResult<Inode> {
+        match e.link_home {
+            None => Ok(e),
+            Some(home) if home == self.id => Ok(self.shared_target(p, e.ino, false).await?.inode),
+            Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }).await? {
+                Reply::Attr(a) => Ok(Inode {
+                    ino: a.ino,
+                    kind: a.kind,
+                    mode: a.mode & 0o7777,
+                    uid: a.uid,
+                    gid: a.gid,
+                    size: a.size,
+                    nlink: a.nlink,
+                    atime: a.atime,
+                    mtime: a.mtime,
+                    ctime: a.ctime,
+                    rdev: a.rdev,
+                    ..Inode::subdir(a.ino)
+                }),
+                other => Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+            },
+        }
+    }
+
+    /// `link`, on the server of `src`'s entry: a new entry `dst` for the same inode.
+    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via) -> Response {
+        let (ddir, dname) = split_entry(dst)?;
+        // The new entry goes to the home of `ddir`, or where its distribution says.
+        let mut at = (self.map.home_of_dir(ddir), None);
+        for _ in 0..3 {
+            match self.retrying(|| self.link_once(src, dst, via, at)).await {
+                Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
+                    at = (info.server_of(dname), Some(info.incarnation));
+                }
+                r => return r,
+            }
+        }
+        Err(err(Errno::EBUSY, format!("the distribution of '{ddir}' keeps changing")))
+    }
+
+    /// One attempt of `link` with the new entry on `at` (server, shard incarnation).
+    async fn link_once(self: &Arc<Self>, src: &str, dst: &str, via: Via, at: (ServerId, Option<u64>)) -> Response {
+        let (sdir, sname) = split_entry(src)?;
+        let (ddir, dname) = split_entry(dst)?;
+        let e = self.entry(&self.host(sdir, via)?.obj, src, sname)?;
+        if e.kind == FileKind::Dir {
+            return Err(err(Errno::EPERM, format!("'{src}' is a directory; directories cannot be hard-linked")));
+        }
+        let (home, grow) = match e.link_home {
+            None => {
+                (self.id, SubOp::ShareInode { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() })
+            }
+            Some(home) => (home, SubOp::AdjustLinks { ino: e.ino, delta: 1 }),
+        };
+        let mut parts = Parts::new();
+        add_part(&mut parts, home, grow);
+        let inode = Inode::link(e.ino, e.kind, home);
+        let insert =
+            SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace: Replace::Never, shard: at.1 };
+        add_part(&mut parts, at.0, insert);
+        self.run(parts).await?;
+        Ok(Reply::Done)
+    }
+
+    /// `unlink` of a link entry: the entry goes and the shared inode loses a link, in one
+    /// transaction.
+    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let home = e.link_home.expect("a link entry");
+        let mut parts = Parts::new();
+        let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
+        add_part(&mut parts, self.id, remove);
+        add_part(&mut parts, home, SubOp::AdjustLinks { ino: e.ino, delta: -1 });
+        self.retrying(|| async { self.run(parts.clone()).await.map(|_| Reply::Done) }).await
+    }
+
+    /// Checks a `ShareInode` sub-operation.
+    pub(crate) fn check_share(self: &Arc<Self>, dir: &str, name: &str, ino: Ino, shard: Option<u64>) -> OpResult<()> {
+        let p = plusfs_proto::path::join(dir, name);
+        let e = self.entry(&self.host(dir, shard.map_or(Via::Home, Via::Shard))?.obj, &p, name)?;
+        match e.link_home {
+            _ if e.ino != ino => Err(err(Errno::EBUSY, format!("'{p}' changed during the operation"))),
+            Some(_) => Err(err(Errno::EBUSY, format!("'{p}' was linked during the operation"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks an `AdjustLinks` sub-operation.
+    pub(crate) fn check_adjust(&self, ino: Ino, delta: i32) -> OpResult<()> {
+        let inode = self.store.get_inode(ino).map_err(eio)?;
+        match inode {
+            None => Err(err(Errno::ENOENT, format!("inode {ino} has no links left"))),
+            Some(i) if delta > 0 && i.nlink.saturating_add(delta as u32) > MAX_LINKS => {
+                Err(err(Errno::EMLINK, format!("inode {ino} has {} links already", i.nlink)))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Applies a prepared `ShareInode` to `b` (the entry was checked and is locked).
+    pub(crate) fn commit_share(
+        self: &Arc<Self>,
+        dir: &str,
+        name: &str,
+        shard: Option<u64>,
+        b: &mut Batch,
+    ) -> OpResult<()> {
+        let p = plusfs_proto::path::join(dir, name);
+        let d = self.host(dir, shard.map_or(Via::Home, Via::Shard))?.obj;
+        let mut inode = self.entry(&d, &p, name)?;
+        if inode.link_home.is_some() {
+            return Ok(()); // applied already (a re-sent decision)
+        }
+        b.put_entry(d.ino, name, &Inode::link(inode.ino, inode.kind, self.id));
+        inode.nlink += 1;
+        inode.ctime = plusfs_proto::Timespec::now();
+        b.put_inode(&inode);
+        Ok(())
+    }
+
+    /// Applies a prepared `AdjustLinks` to `b`; returns the other servers' records of an
+    /// inode that lost its last link, to drop once `b` is written.
+    pub(crate) fn commit_adjust(&self, ino: Ino, delta: i32, b: &mut Batch) -> OpResult<Vec<(ServerId, u64)>> {
+        let Some(mut inode) = self.store.get_inode(ino).map_err(eio)? else {
+            return Ok(Vec::new());
+        };
+        inode.nlink = inode.nlink.saturating_add_signed(delta);
+        inode.ctime = plusfs_proto::Timespec::now();
+        if inode.nlink > 0 {
+            b.put_inode(&inode);
+            return Ok(Vec::new());
+        }
+        b.del_inode(ino);
+        self.drop_unused(&plusfs_proto::filedata::records(&inode.pieces), &Default::default(), b)
+    }
+}
