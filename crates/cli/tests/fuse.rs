@@ -102,8 +102,25 @@ fn coreutils_and_tar_on_the_mount() {
     sh(&format!("echo more >> {mnt}/f && test \"$(cat {mnt}/f)\" = helmore"));
     // Hard links: ln, and tar keeping them.
     sh(&format!("ln {mnt}/f {mnt}/f2 && test \"$(stat -c %h {mnt}/f)\" = 2 && test \"$(cat {mnt}/f2)\" = helmore"));
-    sh(&format!("mkdir {mnt}/lt && cd {mnt} && tar cf - f f2 | (cd lt && tar xf -) && test \"$(stat -c %h lt/f2)\" = 2"));
-    sh(&format!("rm {mnt}/f2 {mnt}/lt/f && test \"$(stat -c %h {mnt}/f)\" = 1 && test \"$(cat {mnt}/lt/f2)\" = helmore"));
+    sh(&format!(
+        "mkdir {mnt}/lt && cd {mnt} && tar cf - f f2 | (cd lt && tar xf -) && test \"$(stat -c %h lt/f2)\" = 2"
+    ));
+    sh(&format!(
+        "rm {mnt}/f2 {mnt}/lt/f && test \"$(stat -c %h {mnt}/f)\" = 1 && test \"$(cat {mnt}/lt/f2)\" = helmore"
+    ));
+    // renameat2(RENAME_EXCHANGE) and RENAME_NOREPLACE.
+    let (f, g) =
+        (std::ffi::CString::new(format!("{mnt}/f")).unwrap(), std::ffi::CString::new(format!("{mnt}/lt/f2")).unwrap());
+    fs::write(format!("{mnt}/f"), b"one").unwrap();
+    fs::write(format!("{mnt}/lt/f2"), b"two").unwrap();
+    // SAFETY: valid C strings.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, g.as_ptr(), libc::RENAME_EXCHANGE) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    assert_eq!(fs::read(format!("{mnt}/f")).unwrap(), b"two");
+    assert_eq!(fs::read(format!("{mnt}/lt/f2")).unwrap(), b"one");
+    // SAFETY: valid C strings.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, g.as_ptr(), libc::RENAME_NOREPLACE) };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EEXIST)));
     // Extended attributes, through the kernel's xattr system calls.
     let f = std::ffi::CString::new(format!("{mnt}/f")).unwrap();
     let name = std::ffi::CString::new("user.k").unwrap();

@@ -236,3 +236,35 @@ async fn a_server_killed_during_links_loses_nothing() {
     let names = c.readdir(&b).await.unwrap().len() as u32;
     assert_eq!(nlink(&c, &f).await, names + 1, "one link per name, none lost or doubled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_exchange_swaps_files_atomically() {
+    let cluster = TestCluster::start(3);
+    let c = cluster.client();
+    let (a, b) = dirs_on_two_servers(&c).await;
+    let (x, y) = (format!("{a}/x"), format!("{b}/y"));
+    c.create(&x, 0o600, true).await.unwrap();
+    c.write(&x, 0, b"from x").await.unwrap();
+    c.create(&y, 0o644, true).await.unwrap();
+    c.write(&y, 0, b"from y, longer").await.unwrap();
+    let (ix, iy) = (c.lstat(&x).await.unwrap().ino, c.lstat(&y).await.unwrap().ino);
+    c.exchange(&x, &y).await.unwrap();
+    assert_eq!(c.read_all(&x).await.unwrap(), b"from y, longer");
+    assert_eq!(c.read_all(&y).await.unwrap(), b"from x");
+    assert_eq!((c.lstat(&x).await.unwrap().ino, c.lstat(&y).await.unwrap().ino), (iy, ix));
+    assert_eq!(c.lstat(&y).await.unwrap().mode & 0o7777, 0o600, "attributes travel with the inode");
+    // A hard link and a symlink in the same directory: counts unchanged.
+    let (l, s) = (format!("{a}/l"), format!("{a}/s"));
+    c.link(&y, &l).await.unwrap();
+    c.symlink("target", &s).await.unwrap();
+    c.exchange(&l, &s).await.unwrap();
+    assert_eq!(c.readlink(&l).await.unwrap(), "target");
+    assert_eq!(c.read_all(&s).await.unwrap(), b"from x");
+    assert_eq!(nlink(&c, &y).await, 2);
+    // Errors: a missing side, a directory.
+    assert_eq!(c.exchange(&x, &format!("{b}/missing")).await.unwrap_err().errno, Errno::ENOENT);
+    c.mkdir(&format!("{b}/dir"), 0o755).await.unwrap();
+    assert_eq!(c.exchange(&x, &format!("{b}/dir")).await.unwrap_err().errno, Errno::EINVAL);
+    assert_eq!(c.read_all(&x).await.unwrap(), b"from y, longer", "failed exchanges change nothing");
+    cluster.assert_fsck_clean();
+}

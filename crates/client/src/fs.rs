@@ -436,6 +436,15 @@ impl Client {
         self.entry_rpc("move", src_raw, &src_parent, &src_name, req).await.map(drop)
     }
 
+    /// `renameat2(RENAME_EXCHANGE)`: entries `a` and `b` swap atomically. Both must exist
+    /// and be non-directories (EINVAL for directories).
+    pub async fn exchange(&self, a_raw: &str, b_raw: &str) -> Result<(), FsError> {
+        let (a, a_parent, a_name) = self.target("exchange", a_raw, Errno::EBUSY)?;
+        let (b, _, _) = self.target("exchange", b_raw, Errno::EBUSY)?;
+        let req = Request::Exchange { a, b };
+        self.entry_rpc("exchange", a_raw, &a_parent, &a_name, req).await.map(drop)
+    }
+
     /// `link(2)`: a new name `dst` for the file (not directory) `src`; returns the file's
     /// attributes with the new link count.
     pub async fn link(&self, src_raw: &str, dst_raw: &str) -> Result<Attr, FsError> {

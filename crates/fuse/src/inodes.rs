@@ -73,6 +73,20 @@ impl Inodes {
         }
     }
 
+    /// Entries `a` and `b` (non-directories) swapped their inodes.
+    pub fn exchanged(&mut self, a: &str, b: &str) {
+        let (ia, ib) = (self.by_path.remove(a), self.by_path.remove(b));
+        for (ino, from, to) in [(ia, a, b), (ib, b, a)] {
+            let Some(ino) = ino else { continue };
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                for p in n.paths.iter_mut().filter(|p| *p == from) {
+                    *p = to.to_string();
+                }
+            }
+            self.by_path.insert(to.to_string(), ino);
+        }
+    }
+
     /// `src` was renamed to `dst`: it and everything known below it moved.
     pub fn renamed(&mut self, src: &str, dst: &str) {
         // Whatever was known at the destination is gone (replaced).
@@ -110,6 +124,16 @@ mod tests {
         assert_eq!(t.path(7), None);
         t.forget(1, 100);
         assert_eq!(t.path(1).as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn exchange_swaps_names() {
+        let mut t = Inodes::new();
+        t.remember(5, "/a");
+        t.remember(6, "/b");
+        t.exchanged("/a", "/b");
+        assert_eq!(t.path(5).as_deref(), Some("/b"));
+        assert_eq!(t.path(6).as_deref(), Some("/a"));
     }
 
     #[test]

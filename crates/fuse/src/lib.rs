@@ -264,8 +264,11 @@ impl PlusFs {
         let src = self.child(parent, name)?;
         let dst = self.child(newparent, newname)?;
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-            // An atomic exchange needs both entries in one transaction; not offered yet.
-            return Err(Errno::EINVAL);
+            self.flush_within(&src)?;
+            self.flush_within(&dst)?;
+            self.run(self.client.exchange(&src, &dst))?;
+            self.inodes.lock().expect("inode table").exchanged(&src, &dst);
+            return Ok(());
         }
         if flags.contains(RenameFlags::RENAME_NOREPLACE) && self.rt.block_on(self.client.lstat(&dst)).is_ok() {
             return Err(Errno::EEXIST);

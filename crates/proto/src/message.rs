@@ -333,6 +333,9 @@ pub enum SubOp {
     /// Add `delta` to the link count of shared inode `ino` held here; at zero the inode and
     /// its data go.
     AdjustLinks { ino: Ino, delta: i32 },
+    /// One side of `RENAME_EXCHANGE`: entry `name` of `dir` (a non-directory) is voted
+    /// out with its inode, and at commit takes the inode of the other side.
+    ExchangeEntry { dir: String, name: String, shard: Option<u64> },
 }
 
 /// What an [`SubOp::InsertEntry`] may replace.
@@ -354,6 +357,8 @@ pub enum Replace {
 pub struct CommitPayload {
     /// Directory objects this server becomes the home of (directory rename).
     pub imports: Vec<DirDump>,
+    /// New inodes of `ExchangeEntry` entries here: (directory, name, inode).
+    pub swap_in: Vec<(String, String, Inode)>,
 }
 
 /// A participant's YES vote; a NO vote is an error reply.
@@ -361,6 +366,8 @@ pub struct CommitPayload {
 pub struct Vote {
     /// Objects exported by an `ExportSubtree` sub-operation.
     pub exports: Vec<DirDump>,
+    /// Current inodes of `ExchangeEntry` entries: (directory, name, inode).
+    pub swap_out: Vec<(String, String, Inode)>,
 }
 
 /// Counters of one server, as `plusfs cluster status` prints them.
@@ -646,6 +653,12 @@ pub enum Request {
         src: String,
         dst: String,
     },
+    /// `rename` with `RENAME_EXCHANGE`: entries `a` and `b` (non-directories) swap
+    /// atomically; sent to `a`'s server.
+    Exchange {
+        a: String,
+        b: String,
+    },
     /// From an entry's server to the home of its shared inode: `op` (an entry request
     /// such as `Stat`, `Write`, `SetAttr`; its path only names the file in errors)
     /// applies to shared inode `ino`.
@@ -710,7 +723,8 @@ impl Request {
             Xattr { .. } => 35,
             DirXattr { .. } => 36,
             Link { .. } => 37,
-            OnInode { .. } => 38,
+            Exchange { .. } => 38,
+            OnInode { .. } => 39,
         }
     }
 
@@ -753,7 +767,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 39] = [
+pub const OPCODE_NAMES: [&str; 40] = [
     "invalid",
     "ping",
     "mkdir",
@@ -792,6 +806,7 @@ pub const OPCODE_NAMES: [&str; 39] = [
     "xattr",
     "dir_xattr",
     "link",
+    "exchange",
     "on_inode",
 ];
 

@@ -109,6 +109,7 @@ fn requests() -> Vec<Request> {
                 SubOp::RemoveShard { path: "/b".into(), ino: 8 },
                 SubOp::ShareInode { dir: "/a".into(), name: "f".into(), ino: 300, shard: None },
                 SubOp::AdjustLinks { ino: 300, delta: -1 },
+                SubOp::ExchangeEntry { dir: "/a".into(), name: "f".into(), shard: Some(2) },
             ],
         },
         Request::TxCommit {
@@ -119,6 +120,7 @@ fn requests() -> Vec<Request> {
                     object: dir_object(),
                     entries: vec![("f".into(), inode())],
                 }],
+                swap_in: vec![("/a".into(), "f".into(), inode())],
             },
         },
         Request::TxAbort { txid: 1 },
@@ -154,6 +156,7 @@ fn requests() -> Vec<Request> {
         },
         Request::DirXattr { path: "/a".into(), op: XattrOp::List },
         Request::Link { src: "/a/f".into(), dst: "/b/g".into() },
+        Request::Exchange { a: "/a/f".into(), b: "/b/g".into() },
         Request::OnInode { ino: 300, op: Box::new(Request::Stat { path: "/b/g".into() }) },
     ]
 }
@@ -184,6 +187,7 @@ fn responses() -> Vec<Response> {
             shared: vec![(300, 2)],
         })),
         Ok(Reply::Vote(Vote::default())),
+        Ok(Reply::Vote(Vote { exports: vec![], swap_out: vec![("/b".into(), "g".into(), inode())] })),
         Ok(Reply::Batch(BatchReply {
             errnos: vec![Errno::OK, Errno::EEXIST],
             attrs: vec![Attr::of_inode(&inode())],

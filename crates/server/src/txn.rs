@@ -82,6 +82,30 @@ pub(crate) fn add_part(parts: &mut Parts, server: ServerId, op: SubOp) {
     }
 }
 
+/// Routes the inodes voted out by the two `ExchangeEntry` sub-operations of `parts` to
+/// the payload of the other side's server.
+fn swap_payloads(
+    parts: &Parts,
+    swapped: Vec<(String, String, Inode)>,
+    payloads: &mut HashMap<ServerId, CommitPayload>,
+) {
+    let sides: Vec<(ServerId, &String, &String)> = parts
+        .iter()
+        .flat_map(|(s, ops)| {
+            ops.iter().filter_map(move |o| match o {
+                SubOp::ExchangeEntry { dir, name, .. } => Some((*s, dir, name)),
+                _ => None,
+            })
+        })
+        .collect();
+    let [(sa, da, na), (sb, db, nb)] = sides[..] else { return };
+    let inode_of = |d: &String, n: &String| swapped.iter().find(|(sd, sn, _)| sd == d && sn == n).map(|x| x.2.clone());
+    if let (Some(ia), Some(ib)) = (inode_of(da, na), inode_of(db, nb)) {
+        payloads.entry(sa).or_default().swap_in.push((da.clone(), na.clone(), ib));
+        payloads.entry(sb).or_default().swap_in.push((db.clone(), nb.clone(), ia));
+    }
+}
+
 impl Osd {
     // ----- client-facing operations -------------------------------------------------
 
@@ -326,13 +350,16 @@ impl Osd {
     async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>) -> OpResult<()> {
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
         let (guard, prepared) = self.check_subops(txid, &ops, true).await?;
-        let payload = if prepared.exported.is_empty() {
-            CommitPayload::default()
+        let mut payloads = if prepared.exported.is_empty() {
+            HashMap::new()
         } else {
             // A directory rename inside a one-server cluster: re-home locally.
             let exports = self.dump(&prepared.exported)?;
-            self.payloads_from_exports(&ops, exports).remove(&self.id).unwrap_or_default()
+            self.payloads_from_exports(&ops, exports)
         };
+        let parts = vec![(self.id, ops.clone())];
+        swap_payloads(&parts, self.swap_out(&ops)?, &mut payloads);
+        let payload = payloads.remove(&self.id).unwrap_or_default();
         let (batch, remote) = self.commit_batch(&prepared, &payload)?;
         self.write(batch).await?;
         drop(guard);
@@ -373,20 +400,62 @@ impl Osd {
             return Err(no);
         }
         crate::failpoint::hit("coordinator_after_votes");
-        let mut exports = Vec::new();
+        let (mut exports, mut swapped) = (Vec::new(), Vec::new());
         for v in votes {
-            if let Ok(Reply::Vote(Vote { exports: e })) = v {
+            if let Ok(Reply::Vote(Vote { exports: e, swap_out })) = v {
                 exports.extend(e);
+                swapped.extend(swap_out);
             }
         }
         let ops: Vec<SubOp> = parts.iter().flat_map(|p| p.1.iter().cloned()).collect();
         let mut payloads = self.payloads_from_exports(&ops, exports);
+        swap_payloads(parts, swapped, &mut payloads);
         rec.state = CoordState::Committing;
         rec.payloads = parts.iter().map(|(s, _)| (*s, payloads.remove(s).unwrap_or_default())).collect();
         self.log_coord(txid, &rec).await?;
         crate::failpoint::hit("coordinator_after_commit_record");
         self.clone().finish(txid, rec).await;
         Ok(())
+    }
+
+    /// The current inodes of the `ExchangeEntry` entries in `ops` (for the vote).
+    fn swap_out(self: &Arc<Self>, ops: &[SubOp]) -> OpResult<Vec<(String, String, Inode)>> {
+        let mut out = Vec::new();
+        for op in ops {
+            if let SubOp::ExchangeEntry { dir, name, shard } = op {
+                let p = plusfs_proto::path::join(dir, name);
+                out.push((dir.clone(), name.clone(), self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `rename(a, b)` with `RENAME_EXCHANGE`, on `a`'s entry server: both entries (files,
+    /// symlinks, links; not directories) swap their inodes in one transaction.
+    pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via) -> Response {
+        let (adir, aname) = split_entry(a)?;
+        let (bdir, bname) = split_entry(b)?;
+        self.entry(&self.host(adir, via)?.obj, a, aname)?;
+        if a == b {
+            return Ok(Reply::Done);
+        }
+        let mut at = (self.map.home_of_dir(bdir), None);
+        for _ in 0..3 {
+            let mut parts = Parts::new();
+            add_part(
+                &mut parts,
+                self.id,
+                SubOp::ExchangeEntry { dir: adir.into(), name: aname.into(), shard: via.shard() },
+            );
+            add_part(&mut parts, at.0, SubOp::ExchangeEntry { dir: bdir.into(), name: bname.into(), shard: at.1 });
+            match self.retrying(|| async { self.run(parts.clone()).await.map(|_| Reply::Done) }).await {
+                Err(WireError { redirect: Some(info), .. }) if info.path == bdir => {
+                    at = (info.server_of(bname), Some(info.incarnation));
+                }
+                r => return r,
+            }
+        }
+        Err(err(Errno::EBUSY, format!("the distribution of '{bdir}' keeps changing")))
     }
 
     /// New homes of exported directory objects (directory rename).
@@ -490,9 +559,9 @@ impl Osd {
     fn subop_locks(ops: &[SubOp]) -> Vec<(String, Scope)> {
         ops.iter()
             .flat_map(|o| match o {
-                SubOp::InsertEntry { dir, name, .. } | SubOp::RemoveEntry { dir, name, .. } => {
-                    vec![(dir.clone(), Scope::Name(name.clone()))]
-                }
+                SubOp::InsertEntry { dir, name, .. }
+                | SubOp::RemoveEntry { dir, name, .. }
+                | SubOp::ExchangeEntry { dir, name, .. } => vec![(dir.clone(), Scope::Name(name.clone()))],
                 SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } | SubOp::RemoveShard { path, .. } => {
                     vec![(path.clone(), Scope::Whole)]
                 }
@@ -633,6 +702,13 @@ impl Osd {
             },
             SubOp::ShareInode { dir, name, ino, shard } => self.check_share(dir, name, *ino, *shard),
             SubOp::AdjustLinks { ino, delta } => self.check_adjust(*ino, *delta),
+            SubOp::ExchangeEntry { dir, name, shard } => {
+                let p = plusfs_proto::path::join(dir, name);
+                match self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?.kind {
+                    FileKind::Dir => Err(err(Errno::EINVAL, format!("'{p}' is a directory; only files are exchanged"))),
+                    _ => Ok(()),
+                }
+            }
             SubOp::ExportSubtree { .. } => Ok(()),
         }
     }
@@ -661,7 +737,7 @@ impl Osd {
         crate::failpoint::hit("participant_after_prepare_record");
         self.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
-        Ok(Reply::Vote(Vote { exports }))
+        Ok(Reply::Vote(Vote { exports, swap_out: self.swap_out(&prepared.ops)? }))
     }
 
     pub(crate) async fn tx_commit(self: &Arc<Self>, txid: TxId, payload: CommitPayload) -> Response {
@@ -784,6 +860,20 @@ impl Osd {
                 }
                 SubOp::CreateDir { path, object } => b.put_dir(path, object),
                 SubOp::ShareInode { dir, name, shard, .. } => self.commit_share(dir, name, *shard, &mut b)?,
+                SubOp::ExchangeEntry { dir, name, shard } => {
+                    let Some((_, _, inode)) = payload.swap_in.iter().find(|(d, n, _)| d == dir && n == name) else {
+                        return Err(err(Errno::EIO, format!("no inode to exchange into '{dir}/{name}'")));
+                    };
+                    let key = load(&mut hosts, dir, *shard)?;
+                    let d = hosts.get_mut(&key).expect("loaded");
+                    d.mtime = Timespec::now();
+                    d.ctime = d.mtime;
+                    let mut inode = inode.clone();
+                    if inode.link_home.is_none() {
+                        inode.ctime = d.mtime;
+                    }
+                    b.put_entry(d.ino, name, &inode);
+                }
                 _ => {}
             }
         }
