@@ -51,6 +51,13 @@ pub enum ClusterCmd {
         /// Storing servers of a distributed directory (0: all).
         #[arg(long, default_value_t = 0)]
         hugedir_width: u32,
+        /// Free bytes each server keeps on its data file system (writes that would use them
+        /// get ENOSPC, so metadata always has room).
+        #[arg(long, default_value_t = 64 << 20)]
+        data_reserve: u64,
+        /// Size of the data segments compaction copies and frees (at most --data-reserve).
+        #[arg(long, default_value_t = 64 << 20)]
+        data_segment: u64,
         /// Return once all servers answer, leaving them running.
         #[arg(long)]
         detach: bool,
@@ -65,6 +72,9 @@ pub enum ClusterCmd {
         /// Data directory of a local cluster (instead of --cluster).
         #[arg(long)]
         data: Option<PathBuf>,
+        /// One JSON object per server (all counters) instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Reclaim the space of deleted and overwritten file data on every server now.
     Compact {
@@ -102,25 +112,42 @@ pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
 
 pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
     match c {
-        ClusterCmd::Up { servers, data, sync, hugedir_threshold, hugedir_width, detach } => {
+        ClusterCmd::Up {
+            servers,
+            data,
+            sync,
+            hugedir_threshold,
+            hugedir_width,
+            data_reserve,
+            data_segment,
+            detach,
+        } => {
             let sync = match sync {
                 SyncArg::Os => SyncMode::Os,
                 SyncArg::Always => SyncMode::Always,
             };
             let hugedirs = HugedirSettings { threshold: hugedir_threshold, width: hugedir_width };
-            up(servers, data, &ClusterSettings { sync, hugedirs }, detach)
+            let data_settings = plusfs_placement::DataSettings {
+                reserve_bytes: data_reserve,
+                segment_bytes: data_segment,
+                ..Default::default()
+            };
+            up(servers, data, &ClusterSettings { sync, hugedirs, data: data_settings }, detach)
         }
         ClusterCmd::Down { data } => {
             let n = plusfs_localcluster::down(&data, Duration::from_secs(10))?;
             println!("stopped {n} servers");
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCmd::Status { data } => {
+        ClusterCmd::Status { data, json } => {
             let file = match data {
                 Some(d) => plusfs_localcluster::map_path(&d),
                 None => cluster.context("pass --data DIR or --cluster FILE")?,
             };
-            status(ClusterMap::load(&file)?)
+            match json {
+                true => status_json(ClusterMap::load(&file)?),
+                false => status(ClusterMap::load(&file)?),
+            }
         }
         ClusterCmd::Compact { live_percent } => compact(crate::load_map(cluster.as_ref())?, live_percent),
     }
@@ -173,6 +200,26 @@ fn compact(map: ClusterMap, live_percent: u32) -> Result<ExitCode> {
             (Ok(_), Ok(b), Ok(a)) => println!("server {}: data {b} -> {a} bytes", s.id),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 println!("server {}: {e}", s.id);
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `cluster status --json`: every server's counters as one JSON line each.
+fn status_json(map: ClusterMap) -> Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let client = {
+        let _g = rt.enter();
+        Client::new(map.clone(), ClientOptions { retries: 0, ..Default::default() })
+    };
+    let mut failed = false;
+    for s in &map.servers {
+        match rt.block_on(client.server_status(s.id)) {
+            Ok(st) => println!("{}", serde_json::to_string(&st)?),
+            Err(e) => {
+                println!("{}", serde_json::json!({ "id": s.id, "down": e.to_string() }));
                 failed = true;
             }
         }

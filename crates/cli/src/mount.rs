@@ -15,7 +15,9 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short, long)]
     foreground: bool,
-    /// Mount options: `allow_other`, `ttl=SECONDS` (attribute and name cache, default 1).
+    /// Mount options: `allow_other`, `ttl=SECONDS` (attribute and name cache, default 1),
+    /// `noreaddirplus` (list directories without attributes; `ls -l` then looks up each
+    /// entry).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -30,6 +32,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
     for o in options {
         match o.split_once('=') {
             None if o == "allow_other" => s.allow_other = true,
+            None if o == "noreaddirplus" => s.readdirplus = false,
             Some(("ttl", v)) => {
                 let secs: f64 = v.parse().with_context(|| format!("ttl '{v}' is not a number of seconds"))?;
                 if !(0.0..=3600.0).contains(&secs) {
@@ -37,7 +40,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
                 }
                 s.ttl = Duration::from_secs_f64(secs);
             }
-            _ => bail!("unknown mount option '{o}' (known: allow_other, ttl=SECONDS)"),
+            _ => bail!("unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus)"),
         }
     }
     Ok(s)

@@ -42,7 +42,12 @@ impl TestCluster {
     }
 
     pub fn start_settings(n: usize, settings: &ClusterSettings) -> TestCluster {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(&std::env::temp_dir(), n, settings)
+    }
+
+    /// Starts `n` servers with their data in a new directory below `base`.
+    pub fn start_in(base: &std::path::Path, n: usize, settings: &ClusterSettings) -> TestCluster {
+        let dir = tempfile::tempdir_in(base).expect("tempdir");
         let cluster = LocalCluster::up(&exe(), dir.path(), Some(n), settings).expect("cluster up");
         TestCluster { cluster, _dir: dir }
     }

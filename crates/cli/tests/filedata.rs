@@ -264,3 +264,78 @@ async fn a_crash_during_compaction_loses_nothing() {
         cluster.assert_fsck_clean();
     }
 }
+
+/// A size-limited tmpfs mounted for one test, unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// `None` (with a line saying so) where tmpfs cannot be mounted (not root).
+    fn mount(mib: u64) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            println!("SKIPPED: cannot mount a small tmpfs here (needs root); the full-disk test did not run");
+            return None;
+        }
+        Some(SmallDisk { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_data_disk_gives_enospc_and_loses_nothing() {
+    let Some(disk) = SmallDisk::mount(64) else { return };
+    let data = plusfs_placement::DataSettings { reserve_bytes: 8 << 20, segment_bytes: 4 << 20, ..Default::default() };
+    let settings = plusfs_localcluster::ClusterSettings { data, ..Default::default() };
+    let mut cluster = TestCluster::start_in(disk.dir.path(), 1, &settings);
+    let c = cluster.client();
+    let mut written = Vec::new();
+    let full = loop {
+        let i = written.len();
+        assert!(i < 80, "a 64 MiB disk cannot take 80 MiB");
+        let p = format!("/f{i}");
+        c.create(&p, 0o644, true).await.unwrap();
+        match c.write(&p, 0, &bytes(i as u64, 1 << 20)).await {
+            Ok(_) => written.push(p),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(full.errno, Errno::ENOSPC, "{full}");
+    assert!(written.len() >= 20, "only {} MiB fit", written.len());
+    // The server keeps serving: metadata changes, reads of everything acknowledged.
+    c.mkdir("/still", 0o755).await.unwrap();
+    c.create("/still/empty", 0o644, true).await.unwrap();
+    for (i, p) in written.iter().enumerate() {
+        assert_eq!(digest(&c.read_all(p).await.unwrap()), digest(&bytes(i as u64, 1 << 20)), "{p}");
+    }
+    // A restart on the full disk: everything acknowledged is still there.
+    let id = cluster.cluster.ids()[0];
+    cluster.cluster.kill(id).unwrap();
+    cluster.cluster.start(id).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    for (i, p) in written.iter().enumerate() {
+        assert_eq!(digest(&c.read_all(p).await.unwrap()), digest(&bytes(i as u64, 1 << 20)), "{p} after restart");
+    }
+    // Freed space is usable again once a mostly dead segment is compacted.
+    for p in &written[..written.len() * 3 / 4] {
+        c.unlink(p).await.unwrap();
+    }
+    let (code, out, err) = cluster.cli(&["cluster", "compact"]);
+    assert_eq!(code, 0, "{out}{err}");
+    c.create("/after", 0o644, true).await.unwrap();
+    c.write("/after", 0, &bytes(99, 4 << 20)).await.unwrap();
+    assert_eq!(digest(&c.read_all("/after").await.unwrap()), digest(&bytes(99, 4 << 20)));
+    cluster.assert_fsck_clean();
+    drop(cluster);
+}

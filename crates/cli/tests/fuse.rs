@@ -278,3 +278,53 @@ fn a_server_lost_under_the_mount_gives_eio_then_recovers() {
     cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
     assert_eq!(fs::read(m.path().join(&dir[1..]).join("f")).unwrap(), b"data");
 }
+
+/// A file unlinked (or renamed over) while open stays usable through its descriptor
+/// until the last close, with link count 0; then it is gone for good.
+#[test]
+fn open_files_outlive_their_names() {
+    if !fuse_available() {
+        return;
+    }
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::MetadataExt;
+    let cluster = TestCluster::start(2);
+    let m = Mount::new(&cluster);
+    let p = m.path().join("tmpfile");
+    let mut f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+    f.write_all(b"kept after unlink").unwrap();
+    fs::remove_file(&p).unwrap();
+    assert!(!p.exists());
+    assert_eq!(f.metadata().unwrap().nlink(), 0, "fstat after unlink");
+    f.write_all(b", and more").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut back = String::new();
+    f.read_to_string(&mut back).unwrap();
+    assert_eq!(back, "kept after unlink, and more");
+    // Renamed over while open: the reader keeps the old contents.
+    fs::write(m.path().join("target"), b"old").unwrap();
+    let mut reader = fs::File::open(m.path().join("target")).unwrap();
+    fs::write(m.path().join("new"), b"new").unwrap();
+    fs::rename(m.path().join("new"), m.path().join("target")).unwrap();
+    let mut old = String::new();
+    reader.read_to_string(&mut old).unwrap();
+    assert_eq!(old, "old");
+    assert_eq!(fs::read(m.path().join("target")).unwrap(), b"new");
+    drop(f);
+    drop(reader);
+    // The last closes removed the kept names (the kernel sends release asynchronously).
+    let c = cluster.client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = rt.block_on(c.readdir("/.plusfs-orphans")).unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "orphans left after close: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The keeping directory is not listed in the mount.
+    assert!(fs::read_dir(m.path()).unwrap().all(|e| e.unwrap().file_name() != ".plusfs-orphans"));
+    cluster.assert_fsck_clean();
+}

@@ -81,7 +81,7 @@ pub fn compact_segments(store: &DataStore, index: &mut dyn LiveIndex, ids: &[u32
             let extents: Vec<Extent> = live.iter().map(|l| l.extent).collect();
             let data = store.read_many(&extents, 1 << 20)?;
             let records: Vec<(u64, &[u8])> = live.iter().zip(&data).map(|(l, d)| (l.owner, d.as_slice())).collect();
-            let copies = store.append_records(&records)?;
+            let copies = store.append_unreserved(&records)?;
             store.sync()?;
             let moves: Vec<Move> =
                 live.iter().zip(&copies).map(|(l, to)| Move { key: l.key, from: l.extent, to: *to }).collect();

@@ -51,16 +51,20 @@ pub struct Extent {
 /// Settings of a data store.
 #[derive(Debug, Clone)]
 pub struct DataOptions {
-    /// Size at which the active segment is sealed (default 256 MiB). A single append larger
+    /// Size at which the active segment is sealed (default 64 MiB). A single append larger
     /// than this gets a segment of its own.
     pub segment_bytes: u64,
     /// `fdatasync` every append before returning (`sync = always`).
     pub sync: bool,
+    /// Appends fail with ENOSPC when they would leave less free space than this on the
+    /// store's file system, so the metadata store beside it never runs out (compaction,
+    /// which frees space, may use the reserve). Default 64 MiB.
+    pub reserve_bytes: u64,
 }
 
 impl Default for DataOptions {
     fn default() -> Self {
-        DataOptions { segment_bytes: 256 << 20, sync: false }
+        DataOptions { segment_bytes: 64 << 20, sync: false, reserve_bytes: 64 << 20 }
     }
 }
 
@@ -77,6 +81,8 @@ pub enum DataError {
     NoSegment(u32),
     #[error("a single record holds at most 4 GiB - 1")]
     TooLarge,
+    #[error("no space: {needed} bytes to write, {free} free, {reserve} kept in reserve")]
+    NoSpace { needed: u64, free: u64, reserve: u64 },
 }
 
 impl DataError {
@@ -85,6 +91,7 @@ impl DataError {
         match self {
             DataError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             DataError::TooLarge => libc::EFBIG,
+            DataError::NoSpace { .. } => libc::ENOSPC,
             _ => libc::EIO,
         }
     }
@@ -130,6 +137,18 @@ pub struct DataStore {
     active: Mutex<Active>,
     sealed: RwLock<HashMap<u32, Arc<File>>>,
     stats: Mutex<DataStats>,
+}
+
+/// Bytes an unprivileged writer may still use on the file system holding `dir`.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `st` a properly sized out-parameter.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn segment_name(id: u32) -> String {
@@ -182,6 +201,16 @@ impl DataStore {
 
     /// Appends records of possibly different owners contiguously, as [`DataStore::append`].
     pub fn append_records(&self, records: &[(u64, &[u8])]) -> Result<Vec<Extent>, DataError> {
+        let needed: u64 = records.iter().map(|r| HEADER_LEN as u64 + r.1.len() as u64).sum();
+        let free = free_bytes(&self.dir).map_err(io("statvfs", &self.dir))?;
+        if free < needed.saturating_add(self.opts.reserve_bytes) {
+            return Err(DataError::NoSpace { needed, free, reserve: self.opts.reserve_bytes });
+        }
+        self.append_unreserved(records)
+    }
+
+    /// [`DataStore::append_records`] without the free-space reserve (compaction).
+    pub(crate) fn append_unreserved(&self, records: &[(u64, &[u8])]) -> Result<Vec<Extent>, DataError> {
         let bufs: Vec<&[u8]> = records.iter().map(|r| r.1).collect();
         let total: u64 = bufs.iter().map(|b| HEADER_LEN as u64 + b.len() as u64).sum();
         if bufs.iter().any(|b| b.len() >= u32::MAX as usize) {
@@ -204,7 +233,15 @@ impl DataStore {
         }
         let path = self.dir.join(segment_name(active.id));
         let mut file: &File = &active.file;
-        write_all_vectored(&mut file, &mut slices).map_err(io("write", &path))?;
+        if let Err(e) = write_all_vectored(&mut file, &mut slices) {
+            // Cut what part of the records reached the file, so the next append starts
+            // where the extents say (the file is opened for appending).
+            if let Err(cut) = active.file.set_len(active.len) {
+                tracing::error!(segment = active.id, cause = %cut, "cannot cut a failed append; sealing the segment");
+                self.roll(&mut active)?;
+            }
+            return Err(io("write", &path)(e));
+        }
         if self.opts.sync {
             active.file.sync_data().map_err(io("sync", &path))?;
         }

@@ -28,6 +28,11 @@ impl Inodes {
         self.nodes.get(&ino).and_then(|n| n.paths.last().cloned())
     }
 
+    /// The inode known under `path`.
+    pub fn ino_of(&self, path: &str) -> Option<u64> {
+        self.by_path.get(path).copied()
+    }
+
     /// Inode number of the parent of `dir` (1 for `/` and unknown parents).
     pub fn parent_ino(&self, dir: &str) -> u64 {
         split(dir).and_then(|(p, _)| self.by_path.get(p).copied()).unwrap_or(1)

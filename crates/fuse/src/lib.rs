@@ -16,6 +16,7 @@
 //! is reported by the next of those calls, as NFS clients do.
 
 mod inodes;
+mod open_files;
 
 use fuser::{
     AccessFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
@@ -23,6 +24,7 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use inodes::Inodes;
+use open_files::{OpenFiles, ORPHANS};
 use plusfs_client::{Client, FsError};
 use plusfs_proto::path::join;
 use plusfs_proto::{Attr, DirEntry, FileKind, Semantics, SetAttr, TimeSet, Timespec};
@@ -41,11 +43,15 @@ pub struct MountSettings {
     pub ttl: Duration,
     /// Let other users than the mounting one use the mount (`-o allow_other`).
     pub allow_other: bool,
+    /// Answer directory listings with attributes (`readdirplus`, one batch stat per page
+    /// and storing server), so `ls -l` needs no lookup per entry (default on;
+    /// `-o noreaddirplus` turns it off).
+    pub readdirplus: bool,
 }
 
 impl Default for MountSettings {
     fn default() -> Self {
-        MountSettings { ttl: Duration::from_secs(1), allow_other: false }
+        MountSettings { ttl: Duration::from_secs(1), allow_other: false, readdirplus: true }
     }
 }
 
@@ -72,8 +78,10 @@ pub struct PlusFs {
     inodes: Mutex<Inodes>,
     listings: Mutex<HashMap<u64, Listing>>,
     pending: Mutex<HashMap<u64, Pending>>,
+    open_files: Mutex<OpenFiles>,
     next_fh: AtomicU64,
     ttl: Duration,
+    readdirplus: bool,
 }
 
 /// The errno an application sees. A server that cannot be reached after the client's
@@ -157,8 +165,10 @@ impl PlusFs {
             inodes: Mutex::new(Inodes::new()),
             listings: Mutex::default(),
             pending: Mutex::default(),
+            open_files: Mutex::default(),
             next_fh: AtomicU64::new(1),
             ttl: settings.ttl,
+            readdirplus: settings.readdirplus,
         })
     }
 
@@ -275,9 +285,52 @@ impl PlusFs {
         }
         self.flush_within(&src)?;
         self.flush_within(&dst)?;
+        if src != dst {
+            self.keep_if_open(&dst, false)?;
+        }
         self.run(self.client.rename(&src, &dst))?;
         self.inodes.lock().expect("inode table").renamed(&src, &dst);
         Ok(())
+    }
+
+    /// If the file at `path` is open through this mount, keeps it under a name in
+    /// [`ORPHANS`] until its last close: moved there (`unlink`) or linked there (`rename`
+    /// over it, which must stay atomic). Returns whether it was moved.
+    fn keep_if_open(&self, path: &str, move_it: bool) -> Result<bool, Errno> {
+        let ino = self.inodes.lock().expect("inode table").ino_of(path);
+        let Some(ino) = ino.filter(|i| self.open_files.lock().expect("open files").is_open(*i)) else {
+            return Ok(false);
+        };
+        match self.rt.block_on(self.client.mkdir(ORPHANS, 0o700)) {
+            Err(e) if e.errno != plusfs_proto::Errno::EEXIST => return Err(errno(e)),
+            _ => {}
+        }
+        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let hidden = format!("{ORPHANS}/{ino}.{}.{n}", std::process::id());
+        match move_it {
+            true => self.run(self.client.rename(path, &hidden))?,
+            false => match self.rt.block_on(self.client.link(path, &hidden)) {
+                Ok(_) => {}
+                // Not a file (a directory is never kept): replace it as usual.
+                Err(e) if e.errno == plusfs_proto::Errno::EPERM => return Ok(false),
+                Err(e) => return Err(errno(e)),
+            },
+        }
+        let mut inodes = self.inodes.lock().expect("inode table");
+        match move_it {
+            true => inodes.renamed(path, &hidden),
+            false => inodes.remember(ino, &hidden),
+        }
+        self.open_files.lock().expect("open files").orphaned(ino, hidden);
+        Ok(move_it)
+    }
+
+    /// Attributes as this mount shows them: an orphan's hidden name is not counted.
+    fn shown(&self, mut a: Attr) -> Attr {
+        if self.open_files.lock().expect("open files").is_orphan(a.ino) {
+            a.nlink = a.nlink.saturating_sub(1);
+        }
+        a
     }
 
     /// The snapshot of a directory listing for `fh` (taken at `opendir`).
@@ -296,6 +349,9 @@ impl Filesystem for PlusFs {
         }
         if let Err(max) = config.set_max_readahead(1 << 20) {
             let _ = config.set_max_readahead(max);
+        }
+        if self.readdirplus && config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS).is_err() {
+            tracing::warn!("the kernel does not offer readdirplus; listings come without attributes");
         }
         Ok(())
     }
@@ -370,7 +426,7 @@ impl Filesystem for PlusFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.flush_ino(ino.0).and_then(|_| self.path(ino)).and_then(|p| self.run(self.client.lstat(&p))) {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&self.shown(a))),
             Err(e) => reply.error(e),
         }
     }
@@ -435,8 +491,10 @@ impl Filesystem for PlusFs {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.child(parent, name).and_then(|p| {
             self.flush_within(&p)?;
-            self.run(self.client.unlink(&p))?;
-            self.inodes.lock().expect("inode table").unlinked(&p);
+            if !self.keep_if_open(&p, true)? {
+                self.run(self.client.unlink(&p))?;
+                self.inodes.lock().expect("inode table").unlinked(&p);
+            }
             Ok(())
         });
         match r {
@@ -507,7 +565,10 @@ impl Filesystem for PlusFs {
         });
         match r {
             // No cached pages survive an open: close-to-open consistency between clients.
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(()) => {
+                self.open_files.lock().expect("open files").opened(ino.0);
+                reply.opened(FileHandle(0), FopenFlags::empty())
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -574,7 +635,15 @@ impl Filesystem for PlusFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.flush_ino(ino.0) {
+        let flushed = self.flush_ino(ino.0);
+        let orphan = self.open_files.lock().expect("open files").released(ino.0);
+        if let Some(hidden) = orphan {
+            match self.rt.block_on(self.client.unlink(&hidden)) {
+                Ok(()) => self.inodes.lock().expect("inode table").unlinked(&hidden),
+                Err(e) => tracing::warn!(path = hidden, error = %e, "cannot remove a closed orphan"),
+            }
+        }
+        match flushed {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -589,7 +658,10 @@ impl Filesystem for PlusFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.path(ino).and_then(|p| Ok((p.clone(), self.run(self.client.readdir(&p))?))) {
-            Ok((dir, entries)) => {
+            Ok((dir, mut entries)) => {
+                if dir == "/" {
+                    entries.retain(|e| e.name != ORPHANS[1..]);
+                }
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 self.listings.lock().expect("listings").insert(fh, Listing { dir, entries });
                 reply.opened(FileHandle(fh), FopenFlags::empty());
@@ -705,6 +777,7 @@ impl Filesystem for PlusFs {
         match r {
             Ok((p, a)) => {
                 self.inodes.lock().expect("inode table").remember(a.ino, &p);
+                self.open_files.lock().expect("open files").opened(a.ino);
                 reply.created(&self.ttl, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::empty())
             }
             Err(e) => reply.error(e),

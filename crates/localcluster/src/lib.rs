@@ -34,6 +34,7 @@ pub struct LocalCluster {
 pub struct ClusterSettings {
     pub sync: SyncMode,
     pub hugedirs: HugedirSettings,
+    pub data: plusfs_placement::DataSettings,
 }
 
 /// Path of the cluster map inside a data directory.
@@ -87,7 +88,7 @@ impl LocalCluster {
                 epoch: 1,
                 sync: settings.sync,
                 hugedirs: settings.hugedirs.clone(),
-                data: Default::default(),
+                data: settings.data.clone(),
                 servers,
             };
             fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;

@@ -89,6 +89,23 @@ pub struct DataSettings {
     /// index) (default 4 MiB).
     #[serde(default = "default_chunk")]
     pub chunk_bytes: u64,
+    /// Free space each server keeps on its data file system: writes that would use it get
+    /// ENOSPC, so the metadata store never runs out and compaction, which may use it,
+    /// can always copy a segment's live data out (default 64 MiB; at least `segment_bytes`).
+    #[serde(default = "default_reserve")]
+    pub reserve_bytes: u64,
+    /// Size at which a server's active data segment is sealed (default 64 MiB): the unit
+    /// compaction copies and frees.
+    #[serde(default = "default_segment")]
+    pub segment_bytes: u64,
+}
+
+fn default_segment() -> u64 {
+    64 << 20
+}
+
+fn default_reserve() -> u64 {
+    64 << 20
 }
 
 fn default_small_file() -> u64 {
@@ -101,7 +118,12 @@ fn default_chunk() -> u64 {
 
 impl Default for DataSettings {
     fn default() -> Self {
-        DataSettings { small_file_bytes: default_small_file(), chunk_bytes: default_chunk() }
+        DataSettings {
+            small_file_bytes: default_small_file(),
+            chunk_bytes: default_chunk(),
+            reserve_bytes: default_reserve(),
+            segment_bytes: default_segment(),
+        }
     }
 }
 
@@ -172,6 +194,13 @@ impl ClusterMap {
         }
         if self.data.chunk_bytes == 0 || self.data.chunk_bytes > 64 << 20 {
             return Err(MapError::Invalid("data.chunk_bytes must be between 1 and 64 MiB".into()));
+        }
+        if self.data.segment_bytes < 1 << 20 || self.data.reserve_bytes < self.data.segment_bytes {
+            return Err(MapError::Invalid(
+                "data.segment_bytes must be at least 1 MiB and data.reserve_bytes at least data.segment_bytes \
+                 (compaction on a full disk needs room for one segment's live data)"
+                    .into(),
+            ));
         }
         if let ThresholdSetting::Word(w) = &self.hugedirs.threshold {
             if w != "never" {

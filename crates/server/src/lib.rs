@@ -64,7 +64,11 @@ pub async fn run(
     let store: Arc<dyn DirStore> =
         Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_err)?);
     let data_dir = config.data_dir.join("data");
-    let data_opts = plusfs_data::DataOptions { sync: always, ..Default::default() };
+    let data_opts = plusfs_data::DataOptions {
+        sync: always,
+        reserve_bytes: config.map.data.reserve_bytes,
+        segment_bytes: config.map.data.segment_bytes,
+    };
     let data = plusfs_data::DataStore::open(&data_dir, data_opts)
         .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
     let osd = Osd::open(config.id, config.map.clone(), store, Arc::new(data)).await.map_err(store_err)?;
