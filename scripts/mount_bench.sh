@@ -45,8 +45,9 @@ timed() {
   local t1; t1=$(date +%s.%N)
   local m1; m1=$(msgs)
   # The two status scans cost one request per server each.
-  echo "{\"step\":\"$step\",\"target\":\"$target\",\"run\":$run,\"seconds\":$(echo "$t1 - $t0" | bc),\"requests\":$((m1 - m0 - SERVERS))}" >> "$raw"
-  echo "$step [$target, run $run]: $(echo "$t1 - $t0" | bc) s, $((m1 - m0 - SERVERS)) messages to servers"
+  local secs; secs=$(printf '%.3f' "$(echo "$t1 - $t0" | bc)")
+  echo "{\"step\":\"$step\",\"target\":\"$target\",\"run\":$run,\"seconds\":$secs,\"requests\":$((m1 - m0 - SERVERS))}" >> "$raw"
+  echo "$step [$target, run $run]: $secs s, $((m1 - m0 - SERVERS)) messages to servers"
 }
 remount() {
   fusermount3 -u "$mnt" 2>/dev/null || true
@@ -101,7 +102,7 @@ for run in $(seq 1 "$RUNS"); do
   timed tar-x mount "$run" tar xf "$tarball" -C "$mnt/t$run"
   timed tar-x local "$run" tar xf "$tarball" -C "$local/t$run"
 done
-if ! diff -r "$local/t1" "$mnt/t1" >/dev/null; then
+if ! diff -r --no-dereference "$local/t1" "$mnt/t1" >/dev/null; then
   echo "the tree extracted into the mount differs from the local one" >&2
   exit 1
 fi

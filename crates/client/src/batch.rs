@@ -321,7 +321,7 @@ impl Client {
 }
 
 /// How many rounds of re-routing a batch goes through before giving up (EAGAIN).
-const MAX_ROUNDS: usize = 12;
+pub(crate) const MAX_ROUNDS: usize = 12;
 
 /// What one server's share of a batch is about.
 struct Part<'a> {

@@ -9,6 +9,7 @@
 //! [`BlockingClient`] wraps it for synchronous callers.
 
 mod batch;
+mod bfo;
 mod blocking;
 mod conn;
 mod dist;
@@ -19,6 +20,7 @@ mod fs;
 mod pool;
 
 pub use batch::{OpenFlags, Outcome};
+pub use bfo::{NewFile, DEFAULT_READ_BUFFER};
 pub use blocking::BlockingClient;
 pub use conn::{CallError, Connection};
 pub use dist::DistCache;

@@ -151,6 +151,11 @@ fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Extents this long are read alone, never merged with neighbours.
+pub const LARGE_EXTENT: u32 = 512 << 10;
+/// Longest read that merges several extents.
+pub const MAX_MERGED_READ: u64 = 8 << 20;
+
 fn segment_name(id: u32) -> String {
     format!("seg-{id:08}.pack")
 }
@@ -323,7 +328,9 @@ impl DataStore {
 
     /// The data of many extents, in the order given. Extents are read sorted by (segment,
     /// offset); neighbours less than `max_gap` bytes apart are read with one system call
-    /// (seed 002's ORDER_LIST), and each record is checked against its CRC.
+    /// (seed 002's ORDER_LIST) up to [`MAX_MERGED_READ`] bytes, extents of at least
+    /// [`LARGE_EXTENT`] bytes are read on their own (seed 002 §3.2.2), and each record is
+    /// checked against its CRC.
     pub fn read_many(&self, extents: &[Extent], max_gap: u64) -> Result<Vec<Vec<u8>>, DataError> {
         let mut order: Vec<usize> = (0..extents.len()).collect();
         order.sort_by_key(|&i| (extents[i].segment, extents[i].offset));
@@ -335,9 +342,13 @@ impl DataStore {
             let start = first.offset - HEADER_LEN as u64;
             let mut end = first.offset + first.len as u64;
             let mut j = i + 1;
-            while j < order.len() {
+            while j < order.len() && first.len < LARGE_EXTENT {
                 let e = extents[order[j]];
-                if e.segment != first.segment || (e.offset - HEADER_LEN as u64).saturating_sub(end) > max_gap {
+                if e.segment != first.segment
+                    || e.len >= LARGE_EXTENT
+                    || (e.offset - HEADER_LEN as u64).saturating_sub(end) > max_gap
+                    || e.offset + e.len as u64 - start > MAX_MERGED_READ
+                {
                     break;
                 }
                 end = end.max(e.offset + e.len as u64);

@@ -98,6 +98,14 @@ pub struct DataSettings {
     /// compaction copies and frees.
     #[serde(default = "default_segment")]
     pub segment_bytes: u64,
+    /// Records of one segment at most this far apart are read with one system call by
+    /// batch and range reads (seed 002's merged ORDER_LIST reads; default 256 KiB).
+    #[serde(default = "default_merge_gap")]
+    pub merge_gap_bytes: u64,
+}
+
+fn default_merge_gap() -> u64 {
+    256 << 10
 }
 
 fn default_segment() -> u64 {
@@ -123,6 +131,7 @@ impl Default for DataSettings {
             chunk_bytes: default_chunk(),
             reserve_bytes: default_reserve(),
             segment_bytes: default_segment(),
+            merge_gap_bytes: default_merge_gap(),
         }
     }
 }

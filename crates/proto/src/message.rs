@@ -473,6 +473,34 @@ pub struct BatchReply {
     pub dist: Option<DistInfo>,
 }
 
+/// One file of a batch write (`BatchWrite`, seed 002 §3.3): its whole new contents and
+/// attributes. The file is created, or an existing regular file replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileWrite {
+    pub name: String,
+    pub data: Vec<u8>,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Modification (and access) time to record; `None`: now.
+    pub mtime: Option<Timespec>,
+}
+
+/// What a batch read (`BatchRead`, seed 002 §3.2) returns for one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileRead {
+    /// The whole file.
+    Data {
+        attr: Attr,
+        data: Vec<u8>,
+    },
+    Failed(Errno),
+    /// Its bytes are not all on this server (a hard-linked or large file): read it alone.
+    Alone,
+    /// Not reached: the reply held as many bytes as asked for; ask again.
+    NotRead,
+}
+
 /// Every request a client or a peer server can send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -666,6 +694,20 @@ pub enum Request {
         ino: Ino,
         op: Box<Request>,
     },
+    /// BFOw: creates or replaces the files of `dir` held by this server with the given
+    /// contents, all data in one append (one fsync) and all inodes in one store write.
+    BatchWrite {
+        dir: String,
+        files: Vec<FileWrite>,
+        semantics: Semantics,
+    },
+    /// BFOr: the whole contents of files of `dir` held by this server, read in the order
+    /// of their extents with near ones merged; at most about `max_bytes` per reply.
+    BatchRead {
+        dir: String,
+        names: Vec<String>,
+        max_bytes: u64,
+    },
 }
 
 /// What an `Xattr` request does.
@@ -725,6 +767,8 @@ impl Request {
             Link { .. } => 37,
             Exchange { .. } => 38,
             OnInode { .. } => 39,
+            BatchWrite { .. } => 40,
+            BatchRead { .. } => 41,
         }
     }
 
@@ -758,6 +802,8 @@ impl Request {
                 | Write { append: false, .. }
                 | Read { .. }
                 | Fsync { .. }
+                | BatchWrite { .. }
+                | BatchRead { .. }
                 | DataGet { .. }
                 | DataDrop { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
@@ -767,7 +813,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 40] = [
+pub const OPCODE_NAMES: [&str; 42] = [
     "invalid",
     "ping",
     "mkdir",
@@ -808,6 +854,8 @@ pub const OPCODE_NAMES: [&str; 40] = [
     "link",
     "exchange",
     "on_inode",
+    "batch_write",
+    "batch_read",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -842,6 +890,8 @@ pub enum Reply {
     Record(u64),
     /// Extended-attribute names (`Xattr` list).
     Names(Vec<String>),
+    /// Per-file results of a `BatchRead`, in request order.
+    Files(Vec<FileRead>),
 }
 
 /// A failed request: the errno and a message for humans.

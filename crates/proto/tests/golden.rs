@@ -157,6 +157,19 @@ fn requests() -> Vec<Request> {
         Request::DirXattr { path: "/a".into(), op: XattrOp::List },
         Request::Link { src: "/a/f".into(), dst: "/b/g".into() },
         Request::Exchange { a: "/a/f".into(), b: "/b/g".into() },
+        Request::BatchWrite {
+            dir: "/d".into(),
+            files: vec![FileWrite {
+                name: "f".into(),
+                data: vec![1, 2],
+                mode: 0o644,
+                uid: 1,
+                gid: 2,
+                mtime: Some(t(4)),
+            }],
+            semantics: Semantics::PerformAll,
+        },
+        Request::BatchRead { dir: "/d".into(), names: vec!["f".into()], max_bytes: 1 << 20 },
         Request::OnInode { ino: 300, op: Box::new(Request::Stat { path: "/b/g".into() }) },
     ]
 }
@@ -187,6 +200,12 @@ fn responses() -> Vec<Response> {
             shared: vec![(300, 2)],
         })),
         Ok(Reply::Vote(Vote::default())),
+        Ok(Reply::Files(vec![
+            FileRead::Data { attr: Attr::of_inode(&inode()), data: vec![1] },
+            FileRead::Failed(Errno::ENOENT),
+            FileRead::Alone,
+            FileRead::NotRead,
+        ])),
         Ok(Reply::Vote(Vote { exports: vec![], swap_out: vec![("/b".into(), "g".into(), inode())] })),
         Ok(Reply::Batch(BatchReply {
             errnos: vec![Errno::OK, Errno::EEXIST],

@@ -51,7 +51,7 @@ fn encode(loc: &RecordLoc) -> Vec<u8> {
     postcard::to_allocvec(loc).expect("in-memory encoding cannot fail")
 }
 
-fn data_err(e: DataError) -> plusfs_proto::WireError {
+pub(crate) fn data_err(e: DataError) -> plusfs_proto::WireError {
     tracing::error!(cause = %e, "data store failure");
     err(Errno(e.errno()), format!("data store: {e}"))
 }
@@ -161,13 +161,19 @@ impl Osd {
         let mut pieces = Vec::with_capacity(parts.len());
         let mut file_off = at;
         for (part, extent) in parts.iter().zip(extents) {
-            let id = self.records.next(self.store.as_ref()).await.map_err(eio)?;
-            b.put_record(id, encode(&RecordLoc { extent, owner }));
-            b.put_seg_ref(extent.segment, extent.offset, id);
+            let id = self.index_record(extent, owner, b).await?;
             pieces.push(Piece { file_off, len: part.len() as u64, server: self.id, record: id, skip: 0 });
             file_off += part.len() as u64;
         }
         Ok(pieces)
+    }
+
+    /// A new record id for `extent` of `owner`, with its index entries added to `b`.
+    pub(crate) async fn index_record(&self, extent: Extent, owner: Ino, b: &mut Batch) -> OpResult<u64> {
+        let id = self.records.next(self.store.as_ref()).await.map_err(eio)?;
+        b.put_record(id, encode(&RecordLoc { extent, owner }));
+        b.put_seg_ref(extent.segment, extent.offset, id);
+        Ok(id)
     }
 
     /// Stores `bytes` on another server (`DataPut`, one record per request, in parallel).
@@ -322,6 +328,12 @@ impl Osd {
     /// Bytes `[skip, skip + len)` of local records, concatenated in the order asked; the
     /// records are read sorted by place and merged (seed 002's ORDER_LIST).
     async fn read_local(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> OpResult<Vec<u8>> {
+        Ok(self.read_ranges(ranges).await?.concat())
+    }
+
+    /// Local `(record, skip, len)` ranges, each as its own buffer. The records are read in
+    /// (segment, offset) order, neighbours within `[data] merge_gap_bytes` with one call.
+    pub(crate) async fn read_ranges(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> OpResult<Vec<Vec<u8>>> {
         let ids: Vec<u64> = ranges.iter().map(|r| r.0).collect();
         let mut extents = Vec::with_capacity(ids.len());
         for (id, loc) in ids.iter().zip(self.store.get_records(&ids).map_err(eio)?) {
@@ -331,12 +343,17 @@ impl Osd {
             extents.push(loc.extent);
         }
         let data = self.data.clone();
-        let records = blocking(move || data.read_many(&extents, 256 << 10)).await?;
-        let mut out = Vec::new();
-        for (rec, (_, skip, len)) in records.iter().zip(ranges) {
+        let gap = self.map.data.merge_gap_bytes;
+        let records = blocking(move || data.read_many(&extents, gap)).await?;
+        let mut out = Vec::with_capacity(ranges.len());
+        for (rec, (_, skip, len)) in records.into_iter().zip(ranges) {
+            if *skip == 0 && *len == rec.len() as u64 {
+                out.push(rec);
+                continue;
+            }
             let piece =
                 rec.get(*skip as usize..(*skip + *len) as usize).ok_or_else(|| err(Errno::EIO, "range past record"))?;
-            out.extend_from_slice(piece);
+            out.push(piece.to_vec());
         }
         Ok(out)
     }

@@ -6,6 +6,7 @@
 //! the CLI start servers the same way.
 
 mod batch;
+mod bfo;
 mod failpoint;
 mod filedata;
 mod hugedir;

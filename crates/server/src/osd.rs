@@ -215,6 +215,8 @@ impl Osd {
             Readlink { path } => self.readlink(&path, via).await,
             Link { src, dst } => self.link(&src, &dst, via).await,
             Exchange { a, b } => self.exchange(&a, &b, via).await,
+            BatchWrite { dir, files, semantics } => self.batch_write(&dir, files, semantics, via).await,
+            BatchRead { dir, names, max_bytes } => self.batch_read(&dir, &names, max_bytes, via).await,
             Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via).await,
             Read { path, offset, len } => self.read_file(&path, offset, len, via).await,
             Fsync { path } if !path.is_empty() => self.fsync_file(&path, via).await,
