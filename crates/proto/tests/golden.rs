@@ -157,6 +157,7 @@ fn requests() -> Vec<Request> {
         Request::DirXattr { path: "/a".into(), op: XattrOp::List },
         Request::Link { src: "/a/f".into(), dst: "/b/g".into() },
         Request::Exchange { a: "/a/f".into(), b: "/b/g".into() },
+        Request::OnInode { ino: 300, op: Box::new(Request::Stat { path: "/b/g".into() }) },
         Request::BatchWrite {
             dir: "/d".into(),
             files: vec![FileWrite {
@@ -170,7 +171,6 @@ fn requests() -> Vec<Request> {
             semantics: Semantics::PerformAll,
         },
         Request::BatchRead { dir: "/d".into(), names: vec!["f".into()], max_bytes: 1 << 20 },
-        Request::OnInode { ino: 300, op: Box::new(Request::Stat { path: "/b/g".into() }) },
     ]
 }
 
