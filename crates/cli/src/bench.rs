@@ -67,6 +67,12 @@ pub struct BenchArgs {
     /// Bytes per file of the write and read phases.
     #[arg(long, default_value_t = 4096)]
     pub(crate) size: usize,
+    /// Each client handles its files in a random order (seed 002's random access).
+    #[arg(long)]
+    random: bool,
+    /// Drop the kernel's page cache before each phase (needs root): cold-cache reads.
+    #[arg(long)]
+    drop_caches: bool,
     /// Print results as JSON lines.
     #[arg(long)]
     json: bool,
@@ -220,6 +226,26 @@ pub(crate) fn client_files(a: &BenchArgs, base: &str, client: usize) -> (String,
     }
 }
 
+/// The files client `client` handles in `phase`: in creation order, or shuffled (a
+/// different order per phase) with `--random`.
+fn phase_files(a: &BenchArgs, base: &str, client: usize, phase: Phase) -> (String, Vec<String>) {
+    let (dir, mut names) = client_files(a, base, client);
+    if a.random {
+        use rand::seq::SliceRandom;
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(client as u64 * 16 + phase as u64);
+        names.shuffle(&mut rng);
+    }
+    (dir, names)
+}
+
+/// Empties the kernel's page cache (root only), so reads come from the disks.
+fn drop_caches() -> Result<()> {
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3").context("--drop-caches needs root (/proc/sys/vm/drop_caches)")
+}
+
 /// The directories the clients work in.
 fn work_dirs(a: &BenchArgs, base: &str) -> Vec<String> {
     let mut dirs: Vec<String> = (0..a.clients).map(|c| client_files(a, base, c).0).collect();
@@ -274,10 +300,13 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
     }
     let mut out = Vec::new();
     for &phase in &a.phases {
+        if a.drop_caches {
+            drop_caches()?;
+        }
         let barrier = Arc::new(std::sync::Barrier::new(a.clients + 1));
         let threads: Vec<_> = (0..a.clients)
             .map(|ci| {
-                let files = client_files(a, &base, ci);
+                let files = phase_files(a, &base, ci, phase);
                 let (map, barrier, batch, size) = (map.clone(), barrier.clone(), a.batch, a.size);
                 std::thread::spawn(move || plusfs_client_thread(map, phase, files, (batch, size), barrier))
             })
@@ -357,6 +386,32 @@ fn plusfs_client_thread(
                     run.first_error = Some(e);
                 }
             }
+        } else if batch > 1 && matches!(phase, Phase::Write | Phase::Read) {
+            // BFO: batch-file writes and reads of `batch` files per call.
+            for chunk in names.chunks(batch) {
+                run.marks.push((start.elapsed().as_secs_f64(), 0));
+                let paths: Vec<String> = chunk.iter().map(|n| plusfs_proto::path::join(&dir, n)).collect();
+                let errors: Vec<plusfs_client::FsError> = if phase == Phase::Write {
+                    let files =
+                        paths.iter().map(|p| plusfs_client::NewFile::new(p.clone(), contents.clone())).collect();
+                    c.batch_write(files).await.into_iter().filter_map(Result::err).collect()
+                } else {
+                    let got = c.batch_read(&paths, plusfs_client::DEFAULT_READ_BUFFER).await;
+                    got.into_iter()
+                        .zip(&paths)
+                        .filter_map(|(r, p)| match r {
+                            Ok((_, d)) if d.len() == contents.len() => None,
+                            Ok(_) => Some(plusfs_client::FsError::new("bench read", p, plusfs_proto::Errno::EIO)),
+                            Err(e) => Some(e),
+                        })
+                        .collect()
+                };
+                run.errors += errors.len() as u64;
+                if let Some(e) = errors.into_iter().next() {
+                    run.first_error.get_or_insert(e);
+                }
+                run.marks.push((start.elapsed().as_secs_f64(), chunk.len() as u64));
+            }
         } else if batch <= 1 || matches!(phase, Phase::Write | Phase::Read) {
             for name in &names {
                 let p = plusfs_proto::path::join(&dir, name);
@@ -427,10 +482,13 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
     let base = Arc::new(base.to_string_lossy().into_owned());
     let mut out = Vec::new();
     for &phase in &a.phases {
+        if a.drop_caches {
+            drop_caches()?;
+        }
         let start = Instant::now();
         let handles: Vec<_> = (0..a.clients)
             .map(|ci| {
-                let (dir, names) = client_files(a, &base, ci);
+                let (dir, names) = phase_files(a, &base, ci, phase);
                 let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
                 let size = a.size;
                 std::thread::spawn(move || {

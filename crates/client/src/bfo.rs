@@ -110,24 +110,33 @@ impl Client {
         out.into_iter().map(|r| r.expect("every file has a result")).collect()
     }
 
-    /// One file through the ordinary calls: create, truncate, write, attributes.
+    /// One file through the ordinary calls: create (truncating an existing file), write,
+    /// and attributes only where they differ from what `create` gave.
     async fn write_whole(&self, f: &NewFile) -> Result<Attr, FsError> {
         let c = match f.owner {
             Some((uid, gid)) => self.as_owner(uid, gid),
             None => self.clone(),
         };
-        c.create(&f.path, f.mode, false).await?;
-        c.truncate(&f.path, 0).await?;
-        if !f.data.is_empty() {
-            c.write(&f.path, 0, &f.data).await?;
+        let mut attr = c.create(&f.path, f.mode, false).await?.attr;
+        if attr.size > 0 {
+            attr = c.truncate(&f.path, 0).await?;
         }
-        let mut set = plusfs_proto::SetAttr { mode: Some(f.mode), ..Default::default() };
-        if let Some((uid, gid)) = f.owner {
+        if !f.data.is_empty() {
+            attr = c.write(&f.path, 0, &f.data).await?;
+        }
+        let mut set = plusfs_proto::SetAttr::default();
+        if attr.mode & 0o7777 != f.mode & 0o7777 {
+            set.mode = Some(f.mode);
+        }
+        if let Some((uid, gid)) = f.owner.filter(|o| *o != (attr.uid, attr.gid)) {
             (set.uid, set.gid) = (Some(uid), Some(gid));
         }
         if let Some(t) = f.mtime {
             set.mtime = Some(plusfs_proto::TimeSet::At(t));
             set.atime = Some(plusfs_proto::TimeSet::At(t));
+        }
+        if set == plusfs_proto::SetAttr::default() {
+            return Ok(attr);
         }
         c.setattr(&f.path, set).await
     }
