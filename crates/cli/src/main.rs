@@ -3,6 +3,7 @@
 
 mod bench;
 mod cluster;
+mod cp;
 mod data;
 mod engine_bench;
 mod files;
@@ -61,6 +62,8 @@ enum Cmd {
     Get(data::GetArgs),
     /// Print files.
     Cat(data::CatArgs),
+    /// Copy trees between local file systems and clusters with batch-file I/O (like cp -a).
+    Cp(cp::CpArgs),
     /// Mount the cluster with FUSE.
     Mount(mount::MountArgs),
     /// Unmount a plusfs mount.
@@ -92,6 +95,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(a) => bench::run(a, cluster),
         Cmd::Mount(a) => mount::mount(a, cluster),
         Cmd::Umount(a) => mount::umount(a),
+        Cmd::Cp(a) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            rt.block_on(async move {
+                let client = cluster.as_ref().map(|c| connect(Some(c))).transpose()?;
+                cp::run(client, a).await
+            })
+        }
         other => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async move {
@@ -112,7 +122,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Get(a) => data::get(&client, a).await,
                     Cmd::Cat(a) => data::cat(&client, a).await,
                     Cmd::Fsck => fsck::run(&client).await?,
-                    Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) | Cmd::Mount(_) | Cmd::Umount(_) => {
+                    Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) | Cmd::Mount(_) | Cmd::Umount(_) | Cmd::Cp(_) => {
                         unreachable!("handled above")
                     }
                 })
