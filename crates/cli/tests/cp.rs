@@ -12,11 +12,8 @@ use std::path::Path;
 use std::process::Command;
 
 fn plusfs(cluster: &TestCluster, args: &[&str]) -> String {
-    let out = Command::new(exe())
-        .args(args)
-        .env("PLUSFS_CLUSTER", cluster.cluster.map_file())
-        .output()
-        .expect("run plusfs");
+    let out =
+        Command::new(exe()).args(args).env("PLUSFS_CLUSTER", cluster.cluster.map_file()).output().expect("run plusfs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "plusfs {args:?} failed:\n{text}");
     text

@@ -122,6 +122,33 @@ impl Client {
         Ok(a.size)
     }
 
+    /// BFOw (seed 002 §3.3): creates or replaces many whole files at once; `files` is a
+    /// list of `(path, bytes)`. Returns 0 or a negated errno per file.
+    #[pyo3(signature = (files, mode = 0o644))]
+    fn batch_write(&self, py: Python<'_>, files: Vec<(String, Vec<u8>)>, mode: u32) -> PyResult<Vec<i64>> {
+        let new: Vec<plusfs_client::NewFile> = files
+            .into_iter()
+            .map(|(path, data)| plusfs_client::NewFile { mode, ..plusfs_client::NewFile::new(path, data) })
+            .collect();
+        let core = self.core.clone();
+        let out = self.run(py, async move { Ok::<_, FsError>(core.batch_write(new).await) })?;
+        Ok(out.into_iter().map(|r| code(r.map_err(|e| e.errno), |_| 0)).collect())
+    }
+
+    /// BFOr (seed 002 §3.2): the whole contents of many files; `bytes` or a negated errno
+    /// per path. `buffer` bounds the bytes asked of the servers at once.
+    #[pyo3(signature = (paths, buffer = 64 << 20))]
+    fn batch_read(&self, py: Python<'_>, paths: Vec<String>, buffer: u64) -> PyResult<Vec<Py<PyAny>>> {
+        let core = self.core.clone();
+        let out = self.run(py, async move { Ok::<_, FsError>(core.batch_read(&paths, buffer).await) })?;
+        out.into_iter()
+            .map(|r| match r {
+                Ok((_, data)) => Ok(pyo3::types::PyBytes::new(py, &data).into_any().unbind()),
+                Err(e) => Ok((-(e.errno.raw() as i64)).into_pyobject(py)?.into_any().unbind()),
+            })
+            .collect()
+    }
+
     /// Reads up to `length` bytes at `offset` (the whole file when `length` is None).
     #[pyo3(signature = (path, offset = 0, length = None))]
     fn read(&self, py: Python<'_>, path: &str, offset: u64, length: Option<usize>) -> PyResult<Vec<u8>> {

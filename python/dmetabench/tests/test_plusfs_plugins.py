@@ -40,6 +40,10 @@ OPS = [
     "PlusfsBatchStatFiles",
     "PlusfsBatchDeleteFiles",
     "PlusfsBatchOpenCloseFiles",
+    "PlusfsWriteFiles",
+    "PlusfsBatchWriteFiles",
+    "PlusfsReadFiles",
+    "PlusfsBatchReadFiles",
 ]
 
 
@@ -119,6 +123,10 @@ def test_file_contents_from_python(cluster):
     assert c.write("/pydata", data) == len(data)
     assert c.read("/pydata") == data
     assert c.read("/pydata", 1000, 10) == data[1000:1010]
+    files = [(f"/pybfo{i}", bytes([i]) * (i * 100)) for i in range(50)]
+    assert c.batch_write(files + [("/", b"x")]) == [0] * 50 + [-21]
+    got = c.batch_read([p for p, _ in files] + ["/pybfo-missing"])
+    assert got[:50] == [d for _, d in files] and got[50] == -2
     c.truncate("/pydata", 3)
     assert c.read("/pydata") == data[:3]
     with pytest.raises(IsADirectoryError):

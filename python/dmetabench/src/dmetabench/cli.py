@@ -42,6 +42,7 @@ def _run_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vmstat-seconds", type=int, default=15, help="vmstat before the run (default 15)")
     p.add_argument("--plusfs-cluster", help="cluster map for the Plusfs* plugins (default: $PLUSFS_CLUSTER)")
     p.add_argument("--batch", type=int, default=1000, help="entries per request of the PlusfsBatch* plugins")
+    p.add_argument("--filesize", type=int, default=4096, help="bytes per file of the Write/ReadFiles plugins")
 
 
 def _fixed(text: str | None) -> list[int]:
@@ -67,7 +68,11 @@ def cmd_run(args) -> int:
         vmstat_seconds=args.vmstat_seconds,
         max_procs=args.max_procs,
         min_procs=args.min_procs,
-        extra={"plusfs_cluster": args.plusfs_cluster or os.environ.get("PLUSFS_CLUSTER"), "batch": args.batch},
+        extra={
+            "plusfs_cluster": args.plusfs_cluster or os.environ.get("PLUSFS_CLUSTER"),
+            "batch": args.batch,
+            "filesize": args.filesize,
+        },
     )
     if args.interval <= 0 or args.problemsize < 1 or args.procs < 1:
         raise SystemExit("dmetabench: --interval, --problemsize and --procs must be positive")

@@ -150,3 +150,69 @@ class PlusfsBatchOpenCloseFiles(PlusfsStatFiles):
             _check(fds, "openv")
             _check(self.fs.closev(fds), "closev")
             self.progress = min(len(self.names), i + self.batch)
+
+
+class PlusfsFileData(PlusfsBenchmark):
+    """Files of `--filesize` bytes (default 4096), `problemsize` of them."""
+
+    abstract = True
+
+    def prepare(self) -> None:
+        super().prepare()
+        self.size = int(self.param_dict.get("filesize") or 4096)
+        self.data = bytes((i * 7) % 251 for i in range(self.size))
+        self.paths = [f"{self.dir}/{n}" for n in self.names]
+
+
+class PlusfsWriteFiles(PlusfsFileData):
+    """WriteFiles through the API, one file at a time (create + write)."""
+
+    abstract = False
+
+    def doBench(self) -> None:  # noqa: N802
+        for i, p in enumerate(self.paths):
+            self.fs.write(p, self.data)
+            self.progress = i + 1
+
+
+class PlusfsBatchWriteFiles(PlusfsFileData):
+    """WriteFiles with BFO: `--batch` whole files per `batch_write` (seed 002 §3.3)."""
+
+    abstract = False
+
+    def doBench(self) -> None:  # noqa: N802
+        for i in range(0, len(self.paths), self.batch):
+            chunk = self.paths[i : i + self.batch]
+            _check(self.fs.batch_write([(p, self.data) for p in chunk]), "batch_write")
+            self.progress = i + len(chunk)
+
+
+class PlusfsReadFiles(PlusfsFileData):
+    """ReadFiles through the API, one whole file at a time; the files are written (in
+    batches) by prepare."""
+
+    abstract = False
+
+    def prepare(self) -> None:
+        super().prepare()
+        for i in range(0, len(self.paths), self.batch):
+            _check(self.fs.batch_write([(p, self.data) for p in self.paths[i : i + self.batch]]), "prepare")
+
+    def doBench(self) -> None:  # noqa: N802
+        for i, p in enumerate(self.paths):
+            if len(self.fs.read(p)) != self.size:
+                raise OSError(5, f"{p}: short read")
+            self.progress = i + 1
+
+
+class PlusfsBatchReadFiles(PlusfsReadFiles):
+    """ReadFiles with BFO: `--batch` whole files per `batch_read` (seed 002 §3.2)."""
+
+    def doBench(self) -> None:  # noqa: N802
+        for i in range(0, len(self.paths), self.batch):
+            chunk = self.paths[i : i + self.batch]
+            got = self.fs.batch_read(chunk)
+            _check(got, "batch_read")
+            if any(len(g) != self.size for g in got):
+                raise OSError(5, "short batch read")
+            self.progress = i + len(chunk)
