@@ -20,7 +20,7 @@ BIN := $(CARGO_TARGET_DIR)/release/plusfs
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs bench-mount venv clean
+.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs bench-mount bench-bfo venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -83,6 +83,10 @@ bench: build venv
 
 bench-hugedirs: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/hugedir_bench.sh
+
+## bench-bfo: batch-file vs per-file reads and writes, 4 KiB..4 MiB files, 1 GiB sets (report in bench/out/bfo/)
+bench-bfo: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/bfo_bench.sh
 
 ## bench-mount: the FUSE mount vs the native API vs a local directory (report in bench/out/mount/)
 bench-mount: build venv

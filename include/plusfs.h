@@ -230,6 +230,37 @@ int plusfs_link(struct plusfs_t *fs, const char *oldpath, const char *newpath);
 // `fs` and `path` are valid; `cb` is safe to call with `arg`.
 int plusfs_readdir(struct plusfs_t *fs, const char *path, plusfs_dirent_cb cb, void *arg);
 
+// BFOw (seed 002 §3.3): creates or replaces the whole files `paths[0..count)` with
+// `bufs[i]` (`lens[i]` bytes) and `mode`, many files per request and server. Each
+// `returnvalues[i]` is 0 or a negated errno. Returns the number of files written, or a
+// negated errno for bad arguments.
+//
+// # Safety
+// `paths`, `bufs`, `lens` and `returnvalues` are valid for `count` elements; each
+// `bufs[i]` for `lens[i]` bytes.
+int plusfs_batch_write(struct plusfs_t *fs,
+                       const char *const *paths,
+                       const uint8_t *const *bufs,
+                       const uintptr_t *lens,
+                       mode_t mode,
+                       int *returnvalues,
+                       int count);
+
+// BFOr (seed 002 §3.2): reads the whole files `paths[0..count)` into `bufs[i]` (room for
+// `caps[i]` bytes), in few large, offset-ordered reads on the servers. `returnvalues[i]`
+// is the file's size, or a negated errno (`-ERANGE` when it does not fit). Returns the
+// number of files read, or a negated errno for bad arguments.
+//
+// # Safety
+// `paths`, `bufs`, `caps` and `returnvalues` are valid for `count` elements; each
+// `bufs[i]` for `caps[i]` bytes.
+int plusfs_batch_read(struct plusfs_t *fs,
+                      const char *const *paths,
+                      uint8_t *const *bufs,
+                      const uintptr_t *caps,
+                      int64_t *returnvalues,
+                      int count);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

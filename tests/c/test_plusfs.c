@@ -2,6 +2,7 @@
  * Prints one line per check and ends with "N passed, N failed". */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,25 @@ int main(int argc, char **argv) {
     }
     CHECK(plusfs_statv(fs, "/ctest", names, PLUSFS_PERFORM_ALL, rv, st, 1) == -ENOENT, "statv of a missing dir");
     CHECK(plusfs_mkdir(NULL, "/x", 0755) == -EFAULT, "NULL handle gives -EFAULT");
+    {
+        /* Batch-file write and read (BFO). */
+        const char *bpaths[3] = {"/cbfo-a", "/cbfo-b", "/"};
+        const unsigned char *bdata[3] = {(const unsigned char *)"alpha", (const unsigned char *)"", (const unsigned char *)"x"};
+        size_t blens[3] = {5, 0, 1};
+        int brv[3];
+        CHECK(plusfs_batch_write(fs, bpaths, bdata, blens, 0640, brv, 3) == 2 && brv[0] == 0 && brv[1] == 0 &&
+                  brv[2] == -EISDIR,
+              "batch_write");
+        unsigned char b0[16], b1[16], b2[2];
+        unsigned char *bbufs[3] = {b0, b1, b2};
+        size_t bcaps[3] = {sizeof b0, sizeof b1, sizeof b2};
+        int64_t rsz[3];
+        const char *rpaths[3] = {"/cbfo-a", "/cbfo-b", "/cbfo-missing"};
+        CHECK(plusfs_batch_read(fs, rpaths, bbufs, bcaps, rsz, 3) == 2 && rsz[0] == 5 && memcmp(b0, "alpha", 5) == 0 &&
+                  rsz[1] == 0 && rsz[2] == -ENOENT,
+              "batch_read");
+        CHECK(plusfs_unlink(fs, "/cbfo-a") == 0 && plusfs_unlink(fs, "/cbfo-b") == 0, "unlink batch files");
+    }
     CHECK(plusfs_disconnect(fs) == 0, "disconnect");
 
     printf("%d passed, %d failed\n", passed, failed);

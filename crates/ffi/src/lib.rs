@@ -649,3 +649,89 @@ pub unsafe extern "C" fn plusfs_readdir(
         Ok(n)
     })
 }
+
+/// BFOw (seed 002 §3.3): creates or replaces the whole files `paths[0..count)` with
+/// `bufs[i]` (`lens[i]` bytes) and `mode`, many files per request and server. Each
+/// `returnvalues[i]` is 0 or a negated errno. Returns the number of files written, or a
+/// negated errno for bad arguments.
+///
+/// # Safety
+/// `paths`, `bufs`, `lens` and `returnvalues` are valid for `count` elements; each
+/// `bufs[i]` for `lens[i]` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_batch_write(
+    fs: *mut plusfs_t,
+    paths: *const *const c_char,
+    bufs: *const *const u8,
+    lens: *const usize,
+    mode: mode_t,
+    returnvalues: *mut c_int,
+    count: c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let fs = handle(fs)?;
+            let paths = names(paths, count)?;
+            if count > 0 && (bufs.is_null() || lens.is_null()) {
+                return Err(-libc::EFAULT);
+            }
+            let files: Vec<plusfs_client::NewFile> = paths
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let (b, n) = (*bufs.add(i), *lens.add(i));
+                    let data = if n == 0 { Vec::new() } else { std::slice::from_raw_parts(b, n).to_vec() };
+                    plusfs_client::NewFile { mode: mode as u32 & 0o7777, ..plusfs_client::NewFile::new(p, data) }
+                })
+                .collect();
+            let out = fs.rt.block_on(fs.client.batch_write(files));
+            let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(|e| neg(e.errno))).collect();
+            write_results(&rv, returnvalues);
+            Ok(rv.iter().filter(|&&r| r == 0).count() as c_int)
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
+
+/// BFOr (seed 002 §3.2): reads the whole files `paths[0..count)` into `bufs[i]` (room for
+/// `caps[i]` bytes), in few large, offset-ordered reads on the servers. `returnvalues[i]`
+/// is the file's size, or a negated errno (`-ERANGE` when it does not fit). Returns the
+/// number of files read, or a negated errno for bad arguments.
+///
+/// # Safety
+/// `paths`, `bufs`, `caps` and `returnvalues` are valid for `count` elements; each
+/// `bufs[i]` for `caps[i]` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_batch_read(
+    fs: *mut plusfs_t,
+    paths: *const *const c_char,
+    bufs: *const *mut u8,
+    caps: *const usize,
+    returnvalues: *mut i64,
+    count: c_int,
+) -> c_int {
+    guard(|| {
+        let run = || -> Result<c_int, c_int> {
+            let fs = handle(fs)?;
+            let paths = names(paths, count)?;
+            if count > 0 && (bufs.is_null() || caps.is_null() || returnvalues.is_null()) {
+                return Err(-libc::EFAULT);
+            }
+            let out = fs.rt.block_on(fs.client.batch_read(&paths, plusfs_client::DEFAULT_READ_BUFFER));
+            let mut read = 0;
+            for (i, r) in out.into_iter().enumerate() {
+                *returnvalues.add(i) = match r {
+                    Ok((_, d)) if d.len() > *caps.add(i) => -(libc::ERANGE as i64),
+                    Ok((_, d)) => {
+                        std::ptr::copy_nonoverlapping(d.as_ptr(), *bufs.add(i), d.len());
+                        read += 1;
+                        d.len() as i64
+                    }
+                    Err(e) => neg(e.errno) as i64,
+                };
+            }
+            Ok(read)
+        };
+        run().unwrap_or_else(|e| e)
+    })
+}
