@@ -681,7 +681,7 @@ pub unsafe extern "C" fn plusfs_batch_write(
                 .map(|(i, p)| {
                     let (b, n) = (*bufs.add(i), *lens.add(i));
                     let data = if n == 0 { Vec::new() } else { std::slice::from_raw_parts(b, n).to_vec() };
-                    plusfs_client::NewFile { mode: mode as u32 & 0o7777, ..plusfs_client::NewFile::new(p, data) }
+                    plusfs_client::NewFile { mode: mode & 0o7777, ..plusfs_client::NewFile::new(p, data) }
                 })
                 .collect();
             let out = fs.rt.block_on(fs.client.batch_write(files));
