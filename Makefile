@@ -20,7 +20,7 @@ BIN := $(CARGO_TARGET_DIR)/release/plusfs
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs bench-mount bench-bfo venv clean
+.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs bench-mount bench-bfo bench-cp venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -87,6 +87,10 @@ bench-hugedirs: build venv
 ## bench-bfo: batch-file vs per-file reads and writes, 4 KiB..4 MiB files, 1 GiB sets (report in bench/out/bfo/)
 bench-bfo: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/bfo_bench.sh
+
+## bench-cp: the Linux source tree copied with plusfs cp vs cp -r / rsync -a / tar through the mount (bench/out/cp/)
+bench-cp: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/cp_bench.sh
 
 ## bench-mount: the FUSE mount vs the native API vs a local directory (report in bench/out/mount/)
 bench-mount: build venv
