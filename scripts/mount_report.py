@@ -19,7 +19,7 @@ def target_name(t: str) -> str:
 def main(path: str) -> None:
     rows = [json.loads(line) for line in open(path) if line.strip()]
     print("# FUSE mount vs native API vs local directory\n")
-    print("Medians over runs; ops/s (MiB/s for reads and writes).\n")
+    print("Medians over runs; operations (files) per second.\n")
     rates: dict[tuple, list[float]] = defaultdict(list)
     msgs: dict[tuple, list[float]] = defaultdict(list)
     for r in rows:

@@ -13,12 +13,14 @@
 //! the entries, so a batch costs one message pair per server. A reply stops near the
 //! `max_bytes` the client asked for (its buffer); the rest is asked for again.
 //!
-//! Files whose bytes are not all on this server (hard-linked files, files over
-//! `small_file_bytes`) are written or read one by one, by the client.
+//! Pieces on other servers (chunks of large files, files written before their directory
+//! was distributed) are fetched with one `DataGet` per server. Hard-linked files (whose
+//! inode is elsewhere) are read and written one by one by the client, and so are writes of
+//! files over `small_file_bytes`.
 
 use crate::hugedir::Via;
 use crate::locks::Scope;
-use crate::osd::{check_dir_path, count_entry, eio, err, Osd};
+use crate::osd::{check_dir_path, count_entry, eio, err, OpResult, Osd};
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
 use plusfs_proto::{
@@ -179,7 +181,7 @@ impl Osd {
                 None => FileRead::Failed(Errno::ENOENT),
                 Some(e) if e.kind == FileKind::Dir => FileRead::Failed(Errno::EISDIR),
                 Some(e) if e.kind != FileKind::File => FileRead::Failed(Errno::EINVAL),
-                Some(e) if e.link_home.is_some() || e.pieces.iter().any(|p| p.server != self.id) => FileRead::Alone,
+                Some(e) if e.link_home.is_some() => FileRead::Alone,
                 Some(_) if total > 0 && total >= max_bytes => FileRead::NotRead,
                 Some(e) => {
                     total += e.size;
@@ -189,9 +191,10 @@ impl Osd {
             };
             out.push(r);
         }
-        // Phase 2: every extent in one sorted, merged pass.
-        let ranges: Vec<(u64, u64, u64)> = wanted.iter().map(|(_, p)| (p.record, p.skip, p.len)).collect();
-        let pieces = self.read_ranges(&ranges).await?;
+        // Phase 2: this server's extents in one sorted, merged pass; pieces on other servers
+        // (files written before their directory was distributed, chunks of large files)
+        // with one `DataGet` per server, in parallel.
+        let pieces = self.fetch_pieces(&wanted).await?;
         for ((file, piece), bytes) in wanted.iter().zip(pieces) {
             if let FileRead::Data { data, .. } = &mut out[*file] {
                 let at = piece.file_off as usize;
@@ -199,5 +202,45 @@ impl Osd {
             }
         }
         Ok(Reply::Files(out))
+    }
+
+    /// The bytes of `(file, piece)` pairs, in order: local pieces in one merged pass,
+    /// remote ones with one `DataGet` per server, all at once.
+    async fn fetch_pieces(self: &Arc<Self>, wanted: &[(usize, Piece)]) -> OpResult<Vec<Vec<u8>>> {
+        let mut by_server: std::collections::BTreeMap<plusfs_proto::ServerId, Vec<usize>> = Default::default();
+        for (i, (_, p)) in wanted.iter().enumerate() {
+            by_server.entry(p.server).or_default().push(i);
+        }
+        let fetches = by_server.into_iter().map(|(server, idx)| async move {
+            let ranges: Vec<(u64, u64, u64)> =
+                idx.iter().map(|&i| (wanted[i].1.record, wanted[i].1.skip, wanted[i].1.len)).collect();
+            let parts = if server == self.id {
+                self.read_ranges(&ranges).await?
+            } else {
+                let req = plusfs_proto::Request::DataGet { ranges: ranges.clone() };
+                let all = match self.peers.call(server, &req).await {
+                    Ok(Ok(Reply::Data(d))) => d,
+                    Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
+                };
+                let mut at = 0usize;
+                let mut parts = Vec::with_capacity(ranges.len());
+                for r in &ranges {
+                    let end = at + r.2 as usize;
+                    parts.push(all.get(at..end).ok_or_else(|| err(Errno::EIO, "short DataGet reply"))?.to_vec());
+                    at = end;
+                }
+                parts
+            };
+            Ok::<_, plusfs_proto::WireError>(idx.into_iter().zip(parts).collect::<Vec<_>>())
+        });
+        let mut out = vec![Vec::new(); wanted.len()];
+        for r in futures::future::join_all(fetches).await {
+            for (i, bytes) in r? {
+                out[i] = bytes;
+            }
+        }
+        Ok(out)
     }
 }
