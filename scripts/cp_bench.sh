@@ -46,9 +46,12 @@ timed() {
 }
 
 timed local-to-cluster "plusfs cp" "$PLUSFS" cp -r -q "$src" plusfs:/pc
-timed local-to-cluster "cp -r (mount)" cp -r "$src" "$mnt/cp"
-timed local-to-cluster "rsync -a (mount)" rsync -a "$src/" "$mnt/rsync/"
-timed local-to-cluster "tar c | tar x (mount)" sh -c "tar cf - -C '$(dirname "$src")' '$(basename "$src")' | tar xf - -C '$mnt' --transform 's,^$(basename "$src"),tar,'"
+# MOUNT_WRITES=0 skips the (slow) copies into the mount.
+if [ "${MOUNT_WRITES:-1}" = 1 ]; then
+  timed local-to-cluster "cp -r (mount)" cp -r "$src" "$mnt/cp"
+  timed local-to-cluster "rsync -a (mount)" rsync -a "$src/" "$mnt/rsync/"
+  timed local-to-cluster "tar c | tar x (mount)" sh -c "tar cf - -C '$(dirname "$src")' '$(basename "$src")' | tar xf - -C '$mnt' --transform 's,^$(basename "$src"),tar,'"
+fi
 
 timed cluster-to-local "plusfs cp" "$PLUSFS" cp -r -q plusfs:/pc "$work/back-pc"
 timed cluster-to-local "cp -r (mount)" cp -r "$mnt/pc" "$work/back-cp"

@@ -384,22 +384,42 @@ async fn cluster_entry(rel: String, a: &plusfs_proto::Attr, c: &Client, path: &s
     })
 }
 
-/// Files whose destination differs in size or modification time (or is missing).
+/// Files whose destination differs in size or modification time (or is missing). A
+/// cluster destination is asked with one `statv` per directory (and server).
 async fn unfinished(dst: &Place, files: Vec<Entry>) -> Vec<Entry> {
-    let mut out = Vec::with_capacity(files.len());
-    for e in files {
-        let done = match dst.join(&e.rel) {
-            Place::Local(p) => std::fs::symlink_metadata(&p)
-                .is_ok_and(|m| m.is_file() && m.len() == e.size && ts(m.mtime(), m.mtime_nsec()) == e.mtime),
-            Place::Cluster(c, p) => {
-                c.lstat(&p).await.is_ok_and(|a| a.kind == FileKind::File && a.size == e.size && a.mtime == e.mtime)
+    let same = |e: &Entry, size: u64, mtime: Timespec| e.size == size && e.mtime == mtime;
+    match dst {
+        Place::Local(base) => files
+            .into_iter()
+            .filter(|e| {
+                !std::fs::symlink_metadata(base.join(&e.rel))
+                    .is_ok_and(|m| m.is_file() && same(e, m.len(), ts(m.mtime(), m.mtime_nsec())))
+            })
+            .collect(),
+        Place::Cluster(c, base) => {
+            let mut by_dir: std::collections::BTreeMap<String, Vec<Entry>> = Default::default();
+            for e in files {
+                let p = plusfs_proto::path::join(base, &e.rel);
+                let dir = plusfs_proto::path::split(&p).map_or("/".to_string(), |s| s.0.to_string());
+                by_dir.entry(dir).or_default().push(e);
             }
-        };
-        if !done {
-            out.push(e);
+            let mut out = Vec::new();
+            for (dir, entries) in by_dir {
+                let names: Vec<String> =
+                    entries.iter().map(|e| e.rel.rsplit('/').next().unwrap_or_default().to_string()).collect();
+                let attrs = c.statv(&dir, &names, Semantics::PerformAll).await.unwrap_or_default();
+                for (i, e) in entries.into_iter().enumerate() {
+                    let done = attrs.get(i).is_some_and(|a| {
+                        a.as_ref().is_ok_and(|a| a.kind == FileKind::File && same(&e, a.size, a.mtime))
+                    });
+                    if !done {
+                        out.push(e);
+                    }
+                }
+            }
+            out
         }
     }
-    out
 }
 
 /// Cuts files into batches of one directory, at most `bytes` and 1000 files each; within

@@ -73,7 +73,7 @@ async fn file_sets_round_trip_in_few_requests() {
         files.push(f);
         paths.push(p);
     }
-    for (i, big) in [(200, 3 << 20), (201, (1 << 20) + 1)] {
+    for (i, big) in [(200, 3 << 20), (201, (1 << 20) + 1), (202, 20 << 20)] {
         let p = format!("/b/big{i}");
         files.push(NewFile::new(p.clone(), contents(i, 1, big)));
         paths.push(p);

@@ -122,6 +122,20 @@ pub struct DataStats {
     pub reads: u64,
     pub bytes_read: u64,
     pub syncs: u64,
+    /// Read system calls by size: up to 4 KiB, 64 KiB, 256 KiB, 1 MiB, and larger (the
+    /// I/O-size distribution of seed 002 Fig. 12).
+    pub read_sizes: [u64; 5],
+}
+
+/// The [`DataStats::read_sizes`] bucket of a read of `n` bytes.
+pub fn size_bucket(n: u64) -> usize {
+    match n {
+        0..=4096 => 0,
+        4097..=65_536 => 1,
+        65_537..=262_144 => 2,
+        262_145..=1_048_576 => 3,
+        _ => 4,
+    }
 }
 
 struct Active {
@@ -381,6 +395,7 @@ impl DataStore {
         let mut st = self.stats.lock().expect("stats");
         st.reads += 1;
         st.bytes_read += end - start;
+        st.read_sizes[size_bucket(end - start)] += 1;
         Ok(buf)
     }
 

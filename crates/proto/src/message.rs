@@ -400,6 +400,13 @@ pub struct ServerStatus {
     pub data_records: u64,
     pub data_segments: u64,
     pub data_bytes: u64,
+    /// Data-store I/O since start: append calls (one write each), read calls, bytes read
+    /// and written, and read calls by size (≤4 KiB, ≤64 KiB, ≤256 KiB, ≤1 MiB, more).
+    pub data_appends: u64,
+    pub data_reads: u64,
+    pub data_bytes_read: u64,
+    pub data_bytes_written: u64,
+    pub data_read_sizes: Vec<u64>,
 }
 
 /// File-system totals (`statfs`) from one server.

@@ -30,6 +30,10 @@ use plusfs_store::Batch;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+/// Most file bytes in one `BatchRead` reply, whatever the client asks (frames are at most
+/// 16 MiB); a file bigger than this, or than the client's `max_bytes`, is read alone.
+const MAX_REPLY_BYTES: u64 = 12 << 20;
+
 impl Osd {
     /// `BatchWrite`: creates or replaces the files, data in one append, inodes in one batch.
     pub(crate) async fn batch_write(
@@ -167,6 +171,7 @@ impl Osd {
         via: Via,
     ) -> Response {
         check_dir_path(dir)?;
+        let max_bytes = max_bytes.min(MAX_REPLY_BYTES);
         let d = self.host(dir, via)?.obj;
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
         let mut found = self.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
@@ -181,8 +186,9 @@ impl Osd {
                 None => FileRead::Failed(Errno::ENOENT),
                 Some(e) if e.kind == FileKind::Dir => FileRead::Failed(Errno::EISDIR),
                 Some(e) if e.kind != FileKind::File => FileRead::Failed(Errno::EINVAL),
-                Some(e) if e.link_home.is_some() => FileRead::Alone,
-                Some(_) if total > 0 && total >= max_bytes => FileRead::NotRead,
+                // Hard links, and files too big for one reply, are read on their own.
+                Some(e) if e.link_home.is_some() || e.size > max_bytes => FileRead::Alone,
+                Some(e) if total + e.size > max_bytes => FileRead::NotRead,
                 Some(e) => {
                     total += e.size;
                     wanted.extend(e.pieces.iter().map(|p| (out.len(), *p)));

@@ -461,6 +461,7 @@ impl Osd {
         let peer = self.peers.counters().snapshot();
         let st = self.store.stats();
         let segments = self.data.segments();
+        let io = self.data.stats();
         Ok(Reply::Status(ServerStatus {
             id: self.id,
             epoch: self.map.epoch,
@@ -481,6 +482,11 @@ impl Osd {
             data_records: self.store.record_count().map_err(eio)?,
             data_segments: segments.len() as u64,
             data_bytes: segments.iter().map(|s| s.bytes).sum(),
+            data_appends: io.appends,
+            data_reads: io.reads,
+            data_bytes_read: io.bytes_read,
+            data_bytes_written: io.bytes_written,
+            data_read_sizes: io.read_sizes.to_vec(),
         }))
     }
 
