@@ -76,6 +76,7 @@ for d in ("local-to-cluster", "cluster-to-local", "local-to-local"):
     for r in rows:
         if r["direction"] == d:
             ratio = f"{r['seconds'] / base:.2f}x" if base else "-"
-            print(f"| {d} | {r['method']} | {r['seconds']:.1f} | {ratio} | {r['requests']:,} |")
+            method = r["method"].replace("|", "\\|")
+            print(f"| {d} | {method} | {r['seconds']:.1f} | {ratio} | {r['requests']:,} |")
 EOF
 cat "$out/report.md"
