@@ -18,6 +18,7 @@ FILES_PER_CLIENT=${FILES_PER_CLIENT:-5000}
 BATCHES=${BATCHES:-1 10 50 100 500 1000}
 SERVERS=${SERVERS:-1 2 4}
 cd "$(dirname "$0")/.."
+. scripts/bench_lib.sh
 out=bench/out
 mkdir -p "$out"
 raw="$out/raw.jsonl"
@@ -33,12 +34,6 @@ cleanup() {
 trap cleanup EXIT
 
 # Adds the configuration to each JSON line of plusfs bench.
-tag() { "$PYTHON" -c 'import json,sys
-extra=json.loads(sys.argv[1])
-for line in sys.stdin:
-    line=line.strip()
-    if line.startswith("{"):
-        d=json.loads(line); d.update(extra); print(json.dumps(d), flush=True)' "$1"; }
 
 up() { # SERVERS SYNC -> data dir of a new cluster
   local d="$work/c$1-$2-$RANDOM"

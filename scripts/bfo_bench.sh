@@ -11,6 +11,7 @@ TOTAL=${TOTAL:-1073741824}
 SIZES=${SIZES:-4096 65536 1048576 4194304}
 RUNS=${RUNS:-1}
 cd "$(dirname "$0")/.."
+. scripts/bench_lib.sh
 out=bench/out/bfo
 mkdir -p "$out"
 raw="$out/raw.jsonl"
@@ -25,12 +26,6 @@ drop=()
 [ "$(id -u)" = 0 ] && drop=(--drop-caches)
 "$PLUSFS" cluster up --data "$work/cluster" --servers "$SERVERS" --detach >/dev/null
 export PLUSFS_CLUSTER="$work/cluster/cluster.toml"
-tag() { "$PYTHON" -c 'import json,sys
-extra=json.loads(sys.argv[1])
-for line in sys.stdin:
-    line=line.strip()
-    if line.startswith("{"):
-        d=json.loads(line); d.update(extra); print(json.dumps(d))' "$1"; }
 for run in $(seq 1 "$RUNS"); do
   for size in $SIZES; do
     n=$((TOTAL / size))

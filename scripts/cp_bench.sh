@@ -10,6 +10,7 @@ PYTHON=${PYTHON:-python3}
 SERVERS=${SERVERS:-4}
 TREE_TAR=${TREE_TAR:-/usr/src/linux-source-6.1.tar.xz}
 cd "$(dirname "$0")/.."
+. scripts/bench_lib.sh
 out=bench/out/cp
 mkdir -p "$out"
 raw="$out/raw.jsonl"
@@ -31,8 +32,6 @@ echo "tree: $(find "$src" -type f | wc -l) files, $(du -sh "$src" | cut -f1)"
 export PLUSFS_CLUSTER="$cluster/cluster.toml"
 "$PLUSFS" mount "$mnt" >/dev/null
 
-drop_caches() { sync; [ "$(id -u)" = 0 ] && echo 3 > /proc/sys/vm/drop_caches || true; }
-msgs() { "$PLUSFS" cluster status --json | "$PYTHON" -c 'import json,sys; print(sum(json.loads(l).get("msgs_in",0) for l in sys.stdin))'; }
 timed() {
   local direction=$1 method=$2; shift 2
   drop_caches

@@ -20,6 +20,7 @@ SERVERS=${SERVERS:-1 2 4 8}
 SCALE_FILES=${SCALE_FILES:-10000000}
 BIG=${BIG:-1000000}
 cd "$(dirname "$0")/.."
+. scripts/bench_lib.sh
 out=bench/out
 mkdir -p "$out"
 raw="$out/hugedirs.jsonl"
@@ -44,12 +45,6 @@ down() {
   rm -rf "$current"
   current=""
 }
-tag() { "$PYTHON" -c 'import json,sys
-extra=json.loads(sys.argv[1])
-for line in sys.stdin:
-    line=line.strip()
-    if line.startswith("{"):
-        d=json.loads(line); d.update(extra); print(json.dumps(d))' "$1"; }
 # The latest "directory distributed" log line of any server: milliseconds it took.
 distributed_ms() { grep -h "directory distributed" "$current"/server-*.log | sed 's/\x1b\[[0-9;]*m//g' | sort | tail -1 | grep -o 'ms=[0-9]*' | cut -d= -f2; }
 rss_mib() { # total resident memory of the cluster's servers

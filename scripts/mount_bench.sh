@@ -17,6 +17,7 @@ FILES=${FILES:-2000}
 BIG=${BIG:-100000}
 TREE=${TREE:-/usr/include}
 cd "$(dirname "$0")/.."
+. scripts/bench_lib.sh
 out=bench/out/mount
 mkdir -p "$out"
 raw="$out/raw.jsonl"
@@ -32,9 +33,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-drop_caches() { sync; [ "$(id -u)" = 0 ] && echo 3 > /proc/sys/vm/drop_caches || true; }
-# Messages received by all servers so far.
-msgs() { "$PLUSFS" cluster status --data "$cluster" --json | "$PYTHON" -c 'import json,sys; print(sum(json.loads(l).get("msgs_in",0) for l in sys.stdin))'; }
 # Runs a command, appends {"step","target","run","seconds","requests"} to raw.jsonl.
 timed() {
   local step=$1 target=$2 run=$3; shift 3
@@ -53,14 +51,9 @@ remount() {
   fusermount3 -u "$mnt" 2>/dev/null || true
   "$PLUSFS" mount --cluster "$cluster/cluster.toml" "$mnt" ${1:+-o "$1"} >/dev/null
 }
-tag() { "$PYTHON" -c 'import json,sys
-extra=json.loads(sys.argv[1])
-for line in sys.stdin:
-    line=line.strip()
-    if line.startswith("{"):
-        d=json.loads(line); d.update(extra); print(json.dumps(d))' "$1"; }
 
 "$PLUSFS" cluster up --data "$cluster" --servers "$SERVERS" --detach >/dev/null
+export PLUSFS_CLUSTER="$cluster/cluster.toml"
 remount
 tarball="$work/tree.tar"
 tar cf "$tarball" -C "$(dirname "$TREE")" "$(basename "$TREE")"

@@ -185,12 +185,19 @@ fn up(servers: Option<usize>, data: PathBuf, settings: &ClusterSettings, detach:
     Ok(ExitCode::SUCCESS)
 }
 
-fn compact(map: ClusterMap, live_percent: u32) -> Result<ExitCode> {
+/// A runtime and a client that does not retry, for the admin commands that ask every
+/// server in turn (a server that is down is reported at once).
+fn admin_client(map: &ClusterMap) -> Result<(tokio::runtime::Runtime, Client)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let client = {
         let _g = rt.enter();
         Client::new(map.clone(), ClientOptions { retries: 0, ..Default::default() })
     };
+    Ok((rt, client))
+}
+
+fn compact(map: ClusterMap, live_percent: u32) -> Result<ExitCode> {
+    let (rt, client) = admin_client(&map)?;
     let mut failed = false;
     for s in &map.servers {
         let before = rt.block_on(client.server_status(s.id)).map(|st| st.data_bytes);
@@ -209,11 +216,7 @@ fn compact(map: ClusterMap, live_percent: u32) -> Result<ExitCode> {
 
 /// `cluster status --json`: every server's counters as one JSON line each.
 fn status_json(map: ClusterMap) -> Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let client = {
-        let _g = rt.enter();
-        Client::new(map.clone(), ClientOptions { retries: 0, ..Default::default() })
-    };
+    let (rt, client) = admin_client(&map)?;
     let mut failed = false;
     for s in &map.servers {
         match rt.block_on(client.server_status(s.id)) {
@@ -228,11 +231,7 @@ fn status_json(map: ClusterMap) -> Result<ExitCode> {
 }
 
 fn status(map: ClusterMap) -> Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let client = {
-        let _g = rt.enter();
-        Client::new(map.clone(), ClientOptions { retries: 0, ..Default::default() })
-    };
+    let (rt, client) = admin_client(&map)?;
     println!(
         "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>5}",
         "id",

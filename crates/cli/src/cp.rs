@@ -510,10 +510,10 @@ async fn write_batch(dst: &Place, files: Vec<(Entry, Vec<u8>)>, root: bool) -> u
     match dst {
         Place::Cluster(c, base) => {
             let new: Vec<NewFile> = files
-                .iter()
-                .map(|(e, d)| NewFile {
+                .into_iter()
+                .map(|(e, data)| NewFile {
                     path: plusfs_proto::path::join(base, &e.rel),
-                    data: d.clone(),
+                    data,
                     mode: e.mode,
                     owner: root.then_some((e.uid, e.gid)),
                     mtime: Some(e.mtime),

@@ -128,6 +128,19 @@ impl Osd {
         results.reply
     }
 
+    /// The busy locks of the (valid) entry names of `dir` a write batch touches.
+    pub(crate) async fn lock_names<'a>(
+        self: &Arc<Self>,
+        dir: &str,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Result<crate::locks::Guard, crate::locks::Conflict> {
+        let mut wanted: Vec<(String, Scope)> =
+            names.filter(|n| check_name(n).is_ok()).map(|n| (dir.to_string(), Scope::Name(n.to_string()))).collect();
+        wanted.sort();
+        wanted.dedup();
+        self.locks.lock(&wanted, None, true).await
+    }
+
     /// `statv` and `openv` without creation: reads only, no lock.
     async fn read_batch(
         self: &Arc<Self>,
@@ -179,11 +192,7 @@ impl Osd {
     where
         F: Fn(Option<&Inode>) -> Result<Change, Errno>,
     {
-        let mut wanted: Vec<(String, Scope)> =
-            names.iter().filter(|n| check_name(n).is_ok()).map(|n| (dir.to_string(), Scope::Name(n.clone()))).collect();
-        wanted.sort();
-        wanted.dedup();
-        let guard = self.locks.lock(&wanted, None, true).await;
+        let guard = self.lock_names(dir, names.iter().map(String::as_str)).await;
         let mut host = self.host(dir, via)?;
         if !host.shard && self.over_threshold(&host.obj) {
             // Due for distribution before this batch: distribute, then every entry goes

@@ -19,7 +19,6 @@
 //! files over `small_file_bytes`.
 
 use crate::hugedir::Via;
-use crate::locks::Scope;
 use crate::osd::{check_dir_path, count_entry, eio, err, OpResult, Osd};
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
@@ -44,14 +43,7 @@ impl Osd {
         via: Via,
     ) -> Response {
         check_dir_path(dir)?;
-        let mut wanted: Vec<(String, Scope)> = files
-            .iter()
-            .filter(|f| check_name(&f.name).is_ok())
-            .map(|f| (dir.to_string(), Scope::Name(f.name.clone())))
-            .collect();
-        wanted.sort();
-        wanted.dedup();
-        let guard = self.locks.lock(&wanted, None, true).await;
+        let guard = self.lock_names(dir, files.iter().map(|f| f.name.as_str())).await;
         let mut host = self.host(dir, via)?;
         if !host.shard && self.over_threshold(&host.obj) {
             drop(guard);

@@ -1,0 +1,15 @@
+# Helpers the benchmark scripts share (sourced; needs PLUSFS and PYTHON set).
+
+# Adds the JSON object $1 to every JSON line of standard input.
+tag() { "$PYTHON" -c 'import json,sys
+extra=json.loads(sys.argv[1])
+for line in sys.stdin:
+    line=line.strip()
+    if line.startswith("{"):
+        d=json.loads(line); d.update(extra); print(json.dumps(d), flush=True)' "$1"; }
+
+# Empties the page cache (root only; otherwise a no-op).
+drop_caches() { sync; [ "$(id -u)" = 0 ] && echo 3 > /proc/sys/vm/drop_caches || true; }
+
+# Messages received by all servers of the PLUSFS_CLUSTER cluster so far.
+msgs() { "$PLUSFS" cluster status --json | "$PYTHON" -c 'import json,sys; print(sum(json.loads(l).get("msgs_in",0) for l in sys.stdin))'; }
