@@ -58,6 +58,19 @@ pub enum ClusterCmd {
         /// Size of the data segments compaction copies and frees (at most --data-reserve).
         #[arg(long, default_value_t = 64 << 20)]
         data_segment: u64,
+        /// Protocol of mkdir and rmdir: cx (concurrent execution, lazy batched commitment),
+        /// 2pc (two-phase commit) or serial (OrangeFS-style).
+        #[arg(long, default_value = "cx")]
+        txn: plusfs_placement::TxnProtocol,
+        /// Cx timeout trigger: commit pending operations at least this often (ms).
+        #[arg(long, default_value_t = 1000)]
+        commit_timeout_ms: u64,
+        /// Cx threshold trigger: commit as soon as this many operations are pending.
+        #[arg(long, default_value_t = 512)]
+        commit_threshold: u32,
+        /// Cx log limit per server in bytes (new operations wait while it is full).
+        #[arg(long, default_value_t = 16 << 20)]
+        max_log_bytes: u64,
         /// Return once all servers answer, leaving them running.
         #[arg(long)]
         detach: bool,
@@ -120,6 +133,10 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             hugedir_width,
             data_reserve,
             data_segment,
+            txn,
+            commit_timeout_ms,
+            commit_threshold,
+            max_log_bytes,
             detach,
         } => {
             let sync = match sync {
@@ -132,7 +149,8 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
                 segment_bytes: data_segment,
                 ..Default::default()
             };
-            up(servers, data, &ClusterSettings { sync, hugedirs, data: data_settings }, detach)
+            let txn = plusfs_placement::TxnSettings { protocol: txn, commit_timeout_ms, commit_threshold, max_log_bytes };
+            up(servers, data, &ClusterSettings { sync, hugedirs, data: data_settings, txn }, detach)
         }
         ClusterCmd::Down { data } => {
             let n = plusfs_localcluster::down(&data, Duration::from_secs(10))?;
@@ -275,6 +293,22 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                     "server {} data: {} records in {} segments, {} bytes",
                     s.id, st.data_records, st.data_segments, st.data_bytes
                 ));
+                if st.cx_executed > 0 || st.cx_pending > 0 {
+                    ops_lines.push(format!(
+                        "server {} cx: executed={} committed={} aborted={} rounds={} immediate={} invalidated={} \
+                         pending={} log={}B (peak {}B)",
+                        s.id,
+                        st.cx_executed,
+                        st.cx_committed,
+                        st.cx_aborted,
+                        st.cx_rounds,
+                        st.cx_immediate,
+                        st.cx_invalidated,
+                        st.cx_pending,
+                        st.cx_log_bytes,
+                        st.cx_log_peak
+                    ));
+                }
                 hugedirs.extend(st.hugedirs);
                 shards.extend(st.shards.into_iter().map(|(p, n)| (s.id, p, n)));
             }

@@ -55,6 +55,7 @@ pub struct Client {
     pub(crate) opts: ClientOptions,
     pub(crate) fds: Arc<crate::fds::FdTable>,
     pub(crate) dist: Arc<crate::dist::DistCache>,
+    pub(crate) cx: Arc<crate::cx::CxIds>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -65,7 +66,7 @@ impl Client {
     /// A client for the cluster in `map`. Connections open on first use.
     pub fn new(map: ClusterMap, opts: ClientOptions) -> Client {
         let pool = Arc::new(Pool::new(&map, opts.conns_per_server, opts.retries));
-        Client { map: Arc::new(map), pool, opts, fds: Arc::default(), dist: Arc::default() }
+        Client { map: Arc::new(map), pool, opts, fds: Arc::default(), dist: Arc::default(), cx: Arc::default() }
     }
 
     /// The same client (connections, caches, descriptors) recording `uid` and `gid` as the
@@ -168,9 +169,7 @@ impl Client {
     /// storing servers (0: the cluster's setting).
     pub async fn mkdir_with(&self, raw: &str, mode: u32, threshold: Threshold, width: u32) -> Result<Attr, FsError> {
         let (p, parent, name) = self.target("create directory", raw, Errno::EEXIST)?;
-        let req =
-            Request::Mkdir { path: p, mode: mode & 0o7777, uid: self.opts.uid, gid: self.opts.gid, threshold, width };
-        expect_attr(self.entry_rpc("create directory", raw, &parent, &name, req).await?.0, raw)
+        self.mkdir_two_server(raw, &p, (&parent, &name), mode & 0o7777, (threshold, width)).await
     }
 
     /// Changes the huge-directory policy of an existing directory; it is distributed at
@@ -213,7 +212,7 @@ impl Client {
     /// `rmdir(2)`.
     pub async fn rmdir(&self, raw: &str) -> Result<(), FsError> {
         let (p, parent, name) = self.target("remove directory", raw, Errno::EBUSY)?;
-        self.entry_rpc("remove directory", raw, &parent, &name, Request::Rmdir { path: p }).await.map(drop)
+        self.rmdir_two_server(raw, &p, (&parent, &name)).await
     }
 
     /// Creates a regular file (`open(O_CREAT)`, with `O_EXCL` when `exclusive`) and returns

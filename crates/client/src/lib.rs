@@ -12,6 +12,7 @@ mod batch;
 mod bfo;
 mod blocking;
 mod conn;
+mod cx;
 mod dist;
 mod error;
 mod fds;

@@ -35,6 +35,7 @@ pub struct ClusterSettings {
     pub sync: SyncMode,
     pub hugedirs: HugedirSettings,
     pub data: plusfs_placement::DataSettings,
+    pub txn: plusfs_placement::TxnSettings,
 }
 
 /// Path of the cluster map inside a data directory.
@@ -89,6 +90,7 @@ impl LocalCluster {
                 sync: settings.sync,
                 hugedirs: settings.hugedirs.clone(),
                 data: settings.data.clone(),
+                txn: settings.txn.clone(),
                 servers,
             };
             fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;

@@ -136,6 +136,91 @@ impl Default for DataSettings {
     }
 }
 
+/// How operations that change two servers are made atomic (`[txn] protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TxnProtocol {
+    /// Cx (seed 004 §III): the client sends both sub-operations at once, each server
+    /// executes and logs a Result record and answers; commitment comes later, in batches
+    /// (default).
+    #[default]
+    Cx,
+    /// Logged two-phase commit run by the server that receives the request.
+    #[serde(rename = "2pc")]
+    TwoPhase,
+    /// OrangeFS-style serial execution (seed 004 Fig. 1(b)): the participant's
+    /// sub-operation, then the coordinator's, a CLEAR if the second fails; no log, so a
+    /// client crash in between leaves an orphan.
+    Serial,
+}
+
+impl TxnProtocol {
+    /// The name used in the map and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnProtocol::Cx => "cx",
+            TxnProtocol::TwoPhase => "2pc",
+            TxnProtocol::Serial => "serial",
+        }
+    }
+}
+
+impl std::str::FromStr for TxnProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cx" => Ok(TxnProtocol::Cx),
+            "2pc" => Ok(TxnProtocol::TwoPhase),
+            "serial" => Ok(TxnProtocol::Serial),
+            other => Err(format!("unknown protocol '{other}': give cx, 2pc or serial")),
+        }
+    }
+}
+
+/// Cross-server operation settings (`[txn]`, seed 004 §III–§IV).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnSettings {
+    /// Protocol of mkdir and rmdir (default `cx`); other cross-server operations use
+    /// two-phase commit.
+    #[serde(default)]
+    pub protocol: TxnProtocol,
+    /// Cx timeout trigger: a coordinator commits its pending operations at least this
+    /// often (default 1000 ms).
+    #[serde(default = "default_commit_timeout")]
+    pub commit_timeout_ms: u64,
+    /// Cx threshold trigger: ... or as soon as this many are pending (default 512).
+    #[serde(default = "default_commit_threshold")]
+    pub commit_threshold: u32,
+    /// Cx log limit per server: live Result and decision records at most this many bytes;
+    /// new sub-operations wait (and pending ones are committed at once) when it is full
+    /// (default 16 MiB).
+    #[serde(default = "default_max_log")]
+    pub max_log_bytes: u64,
+}
+
+fn default_commit_timeout() -> u64 {
+    1000
+}
+
+fn default_commit_threshold() -> u32 {
+    512
+}
+
+fn default_max_log() -> u64 {
+    16 << 20
+}
+
+impl Default for TxnSettings {
+    fn default() -> Self {
+        TxnSettings {
+            protocol: TxnProtocol::default(),
+            commit_timeout_ms: default_commit_timeout(),
+            commit_threshold: default_commit_threshold(),
+            max_log_bytes: default_max_log(),
+        }
+    }
+}
+
 /// The cluster map file (`cluster.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -150,6 +235,9 @@ pub struct ClusterMap {
     /// File-data placement settings.
     #[serde(default)]
     pub data: DataSettings,
+    /// Cross-server operation settings.
+    #[serde(default)]
+    pub txn: TxnSettings,
     pub servers: Vec<ServerEntry>,
 }
 
@@ -210,6 +298,12 @@ impl ClusterMap {
                  (compaction on a full disk needs room for one segment's live data)"
                     .into(),
             ));
+        }
+        if self.txn.commit_timeout_ms == 0 || self.txn.commit_threshold == 0 {
+            return Err(MapError::Invalid("txn.commit_timeout_ms and txn.commit_threshold must be positive".into()));
+        }
+        if self.txn.max_log_bytes < 64 << 10 {
+            return Err(MapError::Invalid("txn.max_log_bytes must be at least 64 KiB".into()));
         }
         if let ThresholdSetting::Word(w) = &self.hugedirs.threshold {
             if w != "never" {
@@ -331,6 +425,7 @@ mod tests {
             sync: SyncMode::Always,
             hugedirs: HugedirSettings::default(),
             data: DataSettings::default(),
+            txn: TxnSettings::default(),
             servers: servers(3),
         };
         let text = m.to_toml();
@@ -341,6 +436,7 @@ mod tests {
             sync: SyncMode::Os,
             hugedirs: HugedirSettings::default(),
             data: DataSettings::default(),
+            txn: TxnSettings::default(),
             servers: vec![],
         };
         assert!(bad.validate().is_err());
@@ -364,6 +460,7 @@ mod tests {
             sync: SyncMode::Os,
             hugedirs: HugedirSettings::default(),
             data: DataSettings::default(),
+            txn: TxnSettings::default(),
             servers: servers(8),
         };
         let a = m.storing_set("/a", 4);

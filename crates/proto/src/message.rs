@@ -407,6 +407,19 @@ pub struct ServerStatus {
     pub data_bytes_read: u64,
     pub data_bytes_written: u64,
     pub data_read_sizes: Vec<u64>,
+    /// Cx: sub-operations executed (YES), operations committed and aborted here as
+    /// coordinator, commitment rounds (each one VOTE and one decision message per
+    /// participant), operations committed at once (conflict, L-COM, full log), participant
+    /// results invalidated, operations pending now, live log bytes now and at most.
+    pub cx_executed: u64,
+    pub cx_committed: u64,
+    pub cx_aborted: u64,
+    pub cx_rounds: u64,
+    pub cx_immediate: u64,
+    pub cx_invalidated: u64,
+    pub cx_pending: u64,
+    pub cx_log_bytes: u64,
+    pub cx_log_peak: u64,
 }
 
 /// File-system totals (`statfs`) from one server.
@@ -506,6 +519,39 @@ pub enum FileRead {
     Alone,
     /// Not reached: the reply held as many bytes as asked for; ask again.
     NotRead,
+}
+
+/// Identifies one Cx operation (seed 004 §III.A): the client, the process (thread) in it
+/// that issued the operation, and that process's sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OpId {
+    pub client: u64,
+    pub process: u32,
+    pub seq: u64,
+}
+
+impl std::fmt::Display for OpId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}.{}.{}", self.client, self.process, self.seq)
+    }
+}
+
+/// A server's part in a Cx operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CxRole {
+    /// Holds the entry in the parent directory; decides the commitment.
+    Coordinator,
+    /// Holds the other object (the directory object of mkdir/rmdir).
+    Participant,
+}
+
+/// A server's answer to a Cx sub-operation: YES (`error` is `None`) or NO, and the
+/// conflict hint: the pending operations it had to wait for (committed first), sorted.
+/// A client accepts a pair of answers only when their hints are equal (seed 004 §III.C).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CxAnswer {
+    pub error: Option<WireError>,
+    pub hint: Vec<OpId>,
 }
 
 /// Every request a client or a peer server can send.
@@ -715,6 +761,48 @@ pub enum Request {
         names: Vec<String>,
         max_bytes: u64,
     },
+    /// Cx execution phase, from the client to both servers at once: execute `ops` (check,
+    /// lock what they touch, log a Result record) as `role` of operation `op`, whose other
+    /// server is `peer`; answers `CxAnswer`. Nothing becomes visible before commitment.
+    CxExec {
+        op: OpId,
+        role: CxRole,
+        peer: ServerId,
+        ops: Vec<SubOp>,
+    },
+    /// Cx VOTE, coordinator to participant, for many operations at once: each with the
+    /// operations the coordinator ordered after it (the participant invalidates those it
+    /// executed first). Answers `CxVotes`.
+    CxVote {
+        coordinator: ServerId,
+        ops: Vec<(OpId, Vec<OpId>)>,
+    },
+    /// Cx COMMIT-REQ / ABORT-REQ for many operations; the reply is the ACK.
+    CxDecide {
+        commits: Vec<OpId>,
+        aborts: Vec<OpId>,
+    },
+    /// From a participant whose pending operations another request needs (a conflict) or
+    /// whose log is full: commit them now. Answers once they are decided.
+    CxUrge {
+        participant: ServerId,
+        ops: Vec<OpId>,
+    },
+    /// Cx L-COM, from the client after disagreeing answers: commit `op` now and say how it
+    /// ended (`CxOutcome`; not committed is ALL-NO).
+    CxLaunch {
+        op: OpId,
+        participant: ServerId,
+    },
+    /// Serial execution (and its CLEAR): apply `ops` here at once, as one store write;
+    /// answers `Undo` with the sub-operations that take them back.
+    SubExec {
+        ops: Vec<SubOp>,
+    },
+    /// Leases `count` inode numbers to a client (it names directories it makes with Cx).
+    AllocInos {
+        count: u32,
+    },
 }
 
 /// What an `Xattr` request does.
@@ -776,6 +864,13 @@ impl Request {
             OnInode { .. } => 39,
             BatchWrite { .. } => 40,
             BatchRead { .. } => 41,
+            CxExec { .. } => 42,
+            CxVote { .. } => 43,
+            CxDecide { .. } => 44,
+            CxUrge { .. } => 45,
+            CxLaunch { .. } => 46,
+            SubExec { .. } => 47,
+            AllocInos { .. } => 48,
         }
     }
 
@@ -813,6 +908,12 @@ impl Request {
                 | BatchRead { .. }
                 | DataGet { .. }
                 | DataDrop { .. }
+                | CxExec { .. }
+                | CxVote { .. }
+                | CxDecide { .. }
+                | CxUrge { .. }
+                | CxLaunch { .. }
+                | AllocInos { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
@@ -820,7 +921,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 42] = [
+pub const OPCODE_NAMES: [&str; 49] = [
     "invalid",
     "ping",
     "mkdir",
@@ -863,6 +964,13 @@ pub const OPCODE_NAMES: [&str; 42] = [
     "on_inode",
     "batch_write",
     "batch_read",
+    "cx_exec",
+    "cx_vote",
+    "cx_decide",
+    "cx_urge",
+    "cx_launch",
+    "sub_exec",
+    "alloc_inos",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -899,6 +1007,16 @@ pub enum Reply {
     Names(Vec<String>),
     /// Per-file results of a `BatchRead`, in request order.
     Files(Vec<FileRead>),
+    /// A Cx server's answer to `CxExec`.
+    CxAnswer(CxAnswer),
+    /// A participant's votes (`None`: YES), in the order of the `CxVote`.
+    CxVotes(Vec<(OpId, Option<WireError>)>),
+    /// How a Cx operation ended after `CxLaunch`: committed, or ALL-NO.
+    CxOutcome { committed: bool },
+    /// Sub-operations that take back a `SubExec`.
+    Undo(Vec<SubOp>),
+    /// Leased inode numbers `first .. first + count`.
+    Inos { first: Ino, count: u32 },
 }
 
 /// A failed request: the errno and a message for humans.

@@ -171,7 +171,23 @@ fn requests() -> Vec<Request> {
             semantics: Semantics::PerformAll,
         },
         Request::BatchRead { dir: "/d".into(), names: vec!["f".into()], max_bytes: 1 << 20 },
+        Request::CxExec {
+            op: opid(),
+            role: CxRole::Participant,
+            peer: 2,
+            ops: vec![SubOp::CreateDir { path: "/a/b".into(), object: DirObject::new(9, 0o755, 1, 2) }],
+        },
+        Request::CxVote { coordinator: 1, ops: vec![(opid(), vec![OpId { seq: 8, ..opid() }])] },
+        Request::CxDecide { commits: vec![opid()], aborts: vec![] },
+        Request::CxUrge { participant: 2, ops: vec![opid()] },
+        Request::CxLaunch { op: opid(), participant: 2 },
+        Request::SubExec { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }] },
+        Request::AllocInos { count: 256 },
     ]
+}
+
+fn opid() -> OpId {
+    OpId { client: 0xabcd, process: 7, seq: 5 }
 }
 
 fn responses() -> Vec<Response> {
@@ -225,6 +241,11 @@ fn responses() -> Vec<Response> {
         Ok(Reply::Data(vec![1, 2, 3])),
         Ok(Reply::Record(17)),
         Ok(Reply::Names(vec!["user.a".into()])),
+        Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()] })),
+        Ok(Reply::CxVotes(vec![(opid(), Some(WireError::new(Errno::EEXIST, "'/a/b' exists")))])),
+        Ok(Reply::CxOutcome { committed: false }),
+        Ok(Reply::Undo(vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }])),
+        Ok(Reply::Inos { first: 1 << 48, count: 256 }),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),

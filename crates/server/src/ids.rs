@@ -35,7 +35,14 @@ impl IdAllocator {
 
     /// The next number.
     pub async fn next(&self, store: &dyn DirStore) -> Result<u64, StoreError> {
-        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        self.next_block(store, 1).await
+    }
+
+    /// The first of `n` consecutive numbers (`n` at most 65,536).
+    pub async fn next_block(&self, store: &dyn DirStore, n: u64) -> Result<u64, StoreError> {
+        let n = n.clamp(1, BLOCK);
+        let first = self.next.fetch_add(n, Ordering::Relaxed);
+        let seq = first + n - 1;
         while seq >= self.reserved.load(Ordering::Acquire) {
             let _g = self.reserve_lock.lock().await;
             let reserved = self.reserved.load(Ordering::Acquire);
@@ -47,6 +54,6 @@ impl IdAllocator {
                 self.reserved.store(upto, Ordering::Release);
             }
         }
-        Ok(self.prefix | (seq & ((1 << SEQ_BITS) - 1)))
+        Ok(self.prefix | (first & ((1 << SEQ_BITS) - 1)))
     }
 }

@@ -7,6 +7,7 @@
 
 mod batch;
 mod bfo;
+mod cx;
 mod failpoint;
 mod filedata;
 mod hugedir;
@@ -74,6 +75,8 @@ pub async fn run(
         .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
     let osd = Osd::open(config.id, config.map.clone(), store, Arc::new(data)).await.map_err(store_err)?;
     osd.recover().await.map_err(store_err)?;
+    osd.start_cx();
+    osd.recover_cx().map_err(store_err)?;
     osd.resume_distributions().map_err(store_err)?;
     osd.spawn_compactor();
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");

@@ -9,7 +9,10 @@
 //!   operations wait for them; a prepare that meets another transaction's lock votes NO
 //!   (the coordinator retries), so transactions never wait on each other.
 //!
-//! Reads take no locks: they see the last committed state.
+//! Reads take no locks: they see the last committed state. A Cx operation (see `cx`) holds
+//! transaction locks from its execution until its lazy commitment; a request that meets
+//! one *urges* it (the hook set with [`LockTable::set_urge`] starts its commitment at once)
+//! and reads [`settle`](LockTable::settle) first, so nobody waits for a commitment timer.
 
 use plusfs_proto::TxId;
 use std::collections::{BTreeSet, HashMap};
@@ -54,11 +57,17 @@ struct Inner {
     by_tx: HashMap<TxId, Vec<(String, Scope)>>,
 }
 
+/// Called with a transaction whose lock another request met, and the transaction of that
+/// request if it has one; answers whether the first is a Cx operation (whose commitment it
+/// has just hurried).
+pub type UrgeHook = Box<dyn Fn(TxId, Option<TxId>) -> bool + Send + Sync>;
+
 /// The lock table of one server.
 #[derive(Default)]
 pub struct LockTable {
     inner: Mutex<Inner>,
     changed: Notify,
+    urge: std::sync::OnceLock<UrgeHook>,
 }
 
 /// Held busy locks; dropping releases them.
@@ -81,6 +90,26 @@ impl LockTable {
         owner: Option<TxId>,
         wait_tx: bool,
     ) -> Result<Guard, Conflict> {
+        self.lock_noting(wanted, owner, wait_tx, &mut Vec::new()).await
+    }
+
+    /// Sets the hook that hurries a conflicting Cx operation (once, at server start).
+    pub fn set_urge(&self, hook: UrgeHook) {
+        let _ = self.urge.set(hook);
+    }
+
+    fn urge(&self, txid: TxId, waiter: Option<TxId>) -> bool {
+        self.urge.get().is_some_and(|h| h(txid, waiter))
+    }
+
+    /// [`lock`](Self::lock), also recording in `blockers` every transaction it waited for.
+    pub async fn lock_noting(
+        self: &Arc<Self>,
+        wanted: &[(String, Scope)],
+        owner: Option<TxId>,
+        wait_tx: bool,
+        blockers: &mut Vec<TxId>,
+    ) -> Result<Guard, Conflict> {
         let dirs: BTreeSet<String> = wanted.iter().map(|(d, _)| d.clone()).collect();
         loop {
             let notified = self.changed.notified();
@@ -98,9 +127,46 @@ impl LockTable {
                         }
                         return Ok(Guard { table: self.clone(), dirs: dirs.into_iter().collect() });
                     }
-                    (false, Some(t)) if !wait_tx => return Err(Conflict(t)),
+                    (false, Some(t)) if !wait_tx => {
+                        drop(inner);
+                        self.urge(t, owner);
+                        return Err(Conflict(t));
+                    }
+                    (_, Some(t)) => {
+                        drop(inner);
+                        if !blockers.contains(&t) {
+                            blockers.push(t);
+                        }
+                        self.urge(t, owner);
+                    }
                     _ => {}
                 }
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until no Cx operation holds a transaction lock conflicting with `wanted`,
+    /// hurrying those that do (reads call this: they must not see a state before an
+    /// operation whose client already got its answer).
+    pub async fn settle(&self, wanted: &[(String, Scope)]) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let conflicts: Vec<TxId> = {
+                let inner = self.inner.lock().expect("lock table");
+                if inner.by_tx.is_empty() {
+                    return;
+                }
+                wanted.iter().filter_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, None))).collect()
+            };
+            let mut cx = false;
+            for t in conflicts {
+                cx |= self.urge(t, None);
+            }
+            if !cx {
+                return;
             }
             notified.await;
         }

@@ -44,6 +44,8 @@ pub struct Osd {
     pub(crate) records: IdAllocator,
     /// Held (shared) by changes of the record index, (exclusively) by compaction's switch.
     pub(crate) data_gate: tokio::sync::RwLock<()>,
+    /// Pending Cx operations and their commitment.
+    pub(crate) cx: crate::cx::Cx,
 }
 
 pub(crate) type OpResult<T> = Result<T, WireError>;
@@ -150,6 +152,7 @@ impl Osd {
             data,
             records,
             data_gate: tokio::sync::RwLock::new(()),
+            cx: crate::cx::Cx::default(),
         });
         if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
             let root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
@@ -164,6 +167,10 @@ impl Osd {
     /// Serves one request.
     pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
         self.metrics.count_op(req.opcode());
+        if self.locks.tx_count() > 0 {
+            // A client must not see objects a pending Cx operation changes before it commits.
+            self.locks.settle(&crate::cx::request_scopes(&req)).await;
+        }
         match req {
             Request::Shard { incarnation, op } => {
                 self.metrics.count_op(op.opcode());
@@ -235,6 +242,15 @@ impl Osd {
             TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
             TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
             TxAbort { txid } => self.tx_abort(txid).await,
+            req @ (CxExec { .. } | CxVote { .. } | CxDecide { .. } | CxUrge { .. } | CxLaunch { .. }) => {
+                self.handle_cx(req).await
+            }
+            SubExec { ops } => self.sub_exec(ops).await,
+            AllocInos { count } => {
+                let count = count.clamp(1, 4096);
+                let first = self.inos.next_block(self.store.as_ref(), count as u64).await.map_err(eio)?;
+                Ok(Reply::Inos { first, count })
+            }
             CloseBatch { inos, .. } => self.closev(&inos),
             Shard { .. } | OnInode { .. } => Err(err(Errno::EINVAL, "a shard or inode request cannot be nested")),
             ShardImport { path, ino, entries, shard } => self.shard_import(&path, ino, entries, shard).await,
@@ -462,6 +478,7 @@ impl Osd {
         let st = self.store.stats();
         let segments = self.data.segments();
         let io = self.data.stats();
+        let (cx_pending, cx_log_bytes, cx_log_peak) = self.cx.gauges();
         Ok(Reply::Status(ServerStatus {
             id: self.id,
             epoch: self.map.epoch,
@@ -487,6 +504,15 @@ impl Osd {
             data_bytes_read: io.bytes_read,
             data_bytes_written: io.bytes_written,
             data_read_sizes: io.read_sizes.to_vec(),
+            cx_executed: Metrics::get(&self.cx.counters.executed),
+            cx_committed: Metrics::get(&self.cx.counters.committed),
+            cx_aborted: Metrics::get(&self.cx.counters.aborted),
+            cx_rounds: Metrics::get(&self.cx.counters.rounds),
+            cx_immediate: Metrics::get(&self.cx.counters.immediate),
+            cx_invalidated: Metrics::get(&self.cx.counters.invalidated),
+            cx_pending,
+            cx_log_bytes,
+            cx_log_peak,
         }))
     }
 
@@ -500,7 +526,8 @@ impl Osd {
             shards.iter().map(|(p, d)| (d.ino, (p, d))).collect();
         let mut data = FsckData {
             dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
-            pending_tx: self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len() as u64,
+            pending_tx: (self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()
+                + self.store.log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()) as u64,
             shards: shards.iter().map(|(p, d)| (p.clone(), d.ino, d.incarnation)).collect(),
             distributed: dirs
                 .iter()

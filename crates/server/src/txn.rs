@@ -47,14 +47,14 @@ struct CoordRecord {
 }
 
 /// A participant's log record: what it prepared and what it locked.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Prepared {
-    ops: Vec<SubOp>,
-    locks: Vec<(String, Scope)>,
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub(crate) struct Prepared {
+    pub(crate) ops: Vec<SubOp>,
+    pub(crate) locks: Vec<(String, Scope)>,
     /// Objects exported by `ExportSubtree`: (path, inode number).
-    exported: Vec<(String, Ino)>,
+    pub(crate) exported: Vec<(String, Ino)>,
     /// Shards at or below the `ExportSubtree` root: re-keyed under the new root at commit.
-    reshards: Vec<String>,
+    pub(crate) reshards: Vec<String>,
 }
 
 /// Where a rename puts the destination entry.
@@ -349,7 +349,7 @@ impl Osd {
     /// All sub-operations are local: prepare and commit them as one batch, no log.
     async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>) -> OpResult<()> {
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
-        let (guard, prepared) = self.check_subops(txid, &ops, true).await?;
+        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new()).await?;
         let mut payloads = if prepared.exported.is_empty() {
             HashMap::new()
         } else {
@@ -369,7 +369,7 @@ impl Osd {
     }
 
     /// Directories on this server that inserts made huge are distributed in the background.
-    fn check_thresholds(self: &Arc<Self>, ops: &[SubOp]) {
+    pub(crate) fn check_thresholds(self: &Arc<Self>, ops: &[SubOp]) {
         for op in ops {
             if let SubOp::InsertEntry { dir, shard: None, .. } = op {
                 if self.store.get_dir(dir).ok().flatten().is_some_and(|d| self.over_threshold(&d)) {
@@ -575,12 +575,14 @@ impl Osd {
             .collect()
     }
 
-    /// Locks and checks `ops`. Returns the held busy locks and the prepared record.
-    async fn check_subops(
+    /// Locks and checks `ops`. Returns the held busy locks and the prepared record; the
+    /// transactions waited for are added to `blockers`.
+    pub(crate) async fn check_subops(
         self: &Arc<Self>,
         txid: TxId,
         ops: &[SubOp],
         wait_tx: bool,
+        blockers: &mut Vec<TxId>,
     ) -> OpResult<(crate::locks::Guard, Prepared)> {
         let export_root = ops.iter().find_map(|o| match o {
             SubOp::ExportSubtree { root, .. } => Some(root.clone()),
@@ -602,7 +604,7 @@ impl Osd {
             }
             let guard = self
                 .locks
-                .lock(&locks, Some(txid), wait_tx)
+                .lock_noting(&locks, Some(txid), wait_tx, blockers)
                 .await
                 .map_err(|c| err(Errno::EBUSY, format!("conflicts with transaction {}", c.0)))?;
             if let Some(root) = &export_root {
@@ -667,6 +669,13 @@ impl Osd {
             SubOp::RemoveEntry { dir, name, ino, shard } => {
                 let p = plusfs_proto::path::join(dir, name);
                 let e = self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?;
+                if *ino == 0 {
+                    // From a client (Cx, serial rmdir): any directory of that name.
+                    return match e.kind {
+                        FileKind::Dir => Ok(()),
+                        _ => Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory"))),
+                    };
+                }
                 if e.ino != *ino {
                     return Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")));
                 }
@@ -679,7 +688,7 @@ impl Osd {
             SubOp::RemoveDir { path, ino, shards } => {
                 let d = self.store.get_dir(path).map_err(eio)?;
                 match d {
-                    Some(d) if d.ino != *ino => {
+                    Some(d) if *ino != 0 && d.ino != *ino => {
                         Err(err(Errno::EBUSY, format!("'{path}' changed during the operation")))
                     }
                     Some(d) if d.dist.state == DistState::Distributing => {
@@ -729,7 +738,7 @@ impl Osd {
     }
 
     pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>) -> Response {
-        let (guard, prepared) = self.check_subops(txid, &ops, false).await?;
+        let (guard, prepared) = self.check_subops(txid, &ops, false, &mut Vec::new()).await?;
         let exports = self.dump(&prepared.exported)?;
         let mut b = Batch::new();
         b.put_log(LogKind::Participant, txid, encode(&prepared));
@@ -773,7 +782,7 @@ impl Osd {
     /// and imports, so a replaced directory's object is deleted before its successor lands.
     /// Also returns the other servers' data records that files removed here no longer use
     /// (to drop once the batch is written).
-    fn commit_batch(
+    pub(crate) fn commit_batch(
         self: &Arc<Self>,
         p: &Prepared,
         payload: &CommitPayload,

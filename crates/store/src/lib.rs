@@ -45,6 +45,8 @@ pub enum StoreError {
 pub enum LogKind {
     Coordinator,
     Participant,
+    /// Cx records (Result and coordinator decisions), keyed by a local id.
+    Cx,
 }
 
 impl LogKind {
@@ -52,6 +54,7 @@ impl LogKind {
         match self {
             LogKind::Coordinator => b'C',
             LogKind::Participant => b'P',
+            LogKind::Cx => b'X',
         }
     }
 }
@@ -85,6 +88,10 @@ pub struct Batch {
 impl Batch {
     pub fn new() -> Batch {
         Batch::default()
+    }
+    /// Appends the operations of `other` (applied after those already here).
+    pub fn extend(&mut self, other: Batch) {
+        self.ops.extend(other.ops);
     }
     pub fn put_dir(&mut self, path: &str, obj: &DirObject) {
         self.ops.push(BatchOp::PutDir(path.to_string(), obj.clone()));
