@@ -117,7 +117,8 @@ fn cli_messages_and_exit_codes() {
     assert_eq!((code, out.as_str()), (0, ""));
     let (code, out, _) = cluster.cli(&["cluster", "status", "--data", cluster.cluster.data().to_str().unwrap()]);
     assert_eq!(code, 0);
-    assert!(out.contains("mkdir="), "{out}");
+    // mkdir runs as Cx sub-operations (or one local sub_exec when both objects share a server).
+    assert!(["mkdir=", "cx_exec=", "sub_exec="].iter().any(|op| out.contains(op)), "{out}");
     assert!(out.contains("batch="), "file commands use batches: {out}");
     cluster.assert_fsck_clean();
 }

@@ -41,6 +41,12 @@ impl TestCluster {
         Self::start_settings(n, &ClusterSettings { hugedirs, ..Default::default() })
     }
 
+    /// Starts `n` servers whose mkdir and rmdir use `protocol` (cx, 2pc, serial).
+    pub fn start_protocol(n: usize, protocol: plusfs_placement::TxnProtocol) -> TestCluster {
+        let txn = plusfs_placement::TxnSettings { protocol, ..Default::default() };
+        Self::start_settings(n, &ClusterSettings { txn, ..Default::default() })
+    }
+
     pub fn start_settings(n: usize, settings: &ClusterSettings) -> TestCluster {
         Self::start_in(&std::env::temp_dir(), n, settings)
     }

@@ -1,11 +1,13 @@
 //! Two-phase commit recovery at its critical points: a server process aborts (failpoint,
 //! like kill -9) at a chosen step of a cross-server mkdir, is restarted, and the cluster
-//! must finish or undo the operation by itself: fsck clean, the name usable again.
+//! must finish or undo the operation by itself: fsck clean, the name usable again. These
+//! clusters run mkdir with two-phase commit; `cx.rs` has the Cx failpoints.
 
 mod common;
 
 use common::TestCluster;
 use plusfs_client::Client;
+use plusfs_placement::TxnProtocol;
 use plusfs_proto::Errno;
 use std::time::{Duration, Instant};
 
@@ -47,7 +49,7 @@ async fn eventually_exists(c: &Client, p: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_dies_after_logging_commit_and_finishes_on_restart() {
-    let mut cluster = TestCluster::start(3);
+    let mut cluster = TestCluster::start_protocol(3, TxnProtocol::TwoPhase);
     let c = cluster.client();
     let (p, coordinator, _) = cross_server_name(&c, "a");
     crash_with(&mut cluster, coordinator, "coordinator_after_commit_record");
@@ -60,7 +62,7 @@ async fn coordinator_dies_after_logging_commit_and_finishes_on_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_dies_before_deciding_and_aborts_on_restart() {
-    let mut cluster = TestCluster::start(3);
+    let mut cluster = TestCluster::start_protocol(3, TxnProtocol::TwoPhase);
     let c = cluster.client();
     let (p, coordinator, _) = cross_server_name(&c, "b");
     crash_with(&mut cluster, coordinator, "coordinator_after_votes");
@@ -83,7 +85,7 @@ async fn coordinator_dies_before_deciding_and_aborts_on_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn participant_dies_after_preparing_and_releases_on_restart() {
-    let mut cluster = TestCluster::start(3);
+    let mut cluster = TestCluster::start_protocol(3, TxnProtocol::TwoPhase);
     let c = cluster.client();
     let (p, _, participant) = cross_server_name(&c, "c");
     crash_with(&mut cluster, participant, "participant_after_prepare_record");

@@ -175,7 +175,16 @@ fn requests() -> Vec<Request> {
             op: opid(),
             role: CxRole::Participant,
             peer: 2,
-            ops: vec![SubOp::CreateDir { path: "/a/b".into(), object: DirObject::new(9, 0o755, 1, 2) }],
+            ops: vec![SubOp::CreateDir {
+                path: "/a/b".into(),
+                object: DirObject {
+                    incarnation: 3,
+                    atime: t(5),
+                    mtime: t(5),
+                    ctime: t(5),
+                    ..DirObject::new(9, 0o755, 1, 2)
+                },
+            }],
         },
         Request::CxVote { coordinator: 1, ops: vec![(opid(), vec![OpId { seq: 8, ..opid() }])] },
         Request::CxDecide { commits: vec![opid()], aborts: vec![] },
