@@ -2,6 +2,7 @@
 //! Everything here parses flags and prints; the work is done by the library crates.
 
 mod bench;
+mod xbench;
 mod cluster;
 mod cp;
 mod data;
@@ -70,6 +71,9 @@ enum Cmd {
     Umount(mount::UmountArgs),
     /// Metadata load generator: create, stat and unlink many files.
     Bench(bench::BenchArgs),
+    /// Cross-server operation benchmark (mkdir, update- or read-dominated mixes) under
+    /// the cluster's protocol: throughput, mean/p99 latency, messages per operation.
+    Xbench(xbench::XbenchArgs),
     /// Check the namespace invariants of a cluster.
     Fsck,
 }
@@ -93,6 +97,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Server(a) => cluster::server(a, cluster).map(|_| ExitCode::SUCCESS),
         Cmd::Cluster(c) => cluster::cluster(c, cluster),
         Cmd::Bench(a) => bench::run(a, cluster),
+        Cmd::Xbench(a) => xbench::run(a, cluster),
         Cmd::Mount(a) => mount::mount(a, cluster),
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Cp(a) => {
@@ -122,7 +127,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Get(a) => data::get(&client, a).await,
                     Cmd::Cat(a) => data::cat(&client, a).await,
                     Cmd::Fsck => fsck::run(&client).await?,
-                    Cmd::Server(_) | Cmd::Cluster(_) | Cmd::Bench(_) | Cmd::Mount(_) | Cmd::Umount(_) | Cmd::Cp(_) => {
+                    Cmd::Server(_)
+                    | Cmd::Cluster(_)
+                    | Cmd::Bench(_)
+                    | Cmd::Xbench(_)
+                    | Cmd::Mount(_) | Cmd::Umount(_) | Cmd::Cp(_) => {
                         unreachable!("handled above")
                     }
                 })

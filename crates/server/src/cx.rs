@@ -203,6 +203,7 @@ impl Osd {
             }
         }
         let Some(op) = st.ops.get_mut(&id) else { return false };
+        tracing::debug!(op = %id, role = ?op.role, phase = ?op.phase, ?waiter, "a request met a pending Cx operation");
         match op.role {
             CxRole::Coordinator => {
                 if !op.urgent {
@@ -467,6 +468,7 @@ impl Osd {
             let st = self.cx.st();
             ids.iter().map(|id| (*id, st.ops.get(id).map(|o| o.waiters.clone()).unwrap_or_default())).collect()
         };
+        crate::failpoint::hit("cx_before_vote");
         let votes = match self.peer_call_cx(peer, Request::CxVote { coordinator: self.id, ops: ballot }).await {
             Ok(Reply::CxVotes(v)) => v,
             other => {
@@ -520,6 +522,7 @@ impl Osd {
                 let Some(op) = st.ops.get(id) else { continue };
                 if commit {
                     applied.ops.extend(op.ops.iter().cloned());
+                    applied.locks.extend(op.locks.iter().cloned());
                 }
                 let rec = frame(&Record::Decided { op: *id, peer, commit });
                 sizes.push((*id, rec.len() as u64));
@@ -527,6 +530,9 @@ impl Osd {
                 released.push(op.txid);
             }
         }
+        // Busy locks: another commit or a single-server change of the same directory
+        // (its counts) cannot interleave with this read-modify-write.
+        let guard = self.locks.lock_owned(&applied.locks, &released).await;
         let (effects, remote) = self.commit_batch(&applied, &CommitPayload::default())?;
         let mut all = effects;
         all.extend(b);
@@ -545,6 +551,7 @@ impl Osd {
         for t in released {
             self.locks.release_tx(t);
         }
+        drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&applied.ops);
         self.cx.counters.committed.fetch_add(commits.len() as u64, Ordering::Relaxed);
@@ -642,6 +649,7 @@ impl Osd {
             (*id, answer.error)
         }))
         .await;
+        crate::failpoint::hit("cx_after_vote");
         Ok(Reply::CxVotes(votes))
     }
 
@@ -705,6 +713,7 @@ impl Osd {
                         if commit {
                             applied.ops.extend(op.ops.iter().cloned());
                         }
+                        applied.locks.extend(op.locks.iter().cloned());
                         op.phase = Phase::Committing;
                         b.del_log(LogKind::Cx, op.txid);
                         txids.push(op.txid);
@@ -722,12 +731,14 @@ impl Osd {
             }
         }
         if !b.is_empty() {
+            let guard = self.locks.lock_owned(&applied.locks, &txids).await;
             let (mut all, remote) = self.commit_batch(&applied, &CommitPayload::default())?;
             all.extend(b);
             self.write(all).await?;
             for t in txids {
                 self.locks.release_tx(t);
             }
+            drop(guard);
             self.drop_remote(remote).await;
             self.check_thresholds(&applied.ops);
         }

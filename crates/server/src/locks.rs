@@ -38,9 +38,9 @@ impl DirState {
         !self.busy && self.whole.is_none() && self.names.is_empty()
     }
 
-    /// The transaction (other than `owner`) whose lock conflicts with `scope`.
-    fn tx_conflict(&self, scope: &Scope, owner: Option<TxId>) -> Option<TxId> {
-        let foreign = |t: &TxId| Some(*t) != owner;
+    /// The transaction (other than the `owners`) whose lock conflicts with `scope`.
+    fn tx_conflict(&self, scope: &Scope, owners: &[TxId]) -> Option<TxId> {
+        let foreign = |t: &TxId| !owners.contains(t);
         if let Some(t) = self.whole.filter(foreign) {
             return Some(t);
         }
@@ -93,6 +93,12 @@ impl LockTable {
         self.lock_noting(wanted, owner, wait_tx, &mut Vec::new()).await
     }
 
+    /// Takes the busy locks of `wanted` for applying the transactions `owners` (their own
+    /// transaction locks do not block; others' are waited for).
+    pub async fn lock_owned(self: &Arc<Self>, wanted: &[(String, Scope)], owners: &[TxId]) -> Guard {
+        self.lock_inner(wanted, owners, true, &mut Vec::new()).await.expect("waiting never conflicts")
+    }
+
     /// Sets the hook that hurries a conflicting Cx operation (once, at server start).
     pub fn set_urge(&self, hook: UrgeHook) {
         let _ = self.urge.set(hook);
@@ -110,6 +116,18 @@ impl LockTable {
         wait_tx: bool,
         blockers: &mut Vec<TxId>,
     ) -> Result<Guard, Conflict> {
+        let owners: Vec<TxId> = owner.into_iter().collect();
+        self.lock_inner(wanted, &owners, wait_tx, blockers).await
+    }
+
+    async fn lock_inner(
+        self: &Arc<Self>,
+        wanted: &[(String, Scope)],
+        owners: &[TxId],
+        wait_tx: bool,
+        blockers: &mut Vec<TxId>,
+    ) -> Result<Guard, Conflict> {
+        let owner = owners.first().copied();
         let dirs: BTreeSet<String> = wanted.iter().map(|(d, _)| d.clone()).collect();
         loop {
             let notified = self.changed.notified();
@@ -119,7 +137,7 @@ impl LockTable {
                 let mut inner = self.inner.lock().expect("lock table");
                 let busy = dirs.iter().any(|d| inner.dirs.get(d).is_some_and(|s| s.busy));
                 let conflict =
-                    wanted.iter().find_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, owner)));
+                    wanted.iter().find_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, owners)));
                 match (busy, conflict) {
                     (false, None) => {
                         for d in &dirs {
@@ -159,11 +177,14 @@ impl LockTable {
                 if inner.by_tx.is_empty() {
                     return;
                 }
-                wanted.iter().filter_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, None))).collect()
+                wanted.iter().filter_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, &[]))).collect()
             };
             let mut cx = false;
             for t in conflicts {
                 cx |= self.urge(t, None);
+            }
+            if cx {
+                tracing::debug!(?wanted, "a read waits for a pending Cx operation");
             }
             if !cx {
                 return;

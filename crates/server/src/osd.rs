@@ -169,7 +169,9 @@ impl Osd {
         self.metrics.count_op(req.opcode());
         if self.locks.tx_count() > 0 {
             // A client must not see objects a pending Cx operation changes before it commits.
-            self.locks.settle(&crate::cx::request_scopes(&req)).await;
+            let scopes = crate::cx::request_scopes(&req);
+            tracing::trace!(?req, ?scopes, "settling");
+            self.locks.settle(&scopes).await;
         }
         match req {
             Request::Shard { incarnation, op } => {

@@ -1,0 +1,370 @@
+//! Cx (seed 004 §III) on real clusters: answers, conflicts, a full log, and a server
+//! process aborted (failpoint, like kill -9) at each step of an operation, restarted, and
+//! the cluster left to finish by itself — every operation all-or-nothing (fsck), nothing
+//! acknowledged lost.
+
+mod common;
+
+use common::TestCluster;
+use plusfs_client::Client;
+use plusfs_localcluster::ClusterSettings;
+use plusfs_placement::{TxnProtocol, TxnSettings};
+use plusfs_proto::{
+    CxRole, DirObject, Errno, Inode, OpId, Replace, Reply, Request, ServerId, SubOp, Threshold,
+};
+use std::time::{Duration, Instant};
+
+fn cx_cluster(n: usize, timeout_ms: u64, threshold: u32, max_log_bytes: u64) -> TestCluster {
+    let txn = TxnSettings { protocol: TxnProtocol::Cx, commit_timeout_ms: timeout_ms, commit_threshold: threshold, max_log_bytes };
+    TestCluster::start_settings(n, &ClusterSettings { txn, ..Default::default() })
+}
+
+/// A name under `/` whose directory object lives on another server than `/`: (path,
+/// coordinator, participant).
+fn cross_name(c: &Client, prefix: &str) -> (String, ServerId, ServerId) {
+    let root = c.home("/");
+    (0..)
+        .map(|i| format!("/{prefix}{i}"))
+        .find(|p| c.home(p) != root)
+        .map(|p| {
+            let child = c.home(&p);
+            (p, root, child)
+        })
+        .expect("some name lands elsewhere")
+}
+
+/// Waits until no server has a pending Cx operation.
+async fn settled(c: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut pending = 0;
+        let mut reachable = true;
+        for s in &c.map().servers {
+            match c.server_status(s.id).await {
+                Ok(st) => pending += st.cx_pending,
+                Err(_) => reachable = false,
+            }
+        }
+        if reachable && pending == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "Cx operations still pending after 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn exists(c: &Client, p: &str) -> bool {
+    match c.lstat(p).await {
+        Ok(_) => true,
+        Err(e) if e.errno == Errno::ENOENT => false,
+        Err(e) => panic!("stat {p}: {e}"),
+    }
+}
+
+fn crash_with(cluster: &mut TestCluster, id: u32, point: &str) {
+    cluster.cluster.stop(id).unwrap();
+    cluster.cluster.start_with_env(id, &[("PLUSFS_FAILPOINT", point)]).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+}
+
+fn restart(cluster: &mut TestCluster, id: u32) {
+    cluster.cluster.kill(id).unwrap(); // reaps the aborted process
+    cluster.cluster.start(id).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+}
+
+/// Waits until server `id` has died at its failpoint.
+async fn died(c: &Client, id: ServerId) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.server_status(id).await.is_ok() {
+        assert!(Instant::now() < deadline, "server {id} did not reach its failpoint");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_errors_and_visibility() {
+    let cluster = cx_cluster(3, 60_000, 100_000, 16 << 20);
+    let (a, b) = (cluster.client(), cluster.client());
+    let (p, _, _) = cross_name(&a, "d");
+    a.mkdir(&p, 0o750).await.unwrap();
+    // Pending (the timer is a minute away) yet visible to another client at once: its
+    // stat and listing commit the operation first.
+    let st = a.server_status(a.home("/")).await.unwrap();
+    assert!(st.cx_pending >= 1, "the mkdir waits for a lazy commitment");
+    assert_eq!(b.lstat(&p).await.unwrap().mode & 0o7777, 0o750);
+    assert!(b.readdir("/").await.unwrap().iter().any(|e| format!("/{}", e.name) == p));
+    // Errors as POSIX has them, each on the path.
+    assert_eq!(a.mkdir(&p, 0o755).await.unwrap_err().errno, Errno::EEXIST);
+    a.create("/file", 0o644, true).await.unwrap();
+    assert_eq!(a.mkdir("/file", 0o755).await.unwrap_err().errno, Errno::EEXIST);
+    assert_eq!(a.mkdir("/missing/x", 0o755).await.unwrap_err().errno, Errno::ENOENT);
+    assert_eq!(a.mkdir("/file/x", 0o755).await.unwrap_err().errno, Errno::ENOTDIR);
+    a.mkdir(&format!("{p}/inner"), 0o755).await.unwrap();
+    assert_eq!(a.rmdir(&p).await.unwrap_err().errno, Errno::ENOTEMPTY);
+    assert_eq!(a.rmdir("/file").await.unwrap_err().errno, Errno::ENOTDIR);
+    assert_eq!(a.rmdir("/nothing").await.unwrap_err().errno, Errno::ENOENT);
+    a.rmdir(&format!("{p}/inner")).await.unwrap();
+    a.rmdir(&p).await.unwrap();
+    assert!(!exists(&b, &p).await);
+    // mkdir -p through many levels, each level pending while the next is made.
+    a.mkdir_all("/t/u/v/w/x", 0o755).await.unwrap();
+    b.create("/t/u/v/w/x/f", 0o644, true).await.unwrap();
+    settled(&a).await;
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_record_then_crash_on_either_side() {
+    let mut cluster = cx_cluster(3, 200, 100_000, 16 << 20);
+    let c = cluster.client();
+    // Coordinator dies after logging its Result: the client gets an error, the restarted
+    // coordinator finishes the operation from its log (all of it, not half).
+    let (p, coord, part) = cross_name(&c, "a");
+    crash_with(&mut cluster, coord, "cx_after_result");
+    assert!(c.mkdir(&p, 0o755).await.is_err(), "the coordinator died before answering");
+    restart(&mut cluster, coord);
+    settled(&c).await;
+    assert!(exists(&c, &p).await, "both Results were logged: the operation commits");
+    cluster.assert_fsck_clean();
+
+    // Participant dies after logging its Result: the client's L-COM waits for it; once it
+    // is back it votes from its log and the mkdir succeeds.
+    let (q, _, part2) = cross_name(&c, "b");
+    assert_eq!(part, c.home(&p));
+    crash_with(&mut cluster, part2, "cx_after_result");
+    let c2 = c.clone();
+    let q2 = q.clone();
+    let call = tokio::spawn(async move { c2.mkdir(&q2, 0o755).await });
+    died(&c, part2).await;
+    restart(&mut cluster, part2);
+    call.await.unwrap().expect("acknowledged after the participant came back");
+    settled(&c).await;
+    assert!(exists(&c, &q).await);
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_around_vote_and_decision_lose_nothing() {
+    let mut cluster = cx_cluster(3, 200, 100_000, 16 << 20);
+    let c = cluster.client();
+    let (_, coord, _) = cross_name(&c, "x");
+    for (i, point) in ["cx_before_vote", "cx_after_vote", "cx_after_commit_record"].iter().enumerate() {
+        let (p, _, part) = cross_name(&c, &format!("v{i}-"));
+        let victim = if *point == "cx_after_vote" { part } else { coord };
+        crash_with(&mut cluster, victim, point);
+        // Both YES: acknowledged now, committed by the timer, which hits the failpoint.
+        c.mkdir(&p, 0o755).await.unwrap_or_else(|e| panic!("{point}: {e}"));
+        died(&c, victim).await;
+        restart(&mut cluster, victim);
+        settled(&c).await;
+        assert!(exists(&c, &p).await, "{point}: an acknowledged mkdir was lost");
+        c.rmdir(&p).await.unwrap();
+        settled(&c).await;
+        assert!(!exists(&c, &p).await, "{point}: rmdir after recovery");
+        cluster.assert_fsck_clean();
+    }
+    // A crash during recovery: the second restart still finishes the work.
+    let (p, _, _) = cross_name(&c, "r");
+    crash_with(&mut cluster, coord, "cx_before_vote");
+    c.mkdir(&p, 0o755).await.unwrap();
+    died(&c, coord).await;
+    cluster.cluster.kill(coord).unwrap();
+    cluster.cluster.start_with_env(coord, &[("PLUSFS_FAILPOINT", "cx_during_recovery")]).unwrap();
+    died(&c, coord).await;
+    restart(&mut cluster, coord);
+    settled(&c).await;
+    assert!(exists(&c, &p).await, "the operation survives a crash during recovery");
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_during_a_stream_of_mkdirs() {
+    let mut cluster = cx_cluster(3, 100, 64, 16 << 20);
+    let c = cluster.client();
+    c.mkdir("/s", 0o755).await.unwrap();
+    let victim = c.home("/s");
+    let c2 = c.clone();
+    let stream = tokio::spawn(async move {
+        let mut acked = Vec::new();
+        for i in 0..400 {
+            if c2.mkdir(&format!("/s/d{i}"), 0o755).await.is_ok() {
+                acked.push(i);
+            }
+        }
+        acked
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.cluster.kill(victim).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.cluster.start(victim).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let acked = stream.await.unwrap();
+    settled(&c).await;
+    let listed: std::collections::HashSet<String> = c.readdir("/s").await.unwrap().into_iter().map(|e| e.name).collect();
+    for i in &acked {
+        assert!(listed.contains(&format!("d{i}")), "acknowledged /s/d{i} lost");
+    }
+    for name in &listed {
+        c.lstat(&format!("/s/{name}")).await.unwrap_or_else(|e| panic!("entry without its object: {e}"));
+    }
+    assert!(acked.len() > 50, "the stream ran ({} acknowledged)", acked.len());
+    cluster.assert_fsck_clean();
+}
+
+fn op_id(seq: u64) -> OpId {
+    OpId { client: 0xc1, process: 1, seq }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disagreement_and_a_client_that_dies_before_l_com() {
+    let cluster = cx_cluster(3, 200, 100_000, 16 << 20);
+    let c = cluster.client();
+    // The coordinator says NO (a file has the name), the participant YES: L-COM, ALL-NO,
+    // and the participant's half is gone.
+    let (p, coord, part) = cross_name(&c, "f");
+    c.create(&p, 0o644, true).await.unwrap();
+    assert_eq!(c.mkdir(&p, 0o755).await.unwrap_err().errno, Errno::EEXIST);
+    settled(&c).await;
+    cluster.assert_fsck_clean();
+
+    // A client that sends both sub-operations and dies before L-COM (the coordinator
+    // refused), and one that dies after reaching only the participant: the participant's
+    // YES ages, it asks the coordinator, which aborts both.
+    let (q, coord2, part2) = cross_name(&c, "g");
+    assert_eq!((coord, part2 != coord2), (coord2, true));
+    let object = |ino| DirObject::new(ino, 0o755, 0, 0);
+    let exec = |seq: u64, role: CxRole, peer: ServerId, ops: Vec<SubOp>| Request::CxExec { op: op_id(seq), role, peer, ops };
+    let create_dir = |path: &str, ino| vec![SubOp::CreateDir { path: path.into(), object: object(ino) }];
+    let insert = |name: &str, ino| {
+        vec![SubOp::InsertEntry {
+            dir: "/".into(),
+            name: name.into(),
+            inode: Inode::subdir(ino),
+            replace: Replace::Never,
+            shard: None,
+        }]
+    };
+    let yes = |r: Reply| matches!(r, Reply::CxAnswer(a) if a.error.is_none());
+    // Only the participant is reached.
+    assert!(yes(c.call_server(part2, &exec(1, CxRole::Participant, coord2, create_dir(&q, 900_001))).await.unwrap()));
+    // Both reached, the coordinator refuses (the entry exists), no L-COM follows.
+    c.create("/taken", 0o644, true).await.unwrap();
+    let (r, _, part3) = (String::from("/taken"), coord, c.home("/taken"));
+    if part3 != coord {
+        assert!(yes(c.call_server(part3, &exec(2, CxRole::Participant, coord, create_dir(&r, 900_002))).await.unwrap()));
+        let no = c.call_server(coord, &exec(2, CxRole::Coordinator, part3, insert("taken", 900_002))).await.unwrap();
+        assert!(!yes(no));
+    }
+    settled(&c).await;
+    assert!(!exists(&c, &q).await, "the half-executed mkdir was aborted");
+    c.mkdir(&q, 0o755).await.expect("the name is free again");
+    // A late sub-operation of an aborted operation is refused.
+    let late = c.call_server(coord2, &exec(1, CxRole::Coordinator, part2, insert(&q[1..], 900_001))).await.unwrap();
+    assert!(!yes(late));
+    settled(&c).await;
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_race_on_one_directory() {
+    let cluster = cx_cluster(4, 50, 32, 16 << 20);
+    let admin = cluster.client();
+    admin.mkdir_with("/race", 0o755, Threshold::Entries(0), 0).await.unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("/race/n{i}")).collect();
+    let run = |c: Client, seed: u64, names: Vec<String>| async move {
+        // (successful mkdirs, successful rmdirs) per name
+        let mut tally = vec![(0i64, 0i64); names.len()];
+        let mut x = seed;
+        for _ in 0..300 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % names.len() as u64) as usize;
+            match (x >> 8) % 3 {
+                0 => match c.mkdir(&names[i], 0o755).await {
+                    Ok(_) => tally[i].0 += 1,
+                    Err(e) => assert_eq!(e.errno, Errno::EEXIST, "mkdir {}: {e}", names[i]),
+                },
+                1 => match c.rmdir(&names[i]).await {
+                    Ok(_) => tally[i].1 += 1,
+                    Err(e) => assert_eq!(e.errno, Errno::ENOENT, "rmdir {}: {e}", names[i]),
+                },
+                _ => match c.lstat(&names[i]).await {
+                    Ok(a) => assert_eq!(a.kind, plusfs_proto::FileKind::Dir),
+                    Err(e) => assert_eq!(e.errno, Errno::ENOENT),
+                },
+            }
+        }
+        tally
+    };
+    let (t1, t2) = tokio::join!(
+        tokio::spawn(run(cluster.client(), 0x1234_5678, names.clone())),
+        tokio::spawn(run(cluster.client(), 0x9abc_def1, names.clone()))
+    );
+    let (t1, t2) = (t1.unwrap(), t2.unwrap());
+    settled(&admin).await;
+    for (i, name) in names.iter().enumerate() {
+        let made = t1[i].0 + t2[i].0;
+        let removed = t1[i].1 + t2[i].1;
+        let present = exists(&admin, name).await;
+        assert_eq!(made - removed, i64::from(present), "{name}: {made} mkdirs, {removed} rmdirs, present={present}");
+    }
+    let mut invalidated = 0;
+    for s in &admin.map().servers {
+        invalidated += admin.server_status(s.id).await.unwrap().cx_invalidated;
+    }
+    eprintln!("participant results invalidated during the race: {invalidated}");
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_log_blocks_and_commits_instead_of_losing() {
+    // A 64 KiB log, a timer that never fires during the test, a huge threshold: only the
+    // full log makes commitments happen.
+    let cluster = cx_cluster(3, 600_000, 1_000_000, 64 << 10);
+    let c = cluster.client();
+    c.mkdir("/full", 0o755).await.unwrap();
+    for i in 0..1500 {
+        c.mkdir(&format!("/full/d{i}"), 0o755).await.unwrap();
+    }
+    let mut peak = 0;
+    let mut executed = 0;
+    for s in &c.map().servers {
+        let st = c.server_status(s.id).await.unwrap();
+        peak = peak.max(st.cx_log_peak);
+        executed += st.cx_executed;
+    }
+    assert!(executed > 1000, "the mkdirs ran as Cx operations ({executed})");
+    assert!(peak <= (64 << 10) + 1024, "log peak {peak} B stays at the 64 KiB limit");
+    assert_eq!(c.readdir("/full").await.unwrap().len(), 1500);
+    settled(&c).await;
+    cluster.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_three_protocols_give_the_same_namespace() {
+    for protocol in [TxnProtocol::Cx, TxnProtocol::TwoPhase, TxnProtocol::Serial] {
+        let cluster = TestCluster::start_protocol(3, protocol);
+        let c = cluster.client();
+        for i in 0..40 {
+            c.mkdir(&format!("/p{i}"), 0o755).await.unwrap();
+            c.mkdir(&format!("/p{i}/q"), 0o700).await.unwrap();
+        }
+        assert_eq!(c.mkdir("/p3", 0o755).await.unwrap_err().errno, Errno::EEXIST, "{protocol:?}");
+        assert_eq!(c.rmdir("/p3").await.unwrap_err().errno, Errno::ENOTEMPTY, "{protocol:?}");
+        for i in 0..40 {
+            c.rmdir(&format!("/p{i}/q")).await.unwrap();
+            if i % 2 == 0 {
+                c.rmdir(&format!("/p{i}")).await.unwrap();
+            }
+        }
+        let mut left: Vec<String> = c.readdir("/").await.unwrap().into_iter().map(|e| e.name).collect();
+        left.sort();
+        let mut want: Vec<String> = (0..40).filter(|i| i % 2 == 1).map(|i| format!("p{i}")).collect();
+        want.sort();
+        assert_eq!(left, want, "{protocol:?}");
+        settled(&c).await;
+        cluster.assert_fsck_clean();
+    }
+}
