@@ -149,7 +149,8 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
                 segment_bytes: data_segment,
                 ..Default::default()
             };
-            let txn = plusfs_placement::TxnSettings { protocol: txn, commit_timeout_ms, commit_threshold, max_log_bytes };
+            let txn =
+                plusfs_placement::TxnSettings { protocol: txn, commit_timeout_ms, commit_threshold, max_log_bytes };
             up(servers, data, &ClusterSettings { sync, hugedirs, data: data_settings, txn }, detach)
         }
         ClusterCmd::Down { data } => {

@@ -2,7 +2,6 @@
 //! Everything here parses flags and prints; the work is done by the library crates.
 
 mod bench;
-mod xbench;
 mod cluster;
 mod cp;
 mod data;
@@ -10,6 +9,7 @@ mod engine_bench;
 mod files;
 mod fsck;
 mod mount;
+mod xbench;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -131,7 +131,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     | Cmd::Cluster(_)
                     | Cmd::Bench(_)
                     | Cmd::Xbench(_)
-                    | Cmd::Mount(_) | Cmd::Umount(_) | Cmd::Cp(_) => {
+                    | Cmd::Mount(_)
+                    | Cmd::Umount(_)
+                    | Cmd::Cp(_) => {
                         unreachable!("handled above")
                     }
                 })

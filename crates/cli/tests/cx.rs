@@ -9,13 +9,16 @@ use common::TestCluster;
 use plusfs_client::Client;
 use plusfs_localcluster::ClusterSettings;
 use plusfs_placement::{TxnProtocol, TxnSettings};
-use plusfs_proto::{
-    CxRole, DirObject, Errno, Inode, OpId, Replace, Reply, Request, ServerId, SubOp, Threshold,
-};
+use plusfs_proto::{CxRole, DirObject, Errno, Inode, OpId, Replace, Reply, Request, ServerId, SubOp, Threshold};
 use std::time::{Duration, Instant};
 
 fn cx_cluster(n: usize, timeout_ms: u64, threshold: u32, max_log_bytes: u64) -> TestCluster {
-    let txn = TxnSettings { protocol: TxnProtocol::Cx, commit_timeout_ms: timeout_ms, commit_threshold: threshold, max_log_bytes };
+    let txn = TxnSettings {
+        protocol: TxnProtocol::Cx,
+        commit_timeout_ms: timeout_ms,
+        commit_threshold: threshold,
+        max_log_bytes,
+    };
     TestCluster::start_settings(n, &ClusterSettings { txn, ..Default::default() })
 }
 
@@ -201,7 +204,8 @@ async fn kill_nine_during_a_stream_of_mkdirs() {
     cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
     let acked = stream.await.unwrap();
     settled(&c).await;
-    let listed: std::collections::HashSet<String> = c.readdir("/s").await.unwrap().into_iter().map(|e| e.name).collect();
+    let listed: std::collections::HashSet<String> =
+        c.readdir("/s").await.unwrap().into_iter().map(|e| e.name).collect();
     for i in &acked {
         assert!(listed.contains(&format!("d{i}")), "acknowledged /s/d{i} lost");
     }
@@ -222,7 +226,7 @@ async fn disagreement_and_a_client_that_dies_before_l_com() {
     let c = cluster.client();
     // The coordinator says NO (a file has the name), the participant YES: L-COM, ALL-NO,
     // and the participant's half is gone.
-    let (p, coord, part) = cross_name(&c, "f");
+    let (p, coord, _) = cross_name(&c, "f");
     c.create(&p, 0o644, true).await.unwrap();
     assert_eq!(c.mkdir(&p, 0o755).await.unwrap_err().errno, Errno::EEXIST);
     settled(&c).await;
@@ -234,7 +238,8 @@ async fn disagreement_and_a_client_that_dies_before_l_com() {
     let (q, coord2, part2) = cross_name(&c, "g");
     assert_eq!((coord, part2 != coord2), (coord2, true));
     let object = |ino| DirObject::new(ino, 0o755, 0, 0);
-    let exec = |seq: u64, role: CxRole, peer: ServerId, ops: Vec<SubOp>| Request::CxExec { op: op_id(seq), role, peer, ops };
+    let exec =
+        |seq: u64, role: CxRole, peer: ServerId, ops: Vec<SubOp>| Request::CxExec { op: op_id(seq), role, peer, ops };
     let create_dir = |path: &str, ino| vec![SubOp::CreateDir { path: path.into(), object: object(ino) }];
     let insert = |name: &str, ino| {
         vec![SubOp::InsertEntry {
@@ -250,9 +255,9 @@ async fn disagreement_and_a_client_that_dies_before_l_com() {
     assert!(yes(c.call_server(part2, &exec(1, CxRole::Participant, coord2, create_dir(&q, 900_001))).await.unwrap()));
     // Both reached, the coordinator refuses (the entry exists), no L-COM follows.
     c.create("/taken", 0o644, true).await.unwrap();
-    let (r, _, part3) = (String::from("/taken"), coord, c.home("/taken"));
+    let (r, part3) = ("/taken", c.home("/taken"));
     if part3 != coord {
-        assert!(yes(c.call_server(part3, &exec(2, CxRole::Participant, coord, create_dir(&r, 900_002))).await.unwrap()));
+        assert!(yes(c.call_server(part3, &exec(2, CxRole::Participant, coord, create_dir(r, 900_002))).await.unwrap()));
         let no = c.call_server(coord, &exec(2, CxRole::Coordinator, part3, insert("taken", 900_002))).await.unwrap();
         assert!(!yes(no));
     }
@@ -272,23 +277,35 @@ async fn two_clients_race_on_one_directory() {
     let admin = cluster.client();
     admin.mkdir_with("/race", 0o755, Threshold::Entries(0), 0).await.unwrap();
     let names: Vec<String> = (0..6).map(|i| format!("/race/n{i}")).collect();
-    let run = |c: Client, seed: u64, names: Vec<String>| async move {
-        // (successful mkdirs, successful rmdirs) per name
+    let t0 = Instant::now();
+    let run = move |c: Client, seed: u64, names: Vec<String>| async move {
+        // (successful mkdirs, successful rmdirs) per name, and a trace to explain failures
         let mut tally = vec![(0i64, 0i64); names.len()];
+        let mut trace = Vec::new();
         let mut x = seed;
         for _ in 0..300 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let i = (x % names.len() as u64) as usize;
+            let start = t0.elapsed().as_micros();
             match (x >> 8) % 3 {
                 0 => match c.mkdir(&names[i], 0o755).await {
-                    Ok(_) => tally[i].0 += 1,
+                    Ok(_) => {
+                        tally[i].0 += 1;
+                        trace.push((i, start, t0.elapsed().as_micros(), "mkdir ok"));
+                    }
                     Err(e) => assert_eq!(e.errno, Errno::EEXIST, "mkdir {}: {e}", names[i]),
                 },
                 1 => match c.rmdir(&names[i]).await {
-                    Ok(_) => tally[i].1 += 1,
-                    Err(e) => assert_eq!(e.errno, Errno::ENOENT, "rmdir {}: {e}", names[i]),
+                    Ok(_) => {
+                        tally[i].1 += 1;
+                        trace.push((i, start, t0.elapsed().as_micros(), "rmdir ok"));
+                    }
+                    Err(e) => {
+                        assert_eq!(e.errno, Errno::ENOENT, "rmdir {}: {e}", names[i]);
+                        trace.push((i, start, t0.elapsed().as_micros(), "rmdir ENOENT"));
+                    }
                 },
                 _ => match c.lstat(&names[i]).await {
                     Ok(a) => assert_eq!(a.kind, plusfs_proto::FileKind::Dir),
@@ -296,19 +313,29 @@ async fn two_clients_race_on_one_directory() {
                 },
             }
         }
-        tally
+        (tally, trace)
     };
     let (t1, t2) = tokio::join!(
         tokio::spawn(run(cluster.client(), 0x1234_5678, names.clone())),
         tokio::spawn(run(cluster.client(), 0x9abc_def1, names.clone()))
     );
-    let (t1, t2) = (t1.unwrap(), t2.unwrap());
+    let ((t1, trace1), (t2, trace2)) = (t1.unwrap(), t2.unwrap());
     settled(&admin).await;
     for (i, name) in names.iter().enumerate() {
         let made = t1[i].0 + t2[i].0;
         let removed = t1[i].1 + t2[i].1;
         let present = exists(&admin, name).await;
-        assert_eq!(made - removed, i64::from(present), "{name}: {made} mkdirs, {removed} rmdirs, present={present}");
+        if made - removed != i64::from(present) {
+            let mut events: Vec<_> = trace1
+                .iter()
+                .map(|e| (1, e))
+                .chain(trace2.iter().map(|e| (2, e)))
+                .filter(|(_, e)| e.0 == i)
+                .map(|(c, e)| format!("{:>9}-{:>9} client {c} {}", e.1, e.2, e.3))
+                .collect();
+            events.sort();
+            panic!("{name}: {made} mkdirs, {removed} rmdirs, present={present}\n{}", events.join("\n"));
+        }
     }
     let mut invalidated = 0;
     for s in &admin.map().servers {
@@ -367,4 +394,115 @@ async fn all_three_protocols_give_the_same_namespace() {
         settled(&c).await;
         cluster.assert_fsck_clean();
     }
+}
+
+/// Property: random sequences of mkdir, rmdir, create, unlink, stat and readdir from one
+/// writer, with a second client reading after every step, give exactly the results of a
+/// sequential model of the namespace, whatever mix of lazy, immediate (conflict) and
+/// threshold commitments the servers chose underneath. Several seeds, small triggers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn property_random_operations_match_a_model() {
+    use std::collections::BTreeMap;
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Kind {
+        Dir,
+        File,
+    }
+    let cluster = cx_cluster(4, 30, 8, 16 << 20);
+    let (w, r) = (cluster.client(), cluster.client());
+    for seed in [1u64, 7, 42, 1234] {
+        let root = format!("/m{seed}");
+        w.mkdir(&root, 0o755).await.unwrap();
+        let mut model: BTreeMap<String, Kind> = BTreeMap::new();
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Paths two levels deep over a few names, so parents are often missing or files.
+        let paths: Vec<String> = (0..4)
+            .flat_map(|a| {
+                let r = root.clone();
+                std::iter::once(format!("{r}/a{a}")).chain((0..3).map(move |b| format!("{r}/a{a}/b{b}")))
+            })
+            .collect();
+        for step in 0..250 {
+            let p = paths[(next() % paths.len() as u64) as usize].clone();
+            let parent = plusfs_proto::path::split(&p).unwrap().0.to_string();
+            let parent_ok = parent == root || model.get(&parent) == Some(&Kind::Dir);
+            let children = |m: &BTreeMap<String, Kind>| m.keys().any(|k| k.starts_with(&format!("{p}/")));
+            let op = next() % 4;
+            let (name, got, want) = match op {
+                0 => {
+                    let want = match (parent_ok, model.get(&p)) {
+                        (false, _) if model.contains_key(&parent) => Err(Errno::ENOTDIR),
+                        (false, _) => Err(Errno::ENOENT),
+                        (true, Some(_)) => Err(Errno::EEXIST),
+                        (true, None) => Ok(()),
+                    };
+                    if want.is_ok() {
+                        model.insert(p.clone(), Kind::Dir);
+                    }
+                    ("mkdir", w.mkdir(&p, 0o755).await.map(drop).map_err(|e| e.errno), want)
+                }
+                1 => {
+                    let want = match model.get(&p) {
+                        None if !parent_ok && model.contains_key(&parent) => Err(Errno::ENOTDIR),
+                        None => Err(Errno::ENOENT),
+                        Some(Kind::File) => Err(Errno::ENOTDIR),
+                        Some(Kind::Dir) if children(&model) => Err(Errno::ENOTEMPTY),
+                        Some(Kind::Dir) => Ok(()),
+                    };
+                    if want.is_ok() {
+                        model.remove(&p);
+                    }
+                    ("rmdir", w.rmdir(&p).await.map_err(|e| e.errno), want)
+                }
+                2 => {
+                    let want = match (parent_ok, model.get(&p)) {
+                        (false, _) if model.contains_key(&parent) => Err(Errno::ENOTDIR),
+                        (false, _) => Err(Errno::ENOENT),
+                        (true, Some(_)) => Err(Errno::EEXIST),
+                        (true, None) => Ok(()),
+                    };
+                    if want.is_ok() {
+                        model.insert(p.clone(), Kind::File);
+                    }
+                    ("create", w.create(&p, 0o644, true).await.map(drop).map_err(|e| e.errno), want)
+                }
+                _ => {
+                    let want = match model.get(&p) {
+                        None if !parent_ok && model.contains_key(&parent) => Err(Errno::ENOTDIR),
+                        None => Err(Errno::ENOENT),
+                        Some(Kind::Dir) => Err(Errno::EISDIR),
+                        Some(Kind::File) => Ok(()),
+                    };
+                    if want.is_ok() {
+                        model.remove(&p);
+                    }
+                    ("unlink", w.unlink(&p).await.map_err(|e| e.errno), want)
+                }
+            };
+            assert_eq!(got, want, "seed {seed} step {step}: {name} {p}");
+            // The other client sees the state the writer's answers imply, at once.
+            let seen = match r.lstat(&p).await {
+                Ok(a) if a.kind == plusfs_proto::FileKind::Dir => Some(Kind::Dir),
+                Ok(_) => Some(Kind::File),
+                Err(_) => None,
+            };
+            assert_eq!(seen, model.get(&p).copied(), "seed {seed} step {step}: reader's view of {p} after {name}");
+            if step % 50 == 49 {
+                let mut listed: Vec<String> =
+                    r.readdir(&root).await.unwrap().into_iter().map(|e| format!("{root}/{}", e.name)).collect();
+                listed.sort();
+                let want: Vec<String> =
+                    model.keys().filter(|k| plusfs_proto::path::split(k).unwrap().0 == root).cloned().collect();
+                assert_eq!(listed, want, "seed {seed} step {step}: listing");
+            }
+        }
+    }
+    settled(&w).await;
+    cluster.assert_fsck_clean();
 }

@@ -91,8 +91,7 @@ impl Client {
     ) -> Result<Attr, FsError> {
         const OP: &str = "create directory";
         if self.map().txn.protocol == TxnProtocol::TwoPhase {
-            let req =
-                Request::Mkdir { path: p.into(), mode, uid: self.opts.uid, gid: self.opts.gid, threshold, width };
+            let req = Request::Mkdir { path: p.into(), mode, uid: self.opts.uid, gid: self.opts.gid, threshold, width };
             return match self.entry_rpc(OP, raw, parent, name, req).await?.0 {
                 Reply::Attr(a) => Ok(a),
                 other => Err(FsError::new(OP, raw, Errno::EIO).with_detail(format!("unexpected reply {other:?}"))),
@@ -128,11 +127,15 @@ impl Client {
     }
 
     /// `rmdir` of `p` (in `parent`, as `name`) under the cluster's protocol.
-    pub(crate) async fn rmdir_two_server(&self, raw: &str, p: &str, (parent, name): (&str, &str)) -> Result<(), FsError> {
+    pub(crate) async fn rmdir_two_server(
+        &self,
+        raw: &str,
+        p: &str,
+        (parent, name): (&str, &str),
+    ) -> Result<(), FsError> {
         const OP: &str = "remove directory";
-        let two_phase = || async {
-            self.entry_rpc(OP, raw, parent, name, Request::Rmdir { path: p.into() }).await.map(drop)
-        };
+        let two_phase =
+            || async { self.entry_rpc(OP, raw, parent, name, Request::Rmdir { path: p.into() }).await.map(drop) };
         if self.map().txn.protocol == TxnProtocol::TwoPhase {
             return two_phase().await;
         }
@@ -232,9 +235,11 @@ impl Client {
             Ok(Reply::CxOutcome { committed: true }) => Ok(Ended::Done),
             Ok(Reply::CxOutcome { committed: false }) => {
                 let first_no = [c, p].into_iter().flatten().find_map(|a: CxAnswer| a.error);
-                Ok(Ended::Failed(first_no.unwrap_or_else(|| {
-                    WireError::new(Errno::EBUSY, "the operation was aborted by a conflicting one")
-                })))
+                Ok(Ended::Failed(
+                    first_no.unwrap_or_else(|| {
+                        WireError::new(Errno::EBUSY, "the operation was aborted by a conflicting one")
+                    }),
+                ))
             }
             Ok(other) => Err(FsError::new("reach", "coordinator", Errno::EIO).with_detail(format!("{other:?}"))),
             Err(e) => Err(FsError::new("reach", "coordinator", e.errno).with_detail(e.message)),

@@ -1012,11 +1012,16 @@ pub enum Reply {
     /// A participant's votes (`None`: YES), in the order of the `CxVote`.
     CxVotes(Vec<(OpId, Option<WireError>)>),
     /// How a Cx operation ended after `CxLaunch`: committed, or ALL-NO.
-    CxOutcome { committed: bool },
+    CxOutcome {
+        committed: bool,
+    },
     /// Sub-operations that take back a `SubExec`.
     Undo(Vec<SubOp>),
     /// Leased inode numbers `first .. first + count`.
-    Inos { first: Ino, count: u32 },
+    Inos {
+        first: Ino,
+        count: u32,
+    },
 }
 
 /// A failed request: the errno and a message for humans.

@@ -176,9 +176,7 @@ impl Osd {
     /// Installs the lock-conflict hook and starts the commitment loop.
     pub(crate) fn start_cx(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
-        self.locks.set_urge(Box::new(move |txid, waiter| {
-            weak.upgrade().is_some_and(|osd| osd.urge_tx(txid, waiter))
-        }));
+        self.locks.set_urge(Box::new(move |txid, waiter| weak.upgrade().is_some_and(|osd| osd.urge_tx(txid, waiter))));
         tokio::spawn(self.clone().commit_loop());
     }
 
@@ -227,9 +225,9 @@ impl Osd {
 
     async fn urge_coordinator(self: Arc<Self>, coordinator: ServerId, ops: Vec<OpId>) {
         let req = Request::CxUrge { participant: self.id, ops: ops.clone() };
-        if let Err(e) = self.peers.call(coordinator, &req).await.map_err(|e| e.to_string()).and_then(|r| {
-            r.map_err(|e| e.message)
-        }) {
+        if let Err(e) =
+            self.peers.call(coordinator, &req).await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.message))
+        {
             tracing::warn!(coordinator, cause = %e, "cannot urge a Cx commitment; retrying later");
             let mut st = self.cx.st();
             for id in ops {
@@ -277,10 +275,9 @@ impl Osd {
         if let Some((committed, _)) = st.ended.get(id) {
             return Some(match committed {
                 true => CxAnswer::default(),
-                false => CxAnswer {
-                    error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))),
-                    hint: Vec::new(),
-                },
+                false => {
+                    CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))), hint: Vec::new() }
+                }
             });
         }
         match st.ops.get(id) {
@@ -627,9 +624,9 @@ impl Osd {
     /// Participant: votes on each operation from its Result record, first invalidating
     /// operations it executed that the coordinator ordered after it.
     async fn cx_vote(self: &Arc<Self>, coordinator: ServerId, ballot: Vec<(OpId, Vec<OpId>)>) -> Response {
-        for (_, after) in &ballot {
+        for (first, after) in &ballot {
             for b in after {
-                self.invalidate(*b, coordinator).await;
+                self.invalidate(*b, *first, coordinator).await;
             }
         }
         let votes = join_all(ballot.iter().map(|(id, _)| async move {
@@ -665,9 +662,9 @@ impl Osd {
         }
     }
 
-    /// Drops participant `id`'s executed result (the coordinator ordered another operation
-    /// first) and executes it again in the background.
-    async fn invalidate(self: &Arc<Self>, id: OpId, coordinator: ServerId) {
+    /// Drops participant `id`'s executed result (the coordinator ordered `first` before
+    /// it) and executes it again in the background once `first` has ended here.
+    async fn invalidate(self: &Arc<Self>, id: OpId, first: OpId, coordinator: ServerId) {
         let txid = {
             let mut st = self.cx.st();
             let Some(op) = st.ops.get_mut(&id) else { return };
@@ -675,6 +672,10 @@ impl Osd {
                 return;
             }
             op.phase = Phase::Invalidated;
+            if !op.hint.contains(&first) {
+                op.hint.push(first);
+                op.hint.sort();
+            }
             op.txid
         };
         let mut b = Batch::new();
@@ -695,8 +696,23 @@ impl Osd {
         self.cx.changed.notify_waiters();
         let osd = self.clone();
         tokio::spawn(async move {
+            // Bounded: a `first` that never comes must not hold `id` back for ever.
+            let _ = tokio::time::timeout(VOTE_WAIT * 2, osd.wait_ended(first)).await;
             osd.execute(id).await;
         });
+    }
+
+    /// Waits until operation `id` is no longer pending here.
+    async fn wait_ended(&self, id: OpId) {
+        loop {
+            let notified = self.cx.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.cx.st().ops.get(&id).is_none_or(|o| matches!(o.phase, Phase::Executing) && o.vetoed) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Participant: applies commits and drops aborts, in one write; the reply is the ACK.
@@ -924,7 +940,9 @@ impl Osd {
                 SubOp::CreateDir { path, object } => {
                     SubOp::RemoveDir { path: path.clone(), ino: object.ino, shards: vec![] }
                 }
-                SubOp::RemoveDir { path, .. } => SubOp::CreateDir { path: path.clone(), object: self.dir_object(path)? },
+                SubOp::RemoveDir { path, .. } => {
+                    SubOp::CreateDir { path: path.clone(), object: self.dir_object(path)? }
+                }
                 SubOp::InsertEntry { dir, name, inode, replace: plusfs_proto::Replace::Never, shard } => {
                     SubOp::RemoveEntry { dir: dir.clone(), name: name.clone(), ino: inode.ino, shard: *shard }
                 }
