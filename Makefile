@@ -20,7 +20,7 @@ BIN := $(CARGO_TARGET_DIR)/release/plusfs
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs bench-mount bench-bfo bench-cp venv clean
+.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -91,6 +91,10 @@ bench-bfo: build venv
 ## bench-cp: the Linux source tree copied with plusfs cp vs cp -r / rsync -a / tar through the mount (bench/out/cp/)
 bench-cp: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/cp_bench.sh
+
+## bench-cx: mkdir/rmdir under cx vs 2pc vs serial at 4 and 8 servers, sensitivity, recovery (bench/out/cx/)
+bench-cx: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/cx_bench.sh
 
 ## bench-mount: the FUSE mount vs the native API vs a local directory (report in bench/out/mount/)
 bench-mount: build venv

@@ -54,6 +54,9 @@ pub struct XbenchArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Leave the run's Cx operations pending at the end (to measure recovery).
+    #[arg(long)]
+    leave_pending: bool,
 }
 
 /// What one process measured.
@@ -96,8 +99,10 @@ async fn totals(c: &Client) -> Result<Totals> {
     Ok(t)
 }
 
-/// Waits until no server has a pending Cx operation (or 30 s pass).
-async fn settle(c: &Client) -> Result<()> {
+/// Commits every pending Cx operation in `dir` (a listing of it commits them first) and
+/// waits until no server has one left (or 30 s pass).
+async fn settle(c: &Client, dir: &str) -> Result<()> {
+    c.readdir(dir).await?;
     let deadline = Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let mut pending = 0;
@@ -147,14 +152,16 @@ pub fn run(a: XbenchArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
         .collect();
     eprintln!("preparing {} processes ...", a.procs);
     barrier.wait(); // prepared
-    rt.block_on(settle(&admin))?;
+    rt.block_on(settle(&admin, &base))?;
     let before = rt.block_on(totals(&admin))?;
     let start = Instant::now();
     barrier.wait(); // go
     let runs: Vec<ProcRun> = threads.into_iter().map(|t| t.join().expect("bench thread")).collect::<Result<_>>()?;
     let seconds = start.elapsed().as_secs_f64();
     let after = rt.block_on(totals(&admin))?;
-    rt.block_on(settle(&admin))?;
+    if !a.leave_pending {
+        rt.block_on(settle(&admin, &base))?;
+    }
     let settled = rt.block_on(totals(&admin))?;
     report(&a, &map, &runs, seconds, (&before, &after, &settled));
     Ok(if runs.iter().any(|r| r.errors > 0) { ExitCode::FAILURE } else { ExitCode::SUCCESS })
