@@ -34,13 +34,14 @@ def main_table(rows):
     groups = defaultdict(list)
     for r in rows:
         groups[(r["servers"], r["workload"], r["protocol"])].append(r)
-    for (n, w) in sorted({(k[0], k[1]) for k in groups}):
+    for n, w in sorted({(k[0], k[1]) for k in groups}):
         med = {p: median_run(groups[(n, w, p)]) for p in ("cx", "2pc", "serial") if (n, w, p) in groups}
         for p, m in med.items():
             runs = "/".join(str(r["ops_per_s"]) for r in groups[(n, w, p)])
             out.append(
                 f"| {n} | {w} | {p} | {m['ops_per_s']} ({runs}) | {m['mean_us']} | {m['p99_us']} | "
-                f"{m['msgs_per_op']} | {m['commit_share_pct']} | {ratio(p, m, med, '2pc')} | {ratio(p, m, med, 'serial')} |"
+                f"{m['msgs_per_op']} | {m['commit_share_pct']} | "
+                f"{ratio(p, m, med, '2pc')} | {ratio(p, m, med, 'serial')} |"
             )
     return out
 
