@@ -492,7 +492,19 @@ async fn property_random_operations_match_a_model() {
                 Ok(_) => Some(Kind::File),
                 Err(_) => None,
             };
-            assert_eq!(seen, model.get(&p).copied(), "seed {seed} step {step}: reader's view of {p} after {name}");
+            if seen != model.get(&p).copied() {
+                let keep = std::env::temp_dir().join("plusfs-cx-property-failure");
+                let _ = std::fs::create_dir_all(&keep);
+                for id in cluster.cluster.ids() {
+                    let log = cluster.cluster.data().join(format!("server-{id}.log"));
+                    let _ = std::fs::copy(&log, keep.join(format!("server-{id}.log")));
+                }
+                panic!(
+                    "seed {seed} step {step}: reader's view of {p} after {name}: {seen:?}, model {:?} (logs in {})",
+                    model.get(&p),
+                    keep.display()
+                );
+            }
             if step % 50 == 49 {
                 let mut listed: Vec<String> =
                     r.readdir(&root).await.unwrap().into_iter().map(|e| format!("{root}/{}", e.name)).collect();

@@ -348,17 +348,35 @@ impl Osd {
         crate::failpoint::hit("cx_after_result");
         self.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
+        // YES only if no VOTE or abort refused the operation meanwhile (checked under the
+        // same lock that refusals take, so a participant never votes NO and answers YES).
         let ready = {
             let mut st = self.cx.st();
-            st.live_bytes += size;
-            st.peak_bytes = st.peak_bytes.max(st.live_bytes);
-            let op = st.ops.get_mut(&id).expect("executing operation is known");
-            op.locks = prepared.locks;
-            op.hint = hint.clone();
-            op.phase = Phase::Yes;
-            op.bytes = size;
-            op.since = Instant::now();
-            op.urgent
+            let accepted = match st.ops.get_mut(&id) {
+                Some(op) if !op.vetoed => {
+                    op.locks = prepared.locks;
+                    op.hint = hint.clone();
+                    op.phase = Phase::Yes;
+                    op.bytes = size;
+                    op.since = Instant::now();
+                    Some(op.urgent)
+                }
+                _ => None,
+            };
+            if accepted.is_some() {
+                st.live_bytes += size;
+                st.peak_bytes = st.peak_bytes.max(st.live_bytes);
+            }
+            accepted
+        };
+        let Some(ready) = ready else {
+            let mut b = Batch::new();
+            b.del_log(LogKind::Cx, txid);
+            if let Err(e) = self.write(b).await {
+                tracing::error!(cause = %e.message, "cannot drop a refused Cx result; after a restart its coordinator aborts it");
+            }
+            self.locks.release_tx(txid);
+            return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was aborted")), hint);
         };
         self.cx.counters.executed.fetch_add(1, Ordering::Relaxed);
         self.cx.changed.notify_waiters();
@@ -367,11 +385,13 @@ impl Osd {
         {
             self.cx.kick.notify_one();
         }
+        tracing::debug!(op = %id, ?role, ?hint, "Cx YES");
         CxAnswer { error: None, hint }
     }
 
     /// Records a NO answer for `id` (nothing was logged or locked).
     fn refuse(&self, id: OpId, e: WireError, hint: Vec<OpId>) -> CxAnswer {
+        tracing::debug!(op = %id, ?hint, cause = %e.message, "Cx NO");
         let mut st = self.cx.st();
         if let Some(op) = st.ops.remove(&id) {
             st.by_tx.remove(&op.txid);
@@ -479,6 +499,7 @@ impl Osd {
         let yes: std::collections::HashSet<OpId> =
             votes.into_iter().filter(|(_, e)| e.is_none()).map(|(id, _)| id).collect();
         let (commits, aborts): (Vec<OpId>, Vec<OpId>) = ids.iter().partition(|id| yes.contains(id));
+        tracing::debug!(peer, ?commits, ?aborts, "Cx decisions");
         if let Err(e) = self.decide(peer, &commits, &aborts).await {
             tracing::error!(cause = %e.message, "cannot write Cx decisions; the operations stay pending");
             self.back_to_pending(&ids);
@@ -640,24 +661,29 @@ impl Osd {
                     hint: vec![],
                 })
             };
-            if answer.error.is_some() {
-                self.veto(*id, answer.error.clone().expect("a NO"));
-            }
-            (*id, answer.error)
+            (*id, self.final_vote(*id, answer.error))
         }))
         .await;
         crate::failpoint::hit("cx_after_vote");
         Ok(Reply::CxVotes(votes))
     }
 
-    /// Marks `id` refused here, so its execution (running or later) answers NO.
-    fn veto(&self, id: OpId, e: WireError) {
+    /// The vote on `id` after waiting gave `error`: a NO marks the operation refused here,
+    /// so its execution (running or later) answers NO too — unless that execution has
+    /// meanwhile answered YES, which its client may hold: then the vote is YES. Decided
+    /// under the state lock, like the execution's own YES.
+    fn final_vote(&self, id: OpId, error: Option<WireError>) -> Option<WireError> {
+        let e = error?;
         let mut st = self.cx.st();
         match st.ops.get_mut(&id) {
-            Some(op) if matches!(op.phase, Phase::Executing | Phase::Invalidated) => op.vetoed = true,
-            Some(_) => {}
+            Some(op) if matches!(op.phase, Phase::Yes | Phase::Committing) => None,
+            Some(op) => {
+                op.vetoed = true;
+                Some(e)
+            }
             None => {
-                st.refused.entry(id).or_insert(e);
+                st.refused.entry(id).or_insert_with(|| e.clone());
+                Some(e)
             }
         }
     }
@@ -665,6 +691,7 @@ impl Osd {
     /// Drops participant `id`'s executed result (the coordinator ordered `first` before
     /// it) and executes it again in the background once `first` has ended here.
     async fn invalidate(self: &Arc<Self>, id: OpId, first: OpId, coordinator: ServerId) {
+        tracing::debug!(op = %id, %first, "Cx invalidation requested");
         let txid = {
             let mut st = self.cx.st();
             let Some(op) = st.ops.get_mut(&id) else { return };
@@ -725,7 +752,9 @@ impl Osd {
             let mut st = self.cx.st();
             for (id, commit) in commits.iter().map(|i| (i, true)).chain(aborts.iter().map(|i| (i, false))) {
                 match st.ops.get_mut(id) {
-                    Some(op) if matches!(op.phase, Phase::Yes | Phase::Committing) => {
+                    // Another delivery of the same decision is applying it.
+                    Some(op) if matches!(op.phase, Phase::Committing) => {}
+                    Some(op) if matches!(op.phase, Phase::Yes) => {
                         if commit {
                             applied.ops.extend(op.ops.iter().cloned());
                         }
@@ -817,7 +846,13 @@ impl Osd {
                 next
             };
             match next {
-                Next::Ended(committed) => return committed,
+                Next::Ended(true) => return true,
+                Next::Ended(false) => {
+                    // Already aborted here; the participant may not know yet (its abort
+                    // was lost, or it restarted with a record its vote had refused).
+                    self.send_abort(participant, id).await;
+                    return false;
+                }
                 Next::AbortHere => {
                     self.abort_at(participant, id).await;
                     return false;
@@ -840,6 +875,10 @@ impl Osd {
     /// executed it), until it ACKs. A late execution of `id` here is refused.
     async fn abort_at(self: &Arc<Self>, participant: ServerId, id: OpId) {
         self.cx.counters.aborted.fetch_add(1, Ordering::Relaxed);
+        self.send_abort(participant, id).await;
+    }
+
+    async fn send_abort(self: &Arc<Self>, participant: ServerId, id: OpId) {
         let req = Request::CxDecide { commits: vec![], aborts: vec![id] };
         let mut delay = Duration::from_millis(50);
         while let Err(e) = self.peer_call_cx(participant, req.clone()).await {
