@@ -47,6 +47,9 @@ const UNKNOWN_GRACE: Duration = Duration::from_millis(500);
 /// How long aborted and refused operation ids are remembered, so a late sub-operation of
 /// one is refused (NO) instead of executed.
 const TOMBSTONE_LIFE: Duration = Duration::from_secs(600);
+/// How long committed operation ids are remembered (a resent request or a late L-COM comes
+/// within seconds; a short life keeps the table small at high rates).
+const COMMITTED_LIFE: Duration = Duration::from_secs(30);
 
 /// A Cx log record. Stored as a CRC-32C of the encoding followed by the encoding.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -119,7 +122,7 @@ struct State {
     /// late L-COMs.
     ended: HashMap<OpId, (bool, Instant)>,
     /// NO answers given here: id → the error (until the operation ends).
-    refused: HashMap<OpId, WireError>,
+    refused: HashMap<OpId, (WireError, Instant)>,
     live_bytes: u64,
     peak_bytes: u64,
 }
@@ -168,7 +171,10 @@ impl Cx {
 
     fn forget_old(st: &mut State) {
         let now = Instant::now();
-        st.ended.retain(|_, (_, at)| now.duration_since(*at) < TOMBSTONE_LIFE);
+        st.ended.retain(|_, (committed, at)| {
+            now.duration_since(*at) < if *committed { COMMITTED_LIFE } else { TOMBSTONE_LIFE }
+        });
+        st.refused.retain(|_, (_, at)| now.duration_since(*at) < TOMBSTONE_LIFE);
     }
 }
 
@@ -269,7 +275,7 @@ impl Osd {
 
     /// The answer already given for `id`, if it is no longer executing.
     fn known_answer(&self, st: &State, id: &OpId) -> Option<CxAnswer> {
-        if let Some(e) = st.refused.get(id) {
+        if let Some((e, _)) = st.refused.get(id) {
             return Some(CxAnswer { error: Some(e.clone()), hint: Vec::new() });
         }
         if let Some((committed, _)) = st.ended.get(id) {
@@ -396,7 +402,7 @@ impl Osd {
         if let Some(op) = st.ops.remove(&id) {
             st.by_tx.remove(&op.txid);
         }
-        st.refused.insert(id, e.clone());
+        st.refused.insert(id, (e.clone(), Instant::now()));
         drop(st);
         self.cx.changed.notify_waiters();
         CxAnswer { error: Some(e), hint }
@@ -682,7 +688,7 @@ impl Osd {
                 Some(e)
             }
             None => {
-                st.refused.entry(id).or_insert_with(|| e.clone());
+                st.refused.entry(id).or_insert_with(|| (e.clone(), Instant::now()));
                 Some(e)
             }
         }

@@ -38,6 +38,17 @@ impl DirState {
         !self.busy && self.whole.is_none() && self.names.is_empty()
     }
 
+    /// Every transaction (other than the `owners`) whose lock conflicts with `scope`.
+    fn tx_conflicts(&self, scope: &Scope, owners: &[TxId]) -> Vec<TxId> {
+        let foreign = |t: &TxId| !owners.contains(t);
+        let mut out: Vec<TxId> = self.whole.filter(foreign).into_iter().collect();
+        match scope {
+            Scope::Name(n) => out.extend(self.names.get(n).copied().filter(foreign)),
+            Scope::Whole => out.extend(self.names.values().copied().filter(foreign)),
+        }
+        out
+    }
+
     /// The transaction (other than the `owners`) whose lock conflicts with `scope`.
     fn tx_conflict(&self, scope: &Scope, owners: &[TxId]) -> Option<TxId> {
         let foreign = |t: &TxId| !owners.contains(t);
@@ -150,12 +161,21 @@ impl LockTable {
                         self.urge(t, owner);
                         return Err(Conflict(t));
                     }
-                    (_, Some(t)) => {
+                    (_, Some(_)) => {
+                        // Hurry every operation in the way at once, not one per wake-up.
+                        let all: Vec<TxId> = wanted
+                            .iter()
+                            .flat_map(|(d, sc)| {
+                                inner.dirs.get(d).map(|s| s.tx_conflicts(sc, owners)).unwrap_or_default()
+                            })
+                            .collect();
                         drop(inner);
-                        if !blockers.contains(&t) {
-                            blockers.push(t);
+                        for t in all {
+                            if !blockers.contains(&t) {
+                                blockers.push(t);
+                            }
+                            self.urge(t, owner);
                         }
-                        self.urge(t, owner);
                     }
                     _ => {}
                 }
@@ -177,7 +197,10 @@ impl LockTable {
                 if inner.by_tx.is_empty() {
                     return;
                 }
-                wanted.iter().filter_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, &[]))).collect()
+                wanted
+                    .iter()
+                    .flat_map(|(d, sc)| inner.dirs.get(d).map(|s| s.tx_conflicts(sc, &[])).unwrap_or_default())
+                    .collect()
             };
             let mut cx = false;
             for t in conflicts {
