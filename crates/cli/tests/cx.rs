@@ -518,3 +518,68 @@ async fn property_random_operations_match_a_model() {
     settled(&w).await;
     cluster.assert_fsck_clean();
 }
+
+/// A disordered conflict (seed 004 Fig. 3(b)), made by hand with raw sub-operations: two
+/// mkdirs of one name reach the participant in one order (B, A) and the coordinator in the
+/// other (A, B). The coordinator's order wins: the participant invalidates B, executes A,
+/// and the answers' hints tell both clients not to trust what they first got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disordered_arrivals_follow_the_coordinators_order() {
+    let cluster = cx_cluster(3, 600_000, 1_000_000, 16 << 20);
+    let c = cluster.client();
+    let (q, coord, part) = cross_name(&c, "o");
+    let name = q[1..].to_string();
+    let (a, b) = (op_id(20), op_id(21));
+    let exec = |op: OpId, role: CxRole, ino: u64| {
+        let (peer, ops) = match role {
+            CxRole::Coordinator => (
+                part,
+                vec![SubOp::InsertEntry {
+                    dir: "/".into(),
+                    name: name.clone(),
+                    inode: Inode::subdir(ino),
+                    replace: Replace::Never,
+                    shard: None,
+                }],
+            ),
+            CxRole::Participant => {
+                (coord, vec![SubOp::CreateDir { path: q.clone(), object: DirObject::new(ino, 0o755, 0, 0) }])
+            }
+        };
+        Request::CxExec { op, role, peer, ops }
+    };
+    let answer = |r: Reply| match r {
+        Reply::CxAnswer(a) => a,
+        other => panic!("unexpected {other:?}"),
+    };
+    // Participant: B first. Coordinator: A first.
+    let pb = answer(c.call_server(part, &exec(b, CxRole::Participant, 901)).await.unwrap());
+    let ca = answer(c.call_server(coord, &exec(a, CxRole::Coordinator, 900)).await.unwrap());
+    assert!(pb.error.is_none() && ca.error.is_none() && pb.hint.is_empty() && ca.hint.is_empty());
+    // A reaches the participant (waits behind B), B the coordinator (waits behind A).
+    let (c1, c2) = (c.clone(), c.clone());
+    let pa_req = exec(a, CxRole::Participant, 900);
+    let pa = tokio::spawn(async move { c1.call_server(part, &pa_req).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cb_req = exec(b, CxRole::Coordinator, 901);
+    let cb = tokio::spawn(async move { c2.call_server(coord, &cb_req).await.unwrap() });
+    let (pa, cb) = (answer(pa.await.unwrap()), answer(cb.await.unwrap()));
+    // A: YES on both sides, but the participant's hint names B, so its client launches
+    // the commitment (L-COM) and learns it committed.
+    assert!(pa.error.is_none(), "A executes at the participant after B is invalidated: {pa:?}");
+    assert_eq!(pa.hint, vec![b]);
+    assert_ne!(pa.hint, ca.hint);
+    let launch = |op| Request::CxLaunch { op, participant: part };
+    assert_eq!(c.call_server(coord, &launch(a)).await.unwrap(), Reply::CxOutcome { committed: true });
+    // B: the coordinator ordered it after A (hint [A]) and refuses it (A made the name);
+    // its first YES from the participant carried another hint, so its client launches
+    // the commitment and gets ALL-NO.
+    assert_eq!(cb.hint, vec![a]);
+    assert_eq!(cb.error.as_ref().map(|e| e.errno), Some(Errno::EEXIST));
+    assert_eq!(c.call_server(coord, &launch(b)).await.unwrap(), Reply::CxOutcome { committed: false });
+    settled(&c).await;
+    let st = c.server_status(part).await.unwrap();
+    assert_eq!(st.cx_invalidated, 1, "the participant invalidated B's execution");
+    assert_eq!(c.lstat(&q).await.unwrap().ino, 900, "A's directory, with A's inode on both sides");
+    cluster.assert_fsck_clean();
+}
