@@ -17,6 +17,7 @@ mod locks;
 mod metrics;
 mod net;
 mod osd;
+mod serial;
 mod txn;
 mod xattr;
 

@@ -1,0 +1,428 @@
+//! Cx: concurrent execution and lazy, batched commitment of two-server operations
+//! (seed 004 §III).
+//!
+//! The client sends both sub-operations at once (`CxExec`). Each server checks its part,
+//! takes transaction locks on what it touches, logs a *Result* record and answers YES or
+//! NO with a conflict hint. Nothing is applied yet: the store changes only at commitment,
+//! so no reader can see a state that an abort would take back. The coordinator (the
+//! server of the parent directory's entry) commits later, many operations at once: one
+//! `CxVote` per participant, one store write holding its effects and its Commit/Abort
+//! records, one `CxDecide` per participant (which applies and prunes its Result records in
+//! one write and ACKs), then one write that prunes (the Complete record). Triggers: a timer
+//! (`commit_timeout_ms`) and a count (`commit_threshold`).
+//!
+//! A request that meets a pending operation's lock *urges* it: committed at once by its
+//! coordinator (a participant asks with `CxUrge`), then the request goes on. Disagreeing
+//! answers make the client send L-COM (`CxLaunch`); the coordinator aborts both sides and
+//! answers ALL-NO. When the coordinator ordered B after A but the participant executed B
+//! first, the VOTE for A lists B: the participant invalidates B, executes A, and executes B
+//! again; B's client saw unequal hints and launches B's commitment itself.
+//!
+//! Records live in the store under their own key space (checksummed here; RocksDB's WAL
+//! frames them and recovers torn tails). After a restart the server takes its locks back,
+//! re-sends decisions, commits what it coordinates at once and urges the coordinators of
+//! what it took part in; requests on those objects wait until that is done.
+
+mod coordinator;
+mod record;
+mod recovery;
+mod requests;
+mod scopes;
+
+pub(crate) use scopes::request_scopes;
+
+use crate::locks::Scope;
+use crate::osd::{eio, err, OpResult, Osd};
+use crate::txn::Prepared;
+use futures::future::join_all;
+use plusfs_proto::{
+    CommitPayload, CxAnswer, CxRole, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId, WireError,
+};
+use plusfs_store::{Batch, LogKind, StoreError};
+use record::{frame, unframe, Record};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// How long a VOTE waits for the execution of an operation the participant has not
+/// finished executing (it is blocked or still on its way) before voting NO.
+const VOTE_WAIT: Duration = Duration::from_secs(2);
+/// How long the coordinator waits for a sub-operation it has never seen before it aborts
+/// the operation (the client may have died before sending it).
+const UNKNOWN_GRACE: Duration = Duration::from_millis(500);
+/// How long aborted and refused operation ids are remembered, so a late sub-operation of
+/// one is refused (NO) instead of executed.
+const TOMBSTONE_LIFE: Duration = Duration::from_secs(600);
+/// How long committed operation ids are remembered (a resent request or a late L-COM comes
+/// within seconds; a short life keeps the table small at high rates).
+const COMMITTED_LIFE: Duration = Duration::from_secs(30);
+/// Where an operation stands on this server.
+#[derive(Debug, Clone)]
+enum Phase {
+    /// Being checked (possibly waiting for another operation's locks).
+    Executing,
+    /// Executed with YES: Result record written, locks held.
+    Yes,
+    /// In a commitment round (coordinator), or its decision is being applied.
+    Committing,
+    /// The coordinator ordered another operation first: result dropped, executed again.
+    Invalidated,
+}
+
+#[derive(Debug)]
+struct Op {
+    role: CxRole,
+    peer: ServerId,
+    txid: TxId,
+    ops: Vec<SubOp>,
+    locks: Vec<(String, Scope)>,
+    hint: Vec<OpId>,
+    phase: Phase,
+    bytes: u64,
+    since: Instant,
+    /// The coordinator asked for an immediate commitment (coordinator role).
+    urgent: bool,
+    /// A participant already asked its coordinator to commit it.
+    urged: bool,
+    /// Refused while executing (a VOTE gave up waiting, or an abort came first).
+    vetoed: bool,
+    /// Operations of other clients waiting here for this one's locks (coordinator: they
+    /// go into the VOTE, so the participant follows this order).
+    waiters: Vec<OpId>,
+}
+
+#[derive(Default)]
+struct State {
+    ops: HashMap<OpId, Op>,
+    by_tx: HashMap<TxId, OpId>,
+    /// Ended operations: id → (committed, when). Refuses late sub-operations and answers
+    /// late L-COMs.
+    ended: HashMap<OpId, (bool, Instant)>,
+    /// NO answers given here: id → the error (until the operation ends).
+    refused: HashMap<OpId, (WireError, Instant)>,
+    live_bytes: u64,
+    peak_bytes: u64,
+}
+
+/// Cx counters (shown by `plusfs cluster status`).
+#[derive(Default)]
+pub(crate) struct CxCounters {
+    pub executed: AtomicU64,
+    pub committed: AtomicU64,
+    pub aborted: AtomicU64,
+    pub rounds: AtomicU64,
+    pub immediate: AtomicU64,
+    pub invalidated: AtomicU64,
+}
+
+/// The Cx engine of one server.
+pub(crate) struct Cx {
+    state: Mutex<State>,
+    /// Something ended or was invalidated, or log space came free.
+    changed: Notify,
+    /// Wakes the commitment loop (threshold reached or an urgent operation).
+    kick: Notify,
+    pub(crate) counters: CxCounters,
+}
+
+impl Default for Cx {
+    fn default() -> Self {
+        Cx { state: Mutex::default(), changed: Notify::new(), kick: Notify::new(), counters: CxCounters::default() }
+    }
+}
+
+impl Cx {
+    fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("cx state")
+    }
+
+    /// Operations pending here and live log bytes (now, at most).
+    pub(crate) fn gauges(&self) -> (u64, u64, u64) {
+        let st = self.st();
+        (st.ops.len() as u64, st.live_bytes, st.peak_bytes)
+    }
+
+    fn coordinator_ready(&self) -> usize {
+        self.st().ops.values().filter(|o| o.role == CxRole::Coordinator && matches!(o.phase, Phase::Yes)).count()
+    }
+
+    fn forget_old(st: &mut State) {
+        let now = Instant::now();
+        st.ended.retain(|_, (committed, at)| {
+            now.duration_since(*at) < if *committed { COMMITTED_LIFE } else { TOMBSTONE_LIFE }
+        });
+        st.refused.retain(|_, (_, at)| now.duration_since(*at) < TOMBSTONE_LIFE);
+    }
+}
+
+impl Osd {
+    /// Installs the lock-conflict hook and starts the commitment loop.
+    pub(crate) fn start_cx(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        self.locks.set_urge(Box::new(move |txid, waiter| weak.upgrade().is_some_and(|osd| osd.urge_tx(txid, waiter))));
+        tokio::spawn(self.clone().commit_loop());
+    }
+
+    /// A request met the lock of `txid`: if it belongs to a pending Cx operation, start its
+    /// commitment now. Returns whether it does. When the request is itself a Cx execution
+    /// (`waiter`), the two are ordered here: the waiter's hint names the operation, and the
+    /// operation's VOTE will name the waiter.
+    fn urge_tx(self: &Arc<Self>, txid: TxId, waiter: Option<TxId>) -> bool {
+        let mut st = self.cx.st();
+        let Some(id) = st.by_tx.get(&txid).copied() else { return false };
+        if let Some(w) = waiter.and_then(|w| st.by_tx.get(&w).copied()).filter(|w| *w != id) {
+            if let Some(wop) = st.ops.get_mut(&w) {
+                if !wop.hint.contains(&id) {
+                    wop.hint.push(id);
+                    wop.hint.sort();
+                }
+            }
+            if let Some(op) = st.ops.get_mut(&id) {
+                if !op.waiters.contains(&w) {
+                    op.waiters.push(w);
+                }
+            }
+        }
+        let Some(op) = st.ops.get_mut(&id) else { return false };
+        tracing::debug!(op = %id, role = ?op.role, phase = ?op.phase, ?waiter, "a request met a pending Cx operation");
+        match op.role {
+            CxRole::Coordinator => {
+                if !op.urgent {
+                    op.urgent = true;
+                    self.cx.counters.immediate.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(st);
+                self.cx.kick.notify_one();
+            }
+            CxRole::Participant if !op.urged && matches!(op.phase, Phase::Yes) => {
+                op.urged = true;
+                let peer = op.peer;
+                drop(st);
+                let osd = self.clone();
+                tokio::spawn(async move { osd.urge_coordinator(peer, vec![id]).await });
+            }
+            CxRole::Participant => {}
+        }
+        true
+    }
+
+    async fn urge_coordinator(self: Arc<Self>, coordinator: ServerId, ops: Vec<OpId>) {
+        let req = Request::CxUrge { participant: self.id, ops: ops.clone() };
+        if let Err(e) =
+            self.peers.call(coordinator, &req).await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.message))
+        {
+            tracing::warn!(coordinator, cause = %e, "cannot urge a Cx commitment; retrying later");
+            let mut st = self.cx.st();
+            for id in ops {
+                if let Some(op) = st.ops.get_mut(&id) {
+                    op.urged = false;
+                }
+            }
+        }
+    }
+
+    // ----- execution phase ------------------------------------------------------------
+
+    /// `CxExec`: executes one side of operation `id` and answers YES/NO with a hint.
+    pub(crate) async fn cx_exec(self: &Arc<Self>, id: OpId, role: CxRole, peer: ServerId, ops: Vec<SubOp>) -> Response {
+        if peer == self.id {
+            return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
+        }
+        if self.cx.st().ops.get(&id).is_some_and(|o| o.role != role) {
+            return Err(err(Errno::EINVAL, format!("operation {id} already executes here in the other role")));
+        }
+        {
+            let st = self.cx.st();
+            if let Some(answer) = self.known_answer(&st, &id) {
+                return Ok(Reply::CxAnswer(answer));
+            }
+        }
+        if self.cx.st().ops.contains_key(&id) {
+            // A resent request while the first is still executing: wait for its answer.
+            return Ok(Reply::CxAnswer(self.wait_answer(id, None).await));
+        }
+        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        {
+            let mut st = self.cx.st();
+            st.by_tx.insert(txid, id);
+            st.ops.insert(id, new_op(role, peer, txid, ops));
+        }
+        Ok(Reply::CxAnswer(self.execute(id).await))
+    }
+
+    /// The answer already given for `id`, if it is no longer executing.
+    fn known_answer(&self, st: &State, id: &OpId) -> Option<CxAnswer> {
+        if let Some((e, _)) = st.refused.get(id) {
+            return Some(CxAnswer { error: Some(e.clone()), hint: Vec::new() });
+        }
+        if let Some((committed, _)) = st.ended.get(id) {
+            return Some(match committed {
+                true => CxAnswer::default(),
+                false => {
+                    CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))), hint: Vec::new() }
+                }
+            });
+        }
+        match st.ops.get(id) {
+            Some(op) if matches!(op.phase, Phase::Yes | Phase::Committing) => {
+                Some(CxAnswer { error: None, hint: op.hint.clone() })
+            }
+            _ => None,
+        }
+    }
+
+    /// Waits until `id` has an answer here (at most `limit`).
+    async fn wait_answer(&self, id: OpId, limit: Option<Duration>) -> CxAnswer {
+        let deadline = limit.map(|l| Instant::now() + l);
+        loop {
+            let notified = self.cx.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = self.cx.st();
+                if let Some(a) = self.known_answer(&st, &id) {
+                    return a;
+                }
+                if !st.ops.contains_key(&id) {
+                    let e = err(Errno::EBUSY, format!("operation {id} is unknown here"));
+                    return CxAnswer { error: Some(e), hint: Vec::new() };
+                }
+            }
+            match deadline {
+                Some(d) => {
+                    if tokio::time::timeout_at(d.into(), notified).await.is_err() {
+                        let e = err(Errno::EBUSY, format!("operation {id} did not execute in time"));
+                        return CxAnswer { error: Some(e), hint: Vec::new() };
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Runs the execution of known operation `id` (first time or after invalidation).
+    async fn execute(self: &Arc<Self>, id: OpId) -> CxAnswer {
+        let Some((txid, ops)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone())) else {
+            return CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was dropped"))), hint: vec![] };
+        };
+        let estimate = 64 + postcard::to_allocvec(&ops).map(|v| v.len() as u64).unwrap_or(0) * 2;
+        self.wait_for_log_space(estimate).await;
+        let checked = self.check_subops(txid, &ops, true, &mut Vec::new()).await;
+        let hint = self.cx.st().ops.get(&id).map(|o| o.hint.clone()).unwrap_or_default();
+        let (guard, prepared) = match checked {
+            Ok(x) => x,
+            Err(e) => return self.refuse(id, e, hint),
+        };
+        if self.cx.st().ops.get(&id).is_none_or(|o| o.vetoed) {
+            drop(guard);
+            return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was aborted")), hint);
+        }
+        let Some((role, peer)) = self.cx.st().ops.get(&id).map(|o| (o.role, o.peer)) else {
+            return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was dropped")), hint);
+        };
+        let rec = Record::Result { op: id, role, peer, ops, locks: prepared.locks.clone(), hint: hint.clone() };
+        let bytes = frame(&rec);
+        let mut b = Batch::new();
+        let size = bytes.len() as u64;
+        b.put_log(LogKind::Cx, txid, bytes);
+        if let Err(e) = self.write(b).await {
+            return self.refuse(id, e, hint);
+        }
+        crate::failpoint::hit("cx_after_result");
+        self.locks.add_tx_locks(txid, &prepared.locks);
+        drop(guard);
+        // YES only if no VOTE or abort refused the operation meanwhile (checked under the
+        // same lock that refusals take, so a participant never votes NO and answers YES).
+        let ready = {
+            let mut st = self.cx.st();
+            let accepted = match st.ops.get_mut(&id) {
+                Some(op) if !op.vetoed => {
+                    op.locks = prepared.locks;
+                    op.hint = hint.clone();
+                    op.phase = Phase::Yes;
+                    op.bytes = size;
+                    op.since = Instant::now();
+                    Some(op.urgent)
+                }
+                _ => None,
+            };
+            if accepted.is_some() {
+                st.live_bytes += size;
+                st.peak_bytes = st.peak_bytes.max(st.live_bytes);
+            }
+            accepted
+        };
+        let Some(ready) = ready else {
+            let mut b = Batch::new();
+            b.del_log(LogKind::Cx, txid);
+            if let Err(e) = self.write(b).await {
+                tracing::error!(cause = %e.message, "cannot drop a refused Cx result; after a restart its coordinator aborts it");
+            }
+            self.locks.release_tx(txid);
+            return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was aborted")), hint);
+        };
+        self.cx.counters.executed.fetch_add(1, Ordering::Relaxed);
+        self.cx.changed.notify_waiters();
+        if role == CxRole::Coordinator
+            && (ready || self.cx.coordinator_ready() >= self.map.txn.commit_threshold as usize)
+        {
+            self.cx.kick.notify_one();
+        }
+        tracing::debug!(op = %id, ?role, ?hint, "Cx YES");
+        CxAnswer { error: None, hint }
+    }
+
+    /// Records a NO answer for `id` (nothing was logged or locked).
+    fn refuse(&self, id: OpId, e: WireError, hint: Vec<OpId>) -> CxAnswer {
+        tracing::debug!(op = %id, ?hint, cause = %e.message, "Cx NO");
+        let mut st = self.cx.st();
+        if let Some(op) = st.ops.remove(&id) {
+            st.by_tx.remove(&op.txid);
+        }
+        st.refused.insert(id, (e.clone(), Instant::now()));
+        drop(st);
+        self.cx.changed.notify_waiters();
+        CxAnswer { error: Some(e), hint }
+    }
+
+    /// Blocks while the log holds `more` bytes too many, committing what is pending.
+    async fn wait_for_log_space(self: &Arc<Self>, more: u64) {
+        let max = self.map.txn.max_log_bytes;
+        loop {
+            let notified = self.cx.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let txids: Vec<TxId> = {
+                let st = self.cx.st();
+                if st.live_bytes + more <= max || st.ops.values().all(|o| o.bytes == 0) {
+                    return;
+                }
+                st.ops.values().filter(|o| o.bytes > 0).map(|o| o.txid).collect()
+            };
+            for t in txids {
+                self.urge_tx(t, None);
+            }
+            notified.await;
+        }
+    }
+}
+
+fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>) -> Op {
+    Op {
+        role,
+        peer,
+        txid,
+        ops,
+        locks: Vec::new(),
+        hint: Vec::new(),
+        phase: Phase::Executing,
+        bytes: 0,
+        since: Instant::now(),
+        urgent: false,
+        urged: false,
+        vetoed: false,
+        waiters: Vec::new(),
+    }
+}

@@ -1,0 +1,267 @@
+//! The Cx requests a server serves: execution, VOTE (with invalidation), decisions,
+//! urges and L-COM.
+
+use super::*;
+
+impl Osd {
+    // ----- requests -------------------------------------------------------------------
+
+    /// Serves the Cx requests.
+    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request) -> Response {
+        match req {
+            Request::CxExec { op, role, peer, ops } => self.cx_exec(op, role, peer, ops).await,
+            Request::CxVote { coordinator, ops } => self.cx_vote(coordinator, ops).await,
+            Request::CxDecide { commits, aborts } => self.cx_decide(&commits, &aborts).await,
+            Request::CxUrge { participant, ops } => self.cx_urge(participant, ops),
+            Request::CxLaunch { op, participant } => self.cx_launch(op, participant).await,
+            other => Err(err(Errno::EINVAL, format!("{} is not a Cx request", other.name()))),
+        }
+    }
+
+    /// Participant: votes on each operation from its Result record, first invalidating
+    /// operations it executed that the coordinator ordered after it.
+    pub(super) async fn cx_vote(self: &Arc<Self>, coordinator: ServerId, ballot: Vec<(OpId, Vec<OpId>)>) -> Response {
+        for (first, after) in &ballot {
+            for b in after {
+                self.invalidate(*b, *first, coordinator).await;
+            }
+        }
+        let votes = join_all(ballot.iter().map(|(id, _)| async move {
+            let known = self.cx.st().ops.contains_key(id);
+            let answer = if known {
+                self.wait_answer(*id, Some(VOTE_WAIT)).await
+            } else {
+                let st = self.cx.st();
+                self.known_answer(&st, id).unwrap_or_else(|| CxAnswer {
+                    error: Some(err(Errno::EBUSY, format!("operation {id} never reached server"))),
+                    hint: vec![],
+                })
+            };
+            (*id, self.final_vote(*id, answer.error))
+        }))
+        .await;
+        crate::failpoint::hit("cx_after_vote");
+        Ok(Reply::CxVotes(votes))
+    }
+
+    /// The vote on `id` after waiting gave `error`: a NO marks the operation refused here,
+    /// so its execution (running or later) answers NO too — unless that execution has
+    /// meanwhile answered YES, which its client may hold: then the vote is YES. Decided
+    /// under the state lock, like the execution's own YES.
+    pub(super) fn final_vote(&self, id: OpId, error: Option<WireError>) -> Option<WireError> {
+        let e = error?;
+        let mut st = self.cx.st();
+        match st.ops.get_mut(&id) {
+            Some(op) if matches!(op.phase, Phase::Yes | Phase::Committing) => None,
+            Some(op) => {
+                op.vetoed = true;
+                Some(e)
+            }
+            None => {
+                st.refused.entry(id).or_insert_with(|| (e.clone(), Instant::now()));
+                Some(e)
+            }
+        }
+    }
+
+    /// Drops participant `id`'s executed result (the coordinator ordered `first` before
+    /// it) and executes it again in the background once `first` has ended here.
+    pub(super) async fn invalidate(self: &Arc<Self>, id: OpId, first: OpId, coordinator: ServerId) {
+        tracing::debug!(op = %id, %first, "Cx invalidation requested");
+        let txid = {
+            let mut st = self.cx.st();
+            let Some(op) = st.ops.get_mut(&id) else { return };
+            if op.role != CxRole::Participant || op.peer != coordinator || !matches!(op.phase, Phase::Yes) {
+                return;
+            }
+            op.phase = Phase::Invalidated;
+            if !op.hint.contains(&first) {
+                op.hint.push(first);
+                op.hint.sort();
+            }
+            op.txid
+        };
+        let mut b = Batch::new();
+        b.del_log(LogKind::Cx, txid);
+        if let Err(e) = self.write(b).await {
+            tracing::error!(cause = %e.message, "cannot invalidate a Cx result");
+        }
+        {
+            let mut st = self.cx.st();
+            if let Some(op) = st.ops.get_mut(&id) {
+                let bytes = std::mem::take(&mut op.bytes);
+                st.live_bytes = st.live_bytes.saturating_sub(bytes);
+            }
+        }
+        self.locks.release_tx(txid);
+        self.cx.counters.invalidated.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(op = %id, "Cx result invalidated; executing again");
+        self.cx.changed.notify_waiters();
+        let osd = self.clone();
+        tokio::spawn(async move {
+            // Bounded: a `first` that never comes must not hold `id` back for ever.
+            let _ = tokio::time::timeout(VOTE_WAIT * 2, osd.wait_ended(first)).await;
+            osd.execute(id).await;
+        });
+    }
+
+    /// Waits until operation `id` is no longer pending here.
+    pub(super) async fn wait_ended(&self, id: OpId) {
+        loop {
+            let notified = self.cx.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.cx.st().ops.get(&id).is_none_or(|o| matches!(o.phase, Phase::Executing) && o.vetoed) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Participant: applies commits and drops aborts, in one write; the reply is the ACK.
+    pub(super) async fn cx_decide(self: &Arc<Self>, commits: &[OpId], aborts: &[OpId]) -> Response {
+        let mut applied = Prepared::default();
+        let mut b = Batch::new();
+        let mut txids = Vec::new();
+        let mut ended = Vec::new();
+        {
+            let mut st = self.cx.st();
+            for (id, commit) in commits.iter().map(|i| (i, true)).chain(aborts.iter().map(|i| (i, false))) {
+                match st.ops.get_mut(id) {
+                    // Another delivery of the same decision is applying it.
+                    Some(op) if matches!(op.phase, Phase::Committing) => {}
+                    Some(op) if matches!(op.phase, Phase::Yes) => {
+                        if commit {
+                            applied.ops.extend(op.ops.iter().cloned());
+                        }
+                        applied.locks.extend(op.locks.iter().cloned());
+                        op.phase = Phase::Committing;
+                        b.del_log(LogKind::Cx, op.txid);
+                        txids.push(op.txid);
+                        ended.push((*id, commit));
+                    }
+                    Some(op) => {
+                        // Not executed (yet): it must never be, now.
+                        op.vetoed = true;
+                        st.ended.insert(*id, (false, Instant::now()));
+                    }
+                    None => {
+                        st.ended.entry(*id).or_insert((commit, Instant::now()));
+                    }
+                }
+            }
+        }
+        if !b.is_empty() {
+            let guard = self.locks.lock_owned(&applied.locks, &txids).await;
+            let (mut all, remote) = self.commit_batch(&applied, &CommitPayload::default())?;
+            all.extend(b);
+            self.write(all).await?;
+            for t in txids {
+                self.locks.release_tx(t);
+            }
+            drop(guard);
+            self.drop_remote(remote).await;
+            self.check_thresholds(&applied.ops);
+        }
+        self.forget_ended(&ended);
+        Ok(Reply::Done)
+    }
+
+    /// Coordinator: a participant needs these operations decided now.
+    pub(super) fn cx_urge(self: &Arc<Self>, participant: ServerId, ids: Vec<OpId>) -> Response {
+        for id in ids {
+            let osd = self.clone();
+            tokio::spawn(async move {
+                osd.commit_now(id, participant).await;
+            });
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Coordinator: L-COM. Commits or aborts `id` now and says which.
+    pub(super) async fn cx_launch(self: &Arc<Self>, id: OpId, participant: ServerId) -> Response {
+        Ok(Reply::CxOutcome { committed: self.commit_now(id, participant).await })
+    }
+
+    /// Decides `id` at once: an executed operation goes through an immediate round; one
+    /// refused or unknown here is aborted at the participant. Returns whether it committed.
+    pub(super) async fn commit_now(self: &Arc<Self>, id: OpId, participant: ServerId) -> bool {
+        enum Next {
+            Ended(bool),
+            Wait { kick: bool },
+            AbortHere,
+            GraceForUnknown,
+        }
+        let mut waited_unknown = false;
+        loop {
+            let notified = self.cx.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next = {
+                let mut st = self.cx.st();
+                let refused = st.refused.contains_key(&id);
+                let ended = st.ended.get(&id).map(|e| e.0);
+                let next = match (ended, st.ops.get_mut(&id)) {
+                    (Some(committed), _) => Next::Ended(committed),
+                    (None, Some(op)) if op.role == CxRole::Coordinator => {
+                        if !op.urgent {
+                            op.urgent = true;
+                            self.cx.counters.immediate.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Next::Wait { kick: matches!(op.phase, Phase::Yes) }
+                    }
+                    (None, Some(_)) => Next::Wait { kick: false },
+                    (None, None) if refused || waited_unknown => Next::AbortHere,
+                    (None, None) => Next::GraceForUnknown,
+                };
+                if matches!(next, Next::AbortHere) {
+                    // NO here (or never seen): the operation is aborted.
+                    st.refused.remove(&id);
+                    st.ended.insert(id, (false, Instant::now()));
+                }
+                next
+            };
+            match next {
+                Next::Ended(true) => return true,
+                Next::Ended(false) => {
+                    // Already aborted here; the participant may not know yet (its abort
+                    // was lost, or it restarted with a record its vote had refused).
+                    self.send_abort(participant, id).await;
+                    return false;
+                }
+                Next::AbortHere => {
+                    self.abort_at(participant, id).await;
+                    return false;
+                }
+                Next::GraceForUnknown => {
+                    waited_unknown = true;
+                    let _ = tokio::time::timeout(UNKNOWN_GRACE, notified).await;
+                }
+                Next::Wait { kick } => {
+                    if kick {
+                        self.cx.kick.notify_one();
+                    }
+                    notified.await;
+                }
+            }
+        }
+    }
+
+    /// Tells the participant that `id` is aborted (the coordinator answered NO or never
+    /// executed it), until it ACKs. A late execution of `id` here is refused.
+    pub(super) async fn abort_at(self: &Arc<Self>, participant: ServerId, id: OpId) {
+        self.cx.counters.aborted.fetch_add(1, Ordering::Relaxed);
+        self.send_abort(participant, id).await;
+    }
+
+    pub(super) async fn send_abort(self: &Arc<Self>, participant: ServerId, id: OpId) {
+        let req = Request::CxDecide { commits: vec![], aborts: vec![id] };
+        let mut delay = Duration::from_millis(50);
+        while let Err(e) = self.peer_call_cx(participant, req.clone()).await {
+            tracing::warn!(participant, cause = %e.message, "Cx abort not delivered; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+        self.cx.changed.notify_waiters();
+    }
+}

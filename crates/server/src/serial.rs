@@ -1,0 +1,59 @@
+//! Serial execution (OrangeFS, seed 004 Fig. 1(b)): a server applies the sub-operations
+//! it is sent at once and returns their undo, which the client sends back as the CLEAR
+//! if the other server fails. Also the path of a two-server operation whose halves land
+//! on one server.
+
+use crate::osd::{eio, err, OpResult, Osd};
+use plusfs_proto::{CommitPayload, Errno, Reply, Response, SubOp};
+use std::sync::Arc;
+
+impl Osd {
+    /// `SubExec`: applies `ops` here at once (serial protocol and its CLEAR) and returns
+    /// the sub-operations that take them back.
+    pub(crate) async fn sub_exec(self: &Arc<Self>, ops: Vec<SubOp>) -> Response {
+        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new()).await?;
+        let undo = self.undo_of(&ops)?;
+        let (batch, remote) = self.commit_batch(&prepared, &CommitPayload::default())?;
+        self.write(batch).await?;
+        drop(guard);
+        self.drop_remote(remote).await;
+        self.check_thresholds(&prepared.ops);
+        Ok(Reply::Undo(undo))
+    }
+
+    /// Sub-operations undoing `ops` (checked, not yet applied): the CLEAR of serial
+    /// execution.
+    fn undo_of(self: &Arc<Self>, ops: &[SubOp]) -> OpResult<Vec<SubOp>> {
+        let mut undo = Vec::new();
+        for op in ops.iter().rev() {
+            undo.push(match op {
+                SubOp::CreateDir { path, object } => {
+                    SubOp::RemoveDir { path: path.clone(), ino: object.ino, shards: vec![] }
+                }
+                SubOp::RemoveDir { path, .. } => {
+                    SubOp::CreateDir { path: path.clone(), object: self.dir_object(path)? }
+                }
+                SubOp::InsertEntry { dir, name, inode, replace: plusfs_proto::Replace::Never, shard } => {
+                    SubOp::RemoveEntry { dir: dir.clone(), name: name.clone(), ino: inode.ino, shard: *shard }
+                }
+                SubOp::RemoveEntry { dir, name, shard, .. } => {
+                    let host = self.host(dir, shard.map_or(crate::hugedir::Via::Home, crate::hugedir::Via::Shard))?;
+                    let p = plusfs_proto::path::join(dir, name);
+                    let inode = self.entry(&host.obj, &p, name)?;
+                    SubOp::InsertEntry {
+                        dir: dir.clone(),
+                        name: name.clone(),
+                        inode,
+                        replace: plusfs_proto::Replace::Never,
+                        shard: *shard,
+                    }
+                }
+                other => {
+                    return Err(err(Errno::EINVAL, format!("{other:?} cannot be executed serially")));
+                }
+            });
+        }
+        Ok(undo)
+    }
+}
