@@ -2,7 +2,7 @@
 
 use crate::error::FsError;
 use crate::fs::{Client, ClientOptions, FileHandle};
-use crate::pool::CountersSnapshot;
+use plusfs_rpc::CountersSnapshot;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Attr, DirEntry, SetAttr, Statfs};
 use tokio::runtime::Runtime;

@@ -1,7 +1,7 @@
 //! POSIX-like calls over the cluster.
 
 use crate::error::FsError;
-use crate::pool::{CountersSnapshot, Pool};
+use plusfs_rpc::{CountersSnapshot, Pool};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, PathError};
 use plusfs_proto::{
@@ -66,6 +66,11 @@ impl Client {
     /// A client for the cluster in `map`. Connections open on first use.
     pub fn new(map: ClusterMap, opts: ClientOptions) -> Client {
         let pool = Arc::new(Pool::new(&map, opts.conns_per_server, opts.retries));
+        Client::with_pool(map, opts, pool)
+    }
+
+    /// A client whose calls go through `pool` (an in-process test cluster's transport).
+    pub fn with_pool(map: ClusterMap, opts: ClientOptions, pool: Arc<Pool>) -> Client {
         Client { map: Arc::new(map), pool, opts, fds: Arc::default(), dist: Arc::default(), cx: Arc::default() }
     }
 

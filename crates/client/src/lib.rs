@@ -11,22 +11,20 @@
 mod batch;
 mod bfo;
 mod blocking;
-mod conn;
 mod cx;
 mod dist;
 mod error;
 mod fds;
 mod file;
 mod fs;
-mod pool;
+pub mod fsck;
 
 pub use batch::{OpenFlags, Outcome};
 pub use bfo::{NewFile, DEFAULT_READ_BUFFER};
 pub use blocking::BlockingClient;
-pub use conn::{CallError, Connection};
 pub use dist::DistCache;
 pub use error::FsError;
 pub use fds::FdTable;
 pub use file::IO_CHUNK;
 pub use fs::{Client, ClientOptions, FileHandle};
-pub use pool::{Counters, CountersSnapshot, Pool};
+pub use plusfs_rpc::{CallError, Connection, Counters, CountersSnapshot, Pool, Transport};

@@ -122,6 +122,7 @@ impl Osd {
         }
         let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
         t.save(&mut b);
+        self.failpoints.hit("data_after_append").await;
         self.write(b).await?;
         drop(gate);
         self.drop_remote(remote).await;
@@ -476,7 +477,7 @@ impl LiveIndex for RocksLiveIndex<'_> {
 
     fn relocate(&mut self, moves: &[Move]) -> Result<(), DataError> {
         // The copies are written and synced; the old segment still holds the live data.
-        crate::failpoint::hit("compaction_before_switch");
+        crate::failpoint::hit_process("compaction_before_switch");
         // Writers are held off while the index switches, so none drops a record between
         // the check and the write below.
         let _gate = self.osd.data_gate.blocking_write();
@@ -497,7 +498,7 @@ impl LiveIndex for RocksLiveIndex<'_> {
         let commit = store.submit(b);
         self.handle.block_on(commit).map_err(|_| index_err("store closed"))?.map_err(index_err)?;
         // Switched, the old segment not yet deleted: a later pass deletes it.
-        crate::failpoint::hit("compaction_after_switch");
+        crate::failpoint::hit_process("compaction_after_switch");
         Ok(())
     }
 }

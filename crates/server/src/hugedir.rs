@@ -175,11 +175,11 @@ impl Osd {
             }
             DistState::Distributing => tracing::info!(dir, "resuming an interrupted redistribution"),
         }
-        crate::failpoint::hit("distribute_after_intent");
+        self.failpoints.hit("distribute_after_intent").await;
         let started = std::time::Instant::now();
         let set = d.dist.set.clone();
         let (counts, moved) = self.export_entries(dir, &d, &set).await?;
-        crate::failpoint::hit("distribute_after_entries");
+        self.failpoints.hit("distribute_after_entries").await;
         let shard_of = |s: ServerId| {
             let (entries, subdirs) = counts.get(&s).copied().unwrap_or((0, 0));
             let mut shard = DirObject { entries, subdirs, ..d.clone() };
@@ -197,7 +197,7 @@ impl Osd {
             self.send_until_acked(s, req)
         }))
         .await;
-        crate::failpoint::hit("distribute_after_shards");
+        self.failpoints.hit("distribute_after_shards").await;
         // Flip: drop what moved, keep our own part as our shard, record Distributed.
         let mut b = Batch::new();
         for name in &moved {
@@ -291,7 +291,7 @@ impl Osd {
             b.put_entry(ino, name, inode);
         }
         if let Some(s) = &shard {
-            crate::failpoint::hit("storing_before_shard_object");
+            self.failpoints.hit("storing_before_shard_object").await;
             if s.ino != ino {
                 return Err(err(Errno::EINVAL, format!("shard of '{path}' has inode {} not {ino}", s.ino)));
             }

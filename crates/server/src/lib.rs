@@ -21,7 +21,9 @@ mod serial;
 mod txn;
 mod xattr;
 
+pub use failpoint::{FailAction, Failpoint, Failpoints};
 pub use osd::Osd;
+pub use plusfs_rpc::Pool;
 
 use plusfs_placement::ClusterMap;
 use plusfs_proto::ServerId;
@@ -55,12 +57,10 @@ pub enum StartError {
     Listen { addr: String, source: std::io::Error },
 }
 
-/// Opens the store, recovers unfinished transactions and serves until `shutdown` is true.
-pub async fn run(
-    config: ServerConfig,
-    listener: TcpListener,
-    shutdown: watch::Receiver<bool>,
-) -> Result<(), StartError> {
+/// Opens a server's stores, recovers unfinished transactions and Cx operations, resumes
+/// redistributions and starts its background tasks. Calls to other servers go through
+/// `peers`. The returned server answers [`Osd::handle`]; [`run`] puts it on the network.
+pub async fn open(config: &ServerConfig, peers: Pool, failpoints: Arc<Failpoints>) -> Result<Arc<Osd>, StartError> {
     let store_err = |source| StartError::Store { path: config.data_dir.display().to_string(), source };
     config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
     let always = config.map.sync == plusfs_placement::SyncMode::Always;
@@ -74,12 +74,26 @@ pub async fn run(
     };
     let data = plusfs_data::DataStore::open(&data_dir, data_opts)
         .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
-    let osd = Osd::open(config.id, config.map.clone(), store, Arc::new(data)).await.map_err(store_err)?;
+    let osd = Osd::open(config.id, config.map.clone(), store, Arc::new(data), peers, failpoints)
+        .await
+        .map_err(store_err)?;
     osd.recover().await.map_err(store_err)?;
     osd.start_cx();
     osd.recover_cx().map_err(store_err)?;
     osd.resume_distributions().map_err(store_err)?;
     osd.spawn_compactor();
+    Ok(osd)
+}
+
+/// Opens the server (see [`open`]; peers over TCP, failpoints from `PLUSFS_FAILPOINT`) and
+/// serves `listener` until `shutdown` is true.
+pub async fn run(
+    config: ServerConfig,
+    listener: TcpListener,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), StartError> {
+    let peers = Pool::new(&config.map, 2, 0);
+    let osd = open(&config, peers, Arc::default()).await?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");
     net::serve(listener, osd, shutdown).await;
     tracing::info!(id = config.id, "server stopped");

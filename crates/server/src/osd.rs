@@ -10,8 +10,9 @@ use crate::hugedir::Via;
 use crate::ids::IdAllocator;
 use crate::links::Found;
 use crate::locks::{LockTable, Scope};
+use crate::failpoint::Failpoints;
 use crate::metrics::Metrics;
-use plusfs_client::Pool;
+use plusfs_rpc::Pool;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, check_name, check_wire_path};
 use plusfs_proto::{
@@ -46,6 +47,8 @@ pub struct Osd {
     pub(crate) data_gate: tokio::sync::RwLock<()>,
     /// Pending Cx operations and their commitment.
     pub(crate) cx: crate::cx::Cx,
+    /// Steps where a fault-injection test may crash or pause this server.
+    pub failpoints: Arc<Failpoints>,
 }
 
 pub(crate) type OpResult<T> = Result<T, WireError>;
@@ -128,17 +131,19 @@ pub(crate) fn count_entry(d: &mut DirObject, kind: FileKind, delta: i64) {
 }
 
 impl Osd {
-    /// Opens the server's state over `store`; creates `/` if this server is its home.
+    /// Opens the server's state over `store`, calling other servers through `peers`;
+    /// creates `/` if this server is its home.
     pub async fn open(
         id: ServerId,
         map: ClusterMap,
         store: Arc<dyn DirStore>,
         data: Arc<plusfs_data::DataStore>,
+        peers: Pool,
+        failpoints: Arc<Failpoints>,
     ) -> Result<Arc<Osd>, StoreError> {
         let inos = IdAllocator::load(store.as_ref(), "next_ino", id)?;
         let txids = IdAllocator::load(store.as_ref(), "next_txid", id)?;
         let records = IdAllocator::load(store.as_ref(), "next_record", id)?;
-        let peers = Pool::new(&map, 2, 0);
         let osd = Arc::new(Osd {
             id,
             map: Arc::new(map),
@@ -153,6 +158,7 @@ impl Osd {
             records,
             data_gate: tokio::sync::RwLock::new(()),
             cx: crate::cx::Cx::default(),
+            failpoints,
         });
         if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
             let root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
@@ -162,6 +168,12 @@ impl Osd {
             tracing::info!("created the root directory");
         }
         Ok(osd)
+    }
+
+    /// Cross-server operations this server has not finished: open two-phase commits and
+    /// pending Cx operations (zero once the cluster has settled).
+    pub fn pending_ops(&self) -> usize {
+        self.locks.tx_count() + self.cx.gauges().0 as usize
     }
 
     /// Serves one request.

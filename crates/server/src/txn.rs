@@ -399,7 +399,7 @@ impl Osd {
             self.clone().finish(txid, rec).await;
             return Err(no);
         }
-        crate::failpoint::hit("coordinator_after_votes");
+        self.failpoints.hit("coordinator_after_votes").await;
         let (mut exports, mut swapped) = (Vec::new(), Vec::new());
         for v in votes {
             if let Ok(Reply::Vote(Vote { exports: e, swap_out })) = v {
@@ -413,7 +413,7 @@ impl Osd {
         rec.state = CoordState::Committing;
         rec.payloads = parts.iter().map(|(s, _)| (*s, payloads.remove(s).unwrap_or_default())).collect();
         self.log_coord(txid, &rec).await?;
-        crate::failpoint::hit("coordinator_after_commit_record");
+        self.failpoints.hit("coordinator_after_commit_record").await;
         self.clone().finish(txid, rec).await;
         Ok(())
     }
@@ -743,7 +743,7 @@ impl Osd {
         let mut b = Batch::new();
         b.put_log(LogKind::Participant, txid, encode(&prepared));
         self.write(b).await?;
-        crate::failpoint::hit("participant_after_prepare_record");
+        self.failpoints.hit("participant_after_prepare_record").await;
         self.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
         Ok(Reply::Vote(Vote { exports, swap_out: self.swap_out(&prepared.ops)? }))

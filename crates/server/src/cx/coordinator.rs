@@ -66,7 +66,7 @@ impl Osd {
             let st = self.cx.st();
             ids.iter().map(|id| (*id, st.ops.get(id).map(|o| o.waiters.clone()).unwrap_or_default())).collect()
         };
-        crate::failpoint::hit("cx_before_vote");
+        self.failpoints.hit("cx_before_vote").await;
         let votes = match self.peer_call_cx(peer, Request::CxVote { coordinator: self.id, ops: ballot }).await {
             Ok(Reply::CxVotes(v)) => v,
             other => {
@@ -136,7 +136,7 @@ impl Osd {
         let mut all = effects;
         all.extend(b);
         self.write(all).await?;
-        crate::failpoint::hit("cx_after_commit_record");
+        self.failpoints.hit("cx_after_commit_record").await;
         {
             let mut st = self.cx.st();
             for (id, size) in sizes {

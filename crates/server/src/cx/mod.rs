@@ -330,7 +330,7 @@ impl Osd {
         if let Err(e) = self.write(b).await {
             return self.refuse(id, e, hint);
         }
-        crate::failpoint::hit("cx_after_result");
+        self.failpoints.hit("cx_after_result").await;
         self.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
         // YES only if no VOTE or abort refused the operation meanwhile (checked under the

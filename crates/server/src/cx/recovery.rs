@@ -47,7 +47,7 @@ impl Osd {
         if n > 0 {
             tracing::info!(records = n, "resuming Cx operations from the log");
         }
-        crate::failpoint::hit("cx_during_recovery");
+        crate::failpoint::hit_process("cx_during_recovery");
         for (peer, (commits, aborts)) in resend {
             tokio::spawn(self.clone().deliver_decisions(peer, commits, aborts));
         }

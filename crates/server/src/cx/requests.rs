@@ -40,7 +40,7 @@ impl Osd {
             (*id, self.final_vote(*id, answer.error))
         }))
         .await;
-        crate::failpoint::hit("cx_after_vote");
+        self.failpoints.hit("cx_after_vote").await;
         Ok(Reply::CxVotes(votes))
     }
 

@@ -1,6 +1,6 @@
 //! One pipelined connection: many requests in flight, replies matched by request id.
 
-use crate::pool::Counters;
+use crate::counters::Counters;
 use bytes::BytesMut;
 use plusfs_proto::io::FrameReader;
 use plusfs_proto::{decode_response, encode_request, Errno, Request, Response};

@@ -1,0 +1,17 @@
+//! The plusfs request/reply transport, shared by clients and by servers' calls to their
+//! peers.
+//!
+//! A [`Pool`] sends a [`Request`](plusfs_proto::Request) to a server id and returns its
+//! reply, resending idempotent requests after a transport failure. How a request travels
+//! is a [`Transport`]: [`TcpTransport`] keeps pipelined [`Connection`]s to every server of
+//! a cluster map; an in-process test cluster plugs in its own (with faults on every link).
+
+mod conn;
+mod counters;
+mod pool;
+mod tcp;
+
+pub use conn::{CallError, Connection};
+pub use counters::{Counters, CountersSnapshot};
+pub use pool::{Pool, Transport};
+pub use tcp::TcpTransport;

@@ -1,0 +1,79 @@
+//! Calls to the servers of a cluster: one attempt through a [`Transport`], resends of
+//! idempotent requests after a transport failure.
+
+use crate::conn::CallError;
+use crate::counters::Counters;
+use crate::tcp::TcpTransport;
+use futures::future::BoxFuture;
+use plusfs_placement::ClusterMap;
+use plusfs_proto::{Request, Response, ServerId};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a request reaches a server and its reply comes back: one attempt, no retry.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends `req` to `server` and waits for the reply.
+    fn send<'a>(&'a self, server: ServerId, req: &'a Request) -> BoxFuture<'a, Result<Response, CallError>>;
+}
+
+/// Calls to every server in a cluster map, with counters and resends.
+pub struct Pool {
+    transport: Arc<dyn Transport>,
+    counters: Arc<Counters>,
+    retries: u32,
+    backoff: Duration,
+}
+
+/// First wait before a resend (doubled for each further one).
+const BACKOFF: Duration = Duration::from_millis(100);
+
+impl Pool {
+    /// A TCP pool for `map` with `per_server` connections per server and `retries` resends
+    /// of idempotent requests after a transport failure.
+    pub fn new(map: &ClusterMap, per_server: usize, retries: u32) -> Pool {
+        let counters = Arc::<Counters>::default();
+        let tcp = TcpTransport::new(map, per_server, counters.clone());
+        Pool { transport: Arc::new(tcp), counters, retries, backoff: BACKOFF }
+    }
+
+    /// A pool over another transport (an in-process test cluster's links), counting in
+    /// `counters` what the transport counts there.
+    pub fn with_transport(transport: Arc<dyn Transport>, counters: Arc<Counters>, retries: u32) -> Pool {
+        Pool { transport, counters, retries, backoff: BACKOFF }
+    }
+
+    /// Sets the first wait before a resend (100 ms unless set; a simulated network's
+    /// failures need no time to clear).
+    pub fn with_backoff(mut self, backoff: Duration) -> Pool {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The counters of every call made through this pool.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Sends `req` to `server`. Idempotent requests are resent after a transport failure
+    /// (with a short back-off); others report the failure, since they may have been applied.
+    pub async fn call(&self, server: ServerId, req: &Request) -> Result<Response, CallError> {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let mut attempt = 0;
+        loop {
+            match self.transport.send(server, req).await {
+                Err(e) if e.is_transport() && attempt < self.retries && retry_allowed(req, &e) => {
+                    attempt += 1;
+                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(self.backoff * (1 << (attempt - 1).min(5))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// A request that never reached the server (connect failed) can always be resent.
+fn retry_allowed(req: &Request, e: &CallError) -> bool {
+    matches!(e, CallError::Connect { .. }) || req.is_idempotent()
+}

@@ -1,0 +1,296 @@
+//! An in-process plusfs cluster for tests.
+//!
+//! Each server is a real [`plusfs_server::Osd`] over a real RocksDB store and data store in
+//! a temporary directory, running on a runtime of its own, so a test can *crash* it (the
+//! runtime is torn down mid-step, as kill -9 tears down a process: what reached the store
+//! stays, nothing else does) and *restart* it from the same directory. Every call between
+//! nodes (client to server, server to server) crosses a [`SimNet`] that can drop requests
+//! or replies, delay, duplicate and so reorder them, and partition sets of nodes, with every
+//! decision drawn from a seed. Failpoints can crash a server at a named step or pause it
+//! there until the test releases it ([`TestCluster::failpoint`]).
+//!
+//! ```ignore
+//! let cluster = TestCluster::start(Options { servers: 4, seed: 7, ..Options::default() }).await?;
+//! let client = cluster.client();
+//! let fp = cluster.failpoint(2, "cx_after_result", FailAction::Crash);
+//! ```
+
+mod net;
+
+pub use net::{client_node, FateCounts, Faults, NodeId, SimNet, SimTransport, CLIENT_BASE};
+pub use plusfs_server::{FailAction, Failpoint};
+
+use plusfs_client::{Client, ClientOptions};
+use plusfs_placement::{ClusterMap, ServerEntry, SyncMode, TxnProtocol, TxnSettings};
+use plusfs_proto::ServerId;
+use plusfs_rpc::{Counters, Pool};
+use plusfs_server::{Failpoints, Osd, ServerConfig, StartError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// How to build a test cluster.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Number of servers.
+    pub servers: usize,
+    /// Seed of every fault decision.
+    pub seed: u64,
+    /// Protocol of mkdir/rmdir.
+    pub protocol: TxnProtocol,
+    /// Cx commit timeout (short, so tests settle quickly).
+    pub commit_timeout: Duration,
+    /// Settings applied to the cluster map after the above.
+    pub tweak_map: Option<fn(&mut ClusterMap)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            servers: 4,
+            seed: 0,
+            protocol: TxnProtocol::default(),
+            commit_timeout: Duration::from_millis(20),
+            tweak_map: None,
+        }
+    }
+}
+
+/// One server slot: its settings, and its runtime and state while it runs.
+struct Node {
+    config: ServerConfig,
+    failpoints: Arc<Failpoints>,
+    running: Mutex<Option<Running>>,
+    /// The store of the last instance: a restart waits until nothing holds it (RocksDB
+    /// allows one open instance per directory).
+    last_store: Mutex<Option<Weak<dyn plusfs_store::DirStore>>>,
+    crashes: AtomicU32,
+}
+
+struct Running {
+    rt: tokio::runtime::Runtime,
+    osd: Weak<Osd>,
+}
+
+/// An in-process cluster (see the crate documentation).
+pub struct TestCluster {
+    _dir: tempfile::TempDir,
+    map: ClusterMap,
+    net: Arc<SimNet>,
+    nodes: HashMap<ServerId, Arc<Node>>,
+    clients: AtomicU32,
+}
+
+/// Longest wait for a crashed server's runtime to let go of its stores.
+const TEARDOWN: Duration = Duration::from_secs(10);
+
+impl TestCluster {
+    /// Creates and starts a cluster (a fresh temporary directory per cluster).
+    pub async fn start(opts: Options) -> Result<TestCluster, StartError> {
+        let dir = tempfile::tempdir().map_err(|e| StartError::Store {
+            path: std::env::temp_dir().display().to_string(),
+            source: plusfs_store::StoreError::Engine(format!("cannot create a temporary directory: {e}")),
+        })?;
+        let servers = (0..opts.servers as u32)
+            .map(|id| ServerEntry { id, address: format!("sim:{id}"), weight: 1.0 })
+            .collect();
+        let txn = TxnSettings {
+            protocol: opts.protocol,
+            commit_timeout_ms: opts.commit_timeout.as_millis() as u64,
+            ..TxnSettings::default()
+        };
+        let mut map = ClusterMap {
+            epoch: 1,
+            sync: SyncMode::Os,
+            hugedirs: Default::default(),
+            data: Default::default(),
+            txn,
+            servers,
+        };
+        if let Some(tweak) = opts.tweak_map {
+            tweak(&mut map);
+        }
+        let net = Arc::new(SimNet::new(opts.seed));
+        let nodes = map
+            .servers
+            .iter()
+            .map(|s| {
+                let config =
+                    ServerConfig { id: s.id, map: map.clone(), data_dir: dir.path().join(format!("server-{}", s.id)) };
+                let node = Node {
+                    config,
+                    failpoints: Arc::default(),
+                    running: Mutex::default(),
+                    last_store: Mutex::default(),
+                    crashes: AtomicU32::new(0),
+                };
+                (s.id, Arc::new(node))
+            })
+            .collect();
+        let cluster = TestCluster { _dir: dir, map, net, nodes, clients: AtomicU32::new(0) };
+        for id in cluster.ids() {
+            cluster.restart(id).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The cluster map.
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// The servers' ids.
+    pub fn ids(&self) -> Vec<ServerId> {
+        self.map.servers.iter().map(|s| s.id).collect()
+    }
+
+    /// The simulated network (faults, partitions, fate counters).
+    pub fn net(&self) -> &Arc<SimNet> {
+        &self.net
+    }
+
+    /// A new client node with default options.
+    pub fn client(&self) -> Client {
+        self.client_with(ClientOptions::default())
+    }
+
+    /// A new client node.
+    pub fn client_with(&self, opts: ClientOptions) -> Client {
+        let n = self.clients.fetch_add(1, Ordering::Relaxed);
+        let counters = Arc::<Counters>::default();
+        let transport = SimTransport { net: self.net.clone(), from: client_node(n), counters: counters.clone() };
+        let pool = Pool::with_transport(Arc::new(transport), counters, opts.retries).with_backoff(Duration::from_millis(1));
+        Client::with_pool(self.map.clone(), opts, Arc::new(pool))
+    }
+
+    /// The running state of server `id` (for white-box checks), if it runs.
+    pub fn server(&self, id: ServerId) -> Option<Arc<Osd>> {
+        let node = self.nodes.get(&id)?;
+        let running = node.running.lock().expect("node lock");
+        running.as_ref().and_then(|r| r.osd.upgrade())
+    }
+
+    /// True while server `id` runs.
+    pub fn is_up(&self, id: ServerId) -> bool {
+        self.nodes.get(&id).is_some_and(|n| n.running.lock().expect("node lock").is_some())
+    }
+
+    /// How many times server `id` crashed (by [`crash`](Self::crash) or a failpoint).
+    pub fn crashes(&self, id: ServerId) -> u32 {
+        self.nodes.get(&id).map_or(0, |n| n.crashes.load(Ordering::Acquire))
+    }
+
+    /// Arms failpoint `name` on server `id`. With [`FailAction::Crash`] the server crashes
+    /// when it reaches the step; restart it with [`restart`](Self::restart).
+    pub fn failpoint(&self, id: ServerId, name: &str, action: FailAction) -> Arc<Failpoint> {
+        self.nodes[&id].failpoints.arm(name, action)
+    }
+
+    /// Disarms failpoint `name` on server `id`.
+    pub fn disarm(&self, id: ServerId, name: &str) {
+        self.nodes[&id].failpoints.disarm(name);
+    }
+
+    /// Crashes server `id` now (a no-op if it is down) and waits until its stores are closed.
+    pub async fn crash(&self, id: ServerId) {
+        let node = self.nodes[&id].clone();
+        let net = self.net.clone();
+        tokio::task::spawn_blocking(move || node.crash(&net)).await.expect("crash task");
+    }
+
+    /// Starts server `id` (again) from its directory; a no-op if it runs. Waits for the
+    /// teardown of a crash that a failpoint started.
+    pub async fn restart(&self, id: ServerId) -> Result<(), StartError> {
+        let node = self.nodes[&id].clone();
+        if node.running.lock().expect("node lock").is_some() {
+            return Ok(());
+        }
+        node.wait_closed().await;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("sim-server-{id}"))
+            .enable_all()
+            .build()
+            .map_err(|e| StartError::Listen { addr: format!("sim:{id}"), source: e })?;
+        let counters = Arc::<Counters>::default();
+        let transport = SimTransport { net: self.net.clone(), from: id, counters: counters.clone() };
+        let peers = Pool::with_transport(Arc::new(transport), counters, 0);
+        let (config, fps) = (node.config.clone(), node.failpoints.clone());
+        let opened = rt.spawn(async move { plusfs_server::open(&config, peers, fps).await }).await;
+        let osd = match opened {
+            Ok(r) => r?,
+            Err(e) => panic!("server {id} panicked while opening: {e}"),
+        };
+        let (hook_node, hook_net) = (Arc::downgrade(&node), Arc::downgrade(&self.net));
+        node.failpoints.on_crash(move |_| {
+            if let (Some(node), Some(net)) = (hook_node.upgrade(), hook_net.upgrade()) {
+                // Not on the server's own runtime: a runtime cannot shut itself down.
+                std::thread::spawn(move || node.crash(&net));
+            }
+        });
+        *node.last_store.lock().expect("node lock") = Some(Arc::downgrade(&osd.store));
+        self.net.attach(id, net::Endpoint { osd: osd.clone(), rt: rt.handle().clone() });
+        *node.running.lock().expect("node lock") = Some(Running { rt, osd: Arc::downgrade(&osd) });
+        Ok(())
+    }
+
+    /// Restarts every server that is down.
+    pub async fn restart_all(&self) -> Result<(), StartError> {
+        for id in self.ids() {
+            self.restart(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until no server has a pending cross-server operation (Cx or 2PC), up to `wait`.
+    /// True if the cluster settled.
+    pub async fn settle(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            let pending: usize = self.ids().into_iter().filter_map(|id| self.server(id)).map(|o| o.pending_ops()).sum();
+            if pending == 0 {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Node {
+    /// Tears the server down as kill -9 would: unreachable at once, then every task of its
+    /// runtime dropped wherever it stands.
+    fn crash(&self, net: &SimNet) {
+        net.detach(self.config.id);
+        let Some(running) = self.running.lock().expect("node lock").take() else { return };
+        self.crashes.fetch_add(1, Ordering::AcqRel);
+        tracing::info!(id = self.config.id, "crashing server");
+        running.rt.shutdown_timeout(TEARDOWN);
+    }
+
+    /// Waits (up to [`TEARDOWN`]) until the last instance's store is closed.
+    async fn wait_closed(&self) {
+        let deadline = Instant::now() + TEARDOWN;
+        loop {
+            let open = self.last_store.lock().expect("node lock").as_ref().is_some_and(|w| w.strong_count() > 0);
+            if !open || Instant::now() > deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        // Servers hold transports that hold the network that holds the servers: break the
+        // cycle by stopping every server.
+        for node in self.nodes.values() {
+            let (node, net) = (node.clone(), self.net.clone());
+            let _ = std::thread::spawn(move || node.crash(&net)).join();
+        }
+    }
+}
