@@ -184,9 +184,10 @@ impl LockTable {
         }
     }
 
-    /// Waits until no Cx operation holds a transaction lock conflicting with `wanted`,
-    /// hurrying those that do (reads call this: they must not see a state before an
-    /// operation whose client already got its answer).
+    /// Waits until no transaction (Cx operation or two-phase commit) holds a lock
+    /// conflicting with `wanted`, hurrying the Cx operations among them. Client requests
+    /// call this first: they must not see a state before an operation whose client already
+    /// got its answer, nor one an in-doubt transaction is about to change.
     pub async fn settle(&self, wanted: &[(String, Scope)]) {
         loop {
             let notified = self.changed.notified();
@@ -202,16 +203,13 @@ impl LockTable {
                     .flat_map(|(d, sc)| inner.dirs.get(d).map(|s| s.tx_conflicts(sc, &[])).unwrap_or_default())
                     .collect()
             };
-            let mut cx = false;
-            for t in conflicts {
-                cx |= self.urge(t, None);
-            }
-            if cx {
-                tracing::debug!(?wanted, "a read waits for a pending Cx operation");
-            }
-            if !cx {
+            if conflicts.is_empty() {
                 return;
             }
+            for &t in &conflicts {
+                self.urge(t, None);
+            }
+            tracing::debug!(?wanted, ?conflicts, "a request waits for pending transactions");
             notified.await;
         }
     }

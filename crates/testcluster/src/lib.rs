@@ -66,6 +66,8 @@ struct Node {
     /// allows one open instance per directory).
     last_store: Mutex<Option<Weak<dyn plusfs_store::DirStore>>>,
     crashes: AtomicU32,
+    /// Held by a restart from its check to its end, so two restarts never race.
+    restarting: tokio::sync::Mutex<()>,
 }
 
 struct Running {
@@ -124,6 +126,7 @@ impl TestCluster {
                     running: Mutex::default(),
                     last_store: Mutex::default(),
                     crashes: AtomicU32::new(0),
+                    restarting: tokio::sync::Mutex::new(()),
                 };
                 (s.id, Arc::new(node))
             })
@@ -203,6 +206,7 @@ impl TestCluster {
     /// teardown of a crash that a failpoint started.
     pub async fn restart(&self, id: ServerId) -> Result<(), StartError> {
         let node = self.nodes[&id].clone();
+        let _one = node.restarting.lock().await;
         if node.running.lock().expect("node lock").is_some() {
             return Ok(());
         }
