@@ -20,7 +20,10 @@ BIN := $(CARGO_TARGET_DIR)/release/plusfs
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: deps build demo test lint unit ctest pytest pymodule bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx venv clean
+## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
+SOAK_SCHEDULES ?= 20000
+
+.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -46,30 +49,36 @@ demo: build
 ## test: formatting, lints, unit tests, multi-process cluster tests, C tests, Python tests
 test: deps lint unit ctest pytest
 
-lint: venv
+lint: venv-base
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_FEATURES) -- -D warnings
 	$(VENV)/bin/ruff check python scripts
 
 ## pymodule: the `plusfs` Python module (PyO3), built with maturin into the venv
-pymodule: venv
+pymodule: venv-base
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --quiet -m crates/py/Cargo.toml
 
 ## pytest: DMetabench tests, incl. its plusfs plugins on a local cluster
 ## (pytest's exit code 5, no test collected, fails the target too)
-pytest: venv pymodule
+pytest: venv
 	$(CARGO) build -p plusfs $(CARGO_FEATURES)
 	cd python/dmetabench && PLUSFS_BIN=$(CARGO_TARGET_DIR)/debug/plusfs ../../$(VENV)/bin/python -m pytest -q
 
 unit:
 	$(CARGO) test --workspace $(CARGO_FEATURES)
 
+soak:
+	PLUSFS_SCHEDULES=$(SOAK_SCHEDULES) PLUSFS_FIRST_SEED=$${PLUSFS_FIRST_SEED:-1000001} \
+	  $(CARGO) test -p plusfs-testcluster $(CARGO_FEATURES) --release --test schedules -- --nocapture
+
 ## ctest: libplusfs built, C tests and the example compiled with gcc and run on a cluster
 ctest:
 	CARGO_FEATURES="$(CARGO_FEATURES)" scripts/ctest.sh
 
-## venv: the project's Python environment: dmetabench (editable), matplotlib, mpi4py, pytest, ruff
-venv: $(VENV)/.done
+## venv: the project's Python environment: dmetabench (editable), matplotlib, mpi4py, pytest,
+## ruff, and the `plusfs` module (so `import plusfs` works in it)
+venv: venv-base pymodule
+venv-base: $(VENV)/.done
 $(VENV)/.done: python/dmetabench/pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip

@@ -190,7 +190,9 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
     } else {
         String::new()
     };
-    if o.first_tenth_ops_per_sec > 0.0 {
+    if o.first_tenth_ops_per_sec <= 0.0 || o.last_tenth_ops_per_sec <= 0.0 {
+        println!("{name}: too short a run to compare its first and last tenth");
+    } else {
         println!(
             "{name}: first tenth {:.0} ops/s, last tenth {:.0} ops/s ({:.0} % kept)",
             o.first_tenth_ops_per_sec,

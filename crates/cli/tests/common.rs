@@ -89,3 +89,10 @@ impl TestCluster {
         }
     }
 }
+
+/// True where the user explicitly allowed tests whose prerequisite (FUSE, root) is missing
+/// to be skipped (`PLUSFS_ALLOW_SKIP=1`); without it such a test fails.
+#[allow(dead_code)]
+pub fn skip_allowed() -> bool {
+    std::env::var("PLUSFS_ALLOW_SKIP").is_ok_and(|v| v == "1")
+}

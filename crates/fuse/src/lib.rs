@@ -560,11 +560,12 @@ impl Filesystem for PlusFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = self.path(ino).and_then(|p| {
             let a = self.run(self.client.lstat(&p))?;
             if flags.0 & libc::O_TRUNC != 0 && a.kind == FileKind::File && a.size > 0 {
-                self.run(self.client.truncate(&p, 0))?;
+                // Truncated on behalf of the caller, not of the mount's owner.
+                self.run(self.as_caller(req).truncate(&p, 0))?;
             }
             Ok(())
         });
@@ -775,7 +776,7 @@ impl Filesystem for PlusFs {
             let fh = self.run(c.create(&p, mode & !umask & 0o7777, flags & libc::O_EXCL != 0))?;
             let mut attr = fh.attr;
             if flags & libc::O_TRUNC != 0 && attr.size > 0 {
-                attr = self.run(self.client.truncate(&p, 0))?;
+                attr = self.run(c.truncate(&p, 0))?;
             }
             Ok((p, attr))
         });
