@@ -10,8 +10,10 @@ mod conn;
 mod counters;
 mod pool;
 mod tcp;
+mod transport;
 
 pub use conn::{CallError, Connection};
 pub use counters::{Counters, CountersSnapshot};
-pub use pool::{Pool, Transport};
+pub use pool::Pool;
 pub use tcp::TcpTransport;
+pub use transport::Transport;

@@ -4,18 +4,12 @@
 use crate::conn::CallError;
 use crate::counters::Counters;
 use crate::tcp::TcpTransport;
-use futures::future::BoxFuture;
+use crate::transport::Transport;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Request, Response, ServerId};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How a request reaches a server and its reply comes back: one attempt, no retry.
-pub trait Transport: Send + Sync + 'static {
-    /// Sends `req` to `server` and waits for the reply.
-    fn send<'a>(&'a self, server: ServerId, req: &'a Request) -> BoxFuture<'a, Result<Response, CallError>>;
-}
 
 /// Calls to every server in a cluster map, with counters and resends.
 pub struct Pool {

@@ -3,7 +3,7 @@
 
 use crate::conn::{CallError, Connection};
 use crate::counters::Counters;
-use crate::pool::Transport;
+use crate::transport::Transport;
 use futures::future::BoxFuture;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Request, Response, ServerId};

@@ -3,9 +3,11 @@
 //! go to the store as one write batch (one fsync with `sync = always`), so a batch of a
 //! thousand creates costs one request, one reply and one store write.
 
-use crate::hugedir::Via;
-use crate::locks::Scope;
-use crate::osd::{check_dir_path, count_entry, eio, Osd};
+use crate::engine::attrs::count_entry;
+use crate::engine::errors::{check_dir_path, eio};
+use crate::engine::host::Via;
+use crate::engine::locks::Scope;
+use crate::osd::Osd;
 use plusfs_proto::path::{check_name, join};
 use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Inode, Reply, Response, Semantics};
 use plusfs_store::Batch;
@@ -107,7 +109,7 @@ impl Osd {
             let r = match op {
                 BatchOp::Unlink => self.unlink(&p, via).await,
                 BatchOp::Create { exclusive } => {
-                    let node = crate::osd::NewNode { target: None, rdev: 0 };
+                    let node = crate::engine::attrs::NewNode { target: None, rdev: 0 };
                     self.create(&p, FileKind::File, mode, uid, gid, exclusive, node, via).await
                 }
                 _ => Err(plusfs_proto::WireError::new(Errno::EINVAL, "not a write batch")),
@@ -133,7 +135,7 @@ impl Osd {
         self: &Arc<Self>,
         dir: &str,
         names: impl Iterator<Item = &'a str>,
-    ) -> Result<crate::locks::Guard, crate::locks::Conflict> {
+    ) -> Result<crate::engine::locks::Guard, crate::engine::locks::Conflict> {
         let mut wanted: Vec<(String, Scope)> =
             names.filter(|n| check_name(n).is_ok()).map(|n| (dir.to_string(), Scope::Name(n.to_string()))).collect();
         wanted.sort();
@@ -255,7 +257,7 @@ impl Osd {
         let remote = self.drop_unused(&gone, &Default::default(), &mut batch)?;
         if !batch.is_empty() {
             host.save(&mut batch, dir);
-            self.write(batch).await?;
+            self.apply(batch).await?;
         }
         drop(gate);
         drop(guard);

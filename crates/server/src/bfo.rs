@@ -18,8 +18,10 @@
 //! inode is elsewhere) are read and written one by one by the client, and so are writes of
 //! files over `small_file_bytes`.
 
-use crate::hugedir::Via;
-use crate::osd::{check_dir_path, count_entry, eio, err, OpResult, Osd};
+use crate::engine::attrs::count_entry;
+use crate::engine::errors::{check_dir_path, eio, err, OpResult};
+use crate::engine::host::Via;
+use crate::osd::Osd;
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
 use plusfs_proto::{
@@ -143,7 +145,7 @@ impl Osd {
             host.obj.mtime = now;
             host.obj.ctime = now;
             host.save(&mut b, dir);
-            self.write(b).await?;
+            self.apply(b).await?;
         }
         drop(gate);
         drop(guard);

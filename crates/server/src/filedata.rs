@@ -18,17 +18,19 @@
 //! append until their index entries are committed, so a compaction that picks its
 //! segments under the exclusive gate never misses a record that is about to be used.
 
-use crate::hugedir::Via;
+use crate::engine::encode;
+use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::host::Via;
+use crate::engine::records::RecordLoc;
 use crate::links::Found;
-use crate::osd::{eio, err, OpResult, Osd};
+use crate::osd::Osd;
 use futures::future::join_all;
-use plusfs_data::{DataError, Extent, Live, LiveIndex, Move};
+use plusfs_data::{DataError, Live, LiveIndex, Move};
 use plusfs_proto::filedata::{overlay, records, truncate};
 use plusfs_proto::{
     Attr, Errno, FileKind, Ino, Inode, Piece, Reply, Request, Response, ServerId, Timespec, MAX_FILE_SIZE, MAX_RECORD,
 };
 use plusfs_store::{Batch, DirStore};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,17 +41,6 @@ const COMPACT_EVERY: Duration = Duration::from_secs(30);
 const COMPACT_LIVE_RATIO: f64 = 0.5;
 /// The active segment is sealed for compaction once it holds this much and is mostly dead.
 const SEAL_FOR_COMPACTION: u64 = 1 << 20;
-
-/// What `R<id>` holds: where the record is and whose it is.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct RecordLoc {
-    extent: Extent,
-    owner: Ino,
-}
-
-fn encode(loc: &RecordLoc) -> Vec<u8> {
-    postcard::to_allocvec(loc).expect("in-memory encoding cannot fail")
-}
 
 pub(crate) fn data_err(e: DataError) -> plusfs_proto::WireError {
     tracing::error!(cause = %e, "data store failure");
@@ -123,7 +114,7 @@ impl Osd {
         let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
         t.save(&mut b);
         self.failpoints.hit("data_after_append").await;
-        self.write(b).await?;
+        self.apply(b).await?;
         drop(gate);
         self.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
@@ -169,14 +160,6 @@ impl Osd {
         Ok(pieces)
     }
 
-    /// A new record id for `extent` of `owner`, with its index entries added to `b`.
-    pub(crate) async fn index_record(&self, extent: Extent, owner: Ino, b: &mut Batch) -> OpResult<u64> {
-        let id = self.records.next(self.store.as_ref()).await.map_err(eio)?;
-        b.put_record(id, encode(&RecordLoc { extent, owner }));
-        b.put_seg_ref(extent.segment, extent.offset, id);
-        Ok(id)
-    }
-
     /// Stores `bytes` on another server (`DataPut`, one record per request, in parallel).
     async fn put_remote(self: &Arc<Self>, server: ServerId, owner: Ino, at: u64, bytes: &[u8]) -> OpResult<Vec<Piece>> {
         let puts = bytes.chunks(MAX_RECORD as usize).map(|part| {
@@ -207,37 +190,9 @@ impl Osd {
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
         let pieces = self.put_local(owner, 0, &data, &mut b).await?;
-        self.write(b).await?;
+        self.apply(b).await?;
         drop(gate);
         Ok(Reply::Record(pieces.first().map_or(0, |p| p.record)))
-    }
-
-    /// Records used before a change and not after: local ones are dropped in `b`, the
-    /// remote ones returned for [`Osd::drop_remote`] after the change is committed.
-    pub(crate) fn drop_unused(
-        &self,
-        before: &BTreeSet<(ServerId, u64)>,
-        after: &BTreeSet<(ServerId, u64)>,
-        b: &mut Batch,
-    ) -> OpResult<Vec<(ServerId, u64)>> {
-        let gone: Vec<(ServerId, u64)> = before.difference(after).copied().collect();
-        let local: Vec<u64> = gone.iter().filter(|(s, _)| *s == self.id).map(|(_, r)| *r).collect();
-        self.drop_local(&local, b)?;
-        Ok(gone.into_iter().filter(|(s, _)| *s != self.id).collect())
-    }
-
-    /// Adds the removal of local records `ids` (index entries) to `b`; their bytes become
-    /// garbage for compaction.
-    fn drop_local(&self, ids: &[u64], b: &mut Batch) -> OpResult<()> {
-        for (id, loc) in ids.iter().zip(self.store.get_records(ids).map_err(eio)?) {
-            if let Some(bytes) = loc {
-                let loc: RecordLoc = postcard::from_bytes(&bytes)
-                    .map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
-                b.del_seg_ref(loc.extent.segment, loc.extent.offset);
-            }
-            b.del_record(*id);
-        }
-        Ok(())
     }
 
     /// Tells other servers that records are no longer used. A failure leaves them as
@@ -260,7 +215,7 @@ impl Osd {
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
         self.drop_local(ids, &mut b)?;
-        self.write(b).await?;
+        self.apply(b).await?;
         drop(gate);
         Ok(Reply::Done)
     }

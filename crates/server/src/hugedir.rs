@@ -18,13 +18,16 @@
 //! every `Distributing` directory); imports are idempotent. After it, the directory is
 //! distributed and the primary only routes.
 
-use crate::locks::Scope;
-use crate::osd::{eio, err, OpResult, Osd};
+use crate::engine::errors::check_dir_path;
+use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::host::Via;
+use crate::engine::locks::Scope;
+use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::hugedir::slot_of;
 use plusfs_proto::{
     Attr, DirObject, DistInfo, DistReport, DistState, Errno, FileKind, Inode, Reply, Request, Response, ServerId,
-    Threshold, Timespec, WireError,
+    Threshold, Timespec,
 };
 use plusfs_store::Batch;
 use std::collections::HashMap;
@@ -34,111 +37,14 @@ use std::time::Duration;
 /// Entries per `ShardImport` request while distributing.
 const IMPORT_CHUNK: usize = 16_384;
 
-/// Where an entry request was addressed: the directory's home (Eq. 1) or this server's
-/// shard of a distributed directory (Eq. 2, with the incarnation the client cached).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Via {
-    Home,
-    Shard(u64),
-    /// Forwarded by an entry's server to the home of its shared inode (`links.rs`).
-    Inode(plusfs_proto::Ino),
-}
-
-impl Via {
-    /// The incarnation a sub-operation must find in the shard (`None`: the home object).
-    pub(crate) fn shard(self) -> Option<u64> {
-        match self {
-            Via::Home | Via::Inode(_) => None,
-            Via::Shard(i) => Some(i),
-        }
-    }
-}
-
-/// The object that holds a directory's entries on this server.
-pub(crate) struct Host {
-    pub obj: DirObject,
-    pub shard: bool,
-}
-
-impl Host {
-    /// Adds the write of the (changed) object to `b`.
-    pub(crate) fn save(&self, b: &mut Batch, path: &str) {
-        if self.shard {
-            b.put_shard(path, &self.obj);
-        } else {
-            b.put_dir(path, &self.obj);
-        }
-    }
-}
-
 impl Osd {
-    /// The object holding the entries of `dir` here, as addressed by `via`. A request to
-    /// the home of a distributed directory gets a redirect with the distribution; a request
-    /// to a shard this server does not hold gets "missing directory", and one carrying
-    /// another incarnation ESTALE (the two staleness cases of seed 001 §IV.C).
-    pub(crate) fn host(self: &Arc<Self>, dir: &str, via: Via) -> OpResult<Host> {
-        match via {
-            Via::Home => {
-                let obj = self.dir_object(dir)?;
-                match obj.dist.state {
-                    DistState::Nondistributed => Ok(Host { obj, shard: false }),
-                    DistState::Distributed => Err(WireError::redirect(self.dist_info(dir, &obj))),
-                    DistState::Distributing => {
-                        self.ensure_distributing(dir);
-                        Err(WireError::redirect(self.dist_info(dir, &obj)))
-                    }
-                }
-            }
-            Via::Shard(incarnation) => {
-                let obj = self.store.get_shard(dir).map_err(eio)?.ok_or_else(|| WireError::missing_dir(dir))?;
-                if obj.incarnation != incarnation {
-                    return Err(err(
-                        Errno::ESTALE,
-                        format!("'{dir}' was re-created (incarnation {} here, {incarnation} cached)", obj.incarnation),
-                    ));
-                }
-                Ok(Host { obj, shard: true })
-            }
-            Via::Inode(ino) => Err(err(Errno::EINVAL, format!("'{dir}': only file requests apply to inode {ino}"))),
-        }
-    }
-
     /// The busy lock of the whole directory `dir`, once no transaction holds any of it.
-    async fn lock_whole(self: &Arc<Self>, dir: &str) -> OpResult<crate::locks::Guard> {
+    async fn lock_whole(self: &Arc<Self>, dir: &str) -> OpResult<crate::engine::locks::Guard> {
         // With wait_tx set the lock waits instead of reporting a conflict.
         self.locks
             .lock(&[(dir.to_string(), Scope::Whole)], None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("'{dir}': unexpected conflict with transaction {}", c.0)))
-    }
-
-    /// What clients need to route to the entries of `dir` (a primary or shard object).
-    pub(crate) fn dist_info(&self, dir: &str, d: &DirObject) -> DistInfo {
-        DistInfo {
-            path: dir.to_string(),
-            ino: d.ino,
-            incarnation: d.incarnation,
-            state: d.dist.state,
-            set: d.dist.set.clone(),
-        }
-    }
-
-    /// The cluster's threshold (`[hugedirs] threshold`).
-    pub(crate) fn cluster_threshold(&self) -> Threshold {
-        match self.map.hugedirs.threshold_entries() {
-            Some(n) => Threshold::Entries(n),
-            None => Threshold::Never,
-        }
-    }
-
-    /// True when the nondistributed directory `d` should be distributed now.
-    pub(crate) fn over_threshold(&self, d: &DirObject) -> bool {
-        d.dist.state == DistState::Nondistributed
-            && match d.dist.threshold.resolve(self.cluster_threshold()) {
-                Threshold::Entries(0) => true,
-                Threshold::Entries(n) => d.entries > n,
-                Threshold::Never | Threshold::Cluster => false,
-            }
     }
 
     /// Starts a background redistribution of `dir` unless one is running (a restarted
@@ -171,7 +77,7 @@ impl Osd {
                 d.dist.state = DistState::Distributing;
                 let mut b = Batch::new();
                 b.put_dir(dir, &d);
-                self.write(b).await?;
+                self.apply(b).await?;
             }
             DistState::Distributing => tracing::info!(dir, "resuming an interrupted redistribution"),
         }
@@ -210,7 +116,7 @@ impl Osd {
         d.entries = 0;
         d.subdirs = 0;
         b.put_dir(dir, &d);
-        self.write(b).await?;
+        self.apply(b).await?;
         let moved: u64 = counts.iter().filter(|(s, _)| **s != self.id).map(|(_, c)| c.0).sum();
         tracing::info!(
             dir,
@@ -279,7 +185,7 @@ impl Osd {
         entries: Vec<(String, Inode)>,
         shard: Option<DirObject>,
     ) -> Response {
-        crate::osd::check_dir_path(path)?;
+        check_dir_path(path)?;
         let _g = self.lock_whole(path).await?;
         if let Some(old) = self.store.get_shard(path).map_err(eio)? {
             if old.ino != ino {
@@ -297,7 +203,7 @@ impl Osd {
             }
             b.put_shard(path, s);
         }
-        self.write(b).await?;
+        self.apply(b).await?;
         Ok(Reply::Done)
     }
 
@@ -309,7 +215,7 @@ impl Osd {
         threshold: Option<Threshold>,
         width: Option<u32>,
     ) -> Response {
-        crate::osd::check_dir_path(path)?;
+        check_dir_path(path)?;
         {
             let _g = self.lock_whole(path).await?;
             let mut d = self.dir_object(path)?;
@@ -331,7 +237,7 @@ impl Osd {
             d.ctime = Timespec::now();
             let mut b = Batch::new();
             b.put_dir(path, &d);
-            self.write(b).await?;
+            self.apply(b).await?;
         }
         self.distribute(path).await?;
         self.dist_status(path).await
@@ -339,7 +245,7 @@ impl Osd {
 
     /// `DistStatus`: the distribution of a directory homed here and entries per server.
     pub(crate) async fn dist_status(self: &Arc<Self>, path: &str) -> Response {
-        crate::osd::check_dir_path(path)?;
+        check_dir_path(path)?;
         let d = self.dir_object(path)?;
         Ok(Reply::Dist(self.report(path, &d).await?))
     }

@@ -8,17 +8,18 @@
 mod batch;
 mod bfo;
 mod cx;
+mod dispatch;
+pub mod engine;
 mod failpoint;
 mod filedata;
 mod hugedir;
-mod ids;
 mod links;
-mod locks;
 mod metrics;
+mod namespace;
 mod net;
 mod osd;
 mod serial;
-mod txn;
+mod twopc;
 mod xattr;
 
 pub use failpoint::{FailAction, Failpoint, Failpoints};
@@ -74,9 +75,8 @@ pub async fn open(config: &ServerConfig, peers: Pool, failpoints: Arc<Failpoints
     };
     let data = plusfs_data::DataStore::open(&data_dir, data_opts)
         .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
-    let osd = Osd::open(config.id, config.map.clone(), store, Arc::new(data), peers, failpoints)
-        .await
-        .map_err(store_err)?;
+    let osd =
+        Osd::open(config.id, config.map.clone(), store, Arc::new(data), peers, failpoints).await.map_err(store_err)?;
     osd.recover().await.map_err(store_err)?;
     osd.start_cx();
     osd.recover_cx().map_err(store_err)?;

@@ -3,7 +3,8 @@
 //! if the other server fails. Also the path of a two-server operation whose halves land
 //! on one server.
 
-use crate::osd::{eio, err, OpResult, Osd};
+use crate::engine::errors::{eio, err, OpResult};
+use crate::osd::Osd;
 use plusfs_proto::{CommitPayload, Errno, Reply, Response, SubOp};
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ impl Osd {
         let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new()).await?;
         let undo = self.undo_of(&ops)?;
         let (batch, remote) = self.commit_batch(&prepared, &CommitPayload::default())?;
-        self.write(batch).await?;
+        self.apply(batch).await?;
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
@@ -38,7 +39,8 @@ impl Osd {
                     SubOp::RemoveEntry { dir: dir.clone(), name: name.clone(), ino: inode.ino, shard: *shard }
                 }
                 SubOp::RemoveEntry { dir, name, shard, .. } => {
-                    let host = self.host(dir, shard.map_or(crate::hugedir::Via::Home, crate::hugedir::Via::Shard))?;
+                    let host =
+                        self.host(dir, shard.map_or(crate::engine::host::Via::Home, crate::engine::host::Via::Shard))?;
                     let p = plusfs_proto::path::join(dir, name);
                     let inode = self.entry(&host.obj, &p, name)?;
                     SubOp::InsertEntry {

@@ -1,10 +1,11 @@
 //! Extended attributes, kept in the embedded inode of a file (or the object of a
 //! directory), so they change in the same store write as the rest of its metadata.
 
-use crate::hugedir::Via;
+use crate::engine::errors::{check_dir_path, err, OpResult};
+use crate::engine::host::Via;
+use crate::engine::locks::Scope;
 use crate::links::Found;
-use crate::locks::Scope;
-use crate::osd::{check_dir_path, err, OpResult, Osd};
+use crate::osd::Osd;
 use plusfs_proto::filedata::{MAX_XATTR_NAME, MAX_XATTR_TOTAL, MAX_XATTR_VALUE};
 use plusfs_proto::{Errno, FileKind, Reply, Request, Response, Timespec, XattrOp};
 use plusfs_store::Batch;
@@ -90,7 +91,7 @@ impl Osd {
             t.inode.ctime = Timespec::now();
             let mut b = Batch::new();
             t.save(&mut b);
-            self.write(b).await?;
+            self.apply(b).await?;
         }
         Ok(reply)
     }
@@ -105,7 +106,7 @@ impl Osd {
             d.ctime = Timespec::now();
             let mut b = Batch::new();
             b.put_dir(p, &d);
-            self.write(b).await?;
+            self.apply(b).await?;
         }
         Ok(reply)
     }

@@ -94,9 +94,8 @@ impl TestCluster {
             path: std::env::temp_dir().display().to_string(),
             source: plusfs_store::StoreError::Engine(format!("cannot create a temporary directory: {e}")),
         })?;
-        let servers = (0..opts.servers as u32)
-            .map(|id| ServerEntry { id, address: format!("sim:{id}"), weight: 1.0 })
-            .collect();
+        let servers =
+            (0..opts.servers as u32).map(|id| ServerEntry { id, address: format!("sim:{id}"), weight: 1.0 }).collect();
         let txn = TxnSettings {
             protocol: opts.protocol,
             commit_timeout_ms: opts.commit_timeout.as_millis() as u64,
@@ -163,7 +162,8 @@ impl TestCluster {
         let n = self.clients.fetch_add(1, Ordering::Relaxed);
         let counters = Arc::<Counters>::default();
         let transport = SimTransport { net: self.net.clone(), from: client_node(n), counters: counters.clone() };
-        let pool = Pool::with_transport(Arc::new(transport), counters, opts.retries).with_backoff(Duration::from_millis(1));
+        let pool =
+            Pool::with_transport(Arc::new(transport), counters, opts.retries).with_backoff(Duration::from_millis(1));
         Client::with_pool(self.map.clone(), opts, Arc::new(pool))
     }
 

@@ -8,7 +8,9 @@
 //! is on the path too.
 
 use futures::future::BoxFuture;
-use plusfs_proto::{decode_request, decode_response, encode_request, encode_response, Frame, Request, Response, ServerId};
+use plusfs_proto::{
+    decode_request, decode_response, encode_request, encode_response, Frame, Request, Response, ServerId,
+};
 use plusfs_rpc::{CallError, Counters, Transport};
 use plusfs_server::Osd;
 use rand::rngs::StdRng;
@@ -192,7 +194,13 @@ impl SimNet {
     }
 
     /// Carries `req` from `from` to server `to` and its reply back, through the faults.
-    async fn carry(&self, from: NodeId, to: ServerId, req: &Request, counters: &Counters) -> Result<Response, CallError> {
+    async fn carry(
+        &self,
+        from: NodeId,
+        to: ServerId,
+        req: &Request,
+        counters: &Counters,
+    ) -> Result<Response, CallError> {
         let addr = format!("sim server {to}");
         let lost = |reason: &str| CallError::Broken { addr: addr.clone(), reason: reason.to_string() };
         let mut frame = bytes::BytesMut::new();
@@ -252,7 +260,8 @@ async fn deliver(ep: &Endpoint, frame: bytes::Bytes) -> Option<bytes::Bytes> {
         let mut out = bytes::BytesMut::new();
         if let Err(e) = encode_response(id, opcode, &resp, &mut out) {
             out.clear();
-            let too_big = Err(plusfs_proto::WireError::new(plusfs_proto::Errno::EMSGSIZE, format!("reply too large: {e}")));
+            let too_big =
+                Err(plusfs_proto::WireError::new(plusfs_proto::Errno::EMSGSIZE, format!("reply too large: {e}")));
             encode_response(id, opcode, &too_big, &mut out).expect("an error reply fits a frame");
         }
         out.freeze()

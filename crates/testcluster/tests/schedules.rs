@@ -194,7 +194,9 @@ fn random_op(rng: &mut StdRng) -> Op {
 /// The failpoints a schedule may crash a server at, by protocol.
 fn failpoints(protocol: TxnProtocol) -> &'static [&'static str] {
     match protocol {
-        TxnProtocol::Cx => &["cx_after_result", "cx_before_vote", "cx_after_vote", "cx_after_commit_record", "data_after_append"],
+        TxnProtocol::Cx => {
+            &["cx_after_result", "cx_before_vote", "cx_after_vote", "cx_after_commit_record", "data_after_append"]
+        }
         TxnProtocol::TwoPhase => &[
             "coordinator_after_votes",
             "coordinator_after_commit_record",
@@ -238,7 +240,8 @@ fn plan(seed: u64) -> Plan {
         max_delay: Duration::from_micros(rng.gen_range(50..2000)),
     };
     let server = |rng: &mut StdRng| rng.gen_range(0..servers as u32);
-    let failpoint = (lossy && rng.gen_bool(0.6)).then(|| (server(&mut rng), *failpoints(protocol).choose(&mut rng).unwrap()));
+    let failpoint =
+        (lossy && rng.gen_bool(0.6)).then(|| (server(&mut rng), *failpoints(protocol).choose(&mut rng).unwrap()));
     let kill = (lossy && rng.gen_bool(0.3)).then(|| (server(&mut rng), rng.gen_range(2..ops - 4)));
     let partition = (lossy && rng.gen_bool(0.3)).then(|| (server(&mut rng), rng.gen_range(2..ops - 4)));
     Plan { protocol, servers, faults, failpoint, kill, partition, ops }
@@ -395,11 +398,14 @@ async fn seeded_fault_schedules() {
     let mut tasks = Vec::new();
     for seed in first..first + count {
         let permit = limit.clone().acquire_owned().await.expect("semaphore");
-        tasks.push((seed, tokio::spawn(async move {
-            let r = schedule(seed).await;
-            drop(permit);
-            r
-        })));
+        tasks.push((
+            seed,
+            tokio::spawn(async move {
+                let r = schedule(seed).await;
+                drop(permit);
+                r
+            }),
+        ));
     }
     let mut totals = FateCounts::default();
     let (mut fp_crashes, mut kills, mut partitions, mut acked) = (0, 0, 0, 0);
@@ -432,7 +438,12 @@ async fn seeded_fault_schedules() {
         "{count} schedules: {acked} operations acknowledged; {fp_crashes} failpoint crashes mid-workload, {kills} kills, \
          {partitions} partitions; messages {totals:?}"
     );
-    assert!(failures.is_empty(), "{} schedules failed (replay with PLUSFS_SEED=...):\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} schedules failed (replay with PLUSFS_SEED=...):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     if count >= 100 {
         // The faults must have landed, not merely been configured.
         assert!(totals.dropped_requests > 0 && totals.dropped_replies > 0, "no message was lost: {totals:?}");

@@ -135,7 +135,7 @@ impl Osd {
         let (effects, remote) = self.commit_batch(&applied, &CommitPayload::default())?;
         let mut all = effects;
         all.extend(b);
-        self.write(all).await?;
+        self.apply(all).await?;
         self.failpoints.hit("cx_after_commit_record").await;
         {
             let mut st = self.cx.st();
@@ -188,7 +188,7 @@ impl Osd {
                 }
             }
         }
-        if let Err(e) = self.write(b).await {
+        if let Err(e) = self.apply(b).await {
             tracing::error!(cause = %e.message, "cannot prune Cx records (they are pruned at the next start)");
         }
         self.forget_ended(ended);

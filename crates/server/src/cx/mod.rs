@@ -28,134 +28,24 @@ mod record;
 mod recovery;
 mod requests;
 mod scopes;
+pub(crate) mod state;
 
 pub(crate) use scopes::request_scopes;
 
-use crate::locks::Scope;
-use crate::osd::{eio, err, OpResult, Osd};
-use crate::txn::Prepared;
+use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::subops::Prepared;
+use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::{
     CommitPayload, CxAnswer, CxRole, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId, WireError,
 };
 use plusfs_store::{Batch, LogKind, StoreError};
 use record::{frame, unframe, Record};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use state::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
-
-/// How long a VOTE waits for the execution of an operation the participant has not
-/// finished executing (it is blocked or still on its way) before voting NO.
-const VOTE_WAIT: Duration = Duration::from_secs(2);
-/// How long the coordinator waits for a sub-operation it has never seen before it aborts
-/// the operation (the client may have died before sending it).
-const UNKNOWN_GRACE: Duration = Duration::from_millis(500);
-/// How long aborted and refused operation ids are remembered, so a late sub-operation of
-/// one is refused (NO) instead of executed.
-const TOMBSTONE_LIFE: Duration = Duration::from_secs(600);
-/// How long committed operation ids are remembered (a resent request or a late L-COM comes
-/// within seconds; a short life keeps the table small at high rates).
-const COMMITTED_LIFE: Duration = Duration::from_secs(30);
-/// Where an operation stands on this server.
-#[derive(Debug, Clone)]
-enum Phase {
-    /// Being checked (possibly waiting for another operation's locks).
-    Executing,
-    /// Executed with YES: Result record written, locks held.
-    Yes,
-    /// In a commitment round (coordinator), or its decision is being applied.
-    Committing,
-    /// The coordinator ordered another operation first: result dropped, executed again.
-    Invalidated,
-}
-
-#[derive(Debug)]
-struct Op {
-    role: CxRole,
-    peer: ServerId,
-    txid: TxId,
-    ops: Vec<SubOp>,
-    locks: Vec<(String, Scope)>,
-    hint: Vec<OpId>,
-    phase: Phase,
-    bytes: u64,
-    since: Instant,
-    /// The coordinator asked for an immediate commitment (coordinator role).
-    urgent: bool,
-    /// A participant already asked its coordinator to commit it.
-    urged: bool,
-    /// Refused while executing (a VOTE gave up waiting, or an abort came first).
-    vetoed: bool,
-    /// Operations of other clients waiting here for this one's locks (coordinator: they
-    /// go into the VOTE, so the participant follows this order).
-    waiters: Vec<OpId>,
-}
-
-#[derive(Default)]
-struct State {
-    ops: HashMap<OpId, Op>,
-    by_tx: HashMap<TxId, OpId>,
-    /// Ended operations: id → (committed, when). Refuses late sub-operations and answers
-    /// late L-COMs.
-    ended: HashMap<OpId, (bool, Instant)>,
-    /// NO answers given here: id → the error (until the operation ends).
-    refused: HashMap<OpId, (WireError, Instant)>,
-    live_bytes: u64,
-    peak_bytes: u64,
-}
-
-/// Cx counters (shown by `plusfs cluster status`).
-#[derive(Default)]
-pub(crate) struct CxCounters {
-    pub executed: AtomicU64,
-    pub committed: AtomicU64,
-    pub aborted: AtomicU64,
-    pub rounds: AtomicU64,
-    pub immediate: AtomicU64,
-    pub invalidated: AtomicU64,
-}
-
-/// The Cx engine of one server.
-pub(crate) struct Cx {
-    state: Mutex<State>,
-    /// Something ended or was invalidated, or log space came free.
-    changed: Notify,
-    /// Wakes the commitment loop (threshold reached or an urgent operation).
-    kick: Notify,
-    pub(crate) counters: CxCounters,
-}
-
-impl Default for Cx {
-    fn default() -> Self {
-        Cx { state: Mutex::default(), changed: Notify::new(), kick: Notify::new(), counters: CxCounters::default() }
-    }
-}
-
-impl Cx {
-    fn st(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("cx state")
-    }
-
-    /// Operations pending here and live log bytes (now, at most).
-    pub(crate) fn gauges(&self) -> (u64, u64, u64) {
-        let st = self.st();
-        (st.ops.len() as u64, st.live_bytes, st.peak_bytes)
-    }
-
-    fn coordinator_ready(&self) -> usize {
-        self.st().ops.values().filter(|o| o.role == CxRole::Coordinator && matches!(o.phase, Phase::Yes)).count()
-    }
-
-    fn forget_old(st: &mut State) {
-        let now = Instant::now();
-        st.ended.retain(|_, (committed, at)| {
-            now.duration_since(*at) < if *committed { COMMITTED_LIFE } else { TOMBSTONE_LIFE }
-        });
-        st.refused.retain(|_, (_, at)| now.duration_since(*at) < TOMBSTONE_LIFE);
-    }
-}
 
 impl Osd {
     /// Installs the lock-conflict hook and starts the commitment loop.
@@ -327,7 +217,7 @@ impl Osd {
         let mut b = Batch::new();
         let size = bytes.len() as u64;
         b.put_log(LogKind::Cx, txid, bytes);
-        if let Err(e) = self.write(b).await {
+        if let Err(e) = self.apply(b).await {
             return self.refuse(id, e, hint);
         }
         self.failpoints.hit("cx_after_result").await;
@@ -357,7 +247,7 @@ impl Osd {
         let Some(ready) = ready else {
             let mut b = Batch::new();
             b.del_log(LogKind::Cx, txid);
-            if let Err(e) = self.write(b).await {
+            if let Err(e) = self.apply(b).await {
                 tracing::error!(cause = %e.message, "cannot drop a refused Cx result; after a restart its coordinator aborts it");
             }
             self.locks.release_tx(txid);

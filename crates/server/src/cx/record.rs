@@ -1,6 +1,6 @@
 //! Cx log records: what a server logs for an operation, checksummed.
 
-use crate::locks::Scope;
+use crate::engine::locks::Scope;
 use plusfs_proto::{CxRole, OpId, ServerId, SubOp, TxId};
 use plusfs_store::StoreError;
 use serde::{Deserialize, Serialize};

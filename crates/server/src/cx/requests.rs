@@ -83,7 +83,7 @@ impl Osd {
         };
         let mut b = Batch::new();
         b.del_log(LogKind::Cx, txid);
-        if let Err(e) = self.write(b).await {
+        if let Err(e) = self.apply(b).await {
             tracing::error!(cause = %e.message, "cannot invalidate a Cx result");
         }
         {
@@ -155,7 +155,7 @@ impl Osd {
             let guard = self.locks.lock_owned(&applied.locks, &txids).await;
             let (mut all, remote) = self.commit_batch(&applied, &CommitPayload::default())?;
             all.extend(b);
-            self.write(all).await?;
+            self.apply(all).await?;
             for t in txids {
                 self.locks.release_tx(t);
             }

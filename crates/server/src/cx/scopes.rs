@@ -1,11 +1,11 @@
 //! Which objects a client request reads or changes, so it can wait for (and hurry) the
 //! pending Cx operations on them first.
 
-use crate::locks::Scope;
+use crate::engine::locks::Scope;
 use plusfs_proto::Request;
 
 /// The (directory, scope) pairs a client request reads or changes, for
-/// [`LockTable::settle`](crate::locks::LockTable::settle): its entry in the parent and the
+/// [`LockTable::settle`](crate::engine::locks::LockTable::settle): its entry in the parent and the
 /// path itself as a directory.
 pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
     use Request::*;

@@ -11,19 +11,22 @@
 //! aborts `Preparing` transactions and re-sends the decision of the others until
 //! acknowledged; participants keep their locks until they hear it.
 
-use crate::hugedir::Via;
-use crate::locks::Scope;
-use crate::osd::{check_dir_path, count_entry, eio, err, split_entry, OpResult, Osd};
+use crate::engine::encode;
+use crate::engine::errors::{eio, err, split_entry, OpResult};
+use crate::engine::host::Via;
+use crate::engine::locks::Scope;
+use crate::engine::subops::Prepared;
+use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
-    Attr, CommitPayload, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response,
-    ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
+    Attr, CommitPayload, DirDump, DirObject, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId,
+    SubOp, Threshold, Timespec, TxId, Vote, WireError,
 };
 use plusfs_store::{Batch, LogKind};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,17 +49,6 @@ struct CoordRecord {
     payloads: Vec<(ServerId, CommitPayload)>,
 }
 
-/// A participant's log record: what it prepared and what it locked.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-pub(crate) struct Prepared {
-    pub(crate) ops: Vec<SubOp>,
-    pub(crate) locks: Vec<(String, Scope)>,
-    /// Objects exported by `ExportSubtree`: (path, inode number).
-    pub(crate) exported: Vec<(String, Ino)>,
-    /// Shards at or below the `ExportSubtree` root: re-keyed under the new root at commit.
-    pub(crate) reshards: Vec<String>,
-}
-
 /// Where a rename puts the destination entry.
 struct DstAt {
     server: ServerId,
@@ -70,10 +62,6 @@ struct DstAt {
 
 /// Sub-operations per participant, in the order their errors take precedence.
 pub(crate) type Parts = Vec<(ServerId, Vec<SubOp>)>;
-
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
-}
 
 pub(crate) fn add_part(parts: &mut Parts, server: ServerId, op: SubOp) {
     match parts.iter_mut().find(|(s, _)| *s == server) {
@@ -361,7 +349,7 @@ impl Osd {
         swap_payloads(&parts, self.swap_out(&ops)?, &mut payloads);
         let payload = payloads.remove(&self.id).unwrap_or_default();
         let (batch, remote) = self.commit_batch(&prepared, &payload)?;
-        self.write(batch).await?;
+        self.apply(batch).await?;
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
@@ -418,18 +406,6 @@ impl Osd {
         Ok(())
     }
 
-    /// The current inodes of the `ExchangeEntry` entries in `ops` (for the vote).
-    fn swap_out(self: &Arc<Self>, ops: &[SubOp]) -> OpResult<Vec<(String, String, Inode)>> {
-        let mut out = Vec::new();
-        for op in ops {
-            if let SubOp::ExchangeEntry { dir, name, shard } = op {
-                let p = plusfs_proto::path::join(dir, name);
-                out.push((dir.clone(), name.clone(), self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?));
-            }
-        }
-        Ok(out)
-    }
-
     /// `rename(a, b)` with `RENAME_EXCHANGE`, on `a`'s entry server: both entries (files,
     /// symlinks, links; not directories) swap their inodes in one transaction.
     pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via) -> Response {
@@ -481,7 +457,7 @@ impl Osd {
     async fn log_coord(&self, txid: TxId, rec: &CoordRecord) -> OpResult<()> {
         let mut b = Batch::new();
         b.put_log(LogKind::Coordinator, txid, encode(rec));
-        self.write(b).await
+        self.apply(b).await
     }
 
     /// Delivers the decision to every participant. The first round is awaited; if a
@@ -524,7 +500,7 @@ impl Osd {
     async fn forget(&self, txid: TxId) {
         let mut b = Batch::new();
         b.del_log(LogKind::Coordinator, txid);
-        if let Err(e) = self.write(b).await {
+        if let Err(e) = self.apply(b).await {
             tracing::error!(txid, cause = %e.message, "cannot delete coordinator record");
         }
     }
@@ -555,194 +531,12 @@ impl Osd {
 
     // ----- participant --------------------------------------------------------------
 
-    /// Directory locks a list of sub-operations needs (ExportSubtree adds its objects).
-    fn subop_locks(ops: &[SubOp]) -> Vec<(String, Scope)> {
-        ops.iter()
-            .flat_map(|o| match o {
-                SubOp::InsertEntry { dir, name, .. }
-                | SubOp::RemoveEntry { dir, name, .. }
-                | SubOp::ExchangeEntry { dir, name, .. } => vec![(dir.clone(), Scope::Name(name.clone()))],
-                SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } | SubOp::RemoveShard { path, .. } => {
-                    vec![(path.clone(), Scope::Whole)]
-                }
-                // The entry, and the shared inode it is about to become.
-                SubOp::ShareInode { dir, name, ino, .. } => {
-                    vec![(dir.clone(), Scope::Name(name.clone())), crate::links::inode_lock(*ino)]
-                }
-                SubOp::AdjustLinks { ino, .. } => vec![crate::links::inode_lock(*ino)],
-                SubOp::ExportSubtree { .. } => Vec::new(),
-            })
-            .collect()
-    }
-
-    /// Locks and checks `ops`. Returns the held busy locks and the prepared record; the
-    /// transactions waited for are added to `blockers`.
-    pub(crate) async fn check_subops(
-        self: &Arc<Self>,
-        txid: TxId,
-        ops: &[SubOp],
-        wait_tx: bool,
-        blockers: &mut Vec<TxId>,
-    ) -> OpResult<(crate::locks::Guard, Prepared)> {
-        let export_root = ops.iter().find_map(|o| match o {
-            SubOp::ExportSubtree { root, .. } => Some(root.clone()),
-            _ => None,
-        });
-        let shards_within = |root: &str| -> OpResult<Vec<String>> {
-            Ok(self.store.shards_within(root).map_err(eio)?.into_iter().map(|(p, _)| p).collect())
-        };
-        loop {
-            let mut locks = Self::subop_locks(ops);
-            let mut exported = Vec::new();
-            let mut reshards = Vec::new();
-            if let Some(root) = &export_root {
-                check_dir_path(root)?;
-                exported = self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
-                reshards = shards_within(root)?;
-                locks.extend(exported.iter().map(|(p, _)| (p.clone(), Scope::Whole)));
-                locks.extend(reshards.iter().map(|p| (p.clone(), Scope::Whole)));
-            }
-            let guard = self
-                .locks
-                .lock_noting(&locks, Some(txid), wait_tx, blockers)
-                .await
-                .map_err(|c| err(Errno::EBUSY, format!("conflicts with transaction {}", c.0)))?;
-            if let Some(root) = &export_root {
-                if let Some(t) = self.locks.tx_locked_within(root, txid) {
-                    return Err(err(Errno::EBUSY, format!("conflicts with transaction {t}")));
-                }
-                let again: Vec<(String, Ino)> =
-                    self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
-                if again != exported || shards_within(root)? != reshards {
-                    continue; // an object appeared or vanished between scan and lock
-                }
-                if let Some((p, _)) = self
-                    .store
-                    .dirs_within(root)
-                    .map_err(eio)?
-                    .into_iter()
-                    .find(|(_, d)| d.dist.state == DistState::Distributing)
-                {
-                    return Err(err(Errno::EBUSY, format!("'{p}' is being distributed")));
-                }
-            }
-            for op in ops {
-                self.check_subop(op)?;
-            }
-            return Ok((guard, Prepared { ops: ops.to_vec(), locks, exported, reshards }));
-        }
-    }
-
-    /// The object holding the entries of `dir` that a sub-operation names.
-    fn sub_host(self: &Arc<Self>, dir: &str, shard: Option<u64>) -> OpResult<crate::hugedir::Host> {
-        self.host(dir, shard.map_or(Via::Home, Via::Shard))
-    }
-
-    fn check_subop(self: &Arc<Self>, op: &SubOp) -> OpResult<()> {
-        match op {
-            SubOp::InsertEntry { dir, name, inode, replace, shard } => {
-                let p = plusfs_proto::path::join(dir, name);
-                let d = self.sub_host(dir, *shard)?.obj;
-                match (self.store.get_entry(d.ino, name).map_err(eio)?, replace) {
-                    (None, _) => Ok(()),
-                    (Some(_), Replace::Never) => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
-                    (Some(e), Replace::NonDir) if e.kind == FileKind::Dir => {
-                        Err(err(Errno::EISDIR, format!("'{p}' is a directory")))
-                    }
-                    (Some(e), Replace::Dir(_)) if e.kind != FileKind::Dir => {
-                        Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory")))
-                    }
-                    (Some(e), Replace::Dir(ino)) if e.ino != *ino => {
-                        Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")))
-                    }
-                    // A hard link goes only with one of its links (the coordinator retries).
-                    (Some(e), Replace::NonDir) if e.link_home.is_some() => {
-                        Err(WireError::replaced_link(&p, e.ino, e.link_home.expect("a link")))
-                    }
-                    (Some(e), Replace::Link(ino)) if e.ino != *ino || e.link_home.is_none() => {
-                        Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")))
-                    }
-                    (Some(e), _) if e.ino == inode.ino => Err(err(Errno::EBUSY, format!("'{p}' is being moved"))),
-                    _ => Ok(()),
-                }
-            }
-            SubOp::RemoveEntry { dir, name, ino, shard } => {
-                let p = plusfs_proto::path::join(dir, name);
-                let e = self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?;
-                if *ino == 0 {
-                    // From a client (Cx, serial rmdir): any directory of that name.
-                    return match e.kind {
-                        FileKind::Dir => Ok(()),
-                        _ => Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory"))),
-                    };
-                }
-                if e.ino != *ino {
-                    return Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")));
-                }
-                Ok(())
-            }
-            SubOp::CreateDir { path, .. } => match self.store.get_dir(path).map_err(eio)? {
-                Some(_) => Err(err(Errno::EEXIST, format!("directory object '{path}' exists"))),
-                None => Ok(()),
-            },
-            SubOp::RemoveDir { path, ino, shards } => {
-                let d = self.store.get_dir(path).map_err(eio)?;
-                match d {
-                    Some(d) if *ino != 0 && d.ino != *ino => {
-                        Err(err(Errno::EBUSY, format!("'{path}' changed during the operation")))
-                    }
-                    Some(d) if d.dist.state == DistState::Distributing => {
-                        Err(err(Errno::EBUSY, format!("'{path}' is being distributed")))
-                    }
-                    // Its shards must be removed by the same transaction.
-                    Some(d) if d.dist.state == DistState::Distributed && d.dist.set != *shards => {
-                        Err(WireError::redirect(self.dist_info(path, &d)))
-                    }
-                    Some(d) if d.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
-                    Some(_) => Ok(()),
-                    None => Err(err(Errno::ENOENT, format!("'{path}' does not exist"))),
-                }
-            }
-            SubOp::RemoveShard { path, ino } => match self.store.get_shard(path).map_err(eio)? {
-                Some(s) if s.ino != *ino => Err(err(Errno::EBUSY, format!("'{path}' changed during the operation"))),
-                Some(s) if s.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
-                Some(_) => Ok(()),
-                None => Err(err(Errno::ENOENT, format!("no shard of '{path}' here"))),
-            },
-            SubOp::ShareInode { dir, name, ino, shard } => self.check_share(dir, name, *ino, *shard),
-            SubOp::AdjustLinks { ino, delta } => self.check_adjust(*ino, *delta),
-            SubOp::ExchangeEntry { dir, name, shard } => {
-                let p = plusfs_proto::path::join(dir, name);
-                match self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?.kind {
-                    FileKind::Dir => Err(err(Errno::EINVAL, format!("'{p}' is a directory; only files are exchanged"))),
-                    _ => Ok(()),
-                }
-            }
-            SubOp::ExportSubtree { .. } => Ok(()),
-        }
-    }
-
-    fn dump(&self, exported: &[(String, Ino)]) -> OpResult<Vec<DirDump>> {
-        exported
-            .iter()
-            .map(|(path, _)| {
-                let object = self.dir_object(path)?;
-                // A distributed directory's entries stay in its shards: only its object moves.
-                let entries = match object.dist.state {
-                    DistState::Distributed => Vec::new(),
-                    _ => self.store.list_entries(object.ino, None, usize::MAX).map_err(eio)?,
-                };
-                Ok(DirDump { path: path.clone(), object, entries })
-            })
-            .collect()
-    }
-
     pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>) -> Response {
         let (guard, prepared) = self.check_subops(txid, &ops, false, &mut Vec::new()).await?;
         let exports = self.dump(&prepared.exported)?;
         let mut b = Batch::new();
         b.put_log(LogKind::Participant, txid, encode(&prepared));
-        self.write(b).await?;
+        self.apply(b).await?;
         self.failpoints.hit("participant_after_prepare_record").await;
         self.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
@@ -760,7 +554,7 @@ impl Osd {
         let guard = self.locks.lock(&locks, Some(txid), true).await.map_err(|_| err(Errno::EIO, "lock"))?;
         let (mut batch, remote) = self.commit_batch(&prepared, &payload)?;
         batch.del_log(LogKind::Participant, txid);
-        self.write(batch).await?;
+        self.apply(batch).await?;
         self.locks.release_tx(txid);
         drop(guard);
         self.drop_remote(remote).await;
@@ -772,133 +566,9 @@ impl Osd {
         if self.store.get_log(LogKind::Participant, txid).map_err(eio)?.is_some() {
             let mut b = Batch::new();
             b.del_log(LogKind::Participant, txid);
-            self.write(b).await?;
+            self.apply(b).await?;
         }
         self.locks.release_tx(txid);
         Ok(Reply::Done)
-    }
-
-    /// The store batch that applies prepared sub-operations: removals first, then inserts
-    /// and imports, so a replaced directory's object is deleted before its successor lands.
-    /// Also returns the other servers' data records that files removed here no longer use
-    /// (to drop once the batch is written).
-    pub(crate) fn commit_batch(
-        self: &Arc<Self>,
-        p: &Prepared,
-        payload: &CommitPayload,
-    ) -> OpResult<(Batch, Vec<(ServerId, u64)>)> {
-        let mut remote = Vec::new();
-        // Changed entry holders, keyed by (path, is a shard).
-        let mut hosts: BTreeMap<(String, bool), DirObject> = BTreeMap::new();
-        let mut b = Batch::new();
-        let load = |hosts: &mut BTreeMap<(String, bool), DirObject>,
-                    path: &str,
-                    shard: Option<u64>|
-         -> OpResult<(String, bool)> {
-            let key = (path.to_string(), shard.is_some());
-            if !hosts.contains_key(&key) {
-                let obj = match shard {
-                    Some(_) => self.store.get_shard(path).map_err(eio)?.ok_or_else(|| WireError::missing_dir(path))?,
-                    None => self.dir_object(path)?,
-                };
-                hosts.insert(key.clone(), obj);
-            }
-            Ok(key)
-        };
-        let export_roots = p.ops.iter().find_map(|o| match o {
-            SubOp::ExportSubtree { root, new_root } => Some((root.clone(), new_root.clone())),
-            _ => None,
-        });
-        for op in &p.ops {
-            match op {
-                SubOp::RemoveEntry { dir, name, shard, .. } => {
-                    let key = load(&mut hosts, dir, *shard)?;
-                    let d = hosts.get_mut(&key).expect("loaded");
-                    if let Some(e) = self.store.get_entry(d.ino, name).map_err(eio)? {
-                        count_entry(d, e.kind, -1);
-                        b.del_entry(d.ino, name);
-                    }
-                }
-                SubOp::RemoveDir { path, .. } => b.del_dir(path),
-                SubOp::RemoveShard { path, .. } => b.del_shard(path),
-                SubOp::AdjustLinks { ino, delta } => remote.extend(self.commit_adjust(*ino, *delta, &mut b)?),
-                _ => {}
-            }
-        }
-        for (path, ino) in &p.exported {
-            let distributed =
-                self.store.get_dir(path).map_err(eio)?.is_some_and(|d| d.dist.state == DistState::Distributed);
-            b.del_dir(path);
-            if !distributed {
-                for (name, _) in self.store.list_entries(*ino, None, usize::MAX).map_err(eio)? {
-                    b.del_entry(*ino, &name);
-                }
-            }
-        }
-        if let Some((root, new_root)) = &export_roots {
-            // Shards move by key only; their entries are keyed by inode and stay.
-            for path in &p.reshards {
-                if let Some(shard) = self.store.get_shard(path).map_err(eio)? {
-                    b.del_shard(path);
-                    b.put_shard(&rebase(path, root, new_root), &shard);
-                }
-            }
-        }
-        for op in &p.ops {
-            match op {
-                SubOp::InsertEntry { dir, name, inode, shard, .. } => {
-                    let key = load(&mut hosts, dir, *shard)?;
-                    let d = hosts.get_mut(&key).expect("loaded");
-                    match self.store.get_entry(d.ino, name).map_err(eio)? {
-                        Some(old) => {
-                            d.mtime = Timespec::now();
-                            d.ctime = d.mtime;
-                            // A file replaced by a rename: its data records go (a hard
-                            // link's belong to its shared inode, which `AdjustLinks` handles).
-                            if old.link_home.is_none() {
-                                remote.extend(self.drop_unused(
-                                    &plusfs_proto::filedata::records(&old.pieces),
-                                    &plusfs_proto::filedata::records(&inode.pieces),
-                                    &mut b,
-                                )?);
-                            }
-                        }
-                        None => count_entry(d, inode.kind, 1),
-                    }
-                    b.put_entry(d.ino, name, inode);
-                }
-                SubOp::CreateDir { path, object } => b.put_dir(path, object),
-                SubOp::ShareInode { dir, name, shard, .. } => self.commit_share(dir, name, *shard, &mut b)?,
-                SubOp::ExchangeEntry { dir, name, shard } => {
-                    let Some((_, _, inode)) = payload.swap_in.iter().find(|(d, n, _)| d == dir && n == name) else {
-                        return Err(err(Errno::EIO, format!("no inode to exchange into '{dir}/{name}'")));
-                    };
-                    let key = load(&mut hosts, dir, *shard)?;
-                    let d = hosts.get_mut(&key).expect("loaded");
-                    d.mtime = Timespec::now();
-                    d.ctime = d.mtime;
-                    let mut inode = inode.clone();
-                    if inode.link_home.is_none() {
-                        inode.ctime = d.mtime;
-                    }
-                    b.put_entry(d.ino, name, &inode);
-                }
-                _ => {}
-            }
-        }
-        for dump in &payload.imports {
-            b.put_dir(&dump.path, &dump.object);
-            for (name, inode) in &dump.entries {
-                b.put_entry(dump.object.ino, name, inode);
-            }
-        }
-        for ((path, shard), d) in &hosts {
-            if *shard {
-                b.put_shard(path, d);
-            } else {
-                b.put_dir(path, d);
-            }
-        }
-        Ok((b, remote))
     }
 }

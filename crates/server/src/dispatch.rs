@@ -1,0 +1,117 @@
+//! Routing: each request to the protocol or operation that serves it.
+
+use crate::engine::attrs::NewNode;
+use crate::engine::errors::{eio, err};
+use crate::engine::host::Via;
+use crate::osd::Osd;
+use plusfs_proto::{Errno, FileKind, Reply, Request, Response};
+use std::sync::Arc;
+
+impl Osd {
+    /// Serves one request.
+    pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
+        self.metrics.count_op(req.opcode());
+        if self.locks.tx_count() > 0 {
+            // A client must not see objects a pending Cx operation changes before it commits.
+            let scopes = crate::cx::request_scopes(&req);
+            tracing::trace!(?req, ?scopes, "settling");
+            self.locks.settle(&scopes).await;
+        }
+        match req {
+            Request::Shard { incarnation, op } => {
+                self.metrics.count_op(op.opcode());
+                self.dispatch(*op, Via::Shard(incarnation)).await
+            }
+            Request::OnInode { ino, op } => {
+                self.metrics.count_op(op.opcode());
+                use Request::*;
+                match *op {
+                    op @ (Stat { .. }
+                    | Open { .. }
+                    | SetAttr { .. }
+                    | Write { .. }
+                    | Read { .. }
+                    | Fsync { .. }
+                    | Xattr { .. }
+                    | Readlink { .. }) => self.dispatch(op, Via::Inode(ino)).await,
+                    other => Err(err(Errno::EINVAL, format!("{} does not apply to a shared inode", other.name()))),
+                }
+            }
+            req => self.dispatch(req, Via::Home).await,
+        }
+    }
+
+    /// Serves a request addressed to a directory's home (`Via::Home`) or to this server's
+    /// shard of a distributed directory (only requests about entries).
+    async fn dispatch(self: &Arc<Self>, req: Request, via: Via) -> Response {
+        use Request::*;
+        match req {
+            Mkdir { path, mode, uid, gid, threshold, width } => {
+                self.retrying(|| self.mkdir(&path, mode, uid, gid, (threshold, width), via)).await
+            }
+            Rmdir { path } => self.retrying(|| self.rmdir(&path, via)).await,
+            Create { path, kind, mode, uid, gid, exclusive, rdev } => {
+                let node = NewNode { target: None, rdev };
+                self.create(&path, kind, mode, uid, gid, exclusive, node, via).await
+            }
+            Open { path } | Stat { path } => self.stat(&path, via).await,
+            Close { .. } => Ok(Reply::Done),
+            DirStat { path } => self.dir_stat(&path, via).await,
+            Unlink { path } => self.unlink(&path, via).await,
+            Readdir { path, after, limit } => self.readdir(&path, after, limit, via),
+            Rename { src, dst } => self.retrying(|| self.rename(&src, &dst, via)).await,
+            SetAttr { path, set } => self.set_attr(&path, &set, via).await,
+            Symlink { path, target, uid, gid } => {
+                let node = NewNode { target: Some(target), rdev: 0 };
+                self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, node, via).await
+            }
+            Readlink { path } => self.readlink(&path, via).await,
+            Link { src, dst } => self.link(&src, &dst, via).await,
+            Exchange { a, b } => self.exchange(&a, &b, via).await,
+            BatchWrite { dir, files, semantics } => self.batch_write(&dir, files, semantics, via).await,
+            BatchRead { dir, names, max_bytes } => self.batch_read(&dir, &names, max_bytes, via).await,
+            Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via).await,
+            Read { path, offset, len } => self.read_file(&path, offset, len, via).await,
+            Fsync { path } if !path.is_empty() => self.fsync_file(&path, via).await,
+            Xattr { path, op } => self.xattr(&path, &op, via).await,
+            Batch { op, dir, names, mode, uid, gid, semantics } => {
+                self.batch(op, &dir, &names, mode, uid, gid, semantics, via).await
+            }
+            other if via != Via::Home => {
+                Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard or inode", other.name())))
+            }
+            Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
+            DirSetAttr { path, set } => self.dir_set_attr(&path, &set).await,
+            Statfs => self.statfs(),
+            Status => self.status().await,
+            FsckScan => self.fsck_scan(),
+            TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
+            TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
+            TxAbort { txid } => self.tx_abort(txid).await,
+            req @ (CxExec { .. } | CxVote { .. } | CxDecide { .. } | CxUrge { .. } | CxLaunch { .. }) => {
+                self.handle_cx(req).await
+            }
+            SubExec { ops } => self.sub_exec(ops).await,
+            AllocInos { count } => {
+                let count = count.clamp(1, 4096);
+                let first = self.inos.next_block(self.store.as_ref(), count as u64).await.map_err(eio)?;
+                Ok(Reply::Inos { first, count })
+            }
+            CloseBatch { inos, .. } => self.closev(&inos),
+            Shard { .. } | OnInode { .. } => Err(err(Errno::EINVAL, "a shard or inode request cannot be nested")),
+            ShardImport { path, ino, entries, shard } => self.shard_import(&path, ino, entries, shard).await,
+            SetPolicy { path, threshold, width } => self.set_policy(&path, threshold, width).await,
+            DistStatus { path } => self.dist_status(&path).await,
+            DataPut { owner, data } => self.data_put(owner, data).await,
+            DataGet { ranges } => self.data_get(&ranges).await,
+            DataDrop { records } => self.data_drop(&records).await,
+            DirXattr { path, op } => self.dir_xattr(&path, &op).await,
+            Compact { live_percent } => {
+                self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
+                Ok(Reply::Done)
+            }
+            // An empty path (from a peer): this server's data store.
+            Fsync { .. } => self.fsync_data().await,
+        }
+    }
+}

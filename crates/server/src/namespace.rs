@@ -1,0 +1,290 @@
+//! Single-server namespace operations: create, stat, unlink, readdir, attributes,
+//! symlinks, and the server-wide reports (statfs, status, fsck scan). Each reads, checks
+//! and applies one store batch under the busy lock of what it touches.
+
+use crate::engine::attrs::{apply_set, count_entry, NewNode};
+use crate::engine::errors::{check_dir_path, eio, err, split_entry, OpResult};
+use crate::engine::host::Via;
+use crate::engine::locks::Scope;
+use crate::links::Found;
+use crate::metrics::Metrics;
+use crate::osd::Osd;
+use plusfs_proto::{
+    Attr, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
+    ServerStatus, SetAttr, Statfs, WireError,
+};
+use plusfs_store::Batch;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Largest readdir page a server returns.
+pub const MAX_READDIR_PAGE: u32 = 4096;
+
+impl Osd {
+    /// Creates a file, FIFO or symlink entry.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn create(
+        self: &Arc<Self>,
+        p: &str,
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        exclusive: bool,
+        node: NewNode,
+        via: Via,
+    ) -> Response {
+        let NewNode { target, rdev } = node;
+        let (dir, name) = split_entry(p)?;
+        if kind == FileKind::Dir {
+            return Err(err(Errno::EINVAL, "create cannot make directories"));
+        }
+        let g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let mut host = self.host(dir, via)?;
+        if !host.shard && self.over_threshold(&host.obj) {
+            // Due for distribution (another writer crossed the threshold): distribute
+            // first, so writers cannot keep the directory from ever being distributed.
+            drop(g);
+            let info = self.distribute(dir).await?;
+            return Err(WireError::redirect(info.unwrap_or_else(|| self.dist_info(dir, &host.obj))));
+        }
+        if let Some(e) = self.store.get_entry(host.obj.ino, name).map_err(eio)? {
+            return match e.kind {
+                _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
+                FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
+                _ => {
+                    drop(g);
+                    Ok(Reply::Attr(Attr::of_inode(&self.resolve(p, e).await?)))
+                }
+            };
+        }
+        let size = target.as_ref().map_or(0, |t| t.len() as u64);
+        let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { rdev } else { 0 };
+        let inode = Inode { size, target, rdev, ..Inode::new(self.new_ino().await?, kind, mode, uid, gid) };
+        count_entry(&mut host.obj, kind, 1);
+        let mut b = Batch::new();
+        b.put_entry(host.obj.ino, name, &inode);
+        host.save(&mut b, dir);
+        self.apply(b).await?;
+        drop(g);
+        if !host.shard && self.over_threshold(&host.obj) {
+            // The create is done whatever happens to the distribution (a failed one stays
+            // `Distributing` and is finished by the next request or restart).
+            if let Err(e) = self.distribute(dir).await {
+                tracing::error!(dir, cause = %e.message, "redistribution failed");
+            }
+        }
+        Ok(Reply::Attr(Attr::of_inode(&inode)))
+    }
+
+    /// `lstat` (and `open`) of an entry: its attributes, or `IsDir` for a subdirectory.
+    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
+        let e = match self.find(p, via, false).await? {
+            Found::Here(t) => t.inode,
+            Found::Elsewhere { home, ino } => return self.forward(home, ino, Request::Stat { path: p.into() }).await,
+        };
+        Ok(match e.kind {
+            FileKind::Dir => Reply::IsDir { ino: e.ino },
+            _ => Reply::Attr(Attr::of_inode(&e)),
+        })
+    }
+
+    pub(crate) async fn dir_stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
+        check_dir_path(p)?;
+        match via {
+            Via::Home => Ok(Reply::Attr(self.dir_attr(p).await?)),
+            Via::Shard(_) | Via::Inode(_) => Ok(Reply::Attr(Attr::of_dir(&self.host(p, via)?.obj))),
+        }
+    }
+
+    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let mut host = self.host(dir, via)?;
+        let e = self.entry(&host.obj, p, name)?;
+        if e.kind == FileKind::Dir {
+            return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
+        }
+        if e.link_home.is_some() {
+            drop(_g);
+            return self.unlink_link(p, &e, via).await;
+        }
+        count_entry(&mut host.obj, e.kind, -1);
+        let gate = self.data_gate.read().await;
+        let mut b = Batch::new();
+        let remote = self.drop_unused(&plusfs_proto::filedata::records(&e.pieces), &Default::default(), &mut b)?;
+        b.del_entry(host.obj.ino, name);
+        host.save(&mut b, dir);
+        self.apply(b).await?;
+        drop(gate);
+        self.drop_remote(remote).await;
+        Ok(Reply::Done)
+    }
+
+    pub(crate) fn readdir(self: &Arc<Self>, p: &str, after: Option<String>, limit: u32, via: Via) -> Response {
+        check_dir_path(p)?;
+        let d = self.host(p, via)?.obj;
+        let limit = if limit == 0 { 1024 } else { limit.min(MAX_READDIR_PAGE) } as usize;
+        let mut page = self.store.list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
+        let more = page.len() > limit;
+        page.truncate(limit);
+        let entries = page.into_iter().map(|(name, i)| DirEntry { name, ino: i.ino, kind: i.kind }).collect();
+        Ok(Reply::Dirents(Dirents { incarnation: d.incarnation, entries, more }))
+    }
+
+    pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via) -> Response {
+        let mut t = match self.find(p, via, true).await? {
+            Found::Here(t) => t,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::SetAttr { path: p.into(), set: set.clone() }).await
+            }
+        };
+        let e = &mut t.inode;
+        if e.kind == FileKind::Dir {
+            return Ok(Reply::IsDir { ino: e.ino });
+        }
+        let gate = self.data_gate.read().await;
+        let mut b = Batch::new();
+        let mut remote = Vec::new();
+        if let Some(size) = set.size {
+            if e.kind != FileKind::File {
+                return Err(err(Errno::EINVAL, format!("'{p}' is not a regular file")));
+            }
+            remote = self.resize(e, size, &mut b)?;
+        }
+        apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
+        t.save(&mut b);
+        self.apply(b).await?;
+        drop(gate);
+        self.drop_remote(remote).await;
+        Ok(Reply::Attr(Attr::of_inode(&t.inode)))
+    }
+
+    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
+        check_dir_path(p)?;
+        if set.size.is_some() {
+            return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
+        }
+        {
+            let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+            let mut d = self.dir_object(p)?;
+            apply_set(set, &mut d.mode, &mut d.uid, &mut d.gid, &mut d.atime, &mut d.mtime, &mut d.ctime);
+            let mut b = Batch::new();
+            b.put_dir(p, &d);
+            self.apply(b).await?;
+        }
+        Ok(Reply::Attr(self.dir_attr(p).await?))
+    }
+
+    pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
+        let e = match self.find(p, via, false).await? {
+            Found::Here(t) => t.inode,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Readlink { path: p.into() }).await
+            }
+        };
+        match e.target {
+            Some(t) if e.kind == FileKind::Symlink => Ok(Reply::Target(t)),
+            _ => Err(err(Errno::EINVAL, format!("'{p}' is not a symbolic link"))),
+        }
+    }
+
+    /// Directory objects homed here, and entries held here (in objects and shards).
+    pub(crate) fn totals(&self) -> OpResult<(u64, u64)> {
+        let dirs = self.store.dirs_within("/").map_err(eio)?;
+        let shards = self.store.shards_within("/").map_err(eio)?;
+        let entries = dirs.iter().chain(&shards).map(|(_, d)| d.entries).sum();
+        Ok((dirs.len() as u64, entries))
+    }
+
+    pub(crate) fn statfs(&self) -> Response {
+        let (dir_objects, entries) = self.totals()?;
+        Ok(Reply::Statfs(Statfs { dir_objects, entries }))
+    }
+
+    pub(crate) async fn status(self: &Arc<Self>) -> Response {
+        let (dir_objects, entries) = self.totals()?;
+        let m = &self.metrics;
+        let peer = self.peers.counters().snapshot();
+        let st = self.store.stats();
+        let segments = self.data.segments();
+        let io = self.data.stats();
+        let (cx_pending, cx_log_bytes, cx_log_peak) = self.cx.gauges();
+        Ok(Reply::Status(ServerStatus {
+            id: self.id,
+            epoch: self.map.epoch,
+            dir_objects,
+            entries,
+            ops: m.ops(),
+            msgs_in: Metrics::get(&m.msgs_in) + peer.msgs_in,
+            msgs_out: Metrics::get(&m.msgs_out) + peer.msgs_out,
+            bytes_in: Metrics::get(&m.bytes_in) + peer.bytes_in,
+            bytes_out: Metrics::get(&m.bytes_out) + peer.bytes_out,
+            store_batches: st.batches,
+            store_writes: st.writes,
+            store_syncs: st.syncs,
+            tx_started: Metrics::get(&m.tx_started),
+            tx_pending: self.locks.tx_count() as u64,
+            hugedirs: self.hugedir_reports().await?,
+            shards: self.store.shards_within("/").map_err(eio)?.into_iter().map(|(p, d)| (p, d.entries)).collect(),
+            data_records: self.store.record_count().map_err(eio)?,
+            data_segments: segments.len() as u64,
+            data_bytes: segments.iter().map(|s| s.bytes).sum(),
+            data_appends: io.appends,
+            data_reads: io.reads,
+            data_bytes_read: io.bytes_read,
+            data_bytes_written: io.bytes_written,
+            data_read_sizes: io.read_sizes.to_vec(),
+            cx_executed: Metrics::get(&self.cx.counters.executed),
+            cx_committed: Metrics::get(&self.cx.counters.committed),
+            cx_aborted: Metrics::get(&self.cx.counters.aborted),
+            cx_rounds: Metrics::get(&self.cx.counters.rounds),
+            cx_immediate: Metrics::get(&self.cx.counters.immediate),
+            cx_invalidated: Metrics::get(&self.cx.counters.invalidated),
+            cx_pending,
+            cx_log_bytes,
+            cx_log_peak,
+        }))
+    }
+
+    pub(crate) fn fsck_scan(&self) -> Response {
+        let dirs = self.store.dirs_within("/").map_err(eio)?;
+        let shards = self.store.shards_within("/").map_err(eio)?;
+        // Entries belong to a nondistributed directory object or to a shard held here.
+        let local: HashSet<u64> =
+            dirs.iter().filter(|(_, d)| d.dist.state != DistState::Distributed).map(|(_, d)| d.ino).collect();
+        let shard_of: std::collections::HashMap<u64, (&String, &DirObject)> =
+            shards.iter().map(|(p, d)| (d.ino, (p, d))).collect();
+        let mut data = FsckData {
+            dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
+            pending_tx: (self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()
+                + self.store.log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()) as u64,
+            shards: shards.iter().map(|(p, d)| (p.clone(), d.ino, d.incarnation)).collect(),
+            distributed: dirs
+                .iter()
+                .filter(|(_, d)| d.dist.state == DistState::Distributed)
+                .map(|(p, d)| (p.clone(), d.ino, d.incarnation, d.dist.set.clone()))
+                .collect(),
+            ..Default::default()
+        };
+        data.shared = self.store.all_inodes().map_err(eio)?.iter().map(|i| (i.ino, i.nlink)).collect();
+        for (parent, name, inode) in self.store.all_entries().map_err(eio)? {
+            if let Some(home) = inode.link_home {
+                data.links.push((inode.ino, home));
+            }
+            if let Some((path, shard)) = shard_of.get(&parent) {
+                let set = &shard.dist.set;
+                if set.get(plusfs_proto::hugedir::slot_of(&name, set.len())) != Some(&self.id) {
+                    data.misplaced.push(((*path).clone(), name.clone()));
+                }
+            } else if !local.contains(&parent) {
+                data.orphans.push((parent, name));
+                continue;
+            }
+            if inode.kind == FileKind::Dir {
+                data.subdirs.push((parent, name, inode.ino));
+            }
+        }
+        Ok(Reply::Fsck(data))
+    }
+}
