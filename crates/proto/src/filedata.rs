@@ -3,7 +3,7 @@
 //! Ranges no piece covers read as zeros (sparse files). The list lives in the embedded
 //! inode, so a file's layout changes in the same store write as its size and times.
 
-use crate::message::ServerId;
+use crate::ids::ServerId;
 use serde::{Deserialize, Serialize};
 
 /// Largest file size (EFBIG beyond): 2^44 bytes = 16 TiB.

@@ -8,7 +8,7 @@
 //! entries. The primary keeps the directory's own attributes and the distribution, and
 //! answers requests about entries with a redirect carrying [`DistInfo`].
 
-use crate::message::{Ino, ServerId};
+use crate::ids::{Ino, ServerId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use xxhash_rust::xxh3::xxh3_64_with_seed;

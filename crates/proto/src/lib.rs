@@ -7,16 +7,32 @@
 //! human description of the same format; the golden-byte tests in `tests/golden.rs` pin it.
 #![deny(unsafe_code)]
 
+pub mod admin;
+pub mod attr;
+pub mod batch;
+pub mod codec;
 pub mod errno;
+pub mod error;
 pub mod filedata;
 pub mod frame;
 pub mod hugedir;
+pub mod ids;
 pub mod io;
 pub mod message;
 pub mod path;
+pub mod peer;
+pub mod record;
 
+pub use admin::*;
+pub use attr::*;
+pub use batch::*;
+pub use codec::*;
 pub use errno::Errno;
+pub use error::WireError;
 pub use filedata::{Piece, MAX_FILE_SIZE, MAX_RECORD};
 pub use frame::{Frame, FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use hugedir::{DistInfo, DistReport, DistState, Distribution, Threshold};
+pub use ids::*;
 pub use message::*;
+pub use peer::*;
+pub use record::*;

@@ -23,7 +23,24 @@ pub struct RocksStore {
     db: Arc<DB>,
     committer: Option<mpsc::Sender<Queued>>,
     stats: Arc<Counters>,
+    format: Format,
 }
+
+/// How the stored objects (directory objects, shards, entries, inodes) are framed.
+///
+/// Format 0 (stores made before record versions existed): the bare postcard encoding.
+/// Format 1: one version byte ([`RECORD_VERSION`]), then the postcard encoding; a reader
+/// refuses a record of a version it does not know instead of misreading it. A new store is
+/// made in the newest format; an older one keeps its format (its records stay readable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Format(u8);
+
+/// The version of the stored-object layout this build writes (the layout of
+/// `plusfs_proto::record`). Bump it with any change there.
+pub const RECORD_VERSION: u8 = 1;
+
+/// Key of the store's format number.
+const FORMAT_KEY: &[u8] = b"M__format";
 
 #[derive(Default)]
 struct Counters {
@@ -95,13 +112,44 @@ fn log_key(kind: LogKind, txid: TxId) -> Vec<u8> {
     k
 }
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
+fn encode<T: Serialize>(format: Format, v: &T) -> Vec<u8> {
+    let out = if format.0 >= 1 { vec![RECORD_VERSION] } else { Vec::new() };
+    postcard::to_extend(v, out).expect("in-memory encoding cannot fail")
 }
 
-fn decode<T: DeserializeOwned>(key: &[u8], v: &[u8]) -> Result<T, StoreError> {
-    postcard::from_bytes(v)
-        .map_err(|e| StoreError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason: e.to_string() })
+fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason };
+    let body = match (format.0, v.split_first()) {
+        (0, _) => v,
+        (_, Some((&RECORD_VERSION, body))) => body,
+        (_, Some((version, _))) => {
+            return Err(corrupt(format!(
+                "record version {version}: this plusfs reads version {RECORD_VERSION} (a newer build wrote it?)"
+            )))
+        }
+        (_, None) => return Err(corrupt("empty record".into())),
+    };
+    postcard::from_bytes(body).map_err(|e| corrupt(e.to_string()))
+}
+
+/// The format of the store in `db`: the recorded one, 0 for a store from before formats
+/// existed, the newest for an empty store (which is then recorded).
+fn store_format(db: &DB) -> Result<Format, StoreError> {
+    if let Some(v) = db.get(FORMAT_KEY).map_err(engine)? {
+        return match v.as_slice() {
+            [n] if *n <= RECORD_VERSION => Ok(Format(*n)),
+            other => Err(StoreError::Corrupt {
+                key: "M__format".into(),
+                reason: format!("store format {other:?} is not one this plusfs reads (up to {RECORD_VERSION})"),
+            }),
+        };
+    }
+    let empty = db.iterator(rocksdb::IteratorMode::Start).next().is_none();
+    if !empty {
+        return Ok(Format(0));
+    }
+    db.put(FORMAT_KEY, [RECORD_VERSION]).map_err(engine)?;
+    Ok(Format(RECORD_VERSION))
 }
 
 fn utf8(key: &[u8], bytes: &[u8]) -> Result<String, StoreError> {
@@ -111,16 +159,16 @@ fn utf8(key: &[u8], bytes: &[u8]) -> Result<String, StoreError> {
     })
 }
 
-fn to_write_batch(batch: &Batch, wb: &mut WriteBatch) {
+fn to_write_batch(format: Format, batch: &Batch, wb: &mut WriteBatch) {
     for op in &batch.ops {
         match op {
-            BatchOp::PutDir(p, o) => wb.put(dir_key(p), encode(o)),
+            BatchOp::PutDir(p, o) => wb.put(dir_key(p), encode(format, o)),
             BatchOp::DelDir(p) => wb.delete(dir_key(p)),
-            BatchOp::PutShard(p, o) => wb.put(shard_key(p), encode(o)),
+            BatchOp::PutShard(p, o) => wb.put(shard_key(p), encode(format, o)),
             BatchOp::DelShard(p) => wb.delete(shard_key(p)),
-            BatchOp::PutEntry(d, n, i) => wb.put(entry_key(*d, n), encode(i)),
+            BatchOp::PutEntry(d, n, i) => wb.put(entry_key(*d, n), encode(format, i)),
             BatchOp::DelEntry(d, n) => wb.delete(entry_key(*d, n)),
-            BatchOp::PutInode(i) => wb.put(inode_key(i.ino), encode(i)),
+            BatchOp::PutInode(i) => wb.put(inode_key(i.ino), encode(format, i)),
             BatchOp::DelInode(ino) => wb.delete(inode_key(*ino)),
             BatchOp::PutCounter(n, v) => wb.put(counter_key(n), v.to_be_bytes()),
             BatchOp::PutLog(k, t, r) => wb.put(log_key(*k, *t), r),
@@ -149,14 +197,15 @@ impl RocksStore {
         table.set_block_cache(&rocksdb::Cache::new_lru_cache(64 << 20).map_err(engine)?);
         opts.set_block_based_table_factory(&table);
         let db = Arc::new(DB::open(&opts, dir).map_err(engine)?);
+        let format = store_format(&db)?;
         let stats = Arc::new(Counters::default());
-        let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone()));
-        Ok(RocksStore { db, committer, stats })
+        let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone(), format));
+        Ok(RocksStore { db, committer, stats, format })
     }
 
     fn write_now(&self, batch: &Batch) -> Result<(), StoreError> {
         let mut wb = WriteBatch::default();
-        to_write_batch(batch, &mut wb);
+        to_write_batch(self.format, batch, &mut wb);
         let mut wo = WriteOptions::default();
         wo.set_sync(false);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
@@ -165,7 +214,7 @@ impl RocksStore {
 
     fn get_object(&self, key: &[u8]) -> Result<Option<DirObject>, StoreError> {
         match self.db.get_pinned(key).map_err(engine)? {
-            Some(v) => Ok(Some(decode(key, &v)?)),
+            Some(v) => Ok(Some(decode(self.format, key, &v)?)),
             None => Ok(None),
         }
     }
@@ -177,7 +226,7 @@ impl RocksStore {
             let (k, v) = item?;
             let path = utf8(&k, &k[1..])?;
             if plusfs_proto::path::is_within(&path, root) {
-                out.push((path, decode(&k, &v)?));
+                out.push((path, decode(self.format, &k, &v)?));
             }
         }
         Ok(out)
@@ -196,7 +245,7 @@ impl RocksStore {
 
 /// The group-commit thread: takes every batch waiting, writes them as one WriteBatch with
 /// one fsync, then completes them all.
-fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>) -> mpsc::Sender<Queued> {
+fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::Sender<Queued> {
     let (tx, rx) = mpsc::channel::<Queued>();
     std::thread::Builder::new()
         .name("plusfs-commit".into())
@@ -208,7 +257,7 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>) -> mpsc::Sender<Queued> {
                 }
                 let mut wb = WriteBatch::default();
                 for (b, _) in &group {
-                    to_write_batch(b, &mut wb);
+                    to_write_batch(format, b, &mut wb);
                 }
                 let mut wo = WriteOptions::default();
                 wo.set_sync(true);
@@ -240,7 +289,7 @@ impl DirStore for RocksStore {
     fn get_entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError> {
         let key = entry_key(dir, name);
         match self.db.get_pinned(&key).map_err(engine)? {
-            Some(v) => Ok(Some(decode(&key, &v)?)),
+            Some(v) => Ok(Some(decode(self.format, &key, &v)?)),
             None => Ok(None),
         }
     }
@@ -252,7 +301,7 @@ impl DirStore for RocksStore {
             .into_iter()
             .zip(&keys)
             .map(|(r, k)| match r.map_err(engine)? {
-                Some(v) => Ok(Some(decode(k, &v)?)),
+                Some(v) => Ok(Some(decode(self.format, k, &v)?)),
                 None => Ok(None),
             })
             .collect()
@@ -275,7 +324,7 @@ impl DirStore for RocksStore {
             if !k.starts_with(&prefix) || out.len() >= limit {
                 break;
             }
-            out.push((utf8(&k, &k[9..])?, decode(&k, &v)?));
+            out.push((utf8(&k, &k[9..])?, decode(self.format, &k, &v)?));
         }
         Ok(out)
     }
@@ -292,7 +341,7 @@ impl DirStore for RocksStore {
                 return Err(StoreError::Corrupt { key: format!("{k:?}"), reason: "short entry key".into() });
             }
             let dir = u64::from_be_bytes(k[1..9].try_into().expect("8 bytes"));
-            out.push((dir, utf8(&k, &k[9..])?, decode(&k, &v)?));
+            out.push((dir, utf8(&k, &k[9..])?, decode(self.format, &k, &v)?));
         }
         Ok(out)
     }
@@ -328,7 +377,7 @@ impl DirStore for RocksStore {
     fn get_inode(&self, ino: Ino) -> Result<Option<Inode>, StoreError> {
         let key = inode_key(ino);
         match self.db.get_pinned(&key).map_err(engine)? {
-            Some(v) => Ok(Some(decode(&key, &v)?)),
+            Some(v) => Ok(Some(decode(self.format, &key, &v)?)),
             None => Ok(None),
         }
     }
@@ -337,7 +386,7 @@ impl DirStore for RocksStore {
         let mut out = Vec::new();
         for item in self.scan_prefix(b"I") {
             let (k, v) = item?;
-            out.push(decode(&k, &v)?);
+            out.push(decode(self.format, &k, &v)?);
         }
         Ok(out)
     }
@@ -463,5 +512,33 @@ mod tests {
         assert_eq!(s.log_records(LogKind::Coordinator).unwrap(), vec![(5, b"rec".to_vec())]);
         assert!(s.log_records(LogKind::Participant).unwrap().is_empty());
         assert_eq!(s.get_entry(1, "f").unwrap(), Some(file(9)));
+    }
+
+    #[tokio::test]
+    async fn records_carry_their_version_and_old_stores_stay_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = RocksStore::open(dir.path(), false).unwrap();
+            assert_eq!(s.format, Format(RECORD_VERSION));
+            let mut b = Batch::new();
+            b.put_dir("/a", &obj(5));
+            commit(&s, b).await.unwrap();
+            let raw = s.db.get(dir_key("/a")).unwrap().unwrap();
+            assert_eq!(raw[0], RECORD_VERSION);
+        }
+        // A store from before formats: bare records, no format key.
+        let old = tempfile::tempdir().unwrap();
+        {
+            let db = DB::open_default(old.path()).unwrap();
+            db.put(dir_key("/b"), postcard::to_allocvec(&obj(9)).unwrap()).unwrap();
+        }
+        let s = RocksStore::open(old.path(), false).unwrap();
+        assert_eq!(s.format, Format(0));
+        assert_eq!(s.get_dir("/b").unwrap().unwrap().ino, 9);
+        // A record of a version this build does not know is refused, not misread.
+        let s = RocksStore::open(dir.path(), false).unwrap();
+        s.db.put(dir_key("/c"), [RECORD_VERSION + 1, 0, 0]).unwrap();
+        let e = s.get_dir("/c").unwrap_err().to_string();
+        assert!(e.contains("record version"), "{e}");
     }
 }

@@ -1,0 +1,80 @@
+//! Administration: a server's status counters and its fsck scan.
+
+use crate::hugedir::DistReport;
+use crate::ids::{Ino, ServerId};
+use serde::{Deserialize, Serialize};
+
+/// Counters of one server, as `plusfs cluster status` prints them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ServerStatus {
+    pub id: ServerId,
+    pub epoch: u64,
+    pub dir_objects: u64,
+    pub entries: u64,
+    /// Operations served, by operation name.
+    pub ops: Vec<(String, u64)>,
+    pub msgs_in: u64,
+    pub msgs_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Store batches submitted, engine writes, and WAL fsyncs: with group commit one
+    /// write and one fsync serve several batches.
+    pub store_batches: u64,
+    pub store_writes: u64,
+    pub store_syncs: u64,
+    /// Two-phase-commit transactions started as coordinator, and not yet finished.
+    pub tx_started: u64,
+    pub tx_pending: u64,
+    /// Distributed (or distributing) directories whose primary object is here; the
+    /// per-server entry counts are this server's view (see `shards`).
+    pub hugedirs: Vec<DistReport>,
+    /// Shards held here: directory path and entries.
+    pub shards: Vec<(String, u64)>,
+    /// File-data records held, data segments and their bytes.
+    pub data_records: u64,
+    pub data_segments: u64,
+    pub data_bytes: u64,
+    /// Data-store I/O since start: append calls (one write each), read calls, bytes read
+    /// and written, and read calls by size (≤4 KiB, ≤64 KiB, ≤256 KiB, ≤1 MiB, more).
+    pub data_appends: u64,
+    pub data_reads: u64,
+    pub data_bytes_read: u64,
+    pub data_bytes_written: u64,
+    pub data_read_sizes: Vec<u64>,
+    /// Cx: sub-operations executed (YES), operations committed and aborted here as
+    /// coordinator, commitment rounds (each one VOTE and one decision message per
+    /// participant), operations committed at once (conflict, L-COM, full log), participant
+    /// results invalidated, operations pending now, live log bytes now and at most.
+    pub cx_executed: u64,
+    pub cx_committed: u64,
+    pub cx_aborted: u64,
+    pub cx_rounds: u64,
+    pub cx_immediate: u64,
+    pub cx_invalidated: u64,
+    pub cx_pending: u64,
+    pub cx_log_bytes: u64,
+    pub cx_log_peak: u64,
+}
+
+/// Everything `fsck` needs from one server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct FsckData {
+    /// Directory objects held: path, inode number.
+    pub dirs: Vec<(String, Ino)>,
+    /// Subdirectory entries held: parent inode, name, child inode.
+    pub subdirs: Vec<(Ino, String, Ino)>,
+    /// Entries whose directory object is not on this server: parent inode, name.
+    pub orphans: Vec<(Ino, String)>,
+    /// Transactions not yet finished (they may explain transient differences).
+    pub pending_tx: u64,
+    /// Shards held: path, directory inode, incarnation.
+    pub shards: Vec<(String, Ino, u64)>,
+    /// Entries of a shard that Eq. 2 places on another server: directory path, name.
+    pub misplaced: Vec<(String, String)>,
+    /// Distributed directories homed here: path, inode, incarnation, storing set.
+    pub distributed: Vec<(String, Ino, u64, Vec<ServerId>)>,
+    /// Hard-link entries held here: shared inode, its home.
+    pub links: Vec<(Ino, ServerId)>,
+    /// Shared inode objects held here: inode, link count.
+    pub shared: Vec<(Ino, u32)>,
+}

@@ -1,0 +1,119 @@
+//! What clients see of objects: attributes, changes to them, directory listings,
+//! file-system totals, extended-attribute operations.
+
+use crate::ids::Ino;
+use crate::record::{DirObject, FileKind, Inode, Timespec};
+use serde::{Deserialize, Serialize};
+
+/// Attributes returned by `stat`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    /// Incarnation of the directory object (directories only, else 0).
+    pub incarnation: u64,
+    /// Device number (block and character devices).
+    pub rdev: u32,
+}
+
+impl Attr {
+    /// Attributes of a file, symlink or FIFO from its embedded inode.
+    pub fn of_inode(i: &Inode) -> Attr {
+        Attr {
+            ino: i.ino,
+            kind: i.kind,
+            mode: i.mode,
+            uid: i.uid,
+            gid: i.gid,
+            size: i.size,
+            nlink: i.nlink,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            incarnation: 0,
+            rdev: i.rdev,
+        }
+    }
+
+    /// Attributes of a directory from its object; size is the number of entries.
+    pub fn of_dir(d: &DirObject) -> Attr {
+        Attr {
+            ino: d.ino,
+            kind: FileKind::Dir,
+            mode: d.mode,
+            uid: d.uid,
+            gid: d.gid,
+            size: d.entries,
+            nlink: (2 + d.subdirs).min(u32::MAX as u64) as u32,
+            atime: d.atime,
+            mtime: d.mtime,
+            ctime: d.ctime,
+            incarnation: d.incarnation,
+            rdev: 0,
+        }
+    }
+}
+
+/// How `utimens` sets a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeSet {
+    Now,
+    At(Timespec),
+}
+
+/// The attributes a `setattr` changes (`None` leaves one as it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    /// New size of a regular file (`truncate`).
+    pub size: Option<u64>,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: Ino,
+    pub kind: FileKind,
+}
+
+/// One page of a directory listing. Pages continue after the last name returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dirents {
+    pub incarnation: u64,
+    pub entries: Vec<DirEntry>,
+    /// True when entries after the last one returned may exist.
+    pub more: bool,
+}
+
+/// File-system totals (`statfs`) from one server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Statfs {
+    pub dir_objects: u64,
+    pub entries: u64,
+}
+
+/// What an `Xattr` request does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrOp {
+    /// The value (`Data`), or ENODATA.
+    Get { name: String },
+    /// Every name (`Names`).
+    List,
+    /// Sets a value; `create` fails with EEXIST if it exists, `replace` with ENODATA if not.
+    Set { name: String, value: Vec<u8>, create: bool, replace: bool },
+    /// Removes a name (ENODATA if absent).
+    Remove { name: String },
+}

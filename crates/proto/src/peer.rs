@@ -1,0 +1,100 @@
+//! Messages between servers: the sub-operations of cross-server operations (two-phase
+//! commit, Cx, serial), their votes and commit payloads, Cx answers.
+
+use crate::error::WireError;
+use crate::ids::{Ino, OpId, ServerId};
+use crate::record::{DirObject, Inode};
+use serde::{Deserialize, Serialize};
+
+/// A directory object with all its entries, as moved by a directory rename.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirDump {
+    pub path: String,
+    pub object: DirObject,
+    pub entries: Vec<(String, Inode)>,
+}
+
+/// A participant's part of a two-phase-commit transaction (seed 004 Table I lists the
+/// sub-operations of each cross-server operation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SubOp {
+    /// Insert entry `name` (any kind) into directory `dir`; what an existing entry of that
+    /// name may be is said by `replace`.
+    /// `shard` is the directory's incarnation when the entry belongs in this server's
+    /// shard of a distributed directory, `None` when it belongs with the directory object.
+    InsertEntry { dir: String, name: String, inode: Inode, replace: Replace, shard: Option<u64> },
+    /// Remove entry `name`, which must have inode number `ino`, from directory `dir`
+    /// (`shard` as for `InsertEntry`).
+    RemoveEntry { dir: String, name: String, ino: Ino, shard: Option<u64> },
+    /// Create the directory object at `path`.
+    CreateDir { path: String, object: DirObject },
+    /// Remove the directory object at `path`, which must be `ino` and empty; when it is
+    /// distributed, `shards` must be its storing set (the same transaction removes them).
+    RemoveDir { path: String, ino: Ino, shards: Vec<ServerId> },
+    /// Lock and export every directory object at or below `root`; at commit they are
+    /// deleted here and re-homed below `new_root` (directory rename).
+    ExportSubtree { root: String, new_root: String },
+    /// Remove this server's shard of the distributed directory `path` (inode `ino`), which
+    /// must be empty (rmdir of a huge directory).
+    RemoveShard { path: String, ino: Ino },
+    /// Make the file at entry `name` of `dir` (inode `ino`) shared: its inode moves to a
+    /// shared inode object here with one more link and the entry becomes a link to it; if
+    /// it is already shared here, only the link count grows (first step of `link`).
+    ShareInode { dir: String, name: String, ino: Ino, shard: Option<u64> },
+    /// Add `delta` to the link count of shared inode `ino` held here; at zero the inode and
+    /// its data go.
+    AdjustLinks { ino: Ino, delta: i32 },
+    /// One side of `RENAME_EXCHANGE`: entry `name` of `dir` (a non-directory) is voted
+    /// out with its inode, and at commit takes the inode of the other side.
+    ExchangeEntry { dir: String, name: String, shard: Option<u64> },
+}
+
+/// What an [`SubOp::InsertEntry`] may replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Replace {
+    /// The name must be free.
+    Never,
+    /// Any non-directory entry is replaced (file rename); a directory gives EISDIR.
+    NonDir,
+    /// Exactly the (empty) directory with this inode is replaced (directory rename).
+    Dir(Ino),
+    /// Exactly a hard link to this shared inode is replaced; the same transaction drops
+    /// one of its links (file rename over a hard link).
+    Link(Ino),
+}
+
+/// Data a participant needs at commit time that it could not know at prepare time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CommitPayload {
+    /// Directory objects this server becomes the home of (directory rename).
+    pub imports: Vec<DirDump>,
+    /// New inodes of `ExchangeEntry` entries here: (directory, name, inode).
+    pub swap_in: Vec<(String, String, Inode)>,
+}
+
+/// A participant's YES vote; a NO vote is an error reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Vote {
+    /// Objects exported by an `ExportSubtree` sub-operation.
+    pub exports: Vec<DirDump>,
+    /// Current inodes of `ExchangeEntry` entries: (directory, name, inode).
+    pub swap_out: Vec<(String, String, Inode)>,
+}
+
+/// A server's part in a Cx operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CxRole {
+    /// Holds the entry in the parent directory; decides the commitment.
+    Coordinator,
+    /// Holds the other object (the directory object of mkdir/rmdir).
+    Participant,
+}
+
+/// A server's answer to a Cx sub-operation: YES (`error` is `None`) or NO, and the
+/// conflict hint: the pending operations it had to wait for (committed first), sorted.
+/// A client accepts a pair of answers only when their hints are equal (seed 004 §III.C).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CxAnswer {
+    pub error: Option<WireError>,
+    pub hint: Vec<OpId>,
+}
