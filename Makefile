@@ -53,6 +53,7 @@ lint: venv-base
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_FEATURES) -- -D warnings
 	$(VENV)/bin/ruff check python scripts
+	$(PYTHON) scripts/modgraph.py
 
 ## pymodule: the `plusfs` Python module (PyO3), built with maturin into the venv
 pymodule: venv-base

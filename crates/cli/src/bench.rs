@@ -145,7 +145,12 @@ fn parse_target(t: &str) -> Result<Target> {
     }
 }
 
-pub fn run(a: BenchArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
+/// Runs the bench for a target that drives one server engine in-process (`engine` or
+/// `engine:PATH`); supplied by the binary, which holds that target's module.
+pub type EngineTarget = fn(&BenchArgs, Option<&std::path::Path>) -> Result<Vec<Outcome>>;
+
+/// Runs every target of `a` and prints the results (and ratios between targets).
+pub fn run(a: BenchArgs, cluster: Option<PathBuf>, engine: EngineTarget) -> Result<ExitCode> {
     if a.clients == 0 || a.files == 0 || a.batch == 0 {
         bail!("--clients, --files and --batch must be positive");
     }
@@ -156,7 +161,7 @@ pub fn run(a: BenchArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
         let outcomes = match parse_target(t)? {
             Target::Plusfs => rt.block_on(run_plusfs(&a, crate::load_map(cluster.as_ref())?))?,
             Target::Local(p) => run_local(&a, &p)?,
-            Target::Engine(p) => crate::engine_bench::run(&a, p.as_deref())?,
+            Target::Engine(p) => engine(&a, p.as_deref())?,
         };
         for o in outcomes {
             print_outcome(&a, &o);

@@ -96,7 +96,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Server(a) => cluster::server(a, cluster).map(|_| ExitCode::SUCCESS),
         Cmd::Cluster(c) => cluster::cluster(c, cluster),
-        Cmd::Bench(a) => bench::run(a, cluster),
+        Cmd::Bench(a) => bench::run(a, cluster, engine_bench::run),
         Cmd::Xbench(a) => xbench::run(a, cluster),
         Cmd::Mount(a) => mount::mount(a, cluster),
         Cmd::Umount(a) => mount::umount(a),

@@ -6,9 +6,10 @@
 //! the results come back in the caller's order (seed 000 §3.1, Fig. 6). Entries a server
 //! hands back (redirect, directory distributed midway, stale cache) are routed again.
 
-use crate::dist::Reroute;
 use crate::error::FsError;
 use crate::fs::Client;
+use crate::routing::Reroute;
+use crate::types::OpenFlags;
 use futures::future::join_all;
 use plusfs_proto::path;
 use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Reply, Request, Semantics, ServerId, WireError};
@@ -35,19 +36,6 @@ impl Outcome {
             Outcome::NotPerformed => Err(Errno::ECANCELED),
         }
     }
-}
-
-/// `openv` flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct OpenFlags {
-    /// `O_CREAT`.
-    pub create: bool,
-    /// `O_EXCL` (with `create`).
-    pub exclusive: bool,
-    /// `O_TRUNC`: a regular file is cut to size 0 when opened.
-    pub truncate: bool,
-    /// `O_APPEND`: every write through the descriptor goes to the end of the file.
-    pub append: bool,
 }
 
 impl Client {
@@ -116,7 +104,7 @@ impl Client {
             }
             pending.sort_unstable();
             if wait && !pending.is_empty() {
-                if !crate::dist::wait_for_distribution(&mut waited, &mut round).await {
+                if !crate::routing::wait_for_distribution(&mut waited, &mut round).await {
                     break;
                 }
             } else {
@@ -238,7 +226,7 @@ impl Client {
             .zip(names)
             .map(|(o, name)| {
                 let attr = o.into_result()?.ok_or(Errno::EPROTO)?;
-                Ok(self.fds.insert(crate::fs::FileHandle {
+                Ok(self.fds.insert(crate::types::FileHandle {
                     path: path::join(&dir_n, name),
                     ino: attr.ino,
                     server: self.locate(&dir_n, name).0,

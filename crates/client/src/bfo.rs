@@ -9,9 +9,9 @@
 //! over the cluster's `small_file_bytes`, and hard-linked files, go one by one through the
 //! ordinary calls.
 
-use crate::dist::Reroute;
 use crate::error::FsError;
 use crate::fs::Client;
+use crate::routing::Reroute;
 use futures::stream::{self, StreamExt};
 use plusfs_proto::path;
 use plusfs_proto::{Attr, Errno, FileRead, FileWrite, Reply, Request, Semantics, ServerId, Timespec, WireError};

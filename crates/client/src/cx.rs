@@ -16,30 +16,12 @@ use plusfs_proto::{
     Attr, CxAnswer, CxRole, DirObject, Errno, Inode, OpId, Replace, Reply, Request, ServerId, SubOp, Threshold,
     WireError,
 };
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 /// Inode numbers leased per `AllocInos` request.
 const INO_LEASE: u32 = 1024;
 /// Attempts of a Cx operation that lost a conflict (EBUSY) or met a stale distribution.
 const MAX_ATTEMPTS: u32 = 10;
-
-/// Operation ids and leased inode numbers of one client.
-pub(crate) struct CxIds {
-    client: u64,
-    seq: AtomicU64,
-    /// Leased inode numbers: next, end.
-    inos: Mutex<(u64, u64)>,
-}
-
-impl Default for CxIds {
-    fn default() -> Self {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        CxIds { client: h.finish(), seq: AtomicU64::new(1), inos: Mutex::new((0, 0)) }
-    }
-}
 
 fn process_id() -> u32 {
     std::process::id()
@@ -187,15 +169,16 @@ impl Client {
                 return Err(FsError::new(op, raw, Errno::EREMCHG).with_detail(e.message));
             }
             match self.reroute(dir, shard, e) {
-                crate::dist::Reroute::Retry => {}
-                crate::dist::Reroute::Wait if crate::dist::wait_for_distribution(&mut waited, &mut round).await => {}
-                crate::dist::Reroute::Wait => break,
-                crate::dist::Reroute::Fail(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
+                crate::routing::Reroute::Retry => {}
+                crate::routing::Reroute::Wait
+                    if crate::routing::wait_for_distribution(&mut waited, &mut round).await => {}
+                crate::routing::Reroute::Wait => break,
+                crate::routing::Reroute::Fail(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
                     // Lost a conflict to another client's operation: again, after a pause.
                     let pause = (attempt as u64 + 1) * (1 + self.cx.seq.load(Ordering::Relaxed) % 7);
                     tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
                 }
-                crate::dist::Reroute::Fail(e) => return Err(self.server_error(op, raw, e).await),
+                crate::routing::Reroute::Fail(e) => return Err(self.server_error(op, raw, e).await),
             }
         }
         Err(FsError::new(op, raw, Errno::EAGAIN).with_detail("the operation kept conflicting with others"))

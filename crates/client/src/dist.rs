@@ -11,72 +11,13 @@
 
 use crate::error::FsError;
 use crate::fs::Client;
+use crate::routing::{wait_for_distribution, Reroute};
 use futures::future::join_all;
 use plusfs_proto::{DirEntry, Dirents, DistInfo, DistState, Errno, Reply, Request, ServerId, WireError};
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// How often one call follows redirects or stale-cache answers before giving up (EAGAIN).
 const MAX_REROUTES: u32 = 12;
-
-/// How long a call waits for a directory being distributed before giving up (EAGAIN).
-/// A million entries take a few seconds to move.
-pub(crate) const MAX_DISTRIBUTING_WAIT: Duration = Duration::from_secs(300);
-
-/// Waits while a directory is being distributed: short sleeps first, then at most 200 ms.
-/// Returns false once [`MAX_DISTRIBUTING_WAIT`] has passed.
-pub(crate) async fn wait_for_distribution(waited: &mut Duration, round: &mut u32) -> bool {
-    if *waited >= MAX_DISTRIBUTING_WAIT {
-        return false;
-    }
-    *round += 1;
-    let step = Duration::from_millis((1u64 << (*round).min(8)).min(200));
-    tokio::time::sleep(step).await;
-    *waited += step;
-    true
-}
-
-/// Distributions this client has learnt, by directory path.
-#[derive(Default)]
-pub struct DistCache {
-    dirs: Mutex<HashMap<String, DistInfo>>,
-}
-
-impl DistCache {
-    /// The cached distribution of `dir`.
-    pub fn get(&self, dir: &str) -> Option<DistInfo> {
-        self.dirs.lock().expect("dist cache").get(dir).cloned()
-    }
-
-    fn insert(&self, info: DistInfo) {
-        self.dirs.lock().expect("dist cache").insert(info.path.clone(), info);
-    }
-
-    fn remove(&self, dir: &str) {
-        self.dirs.lock().expect("dist cache").remove(dir);
-    }
-
-    /// Number of cached distributions.
-    pub fn len(&self) -> usize {
-        self.dirs.lock().expect("dist cache").len()
-    }
-
-    /// True when nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// What to do after a failed request about entries of a directory.
-pub(crate) enum Reroute {
-    /// The cache changed (learnt or dropped): send again.
-    Retry,
-    /// The directory is being distributed: wait, then send again.
-    Wait,
-    /// A real error for the caller.
-    Fail(WireError),
-}
 
 impl Client {
     /// Where requests about entry `name` of `dir` go: (server, shard incarnation).

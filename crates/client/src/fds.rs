@@ -1,7 +1,7 @@
 //! The file-descriptor table of a client: small integers for open files, as `openv`,
 //! `closev` and the C library hand them out.
 
-use crate::fs::FileHandle;
+use crate::types::FileHandle;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

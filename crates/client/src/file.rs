@@ -134,7 +134,7 @@ impl Client {
 
 /// Descriptor-based calls over the client's descriptor table (`open_fd`, `openv`).
 impl Client {
-    fn handle(&self, op: &'static str, fd: i32) -> Result<crate::fs::FileHandle, FsError> {
+    fn handle(&self, op: &'static str, fd: i32) -> Result<crate::types::FileHandle, FsError> {
         self.fds.get(fd).ok_or_else(|| FsError::new(op, format!("descriptor {fd}"), Errno::EBADF))
     }
 

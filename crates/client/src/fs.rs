@@ -1,51 +1,15 @@
 //! POSIX-like calls over the cluster.
 
 use crate::error::FsError;
-use plusfs_rpc::{CountersSnapshot, Pool};
+use crate::types::{ClientOptions, FileHandle};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, PathError};
 use plusfs_proto::{
-    Attr, DirEntry, Dirents, DistReport, Errno, FileKind, FsckData, Ino, Reply, Request, ServerId, ServerStatus,
-    SetAttr, Statfs, Threshold, TimeSet, WireError,
+    Attr, DirEntry, Dirents, DistReport, Errno, FileKind, FsckData, Reply, Request, ServerId, ServerStatus, SetAttr,
+    Statfs, Threshold, TimeSet, WireError,
 };
+use plusfs_rpc::{CountersSnapshot, Pool};
 use std::sync::Arc;
-
-/// Client settings; `Default` gives the values stated on each field.
-#[derive(Debug, Clone)]
-pub struct ClientOptions {
-    /// Pipelined connections per server (default 1).
-    pub conns_per_server: usize,
-    /// Resends of an idempotent request after a broken connection (default 3).
-    pub retries: u32,
-    /// Owner recorded on created entries (default: the effective uid of this process).
-    pub uid: u32,
-    /// Group recorded on created entries (default: the effective gid of this process).
-    pub gid: u32,
-    /// Entries fetched per readdir request (default 1024).
-    pub readdir_page: u32,
-    /// Most entries in one batch request; larger batches are cut (default 4096).
-    pub max_batch: usize,
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        // SAFETY: geteuid/getegid have no preconditions and cannot fail.
-        #[allow(unsafe_code)]
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        ClientOptions { conns_per_server: 1, retries: 3, uid, gid, readdir_page: 1024, max_batch: 4096 }
-    }
-}
-
-/// An open file: the handle `open`/`create` return and `close` takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileHandle {
-    pub path: String,
-    pub ino: Ino,
-    pub server: ServerId,
-    pub attr: Attr,
-    /// Opened with `O_APPEND`.
-    pub append: bool,
-}
 
 /// The async client. Cheap to clone; clones share connections and counters.
 #[derive(Clone)]
@@ -54,8 +18,8 @@ pub struct Client {
     pub(crate) pool: Arc<Pool>,
     pub(crate) opts: ClientOptions,
     pub(crate) fds: Arc<crate::fds::FdTable>,
-    pub(crate) dist: Arc<crate::dist::DistCache>,
-    pub(crate) cx: Arc<crate::cx::CxIds>,
+    pub(crate) dist: Arc<crate::routing::DistCache>,
+    pub(crate) cx: Arc<crate::opids::CxIds>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -282,7 +246,7 @@ impl Client {
     }
 
     /// `open(2)` returning a descriptor of this client's table (`flags.create` for O_CREAT).
-    pub async fn open_fd(&self, raw: &str, flags: crate::batch::OpenFlags, mode: u32) -> Result<i32, FsError> {
+    pub async fn open_fd(&self, raw: &str, flags: crate::types::OpenFlags, mode: u32) -> Result<i32, FsError> {
         let mut fh = if flags.create { self.create(raw, mode, flags.exclusive).await? } else { self.open(raw).await? };
         if flags.truncate && fh.attr.kind == FileKind::File && fh.attr.size > 0 {
             fh.attr = self.truncate(&fh.path, 0).await?;
@@ -418,7 +382,7 @@ impl Client {
             match l? {
                 Ok(entries) => out.extend(entries),
                 Err(e) => match self.reroute(&info.path, Some(info.incarnation), e) {
-                    crate::dist::Reroute::Fail(e) => return Err(self.server_error("open directory", raw, e).await),
+                    crate::routing::Reroute::Fail(e) => return Err(self.server_error("open directory", raw, e).await),
                     _ => return Ok(None),
                 },
             }

@@ -1,0 +1,53 @@
+//! Plain types of the client's interface: options, open-file handles, open flags.
+
+use plusfs_proto::{Attr, Ino, ServerId};
+
+/// Client settings; `Default` gives the values stated on each field.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Pipelined connections per server (default 1).
+    pub conns_per_server: usize,
+    /// Resends of an idempotent request after a broken connection (default 3).
+    pub retries: u32,
+    /// Owner recorded on created entries (default: the effective uid of this process).
+    pub uid: u32,
+    /// Group recorded on created entries (default: the effective gid of this process).
+    pub gid: u32,
+    /// Entries fetched per readdir request (default 1024).
+    pub readdir_page: u32,
+    /// Most entries in one batch request; larger batches are cut (default 4096).
+    pub max_batch: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        // SAFETY: geteuid/getegid have no preconditions and cannot fail.
+        #[allow(unsafe_code)]
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        ClientOptions { conns_per_server: 1, retries: 3, uid, gid, readdir_page: 1024, max_batch: 4096 }
+    }
+}
+
+/// An open file: the handle `open`/`create` return and `close` takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileHandle {
+    pub path: String,
+    pub ino: Ino,
+    pub server: ServerId,
+    pub attr: Attr,
+    /// Opened with `O_APPEND`.
+    pub append: bool,
+}
+
+/// `openv` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenFlags {
+    /// `O_CREAT`.
+    pub create: bool,
+    /// `O_EXCL` (with `create`).
+    pub exclusive: bool,
+    /// `O_TRUNC`: a regular file is cut to size 0 when opened.
+    pub truncate: bool,
+    /// `O_APPEND`: every write through the descriptor goes to the end of the file.
+    pub append: bool,
+}
