@@ -1,0 +1,124 @@
+//! Failpoints on the in-process cluster: a server paused in the middle of a step, and a
+//! server crashed at each step of the cross-server protocols. Each test checks that the
+//! fault landed while the operation was in flight.
+
+use plusfs_client::{fsck, Client};
+use plusfs_placement::TxnProtocol;
+use plusfs_proto::{Errno, ServerId};
+use plusfs_testcluster::{FailAction, Options, TestCluster};
+use std::time::Duration;
+
+/// A directory name under `/` whose object lives on another server than `/`'s:
+/// (path, server of the entry, server of the object).
+fn cross_dir(c: &Client, prefix: &str) -> (String, ServerId, ServerId) {
+    let root = c.home("/");
+    (0..1000)
+        .map(|i| format!("/{prefix}{i}"))
+        .find(|p| c.home(p) != root)
+        .map(|p| {
+            let child = c.home(&p);
+            (p, root, child)
+        })
+        .expect("some name lands elsewhere")
+}
+
+async fn start(protocol: TxnProtocol) -> TestCluster {
+    TestCluster::start(Options { servers: 3, protocol, ..Options::default() }).await.expect("cluster starts")
+}
+
+async fn assert_consistent(cluster: &TestCluster, c: &Client) {
+    assert!(cluster.settle(Duration::from_secs(20)).await, "operations still pending");
+    let scans = fsck::scan_settled(c, Duration::from_secs(10)).await.unwrap();
+    let problems = fsck::check(c, &scans);
+    assert!(problems.is_empty(), "fsck: {problems:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cx_participant_holds_its_operation_until_released() {
+    let cluster = start(TxnProtocol::Cx).await;
+    let (a, b) = (cluster.client(), cluster.client());
+    let (p, _, participant) = cross_dir(&a, "d");
+    let fp = cluster.failpoint(participant, "cx_after_result", FailAction::Pause);
+    let mkdir = {
+        let (a, p) = (a.clone(), p.clone());
+        tokio::spawn(async move { a.mkdir(&p, 0o755).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fp.reached()).await.expect("the participant reached the step");
+    // Paused after logging its Result record, before answering: the mkdir is in flight.
+    assert_eq!(fp.hits(), 1);
+    assert!(!mkdir.is_finished(), "the mkdir answered while its participant was paused");
+    // Another client's listing of `/` does not wait for it and does not show a directory
+    // whose creation nobody has acknowledged yet without its object.
+    let listed = b.readdir("/").await.unwrap();
+    if listed.iter().any(|e| format!("/{}", e.name) == p) {
+        b.lstat(&p).await.expect("a listed directory has its object");
+    }
+    fp.release();
+    mkdir.await.unwrap().expect("the mkdir succeeds once released");
+    assert!(b.lstat(&p).await.is_ok(), "visible to another client after the answer");
+    assert_consistent(&cluster, &b).await;
+}
+
+/// Crashes the server of `point` while a cross-server mkdir (`mkdir`) or rename runs under
+/// `protocol`, restarts it, and checks the operation is all-or-nothing, and done if it was
+/// acknowledged.
+async fn crash_at(protocol: TxnProtocol, point: &str, on_participant: bool) {
+    let cluster = start(protocol).await;
+    let c = cluster.client();
+    let (p, coordinator, participant) = cross_dir(&c, "x");
+    let victim = if on_participant { participant } else { coordinator };
+    let fp = cluster.failpoint(victim, point, FailAction::Crash);
+    let cluster = std::sync::Arc::new(cluster);
+    // A supervisor: restarts the server once it has crashed (the operation may wait for it;
+    // steps of the lazy commitment come after the answer).
+    let supervisor = {
+        let (cluster, fp) = (cluster.clone(), fp.clone());
+        tokio::spawn(async move {
+            fp.reached().await;
+            cluster.disarm(victim, fp.name());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cluster.restart(victim).await.unwrap();
+        })
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(30), c.mkdir(&p, 0o755))
+        .await
+        .unwrap_or_else(|_| panic!("{point}: no answer"));
+    tokio::time::timeout(Duration::from_secs(30), supervisor)
+        .await
+        .unwrap_or_else(|_| panic!("{point} was never reached"))
+        .unwrap();
+    assert_eq!(fp.hits(), 1, "{point} was reached once");
+    assert_eq!(cluster.crashes(victim), 1, "server {victim} crashed at {point}");
+    assert_consistent(&cluster, &c).await;
+    let exists = match c.lstat(&p).await {
+        Ok(_) => true,
+        Err(e) if e.errno == Errno::ENOENT => false,
+        Err(e) => panic!("stat {p}: {e}"),
+    };
+    if answer.is_ok() {
+        assert!(exists, "{point}: an acknowledged mkdir was lost");
+    }
+    // Whatever happened, the name can be used again.
+    if exists {
+        c.rmdir(&p).await.unwrap();
+    } else {
+        c.mkdir(&p, 0o755).await.unwrap();
+    }
+    assert_consistent(&cluster, &c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_every_two_phase_commit_step_is_all_or_nothing() {
+    crash_at(TxnProtocol::TwoPhase, "coordinator_after_votes", false).await;
+    crash_at(TxnProtocol::TwoPhase, "coordinator_after_commit_record", false).await;
+    crash_at(TxnProtocol::TwoPhase, "participant_after_prepare_record", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_every_cx_step_is_all_or_nothing() {
+    crash_at(TxnProtocol::Cx, "cx_after_result", true).await;
+    crash_at(TxnProtocol::Cx, "cx_after_result", false).await;
+    crash_at(TxnProtocol::Cx, "cx_before_vote", false).await;
+    crash_at(TxnProtocol::Cx, "cx_after_vote", true).await;
+    crash_at(TxnProtocol::Cx, "cx_after_commit_record", false).await;
+}
