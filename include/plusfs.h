@@ -34,7 +34,8 @@ typedef enum plusfs_semantics_t {
 } plusfs_semantics_t;
 
 // A connection to one cluster; create with `plusfs_connect`, free with
-// `plusfs_disconnect`. A handle may be used from several threads.
+// `plusfs_disconnect`. A handle may be used from several threads, and in a forked child
+// (which gets fresh connections and keeps the descriptors).
 typedef struct plusfs_t plusfs_t;
 
 // Called by `plusfs_readdir` once per entry; `kind` is a `DT_*` value. Return non-zero to

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "plusfs.h"
 
@@ -185,6 +187,29 @@ int main(int argc, char **argv) {
                   rsz[1] == 0 && rsz[2] == -ENOENT,
               "batch_read");
         CHECK(plusfs_unlink(fs, "/cbfo-a") == 0 && plusfs_unlink(fs, "/cbfo-b") == 0, "unlink batch files");
+    }
+    {
+        /* A forked child calls through the parent's handle: it gets a fresh runtime and
+         * connections there and keeps the descriptors; the parent's handle keeps working. */
+        int pfd = plusfs_open(fs, "/cfork", O_CREAT, 0644);
+        CHECK(pfd >= 0, "open before fork");
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(30); /* a child stuck on the parent's runtime dies instead of hanging */
+            int ok = plusfs_mkdir(fs, "/cfork-child", 0755) == 0 && plusfs_pwrite(fs, pfd, "kid", 3, 0) == 3 &&
+                     plusfs_close(fs, pfd) == 0 && plusfs_disconnect(fs) == 0;
+            _exit(ok ? 0 : 1);
+        }
+        int status = -1;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "calls in a forked child (status %d)", status);
+        struct stat fst;
+        CHECK(plusfs_lstat(fs, "/cfork-child", &fst) == 0 && S_ISDIR(fst.st_mode), "the child's mkdir is seen");
+        char kid[3];
+        CHECK(plusfs_pread(fs, pfd, kid, 3, 0) == 3 && memcmp(kid, "kid", 3) == 0,
+              "the parent's descriptor still works and sees the child's write");
+        CHECK(plusfs_close(fs, pfd) == 0 && plusfs_unlink(fs, "/cfork") == 0 && plusfs_rmdir(fs, "/cfork-child") == 0,
+              "cleanup after fork");
     }
     CHECK(plusfs_disconnect(fs) == 0, "disconnect");
 

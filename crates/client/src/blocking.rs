@@ -115,7 +115,7 @@ impl BlockingClient {
             // SAFETY: the pointer comes from `Box::into_raw` and is freed only by `drop`
             // (which has `&mut self`), so it outlives `&self`.
             let engine = unsafe { &*current };
-            if true || engine.pid == std::process::id() {
+            if engine.pid == std::process::id() {
                 return engine;
             }
             let fresh = Engine::forked_from(engine, self.workers)

@@ -1,22 +1,24 @@
 //! `libplusfs`: the C library. Every function is an `extern "C"` wrapper that checks its
-//! pointers, runs the async client on the handle's runtime inside a panic boundary, and
-//! returns a negated errno on failure, so no panic and no Rust error crosses into C.
+//! pointers, runs the async client through the handle's [`BlockingClient`] inside a panic
+//! boundary, and returns a negated errno on failure, so no panic and no Rust error crosses
+//! into C. A handle used in a forked child (MPI launchers, `fork` + work) transparently
+//! gets a fresh runtime and fresh connections there, keeping its descriptors (see
+//! [`BlockingClient`]).
 
 #![allow(non_camel_case_types)]
 
 use libc::{c_char, c_int, c_void, mode_t};
-use plusfs_client::{Client, ClientOptions, FsError, OpenFlags};
+use plusfs_client::{BlockingClient, ClientOptions, FsError, OpenFlags};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Attr, Errno, Semantics};
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use tokio::runtime::Runtime;
 
 /// A connection to one cluster; create with `plusfs_connect`, free with
-/// `plusfs_disconnect`. A handle may be used from several threads.
+/// `plusfs_disconnect`. A handle may be used from several threads, and in a forked child
+/// (which gets fresh connections and keeps the descriptors).
 pub struct plusfs_t {
-    rt: Runtime,
-    client: Client,
+    bridge: BlockingClient,
 }
 
 /// What a batch does when one of its entries fails (decided by each server on its own).
@@ -166,16 +168,8 @@ pub unsafe extern "C" fn plusfs_connect(cluster_file: *const c_char) -> *mut plu
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<*mut plusfs_t, c_int> {
         let path = text(cluster_file)?;
         let map = ClusterMap::load(std::path::Path::new(path)).map_err(|_| -libc::ENOENT)?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(|_| -libc::ENOMEM)?;
-        let client = {
-            let _g = rt.enter();
-            Client::new(map, ClientOptions::default())
-        };
-        Ok(Box::into_raw(Box::new(plusfs_t { rt, client })))
+        let bridge = BlockingClient::new(map, ClientOptions::default()).map_err(|_| -libc::ENOMEM)?;
+        Ok(Box::into_raw(Box::new(plusfs_t { bridge })))
     }));
     match result {
         Ok(Ok(p)) => p,
@@ -229,7 +223,7 @@ pub unsafe extern "C" fn plusfs_openv(
         paths,
         count,
         returnvalues,
-        |fs, dir, names| fs.rt.block_on(fs.client.openv(dir, names, flags, mode, sem)),
+        |fs, dir, names| fs.bridge.run(|c| c.openv(dir, names, flags, mode, sem)),
         |_, fd| fd,
     )
 }
@@ -253,7 +247,7 @@ pub unsafe extern "C" fn plusfs_closev(
                 return Err(-libc::EINVAL);
             }
             let fds = std::slice::from_raw_parts(fds, count as usize);
-            let out = fs.rt.block_on(fs.client.closev(fds, to_semantics(semantics)));
+            let out = fs.bridge.run(|c| c.closev(fds, to_semantics(semantics)));
             let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(neg)).collect();
             Ok(write_results(&rv, returnvalues))
         };
@@ -283,7 +277,7 @@ pub unsafe extern "C" fn plusfs_statv(
         paths,
         count,
         returnvalues,
-        |fs, dir, names| fs.rt.block_on(fs.client.statv(dir, names, sem)),
+        |fs, dir, names| fs.bridge.run(|c| c.statv(dir, names, sem)),
         |i, a| {
             if !returnstats.is_null() {
                 fill_stat(&a, &mut *returnstats.add(i));
@@ -313,7 +307,7 @@ pub unsafe extern "C" fn plusfs_unlinkv(
         paths,
         count,
         returnvalues,
-        |fs, dir, names| fs.rt.block_on(fs.client.unlinkv(dir, names, sem)),
+        |fs, dir, names| fs.bridge.run(|c| c.unlinkv(dir, names, sem)),
         |_, ()| 0,
     )
 }
@@ -339,7 +333,7 @@ pub unsafe extern "C" fn plusfs_mkdirv(
         paths,
         count,
         returnvalues,
-        |fs, dir, names| fs.rt.block_on(fs.client.mkdirv(dir, names, mode, sem)),
+        |fs, dir, names| fs.bridge.run(|c| c.mkdirv(dir, names, mode, sem)),
         |_, _| 0,
     )
 }
@@ -400,7 +394,7 @@ pub unsafe extern "C" fn plusfs_pread(
             Ok(fs) => fs,
             Err(e) => return e,
         };
-        match fs.rt.block_on(fs.client.pread_fd(fd, offset as u64, count)) {
+        match fs.bridge.run(|c| c.pread_fd(fd, offset as u64, count)) {
             Ok(data) => {
                 std::ptr::copy_nonoverlapping(data.as_ptr(), buf as *mut u8, data.len());
                 data.len() as isize
@@ -429,7 +423,7 @@ pub unsafe extern "C" fn plusfs_pwrite(
             Err(e) => return e,
         };
         let data = if count == 0 { &[][..] } else { std::slice::from_raw_parts(buf as *const u8, count) };
-        match fs.rt.block_on(fs.client.pwrite_fd(fd, offset as u64, data)) {
+        match fs.bridge.run(|c| c.pwrite_fd(fd, offset as u64, data)) {
             Ok(_) => count as isize,
             Err(e) => -(e.errno.raw() as isize),
         }
@@ -446,7 +440,7 @@ pub unsafe extern "C" fn plusfs_ftruncate(fs: *mut plusfs_t, fd: c_int, size: i6
         if size < 0 {
             return -libc::EINVAL;
         }
-        fs.rt.block_on(fs.client.ftruncate_fd(fd, size as u64)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw())
+        fs.bridge.run(|c| c.ftruncate_fd(fd, size as u64)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw())
     })
 }
 
@@ -456,7 +450,7 @@ pub unsafe extern "C" fn plusfs_ftruncate(fs: *mut plusfs_t, fd: c_int, size: i6
 /// `fs` is valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_fsync(fs: *mut plusfs_t, fd: c_int) -> c_int {
-    on_handle(fs, |fs| fs.rt.block_on(fs.client.fsync_fd(fd)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw()))
+    on_handle(fs, |fs| fs.bridge.run(|c| c.fsync_fd(fd)).map(|_| 0).unwrap_or_else(|e| -e.errno.raw()))
 }
 
 /// `open(2)`: returns a descriptor (flags: `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`).
@@ -465,7 +459,7 @@ pub unsafe extern "C" fn plusfs_fsync(fs: *mut plusfs_t, fd: c_int) -> c_int {
 /// `fs` and `path` are valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_open(fs: *mut plusfs_t, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    one(fs, path, |fs, p| fs.rt.block_on(fs.client.open_fd(p, open_flags(flags), mode)).map_err(|e| e.errno))
+    one(fs, path, |fs, p| fs.bridge.run(|c| c.open_fd(p, open_flags(flags), mode)).map_err(|e| e.errno))
 }
 
 /// `close(2)`.
@@ -475,7 +469,7 @@ pub unsafe extern "C" fn plusfs_open(fs: *mut plusfs_t, path: *const c_char, fla
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_close(fs: *mut plusfs_t, fd: c_int) -> c_int {
     guard(|| match handle(fs) {
-        Ok(fs) => fs.rt.block_on(fs.client.close_fd(fd)).map(|_| 0).unwrap_or_else(|e| neg(e.errno)),
+        Ok(fs) => fs.bridge.run(|c| c.close_fd(fd)).map(|_| 0).unwrap_or_else(|e| neg(e.errno)),
         Err(e) => e,
     })
 }
@@ -498,7 +492,7 @@ unsafe fn stat_call(fs: *mut plusfs_t, path: *const c_char, st: *mut libc::stat,
         return -libc::EFAULT;
     }
     one(fs, path, |fs, p| {
-        let r = if follow { fs.rt.block_on(fs.client.stat(p)) } else { fs.rt.block_on(fs.client.lstat(p)) };
+        let r = if follow { fs.bridge.run(|c| c.stat(p)) } else { fs.bridge.run(|c| c.lstat(p)) };
         fill_stat(&r.map_err(|e| e.errno)?, &mut *st);
         Ok(0)
     })
@@ -519,7 +513,7 @@ pub unsafe extern "C" fn plusfs_lstat(fs: *mut plusfs_t, path: *const c_char, st
 /// `fs` and `path` are valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_mkdir(fs: *mut plusfs_t, path: *const c_char, mode: mode_t) -> c_int {
-    one(fs, path, |fs, p| fs.rt.block_on(fs.client.mkdir(p, mode)).map(|_| 0).map_err(|e| e.errno))
+    one(fs, path, |fs, p| fs.bridge.run(|c| c.mkdir(p, mode)).map(|_| 0).map_err(|e| e.errno))
 }
 
 /// `plusfs_set_hugedir` threshold: never distribute the directory.
@@ -556,7 +550,7 @@ pub unsafe extern "C" fn plusfs_mkdir_hugedir(
 ) -> c_int {
     one(fs, path, |fs, p| {
         let t = threshold_of(threshold)?.unwrap_or(plusfs_proto::Threshold::Cluster);
-        fs.rt.block_on(fs.client.mkdir_with(p, mode, t, width)).map(|_| 0).map_err(|e| e.errno)
+        fs.bridge.run(|c| c.mkdir_with(p, mode, t, width)).map(|_| 0).map_err(|e| e.errno)
     })
 }
 
@@ -576,7 +570,7 @@ pub unsafe extern "C" fn plusfs_set_hugedir(
     one(fs, path, |fs, p| {
         let t = threshold_of(threshold)?;
         let w = (width != 0).then_some(width);
-        fs.rt.block_on(fs.client.set_policy(p, t, w)).map(|_| 0).map_err(|e| e.errno)
+        fs.bridge.run(|c| c.set_policy(p, t, w)).map(|_| 0).map_err(|e| e.errno)
     })
 }
 
@@ -586,7 +580,7 @@ pub unsafe extern "C" fn plusfs_set_hugedir(
 /// `fs` and `path` are valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_unlink(fs: *mut plusfs_t, path: *const c_char) -> c_int {
-    one(fs, path, |fs, p| fs.rt.block_on(fs.client.unlink(p)).map(|_| 0).map_err(|e| e.errno))
+    one(fs, path, |fs, p| fs.bridge.run(|c| c.unlink(p)).map(|_| 0).map_err(|e| e.errno))
 }
 
 /// `rmdir(2)`.
@@ -595,7 +589,7 @@ pub unsafe extern "C" fn plusfs_unlink(fs: *mut plusfs_t, path: *const c_char) -
 /// `fs` and `path` are valid.
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_rmdir(fs: *mut plusfs_t, path: *const c_char) -> c_int {
-    one(fs, path, |fs, p| fs.rt.block_on(fs.client.rmdir(p)).map(|_| 0).map_err(|e| e.errno))
+    one(fs, path, |fs, p| fs.bridge.run(|c| c.rmdir(p)).map(|_| 0).map_err(|e| e.errno))
 }
 
 /// `rename(2)`.
@@ -606,7 +600,7 @@ pub unsafe extern "C" fn plusfs_rmdir(fs: *mut plusfs_t, path: *const c_char) ->
 pub unsafe extern "C" fn plusfs_rename(fs: *mut plusfs_t, oldpath: *const c_char, newpath: *const c_char) -> c_int {
     one(fs, oldpath, |fs, old| {
         let new = text(newpath).map_err(|e| Errno(-e))?;
-        fs.rt.block_on(fs.client.rename(old, new)).map(|_| 0).map_err(|e| e.errno)
+        fs.bridge.run(|c| c.rename(old, new)).map(|_| 0).map_err(|e| e.errno)
     })
 }
 
@@ -618,7 +612,7 @@ pub unsafe extern "C" fn plusfs_rename(fs: *mut plusfs_t, oldpath: *const c_char
 pub unsafe extern "C" fn plusfs_link(fs: *mut plusfs_t, oldpath: *const c_char, newpath: *const c_char) -> c_int {
     one(fs, oldpath, |fs, old| {
         let new = text(newpath).map_err(|e| Errno(-e))?;
-        fs.rt.block_on(fs.client.link(old, new)).map(|_| 0).map_err(|e| e.errno)
+        fs.bridge.run(|c| c.link(old, new)).map(|_| 0).map_err(|e| e.errno)
     })
 }
 
@@ -636,7 +630,7 @@ pub unsafe extern "C" fn plusfs_readdir(
 ) -> c_int {
     let Some(cb) = cb else { return -libc::EFAULT };
     one(fs, path, |fs, p| {
-        let entries = fs.rt.block_on(fs.client.readdir(p)).map_err(|e| e.errno)?;
+        let entries = fs.bridge.run(|c| c.readdir(p)).map_err(|e| e.errno)?;
         let mut n = 0;
         for e in entries {
             let name = std::ffi::CString::new(e.name).map_err(|_| Errno::EINVAL)?;
@@ -684,7 +678,7 @@ pub unsafe extern "C" fn plusfs_batch_write(
                     plusfs_client::NewFile { mode: mode & 0o7777, ..plusfs_client::NewFile::new(p, data) }
                 })
                 .collect();
-            let out = fs.rt.block_on(fs.client.batch_write(files));
+            let out = fs.bridge.run(|c| c.batch_write(files));
             let rv: Vec<c_int> = out.into_iter().map(|r| r.map(|_| 0).unwrap_or_else(|e| neg(e.errno))).collect();
             write_results(&rv, returnvalues);
             Ok(rv.iter().filter(|&&r| r == 0).count() as c_int)
@@ -717,7 +711,7 @@ pub unsafe extern "C" fn plusfs_batch_read(
             if count > 0 && (bufs.is_null() || caps.is_null() || returnvalues.is_null()) {
                 return Err(-libc::EFAULT);
             }
-            let out = fs.rt.block_on(fs.client.batch_read(&paths, plusfs_client::DEFAULT_READ_BUFFER));
+            let out = fs.bridge.run(|c| c.batch_read(&paths, plusfs_client::DEFAULT_READ_BUFFER));
             let mut read = 0;
             for (i, r) in out.into_iter().enumerate() {
                 *returnvalues.add(i) = match r {

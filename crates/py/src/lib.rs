@@ -1,27 +1,17 @@
 //! The Python module `plusfs` (imported as `plusfs._plusfs` behind `plusfs/__init__.py`).
 //!
-//! One tokio runtime per process, created on first use; every call releases the GIL while
-//! it waits for the cluster. Failures raise `OSError(errno, strerror, path)`.
+//! Each `Client` calls the cluster through a [`BlockingClient`] (a runtime of two threads
+//! and the connections on it); every call releases the GIL while it waits for the cluster.
+//! A `Client` used in a process forked from the one that connected it (`multiprocessing`
+//! with the fork start method) transparently gets a fresh runtime and fresh connections
+//! there on its first call, and keeps its descriptors. Failures raise
+//! `OSError(errno, strerror, path)`.
 
-use plusfs_client::{Client as Core, ClientOptions, FsError, OpenFlags};
+use plusfs_client::{BlockingClient, Client as Core, ClientOptions, FsError, OpenFlags};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Attr, Errno, Semantics};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use std::sync::OnceLock;
-use tokio::runtime::Runtime;
-
-fn runtime() -> &'static Runtime {
-    static RT: OnceLock<Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("plusfs-py")
-            .enable_all()
-            .build()
-            .expect("tokio runtime")
-    })
-}
 
 fn os_error(e: FsError) -> PyErr {
     PyOSError::new_err((e.errno.raw(), e.errno.description(), e.path))
@@ -78,16 +68,17 @@ impl Stat {
 /// A connection to one plusfs cluster.
 #[pyclass(frozen, module = "plusfs")]
 pub struct Client {
-    core: Core,
+    bridge: BlockingClient,
 }
 
 impl Client {
-    fn run<T, F>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    /// Runs the future `call` makes of the client, without the GIL.
+    fn run<'a, T, F>(&'a self, py: Python<'_>, call: impl FnOnce(&'a Core) -> F + Send) -> PyResult<T>
     where
         T: Send,
-        F: std::future::Future<Output = Result<T, FsError>> + Send,
+        F: std::future::Future<Output = Result<T, FsError>>,
     {
-        py.detach(|| runtime().block_on(f)).map_err(os_error)
+        py.detach(|| self.bridge.run(call)).map_err(os_error)
     }
 }
 
@@ -106,18 +97,16 @@ impl Client {
     #[pyo3(signature = (path, mode = 0o755, threshold = None, width = 0))]
     fn mkdir(&self, py: Python<'_>, path: &str, mode: u32, threshold: Option<&str>, width: u32) -> PyResult<()> {
         let t = parse_threshold(threshold)?.unwrap_or(plusfs_proto::Threshold::Cluster);
-        self.run(py, self.core.mkdir_with(path, mode, t, width)).map(drop)
+        self.run(py, |c| c.mkdir_with(path, mode, t, width)).map(drop)
     }
 
     /// Writes `data` at `offset` of the file at `path` (created if missing); returns its
     /// new size.
     #[pyo3(signature = (path, data, offset = 0))]
     fn write(&self, py: Python<'_>, path: &str, data: Vec<u8>, offset: u64) -> PyResult<u64> {
-        let core = self.core.clone();
-        let path_owned = path.to_string();
-        let a = self.run(py, async move {
-            core.create(&path_owned, 0o644, false).await?;
-            core.write(&path_owned, offset, &data).await
+        let a = self.run(py, |c| async move {
+            c.create(path, 0o644, false).await?;
+            c.write(path, offset, &data).await
         })?;
         Ok(a.size)
     }
@@ -130,8 +119,7 @@ impl Client {
             .into_iter()
             .map(|(path, data)| plusfs_client::NewFile { mode, ..plusfs_client::NewFile::new(path, data) })
             .collect();
-        let core = self.core.clone();
-        let out = self.run(py, async move { Ok::<_, FsError>(core.batch_write(new).await) })?;
+        let out = self.run(py, |c| async move { Ok::<_, FsError>(c.batch_write(new).await) })?;
         Ok(out.into_iter().map(|r| code(r.map_err(|e| e.errno), |_| 0)).collect())
     }
 
@@ -139,8 +127,7 @@ impl Client {
     /// per path. `buffer` bounds the bytes asked of the servers at once.
     #[pyo3(signature = (paths, buffer = 64 << 20))]
     fn batch_read(&self, py: Python<'_>, paths: Vec<String>, buffer: u64) -> PyResult<Vec<Py<PyAny>>> {
-        let core = self.core.clone();
-        let out = self.run(py, async move { Ok::<_, FsError>(core.batch_read(&paths, buffer).await) })?;
+        let out = self.run(py, |c| async move { Ok::<_, FsError>(c.batch_read(&paths, buffer).await) })?;
         out.into_iter()
             .map(|r| match r {
                 Ok((_, data)) => Ok(pyo3::types::PyBytes::new(py, &data).into_any().unbind()),
@@ -153,9 +140,9 @@ impl Client {
     #[pyo3(signature = (path, offset = 0, length = None))]
     fn read(&self, py: Python<'_>, path: &str, offset: u64, length: Option<usize>) -> PyResult<Vec<u8>> {
         match length {
-            Some(n) => self.run(py, self.core.read(path, offset, n)),
+            Some(n) => self.run(py, |c| c.read(path, offset, n)),
             None => {
-                let all = self.run(py, self.core.read_all(path))?;
+                let all = self.run(py, |c| c.read_all(path))?;
                 Ok(all.get(offset as usize..).map(<[u8]>::to_vec).unwrap_or_default())
             }
         }
@@ -163,7 +150,7 @@ impl Client {
 
     /// `truncate(2)`.
     fn truncate(&self, py: Python<'_>, path: &str, size: u64) -> PyResult<()> {
-        self.run(py, self.core.truncate(path, size)).map(drop)
+        self.run(py, |c| c.truncate(path, size)).map(drop)
     }
 
     /// Changes a directory's huge-directory policy; returns its distribution as a dict
@@ -177,59 +164,59 @@ impl Client {
         width: Option<u32>,
     ) -> PyResult<std::collections::HashMap<String, Py<PyAny>>> {
         let t = parse_threshold(threshold)?;
-        let d = self.run(py, self.core.set_policy(path, t, width))?;
+        let d = self.run(py, |c| c.set_policy(path, t, width))?;
         Ok(dist_dict(py, &d))
     }
 
     /// A directory's distribution as a dict (`state`, `threshold`, `set`, `entries`).
     fn hugedir(&self, py: Python<'_>, path: &str) -> PyResult<std::collections::HashMap<String, Py<PyAny>>> {
-        let d = self.run(py, self.core.distribution(path))?;
+        let d = self.run(py, |c| c.distribution(path))?;
         Ok(dist_dict(py, &d))
     }
 
     /// `mkdir -p`.
     #[pyo3(signature = (path, mode = 0o755))]
     fn makedirs(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
-        self.run(py, self.core.mkdir_all(path, mode)).map(drop)
+        self.run(py, |c| c.mkdir_all(path, mode)).map(drop)
     }
 
     fn rmdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
-        self.run(py, self.core.rmdir(path))
+        self.run(py, |c| c.rmdir(path))
     }
 
     fn unlink(&self, py: Python<'_>, path: &str) -> PyResult<()> {
-        self.run(py, self.core.unlink(path))
+        self.run(py, |c| c.unlink(path))
     }
 
     fn rename(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
-        self.run(py, self.core.rename(src, dst))
+        self.run(py, |c| c.rename(src, dst))
     }
 
     /// `os.link`: a new name `dst` for the file `src`.
     fn link(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
-        self.run(py, self.core.link(src, dst)).map(drop)
+        self.run(py, |c| c.link(src, dst)).map(drop)
     }
 
     fn stat(&self, py: Python<'_>, path: &str) -> PyResult<Stat> {
-        self.run(py, self.core.stat(path)).map(|a| Stat::from(&a))
+        self.run(py, |c| c.stat(path)).map(|a| Stat::from(&a))
     }
 
     fn lstat(&self, py: Python<'_>, path: &str) -> PyResult<Stat> {
-        self.run(py, self.core.lstat(path)).map(|a| Stat::from(&a))
+        self.run(py, |c| c.lstat(path)).map(|a| Stat::from(&a))
     }
 
     fn listdir(&self, py: Python<'_>, path: &str) -> PyResult<Vec<String>> {
-        self.run(py, self.core.readdir(path)).map(|v| v.into_iter().map(|e| e.name).collect())
+        self.run(py, |c| c.readdir(path)).map(|v| v.into_iter().map(|e| e.name).collect())
     }
 
     /// Opens (or creates) a file; returns a descriptor of this client.
     #[pyo3(signature = (path, create = false, exclusive = false, mode = 0o644))]
     fn open(&self, py: Python<'_>, path: &str, create: bool, exclusive: bool, mode: u32) -> PyResult<i32> {
-        self.run(py, self.core.open_fd(path, OpenFlags { create, exclusive, ..Default::default() }, mode))
+        self.run(py, |c| c.open_fd(path, OpenFlags { create, exclusive, ..Default::default() }, mode))
     }
 
     fn close(&self, py: Python<'_>, fd: i32) -> PyResult<()> {
-        self.run(py, self.core.close_fd(fd))
+        self.run(py, |c| c.close_fd(fd))
     }
 
     /// `openv`: descriptors or negated errnos, one per name.
@@ -246,21 +233,21 @@ impl Client {
         stop_on_failure: bool,
     ) -> PyResult<Vec<i64>> {
         let flags = OpenFlags { create, exclusive, ..Default::default() };
-        let out = self.run(py, self.core.openv(dir, &names, flags, mode, semantics(stop_on_failure)))?;
+        let out = self.run(py, |c| c.openv(dir, &names, flags, mode, semantics(stop_on_failure)))?;
         Ok(out.into_iter().map(|r| code(r, |fd| fd as i64)).collect())
     }
 
     /// `closev`: 0 or a negated errno (-EBADF for unknown descriptors) per descriptor.
     #[pyo3(signature = (fds, stop_on_failure = false))]
     fn closev(&self, py: Python<'_>, fds: Vec<i32>, stop_on_failure: bool) -> Vec<i64> {
-        let out = py.detach(|| runtime().block_on(self.core.closev(&fds, semantics(stop_on_failure))));
+        let out = py.detach(|| self.bridge.run(|c| c.closev(&fds, semantics(stop_on_failure))));
         out.into_iter().map(|r| code(r, |_| 0)).collect()
     }
 
     /// `statv`: a Stat or a negated errno per name.
     #[pyo3(signature = (dir, names, stop_on_failure = false))]
     fn statv(&self, py: Python<'_>, dir: &str, names: Vec<String>, stop_on_failure: bool) -> PyResult<Vec<Py<PyAny>>> {
-        let out = self.run(py, self.core.statv(dir, &names, semantics(stop_on_failure)))?;
+        let out = self.run(py, |c| c.statv(dir, &names, semantics(stop_on_failure)))?;
         out.into_iter()
             .map(|r| match r {
                 Ok(a) => Ok(Py::new(py, Stat::from(&a))?.into_any()),
@@ -272,7 +259,7 @@ impl Client {
     /// `unlinkv`: 0 or a negated errno per name.
     #[pyo3(signature = (dir, names, stop_on_failure = false))]
     fn unlinkv(&self, py: Python<'_>, dir: &str, names: Vec<String>, stop_on_failure: bool) -> PyResult<Vec<i64>> {
-        let out = self.run(py, self.core.unlinkv(dir, &names, semantics(stop_on_failure)))?;
+        let out = self.run(py, |c| c.unlinkv(dir, &names, semantics(stop_on_failure)))?;
         Ok(out.into_iter().map(|r| code(r, |_| 0)).collect())
     }
 
@@ -286,7 +273,7 @@ impl Client {
         mode: u32,
         stop_on_failure: bool,
     ) -> PyResult<Vec<i64>> {
-        let out = self.run(py, self.core.mkdirv(dir, &names, mode, semantics(stop_on_failure)))?;
+        let out = self.run(py, |c| c.mkdirv(dir, &names, mode, semantics(stop_on_failure)))?;
         Ok(out.into_iter().map(|r| code(r, |_| 0)).collect())
     }
 }
@@ -296,11 +283,9 @@ impl Client {
 fn connect(cluster_file: &str) -> PyResult<Client> {
     let map = ClusterMap::load(std::path::Path::new(cluster_file))
         .map_err(|e| PyOSError::new_err((libc_enoent(), e.to_string(), cluster_file.to_string())))?;
-    let core = {
-        let _g = runtime().enter();
-        Core::new(map, ClientOptions::default())
-    };
-    Ok(Client { core })
+    let bridge = BlockingClient::with_workers(map, ClientOptions::default(), 2)
+        .map_err(|e| PyOSError::new_err((e.raw_os_error().unwrap_or(Errno::EIO.raw()), e.to_string())))?;
+    Ok(Client { bridge })
 }
 
 fn libc_enoent() -> i32 {

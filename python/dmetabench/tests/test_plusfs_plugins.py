@@ -1,6 +1,7 @@
 """The plusfs-native plugins against a real local plusfs cluster (server processes on
 loopback, started with the `plusfs` binary: $PLUSFS_BIN, default the debug build)."""
 
+import multiprocessing
 import os
 import subprocess
 import time
@@ -131,3 +132,27 @@ def test_file_contents_from_python(cluster):
     assert c.read("/pydata") == data[:3]
     with pytest.raises(IsADirectoryError):
         c.read("/")
+
+
+def _use_inherited_client(c, fd):
+    c.mkdir("/pyfork/child")
+    c.write("/pyfork/child/f", b"from the child")
+    c.close(fd)
+
+
+def test_client_used_in_a_forked_child(cluster):
+    """A client used in a process forked after connecting (multiprocessing's fork start
+    method, MPI) gets a fresh runtime and connections there and keeps its descriptors."""
+    c = plusfs.connect(cluster)
+    c.mkdir("/pyfork")
+    fd = c.open("/pyfork/f", create=True)
+    assert c.listdir("/pyfork") == ["f"]
+    child = multiprocessing.get_context("fork").Process(target=_use_inherited_client, args=(c, fd))
+    child.start()
+    child.join(30)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    assert child.exitcode == 0
+    assert c.read("/pyfork/child/f") == b"from the child"
+    c.close(fd)  # the child closed its own copy of the descriptor

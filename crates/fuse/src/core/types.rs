@@ -1,0 +1,107 @@
+//! Plain values the mount core takes and gives (no kernel types).
+
+use plusfs_proto::{Attr, Errno, FileKind};
+
+/// Who makes a call: the uid and gid the kernel reports for the calling process. What
+/// it creates is recorded as theirs, and `O_TRUNC` truncates on their behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    /// User id of the caller.
+    pub uid: u32,
+    /// Group id of the caller.
+    pub gid: u32,
+}
+
+/// How a rename treats its destination (the flags of `renameat2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replaces an existing destination (plain `rename`).
+    #[default]
+    Replace,
+    /// Fails with EEXIST when the destination exists (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swaps source and destination atomically (`RENAME_EXCHANGE`).
+    Exchange,
+}
+
+/// One entry of a directory listing as `readdir` hands it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirItem<'a> {
+    /// Inode number.
+    pub ino: u64,
+    /// Offset of the next entry (what the kernel passes back to continue after this one).
+    pub offset: u64,
+    /// File type.
+    pub kind: FileKind,
+    /// Entry name (`.` and `..` included).
+    pub name: &'a str,
+}
+
+/// One entry of a directory listing with its attributes (`readdirplus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirPlusItem<'a> {
+    /// Inode number the entry is given under.
+    pub ino: u64,
+    /// Offset of the next entry.
+    pub offset: u64,
+    /// Entry name (`.` and `..` included).
+    pub name: &'a str,
+    /// Its attributes.
+    pub attr: &'a Attr,
+}
+
+/// The answer to an extended-attribute read or listing, sized as the caller asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XattrReply {
+    /// The size of the value (asked with a buffer size of 0).
+    Size(u32),
+    /// The value itself.
+    Data(Vec<u8>),
+}
+
+impl XattrReply {
+    /// `value` for a caller whose buffer holds `size` bytes: its size when `size` is 0,
+    /// ERANGE when it does not fit.
+    pub fn fit(value: Vec<u8>, size: u32) -> Result<XattrReply, Errno> {
+        if size == 0 {
+            Ok(XattrReply::Size(value.len() as u32))
+        } else if value.len() > size as usize {
+            Err(Errno::ERANGE)
+        } else {
+            Ok(XattrReply::Data(value))
+        }
+    }
+}
+
+/// What `statfs` reports for the mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStats {
+    /// Size of the file system in `frsize` units.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Free blocks for unprivileged users.
+    pub bavail: u64,
+    /// Inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Preferred I/O size.
+    pub bsize: u32,
+    /// Longest name.
+    pub namelen: u32,
+    /// Fragment size.
+    pub frsize: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xattr_values_are_sized_as_asked() {
+        assert_eq!(XattrReply::fit(b"abc".to_vec(), 0), Ok(XattrReply::Size(3)));
+        assert_eq!(XattrReply::fit(b"abc".to_vec(), 3), Ok(XattrReply::Data(b"abc".to_vec())));
+        assert_eq!(XattrReply::fit(b"abc".to_vec(), 2), Err(Errno::ERANGE));
+    }
+}

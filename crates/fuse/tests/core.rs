@@ -1,0 +1,306 @@
+//! The mount core driven directly (no kernel, no `/dev/fuse`) against an in-process
+//! cluster: the inode table, write gathering, files unlinked while open, listings,
+//! attributes, and the errno each failure comes back as.
+
+use plusfs_client::Client;
+use plusfs_fuse::core::{Caller, DirItem, DirPlusItem, Errno, MountCore, RenameMode, XattrReply, ORPHANS};
+use plusfs_proto::{Attr, SetAttr, TimeSet, Timespec};
+use plusfs_testcluster::{Options, TestCluster};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+const ROOT: u64 = 1;
+const ALICE: Caller = Caller { uid: 1000, gid: 100 };
+const BOB: Caller = Caller { uid: 2000, gid: 200 };
+
+/// A mount core over a fresh in-process cluster. Fields drop in order: the core's
+/// runtime, then the cluster, then the runtime the cluster was started on.
+struct Mount {
+    core: MountCore,
+    cluster: TestCluster,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Mount {
+    fn new() -> Mount {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let cluster = rt.block_on(TestCluster::start(Options { servers: 2, ..Options::default() })).expect("cluster");
+        let core = MountCore::new(cluster.client()).expect("mount core");
+        Mount { core, cluster, rt }
+    }
+
+    /// Another client of the same cluster (what another mount or program sees).
+    fn other(&self) -> Client {
+        self.cluster.client()
+    }
+
+    /// Names in a directory, as another client lists them.
+    fn names(&self, dir: &str) -> Vec<String> {
+        let entries = self.rt.block_on(self.other().readdir(dir)).expect("readdir");
+        entries.into_iter().map(|e| e.name).collect()
+    }
+
+    /// Creates `name` in `parent` as ALICE with `data`, and closes it.
+    fn file(&self, parent: u64, name: &str, data: &[u8]) -> Attr {
+        let a = self.core.create(ALICE, parent, n(name), 0o644, 0o022, libc::O_CREAT | libc::O_WRONLY).unwrap();
+        self.core.write(a.ino, 0, data, libc::O_WRONLY).unwrap();
+        self.core.flush(a.ino).unwrap();
+        self.core.release(a.ino).unwrap();
+        a
+    }
+}
+
+fn n(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+/// Every item `readdir` gives from `offset`, at most `room` of them.
+fn list(core: &MountCore, ino: u64, fh: u64, offset: u64, room: usize) -> Result<Vec<(String, u64, u64)>, Errno> {
+    let mut out = Vec::new();
+    core.readdir(ino, fh, offset, |i: DirItem<'_>| {
+        if out.len() == room {
+            return true;
+        }
+        out.push((i.name.to_string(), i.ino, i.offset));
+        false
+    })?;
+    Ok(out)
+}
+
+#[test]
+fn lookup_create_rename_unlink_and_forget_keep_the_inode_table() {
+    let m = Mount::new();
+    let d = m.core.mkdir(ALICE, ROOT, n("d"), 0o777, 0o022).unwrap();
+    assert_eq!((d.uid, d.gid, d.mode & 0o7777), (1000, 100, 0o755), "owned by the caller, umask applied");
+    assert_eq!(m.core.known_path(d.ino).as_deref(), Some("/d"));
+    let f = m.file(d.ino, "f", b"x");
+    assert_eq!(m.core.known_path(f.ino).as_deref(), Some("/d/f"));
+    assert_eq!(m.core.lookup(ROOT, n("d")).unwrap().ino, d.ino);
+
+    m.core.rename(d.ino, n("f"), ROOT, n("g"), RenameMode::Replace).unwrap();
+    assert_eq!(m.core.known_path(f.ino).as_deref(), Some("/g"));
+    assert_eq!(m.core.known_ino("/d/f"), None);
+    assert_eq!(m.core.lookup(d.ino, n("f")).unwrap_err(), Errno::ENOENT);
+
+    let inner = m.file(d.ino, "inner", b"");
+    m.core.rename(ROOT, n("d"), ROOT, n("e"), RenameMode::Replace).unwrap();
+    assert_eq!(m.core.known_path(d.ino).as_deref(), Some("/e"));
+    assert_eq!(m.core.known_path(inner.ino).as_deref(), Some("/e/inner"), "descendants move along");
+
+    m.core.unlink(ROOT, n("g")).unwrap();
+    assert_eq!((m.core.known_ino("/g"), m.core.known_path(f.ino)), (None, None));
+    assert!(!m.names("/").contains(&"g".to_string()));
+
+    // mkdir and lookup each gave the kernel one reference; forgetting both drops it.
+    m.core.forget(d.ino, 2);
+    assert_eq!(m.core.known_path(d.ino), None);
+    assert_eq!(m.core.getattr(d.ino).unwrap_err(), Errno::ENOENT, "an inode the kernel forgot");
+}
+
+#[test]
+fn exchange_and_noreplace_renames() {
+    let m = Mount::new();
+    let a = m.file(ROOT, "a", b"A");
+    let b = m.file(ROOT, "b", b"B");
+    assert_eq!(m.core.rename(ROOT, n("a"), ROOT, n("b"), RenameMode::NoReplace).unwrap_err(), Errno::EEXIST);
+    m.core.rename(ROOT, n("a"), ROOT, n("b"), RenameMode::Exchange).unwrap();
+    assert_eq!(m.core.known_path(a.ino).as_deref(), Some("/b"));
+    assert_eq!(m.core.known_path(b.ino).as_deref(), Some("/a"));
+    assert_eq!(m.core.read(a.ino, 0, 10).unwrap(), b"A");
+    m.core.rename(ROOT, n("a"), ROOT, n("c"), RenameMode::NoReplace).unwrap();
+    assert_eq!(m.core.known_path(b.ino).as_deref(), Some("/c"));
+}
+
+#[test]
+fn an_open_unlinked_file_lives_until_its_last_release() {
+    let m = Mount::new();
+    let f = m.core.create(ALICE, ROOT, n("tmp"), 0o644, 0, libc::O_CREAT | libc::O_RDWR).unwrap();
+    m.core.open(ALICE, f.ino, libc::O_RDONLY).unwrap();
+    m.core.write(f.ino, 0, b"kept", libc::O_RDWR).unwrap();
+
+    m.core.unlink(ROOT, n("tmp")).unwrap();
+    assert_eq!(m.core.lookup(ROOT, n("tmp")).unwrap_err(), Errno::ENOENT);
+    assert_eq!(m.names(ORPHANS).len(), 1, "kept under the orphan directory");
+    assert!(m.core.known_path(f.ino).unwrap().starts_with(ORPHANS));
+    assert_eq!(m.core.getattr(f.ino).unwrap().nlink, 0, "fstat after unlink says 0 links");
+    assert_eq!(m.core.read(f.ino, 0, 100).unwrap(), b"kept", "gathered bytes written before unlink");
+    m.core.write(f.ino, 4, b", still", libc::O_RDWR).unwrap();
+    assert_eq!(m.core.read(f.ino, 0, 100).unwrap(), b"kept, still");
+
+    let fh = m.core.opendir(ROOT).unwrap();
+    let listed = list(&m.core, ROOT, fh, 0, usize::MAX).unwrap();
+    assert!(listed.iter().all(|(name, ..)| name != &ORPHANS[1..]), "the orphan directory is hidden: {listed:?}");
+    m.core.releasedir(fh);
+
+    m.core.release(f.ino).unwrap();
+    assert_eq!(m.names(ORPHANS).len(), 1, "one open handle left");
+    m.core.release(f.ino).unwrap();
+    assert!(m.names(ORPHANS).is_empty(), "the last release removes it");
+    assert_eq!(m.core.known_path(f.ino), None);
+    assert!(!m.core.is_open(f.ino));
+}
+
+#[test]
+fn a_file_renamed_over_while_open_keeps_its_contents_until_release() {
+    let m = Mount::new();
+    let old = m.file(ROOT, "target", b"old");
+    m.core.open(BOB, old.ino, libc::O_RDONLY).unwrap();
+    m.file(ROOT, "new", b"new");
+    m.core.rename(ROOT, n("new"), ROOT, n("target"), RenameMode::Replace).unwrap();
+    assert_eq!(m.core.read(old.ino, 0, 10).unwrap(), b"old");
+    assert_eq!(m.rt.block_on(m.other().read("/target", 0, 10)).unwrap(), b"new");
+    assert_eq!(m.names(ORPHANS).len(), 1);
+    m.core.release(old.ino).unwrap();
+    assert!(m.names(ORPHANS).is_empty());
+}
+
+#[test]
+fn o_trunc_empties_the_file_for_the_caller() {
+    let m = Mount::new();
+    let f = m.file(ROOT, "f", b"data");
+    m.core.open(BOB, f.ino, libc::O_WRONLY).unwrap();
+    assert_eq!(m.core.getattr(f.ino).unwrap().size, 4, "no O_TRUNC, no truncation");
+    m.core.release(f.ino).unwrap();
+
+    m.core.open(BOB, f.ino, libc::O_WRONLY | libc::O_TRUNC).unwrap();
+    let a = m.core.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.uid), (0, ALICE.uid), "truncated; the owner is unchanged");
+    m.core.release(f.ino).unwrap();
+
+    m.core.write(f.ino, 0, b"again", libc::O_WRONLY).unwrap();
+    m.core.flush(f.ino).unwrap();
+    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    let a = m.core.create(BOB, ROOT, n("f"), 0o600, 0, flags).unwrap();
+    assert_eq!((a.ino, a.size, a.uid), (f.ino, 0, ALICE.uid), "create of an existing file truncates it");
+    m.core.release(f.ino).unwrap();
+
+    let mine = m.core.create(BOB, ROOT, n("bobs"), 0o640, 0, flags).unwrap();
+    assert_eq!((mine.uid, mine.gid, mine.mode & 0o7777), (BOB.uid, BOB.gid, 0o640), "created for the caller");
+    assert_eq!(m.core.create(BOB, ROOT, n("bobs"), 0o640, 0, flags | libc::O_EXCL).unwrap_err(), Errno::EEXIST);
+}
+
+#[test]
+fn writes_are_gathered_until_a_call_must_see_them() {
+    let m = Mount::new();
+    let f = m.file(ROOT, "f", b"");
+    m.core.open(ALICE, f.ino, libc::O_WRONLY).unwrap();
+    m.core.write(f.ino, 0, b"ab", libc::O_WRONLY).unwrap();
+    m.core.write(f.ino, 2, b"cd", libc::O_WRONLY).unwrap();
+    assert_eq!(m.rt.block_on(m.other().read("/f", 0, 10)).unwrap(), b"", "still gathered");
+    m.core.flush(f.ino).unwrap();
+    assert_eq!(m.rt.block_on(m.other().read("/f", 0, 10)).unwrap(), b"abcd", "sent by close");
+
+    m.core.write(f.ino, 10, b"z", libc::O_WRONLY).unwrap();
+    m.core.write(f.ino, 0, b"A", libc::O_WRONLY).unwrap(); // does not continue: sends "z"
+    assert_eq!(m.rt.block_on(m.other().stat("/f")).unwrap().size, 11);
+    m.core.write(f.ino, 0, b"+", libc::O_WRONLY | libc::O_APPEND).unwrap();
+    assert_eq!(m.rt.block_on(m.other().read("/f", 0, 20)).unwrap(), b"Abcd\0\0\0\0\0\0z+", "append sends at once");
+    m.core.release(f.ino).unwrap();
+}
+
+#[test]
+fn readdir_and_readdirplus_hand_out_the_opendir_snapshot() {
+    let m = Mount::new();
+    let d = m.core.mkdir(ALICE, ROOT, n("d"), 0o755, 0).unwrap();
+    let inos: Vec<u64> = ["a", "b", "c"].iter().map(|name| m.file(d.ino, name, b"1").ino).collect();
+    let fh = m.core.opendir(d.ino).unwrap();
+    m.file(d.ino, "late", b"");
+
+    let all = list(&m.core, d.ino, fh, 0, usize::MAX).unwrap();
+    let expected = [(".", d.ino), ("..", ROOT), ("a", inos[0]), ("b", inos[1]), ("c", inos[2])];
+    let got: Vec<(&str, u64)> = all.iter().map(|(name, ino, _)| (name.as_str(), *ino)).collect();
+    assert_eq!(got, expected, "a snapshot: 'late' came after opendir");
+    assert_eq!(all.iter().map(|e| e.2).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+    let rest = list(&m.core, d.ino, fh, 3, 1).unwrap();
+    assert_eq!(rest, [("b".to_string(), inos[1], 4)], "continues at an offset, stops when full");
+
+    // readdirplus: attributes, and each entry handed over counts as a lookup.
+    let mut plus = Vec::new();
+    m.core
+        .readdirplus(d.ino, fh, 0, |i: DirPlusItem<'_>| {
+            plus.push((i.name.to_string(), i.ino, i.attr.size));
+            plus.len() == 4 // refuses "b"
+        })
+        .unwrap();
+    let names: Vec<&str> = plus.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(names, [".", "..", "a", "b"]);
+    assert_eq!((plus[1].1, plus[2].2), (ROOT, 1));
+    m.core.forget(inos[0], 2); // create's and readdirplus's references
+    assert_eq!(m.core.known_path(inos[0]), None);
+    m.core.forget(inos[1], 1); // create's only: the refused entry was not counted
+    assert_eq!(m.core.known_path(inos[1]), None);
+
+    m.core.releasedir(fh);
+    assert_eq!(list(&m.core, d.ino, fh, 0, 10).unwrap_err(), Errno::EBADF);
+}
+
+#[test]
+fn setattr_changes_mode_owner_times_and_size() {
+    let m = Mount::new();
+    let f = m.file(ROOT, "f", b"");
+    m.core.open(ALICE, f.ino, libc::O_WRONLY).unwrap();
+    m.core.write(f.ino, 0, b"0123456789", libc::O_WRONLY).unwrap();
+    let at = Timespec { sec: 1_000_000, nsec: 5 };
+    let set = SetAttr {
+        mode: Some(0o600),
+        uid: Some(3000),
+        gid: Some(300),
+        atime: Some(TimeSet::At(at)),
+        mtime: Some(TimeSet::At(at)),
+        size: Some(3),
+    };
+    let a = m.core.setattr(f.ino, set).unwrap();
+    assert_eq!((a.mode & 0o7777, a.uid, a.gid, a.size), (0o600, 3000, 300, 3));
+    assert_eq!((a.atime, a.mtime), (at, at));
+    assert_eq!(m.core.read(f.ino, 0, 10).unwrap(), b"012", "gathered bytes were sent before the truncation");
+    let again = m.core.getattr(f.ino).unwrap();
+    assert_eq!((again.mode, again.uid, again.gid, again.size, again.mtime), (a.mode, a.uid, a.gid, a.size, a.mtime));
+    m.core.release(f.ino).unwrap();
+}
+
+#[test]
+fn links_nodes_symlinks_and_xattrs() {
+    let m = Mount::new();
+    let f = m.file(ROOT, "f", b"x");
+    let l = m.core.link(f.ino, ROOT, n("hard")).unwrap();
+    assert_eq!((l.ino, l.nlink), (f.ino, 2));
+    assert_eq!(m.core.known_path(f.ino).as_deref(), Some("/hard"), "the latest name");
+    let s = m.core.symlink(BOB, ROOT, n("s"), Path::new("f")).unwrap();
+    assert_eq!(s.uid, BOB.uid);
+    assert_eq!(m.core.readlink(s.ino).unwrap(), "f");
+    let fifo = m.core.mknod(ALICE, ROOT, n("p"), libc::S_IFIFO | 0o644, 0, 0).unwrap();
+    assert_eq!(m.core.known_path(fifo.ino).as_deref(), Some("/p"));
+
+    m.core.setxattr(f.ino, n("user.k"), b"value", 0).unwrap();
+    assert_eq!(m.core.getxattr(f.ino, n("user.k"), 0).unwrap(), XattrReply::Size(5));
+    assert_eq!(m.core.getxattr(f.ino, n("user.k"), 64).unwrap(), XattrReply::Data(b"value".to_vec()));
+    assert_eq!(m.core.getxattr(f.ino, n("user.k"), 2).unwrap_err(), Errno::ERANGE);
+    assert_eq!(m.core.listxattr(f.ino, 64).unwrap(), XattrReply::Data(b"user.k\0".to_vec()));
+    assert_eq!(m.core.setxattr(f.ino, n("user.k"), b"v", libc::XATTR_CREATE).unwrap_err(), Errno::EEXIST);
+    m.core.removexattr(f.ino, n("user.k")).unwrap();
+    assert_eq!(m.core.getxattr(f.ino, n("user.k"), 64).unwrap_err(), Errno::ENODATA);
+    assert_eq!(m.core.getxattr(f.ino, n("system.posix_acl_access"), 64).unwrap_err(), Errno::ENODATA);
+    assert!(m.core.statfs().unwrap().files >= 1 << 32);
+}
+
+#[test]
+fn failures_come_back_as_the_right_errno() {
+    let m = Mount::new();
+    let d = m.core.mkdir(ALICE, ROOT, n("d"), 0o755, 0).unwrap();
+    m.file(d.ino, "f", b"");
+    assert_eq!(m.core.lookup(ROOT, n("missing")).unwrap_err(), Errno::ENOENT);
+    assert_eq!(m.core.lookup(987_654_321, n("x")).unwrap_err(), Errno::ENOENT, "unknown parent inode");
+    assert_eq!(m.core.lookup(ROOT, OsStr::from_bytes(b"\xff")).unwrap_err(), Errno::EINVAL, "not UTF-8");
+    assert_eq!(m.core.mkdir(ALICE, ROOT, n("d"), 0o755, 0).unwrap_err(), Errno::EEXIST);
+    assert_eq!(m.core.rmdir(ROOT, n("d")).unwrap_err(), Errno::ENOTEMPTY);
+    assert_eq!(m.core.unlink(ROOT, n("missing")).unwrap_err(), Errno::ENOENT);
+    assert_eq!(m.core.mknod(ALICE, ROOT, n("x"), libc::S_IFDIR | 0o755, 0, 0).unwrap_err(), Errno::EINVAL);
+    assert_eq!(m.core.opendir(987_654_321).unwrap_err(), Errno::ENOENT);
+
+    // A server that cannot be reached is EIO to a POSIX program, not a socket error.
+    for id in m.cluster.ids() {
+        m.rt.block_on(m.cluster.crash(id));
+    }
+    assert_eq!(m.core.lookup(ROOT, n("d")).unwrap_err(), Errno::EIO);
+}
