@@ -188,18 +188,26 @@ async fn kill_nine_during_a_stream_of_mkdirs() {
     c.mkdir("/s", 0o755).await.unwrap();
     let victim = c.home("/s");
     let c2 = c.clone();
+    // The stream reports each answer, so the kill lands after a known number of acknowledged
+    // mkdirs, and the restart after the stream has felt the outage.
+    let (progress_tx, mut progress) = tokio::sync::watch::channel((0usize, 0usize));
     let stream = tokio::spawn(async move {
         let mut acked = Vec::new();
+        let mut failed = 0;
         for i in 0..400 {
             if c2.mkdir(&format!("/s/d{i}"), 0o755).await.is_ok() {
                 acked.push(i);
+            } else {
+                failed += 1;
             }
+            progress_tx.send_replace((acked.len(), failed));
         }
         acked
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    progress.wait_for(|&(acked, _)| acked >= 50).await.expect("the stream ran");
     cluster.cluster.kill(victim).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at_kill = progress.borrow().0;
+    progress.wait_for(|&(_, failed)| failed > 0).await.expect("the stream met the dead server");
     cluster.cluster.start(victim).unwrap();
     cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
     let acked = stream.await.unwrap();
@@ -212,7 +220,9 @@ async fn kill_nine_during_a_stream_of_mkdirs() {
     for name in &listed {
         c.lstat(&format!("/s/{name}")).await.unwrap_or_else(|e| panic!("entry without its object: {e}"));
     }
-    assert!(acked.len() > 50, "the stream ran ({} acknowledged)", acked.len());
+    // Mid-workload: mkdirs were acknowledged before the kill and after the restart.
+    assert!(at_kill >= 50 && at_kill < 400, "killed after {at_kill} acknowledged mkdirs");
+    assert!(acked.len() > at_kill, "no mkdir acknowledged after the restart ({} in all)", acked.len());
     cluster.assert_fsck_clean();
 }
 
@@ -560,7 +570,13 @@ async fn disordered_arrivals_follow_the_coordinators_order() {
     let (c1, c2) = (c.clone(), c.clone());
     let pa_req = exec(a, CxRole::Participant, 900);
     let pa = tokio::spawn(async move { c1.call_server(part, &pa_req).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A must be waiting at the participant before B reaches the coordinator: the
+    // participant counts it as pending (executing) as soon as it has arrived.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.server_status(part).await.unwrap().cx_pending < 2 {
+        assert!(Instant::now() < deadline, "A never reached the participant");
+        tokio::task::yield_now().await;
+    }
     let cb_req = exec(b, CxRole::Coordinator, 901);
     let cb = tokio::spawn(async move { c2.call_server(coord, &cb_req).await.unwrap() });
     let (pa, cb) = (answer(pa.await.unwrap()), answer(cb.await.unwrap()));

@@ -144,6 +144,9 @@ async fn kill_nine_during_writes_keeps_every_acknowledged_write() {
     let c = cluster.client();
     c.mkdir("/w", 0o755).await.unwrap();
     let victim = c.home("/w");
+    // The writer reports each acknowledged file, so the kill lands after a known number of
+    // them, while it is still writing.
+    let (progress_tx, mut progress) = tokio::sync::watch::channel(0usize);
     let writer = {
         let c = cluster.client();
         tokio::spawn(async move {
@@ -154,6 +157,7 @@ async fn kill_nine_during_writes_keeps_every_acknowledged_write() {
                 let ok = c.create(&p, 0o644, true).await.is_ok() && c.write(&p, 0, &data).await.is_ok();
                 if ok {
                     acked.push((p, digest(&data), data.len()));
+                    progress_tx.send_replace(acked.len());
                 } else if !acked.is_empty() {
                     break;
                 }
@@ -161,10 +165,14 @@ async fn kill_nine_during_writes_keeps_every_acknowledged_write() {
             acked
         })
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    progress.wait_for(|&n| n >= 10).await.expect("the writer ran");
     cluster.cluster.kill(victim).unwrap();
+    let at_kill = *progress.borrow();
     let acked = writer.await.unwrap();
-    assert!(!acked.is_empty());
+    // Mid-workload: files were acknowledged before the kill and the writer was stopped by
+    // it (not by running out of files).
+    assert!(at_kill >= 10, "killed after {at_kill} files");
+    assert!(acked.len() < 400, "the writer finished before the kill landed");
     cluster.cluster.start(victim).unwrap();
     cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
     let fresh = cluster.client();
