@@ -3,7 +3,11 @@
 //!
 //! A link is (sender node, receiving server). Its stream is seeded from the cluster seed and
 //! the link's ends, and each message on it draws the same five numbers in the same order,
-//! so the n-th message of a link meets the same fate in every run with that seed. Messages
+//! so the n-th message of a link meets the same fate in every run with that seed, whatever
+//! the other links carry. Which message is the n-th depends on timing where several tasks
+//! share a link (commit timers, background re-delivery, parallel requests), so a seed
+//! replays the same workload and fault plan, and the same fates in the same order on each
+//! link, but not always the same interleaving: a replay reproduces most failures, not all. Messages
 //! travel encoded (the same frames as on TCP) and are decoded by the receiver, so the codec
 //! is on the path too.
 

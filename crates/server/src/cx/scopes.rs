@@ -1,5 +1,5 @@
 //! Which objects a client request reads or changes, so it can wait for (and hurry) the
-//! pending Cx operations on them first.
+//! pending transactions on them first.
 
 use crate::engine::locks::Scope;
 use plusfs_proto::Request;
@@ -17,7 +17,14 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
     };
     let mut out = Vec::new();
     match req {
-        Shard { op, .. } | OnInode { op, .. } => return request_scopes(op),
+        Shard { op, .. } => return request_scopes(op),
+        // A request forwarded to a shared inode's home: also the inode, which link
+        // transactions (AdjustLinks) lock.
+        OnInode { ino, op } => {
+            let mut out = request_scopes(op);
+            out.push(crate::engine::links::inode_lock(*ino));
+            return out;
+        }
         Mkdir { path, .. }
         | Rmdir { path }
         | Create { path, .. }
