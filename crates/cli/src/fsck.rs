@@ -35,4 +35,3 @@ pub async fn run(client: &Client) -> Result<ExitCode> {
     );
     Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
-

@@ -94,8 +94,9 @@ impl Client {
         FsError::new(op, shown, errno)
     }
 
-    /// A directory object is missing: ENOTDIR if some ancestor is not a directory, else
-    /// ENOENT. Only runs on error paths.
+    /// A directory object is missing: ENOTDIR if some ancestor is not a directory, ENOENT
+    /// if one is absent, and the error met if an ancestor cannot be looked at (a server
+    /// down: EIO, not a guess). Only runs on error paths.
     async fn classify_missing(&self, dir: &str) -> Errno {
         let mut cur = dir.to_string();
         loop {
@@ -103,8 +104,10 @@ impl Client {
             let req = Request::Stat { path: cur.clone() };
             match self.entry_call(parent, name, &req).await {
                 Ok(Ok((Reply::Attr(a), _))) if a.kind != FileKind::Dir => return Errno::ENOTDIR,
+                Ok(Ok(_)) => return Errno::ENOENT,
                 Ok(Err(WireError { missing_dir: Some(p), .. })) => cur = p,
-                _ => return Errno::ENOENT,
+                Ok(Err(e)) => return e.errno,
+                Err(e) => return e.errno,
             }
         }
     }

@@ -18,7 +18,7 @@ use crate::engine::host::Via;
 use crate::engine::links::{inode_lock, Slot, Target};
 use crate::engine::locks::Scope;
 use crate::osd::Osd;
-use crate::twopc::{add_part, Parts};
+use crate::twopc::{add_part, DistributionWait, Parts};
 use plusfs_proto::{Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId, SubOp, WireError};
 use std::sync::Arc;
 
@@ -110,11 +110,25 @@ impl Osd {
 
     /// `link`, on the server of `src`'s entry: a new entry `dst` for the same inode.
     pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via) -> Response {
+        let (sdir, _) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
+        // A source in a distributed directory the client did not address by its shard: the
+        // redirect is the client's to follow (the loop below follows the destination's).
+        self.host(sdir, via)?;
         // The new entry goes to the home of `ddir`, or where its distribution says.
         let mut at = (self.map.home_of_dir(ddir), None);
-        for _ in 0..3 {
+        let mut waiting = DistributionWait::default();
+        let mut changes = 0;
+        while changes < 3 {
+            changes += 1;
             match self.retrying(|| self.link_once(src, dst, via, at)).await {
+                // Being distributed: its storing servers may not hold their shards yet.
+                Err(WireError { redirect: Some(info), .. })
+                    if info.path == ddir && info.state == plusfs_proto::DistState::Distributing =>
+                {
+                    waiting.wait(ddir).await?;
+                    changes -= 1;
+                }
                 Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
                     at = (info.server_of(dname), Some(info.incarnation));
                 }

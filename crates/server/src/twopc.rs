@@ -20,8 +20,8 @@ use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
-    Attr, CommitPayload, DirDump, DirObject, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId,
-    SubOp, Threshold, Timespec, TxId, Vote, WireError,
+    Attr, CommitPayload, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response,
+    ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
 };
 use plusfs_store::{Batch, LogKind};
 use rand::Rng;
@@ -91,6 +91,28 @@ fn swap_payloads(
     if let (Some(ia), Some(ib)) = (inode_of(da, na), inode_of(db, nb)) {
         payloads.entry(sa).or_default().swap_in.push((da.clone(), na.clone(), ib));
         payloads.entry(sb).or_default().swap_in.push((db.clone(), nb.clone(), ia));
+    }
+}
+
+/// Waiting for a directory that is being distributed, as a client does: short sleeps first,
+/// at most 200 ms, EAGAIN after a minute.
+#[derive(Default)]
+pub(crate) struct DistributionWait {
+    waited: Duration,
+    round: u32,
+}
+
+impl DistributionWait {
+    /// Sleeps once; EAGAIN once the directory has been distributing for too long.
+    pub(crate) async fn wait(&mut self, dir: &str) -> OpResult<()> {
+        if self.waited >= Duration::from_secs(60) {
+            return Err(err(Errno::EAGAIN, format!("'{dir}' is still being distributed")));
+        }
+        self.round += 1;
+        let step = Duration::from_millis((1u64 << self.round.min(8)).min(200));
+        tokio::time::sleep(step).await;
+        self.waited += step;
+        Ok(())
     }
 }
 
@@ -203,11 +225,21 @@ impl Osd {
                 at = DstAt { server: set[plusfs_proto::hugedir::slot_of(dname, set.len())], shard: Some(inc), ..at };
             }
         }
-        for _ in 0..4 {
+        let mut waiting = DistributionWait::default();
+        let mut changes = 0;
+        while changes < 4 {
+            changes += 1;
             match self.rename_to(src, dst, &e, via, &at).await {
                 // Two links of one file: POSIX says the rename does nothing.
                 Err(WireError { replaced_link: Some((ino, _)), .. }) if ino == e.ino => return Ok(Reply::Done),
                 Err(WireError { replaced_link: Some(link), .. }) => at.replaced_link = Some(link),
+                // Being distributed: its storing servers may not hold their shards yet.
+                Err(WireError { redirect: Some(info), .. })
+                    if info.path == ddir && info.state == DistState::Distributing =>
+                {
+                    waiting.wait(ddir).await?;
+                    changes -= 1;
+                }
                 Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
                     at.server = info.server_of(dname);
                     at.shard = Some(info.incarnation);

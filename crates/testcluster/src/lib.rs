@@ -7,7 +7,9 @@
 //! nodes (client to server, server to server) crosses a [`SimNet`] that can drop requests
 //! or replies, delay, duplicate and so reorder them, and partition sets of nodes, with every
 //! decision drawn from a seed. Failpoints can crash a server at a named step or pause it
-//! there until the test releases it ([`TestCluster::failpoint`]).
+//! there until the test releases it ([`TestCluster::failpoint`]). [`model`] is the reference
+//! model of the namespace that the model tests (here and against real processes) check
+//! clusters against.
 //!
 //! ```ignore
 //! let cluster = TestCluster::start(Options { servers: 4, seed: 7, ..Options::default() }).await?;
@@ -15,6 +17,7 @@
 //! let fp = cluster.failpoint(2, "cx_after_result", FailAction::Crash);
 //! ```
 
+pub mod model;
 mod net;
 
 pub use net::{client_node, FateCounts, Faults, NodeId, SimNet, SimTransport, CLIENT_BASE};
@@ -26,7 +29,7 @@ use plusfs_proto::ServerId;
 use plusfs_rpc::{Counters, Pool};
 use plusfs_server::{Failpoints, Osd, ServerConfig, StartError};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -66,6 +69,9 @@ struct Node {
     /// allows one open instance per directory).
     last_store: Mutex<Option<Weak<dyn plusfs_store::DirStore>>>,
     crashes: AtomicU32,
+    /// A failpoint crashed the server while a restart was opening it: the restart tears the
+    /// new instance down instead of putting it on the network.
+    crash_requested: AtomicBool,
     /// Held by a restart from its check to its end, so two restarts never race.
     restarting: tokio::sync::Mutex<()>,
 }
@@ -125,6 +131,7 @@ impl TestCluster {
                     running: Mutex::default(),
                     last_store: Mutex::default(),
                     crashes: AtomicU32::new(0),
+                    crash_requested: AtomicBool::new(false),
                     restarting: tokio::sync::Mutex::new(()),
                 };
                 (s.id, Arc::new(node))
@@ -198,44 +205,62 @@ impl TestCluster {
     /// Crashes server `id` now (a no-op if it is down) and waits until its stores are closed.
     pub async fn crash(&self, id: ServerId) {
         let node = self.nodes[&id].clone();
-        let net = self.net.clone();
-        tokio::task::spawn_blocking(move || node.crash(&net)).await.expect("crash task");
+        if let Some(rt) = node.take_down(&self.net, false) {
+            tokio::task::spawn_blocking(move || rt.shutdown_timeout(TEARDOWN)).await.expect("crash task");
+        }
+        if let Err(e) = node.wait_closed().await {
+            panic!("server {id} did not let go of its store: {e}");
+        }
     }
 
     /// Starts server `id` (again) from its directory; a no-op if it runs. Waits for the
-    /// teardown of a crash that a failpoint started.
+    /// teardown of a crash that a failpoint started. If a failpoint crashes the server while
+    /// it opens (its recovery reaches the step), it stays down and this still returns `Ok`.
     pub async fn restart(&self, id: ServerId) -> Result<(), StartError> {
         let node = self.nodes[&id].clone();
         let _one = node.restarting.lock().await;
         if node.running.lock().expect("node lock").is_some() {
             return Ok(());
         }
-        node.wait_closed().await;
+        node.wait_closed().await?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("sim-server-{id}"))
             .enable_all()
             .build()
             .map_err(|e| StartError::Listen { addr: format!("sim:{id}"), source: e })?;
+        let (hook_node, hook_net) = (Arc::downgrade(&node), Arc::downgrade(&self.net));
+        node.failpoints.on_crash(move |_| {
+            if let (Some(node), Some(net)) = (hook_node.upgrade(), hook_net.upgrade()) {
+                node.crash_at_failpoint(&net);
+            }
+        });
         let counters = Arc::<Counters>::default();
         let transport = SimTransport { net: self.net.clone(), from: id, counters: counters.clone() };
         let peers = Pool::with_transport(Arc::new(transport), counters, 0);
         let (config, fps) = (node.config.clone(), node.failpoints.clone());
         let opened = rt.spawn(async move { plusfs_server::open(&config, peers, fps).await }).await;
         let osd = match opened {
-            Ok(r) => r?,
-            Err(e) => panic!("server {id} panicked while opening: {e}"),
-        };
-        let (hook_node, hook_net) = (Arc::downgrade(&node), Arc::downgrade(&self.net));
-        node.failpoints.on_crash(move |_| {
-            if let (Some(node), Some(net)) = (hook_node.upgrade(), hook_net.upgrade()) {
-                // Not on the server's own runtime: a runtime cannot shut itself down.
-                std::thread::spawn(move || node.crash(&net));
+            Ok(Ok(osd)) => osd,
+            failed => {
+                // A runtime cannot be dropped on an async thread.
+                std::thread::spawn(move || rt.shutdown_timeout(TEARDOWN));
+                return match failed {
+                    Ok(Err(e)) => Err(e),
+                    _ => panic!("server {id} panicked while opening"),
+                };
             }
-        });
+        };
         *node.last_store.lock().expect("node lock") = Some(Arc::downgrade(&osd.store));
+        let mut running = node.running.lock().expect("node lock");
+        if node.crash_requested.swap(false, Ordering::AcqRel) {
+            node.crashes.fetch_add(1, Ordering::AcqRel);
+            drop(running);
+            std::thread::spawn(move || rt.shutdown_timeout(TEARDOWN));
+            return Ok(());
+        }
         self.net.attach(id, net::Endpoint { osd: osd.clone(), rt: rt.handle().clone() });
-        *node.running.lock().expect("node lock") = Some(Running { rt, osd: Arc::downgrade(&osd) });
+        *running = Some(Running { rt, osd: Arc::downgrade(&osd) });
         Ok(())
     }
 
@@ -247,13 +272,14 @@ impl TestCluster {
         Ok(())
     }
 
-    /// Waits until no server has a pending cross-server operation (Cx or 2PC), up to `wait`.
-    /// True if the cluster settled.
+    /// Waits until every server runs and none has a pending cross-server operation (Cx or
+    /// 2PC), up to `wait`. True if the cluster settled.
     pub async fn settle(&self, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
         loop {
-            let pending: usize = self.ids().into_iter().filter_map(|id| self.server(id)).map(|o| o.pending_ops()).sum();
-            if pending == 0 {
+            let servers: Vec<Arc<Osd>> = self.ids().into_iter().filter_map(|id| self.server(id)).collect();
+            let pending: usize = servers.iter().map(|o| o.pending_ops()).sum();
+            if servers.len() == self.nodes.len() && pending == 0 {
                 return true;
             }
             if Instant::now() > deadline {
@@ -265,36 +291,73 @@ impl TestCluster {
 }
 
 impl Node {
-    /// Tears the server down as kill -9 would: unreachable at once, then every task of its
-    /// runtime dropped wherever it stands.
-    fn crash(&self, net: &SimNet) {
+    /// Takes the server off the network and out of `running`, as kill -9 would; returns its
+    /// runtime, for the caller to shut down (every task dropped wherever it stands). When the
+    /// server is not running and `from_failpoint` is set, it is opening: the restart tears it
+    /// down.
+    fn take_down(&self, net: &SimNet, from_failpoint: bool) -> Option<tokio::runtime::Runtime> {
+        let mut running = self.running.lock().expect("node lock");
         net.detach(self.config.id);
-        let Some(running) = self.running.lock().expect("node lock").take() else { return };
+        let Some(r) = running.take() else {
+            if from_failpoint {
+                self.crash_requested.store(true, Ordering::Release);
+            }
+            return None;
+        };
         self.crashes.fetch_add(1, Ordering::AcqRel);
         tracing::info!(id = self.config.id, "crashing server");
-        running.rt.shutdown_timeout(TEARDOWN);
+        Some(r.rt)
+    }
+
+    /// The crash of a failpoint, called on the server's own runtime by the task that
+    /// reached the step. A runtime cannot shut itself down, so another thread does; this
+    /// worker waits for the shutdown signal, so no other task of the server runs meanwhile.
+    fn crash_at_failpoint(&self, net: &SimNet) {
+        let Some(rt) = self.take_down(net, true) else { return };
+        let (done, signalled) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            rt.shutdown_background();
+            let _ = done.send(());
+        });
+        let _ = signalled.recv_timeout(TEARDOWN);
+    }
+
+    /// True while the last instance's store is still open.
+    fn store_open(&self) -> bool {
+        self.last_store.lock().expect("node lock").as_ref().is_some_and(|w| w.strong_count() > 0)
     }
 
     /// Waits (up to [`TEARDOWN`]) until the last instance's store is closed.
-    async fn wait_closed(&self) {
+    async fn wait_closed(&self) -> Result<(), StartError> {
         let deadline = Instant::now() + TEARDOWN;
-        loop {
-            let open = self.last_store.lock().expect("node lock").as_ref().is_some_and(|w| w.strong_count() > 0);
-            if !open || Instant::now() > deadline {
-                return;
+        while self.store_open() {
+            if Instant::now() > deadline {
+                return Err(StartError::Store {
+                    path: self.config.data_dir.display().to_string(),
+                    source: plusfs_store::StoreError::Engine(format!("still open {TEARDOWN:?} after a crash")),
+                });
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        Ok(())
     }
 }
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
         // Servers hold transports that hold the network that holds the servers: break the
-        // cycle by stopping every server.
-        for node in self.nodes.values() {
-            let (node, net) = (node.clone(), self.net.clone());
-            let _ = std::thread::spawn(move || node.crash(&net)).join();
+        // cycle by stopping every server, and let their stores close before the temporary
+        // directory goes.
+        let runtimes: Vec<_> = self.nodes.values().filter_map(|n| n.take_down(&self.net, false)).collect();
+        let _ = std::thread::spawn(move || {
+            for rt in runtimes {
+                rt.shutdown_timeout(TEARDOWN);
+            }
+        })
+        .join();
+        let deadline = Instant::now() + TEARDOWN;
+        while self.nodes.values().any(|n| n.store_open()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }

@@ -43,7 +43,9 @@ impl Engine {
                     vec![(dir.clone(), Scope::Name(name.clone())), crate::engine::links::inode_lock(*ino)]
                 }
                 SubOp::AdjustLinks { ino, .. } => vec![crate::engine::links::inode_lock(*ino)],
-                SubOp::ExportSubtree { .. } => Vec::new(),
+                // The destination of a moved subtree: until the decision arrives, requests on
+                // it wait (its objects come with the commit payload).
+                SubOp::ExportSubtree { new_root, .. } => vec![(new_root.clone(), Scope::Whole)],
             })
             .collect()
     }
@@ -173,7 +175,8 @@ impl Engine {
                     }
                     Some(d) if d.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
                     Some(_) => Ok(()),
-                    None => Err(err(Errno::ENOENT, format!("'{path}' does not exist"))),
+                    // The client tells ENOENT from ENOTDIR (a file of that name) by looking.
+                    None => Err(WireError::missing_dir(path)),
                 }
             }
             SubOp::RemoveShard { path, ino } => match self.store.get_shard(path).map_err(eio)? {
