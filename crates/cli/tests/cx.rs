@@ -10,6 +10,7 @@ use plusfs_client::Client;
 use plusfs_localcluster::ClusterSettings;
 use plusfs_placement::{TxnProtocol, TxnSettings};
 use plusfs_proto::{CxRole, DirObject, Errno, Inode, OpId, Replace, Reply, Request, ServerId, SubOp, Threshold};
+use plusfs_testcluster::cross_server_name;
 use std::time::{Duration, Instant};
 
 fn cx_cluster(n: usize, timeout_ms: u64, threshold: u32, max_log_bytes: u64) -> TestCluster {
@@ -20,20 +21,6 @@ fn cx_cluster(n: usize, timeout_ms: u64, threshold: u32, max_log_bytes: u64) -> 
         max_log_bytes,
     };
     TestCluster::start_settings(n, &ClusterSettings { txn, ..Default::default() })
-}
-
-/// A name under `/` whose directory object lives on another server than `/`: (path,
-/// coordinator, participant).
-fn cross_name(c: &Client, prefix: &str) -> (String, ServerId, ServerId) {
-    let root = c.home("/");
-    (0..)
-        .map(|i| format!("/{prefix}{i}"))
-        .find(|p| c.home(p) != root)
-        .map(|p| {
-            let child = c.home(&p);
-            (p, root, child)
-        })
-        .expect("some name lands elsewhere")
 }
 
 /// Waits until no server has a pending Cx operation.
@@ -89,7 +76,7 @@ async fn died(c: &Client, id: ServerId) {
 async fn answers_errors_and_visibility() {
     let cluster = cx_cluster(3, 60_000, 100_000, 16 << 20);
     let (a, b) = (cluster.client(), cluster.client());
-    let (p, _, _) = cross_name(&a, "d");
+    let (p, _, _) = cross_server_name(&a, "d");
     a.mkdir(&p, 0o750).await.unwrap();
     // Pending (the timer is a minute away) yet visible to another client at once: its
     // stat and listing commit the operation first.
@@ -123,7 +110,7 @@ async fn result_record_then_crash_on_either_side() {
     let c = cluster.client();
     // Coordinator dies after logging its Result: the client gets an error, the restarted
     // coordinator finishes the operation from its log (all of it, not half).
-    let (p, coord, part) = cross_name(&c, "a");
+    let (p, coord, part) = cross_server_name(&c, "a");
     crash_with(&mut cluster, coord, "cx_after_result");
     assert!(c.mkdir(&p, 0o755).await.is_err(), "the coordinator died before answering");
     restart(&mut cluster, coord);
@@ -133,7 +120,7 @@ async fn result_record_then_crash_on_either_side() {
 
     // Participant dies after logging its Result: the client's L-COM waits for it; once it
     // is back it votes from its log and the mkdir succeeds.
-    let (q, _, part2) = cross_name(&c, "b");
+    let (q, _, part2) = cross_server_name(&c, "b");
     assert_eq!(part, c.home(&p));
     crash_with(&mut cluster, part2, "cx_after_result");
     let c2 = c.clone();
@@ -151,9 +138,9 @@ async fn result_record_then_crash_on_either_side() {
 async fn crashes_around_vote_and_decision_lose_nothing() {
     let mut cluster = cx_cluster(3, 200, 100_000, 16 << 20);
     let c = cluster.client();
-    let (_, coord, _) = cross_name(&c, "x");
+    let (_, coord, _) = cross_server_name(&c, "x");
     for (i, point) in ["cx_before_vote", "cx_after_vote", "cx_after_commit_record"].iter().enumerate() {
-        let (p, _, part) = cross_name(&c, &format!("v{i}-"));
+        let (p, _, part) = cross_server_name(&c, &format!("v{i}-"));
         let victim = if *point == "cx_after_vote" { part } else { coord };
         crash_with(&mut cluster, victim, point);
         // Both YES: acknowledged now, committed by the timer, which hits the failpoint.
@@ -168,7 +155,7 @@ async fn crashes_around_vote_and_decision_lose_nothing() {
         cluster.assert_fsck_clean();
     }
     // A crash during recovery: the second restart still finishes the work.
-    let (p, _, _) = cross_name(&c, "r");
+    let (p, _, _) = cross_server_name(&c, "r");
     crash_with(&mut cluster, coord, "cx_before_vote");
     c.mkdir(&p, 0o755).await.unwrap();
     died(&c, coord).await;
@@ -236,7 +223,7 @@ async fn disagreement_and_a_client_that_dies_before_l_com() {
     let c = cluster.client();
     // The coordinator says NO (a file has the name), the participant YES: L-COM, ALL-NO,
     // and the participant's half is gone.
-    let (p, coord, _) = cross_name(&c, "f");
+    let (p, coord, _) = cross_server_name(&c, "f");
     c.create(&p, 0o644, true).await.unwrap();
     assert_eq!(c.mkdir(&p, 0o755).await.unwrap_err().errno, Errno::EEXIST);
     settled(&c).await;
@@ -245,7 +232,7 @@ async fn disagreement_and_a_client_that_dies_before_l_com() {
     // A client that sends both sub-operations and dies before L-COM (the coordinator
     // refused), and one that dies after reaching only the participant: the participant's
     // YES ages, it asks the coordinator, which aborts both.
-    let (q, coord2, part2) = cross_name(&c, "g");
+    let (q, coord2, part2) = cross_server_name(&c, "g");
     assert_eq!((coord, part2 != coord2), (coord2, true));
     let object = |ino| DirObject::new(ino, 0o755, 0, 0);
     let exec =
@@ -537,7 +524,7 @@ async fn property_random_operations_match_a_model() {
 async fn disordered_arrivals_follow_the_coordinators_order() {
     let cluster = cx_cluster(3, 600_000, 1_000_000, 16 << 20);
     let c = cluster.client();
-    let (q, coord, part) = cross_name(&c, "o");
+    let (q, coord, part) = cross_server_name(&c, "o");
     let name = q[1..].to_string();
     let (a, b) = (op_id(20), op_id(21));
     let exec = |op: OpId, role: CxRole, ino: u64| {

@@ -9,20 +9,8 @@ use common::TestCluster;
 use plusfs_client::Client;
 use plusfs_placement::TxnProtocol;
 use plusfs_proto::Errno;
+use plusfs_testcluster::cross_server_name;
 use std::time::{Duration, Instant};
-
-/// A name under `/` whose directory object lives on another server than `/`.
-fn cross_server_name(c: &Client, prefix: &str) -> (String, u32, u32) {
-    let root = c.home("/");
-    (0..)
-        .map(|i| format!("/{prefix}{i}"))
-        .find(|p| c.home(p) != root)
-        .map(|p| {
-            let child = c.home(&p);
-            (p, root, child)
-        })
-        .expect("some name lands elsewhere")
-}
 
 fn crash_with(cluster: &mut TestCluster, id: u32, point: &str) {
     cluster.cluster.stop(id).unwrap();

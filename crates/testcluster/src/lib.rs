@@ -290,6 +290,20 @@ impl TestCluster {
     }
 }
 
+/// A name under `/` whose directory object lives on another server than `/`'s, for tests
+/// of cross-server operations: (path, server of its entry, server of its object).
+pub fn cross_server_name(c: &Client, prefix: &str) -> (String, ServerId, ServerId) {
+    let root = c.home("/");
+    (0..)
+        .map(|i| format!("/{prefix}{i}"))
+        .find(|p| c.home(p) != root)
+        .map(|p| {
+            let child = c.home(&p);
+            (p, root, child)
+        })
+        .expect("some name lands elsewhere")
+}
+
 impl Node {
     /// Takes the server off the network and out of `running`, as kill -9 would; returns its
     /// runtime, for the caller to shut down (every task dropped wherever it stands). When the

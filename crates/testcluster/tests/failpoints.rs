@@ -4,23 +4,10 @@
 
 use plusfs_client::{fsck, Client};
 use plusfs_placement::TxnProtocol;
-use plusfs_proto::{Errno, ServerId};
+use plusfs_proto::Errno;
+use plusfs_testcluster::cross_server_name;
 use plusfs_testcluster::{FailAction, Options, TestCluster};
 use std::time::Duration;
-
-/// A directory name under `/` whose object lives on another server than `/`'s:
-/// (path, server of the entry, server of the object).
-fn cross_dir(c: &Client, prefix: &str) -> (String, ServerId, ServerId) {
-    let root = c.home("/");
-    (0..1000)
-        .map(|i| format!("/{prefix}{i}"))
-        .find(|p| c.home(p) != root)
-        .map(|p| {
-            let child = c.home(&p);
-            (p, root, child)
-        })
-        .expect("some name lands elsewhere")
-}
 
 async fn start(protocol: TxnProtocol) -> TestCluster {
     TestCluster::start(Options { servers: 3, protocol, ..Options::default() }).await.expect("cluster starts")
@@ -37,7 +24,7 @@ async fn assert_consistent(cluster: &TestCluster, c: &Client) {
 async fn a_paused_cx_participant_holds_its_operation_until_released() {
     let cluster = start(TxnProtocol::Cx).await;
     let (a, b) = (cluster.client(), cluster.client());
-    let (p, _, participant) = cross_dir(&a, "d");
+    let (p, _, participant) = cross_server_name(&a, "d");
     let fp = cluster.failpoint(participant, "cx_after_result", FailAction::Pause);
     let mkdir = {
         let (a, p) = (a.clone(), p.clone());
@@ -65,7 +52,7 @@ async fn a_paused_cx_participant_holds_its_operation_until_released() {
 async fn crash_at(protocol: TxnProtocol, point: &str, on_participant: bool) {
     let cluster = start(protocol).await;
     let c = cluster.client();
-    let (p, coordinator, participant) = cross_dir(&c, "x");
+    let (p, coordinator, participant) = cross_server_name(&c, "x");
     let victim = if on_participant { participant } else { coordinator };
     let fp = cluster.failpoint(victim, point, FailAction::Crash);
     let cluster = std::sync::Arc::new(cluster);
