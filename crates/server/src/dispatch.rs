@@ -15,7 +15,8 @@ impl Osd {
             // A client must not see objects a pending Cx operation changes before it commits.
             let scopes = crate::cx::request_scopes(&req);
             tracing::trace!(?req, ?scopes, "settling");
-            self.locks.settle(&scopes).await;
+            // Forwarded requests (their sender holds busy locks) wait for Cx operations only.
+            self.locks.settle(&scopes, !matches!(req, Request::OnInode { .. })).await;
         }
         match req {
             Request::Shard { incarnation, op } => {

@@ -17,14 +17,7 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
     };
     let mut out = Vec::new();
     match req {
-        Shard { op, .. } => return request_scopes(op),
-        // A request forwarded to a shared inode's home: also the inode, which link
-        // transactions (AdjustLinks) lock.
-        OnInode { ino, op } => {
-            let mut out = request_scopes(op);
-            out.push(crate::engine::links::inode_lock(*ino));
-            return out;
-        }
+        Shard { op, .. } | OnInode { op, .. } => return request_scopes(op),
         Mkdir { path, .. }
         | Rmdir { path }
         | Create { path, .. }

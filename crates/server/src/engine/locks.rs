@@ -188,7 +188,11 @@ impl LockTable {
     /// conflicting with `wanted`, hurrying the Cx operations among them. Client requests
     /// call this first: they must not see a state before an operation whose client already
     /// got its answer, nor one an in-doubt transaction is about to change.
-    pub async fn settle(&self, wanted: &[(String, Scope)]) {
+    ///
+    /// With `all` false only Cx operations are waited for: a request another server
+    /// forwards while holding busy locks there (`OnInode`) must not wait for a two-phase
+    /// commit whose decision needs those very locks.
+    pub async fn settle(&self, wanted: &[(String, Scope)], all: bool) {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -203,11 +207,12 @@ impl LockTable {
                     .flat_map(|(d, sc)| inner.dirs.get(d).map(|s| s.tx_conflicts(sc, &[])).unwrap_or_default())
                     .collect()
             };
-            if conflicts.is_empty() {
-                return;
-            }
+            let mut cx = false;
             for &t in &conflicts {
-                self.urge(t, None);
+                cx |= self.urge(t, None);
+            }
+            if conflicts.is_empty() || !(all || cx) {
+                return;
             }
             tracing::debug!(?wanted, ?conflicts, "a request waits for pending transactions");
             notified.await;
