@@ -71,7 +71,7 @@ impl Client {
         let dir = path::normalize(dir_raw).map_err(|e| FsError::new(verb, dir_raw, e.errno).with_detail(e.reason))?;
         let mut out = vec![Outcome::NotPerformed; names.len()];
         let mut pending: Vec<usize> = (0..names.len()).collect();
-        let (mut waited, mut round) = (std::time::Duration::ZERO, 0u32);
+        let mut waiting = crate::routing::distribution_wait();
         let mut rounds = 0;
         while rounds < MAX_ROUNDS {
             if pending.is_empty() {
@@ -104,7 +104,7 @@ impl Client {
             }
             pending.sort_unstable();
             if wait && !pending.is_empty() {
-                if !crate::routing::wait_for_distribution(&mut waited, &mut round).await {
+                if !waiting.wait().await {
                     break;
                 }
             } else {

@@ -149,7 +149,7 @@ impl Client {
         participant: Side,
         coordinator_op: impl Fn(Option<u64>) -> SubOp,
     ) -> Result<(), FsError> {
-        let (mut waited, mut round) = (std::time::Duration::ZERO, 0u32);
+        let mut waiting = crate::routing::distribution_wait();
         for attempt in 0..MAX_ATTEMPTS {
             let (server, shard) = self.locate(dir, name);
             let coordinator = Side { server, ops: vec![coordinator_op(shard)] };
@@ -170,8 +170,7 @@ impl Client {
             }
             match self.reroute(dir, shard, e) {
                 crate::routing::Reroute::Retry => {}
-                crate::routing::Reroute::Wait
-                    if crate::routing::wait_for_distribution(&mut waited, &mut round).await => {}
+                crate::routing::Reroute::Wait if waiting.wait().await => {}
                 crate::routing::Reroute::Wait => break,
                 crate::routing::Reroute::Fail(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
                     // Lost a conflict to another client's operation: again, after a pause.

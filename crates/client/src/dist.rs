@@ -11,10 +11,9 @@
 
 use crate::error::FsError;
 use crate::fs::Client;
-use crate::routing::{wait_for_distribution, Reroute};
+use crate::routing::Reroute;
 use futures::future::join_all;
 use plusfs_proto::{DirEntry, Dirents, DistInfo, DistState, Errno, Reply, Request, ServerId, WireError};
-use std::time::Duration;
 
 /// How often one call follows redirects or stale-cache answers before giving up (EAGAIN).
 const MAX_REROUTES: u32 = 12;
@@ -80,7 +79,7 @@ impl Client {
         name: &str,
         req: &Request,
     ) -> Result<Result<(Reply, ServerId), WireError>, FsError> {
-        let (mut waited, mut round) = (Duration::ZERO, 0u32);
+        let mut waiting = crate::routing::distribution_wait();
         let mut reroutes = 0;
         while reroutes < MAX_REROUTES {
             let (server, shard) = self.locate(dir, name);
@@ -92,7 +91,7 @@ impl Client {
             };
             match self.reroute(dir, shard, e) {
                 Reroute::Retry => reroutes += 1,
-                Reroute::Wait if wait_for_distribution(&mut waited, &mut round).await => {}
+                Reroute::Wait if waiting.wait().await => {}
                 Reroute::Wait => break,
                 Reroute::Fail(e) => return Ok(Err(e)),
             }
@@ -109,7 +108,7 @@ impl Client {
         after: Option<String>,
         limit: u32,
     ) -> Result<Dirents, FsError> {
-        let (mut waited, mut round) = (Duration::ZERO, 0u32);
+        let mut waiting = crate::routing::distribution_wait();
         let mut reroutes = 0;
         while reroutes < MAX_REROUTES {
             let result = match self.dist.get(dir) {
@@ -125,7 +124,7 @@ impl Client {
             };
             match self.reroute(dir, shard, error) {
                 Reroute::Retry => reroutes += 1,
-                Reroute::Wait if wait_for_distribution(&mut waited, &mut round).await => {}
+                Reroute::Wait if waiting.wait().await => {}
                 Reroute::Wait => break,
                 Reroute::Fail(e) => return Err(self.server_error("open directory", shown, e).await),
             }

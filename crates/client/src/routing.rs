@@ -1,7 +1,7 @@
 //! What a client knows about where entries are: the distributions of huge directories it
 //! has learnt, and what to do when a server says the entries are elsewhere.
 
-use plusfs_proto::{DistInfo, WireError};
+use plusfs_proto::{DistInfo, DistributionWait, WireError};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -10,17 +10,9 @@ use std::time::Duration;
 /// A million entries take a few seconds to move.
 pub(crate) const MAX_DISTRIBUTING_WAIT: Duration = Duration::from_secs(300);
 
-/// Waits while a directory is being distributed: short sleeps first, then at most 200 ms.
-/// Returns false once [`MAX_DISTRIBUTING_WAIT`] has passed.
-pub(crate) async fn wait_for_distribution(waited: &mut Duration, round: &mut u32) -> bool {
-    if *waited >= MAX_DISTRIBUTING_WAIT {
-        return false;
-    }
-    *round += 1;
-    let step = Duration::from_millis((1u64 << (*round).min(8)).min(200));
-    tokio::time::sleep(step).await;
-    *waited += step;
-    true
+/// A client's wait for a directory being distributed.
+pub(crate) fn distribution_wait() -> DistributionWait {
+    DistributionWait::new(MAX_DISTRIBUTING_WAIT)
 }
 
 /// Distributions this client has learnt, by directory path.

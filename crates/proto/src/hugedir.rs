@@ -160,3 +160,32 @@ mod tests {
         }
     }
 }
+
+/// Waiting for a directory that is being distributed (`Distributing`): short sleeps first,
+/// then at most 200 ms each, until `limit` has passed. Clients and servers that meet such a
+/// directory wait the same way.
+#[derive(Debug)]
+pub struct DistributionWait {
+    limit: std::time::Duration,
+    waited: std::time::Duration,
+    round: u32,
+}
+
+impl DistributionWait {
+    /// A wait that gives up after `limit`.
+    pub fn new(limit: std::time::Duration) -> DistributionWait {
+        DistributionWait { limit, waited: std::time::Duration::ZERO, round: 0 }
+    }
+
+    /// Sleeps once; false (without sleeping) once `limit` has passed.
+    pub async fn wait(&mut self) -> bool {
+        if self.waited >= self.limit {
+            return false;
+        }
+        self.round += 1;
+        let step = std::time::Duration::from_millis((1u64 << self.round.min(8)).min(200));
+        tokio::time::sleep(step).await;
+        self.waited += step;
+        true
+    }
+}

@@ -31,7 +31,7 @@ pub use errno::Errno;
 pub use error::WireError;
 pub use filedata::{Piece, MAX_FILE_SIZE, MAX_RECORD};
 pub use frame::{Frame, FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN, PROTOCOL_VERSION};
-pub use hugedir::{DistInfo, DistReport, DistState, Distribution, Threshold};
+pub use hugedir::{DistInfo, DistReport, DistState, Distribution, DistributionWait, Threshold};
 pub use ids::*;
 pub use message::*;
 pub use peer::*;

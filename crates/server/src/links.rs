@@ -18,7 +18,8 @@ use crate::engine::host::Via;
 use crate::engine::links::{inode_lock, Slot, Target};
 use crate::engine::locks::Scope;
 use crate::osd::Osd;
-use crate::twopc::{add_part, DistributionWait, Parts};
+use crate::twopc::{add_part, still_distributing, Parts, DISTRIBUTING_WAIT};
+use plusfs_proto::DistributionWait;
 use plusfs_proto::{Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId, SubOp, WireError};
 use std::sync::Arc;
 
@@ -117,7 +118,7 @@ impl Osd {
         self.host(sdir, via)?;
         // The new entry goes to the home of `ddir`, or where its distribution says.
         let mut at = (self.map.home_of_dir(ddir), None);
-        let mut waiting = DistributionWait::default();
+        let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
         while changes < 3 {
             changes += 1;
@@ -126,7 +127,9 @@ impl Osd {
                 Err(WireError { redirect: Some(info), .. })
                     if info.path == ddir && info.state == plusfs_proto::DistState::Distributing =>
                 {
-                    waiting.wait(ddir).await?;
+                    if !waiting.wait().await {
+                        return Err(still_distributing(ddir));
+                    }
                     changes -= 1;
                 }
                 Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {

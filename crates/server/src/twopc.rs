@@ -20,8 +20,8 @@ use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
-    Attr, CommitPayload, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response,
-    ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
+    Attr, CommitPayload, DirDump, DirObject, DistState, DistributionWait, Errno, FileKind, Ino, Inode, Replace, Reply,
+    Request, Response, ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
 };
 use plusfs_store::{Batch, LogKind};
 use rand::Rng;
@@ -94,26 +94,12 @@ fn swap_payloads(
     }
 }
 
-/// Waiting for a directory that is being distributed, as a client does: short sleeps first,
-/// at most 200 ms, EAGAIN after a minute.
-#[derive(Default)]
-pub(crate) struct DistributionWait {
-    waited: Duration,
-    round: u32,
-}
+/// How long a rename or link waits for its destination directory to be distributed.
+pub(crate) const DISTRIBUTING_WAIT: Duration = Duration::from_secs(60);
 
-impl DistributionWait {
-    /// Sleeps once; EAGAIN once the directory has been distributing for too long.
-    pub(crate) async fn wait(&mut self, dir: &str) -> OpResult<()> {
-        if self.waited >= Duration::from_secs(60) {
-            return Err(err(Errno::EAGAIN, format!("'{dir}' is still being distributed")));
-        }
-        self.round += 1;
-        let step = Duration::from_millis((1u64 << self.round.min(8)).min(200));
-        tokio::time::sleep(step).await;
-        self.waited += step;
-        Ok(())
-    }
+/// EAGAIN for a directory that stayed `Distributing` longer than [`DISTRIBUTING_WAIT`].
+pub(crate) fn still_distributing(dir: &str) -> WireError {
+    err(Errno::EAGAIN, format!("'{dir}' is still being distributed"))
 }
 
 impl Osd {
@@ -225,7 +211,7 @@ impl Osd {
                 at = DstAt { server: set[plusfs_proto::hugedir::slot_of(dname, set.len())], shard: Some(inc), ..at };
             }
         }
-        let mut waiting = DistributionWait::default();
+        let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
         while changes < 4 {
             changes += 1;
@@ -237,7 +223,9 @@ impl Osd {
                 Err(WireError { redirect: Some(info), .. })
                     if info.path == ddir && info.state == DistState::Distributing =>
                 {
-                    waiting.wait(ddir).await?;
+                    if !waiting.wait().await {
+                        return Err(still_distributing(ddir));
+                    }
                     changes -= 1;
                 }
                 Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {

@@ -11,7 +11,7 @@
 //! model of the namespace that the model tests (here and against real processes) check
 //! clusters against.
 //!
-//! ```ignore
+//! ```text
 //! let cluster = TestCluster::start(Options { servers: 4, seed: 7, ..Options::default() }).await?;
 //! let client = cluster.client();
 //! let fp = cluster.failpoint(2, "cx_after_result", FailAction::Crash);
@@ -44,19 +44,11 @@ pub struct Options {
     pub protocol: TxnProtocol,
     /// Cx commit timeout (short, so tests settle quickly).
     pub commit_timeout: Duration,
-    /// Settings applied to the cluster map after the above.
-    pub tweak_map: Option<fn(&mut ClusterMap)>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            servers: 4,
-            seed: 0,
-            protocol: TxnProtocol::default(),
-            commit_timeout: Duration::from_millis(20),
-            tweak_map: None,
-        }
+        Options { servers: 4, seed: 0, protocol: TxnProtocol::default(), commit_timeout: Duration::from_millis(20) }
     }
 }
 
@@ -107,7 +99,7 @@ impl TestCluster {
             commit_timeout_ms: opts.commit_timeout.as_millis() as u64,
             ..TxnSettings::default()
         };
-        let mut map = ClusterMap {
+        let map = ClusterMap {
             epoch: 1,
             sync: SyncMode::Os,
             hugedirs: Default::default(),
@@ -115,9 +107,6 @@ impl TestCluster {
             txn,
             servers,
         };
-        if let Some(tweak) = opts.tweak_map {
-            tweak(&mut map);
-        }
         let net = Arc::new(SimNet::new(opts.seed));
         let nodes = map
             .servers
@@ -179,11 +168,6 @@ impl TestCluster {
         let node = self.nodes.get(&id)?;
         let running = node.running.lock().expect("node lock");
         running.as_ref().and_then(|r| r.osd.upgrade())
-    }
-
-    /// True while server `id` runs.
-    pub fn is_up(&self, id: ServerId) -> bool {
-        self.nodes.get(&id).is_some_and(|n| n.running.lock().expect("node lock").is_some())
     }
 
     /// How many times server `id` crashed (by [`crash`](Self::crash) or a failpoint).
