@@ -81,6 +81,18 @@ pub struct FateCounts {
     pub refused_down: u64,
 }
 
+impl std::ops::AddAssign for FateCounts {
+    fn add_assign(&mut self, o: FateCounts) {
+        self.delivered += o.delivered;
+        self.dropped_requests += o.dropped_requests;
+        self.dropped_replies += o.dropped_replies;
+        self.duplicated += o.duplicated;
+        self.delayed += o.delayed;
+        self.partitioned += o.partitioned;
+        self.refused_down += o.refused_down;
+    }
+}
+
 /// What the fault layer decided for one message.
 struct Fate {
     drop_request: bool,

@@ -413,14 +413,7 @@ async fn seeded_fault_schedules() {
     for (seed, t) in tasks {
         match t.await.expect("schedule task") {
             Ok(o) => {
-                let f = o.fates;
-                totals.delivered += f.delivered;
-                totals.dropped_requests += f.dropped_requests;
-                totals.dropped_replies += f.dropped_replies;
-                totals.duplicated += f.duplicated;
-                totals.delayed += f.delayed;
-                totals.partitioned += f.partitioned;
-                totals.refused_down += f.refused_down;
+                totals += o.fates;
                 if let Some((before, after)) = o.failpoint_crash {
                     // Mid-workload: operations were acknowledged before the crash and issued after it.
                     if before > 0 && after > 0 {
