@@ -15,9 +15,16 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short, long)]
     foreground: bool,
+    /// Print the counters of the mount at MOUNTPOINT (FUSE requests per operation and the
+    /// server requests they sent) instead of mounting.
+    #[arg(long)]
+    stats: bool,
     /// Mount options: `allow_other`, `ttl=SECONDS` (attribute and name cache, default 1),
     /// `noreaddirplus` (list directories without attributes; `ls -l` then looks up each
-    /// entry).
+    /// entry), `noparallel_dirops` (one directory operation per directory at a time),
+    /// `writeback_cache` (the kernel caches writes; see docs/semantics.md),
+    /// `max_background=N` (requests in flight, default 64), `workers=N` (threads serving
+    /// requests, default 2).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -33,6 +40,14 @@ fn settings(options: &[String]) -> Result<MountSettings> {
         match o.split_once('=') {
             None if o == "allow_other" => s.allow_other = true,
             None if o == "noreaddirplus" => s.readdirplus = false,
+            None if o == "noparallel_dirops" => s.parallel_dirops = false,
+            None if o == "writeback_cache" => s.writeback_cache = true,
+            Some(("max_background", v)) => {
+                s.max_background = v.parse().ok().filter(|n| *n > 0).context("max_background must be 1 to 65535")?
+            }
+            Some(("workers", v)) => {
+                s.workers = v.parse().ok().filter(|n| (1..=64).contains(n)).context("workers must be 1 to 64")?
+            }
             Some(("ttl", v)) => {
                 let secs: f64 = v.parse().with_context(|| format!("ttl '{v}' is not a number of seconds"))?;
                 if !(0.0..=3600.0).contains(&secs) {
@@ -40,7 +55,10 @@ fn settings(options: &[String]) -> Result<MountSettings> {
                 }
                 s.ttl = Duration::from_secs_f64(secs);
             }
-            _ => bail!("unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus)"),
+            _ => bail!(
+                "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
+                 writeback_cache, max_background=N, workers=N)"
+            ),
         }
     }
     Ok(s)
@@ -55,7 +73,21 @@ fn mounted(mountpoint: &Path) -> bool {
         .any(|l| l.split(' ').nth(1) == Some(target.to_string_lossy().as_ref()) && l.contains("plusfs"))
 }
 
+/// `plusfs mount --stats MOUNTPOINT`: prints the mount's control file.
+fn print_stats(mountpoint: &Path) -> Result<ExitCode> {
+    if !mounted(mountpoint) {
+        bail!("{} is not a plusfs mount", mountpoint.display());
+    }
+    let file = mountpoint.join(plusfs_fuse::core::STATS_FILE);
+    let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
+    if a.stats {
+        return print_stats(&a.mountpoint);
+    }
     let s = settings(&a.options)?;
     if !a.mountpoint.is_dir() {
         bail!("mount point {} is not a directory", a.mountpoint.display());

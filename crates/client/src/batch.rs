@@ -68,7 +68,7 @@ impl Client {
         semantics: Semantics,
     ) -> Result<Vec<Outcome>, FsError> {
         let verb = batch_verb(op);
-        let dir = path::normalize(dir_raw).map_err(|e| FsError::new(verb, dir_raw, e.errno).with_detail(e.reason))?;
+        let dir = self.norm(verb, dir_raw)?;
         let mut out = vec![Outcome::NotPerformed; names.len()];
         let mut pending: Vec<usize> = (0..names.len()).collect();
         let mut waiting = crate::routing::distribution_wait();
@@ -219,7 +219,7 @@ impl Client {
         semantics: Semantics,
     ) -> Result<Vec<Result<i32, Errno>>, FsError> {
         let op = if flags.create { BatchOp::Create { exclusive: flags.exclusive } } else { BatchOp::Open };
-        let dir_n = path::normalize(dir).map_err(|e| FsError::new("open", dir, e.errno))?;
+        let dir_n = self.norm("open", dir)?;
         let out = self.batch(op, dir, names, mode, semantics).await?;
         Ok(out
             .into_iter()

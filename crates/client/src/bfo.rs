@@ -59,8 +59,8 @@ impl Client {
     fn group_by_dir<T>(&self, op: &'static str, paths: &[&str], out: &mut [Option<Result<T, FsError>>]) -> DirGroups {
         let mut groups = DirGroups::new();
         for (i, raw) in paths.iter().enumerate() {
-            match path::normalize(raw) {
-                Err(e) => out[i] = Some(Err(FsError::new(op, *raw, e.errno).with_detail(e.reason))),
+            match self.norm(op, raw) {
+                Err(e) => out[i] = Some(Err(e)),
                 Ok(p) => match path::split(&p) {
                     Some((d, n)) => groups.entry(d.to_string()).or_default().push((i, n.to_string())),
                     None => out[i] = Some(Err(FsError::new(op, *raw, Errno::EISDIR))),

@@ -17,7 +17,7 @@ const IN_FLIGHT: usize = 4;
 
 impl Client {
     fn file_target(&self, op: &'static str, raw: &str) -> Result<(String, String, String), FsError> {
-        let p = path::normalize(raw).map_err(|e| FsError::new(op, raw, e.errno).with_detail(e.reason))?;
+        let p = self.norm(op, raw)?;
         let (dir, name) = path::split(&p).ok_or_else(|| FsError::new(op, raw, Errno::EISDIR))?;
         Ok((p.clone(), dir.to_string(), name.to_string()))
     }
@@ -141,7 +141,7 @@ impl Client {
     /// `pread(2)` on a descriptor.
     pub async fn pread_fd(&self, fd: i32, offset: u64, len: usize) -> Result<Vec<u8>, FsError> {
         let h = self.handle("read", fd)?;
-        self.read(&h.path, offset, len).await
+        self.inner().read(&h.path, offset, len).await
     }
 
     /// `pwrite(2)` on a descriptor (at the end of the file for `O_APPEND`).
@@ -150,20 +150,20 @@ impl Client {
         if h.append {
             self.append(&h.path, data).await
         } else {
-            self.write(&h.path, offset, data).await
+            self.inner().write(&h.path, offset, data).await
         }
     }
 
     /// `ftruncate(2)`.
     pub async fn ftruncate_fd(&self, fd: i32, size: u64) -> Result<Attr, FsError> {
         let h = self.handle("truncate", fd)?;
-        self.truncate(&h.path, size).await
+        self.inner().truncate(&h.path, size).await
     }
 
     /// `fsync(2)`.
     pub async fn fsync_fd(&self, fd: i32) -> Result<(), FsError> {
         let h = self.handle("sync", fd)?;
-        self.fsync(&h.path).await
+        self.inner().fsync(&h.path).await
     }
 }
 
@@ -171,7 +171,7 @@ impl Client {
 impl Client {
     /// Runs an xattr operation on the entry, or on the directory's own object.
     async fn xattr(&self, op_name: &'static str, raw: &str, op: plusfs_proto::XattrOp) -> Result<Reply, FsError> {
-        let p = path::normalize(raw).map_err(|e| FsError::new(op_name, raw, e.errno).with_detail(e.reason))?;
+        let p = self.norm(op_name, raw)?;
         let dir_req = Request::DirXattr { path: p.clone(), op: op.clone() };
         let Some((dir, name)) = path::split(&p) else {
             return self.rpc(op_name, raw, self.home("/"), dir_req).await;

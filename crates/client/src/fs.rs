@@ -20,6 +20,8 @@ pub struct Client {
     pub(crate) fds: Arc<crate::fds::FdTable>,
     pub(crate) dist: Arc<crate::routing::DistCache>,
     pub(crate) cx: Arc<crate::opids::CxIds>,
+    /// Working directory relative paths resolve against (normalised).
+    cwd: Arc<str>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -35,7 +37,34 @@ impl Client {
 
     /// A client whose calls go through `pool` (an in-process test cluster's transport).
     pub fn with_pool(map: ClusterMap, opts: ClientOptions, pool: Arc<Pool>) -> Client {
-        Client { map: Arc::new(map), pool, opts, fds: Arc::default(), dist: Arc::default(), cx: Arc::default() }
+        Client {
+            map: Arc::new(map),
+            pool,
+            opts,
+            fds: Arc::default(),
+            dist: Arc::default(),
+            cx: Arc::default(),
+            cwd: Arc::from("/"),
+        }
+    }
+
+    /// The working directory relative paths resolve against (`/` at first).
+    pub fn cwd(&self) -> &str {
+        &self.cwd
+    }
+
+    /// `chdir(2)`: the same client with working directory `raw` (resolved against the
+    /// current one), which must be a directory. Trees deeper than `PATH_MAX` are walked
+    /// this way: each call's path is limited, not the tree's depth.
+    pub async fn chdir(&self, raw: &str) -> Result<Client, FsError> {
+        let p = self.norm("change directory to", raw)?;
+        let a = self.inner().lstat(&p).await.map_err(|e| FsError { op: "change directory to", ..e })?;
+        if a.kind != FileKind::Dir {
+            return Err(FsError::new("change directory to", raw, Errno::ENOTDIR));
+        }
+        let mut c = self.clone();
+        c.cwd = Arc::from(p);
+        Ok(c)
     }
 
     /// The same client (connections, caches, descriptors) recording `uid` and `gid` as the
@@ -45,6 +74,20 @@ impl Client {
         c.opts.uid = uid;
         c.opts.gid = gid;
         c
+    }
+
+    /// The same client allowing paths of up to `n` bytes in one call (see
+    /// [`ClientOptions::path_max`](crate::ClientOptions::path_max)).
+    pub fn with_path_max(&self, n: usize) -> Client {
+        let mut c = self.clone();
+        c.opts.path_max = n;
+        c
+    }
+
+    /// This client for calls with paths it built itself (already resolved and normalised),
+    /// which only the tree's limit applies to.
+    pub(crate) fn inner(&self) -> Client {
+        self.with_path_max(path::MAX_TREE_PATH_LEN)
     }
 
     /// The cluster map in use.
@@ -112,8 +155,11 @@ impl Client {
         }
     }
 
-    fn norm(&self, op: &'static str, raw: &str) -> Result<String, FsError> {
-        path::normalize(raw).map_err(|e| path_err(op, raw, e))
+    /// The absolute, normalised path of `raw` as given to call `op`: relative paths resolve
+    /// against the working directory; `raw` is limited to `path_max` bytes, the result to
+    /// the cluster's tree limit.
+    pub(crate) fn norm(&self, op: &'static str, raw: &str) -> Result<String, FsError> {
+        path::resolve(&self.cwd, raw, self.opts.path_max).map_err(|e| path_err(op, raw, e))
     }
 
     /// Normalises the target of a namespace change: `.`/`..` as last component is EINVAL,
@@ -166,17 +212,17 @@ impl Client {
     /// `mkdir -p`: creates missing ancestors; an existing directory is not an error.
     pub async fn mkdir_all(&self, raw: &str, mode: u32) -> Result<Attr, FsError> {
         let p = self.norm("create directory", raw)?;
-        match self.lstat(&p).await {
+        match self.inner().lstat(&p).await {
             Ok(a) if a.kind == FileKind::Dir => return Ok(a),
             Ok(_) => return Err(FsError::new("create directory", raw, Errno::EEXIST)),
             Err(e) if e.errno != Errno::ENOENT => return Err(e),
             Err(_) => {}
         }
         if let Some((parent, _)) = path::split(&p) {
-            Box::pin(self.mkdir_all(parent, mode)).await?;
+            Box::pin(self.inner().mkdir_all(parent, mode)).await?;
         }
-        match self.mkdir(&p, mode).await {
-            Err(e) if e.errno == Errno::EEXIST => self.lstat(&p).await,
+        match self.inner().mkdir(&p, mode).await {
+            Err(e) if e.errno == Errno::EEXIST => self.inner().lstat(&p).await,
             r => r,
         }
     }
@@ -252,7 +298,7 @@ impl Client {
     pub async fn open_fd(&self, raw: &str, flags: crate::types::OpenFlags, mode: u32) -> Result<i32, FsError> {
         let mut fh = if flags.create { self.create(raw, mode, flags.exclusive).await? } else { self.open(raw).await? };
         if flags.truncate && fh.attr.kind == FileKind::File && fh.attr.size > 0 {
-            fh.attr = self.truncate(&fh.path, 0).await?;
+            fh.attr = self.inner().truncate(&fh.path, 0).await?;
         }
         fh.append = flags.append;
         Ok(self.fds.insert(fh))
@@ -279,14 +325,15 @@ impl Client {
     pub async fn stat(&self, raw: &str) -> Result<Attr, FsError> {
         let mut p = self.norm("stat", raw)?;
         for _ in 0..40 {
-            let a = self.lstat(&p).await.map_err(|e| FsError { path: raw.to_string(), ..e })?;
+            let a = self.inner().lstat(&p).await.map_err(|e| FsError { path: raw.to_string(), ..e })?;
             if a.kind != FileKind::Symlink {
                 return Ok(a);
             }
-            let target = self.readlink(&p).await?;
+            let target = self.inner().readlink(&p).await?;
             let dir = path::split(&p).map(|(d, _)| d.to_string()).unwrap_or_else(|| "/".into());
             let joined = if target.starts_with('/') { target } else { format!("{dir}/{target}") };
-            p = self.norm("stat", &joined)?;
+            // Built here, not given: only the tree's limit applies.
+            p = path::resolve("/", &joined, path::MAX_TREE_PATH_LEN).map_err(|e| path_err("stat", raw, e))?;
         }
         Err(FsError::new("stat", raw, Errno::ELOOP))
     }
@@ -400,7 +447,7 @@ impl Client {
         let (src, src_parent, src_name) = self.target("move", src_raw, Errno::EBUSY)?;
         let (dst, _, _) = self.target("move", dst_raw, Errno::EBUSY)?;
         if src == dst {
-            self.lstat(&src).await.map_err(|e| FsError { op: "move", ..e })?;
+            self.inner().lstat(&src).await.map_err(|e| FsError { op: "move", ..e })?;
             return Ok(());
         }
         let req = Request::Rename { src, dst };
@@ -423,7 +470,7 @@ impl Client {
         let (dst, _, _) = self.target("link", dst_raw, Errno::EEXIST)?;
         let req = Request::Link { src, dst: dst.clone() };
         self.entry_rpc("link", src_raw, &src_parent, &src_name, req).await?;
-        self.lstat(&dst).await.map_err(|e| FsError { op: "link", ..e })
+        self.inner().lstat(&dst).await.map_err(|e| FsError { op: "link", ..e })
     }
 
     /// Changes attributes (`chmod`, `chown`, `utimens` in one call).

@@ -29,6 +29,6 @@ pub use error::FsError;
 pub use fds::FdTable;
 pub use file::IO_CHUNK;
 pub use fs::Client;
-pub use plusfs_rpc::{CallError, Connection, Counters, CountersSnapshot, Pool, Transport};
+pub use plusfs_rpc::{counting, CallError, Connection, Counters, CountersSnapshot, Pool, Transport};
 pub use routing::DistCache;
 pub use types::{ClientOptions, FileHandle, OpenFlags};

@@ -17,6 +17,10 @@ pub struct ClientOptions {
     pub readdir_page: u32,
     /// Most entries in one batch request; larger batches are cut (default 4096).
     pub max_batch: usize,
+    /// Longest path one call may be given, in bytes (default `PATH_MAX`, 4096). A FUSE
+    /// mount, whose kernel already limits what applications give, raises it to
+    /// [`plusfs_proto::path::MAX_TREE_PATH_LEN`].
+    pub path_max: usize,
 }
 
 impl Default for ClientOptions {
@@ -24,7 +28,15 @@ impl Default for ClientOptions {
         // SAFETY: geteuid/getegid have no preconditions and cannot fail.
         #[allow(unsafe_code)]
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        ClientOptions { conns_per_server: 1, retries: 3, uid, gid, readdir_page: 1024, max_batch: 4096 }
+        ClientOptions {
+            conns_per_server: 1,
+            retries: 3,
+            uid,
+            gid,
+            readdir_page: 1024,
+            max_batch: 4096,
+            path_max: plusfs_proto::path::MAX_PATH_LEN,
+        }
     }
 }
 

@@ -1,7 +1,11 @@
-//! The `fuser` adapter: each kernel callback turns its arguments into plain values, calls
-//! the [`MountCore`] and answers with the result. Nothing else happens here.
+//! The `fuser` adapter: each kernel callback turns its arguments into plain values, starts
+//! the [`MountCore`] operation as a task on the mount's runtime and returns at once; the
+//! task answers the kernel when the operation is done (fuser replies are `Send`). So no
+//! request waits for another one's server round trip, and the kernel may keep many in
+//! flight (`max_background`). Nothing else happens here.
 
-use crate::core::{Caller, DirItem, DirPlusItem, Errno, MountCore, RenameMode, XattrReply};
+use crate::core::STATS_INO;
+use crate::core::{Caller, DirItem, Errno, MountCore, RenameMode, XattrReply};
 use crate::MountSettings;
 use fuser::{
     AccessFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
@@ -11,14 +15,17 @@ use fuser::{
 use plusfs_client::Client;
 use plusfs_proto::{Attr, FileKind, SetAttr, TimeSet, Timespec};
 use std::ffi::OsStr;
+use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The filesystem the kernel talks to: a [`MountCore`] and the kernel's cache settings.
+/// The filesystem the kernel talks to: a [`MountCore`], the runtime its operations run
+/// on, and the kernel settings.
 pub struct PlusFs {
-    core: MountCore,
-    ttl: Duration,
-    readdirplus: bool,
+    core: Arc<MountCore>,
+    rt: tokio::runtime::Runtime,
+    settings: MountSettings,
 }
 
 fn time(t: Timespec) -> SystemTime {
@@ -105,10 +112,53 @@ fn xattr(r: Result<XattrReply, Errno>, reply: ReplyXattr) {
     }
 }
 
+fn data(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
+    match r {
+        Ok(d) => reply.data(&d),
+        Err(e) => reply.error(fuse_errno(e)),
+    }
+}
+
+fn attr(ttl: Duration, r: Result<Attr, Errno>, reply: ReplyAttr) {
+    match r {
+        Ok(a) => reply.attr(&ttl, &file_attr(&a)),
+        Err(e) => reply.error(fuse_errno(e)),
+    }
+}
+
+fn entry(ttl: Duration, r: Result<Attr, Errno>, reply: ReplyEntry) {
+    match r {
+        Ok(a) => reply.entry(&ttl, &file_attr(&a), Generation(0)),
+        Err(e) => reply.error(fuse_errno(e)),
+    }
+}
+
+/// The answer to a lookup: a missing name is cached by the kernel as a negative entry
+/// (inode 0) for the entry TTL, so a second miss needs no request.
+fn lookup_entry(ttl: Duration, r: Result<Attr, Errno>, reply: ReplyEntry) {
+    match r {
+        Err(Errno::ENOENT) if !ttl.is_zero() => {
+            let mut none = file_attr(&crate::core::stats_attr());
+            none.ino = INodeNo(0);
+            reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0))
+        }
+        r => entry(ttl, r, reply),
+    }
+}
+
 impl PlusFs {
-    /// An adapter over `client` (its own runtime runs the calls).
+    /// An adapter over `client`, with a runtime of its own for the operations.
     pub fn new(client: Client, settings: &MountSettings) -> std::io::Result<PlusFs> {
-        Ok(PlusFs { core: MountCore::new(client)?, ttl: settings.ttl, readdirplus: settings.readdirplus })
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(settings.workers.max(1))
+            .thread_name("plusfs-mount")
+            .enable_all()
+            .build()?;
+        let core = {
+            let _in_runtime = rt.enter();
+            Arc::new(MountCore::with_ttl(client, settings.ttl))
+        };
+        Ok(PlusFs { core, rt, settings: settings.clone() })
     }
 
     /// The core behind the adapter.
@@ -116,18 +166,30 @@ impl PlusFs {
         &self.core
     }
 
-    fn entry(&self, r: Result<Attr, Errno>, reply: ReplyEntry) {
-        match r {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(fuse_errno(e)),
-        }
+    fn ttl(&self) -> Duration {
+        self.settings.ttl
     }
 
-    fn attr(&self, r: Result<Attr, Errno>, reply: ReplyAttr) {
-        match r {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
-            Err(e) => reply.error(fuse_errno(e)),
-        }
+    /// Runs `call` on the mount's runtime, counted as FUSE operation `op`, and hands its
+    /// result to `answer` (which replies to the kernel). Returns at once.
+    fn spawn<T, Fut>(
+        &self,
+        op: &'static str,
+        call: impl FnOnce(Arc<MountCore>) -> Fut,
+        answer: impl FnOnce(Result<T, Errno>) + Send + 'static,
+    ) where
+        Fut: Future<Output = Result<T, Errno>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let core = self.core.clone();
+        let fut = call(core.clone());
+        self.rt.spawn(async move { answer(core.counted(op, fut).await) });
+    }
+
+    /// Counts a FUSE operation served without a server request.
+    fn local<T>(&self, op: &'static str, r: Result<T, Errno>) -> Result<T, Errno> {
+        self.core.count_local(op, r.is_ok());
+        r
     }
 }
 
@@ -140,18 +202,38 @@ impl Filesystem for PlusFs {
         if let Err(max) = config.set_max_readahead(1 << 20) {
             let _ = config.set_max_readahead(max);
         }
-        if self.readdirplus && config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS).is_err() {
-            tracing::warn!("the kernel does not offer readdirplus; listings come without attributes");
+        // Many requests in flight: they are served concurrently.
+        if let Err(max) = config.set_max_background(self.settings.max_background) {
+            let _ = config.set_max_background(max);
+        }
+        let congestion = self.settings.max_background.saturating_mul(3) / 4;
+        if let Err(max) = config.set_congestion_threshold(congestion) {
+            let _ = config.set_congestion_threshold(max);
+        }
+        let mut wanted = fuser::InitFlags::FUSE_ASYNC_READ;
+        if self.settings.parallel_dirops {
+            wanted |= fuser::InitFlags::FUSE_PARALLEL_DIROPS;
+        }
+        if self.settings.readdirplus {
+            wanted |= fuser::InitFlags::FUSE_DO_READDIRPLUS;
+        }
+        if self.settings.writeback_cache {
+            wanted |= fuser::InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if let Err(missing) = config.add_capabilities(wanted) {
+            tracing::warn!(?missing, "the kernel does not offer these FUSE capabilities; mounting without them");
+            let _ = config.add_capabilities(wanted - missing);
         }
         Ok(())
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr(self.core.getxattr(ino.0, name, size), reply)
+        let name = name.to_owned();
+        self.spawn("getxattr", move |c| async move { c.getxattr(ino.0, &name, size).await }, |r| xattr(r, reply));
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr(self.core.listxattr(ino.0, size), reply)
+        self.spawn("listxattr", move |c| async move { c.listxattr(ino.0, size).await }, |r| xattr(r, reply));
     }
 
     fn setxattr(
@@ -164,28 +246,38 @@ impl Filesystem for PlusFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        empty(self.core.setxattr(ino.0, name, value, flags), reply)
+        let (name, value) = (name.to_owned(), value.to_vec());
+        let call = move |c: Arc<MountCore>| async move { c.setxattr(ino.0, &name, &value, flags).await };
+        self.spawn("setxattr", call, |r| empty(r, reply));
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.core.removexattr(ino.0, name), reply)
+        let name = name.to_owned();
+        self.spawn("removexattr", move |c| async move { c.removexattr(ino.0, &name).await }, |r| empty(r, reply));
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.core.lookup(parent.0, name), reply)
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        self.spawn(
+            "lookup",
+            move |c| async move { c.lookup(parent.0, &name).await },
+            move |r| lookup_entry(ttl, r, reply),
+        );
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.core.forget(ino.0, nlookup);
+        self.core.count_local("forget", true);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.attr(self.core.getattr(ino.0), reply)
+        let ttl = self.ttl();
+        self.spawn("getattr", move |c| async move { c.getattr(ino.0).await }, move |r| attr(ttl, r, reply));
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -209,38 +301,47 @@ impl Filesystem for PlusFs {
             mtime: mtime.map(time_set),
             size,
         };
-        self.attr(self.core.setattr(ino.0, set), reply)
+        let (who, ttl) = (caller(req), self.ttl());
+        self.spawn("setattr", move |c| async move { c.setattr(who, ino.0, set).await }, move |r| attr(ttl, r, reply));
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.core.readlink(ino.0) {
-            Ok(t) => reply.data(t.as_bytes()),
-            Err(e) => reply.error(fuse_errno(e)),
-        }
+        let call = move |c: Arc<MountCore>| async move { c.readlink(ino.0).await.map(String::into_bytes) };
+        self.spawn("readlink", call, |r| data(r, reply));
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        self.entry(self.core.mknod(caller(req), parent.0, name, mode, umask, rdev), reply)
+        let (who, name, ttl) = (caller(req), name.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.mknod(who, parent.0, &name, mode, umask, rdev).await };
+        self.spawn("mknod", call, move |r| entry(ttl, r, reply));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.entry(self.core.mkdir(caller(req), parent.0, name, mode, umask), reply)
+        let (who, name, ttl) = (caller(req), name.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.mkdir(who, parent.0, &name, mode, umask).await };
+        self.spawn("mkdir", call, move |r| entry(ttl, r, reply));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.core.unlink(parent.0, name), reply)
+        let name = name.to_owned();
+        self.spawn("unlink", move |c| async move { c.unlink(parent.0, &name).await }, |r| empty(r, reply));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.core.rmdir(parent.0, name), reply)
+        let name = name.to_owned();
+        self.spawn("rmdir", move |c| async move { c.rmdir(parent.0, &name).await }, |r| empty(r, reply));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.entry(self.core.symlink(caller(req), parent.0, link_name, target), reply)
+        let (who, name, target, ttl) = (caller(req), link_name.to_owned(), target.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.symlink(who, parent.0, &name, &target).await };
+        self.spawn("symlink", call, move |r| entry(ttl, r, reply));
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.entry(self.core.link(ino.0, newparent.0, newname), reply)
+        let (name, ttl) = (newname.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.link(ino.0, newparent.0, &name).await };
+        self.spawn("link", call, move |r| entry(ttl, r, reply));
     }
 
     fn rename(
@@ -253,31 +354,37 @@ impl Filesystem for PlusFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        empty(self.core.rename(parent.0, name, newparent.0, newname, rename_mode(flags)), reply)
+        let (name, newname, mode) = (name.to_owned(), newname.to_owned(), rename_mode(flags));
+        let call = move |c: Arc<MountCore>| async move { c.rename(parent.0, &name, newparent.0, &newname, mode).await };
+        self.spawn("rename", call, |r| empty(r, reply));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.core.open(caller(req), ino.0, flags.0) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(fuse_errno(e)),
-        }
+        let who = caller(req);
+        let open_flags = if ino.0 == STATS_INO { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+        self.spawn(
+            "open",
+            move |c| async move { c.open(who, ino.0, flags.0).await },
+            move |r| match r {
+                Ok(fh) => reply.opened(FileHandle(fh), open_flags),
+                Err(e) => reply.error(fuse_errno(e)),
+            },
+        );
     }
 
     fn read(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.core.read(ino.0, offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(fuse_errno(e)),
-        }
+        let call = move |c: Arc<MountCore>| async move { c.read(ino.0, fh.0, offset, size).await };
+        self.spawn("read", call, |r| data(r, reply));
     }
 
     fn write(
@@ -292,72 +399,91 @@ impl Filesystem for PlusFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.core.write(ino.0, offset, data, flags.0) {
+        let data = data.to_vec();
+        let call = move |c: Arc<MountCore>| async move { c.write(ino.0, offset, &data, flags.0).await };
+        self.spawn("write", call, move |r| match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fuse_errno(e)),
-        }
+        });
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        empty(self.core.flush(ino.0), reply)
+        self.spawn("flush", move |c| async move { c.flush(ino.0).await }, |r| empty(r, reply));
     }
 
     fn release(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.core.release(ino.0), reply)
+        self.spawn("release", move |c| async move { c.release(ino.0, fh.0).await }, |r| empty(r, reply));
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        empty(self.core.fsync(ino.0), reply)
+        self.spawn("fsync", move |c| async move { c.fsync(ino.0).await }, |r| empty(r, reply));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.core.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(fuse_errno(e)),
-        }
+        self.spawn(
+            "opendir",
+            move |c| async move { c.opendir(ino.0).await },
+            |r| match r {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(fuse_errno(e)),
+            },
+        );
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let add = |i: DirItem<'_>| reply.add(INodeNo(i.ino), i.offset, file_type(i.kind), i.name);
-        match self.core.readdir(ino.0, fh.0, offset, add) {
+        match self.local("readdir", self.core.readdir(ino.0, fh.0, offset, add)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fuse_errno(e)),
         }
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let ttl = self.ttl;
-        let add =
-            |i: DirPlusItem<'_>| reply.add(INodeNo(i.ino), i.offset, i.name, &ttl, &file_attr(i.attr), Generation(0));
-        match self.core.readdirplus(ino.0, fh.0, offset, add) {
-            Ok(()) => reply.ok(),
+        let (ttl, core) = (self.ttl(), self.core.clone());
+        let call = move |c: Arc<MountCore>| async move { c.readdirplus_items(ino.0, fh.0, offset).await };
+        self.spawn("readdirplus", call, move |r| match r {
+            Ok(items) => {
+                for item in &items {
+                    let i = item.as_dir_plus();
+                    if reply.add(INodeNo(i.ino), i.offset, i.name, &ttl, &file_attr(i.attr), Generation(0)) {
+                        break;
+                    }
+                    core.handed_out(item);
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(fuse_errno(e)),
-        }
+        });
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.core.releasedir(fh.0);
+        self.core.count_local("releasedir", true);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.core.statfs() {
-            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
-            Err(e) => reply.error(fuse_errno(e)),
-        }
+        self.spawn(
+            "statfs",
+            |c| async move { c.statfs().await },
+            |r| match r {
+                Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
+                Err(e) => reply.error(fuse_errno(e)),
+            },
+        );
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        empty(self.core.access(ino.0), reply)
+        self.spawn("access", move |c| async move { c.access(ino.0).await }, |r| empty(r, reply));
     }
 
     fn create(
@@ -370,9 +496,11 @@ impl Filesystem for PlusFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.core.create(caller(req), parent.0, name, mode, umask, flags) {
-            Ok(a) => reply.created(&self.ttl, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::empty()),
+        let (who, name, ttl) = (caller(req), name.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.create(who, parent.0, &name, mode, umask, flags).await };
+        self.spawn("create", call, move |r| match r {
+            Ok(a) => reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(fuse_errno(e)),
-        }
+        });
     }
 }

@@ -28,11 +28,34 @@ pub struct MountSettings {
     /// and storing server), so `ls -l` needs no lookup per entry (default on;
     /// `-o noreaddirplus` turns it off).
     pub readdirplus: bool,
+    /// Let the kernel run lookups and creates in one directory in parallel
+    /// (`FUSE_PARALLEL_DIROPS`; default on, `-o noparallel_dirops` turns it off).
+    pub parallel_dirops: bool,
+    /// Let the kernel cache writes and send them in the background
+    /// (`FUSE_WRITEBACK_CACHE`, `-o writeback_cache`; default off, see
+    /// `docs/semantics.md`).
+    pub writeback_cache: bool,
+    /// Requests the kernel may have in flight at once (`max_background`, default 64).
+    pub max_background: u16,
+    /// Threads of the runtime the mount's operations run on (default 2).
+    pub workers: usize,
+    /// Threads reading requests from `/dev/fuse` (default 1: each request is handed to
+    /// the runtime at once).
+    pub readers: usize,
 }
 
 impl Default for MountSettings {
     fn default() -> Self {
-        MountSettings { ttl: Duration::from_secs(1), allow_other: false, readdirplus: true }
+        MountSettings {
+            ttl: Duration::from_secs(1),
+            allow_other: false,
+            readdirplus: true,
+            parallel_dirops: true,
+            writeback_cache: false,
+            max_background: 64,
+            workers: 2,
+            readers: 1,
+        }
     }
 }
 
@@ -44,7 +67,7 @@ pub fn config(settings: &MountSettings) -> Config {
         MountOption::Subtype("plusfs".into()),
         MountOption::DefaultPermissions,
     ];
-    c.n_threads = Some(4);
+    c.n_threads = Some(settings.readers.max(1));
     if settings.allow_other {
         c.acl = SessionACL::All;
     }

@@ -3,11 +3,19 @@
 //! Paths are absolute, `/`-separated UTF-8 strings. Clients normalise them lexically (`.`
 //! removed, `..` applied, repeated slashes collapsed) before sending; servers accept only
 //! normalised paths, so a directory's path hash is the same for every client.
+//!
+//! Two limits apply, as on a local file system: the path a caller *gives* one call is at
+//! most [`MAX_PATH_LEN`] (`PATH_MAX`), relative paths resolve against a working directory,
+//! and the tree itself may be deeper: an absolute path inside the cluster may reach
+//! [`MAX_TREE_PATH_LEN`].
 
 use crate::Errno;
 
-/// Longest accepted path in bytes (Linux `PATH_MAX`).
+/// Longest path a caller may give one call, in bytes (Linux `PATH_MAX`).
 pub const MAX_PATH_LEN: usize = 4096;
+/// Longest absolute path inside the cluster, in bytes: trees may be deeper than
+/// `PATH_MAX` and are walked with relative paths, as on ext4.
+pub const MAX_TREE_PATH_LEN: usize = 64 << 10;
 /// Longest accepted entry name in bytes (Linux `NAME_MAX`).
 pub const MAX_NAME_LEN: usize = 255;
 
@@ -44,22 +52,30 @@ pub fn check_name(name: &str) -> Result<(), PathError> {
 
 /// Normalises a user-supplied absolute path: collapses `//`, drops `.`, applies `..`
 /// lexically (`..` of `/` is `/`). Refuses relative and empty paths, NUL bytes, components
-/// over 255 bytes and paths over 4096 bytes.
+/// over 255 bytes and paths over [`MAX_PATH_LEN`] bytes.
 pub fn normalize(path: &str) -> Result<String, PathError> {
+    if !path.is_empty() && !path.starts_with('/') {
+        return Err(bad(Errno::EINVAL, "path is not absolute"));
+    }
+    resolve("/", path, MAX_PATH_LEN)
+}
+
+/// Resolves the path a caller gave (`path`, at most `given_limit` bytes) against the
+/// normalised working directory `cwd` when it is relative, and normalises the result as
+/// [`normalize`] does; the result may be up to [`MAX_TREE_PATH_LEN`] bytes.
+pub fn resolve(cwd: &str, path: &str, given_limit: usize) -> Result<String, PathError> {
     if path.is_empty() {
         return Err(bad(Errno::ENOENT, "empty path"));
     }
-    if path.len() > MAX_PATH_LEN {
-        return Err(bad(Errno::ENAMETOOLONG, "path longer than 4096 bytes"));
+    if path.len() > given_limit {
+        return Err(bad(Errno::ENAMETOOLONG, "path longer than PATH_MAX (4096 bytes)"));
     }
     if path.contains('\0') {
         return Err(bad(Errno::EINVAL, "path contains NUL"));
     }
-    if !path.starts_with('/') {
-        return Err(bad(Errno::EINVAL, "path is not absolute"));
-    }
     let mut parts: Vec<&str> = Vec::new();
-    for comp in path.split('/') {
+    let base = if path.starts_with('/') { "" } else { cwd };
+    for comp in base.split('/').chain(path.split('/')) {
         match comp {
             "" | "." => {}
             ".." => {
@@ -71,6 +87,10 @@ pub fn normalize(path: &str) -> Result<String, PathError> {
             c => parts.push(c),
         }
     }
+    let len = parts.iter().map(|p| p.len() + 1).sum::<usize>();
+    if len > MAX_TREE_PATH_LEN {
+        return Err(bad(Errno::ENAMETOOLONG, "path deeper than the cluster's limit (64 KiB)"));
+    }
     Ok(if parts.is_empty() { "/".to_string() } else { format!("/{}", parts.join("/")) })
 }
 
@@ -79,7 +99,7 @@ pub fn is_normalized(path: &str) -> bool {
     if path == "/" {
         return true;
     }
-    path.len() <= MAX_PATH_LEN
+    path.len() <= MAX_TREE_PATH_LEN
         && path.starts_with('/')
         && !path.ends_with('/')
         && path[1..].split('/').all(|c| check_name(c).is_ok())
@@ -89,7 +109,7 @@ pub fn is_normalized(path: &str) -> bool {
 pub fn check_wire_path(path: &str) -> Result<(), PathError> {
     if is_normalized(path) {
         Ok(())
-    } else if path.len() > MAX_PATH_LEN || path.split('/').any(|c| c.len() > MAX_NAME_LEN) {
+    } else if path.len() > MAX_TREE_PATH_LEN || path.split('/').any(|c| c.len() > MAX_NAME_LEN) {
         Err(bad(Errno::ENAMETOOLONG, "path or component too long"))
     } else {
         Err(bad(Errno::EINVAL, "path is not absolute and normalised"))
@@ -157,6 +177,21 @@ mod tests {
         assert_eq!(normalize(&long).unwrap_err().errno, Errno::ENAMETOOLONG);
         let deep = "/aaaaaaa".repeat(600);
         assert_eq!(normalize(&deep).unwrap_err().errno, Errno::ENAMETOOLONG);
+    }
+
+    #[test]
+    fn resolves_relative_paths_deeper_than_path_max() {
+        let cwd = "/aaaaaaa".repeat(600);
+        let p = resolve(&cwd, "b/../c", MAX_PATH_LEN).unwrap();
+        assert_eq!(p, format!("{cwd}/c"));
+        assert!(is_normalized(&p) && check_wire_path(&p).is_ok());
+        assert_eq!(resolve(&cwd, "/x/./y", MAX_PATH_LEN).unwrap(), "/x/y");
+        assert_eq!(resolve("/a", "..", MAX_PATH_LEN).unwrap(), "/");
+        let given = "x/".repeat(2100);
+        assert_eq!(resolve("/", &given, MAX_PATH_LEN).unwrap_err().errno, Errno::ENAMETOOLONG);
+        assert!(resolve("/", &given, MAX_TREE_PATH_LEN).is_ok());
+        let too_deep = "/abcdefg".repeat(8200);
+        assert_eq!(resolve(&too_deep, "x", MAX_PATH_LEN).unwrap_err().errno, Errno::ENAMETOOLONG);
     }
 
     #[test]

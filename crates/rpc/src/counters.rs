@@ -1,6 +1,30 @@
 //! Message and byte counters of one client or of a server's peer calls.
 
+use std::cell::Cell;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+tokio::task_local! {
+    /// Requests sent by the task running inside [`counting`].
+    static TASK_REQUESTS: Cell<u64>;
+}
+
+/// Runs `fut` and counts the requests it sends through any [`Pool`](crate::Pool) on its
+/// own task (tasks it spawns are not counted). Returns its output and that count: what a
+/// FUSE mount reports as server requests per file operation.
+pub async fn counting<F: Future>(fut: F) -> (F::Output, u64) {
+    TASK_REQUESTS
+        .scope(Cell::new(0), async move {
+            let out = fut.await;
+            (out, TASK_REQUESTS.with(Cell::get))
+        })
+        .await
+}
+
+/// Counts one request for the surrounding [`counting`] scope, if any.
+pub(crate) fn count_task_request() {
+    let _ = TASK_REQUESTS.try_with(|c| c.set(c.get() + 1));
+}
 
 /// Message and byte counters of one client (or of a server's peer connections).
 #[derive(Debug, Default)]

@@ -13,7 +13,7 @@ mod tcp;
 mod transport;
 
 pub use conn::{CallError, Connection};
-pub use counters::{Counters, CountersSnapshot};
+pub use counters::{counting, Counters, CountersSnapshot};
 pub use pool::Pool;
 pub use tcp::TcpTransport;
 pub use transport::Transport;

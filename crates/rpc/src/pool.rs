@@ -53,6 +53,7 @@ impl Pool {
     /// (with a short back-off); others report the failure, since they may have been applied.
     pub async fn call(&self, server: ServerId, req: &Request) -> Result<Response, CallError> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        crate::counters::count_task_request();
         let mut attempt = 0;
         loop {
             match self.transport.send(server, req).await {

@@ -1,26 +1,50 @@
 //! Directory handles: listings snapshotted at `opendir`, handed out by `readdir` and
 //! `readdirplus`.
 
-use super::listings::Listing;
+use super::listings::{Listing, PlusPage};
 use super::open_files::ORPHANS;
+use super::stats::STATS_FILE;
 use super::{DirItem, DirPlusItem, Errno, MountCore};
 use plusfs_proto::path::join;
-use plusfs_proto::{Attr, DirEntry, FileKind, Semantics};
+use plusfs_proto::{Attr, FileKind, Semantics};
+use std::sync::Arc;
 
-/// Most entries `readdirplus` stats in one batch.
+/// Most entries `readdirplus` stats in one batch (kept for the following calls).
 const PLUS_PAGE: usize = 1024;
+
+/// One entry `readdirplus` hands out, owned (see [`MountCore::readdirplus_items`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlusItem {
+    /// Inode number the entry is given under.
+    pub ino: u64,
+    /// Offset of the next entry.
+    pub offset: u64,
+    /// Entry name (`.` and `..` included).
+    pub name: String,
+    /// Its attributes.
+    pub attr: Attr,
+    /// Its path (`None` for `.` and `..`, which the kernel does not count as lookups).
+    path: Option<String>,
+}
+
+impl PlusItem {
+    /// The item as the kernel adapter hands it out.
+    pub fn as_dir_plus(&self) -> DirPlusItem<'_> {
+        DirPlusItem { ino: self.ino, offset: self.offset, name: &self.name, attr: &self.attr }
+    }
+}
 
 impl MountCore {
     /// `opendir`: snapshots the listing of `ino` and returns its handle. The directory
-    /// keeping open-unlinked files is not listed in `/`.
-    pub fn opendir(&self, ino: u64) -> Result<u64, Errno> {
+    /// keeping open-unlinked files and the control file's name are not listed in `/`.
+    pub async fn opendir(&self, ino: u64) -> Result<u64, Errno> {
         let dir = self.path(ino)?;
-        let mut entries = self.run(self.client().readdir(&dir))?;
+        let mut entries = self.run(self.client().readdir(&dir)).await?;
         if dir == "/" {
-            entries.retain(|e| e.name != ORPHANS[1..]);
+            entries.retain(|e| e.name != ORPHANS[1..] && e.name != STATS_FILE);
         }
         let fh = self.next_id();
-        self.listings.insert(fh, Listing { dir, entries });
+        self.listings.insert(fh, Listing { dir, entries: Arc::new(entries) });
         Ok(fh)
     }
 
@@ -55,57 +79,77 @@ impl MountCore {
         Ok(())
     }
 
-    /// `readdirplus`: as [`MountCore::readdir`], with attributes (one batch stat per
-    /// storing server for a page of entries). Each entry handed over counts as a lookup;
-    /// the one `add` refuses does not.
-    pub fn readdirplus(
+    /// `readdirplus`: as [`MountCore::readdir`], with attributes. Each entry `add` takes
+    /// counts as a lookup; the one it refuses (full) and those after it do not.
+    pub async fn readdirplus(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         mut add: impl FnMut(DirPlusItem<'_>) -> bool,
     ) -> Result<(), Errno> {
-        let Listing { dir, entries } = self.listing(fh)?;
-        let start = (offset as usize).saturating_sub(2);
-        let page: Vec<&DirEntry> = entries.iter().skip(start).take(PLUS_PAGE).collect();
-        let names: Vec<String> = page.iter().map(|e| e.name.clone()).collect();
-        let attrs = self.run(self.client().statv(&dir, &names, Semantics::PerformAll))?;
-        let dir_attr = self.run(self.client().lstat(&dir))?;
-        if !self.add_dots(ino, &dir, dir_attr, offset, &mut add) {
-            return Ok(());
-        }
-        for (k, (e, a)) in page.iter().zip(attrs).enumerate() {
-            let Ok(a) = a else { continue }; // removed since opendir
-                                             // The kernel counts a lookup for each entry it is given.
-            self.remember(&join(&dir, &e.name), &a);
-            let item = DirPlusItem { ino: a.ino, offset: (start + k) as u64 + 3, name: &e.name, attr: &a };
-            if add(item) {
-                self.forget(a.ino, 1);
+        for item in self.readdirplus_items(ino, fh, offset).await? {
+            if add(item.as_dir_plus()) {
                 break;
             }
+            self.handed_out(&item);
         }
         Ok(())
     }
 
-    /// Hands `.` and `..` (those at or after `offset`) to `add`; false when it is full.
-    fn add_dots(
-        &self,
-        ino: u64,
-        dir: &str,
-        dir_attr: Attr,
-        offset: u64,
-        add: &mut impl FnMut(DirPlusItem<'_>) -> bool,
-    ) -> bool {
-        if offset == 0 && add(DirPlusItem { ino, offset: 1, name: ".", attr: &dir_attr }) {
-            return false;
+    /// The entries of handle `fh` from `offset` on with their attributes: up to the end of
+    /// the page fetched for them (one batch stat per storing server for [`PLUS_PAGE`]
+    /// entries, kept for the calls that follow). Call [`MountCore::handed_out`] for each
+    /// item given to the kernel.
+    pub async fn readdirplus_items(&self, ino: u64, fh: u64, offset: u64) -> Result<Vec<PlusItem>, Errno> {
+        let listing = self.listing(fh)?;
+        let start = (offset as usize).saturating_sub(2);
+        let page = match self.listings.page(fh, start) {
+            Some(p) => p,
+            None => self.fetch_page(fh, &listing, start).await?,
+        };
+        let mut out = Vec::new();
+        let dot = |name: &str, ino, offset| PlusItem {
+            ino,
+            offset,
+            name: name.into(),
+            attr: page.dir_attr.clone(),
+            path: None,
+        };
+        if offset == 0 {
+            out.push(dot(".", ino, 1));
         }
         if offset <= 1 {
-            let mut parent = dir_attr;
-            parent.ino = self.inodes().parent_ino(dir);
-            if add(DirPlusItem { ino: parent.ino, offset: 2, name: "..", attr: &parent }) {
-                return false;
-            }
+            let mut parent = dot("..", self.inodes().parent_ino(&listing.dir), 2);
+            parent.attr.ino = parent.ino;
+            out.push(parent);
         }
-        true
+        for k in start..page.start + page.attrs.len() {
+            let Some(attr) = page.attrs[k - page.start].clone() else { continue }; // removed since opendir
+            let name = listing.entries[k].name.clone();
+            let path = Some(join(&listing.dir, &name));
+            out.push(PlusItem { ino: attr.ino, offset: k as u64 + 3, name, attr, path });
+        }
+        Ok(out)
+    }
+
+    /// Fetches the attributes of up to [`PLUS_PAGE`] entries of `listing` from `start`,
+    /// and the directory's own, at once.
+    async fn fetch_page(&self, fh: u64, listing: &Listing, start: usize) -> Result<PlusPage, Errno> {
+        let names: Vec<String> = listing.entries.iter().skip(start).take(PLUS_PAGE).map(|e| e.name.clone()).collect();
+        let client = self.client();
+        let (attrs, dir_attr) =
+            tokio::join!(client.statv(&listing.dir, &names, Semantics::PerformAll), client.lstat(&listing.dir));
+        let attrs = self.run(async { attrs }).await?.into_iter().map(Result::ok).collect();
+        let page = PlusPage { start, attrs: Arc::new(attrs), dir_attr: self.run(async { dir_attr }).await? };
+        self.listings.set_page(fh, page.clone());
+        Ok(page)
+    }
+
+    /// The kernel was given `item` (one more lookup of its inode).
+    pub fn handed_out(&self, item: &PlusItem) {
+        if let Some(path) = &item.path {
+            self.remember(path, &item.attr);
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Operations on names: lookup, creating and removing entries, links and renames.
 
 use super::open_files::ORPHANS;
+use super::stats::{stats_attr, STATS_FILE};
 use super::{errno, Caller, Errno, MountCore, RenameMode};
 use plusfs_proto::{Attr, FileKind};
 use std::ffi::OsStr;
@@ -20,9 +21,12 @@ fn node_kind(mode: u32) -> Result<FileKind, Errno> {
 
 impl MountCore {
     /// `lookup`: the attributes of `name` in `parent`, now known to the kernel.
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, Errno> {
+    pub async fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, Errno> {
+        if parent == 1 && name == STATS_FILE {
+            return Ok(stats_attr());
+        }
         let p = self.child(parent, name)?;
-        let a = self.run(self.client().lstat(&p))?;
+        let a = self.run(self.client().lstat(&p)).await?;
         self.remember(&p, &a);
         Ok(a)
     }
@@ -30,10 +34,11 @@ impl MountCore {
     /// `forget`: the kernel dropped `nlookup` lookups of `ino`.
     pub fn forget(&self, ino: u64, nlookup: u64) {
         self.inodes().forget(ino, nlookup);
+        self.attrs.forget(ino);
     }
 
     /// `mknod`: a regular file, FIFO, device or socket, owned by `caller`.
-    pub fn mknod(
+    pub async fn mknod(
         &self,
         caller: Caller,
         parent: u64,
@@ -44,61 +49,69 @@ impl MountCore {
     ) -> Result<Attr, Errno> {
         let path = self.child(parent, name)?;
         let kind = node_kind(mode)?;
-        let fh = self.run(self.as_caller(caller).mknod(&path, kind, mode & !umask & 0o7777, rdev))?;
+        let fh = self.run(self.as_caller(caller).mknod(&path, kind, mode & !umask & 0o7777, rdev)).await?;
+        self.attrs.stale(parent);
         self.remember(&path, &fh.attr);
         Ok(fh.attr)
     }
 
     /// `mkdir`, owned by `caller`.
-    pub fn mkdir(&self, caller: Caller, parent: u64, name: &OsStr, mode: u32, umask: u32) -> Result<Attr, Errno> {
+    pub async fn mkdir(&self, caller: Caller, parent: u64, name: &OsStr, mode: u32, umask: u32) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
-        let a = self.run(self.as_caller(caller).mkdir(&p, mode & !umask & 0o7777))?;
+        let a = self.run(self.as_caller(caller).mkdir(&p, mode & !umask & 0o7777)).await?;
+        self.attrs.stale(parent);
         self.remember(&p, &a);
         Ok(a)
     }
 
     /// `symlink`: `name` in `parent` pointing at `target`, owned by `caller`.
-    pub fn symlink(&self, caller: Caller, parent: u64, name: &OsStr, target: &Path) -> Result<Attr, Errno> {
+    pub async fn symlink(&self, caller: Caller, parent: u64, name: &OsStr, target: &Path) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?;
-        let a = self.run(self.as_caller(caller).symlink(target, &p))?;
+        let a = self.run(self.as_caller(caller).symlink(target, &p)).await?;
+        self.attrs.stale(parent);
         self.remember(&p, &a);
         Ok(a)
     }
 
     /// `link`: a new name `newname` in `newparent` for the file `ino`.
-    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr, Errno> {
+    pub async fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr, Errno> {
         let src = self.path(ino)?;
         let dst = self.child(newparent, newname)?;
-        self.flush_ino(ino)?;
-        let a = self.run(self.client().link(&src, &dst))?;
+        self.flush_ino(ino).await?;
+        let a = self.run(self.client().link(&src, &dst)).await?;
+        self.attrs.stale(newparent);
         self.remember(&dst, &a);
         Ok(a)
     }
 
     /// `unlink`: a file open through this mount is kept under [`ORPHANS`] until its last
     /// release.
-    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
+    pub async fn unlink(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
         let p = self.child(parent, name)?;
-        self.flush_within(&p)?;
-        if !self.keep_if_open(&p, true)? {
-            self.run(self.client().unlink(&p))?;
+        self.flush_within(&p).await?;
+        let ino = self.inodes().ino_of(&p);
+        if !self.keep_if_open(&p, true).await? {
+            self.run(self.client().unlink(&p)).await?;
             self.inodes().unlinked(&p);
         }
+        self.attrs.stale(parent);
+        ino.into_iter().for_each(|i| self.attrs.stale(i));
         Ok(())
     }
 
     /// `rmdir`.
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
+    pub async fn rmdir(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
         let p = self.child(parent, name)?;
-        self.run(self.client().rmdir(&p))?;
+        self.run(self.client().rmdir(&p)).await?;
         self.inodes().unlinked(&p);
+        self.attrs.stale(parent);
         Ok(())
     }
 
     /// `rename` (`renameat2` with `mode`): a file open through this mount that the rename
     /// replaces is kept under [`ORPHANS`] until its last release.
-    pub fn rename(
+    pub async fn rename(
         &self,
         parent: u64,
         name: &OsStr,
@@ -109,47 +122,61 @@ impl MountCore {
         let src = self.child(parent, name)?;
         let dst = self.child(newparent, newname)?;
         if mode == RenameMode::Exchange {
-            return self.exchange(&src, &dst);
+            self.attrs.stale(parent);
+            self.attrs.stale(newparent);
+            return self.exchange(&src, &dst).await;
         }
-        if mode == RenameMode::NoReplace && self.bridge.block_on(self.client().lstat(&dst)).is_ok() {
+        if mode == RenameMode::NoReplace && self.client().lstat(&dst).await.is_ok() {
             return Err(Errno::EEXIST);
         }
-        self.flush_within(&src)?;
-        self.flush_within(&dst)?;
+        self.flush_within(&src).await?;
+        self.flush_within(&dst).await?;
         if src != dst {
-            self.keep_if_open(&dst, false)?;
+            self.keep_if_open(&dst, false).await?;
         }
-        self.run(self.client().rename(&src, &dst))?;
+        let moved = {
+            let inodes = self.inodes();
+            [inodes.ino_of(&src), inodes.ino_of(&dst)]
+        };
+        self.run(self.client().rename(&src, &dst)).await?;
         self.inodes().renamed(&src, &dst);
+        for ino in [Some(parent), Some(newparent)].into_iter().chain(moved).flatten() {
+            self.attrs.stale(ino);
+        }
         Ok(())
     }
 
     /// `RENAME_EXCHANGE` of `a` and `b`.
-    fn exchange(&self, a: &str, b: &str) -> Result<(), Errno> {
-        self.flush_within(a)?;
-        self.flush_within(b)?;
-        self.run(self.client().exchange(a, b))?;
+    async fn exchange(&self, a: &str, b: &str) -> Result<(), Errno> {
+        self.flush_within(a).await?;
+        self.flush_within(b).await?;
+        let swapped = {
+            let inodes = self.inodes();
+            [inodes.ino_of(a), inodes.ino_of(b)]
+        };
+        self.run(self.client().exchange(a, b)).await?;
         self.inodes().exchanged(a, b);
+        swapped.into_iter().flatten().for_each(|i| self.attrs.stale(i));
         Ok(())
     }
 
     /// If the file at `path` is open through this mount, keeps it under a name in
     /// [`ORPHANS`] until its last close: moved there (`unlink`) or linked there (`rename`
     /// over it, which must stay atomic). Returns whether it was moved.
-    fn keep_if_open(&self, path: &str, move_it: bool) -> Result<bool, Errno> {
+    async fn keep_if_open(&self, path: &str, move_it: bool) -> Result<bool, Errno> {
         let ino = self.inodes().ino_of(path);
         let Some(ino) = ino.filter(|i| self.open_files().is_open(*i)) else {
             return Ok(false);
         };
-        match self.bridge.block_on(self.client().mkdir(ORPHANS, 0o700)) {
+        match self.client().mkdir(ORPHANS, 0o700).await {
             Err(e) if e.errno != Errno::EEXIST => return Err(errno(e)),
             _ => {}
         }
         let hidden = format!("{ORPHANS}/{ino}.{}.{}", std::process::id(), self.next_id());
         if move_it {
-            self.run(self.client().rename(path, &hidden))?;
+            self.run(self.client().rename(path, &hidden)).await?;
         } else {
-            match self.bridge.block_on(self.client().link(path, &hidden)) {
+            match self.client().link(path, &hidden).await {
                 Ok(_) => {}
                 // Not a file (a directory is never kept): replace it as usual.
                 Err(e) if e.errno == Errno::EPERM => return Ok(false),

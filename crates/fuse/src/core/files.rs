@@ -1,53 +1,136 @@
 //! Operations on files: attributes, open and create, reads, gathered writes, close.
 
+use super::attrs::{applied, deferrable, fixed, merged};
+use super::stats::{stats_attr, STATS_INO};
+use super::writes::gather;
 use super::{Caller, Errno, MountCore};
-use plusfs_proto::{Attr, FileKind, SetAttr};
+use plusfs_proto::{Attr, FileKind, SetAttr, Timespec};
 use std::ffi::OsStr;
 
 impl MountCore {
-    /// `getattr`, after sending the file's gathered writes.
-    pub fn getattr(&self, ino: u64) -> Result<Attr, Errno> {
-        self.flush_ino(ino)?;
+    /// `getattr`: the mount's own copy when it holds back changes of the file or learnt
+    /// it within the TTL (`attrs.rs`), else the servers' (after sending gathered writes).
+    pub async fn getattr(&self, ino: u64) -> Result<Attr, Errno> {
+        if ino == STATS_INO {
+            return Ok(stats_attr());
+        }
+        if let Some(a) = self.held_back_view(ino).await.or_else(|| self.attrs.fresh(ino)) {
+            return Ok(self.shown(a));
+        }
+        self.flush_ino(ino).await?;
         let p = self.path(ino)?;
-        Ok(self.shown(self.run(self.client().lstat(&p))?))
+        let a = self.run(self.client().lstat(&p)).await?;
+        self.attrs.learnt(&a);
+        Ok(self.shown(a))
     }
 
-    /// `setattr` (`chmod`, `chown`, `utimens`, `truncate`), after sending the file's
-    /// gathered writes.
-    pub fn setattr(&self, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
-        self.flush_ino(ino)?;
+    /// The attributes of `ino` as this mount shows them while it holds back changes: the
+    /// copy they apply to, grown by the gathered bytes. `None` when nothing is held back
+    /// or no copy is known.
+    async fn held_back_view(&self, ino: u64) -> Option<Attr> {
+        let slot = self.writes.slot(ino);
+        let held = slot.lock().await;
+        if held.is_empty() {
+            return None;
+        }
+        let mut a = self.attrs.any(ino)?;
+        if let Some(p) = &held.data {
+            a.size = a.size.max(p.offset + p.data.len() as u64);
+        }
+        Some(a)
+    }
+
+    /// `setattr` (`chmod`, `chown`, `utimens`, `truncate`) for `caller`. On a file open
+    /// here, a change the servers accept anyway is held back and sent with the file's next
+    /// flush (`attrs.rs`); anything else is sent now, after the gathered writes.
+    pub async fn setattr(&self, caller: Caller, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
+        if let Some(a) = self.hold_back(caller, ino, &set).await? {
+            return Ok(self.shown(a));
+        }
+        self.flush_ino(ino).await?;
         let path = self.path(ino)?;
-        self.run(self.client().setattr(&path, set))
+        let a = self.run(self.as_caller(caller).setattr(&path, set)).await?;
+        self.attrs.learnt(&a);
+        Ok(self.shown(a))
+    }
+
+    /// Holds `set` back if it may be (see [`deferrable`]); returns the attributes the
+    /// file shows with it, or `None` when it must be sent now.
+    async fn hold_back(&self, caller: Caller, ino: u64, set: &SetAttr) -> Result<Option<Attr>, Errno> {
+        if !self.open_files().is_open(ino) {
+            return Ok(None);
+        }
+        let Some(cur) = self.attrs.any(ino).filter(|a| deferrable(caller, a, set)) else {
+            return Ok(None);
+        };
+        let path = self.path(ino)?;
+        let slot = self.writes.slot(ino);
+        let mut held = slot.lock().await;
+        let now = Timespec::now();
+        let set = fixed(set.clone(), now);
+        let combined = match held.set.take() {
+            Some((c, earlier)) if c == caller => merged(earlier, set.clone()),
+            Some(_) => return Ok(None), // another caller's change is held: keep them apart
+            None => set.clone(),
+        };
+        held.set = Some((caller, combined));
+        held.set_path = path;
+        let after = applied(cur, &set, now);
+        self.attrs.learnt(&after);
+        let mut shown = after;
+        if let Some(p) = &held.data {
+            shown.size = shown.size.max(p.offset + p.data.len() as u64);
+        }
+        Ok(Some(shown))
     }
 
     /// `readlink`.
-    pub fn readlink(&self, ino: u64) -> Result<String, Errno> {
+    pub async fn readlink(&self, ino: u64) -> Result<String, Errno> {
         let p = self.path(ino)?;
-        self.run(self.client().readlink(&p))
+        self.run(self.client().readlink(&p)).await
     }
 
     /// `access`: permission bits are checked by the kernel (`default_permissions`), so
     /// this checks that the entry exists.
-    pub fn access(&self, ino: u64) -> Result<(), Errno> {
+    pub async fn access(&self, ino: u64) -> Result<(), Errno> {
         let p = self.path(ino)?;
-        self.run(self.client().lstat(&p)).map(drop)
+        self.run(self.client().lstat(&p)).await.map(drop)
     }
 
     /// `open` with the `open(2)` `flags`: `O_TRUNC` empties a regular file on behalf of
-    /// `caller`. No cached pages survive an open (close-to-open consistency).
-    pub fn open(&self, caller: Caller, ino: u64, flags: i32) -> Result<(), Errno> {
+    /// `caller`. No cached pages survive an open (close-to-open consistency). Returns the
+    /// file handle: 0, or a fresh one for the control file (to be read with direct I/O).
+    pub async fn open(&self, caller: Caller, ino: u64, flags: i32) -> Result<u64, Errno> {
+        if ino == STATS_INO {
+            return self.open_control(flags);
+        }
         let p = self.path(ino)?;
-        let a = self.run(self.client().lstat(&p))?;
-        if flags & libc::O_TRUNC != 0 && a.kind == FileKind::File && a.size > 0 {
-            self.run(self.as_caller(caller).truncate(&p, 0))?;
+        let a = match self.attrs.fresh(ino) {
+            Some(a) => a,
+            None => self.run(self.client().lstat(&p)).await?,
+        };
+        if flags & libc::O_TRUNC != 0 && a.kind == FileKind::File {
+            self.flush_ino(ino).await?;
+            let a = self.run(self.as_caller(caller).truncate(&p, 0)).await?;
+            self.attrs.learnt(&a);
         }
         self.open_files().opened(ino);
-        Ok(())
+        Ok(0)
+    }
+
+    /// Opens the control file (read only): its reader sees the counts of now.
+    fn open_control(&self, flags: i32) -> Result<u64, Errno> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            return Err(Errno::EACCES);
+        }
+        let fh = self.next_id();
+        self.stats.open(fh);
+        Ok(fh)
     }
 
     /// `create`: creates (or with `O_EXCL` in `flags`, only creates) and opens `name` in
     /// `parent` for `caller`, emptying an existing file for `O_TRUNC`.
-    pub fn create(
+    pub async fn create(
         &self,
         caller: Caller,
         parent: u64,
@@ -58,56 +141,73 @@ impl MountCore {
     ) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
         let c = self.as_caller(caller);
-        let fh = self.run(c.create(&p, mode & !umask & 0o7777, flags & libc::O_EXCL != 0))?;
+        let fh = self.run(c.create(&p, mode & !umask & 0o7777, flags & libc::O_EXCL != 0)).await?;
         let mut attr = fh.attr;
         if flags & libc::O_TRUNC != 0 && attr.size > 0 {
-            attr = self.run(c.truncate(&p, 0))?;
+            attr = self.run(c.truncate(&p, 0)).await?;
         }
+        self.attrs.stale(parent);
         self.remember(&p, &attr);
         self.open_files().opened(attr.ino);
         Ok(attr)
     }
 
-    /// `read`: up to `size` bytes at `offset`, after sending the file's gathered writes.
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
-        self.flush_ino(ino)?;
+    /// `read` through handle `fh`: up to `size` bytes at `offset`, after sending the
+    /// file's gathered writes.
+    pub async fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        if ino == STATS_INO {
+            return Ok(self.stats.read(fh, offset, size));
+        }
+        self.flush_ino(ino).await?;
         let p = self.path(ino)?;
-        self.run(self.client().read(&p, offset, size as usize))
+        self.run(self.client().read(&p, offset, size as usize)).await
     }
 
     /// `write` of `data` at `offset`; `flags` are the file's open flags (`O_APPEND`
     /// writes at the end, at once). Other writes are gathered. Returns the bytes taken.
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32, Errno> {
+    pub async fn write(&self, ino: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32, Errno> {
         let p = self.path(ino)?;
         if flags & libc::O_APPEND != 0 {
-            self.flush_ino(ino)?;
-            self.run(self.client().append(&p, data))?;
-        } else if let Some(earlier) = self.writes.gather(ino, &p, offset, data) {
-            self.run(self.client().write(&earlier.path, earlier.offset, &earlier.data))?;
+            self.flush_ino(ino).await?;
+            self.run(self.client().append(&p, data)).await?;
+            return Ok(data.len() as u32);
+        }
+        let slot = self.writes.slot(ino);
+        let mut pending = slot.lock().await;
+        if let Some(earlier) = gather(&mut pending.data, &p, offset, data) {
+            self.run(self.client().write(&earlier.path, earlier.offset, &earlier.data)).await?;
         }
         Ok(data.len() as u32)
     }
 
     /// `flush` (each `close`): gathered writes are stored before it returns.
-    pub fn flush(&self, ino: u64) -> Result<(), Errno> {
-        self.flush_ino(ino)
+    pub async fn flush(&self, ino: u64) -> Result<(), Errno> {
+        if ino == STATS_INO {
+            return Ok(());
+        }
+        self.flush_ino(ino).await
     }
 
     /// `fsync`: gathered writes are sent, and the file is durable when it returns.
-    pub fn fsync(&self, ino: u64) -> Result<(), Errno> {
-        self.flush_ino(ino)?;
+    pub async fn fsync(&self, ino: u64) -> Result<(), Errno> {
+        self.flush_ino(ino).await?;
         let p = self.path(ino)?;
-        self.run(self.client().fsync(&p))
+        self.run(self.client().fsync(&p)).await
     }
 
     /// `release` (the last close of one open): sends gathered writes and, after the last
     /// release of a file unlinked while open, removes its kept name. The error is the
     /// gathered writes'; a kept name that cannot be removed is only logged.
-    pub fn release(&self, ino: u64) -> Result<(), Errno> {
-        let flushed = self.flush_ino(ino);
+    pub async fn release(&self, ino: u64, fh: u64) -> Result<(), Errno> {
+        if ino == STATS_INO {
+            self.stats.release(fh);
+            return Ok(());
+        }
+        let flushed = self.flush_ino(ino).await;
         let orphan = self.open_files().released(ino);
+        self.writes.drop_idle(ino);
         if let Some(hidden) = orphan {
-            match self.bridge.block_on(self.client().unlink(&hidden)) {
+            match self.client().unlink(&hidden).await {
                 Ok(()) => self.inodes().unlinked(&hidden),
                 Err(e) => tracing::warn!(path = hidden, error = %e, "cannot remove a closed orphan"),
             }

@@ -3,59 +3,68 @@
 //! The kernel speaks inode numbers, plusfs speaks paths. [`MountCore`] keeps a table from
 //! inode number to the path it was last looked up under (plusfs inode numbers are
 //! cluster-unique and `/` is 1, as FUSE wants), updated by renames and dropped by
-//! `forget`. Every operation resolves its inode to a path and makes the matching call of
-//! the async client through a [`BlockingClient`], as the caller's uid/gid where the call
-//! creates something or truncates for `O_TRUNC`. Directory listings are snapshotted at
-//! `opendir`; `readdirplus` fills attributes with one batch stat per storing server.
-//! Permissions are the kernel's business (`default_permissions`).
+//! `forget`. Every operation is an `async fn`: it resolves its inode to a path and awaits
+//! the matching call of the async client, as the caller's uid/gid where the call creates
+//! something or truncates for `O_TRUNC`. The adapter runs each kernel request as a task of
+//! its own, so no request waits for another one's server round trip. Directory listings
+//! are snapshotted at `opendir`; `readdirplus` fills attributes with one batch stat per
+//! storing server. Permissions are the kernel's business (`default_permissions`).
 //!
 //! Sequential writes are gathered per file into buffers of up to [`WRITE_BUFFER`] bytes
 //! and sent when the buffer is full, when a write does not continue it, and before any
 //! call that must see the file as written (read, getattr, setattr, flush, fsync, release,
 //! rename, unlink, link): `close` returns only after the data is stored, so another client
 //! that opens the file afterwards sees it (close-to-open consistency). A failed deferred
-//! write is reported by the next of those calls, as NFS clients do.
+//! write is reported by the next of those calls, as NFS clients do. The writes of one file
+//! go through one async lock, so they reach the servers in the order they were taken.
 //!
 //! A file unlinked (or renamed over) while open through this mount is kept under
 //! [`ORPHANS`] until its last release (see `open_files.rs`).
 //!
 //! Every method takes plain values (inode numbers, names, a [`Caller`], open flags) and
 //! returns `Result<_, Errno>`: the errno the kernel adapter answers with. Methods that
-//! list call a sink per entry, which returns `true` when it is full.
+//! list call a sink per entry, which returns `true` when it is full. [`MountCore::counted`]
+//! wraps an operation to count it and the server requests it sent (`stats.rs`); the
+//! counts are read through the control file [`STATS_FILE`].
 
+mod attrs;
 mod dirs;
 mod entries;
 mod files;
 mod inodes;
 mod listings;
 mod open_files;
+mod stats;
 mod types;
 mod writes;
 mod xattrs;
 
+pub use dirs::PlusItem;
 pub use open_files::ORPHANS;
 pub use plusfs_proto::Errno;
+pub use stats::{render_stats, stats_attr, OpStats, STATS_FILE, STATS_INO};
 pub use types::{Caller, DirItem, DirPlusItem, FsStats, RenameMode, XattrReply};
 pub use writes::WRITE_BUFFER;
 
+use attrs::AttrCache;
 use inodes::Inodes;
 use listings::Listings;
 use open_files::OpenFiles;
-use plusfs_client::{BlockingClient, Client, FsError};
-use plusfs_proto::path::join;
+use plusfs_client::{Client, FsError};
+use plusfs_proto::path::{join, MAX_TREE_PATH_LEN};
 use plusfs_proto::Attr;
+use stats::Stats;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use writes::Writes;
 
-/// Worker threads of the runtime a mount's calls run on.
-const WORKERS: usize = 2;
-
 /// The state and operations of one mount (see the module documentation).
 pub struct MountCore {
-    bridge: BlockingClient,
+    client: Client,
+    stats: Stats,
+    attrs: AttrCache,
     inodes: Mutex<Inodes>,
     listings: Listings,
     writes: Writes,
@@ -82,16 +91,24 @@ fn errno(e: FsError) -> Errno {
     e.errno
 }
 
+/// Whether `name` in `parent` is the control file.
+fn is_control(parent: u64, name: &str) -> bool {
+    parent == 1 && name == STATS_FILE
+}
+
 impl MountCore {
-    /// A mount over `client` (of the mount's owner); calls run on a runtime of its own.
-    pub fn new(client: Client) -> std::io::Result<MountCore> {
-        Ok(MountCore::with_bridge(BlockingClient::from_client(client, WORKERS)?))
+    /// A mount over `client` (of the mount's owner). Paths inside the mount may be as long
+    /// as the cluster allows: the kernel limits what applications give it to `PATH_MAX`.
+    pub fn new(client: Client) -> MountCore {
+        MountCore::with_ttl(client, std::time::Duration::from_secs(1))
     }
 
-    /// A mount whose calls go through `bridge`.
-    pub fn with_bridge(bridge: BlockingClient) -> MountCore {
+    /// A mount that answers attributes it learnt itself for `ttl` (the kernel's TTL).
+    pub fn with_ttl(client: Client, ttl: std::time::Duration) -> MountCore {
         MountCore {
-            bridge,
+            client: client.with_path_max(MAX_TREE_PATH_LEN),
+            stats: Stats::default(),
+            attrs: AttrCache::new(ttl),
             inodes: Mutex::new(Inodes::new()),
             listings: Listings::default(),
             writes: Writes::default(),
@@ -102,7 +119,25 @@ impl MountCore {
 
     /// The client of the mount's owner.
     pub fn client(&self) -> &Client {
-        self.bridge.client()
+        &self.client
+    }
+
+    /// Runs operation `op` (`fut`), counting it, its errors and the server requests it
+    /// sent.
+    pub async fn counted<T>(&self, op: &'static str, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
+        let (r, requests) = plusfs_client::counting(fut).await;
+        self.stats.record(op, requests, r.is_ok());
+        r
+    }
+
+    /// Counts operation `op` served without server requests.
+    pub fn count_local(&self, op: &'static str, ok: bool) {
+        self.stats.record(op, 0, ok);
+    }
+
+    /// Per-operation counts since the mount started.
+    pub fn op_stats(&self) -> Vec<OpStats> {
+        self.stats.snapshot()
     }
 
     /// The path inode `ino` is known under, if the kernel knows it.
@@ -121,8 +156,8 @@ impl MountCore {
     }
 
     /// `statfs`. Capacity is not accounted yet: a large, mostly free device.
-    pub fn statfs(&self) -> Result<FsStats, Errno> {
-        let s = self.run(self.client().statfs())?;
+    pub async fn statfs(&self) -> Result<FsStats, Errno> {
+        let s = self.run(self.client().statfs()).await?;
         let files = s.entries + s.dir_objects;
         let (big, inodes) = (1 << 40, 1 << 32);
         Ok(FsStats {
@@ -150,20 +185,28 @@ impl MountCore {
         self.next_fh.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The path of a known inode (ENOENT for an unknown one).
+    /// The path of a known inode (ENOENT for an unknown one; EPERM for the control file,
+    /// which has none).
     fn path(&self, ino: u64) -> Result<String, Errno> {
+        if ino == STATS_INO {
+            return Err(Errno::EPERM);
+        }
         self.inodes().path(ino).ok_or(Errno::ENOENT)
     }
 
-    /// The path of `name` in directory `parent` (EINVAL for a name that is not UTF-8).
+    /// The path of `name` in directory `parent` (EINVAL for a name that is not UTF-8,
+    /// EPERM for the control file's name in `/`).
     fn child(&self, parent: u64, name: &OsStr) -> Result<String, Errno> {
         let name = name.to_str().ok_or(Errno::EINVAL)?;
+        if is_control(parent, name) {
+            return Err(Errno::EPERM);
+        }
         Ok(join(&self.path(parent)?, name))
     }
 
-    /// Runs a client call to completion.
-    fn run<T>(&self, f: impl Future<Output = Result<T, FsError>>) -> Result<T, Errno> {
-        self.bridge.block_on(f).map_err(errno)
+    /// Awaits a client call, its error as the errno an application sees.
+    async fn run<T>(&self, f: impl Future<Output = Result<T, FsError>>) -> Result<T, Errno> {
+        f.await.map_err(errno)
     }
 
     /// The client acting for `caller`.
@@ -174,19 +217,33 @@ impl MountCore {
     /// Records that the kernel now knows `a` under `path` (one more lookup).
     fn remember(&self, path: &str, a: &Attr) {
         self.inodes().remember(a.ino, path);
+        self.attrs.learnt(a);
     }
 
-    /// Sends the gathered writes of `ino`, if any.
-    fn flush_ino(&self, ino: u64) -> Result<(), Errno> {
-        match self.writes.take(ino) {
-            Some(p) => self.run(self.client().write(&p.path, p.offset, &p.data)).map(drop),
-            None => Ok(()),
+    /// Sends the gathered writes of `ino` and then its held-back attribute changes, if
+    /// any, and returns once they are stored (or with their error). Holds the file's write
+    /// lock meanwhile.
+    async fn flush_ino(&self, ino: u64) -> Result<(), Errno> {
+        let slot = self.writes.slot(ino);
+        let mut held = slot.lock().await;
+        if let Some(p) = held.data.take() {
+            let a = self.run(self.client().write(&p.path, p.offset, &p.data)).await?;
+            self.attrs.learnt(&a);
         }
+        if let Some((caller, set)) = held.set.take() {
+            let path = std::mem::take(&mut held.set_path);
+            let a = self.run(self.as_caller(caller).setattr(&path, set)).await?;
+            self.attrs.learnt(&a);
+        }
+        Ok(())
     }
 
     /// Sends the gathered writes of every file at or below `path` (rename, unlink).
-    fn flush_within(&self, path: &str) -> Result<(), Errno> {
-        self.writes.within(path).into_iter().try_for_each(|i| self.flush_ino(i))
+    async fn flush_within(&self, path: &str) -> Result<(), Errno> {
+        for ino in self.writes.within(path).await {
+            self.flush_ino(ino).await?;
+        }
+        Ok(())
     }
 
     /// Attributes as this mount shows them: an orphan's hidden name is not counted.

@@ -2,9 +2,11 @@
 //! [`WRITE_BUFFER`] bytes and sent as one request. This module only keeps the buffers;
 //! the core sends what it hands back.
 
+use super::Caller;
 use plusfs_proto::path::is_within;
+use plusfs_proto::SetAttr;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Largest gathered write.
 pub const WRITE_BUFFER: usize = 4 << 20;
@@ -20,40 +22,85 @@ pub(crate) struct Pending {
     pub data: Vec<u8>,
 }
 
+/// What a file holds back: gathered bytes, and attribute changes to send after them
+/// (`attrs.rs`), with the caller they are sent for.
+#[derive(Debug, Default)]
+pub(crate) struct Gathered {
+    pub data: Option<Pending>,
+    pub set: Option<(Caller, SetAttr)>,
+    /// The path the held-back changes were made under.
+    pub set_path: String,
+}
+
+impl Gathered {
+    /// Whether nothing is held back.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_none() && self.set.is_none()
+    }
+
+    /// Whether something held back belongs to a file at or below `path`.
+    fn within(&self, path: &str) -> bool {
+        self.data.as_ref().is_some_and(|p| is_within(&p.path, path))
+            || (self.set.is_some() && is_within(&self.set_path, path))
+    }
+}
+
+/// One file's held-back writes behind its write lock: whoever holds the lock may add to
+/// them or send them, so a file's writes reach the servers in order.
+pub(crate) type Slot = Arc<tokio::sync::Mutex<Gathered>>;
+
 /// The gathered writes of every file, by inode number.
 #[derive(Default)]
 pub(crate) struct Writes {
-    pending: Mutex<HashMap<u64, Pending>>,
+    slots: Mutex<HashMap<u64, Slot>>,
 }
 
 impl Writes {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
-        self.pending.lock().expect("pending writes")
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Slot>> {
+        self.slots.lock().expect("pending writes")
     }
 
-    /// Takes the gathered bytes of `ino` (to send them).
-    pub fn take(&self, ino: u64) -> Option<Pending> {
-        self.lock().remove(&ino)
+    /// The write slot of `ino` (made empty on first use).
+    pub fn slot(&self, ino: u64) -> Slot {
+        self.lock().entry(ino).or_default().clone()
+    }
+
+    /// Forgets the slot of `ino` if nothing is gathered in it and nobody holds it (after
+    /// the file's last release).
+    pub fn drop_idle(&self, ino: u64) {
+        let mut slots = self.lock();
+        let idle =
+            slots.get(&ino).is_some_and(|s| Arc::strong_count(s) == 1 && s.try_lock().is_ok_and(|g| g.is_empty()));
+        if idle {
+            slots.remove(&ino);
+        }
     }
 
     /// The files with gathered bytes at or below `path`.
-    pub fn within(&self, path: &str) -> Vec<u64> {
-        self.lock().iter().filter(|(_, p)| is_within(&p.path, path)).map(|(i, _)| *i).collect()
-    }
-
-    /// Gathers `data` written at `offset` of `ino` (known as `path`). Returns the bytes
-    /// it cannot be gathered with (to send now): a buffer it does not continue or that it
-    /// would make larger than [`WRITE_BUFFER`]; `data` then starts a new buffer.
-    pub fn gather(&self, ino: u64, path: &str, offset: u64, data: &[u8]) -> Option<Pending> {
-        let mut pending = self.lock();
-        if let Some(p) = pending.get_mut(&ino) {
-            if p.path == path && p.offset + p.data.len() as u64 == offset && p.data.len() + data.len() <= WRITE_BUFFER {
-                p.data.extend_from_slice(data);
-                return None;
+    pub async fn within(&self, path: &str) -> Vec<u64> {
+        let slots: Vec<(u64, Slot)> = self.lock().iter().map(|(i, s)| (*i, s.clone())).collect();
+        let mut out = Vec::new();
+        for (ino, slot) in slots {
+            if slot.lock().await.within(path) {
+                out.push(ino);
             }
         }
-        pending.insert(ino, Pending { path: path.to_string(), offset, data: data.to_vec() })
+        out
     }
+}
+
+/// Gathers `data` written at `offset` of a file known as `path` into its slot's bytes.
+/// Returns the bytes it cannot be gathered with (to send now): a buffer it does not
+/// continue or that it would make larger than [`WRITE_BUFFER`]; `data` then starts a new
+/// buffer.
+pub(crate) fn gather(pending: &mut Option<Pending>, path: &str, offset: u64, data: &[u8]) -> Option<Pending> {
+    if let Some(p) = pending {
+        if p.path == path && p.offset + p.data.len() as u64 == offset && p.data.len() + data.len() <= WRITE_BUFFER {
+            p.data.extend_from_slice(data);
+            return None;
+        }
+    }
+    pending.replace(Pending { path: path.to_string(), offset, data: data.to_vec() })
 }
 
 #[cfg(test)]
@@ -62,16 +109,26 @@ mod tests {
 
     #[test]
     fn sequential_writes_are_gathered_and_others_hand_back_the_buffer() {
-        let w = Writes::default();
-        assert_eq!(w.gather(5, "/a", 0, b"ab"), None);
-        assert_eq!(w.gather(5, "/a", 2, b"cd"), None);
-        let sent = w.gather(5, "/a", 10, b"x").expect("not a continuation");
+        let mut p = None;
+        assert_eq!(gather(&mut p, "/a", 0, b"ab"), None);
+        assert_eq!(gather(&mut p, "/a", 2, b"cd"), None);
+        let sent = gather(&mut p, "/a", 10, b"x").expect("not a continuation");
         assert_eq!(sent, Pending { path: "/a".into(), offset: 0, data: b"abcd".to_vec() });
-        assert_eq!(w.within("/"), vec![5]);
-        assert!(w.within("/b").is_empty());
         let full = vec![0; WRITE_BUFFER];
-        assert!(w.gather(5, "/a", 11, &full).is_some(), "a buffer never grows past WRITE_BUFFER");
-        assert_eq!(w.take(5).map(|p| p.data.len()), Some(WRITE_BUFFER));
-        assert_eq!(w.take(5), None);
+        assert!(gather(&mut p, "/a", 11, &full).is_some(), "a buffer never grows past WRITE_BUFFER");
+        assert_eq!(p.take().map(|p| p.data.len()), Some(WRITE_BUFFER));
+    }
+
+    #[tokio::test]
+    async fn slots_are_found_by_path_and_dropped_when_idle() {
+        let w = Writes::default();
+        w.slot(5).lock().await.data = Some(Pending { path: "/d/a".into(), offset: 0, data: b"x".to_vec() });
+        assert_eq!(w.within("/d").await, vec![5]);
+        assert!(w.within("/e").await.is_empty());
+        w.drop_idle(5);
+        assert!(w.lock().contains_key(&5), "a slot holding bytes stays");
+        w.slot(5).lock().await.data.take();
+        w.drop_idle(5);
+        assert!(!w.lock().contains_key(&5));
     }
 }
