@@ -334,3 +334,87 @@ fn open_files_outlive_their_names() {
     assert!(fs::read_dir(m.path()).unwrap().all(|e| e.unwrap().file_name() != ".plusfs-orphans"));
     cluster.assert_fsck_clean();
 }
+
+#[test]
+fn a_tree_deeper_than_path_max_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let m = Mount::new(&cluster);
+    let mnt = m.path().display().to_string();
+    // 50 levels of 100-byte names: 5,050 bytes below the mount, each call given a short
+    // relative path (the shell's cd), as on ext4.
+    let name = "d".repeat(100);
+    let script = format!(
+        "cd {mnt} && for i in $(seq 1 50); do mkdir {name} && cd {name} || exit 1; done && \
+         echo deep > f && ln -s f s && test \"$(cat s)\" = deep && mv f g && test \"$(cat g)\" = deep && \
+         ls -l > /dev/null && cd .. && test -d {name} && echo ok"
+    );
+    assert_eq!(sh(&script).trim(), "ok");
+    let mut c = cluster.client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for _ in 0..50 {
+        c = rt.block_on(c.chdir(&name)).unwrap();
+    }
+    assert!(c.cwd().len() > 5000);
+    assert_eq!(rt.block_on(c.read("g", 0, 10)).unwrap(), b"deep\n", "the library sees what the mount wrote");
+    sh(&format!("rm -rf {mnt}/{name}"));
+    assert_eq!(fs::read_dir(m.path()).unwrap().count(), 0);
+    cluster.assert_fsck_clean();
+}
+
+#[test]
+fn parallel_processes_in_one_directory() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let m = Mount::new(&cluster);
+    let dir = m.path().join("shared");
+    fs::create_dir(&dir).unwrap();
+    let d = dir.display();
+    // Four processes create, write, stat, rename and remove files in one directory at once.
+    let script = format!(
+        "for p in 1 2 3 4; do (for i in $(seq 1 150); do echo $p.$i > {d}/f$p.$i && \
+         test \"$(cat {d}/f$p.$i)\" = $p.$i && mv {d}/f$p.$i {d}/g$p.$i || exit 1; done; \
+         for i in $(seq 1 150 | grep -v 0$); do rm {d}/g$p.$i || exit 1; done) & done; \
+         fail=0; for j in 1 2 3 4; do wait -n || fail=1; done; exit $fail"
+    );
+    sh(&script);
+    let mut left: Vec<String> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    let mut expected: Vec<String> =
+        (1..=4).flat_map(|p| (10..=150).step_by(10).map(move |i| format!("g{p}.{i}"))).collect();
+    expected.sort();
+    assert_eq!(left, expected);
+    let (code, stats, err) = cluster.cli(&["mount", "--stats", m.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let create = stats.lines().find(|l| l.starts_with("create ")).expect("create counted");
+    let calls: u64 = create.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(calls, 600, "{stats}");
+    cluster.assert_fsck_clean();
+}
+
+#[test]
+fn another_mounts_changes_appear_within_the_ttl_even_after_a_miss() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let (a, b) = (Mount::new(&cluster), Mount::new(&cluster));
+    // A miss is cached (negative entry) for the TTL only.
+    assert!(!a.path().join("later").exists());
+    fs::write(b.path().join("later"), b"made by b").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(fs::read(a.path().join("later")).unwrap(), b"made by b");
+    // Attributes a learnt itself (its own write) give way to b's change after the TTL.
+    fs::write(a.path().join("own"), b"1").unwrap();
+    assert_eq!(fs::metadata(a.path().join("own")).unwrap().len(), 1);
+    fs::write(b.path().join("own"), b"22222").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(fs::metadata(a.path().join("own")).unwrap().len(), 5);
+    fs::remove_file(b.path().join("own")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(!a.path().join("own").exists());
+}

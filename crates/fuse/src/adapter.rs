@@ -210,7 +210,10 @@ impl Filesystem for PlusFs {
         if let Err(max) = config.set_congestion_threshold(congestion) {
             let _ = config.set_congestion_threshold(max);
         }
-        let mut wanted = fuser::InitFlags::FUSE_ASYNC_READ;
+        // Set-id bits are cleared by the mount (on write, chown), so the kernel neither
+        // probes `security.capability` before each write nor re-reads attributes before
+        // each chown.
+        let mut wanted = fuser::InitFlags::FUSE_ASYNC_READ | fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.settings.parallel_dirops {
             wanted |= fuser::InitFlags::FUSE_PARALLEL_DIROPS;
         }
@@ -394,13 +397,19 @@ impl Filesystem for PlusFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        let call = move |c: Arc<MountCore>| async move { c.write(ino.0, offset, &data, flags.0).await };
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let call = move |c: Arc<MountCore>| async move {
+            if kill {
+                c.kill_suidgid(ino.0).await?;
+            }
+            c.write(ino.0, offset, &data, flags.0).await
+        };
         self.spawn("write", call, move |r| match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fuse_errno(e)),

@@ -7,6 +7,16 @@ use super::{Caller, Errno, MountCore};
 use plusfs_proto::{Attr, FileKind, SetAttr, Timespec};
 use std::ffi::OsStr;
 
+/// `mode` without its set-user-id bit and, when group-executable, its set-group-id bit;
+/// `None` when neither is to be cleared.
+fn killed_suidgid(mode: u32) -> Option<u32> {
+    let mut kill = libc::S_ISUID;
+    if mode & libc::S_IXGRP != 0 {
+        kill |= libc::S_ISGID;
+    }
+    (mode & kill != 0).then_some(mode & !kill)
+}
+
 impl MountCore {
     /// `getattr`: the mount's own copy when it holds back changes of the file or learnt
     /// it within the TTL (`attrs.rs`), else the servers' (after sending gathered writes).
@@ -49,9 +59,43 @@ impl MountCore {
         }
         self.flush_ino(ino).await?;
         let path = self.path(ino)?;
+        let set = self.with_suidgid_killed(ino, &path, set).await?;
         let a = self.run(self.as_caller(caller).setattr(&path, set)).await?;
         self.attrs.learnt(&a);
         Ok(self.shown(a))
+    }
+
+    /// `chown` of a regular file clears its set-user-id bit, and its set-group-id bit
+    /// when it is group-executable, as on Linux (the kernel leaves this to the mount,
+    /// `FUSE_HANDLE_KILLPRIV_V2`): `set` with that mode change added when it applies.
+    async fn with_suidgid_killed(&self, ino: u64, path: &str, mut set: SetAttr) -> Result<SetAttr, Errno> {
+        if set.mode.is_some() || (set.uid.is_none() && set.gid.is_none()) {
+            return Ok(set);
+        }
+        let cur = match self.attrs.any(ino) {
+            Some(a) => a,
+            None => self.run(self.client().lstat(path)).await?,
+        };
+        if cur.kind == FileKind::File {
+            set.mode = killed_suidgid(cur.mode).map(|m| m & 0o7777);
+        }
+        Ok(set)
+    }
+
+    /// A `write` by a caller without `CAP_FSETID` (the kernel's `FUSE_WRITE_KILL_SUIDGID`)
+    /// clears the file's set-user-id and set-group-id bits first, as on Linux.
+    pub async fn kill_suidgid(&self, ino: u64) -> Result<(), Errno> {
+        let path = self.path(ino)?;
+        let cur = match self.attrs.any(ino) {
+            Some(a) => a,
+            None => self.run(self.client().lstat(&path)).await?,
+        };
+        let Some(mode) = killed_suidgid(cur.mode) else { return Ok(()) };
+        self.flush_ino(ino).await?;
+        let set = SetAttr { mode: Some(mode & 0o7777), ..Default::default() };
+        let a = self.run(self.client().setattr(&path, set)).await?;
+        self.attrs.learnt(&a);
+        Ok(())
     }
 
     /// Holds `set` back if it may be (see [`deferrable`]); returns the attributes the
