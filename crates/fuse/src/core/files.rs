@@ -213,13 +213,15 @@ impl MountCore {
         let p = self.path(ino)?;
         if flags & libc::O_APPEND != 0 {
             self.flush_ino(ino).await?;
-            self.run(self.client().append(&p, data)).await?;
+            let a = self.run(self.client().append(&p, data)).await?;
+            self.attrs.learnt(&a);
             return Ok(data.len() as u32);
         }
         let slot = self.writes.slot(ino);
         let mut pending = slot.lock().await;
         if let Some(earlier) = gather(&mut pending.data, &p, offset, data) {
-            self.run(self.client().write(&earlier.path, earlier.offset, &earlier.data)).await?;
+            let a = self.run(self.client().write(&earlier.path, earlier.offset, &earlier.data)).await?;
+            self.attrs.learnt(&a);
         }
         Ok(data.len() as u32)
     }
