@@ -37,7 +37,7 @@ use crate::engine::subops::Prepared;
 use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::{
-    CommitPayload, CxAnswer, CxRole, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId, WireError,
+    CommitPayload, Cred, CxAnswer, CxRole, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId, WireError,
 };
 use plusfs_store::{Batch, LogKind, StoreError};
 use record::{frame, unframe, Record};
@@ -116,7 +116,14 @@ impl Osd {
     // ----- execution phase ------------------------------------------------------------
 
     /// `CxExec`: executes one side of operation `id` and answers YES/NO with a hint.
-    pub(crate) async fn cx_exec(self: &Arc<Self>, id: OpId, role: CxRole, peer: ServerId, ops: Vec<SubOp>) -> Response {
+    pub(crate) async fn cx_exec(
+        self: &Arc<Self>,
+        id: OpId,
+        role: CxRole,
+        peer: ServerId,
+        mut ops: Vec<SubOp>,
+        c: &Cred,
+    ) -> Response {
         if peer == self.id {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
         }
@@ -133,11 +140,12 @@ impl Osd {
             // A resent request while the first is still executing: wait for its answer.
             return Ok(Reply::CxAnswer(self.wait_answer(id, None).await));
         }
+        self.fill_new_dirs(&mut ops, c).await?;
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
         {
             let mut st = self.cx.st();
             st.by_tx.insert(txid, id);
-            st.ops.insert(id, new_op(role, peer, txid, ops));
+            st.ops.insert(id, new_op(role, peer, txid, ops, c.clone()));
         }
         Ok(Reply::CxAnswer(self.execute(id).await))
     }
@@ -194,12 +202,12 @@ impl Osd {
 
     /// Runs the execution of known operation `id` (first time or after invalidation).
     async fn execute(self: &Arc<Self>, id: OpId) -> CxAnswer {
-        let Some((txid, ops)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone())) else {
+        let Some((txid, ops, cred)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone(), o.cred.clone())) else {
             return CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was dropped"))), hint: vec![] };
         };
         let estimate = 64 + postcard::to_allocvec(&ops).map(|v| v.len() as u64).unwrap_or(0) * 2;
         self.wait_for_log_space(estimate).await;
-        let checked = self.check_subops(txid, &ops, true, &mut Vec::new()).await;
+        let checked = self.check_subops(txid, &ops, true, &mut Vec::new(), &cred).await;
         let hint = self.cx.st().ops.get(&id).map(|o| o.hint.clone()).unwrap_or_default();
         let (guard, prepared) = match checked {
             Ok(x) => x,
@@ -299,12 +307,13 @@ impl Osd {
     }
 }
 
-fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>) -> Op {
+fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>, cred: Cred) -> Op {
     Op {
         role,
         peer,
         txid,
         ops,
+        cred,
         locks: Vec::new(),
         hint: Vec::new(),
         phase: Phase::Executing,

@@ -7,9 +7,11 @@ impl Osd {
     // ----- requests -------------------------------------------------------------------
 
     /// Serves the Cx requests.
-    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request) -> Response {
+    /// Serves the Cx requests (`c`: the caller of a `CxExec`, whose permissions its
+    /// execution checks).
+    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request, c: &Cred) -> Response {
         match req {
-            Request::CxExec { op, role, peer, ops } => self.cx_exec(op, role, peer, ops).await,
+            Request::CxExec { op, role, peer, ops } => self.cx_exec(op, role, peer, ops, c).await,
             Request::CxVote { coordinator, ops } => self.cx_vote(coordinator, ops).await,
             Request::CxDecide { commits, aborts } => self.cx_decide(&commits, &aborts).await,
             Request::CxUrge { participant, ops } => self.cx_urge(participant, ops),

@@ -21,7 +21,7 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
         Mkdir { path, .. }
         | Rmdir { path }
         | Create { path, .. }
-        | Open { path }
+        | Open { path, .. }
         | Stat { path }
         | DirStat { path }
         | Unlink { path }

@@ -1,0 +1,118 @@
+//! Directory permissions across servers: the ancestry of new directory objects made
+//! from a client's sub-operations (Cx, serial), and directory `chmod`/`chown`, which
+//! changes the ancestry of every directory below on every server (`SubOp::Reancestry`
+//! in one two-phase commit, so it is applied exactly once everywhere and survives
+//! crashes like any transaction).
+
+use crate::engine::attrs::apply_set;
+use crate::engine::errors::{check_dir_path, err, OpResult};
+use crate::engine::locks::Scope;
+use crate::engine::perm;
+use crate::osd::Osd;
+use crate::twopc::{add_part, Parts};
+use plusfs_proto::{
+    Ancestry, Cred, DirObject, DistState, Errno, FileKind, Reply, Replace, Request, Response, SetAttr, SubOp,
+};
+use plusfs_store::Batch;
+use std::sync::Arc;
+
+impl Osd {
+    /// Completes the sub-operations a client sent (Cx, serial) with what only servers
+    /// know: each new directory object (`CreateDir` without ancestry) gets its owner (the
+    /// caller's unless root), setgid inheritance and ancestry from its parent, read from
+    /// the parent's home; a new subdirectory entry records the caller as owner.
+    pub(crate) async fn fill_new_dirs(self: &Arc<Self>, ops: &mut [SubOp], c: &Cred) -> OpResult<()> {
+        for op in ops.iter_mut() {
+            match op {
+                SubOp::CreateDir { path, object } if object.ancestry.is_none() => {
+                    let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
+                    let (mode, gid, ancestry) = self.parent_perms(parent).await?;
+                    let asked = (object.uid, object.gid);
+                    (object.uid, object.gid, object.mode) = perm::new_owner(c, mode, gid, asked, object.mode, true);
+                    object.ancestry = ancestry.map(|a| a.with(object.search_perm()));
+                }
+                SubOp::InsertEntry { inode, replace: Replace::Never, .. }
+                    if inode.kind == FileKind::Dir && !c.is_root() =>
+                {
+                    inode.uid = c.uid;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Mode, group and ancestry of directory `dir`, from its home.
+    async fn parent_perms(self: &Arc<Self>, dir: &str) -> OpResult<(u32, u32, Option<Ancestry>)> {
+        let home = self.map.home_of_dir(dir);
+        match self.peer_call(home, Request::DirPerms { path: dir.into() }, &Cred::server()).await? {
+            Reply::DirPerms { mode, gid, ancestry, .. } => Ok((mode, gid, ancestry)),
+            other => Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// `DirSetAttr` on the directory's home: checked for `c`; a change of owner, group or
+    /// search bits (or of any of mode, owner, group of a distributed directory, whose
+    /// shards check writes) goes to every server as one transaction.
+    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
+        check_dir_path(p)?;
+        if set.size.is_some() {
+            return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
+        }
+        self.retrying(|| self.dir_set_attr_once(p, set, c)).await?;
+        Ok(Reply::Attr(self.dir_attr(p).await?))
+    }
+
+    async fn dir_set_attr_once(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
+        let g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+        let d = self.dir_object(p)?;
+        perm::check_search_above(c, &d, p)?;
+        let cur = perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true };
+        let set = perm::check_setattr(c, cur, set, p)?;
+        let mut n = d.clone();
+        apply_set(&set, &mut n.mode, &mut n.uid, &mut n.gid, &mut n.atime, &mut n.mtime, &mut n.ctime);
+        if !needs_everyone(&d, &n) {
+            let mut b = Batch::new();
+            b.put_dir(p, &n);
+            self.apply(b).await?;
+            return Ok(Reply::Done);
+        }
+        drop(g);
+        self.reancestry(p, &d, &n).await?;
+        if set.atime.is_some() || set.mtime.is_some() {
+            let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+            let mut now = self.dir_object(p)?;
+            (now.atime, now.mtime) = (n.atime, n.mtime);
+            let mut b = Batch::new();
+            b.put_dir(p, &now);
+            self.apply(b).await?;
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Runs `SubOp::Reancestry` for directory `p` going from `old` to `new` on every
+    /// server (the peers' trusted credential: the caller was checked here).
+    async fn reancestry(self: &Arc<Self>, p: &str, old: &DirObject, new: &DirObject) -> OpResult<()> {
+        let mut parts = Parts::new();
+        for s in &self.map.servers {
+            let op = SubOp::Reancestry {
+                root: p.to_string(),
+                old: old.search_perm(),
+                new: new.search_perm(),
+                mode: new.mode,
+                uid: new.uid,
+                gid: new.gid,
+            };
+            add_part(&mut parts, s.id, op);
+        }
+        self.run(parts, &Cred::server()).await
+    }
+}
+
+/// True when a directory's change from `d` to `n` must reach every server: what the
+/// ancestries below hold (owner, group, search bits), the owner its entry records, or
+/// anything the shards of a distributed directory check.
+fn needs_everyone(d: &DirObject, n: &DirObject) -> bool {
+    let attrs = (d.mode, d.uid, d.gid) != (n.mode, n.uid, n.gid);
+    d.search_perm() != n.search_perm() || d.uid != n.uid || (attrs && d.dist.state != DistState::Nondistributed)
+}
