@@ -222,7 +222,8 @@ mod tests {
         d.ancestry = Some(Ancestry::root(SearchPerm::of(0o755, 0, 0)).with(SearchPerm::of(0o700, 5, 5)));
         assert!(check_search(&user(5, 5, &[]), &d, "/a").is_ok());
         assert_eq!(check_search(&user(6, 6, &[]), &d, "/a").unwrap_err().errno, Errno::EACCES);
-        d.ancestry = d.ancestry.map(|a| a.without(SearchPerm::of(0o700, 5, 5)).with(d.search_perm()));
+        let own = d.search_perm();
+        d.ancestry = d.ancestry.map(|a| a.without(SearchPerm::of(0o700, 5, 5)).with(own));
         assert!(check_search_above(&user(6, 6, &[]), &d, "/a").is_ok());
         d.ancestry = None;
         assert!(check_search(&user(6, 6, &[]), &d, "/a").is_ok(), "no ancestry: no restriction");
