@@ -42,10 +42,15 @@ impl Osd {
         Ok(())
     }
 
-    /// Mode, group and ancestry of directory `dir`, from its home.
+    /// Mode, group and ancestry of directory `dir`, from its home (once pending
+    /// operations on it have ended, as for any read).
     async fn parent_perms(self: &Arc<Self>, dir: &str) -> OpResult<(u32, u32, Option<Ancestry>)> {
         let home = self.map.home_of_dir(dir);
-        match self.peer_call(home, Request::DirPerms { path: dir.into() }, &Cred::server()).await? {
+        let req = Request::DirPerms { path: dir.into() };
+        if home == self.id && self.locks.tx_count() > 0 {
+            self.locks.settle(&crate::cx::request_scopes(&req), true).await;
+        }
+        match self.peer_call(home, req, &Cred::server()).await? {
             Reply::DirPerms { mode, gid, ancestry, .. } => Ok((mode, gid, ancestry)),
             other => Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
         }

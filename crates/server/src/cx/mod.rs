@@ -127,6 +127,9 @@ impl Osd {
         if peer == self.id {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
         }
+        // Before looking the operation up: what follows up to its insertion must not wait,
+        // or a duplicated request would execute it twice.
+        self.fill_new_dirs(&mut ops, c).await?;
         if self.cx.st().ops.get(&id).is_some_and(|o| o.role != role) {
             return Err(err(Errno::EINVAL, format!("operation {id} already executes here in the other role")));
         }
@@ -140,7 +143,6 @@ impl Osd {
             // A resent request while the first is still executing: wait for its answer.
             return Ok(Reply::CxAnswer(self.wait_answer(id, None).await));
         }
-        self.fill_new_dirs(&mut ops, c).await?;
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
         {
             let mut st = self.cx.st();
