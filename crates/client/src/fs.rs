@@ -5,8 +5,8 @@ use crate::types::{ClientOptions, FileHandle};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, PathError};
 use plusfs_proto::{
-    Attr, Cred, DirEntry, Dirents, DistReport, Errno, FileKind, FsckData, Reply, Request, ServerId, ServerStatus, SetAttr,
-    Statfs, Threshold, TimeSet, WireError,
+    Attr, Cred, DirEntry, Dirents, DistReport, Errno, FileKind, FsckData, Reply, Request, ServerId, ServerStatus,
+    SetAttr, Statfs, Threshold, TimeSet, WireError,
 };
 use plusfs_rpc::{CountersSnapshot, Pool};
 use std::sync::Arc;
@@ -260,7 +260,8 @@ impl Client {
             let req = Request::DirStat { path: p.clone() };
             return Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home("/"), req).await?, raw)?));
         };
-        let (reply, server) = self.entry_rpc("open", raw, parent, name, Request::Open { path: p.clone(), access }).await?;
+        let (reply, server) =
+            self.entry_rpc("open", raw, parent, name, Request::Open { path: p.clone(), access }).await?;
         match reply {
             Reply::IsDir { .. } => {
                 let req = Request::DirStat { path: p.clone() };

@@ -107,10 +107,7 @@ impl Osd {
     fn may_batch(&self, dir: &str, via: Via, c: &Cred) -> bool {
         match self.host(dir, via) {
             Err(_) => true,
-            Ok(h) => {
-                c.is_root()
-                    || (perm::check_dir_write(c, &h.obj, dir).is_ok() && h.obj.mode & libc::S_ISVTX == 0)
-            }
+            Ok(h) => c.is_root() || (perm::check_dir_write(c, &h.obj, dir).is_ok() && h.obj.mode & libc::S_ISVTX == 0),
         }
     }
 

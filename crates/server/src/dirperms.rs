@@ -11,7 +11,7 @@ use crate::engine::perm;
 use crate::osd::Osd;
 use crate::twopc::{add_part, Parts};
 use plusfs_proto::{
-    Ancestry, Cred, DirObject, DistState, Errno, FileKind, Reply, Replace, Request, Response, SetAttr, SubOp,
+    Ancestry, Cred, DirObject, DistState, Errno, FileKind, Replace, Reply, Request, Response, SetAttr, SubOp,
 };
 use plusfs_store::Batch;
 use std::sync::Arc;

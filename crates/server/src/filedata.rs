@@ -21,8 +21,8 @@
 use crate::engine::encode;
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::host::Via;
-use crate::engine::records::RecordLoc;
 use crate::engine::perm;
+use crate::engine::records::RecordLoc;
 use crate::links::Found;
 use crate::osd::Osd;
 use futures::future::join_all;

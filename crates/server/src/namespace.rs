@@ -166,7 +166,14 @@ impl Osd {
         Ok(Reply::Done)
     }
 
-    pub(crate) fn readdir(self: &Arc<Self>, p: &str, after: Option<String>, limit: u32, via: Via, c: &Cred) -> Response {
+    pub(crate) fn readdir(
+        self: &Arc<Self>,
+        p: &str,
+        after: Option<String>,
+        limit: u32,
+        via: Via,
+        c: &Cred,
+    ) -> Response {
         check_dir_path(p)?;
         let d = self.host(p, via)?.obj;
         perm::check_search_above(c, &d, p)?;

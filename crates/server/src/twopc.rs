@@ -21,8 +21,8 @@ use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
-    Ancestry, Attr, CommitPayload, Cred, DirDump, DirObject, DistState, DistributionWait, Errno, FileKind, Ino, Inode, Replace, Reply,
-    Request, Response, ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
+    Ancestry, Attr, CommitPayload, Cred, DirDump, DirObject, DistState, DistributionWait, Errno, FileKind, Ino, Inode,
+    Replace, Reply, Request, Response, ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
 };
 use plusfs_store::{Batch, LogKind};
 use rand::Rng;

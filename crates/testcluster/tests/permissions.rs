@@ -37,7 +37,8 @@ async fn other_users_and_supplementary_groups() {
     let root = cluster.client();
     root.mkdir("/d", 0o755).await.unwrap();
     root.chown("/d", Some(1000), Some(1000)).await.unwrap();
-    let (owner, member, other) = (user(&root, 1000, 1000, &[]), user(&root, 2001, 2001, &[1000]), user(&root, 2000, 2000, &[]));
+    let (owner, member, other) =
+        (user(&root, 1000, 1000, &[]), user(&root, 2001, 2001, &[1000]), user(&root, 2000, 2000, &[]));
     owner.create("/d/f", 0o640, true).await.unwrap();
     let a = root.lstat("/d/f").await.unwrap();
     assert_eq!((a.uid, a.gid), (1000, 1000), "a non-root caller owns what it creates");

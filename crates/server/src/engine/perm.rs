@@ -183,7 +183,14 @@ pub(crate) fn kill_suid(mode: u32) -> u32 {
 /// for (`uid`, `gid`: the library's `as_owner`), others get their own; in a setgid
 /// directory the group is the directory's. Returns (uid, gid, mode): a new subdirectory
 /// of a setgid directory is setgid too.
-pub(crate) fn new_owner(cred: &Cred, d_mode: u32, d_gid: u32, asked: (u32, u32), mode: u32, dir: bool) -> (u32, u32, u32) {
+pub(crate) fn new_owner(
+    cred: &Cred,
+    d_mode: u32,
+    d_gid: u32,
+    asked: (u32, u32),
+    mode: u32,
+    dir: bool,
+) -> (u32, u32, u32) {
     let (uid, mut gid) = if cred.is_root() { asked } else { (cred.uid, cred.gid) };
     let mut mode = mode;
     if d_mode & libc::S_ISGID != 0 {

@@ -11,8 +11,8 @@ use super::Engine;
 use plusfs_proto::path::rebase;
 use plusfs_proto::WireError;
 use plusfs_proto::{
-    Ancestry, CommitPayload, Cred, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, ServerId, SubOp, Timespec,
-    TxId, MAY_WRITE, SearchPerm,
+    Ancestry, CommitPayload, Cred, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, SearchPerm,
+    ServerId, SubOp, Timespec, TxId, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use serde::{Deserialize, Serialize};
@@ -258,7 +258,8 @@ impl Engine {
             }
             SubOp::ShareInode { dir, shard, .. } => perm::check_search(c, &self.sub_host(dir, *shard)?.obj, dir),
             SubOp::ExportSubtree { root, new_root, .. } => {
-                let moved = plusfs_proto::path::split(root).map(|x| x.0) != plusfs_proto::path::split(new_root).map(|x| x.0);
+                let moved =
+                    plusfs_proto::path::split(root).map(|x| x.0) != plusfs_proto::path::split(new_root).map(|x| x.0);
                 match self.store.get_dir(root).map_err(eio)? {
                     // Linux: moving a directory to another parent rewrites its "..".
                     Some(d) if moved => perm::check(c, d.mode, d.uid, d.gid, MAY_WRITE, root),
