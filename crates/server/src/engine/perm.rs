@@ -104,12 +104,15 @@ pub(crate) fn check_setattr(cred: &Cred, cur: Owned, set: &SetAttr, path: &str) 
     let eperm = |what: &str| err(Errno::EPERM, format!("{what} of '{path}': operation not permitted"));
     let mut out = set.clone();
     if let Some(u) = set.uid {
-        if !cred.is_root() && !(cred.uid == cur.uid && u == cur.uid) {
+        // Root gives files away; an owner may only "change" the owner to itself.
+        let keeps = cred.uid == cur.uid && u == cur.uid;
+        if !(cred.is_root() || keeps) {
             return Err(eperm("chown"));
         }
     }
     if let Some(g) = set.gid {
-        if !cred.is_root() && !(cred.uid == cur.uid && (g == cur.gid || cred.in_group(g))) {
+        let member = cred.uid == cur.uid && (g == cur.gid || cred.in_group(g));
+        if !(cred.is_root() || member) {
             return Err(eperm("chgrp"));
         }
     }
