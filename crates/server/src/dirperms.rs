@@ -15,6 +15,10 @@ use plusfs_proto::{
 };
 use plusfs_store::Batch;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the server of a new directory's object waits for its parent's home.
+const PARENT_WAIT: Duration = Duration::from_secs(30);
 
 impl Osd {
     /// Completes the sub-operations a client sent (Cx, serial) with what only servers
@@ -50,9 +54,21 @@ impl Osd {
         if home == self.id && self.locks.tx_count() > 0 {
             self.locks.settle(&crate::cx::request_scopes(&req), true).await;
         }
-        match self.peer_call(home, req, &Cred::server()).await? {
-            Reply::DirPerms { mode, gid, ancestry, .. } => Ok((mode, gid, ancestry)),
-            other => Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+        // The parent's home is the operation's coordinator (Cx), which may be restarting:
+        // the operation cannot commit without it anyway, so wait for it a while.
+        let deadline = tokio::time::Instant::now() + PARENT_WAIT;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.peer_call(home, req.clone(), &Cred::server()).await {
+                Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok((mode, gid, ancestry)),
+                Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                Err(e) if e.errno == Errno::EIO && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(dir, cause = %e.message, "parent's home unreachable; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
