@@ -89,7 +89,8 @@ impl Client {
         self.two_server(OP, raw, parent, name, participant, |shard| SubOp::InsertEntry {
             dir: parent.into(),
             name: name.into(),
-            inode: Inode::subdir(ino),
+            // The owner, for the sticky-directory check of its parent's server.
+            inode: Inode { uid: self.opts.uid, ..Inode::subdir(ino) },
             replace: Replace::Never,
             shard,
         })
