@@ -1,6 +1,7 @@
 //! Messages between servers: the sub-operations of cross-server operations (two-phase
 //! commit, Cx, serial), their votes and commit payloads, Cx answers.
 
+use crate::attr::Attr;
 use crate::error::WireError;
 use crate::ids::{Ino, OpId, ServerId};
 use crate::record::{Ancestry, DirObject, Inode, SearchPerm};
@@ -106,4 +107,7 @@ pub enum CxRole {
 pub struct CxAnswer {
     pub error: Option<WireError>,
     pub hint: Vec<OpId>,
+    /// With a YES for a sub-operation list that creates a directory object: its attributes
+    /// as the server made them (owner, group and setgid inheritance are the server's).
+    pub made: Option<Attr>,
 }

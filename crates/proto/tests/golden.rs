@@ -268,7 +268,7 @@ fn responses() -> Vec<Response> {
         Ok(Reply::Data(vec![1, 2, 3])),
         Ok(Reply::Record(17)),
         Ok(Reply::Names(vec!["user.a".into()])),
-        Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()] })),
+        Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()], made: None })),
         Ok(Reply::CxVotes(vec![(opid(), Some(WireError::new(Errno::EEXIST, "'/a/b' exists")))])),
         Ok(Reply::CxOutcome { committed: false }),
         Ok(Reply::Undo(vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }])),

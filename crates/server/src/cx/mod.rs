@@ -155,19 +155,21 @@ impl Osd {
     /// The answer already given for `id`, if it is no longer executing.
     fn known_answer(&self, st: &State, id: &OpId) -> Option<CxAnswer> {
         if let Some((e, _)) = st.refused.get(id) {
-            return Some(CxAnswer { error: Some(e.clone()), hint: Vec::new() });
+            return Some(CxAnswer { error: Some(e.clone()), hint: Vec::new(), made: None });
         }
         if let Some((committed, _)) = st.ended.get(id) {
             return Some(match committed {
                 true => CxAnswer::default(),
-                false => {
-                    CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))), hint: Vec::new() }
-                }
+                false => CxAnswer {
+                    error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))),
+                    hint: Vec::new(),
+                    made: None,
+                },
             });
         }
         match st.ops.get(id) {
             Some(op) if matches!(op.phase, Phase::Yes | Phase::Committing) => {
-                Some(CxAnswer { error: None, hint: op.hint.clone() })
+                Some(CxAnswer { error: None, hint: op.hint.clone(), made: made(&op.ops) })
             }
             _ => None,
         }
@@ -187,14 +189,14 @@ impl Osd {
                 }
                 if !st.ops.contains_key(&id) {
                     let e = err(Errno::EBUSY, format!("operation {id} is unknown here"));
-                    return CxAnswer { error: Some(e), hint: Vec::new() };
+                    return CxAnswer { error: Some(e), hint: Vec::new(), made: None };
                 }
             }
             match deadline {
                 Some(d) => {
                     if tokio::time::timeout_at(d.into(), notified).await.is_err() {
                         let e = err(Errno::EBUSY, format!("operation {id} did not execute in time"));
-                        return CxAnswer { error: Some(e), hint: Vec::new() };
+                        return CxAnswer { error: Some(e), hint: Vec::new(), made: None };
                     }
                 }
                 None => notified.await,
@@ -205,7 +207,11 @@ impl Osd {
     /// Runs the execution of known operation `id` (first time or after invalidation).
     async fn execute(self: &Arc<Self>, id: OpId) -> CxAnswer {
         let Some((txid, ops, cred)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone(), o.cred.clone())) else {
-            return CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was dropped"))), hint: vec![] };
+            return CxAnswer {
+                error: Some(err(Errno::EBUSY, format!("operation {id} was dropped"))),
+                hint: vec![],
+                made: None,
+            };
         };
         let estimate = 64 + postcard::to_allocvec(&ops).map(|v| v.len() as u64).unwrap_or(0) * 2;
         self.wait_for_log_space(estimate).await;
@@ -222,6 +228,7 @@ impl Osd {
         let Some((role, peer)) = self.cx.st().ops.get(&id).map(|o| (o.role, o.peer)) else {
             return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was dropped")), hint);
         };
+        let made_attr = made(&ops);
         let rec = Record::Result { op: id, role, peer, ops, locks: prepared.locks.clone(), hint: hint.clone() };
         let bytes = frame(&rec);
         let mut b = Batch::new();
@@ -271,7 +278,7 @@ impl Osd {
             self.cx.kick.notify_one();
         }
         tracing::debug!(op = %id, ?role, ?hint, "Cx YES");
-        CxAnswer { error: None, hint }
+        CxAnswer { error: None, hint, made: made_attr }
     }
 
     /// Records a NO answer for `id` (nothing was logged or locked).
@@ -284,7 +291,7 @@ impl Osd {
         st.refused.insert(id, (e.clone(), Instant::now()));
         drop(st);
         self.cx.changed.notify_waiters();
-        CxAnswer { error: Some(e), hint }
+        CxAnswer { error: Some(e), hint, made: None }
     }
 
     /// Blocks while the log holds `more` bytes too many, committing what is pending.
@@ -307,6 +314,14 @@ impl Osd {
             notified.await;
         }
     }
+}
+
+/// The attributes of the directory object `ops` create, if any (for the client's answer).
+fn made(ops: &[SubOp]) -> Option<plusfs_proto::Attr> {
+    ops.iter().find_map(|o| match o {
+        SubOp::CreateDir { object, .. } => Some(plusfs_proto::Attr::of_dir(object)),
+        _ => None,
+    })
 }
 
 fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>, cred: Cred) -> Op {

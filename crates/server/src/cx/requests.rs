@@ -37,6 +37,7 @@ impl Osd {
                 self.known_answer(&st, id).unwrap_or_else(|| CxAnswer {
                     error: Some(err(Errno::EBUSY, format!("operation {id} never reached server"))),
                     hint: vec![],
+                    made: None,
                 })
             };
             (*id, self.final_vote(*id, answer.error))
