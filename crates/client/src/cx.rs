@@ -108,7 +108,7 @@ impl Client {
                 tracing::warn!(path = p, cause = %e, "cannot distribute a new directory yet");
             }
         }
-        // The server's word where it gave one (Cx); else what was asked (one server, serial).
+        // The server's word (Cx, serial, one server); what was asked if it gave none.
         Ok(made.unwrap_or(predicted))
     }
 
@@ -236,6 +236,7 @@ impl Client {
     async fn one_server(&self, coordinator: &Side, participant: &Side) -> Result<Ended, FsError> {
         let ops = coordinator.ops.iter().chain(&participant.ops).cloned().collect();
         match self.call(coordinator.server, &Request::SubExec { ops }).await? {
+            Ok(Reply::Undo { made, .. }) => Ok(Ended::Done(made)),
             Ok(_) => Ok(Ended::Done(None)),
             Err(e) => Ok(Ended::Failed(e)),
         }
@@ -243,13 +244,16 @@ impl Client {
 
     /// One serial attempt: participant, then coordinator, CLEAR on failure.
     async fn serial(&self, coordinator: &Side, participant: &Side) -> Result<Ended, FsError> {
-        let undo = match self.call(participant.server, &Request::SubExec { ops: participant.ops.clone() }).await? {
-            Ok(Reply::Undo(undo)) => undo,
+        let (undo, made) = match self
+            .call(participant.server, &Request::SubExec { ops: participant.ops.clone() })
+            .await?
+        {
+            Ok(Reply::Undo { ops, made }) => (ops, made),
             Ok(other) => return Err(FsError::new("reach", "participant", Errno::EIO).with_detail(format!("{other:?}"))),
             Err(e) => return Ok(Ended::Failed(e)),
         };
         match self.call(coordinator.server, &Request::SubExec { ops: coordinator.ops.clone() }).await? {
-            Ok(_) => Ok(Ended::Done(None)),
+            Ok(_) => Ok(Ended::Done(made)),
             Err(e) => {
                 // CLEAR: take the participant's part back.
                 match self.call(participant.server, &Request::SubExec { ops: undo }).await {

@@ -478,8 +478,12 @@ pub enum Reply {
     CxOutcome {
         committed: bool,
     },
-    /// Sub-operations that take back a `SubExec`.
-    Undo(Vec<SubOp>),
+    /// Sub-operations that take back a `SubExec`, and the attributes of the directory
+    /// object it made, if any (owner and setgid inheritance are the server's).
+    Undo {
+        ops: Vec<SubOp>,
+        made: Option<Attr>,
+    },
     /// Leased inode numbers `first .. first + count`.
     Inos {
         first: Ino,

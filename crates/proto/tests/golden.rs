@@ -271,7 +271,7 @@ fn responses() -> Vec<Response> {
         Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()], made: None })),
         Ok(Reply::CxVotes(vec![(opid(), Some(WireError::new(Errno::EEXIST, "'/a/b' exists")))])),
         Ok(Reply::CxOutcome { committed: false }),
-        Ok(Reply::Undo(vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }])),
+        Ok(Reply::Undo { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }], made: None }),
         Ok(Reply::Inos { first: 1 << 48, count: 256 }),
         Ok(Reply::DirPerms { mode: 0o2775, uid: 1, gid: 2, ancestry: dir_object().ancestry }),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),

@@ -21,7 +21,11 @@ impl Osd {
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
-        Ok(Reply::Undo(undo))
+        let made = ops.iter().find_map(|o| match o {
+            SubOp::CreateDir { object, .. } => Some(plusfs_proto::Attr::of_dir(object)),
+            _ => None,
+        });
+        Ok(Reply::Undo { ops: undo, made })
     }
 
     /// Sub-operations undoing `ops` (checked, not yet applied): the CLEAR of serial
