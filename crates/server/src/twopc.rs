@@ -207,6 +207,11 @@ impl Osd {
         let src_host = self.host(sdir, via)?;
         perm::check_search(c, &src_host.obj, sdir)?;
         let e = self.entry(&src_host.obj, src, sname)?;
+        if e.link_home.is_some() && src_host.obj.mode & libc::S_ISVTX != 0 && !c.is_root() {
+            // A hard link's owner is with its inode (the prepare checks other entries).
+            let owner = self.resolve(src, e.clone()).await?.uid;
+            perm::check_sticky(c, &src_host.obj, owner, src)?;
+        }
         if src == dst {
             return Ok(Reply::Done);
         }

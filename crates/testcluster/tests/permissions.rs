@@ -78,6 +78,14 @@ async fn sticky_directories() {
     u1.rename("/t/a", "/t/b").await.unwrap();
     u1.unlink("/t/b").await.unwrap();
     u1.rmdir("/t/da").await.unwrap();
+    // Hard links: the owner is the inode's.
+    u1.create("/t/h", 0o644, true).await.unwrap();
+    u1.link("/t/h", "/t/h2").await.unwrap();
+    assert_eq!(errno(u2.unlink("/t/h2").await), Errno::EPERM);
+    assert_eq!(errno(u2.rename("/t/h2", "/t/h3").await), Errno::EPERM);
+    u1.rename("/t/h2", "/t/h3").await.unwrap();
+    u1.unlink("/t/h3").await.unwrap();
+    u1.unlink("/t/h").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -246,15 +246,22 @@ impl Engine {
                 let d = self.sub_host(dir, *shard)?.obj;
                 perm::check_dir_write(c, &d, dir)?;
                 match self.store.get_entry(d.ino, name).map_err(eio)? {
-                    Some(e) => perm::check_sticky(c, &d, e.uid, &plusfs_proto::path::join(dir, name)),
-                    None => Ok(()),
+                    // A hard link's owner is with its inode: the operation's server checks it.
+                    Some(e) if e.link_home.is_none() => {
+                        perm::check_sticky(c, &d, e.uid, &plusfs_proto::path::join(dir, name))
+                    }
+                    _ => Ok(()),
                 }
             }
             SubOp::ExchangeEntry { dir, name, shard } => {
                 let d = self.sub_host(dir, *shard)?.obj;
                 perm::check_dir_write(c, &d, dir)?;
                 let p = plusfs_proto::path::join(dir, name);
-                perm::check_sticky(c, &d, self.entry(&d, &p, name)?.uid, &p)
+                match self.entry(&d, &p, name)? {
+                    e if e.link_home.is_none() => perm::check_sticky(c, &d, e.uid, &p),
+                    // A hard link: its owner is with its inode (not checked here).
+                    _ => Ok(()),
+                }
             }
             SubOp::ShareInode { dir, shard, .. } => perm::check_search(c, &self.sub_host(dir, *shard)?.obj, dir),
             SubOp::ExportSubtree { root, new_root, .. } => {
