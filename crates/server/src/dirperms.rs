@@ -92,7 +92,8 @@ impl Osd {
         let set = perm::check_setattr(c, cur, set, p)?;
         let mut n = d.clone();
         apply_set(&set, &mut n.mode, &mut n.uid, &mut n.gid, &mut n.atime, &mut n.mtime, &mut n.ctime);
-        if !needs_everyone(&d, &n) {
+        if !needs_everyone(&d, &n) || is_leaf_change(&d, &n) {
+            n.ancestry = n.ancestry.take().map(|a| a.replace(d.search_perm(), n.search_perm()));
             let mut b = Batch::new();
             b.put_dir(p, &n);
             self.apply(b).await?;
@@ -128,6 +129,13 @@ impl Osd {
         }
         self.run(parts, &Cred::server()).await
     }
+}
+
+/// True when only the directory's own object needs the change: no subdirectory (its
+/// entries' changes wait for this busy lock, so none is pending), not distributed, and the
+/// owner its entry records stays.
+fn is_leaf_change(d: &DirObject, n: &DirObject) -> bool {
+    d.subdirs == 0 && d.dist.state == DistState::Nondistributed && d.uid == n.uid
 }
 
 /// True when a directory's change from `d` to `n` must reach every server: what the

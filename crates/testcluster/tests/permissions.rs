@@ -5,7 +5,7 @@
 
 use plusfs_client::{fsck, Client, FsError};
 use plusfs_placement::TxnProtocol;
-use plusfs_proto::{Cred, Errno, TimeSet, Timespec, MAY_READ, MAY_WRITE};
+use plusfs_proto::{Cred, Errno, Threshold, TimeSet, Timespec, MAY_READ, MAY_WRITE};
 use plusfs_testcluster::{FailAction, Options, TestCluster};
 use std::time::Duration;
 
@@ -146,6 +146,16 @@ async fn owner_only_changes() {
     assert_eq!(errno(other.chmod("/o/d", 0o777).await), Errno::EPERM);
     assert_eq!(errno(other.utimens("/o/d", at, at).await), Errno::EPERM);
     owner.chmod("/o/d", 0o700).await.unwrap();
+    // A leaf directory's chmod changes only its own object, its ancestry included.
+    assert_eq!(errno(other.create("/o/d/x", 0o644, true).await), Errno::EACCES);
+    owner.chmod("/o/d", 0o777).await.unwrap();
+    other.create("/o/d/x", 0o644, true).await.unwrap();
+    let sub = elsewhere(&root, "/o/d", "s", &["/", "/o"]);
+    other.mkdir(&sub, 0o777).await.unwrap();
+    other.create(&format!("{sub}/y"), 0o644, true).await.unwrap();
+    owner.chmod("/o/d", 0o766).await.unwrap();
+    assert_eq!(errno(other.lstat(&format!("{sub}/y")).await), Errno::EACCES, "no search on /o/d any more");
+    owner.lstat(&format!("{sub}/y")).await.unwrap();
 }
 
 /// `/a` (0700, root) on one server, `/a/b` and the file below on others: a caller that may
@@ -198,6 +208,29 @@ async fn deep_search_2pc() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_search_serial() {
     deep_search_follows_top_chmod(TxnProtocol::Serial).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_directories_check_their_shards() {
+    let cluster = start(TxnProtocol::Cx).await;
+    let root = cluster.client();
+    root.mkdir_with("/h", 0o777, Threshold::Entries(0), 0).await.unwrap();
+    let (u1, u2) = (user(&root, 1, 1, &[]), user(&root, 2, 2, &[]));
+    for i in 0..16 {
+        u1.create(&format!("/h/f{i}"), 0o644, true).await.unwrap();
+    }
+    assert!(root.distribution("/h").await.unwrap().set.len() > 1, "spread over several servers");
+    root.chmod("/h", 0o755).await.unwrap();
+    for i in 0..16 {
+        assert_eq!(errno(u1.create(&format!("/h/g{i}"), 0o644, true).await), Errno::EACCES, "shard {i}");
+    }
+    assert_eq!(u2.readdir("/h").await.unwrap().len(), 16);
+    root.chmod("/h", 0o700).await.unwrap();
+    assert_eq!(errno(u2.readdir("/h").await), Errno::EACCES);
+    assert_eq!(errno(u2.lstat("/h/f3").await), Errno::EACCES);
+    root.chown("/h", Some(2), None).await.unwrap();
+    assert_eq!(u2.readdir("/h").await.unwrap().len(), 16);
+    u2.unlink("/h/f3").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
