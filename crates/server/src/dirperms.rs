@@ -17,23 +17,53 @@ use plusfs_store::Batch;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long the server of a new directory's object waits for its parent's home.
-const PARENT_WAIT: Duration = Duration::from_secs(30);
+/// How long the server of a new directory's object waits for its parent's home when it
+/// cannot do without (serial execution, commitment).
+pub(crate) const PARENT_WAIT: Duration = Duration::from_secs(30);
+/// How long a Cx participant waits for it before leaving the ancestry to the commitment.
+pub(crate) const CX_PARENT_WAIT: Duration = Duration::from_secs(1);
+
+/// A parent directory's mode, group and ancestry.
+type ParentPerms = (u32, u32, Option<Ancestry>);
+
+/// What a new directory takes from its parent: the group and setgid bit of a setgid
+/// parent, and the parent's ancestry with its own element.
+fn inherit(object: &mut DirObject, (mode, gid, ancestry): ParentPerms) {
+    if mode & libc::S_ISGID != 0 {
+        object.gid = gid;
+        object.mode |= libc::S_ISGID;
+    }
+    object.ancestry = ancestry.map(|a| a.with(object.search_perm()));
+}
 
 impl Osd {
     /// Completes the sub-operations a client sent (Cx, serial) with what only servers
     /// know: each new directory object (`CreateDir` without ancestry) gets its owner (the
-    /// caller's unless root), setgid inheritance and ancestry from its parent, read from
-    /// the parent's home; a new subdirectory entry records the caller as owner.
-    pub(crate) async fn fill_new_dirs(self: &Arc<Self>, ops: &mut [SubOp], c: &Cred) -> OpResult<()> {
+    /// caller's unless root), and setgid inheritance and ancestry from its parent, read
+    /// from the parent's home (waiting for it up to `wait`); a new subdirectory entry
+    /// records the caller as owner. With `defer`, a parent's home that does not answer
+    /// (under Cx it is the operation's coordinator, maybe restarting) leaves the object
+    /// without ancestry, for [`fill_at_commit`](Self::fill_at_commit).
+    pub(crate) async fn fill_new_dirs(
+        self: &Arc<Self>,
+        ops: &mut [SubOp],
+        c: &Cred,
+        wait: Duration,
+        defer: bool,
+    ) -> OpResult<()> {
         for op in ops.iter_mut() {
             match op {
                 SubOp::CreateDir { path, object } if object.ancestry.is_none() => {
-                    let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
-                    let (mode, gid, ancestry) = self.parent_perms(parent).await?;
                     let asked = (object.uid, object.gid);
-                    (object.uid, object.gid, object.mode) = perm::new_owner(c, mode, gid, asked, object.mode, true);
-                    object.ancestry = ancestry.map(|a| a.with(object.search_perm()));
+                    (object.uid, object.gid, object.mode) = perm::new_owner(c, 0, 0, asked, object.mode, true);
+                    let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
+                    match self.parent_perms(parent, wait).await {
+                        Ok(perms) => inherit(object, perms),
+                        Err(e) if defer && e.errno == Errno::EIO => {
+                            tracing::info!(path = %path, cause = %e.message, "ancestry filled at commit");
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 SubOp::InsertEntry { inode, replace: Replace::Never, .. }
                     if inode.kind == FileKind::Dir && !c.is_root() =>
@@ -46,17 +76,32 @@ impl Osd {
         Ok(())
     }
 
+    /// At the commitment of sub-operations executed with [`fill_new_dirs`]'s `defer`: the
+    /// new directory objects still without ancestry take their parent's (which the
+    /// coordinator, sending the decision, can answer). An object under a parent without
+    /// ancestry is asked about again, with the same answer.
+    pub(crate) async fn fill_at_commit(self: &Arc<Self>, ops: &mut [SubOp]) -> OpResult<()> {
+        for op in ops.iter_mut() {
+            if let SubOp::CreateDir { path, object } = op {
+                if object.ancestry.is_none() {
+                    let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
+                    inherit(object, self.parent_perms(parent, PARENT_WAIT).await?);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Mode, group and ancestry of directory `dir`, from its home (once pending
-    /// operations on it have ended, as for any read).
-    async fn parent_perms(self: &Arc<Self>, dir: &str) -> OpResult<(u32, u32, Option<Ancestry>)> {
+    /// operations on it have ended, as for any read), asking again for `wait` while the
+    /// home cannot be reached.
+    async fn parent_perms(self: &Arc<Self>, dir: &str, wait: Duration) -> OpResult<ParentPerms> {
         let home = self.map.home_of_dir(dir);
         let req = Request::DirPerms { path: dir.into() };
         if home == self.id && self.locks.tx_count() > 0 {
             self.locks.settle(&crate::cx::request_scopes(&req), true).await;
         }
-        // The parent's home is the operation's coordinator (Cx), which may be restarting:
-        // the operation cannot commit without it anyway, so wait for it a while.
-        let deadline = tokio::time::Instant::now() + PARENT_WAIT;
+        let deadline = tokio::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(50);
         loop {
             match self.peer_call(home, req.clone(), &Cred::server()).await {

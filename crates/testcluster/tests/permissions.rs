@@ -329,3 +329,59 @@ async fn chmod_aborted_by_a_participant_crash_changes_nothing() {
         _ => assert_eq!(errno(deep), Errno::EACCES, "aborted: {answer:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cx_mkdir_whose_coordinator_crashes_still_gets_its_ancestry() {
+    let cluster = start(TxnProtocol::Cx).await;
+    let root = cluster.client();
+    root.mkdir("/s", 0o2777).await.unwrap();
+    root.chown("/s", None, Some(500)).await.unwrap();
+    let n = elsewhere(&root, "/s", "n", &[]);
+    let coordinator = root.home("/s");
+    let u = user(&root, 7, 7, &[]);
+    // The coordinator dies after logging its Result: the participant may not reach it to
+    // read /s's ancestry, and then fills it in at commitment.
+    let _fp = cluster.failpoint(coordinator, "cx_after_result", FailAction::Crash);
+    let mkdir = {
+        let (u, n) = (u.clone(), n.clone());
+        tokio::spawn(async move { u.mkdir(&n, 0o755).await })
+    };
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while cluster.crashes(coordinator) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the coordinator crashed at the step");
+    cluster.disarm(coordinator, "cx_after_result");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.restart(coordinator).await.unwrap();
+    let _ = mkdir.await.unwrap();
+    assert!(cluster.settle(Duration::from_secs(20)).await, "the operation ends");
+    let a = root.stat(&n).await.expect("both Results were logged: the mkdir commits");
+    assert_eq!((a.uid, a.gid, a.mode & 0o7777), (7, 500, 0o2755));
+    u.create(&format!("{n}/f"), 0o644, true).await.unwrap();
+    root.chmod("/s", 0o2770).await.unwrap();
+    assert_eq!(errno(u.lstat(&format!("{n}/f")).await), Errno::EACCES, "the new object has /s in its ancestry");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cx_participant_cut_off_from_the_parent_fills_the_ancestry_at_commit() {
+    let cluster = start(TxnProtocol::Cx).await;
+    let root = cluster.client();
+    root.mkdir("/s", 0o2777).await.unwrap();
+    root.chown("/s", None, Some(500)).await.unwrap();
+    root.lstat("/s/none").await.unwrap_err();
+    let n = elsewhere(&root, "/s", "n", &[]);
+    let (coordinator, participant) = (root.home("/s"), root.home(&n));
+    cluster.net().partition(&[participant], &[coordinator]);
+    let u = user(&root, 7, 7, &[]);
+    u.mkdir(&n, 0o755).await.expect("both sides execute; commitment waits for the link");
+    cluster.net().heal();
+    assert!(cluster.settle(Duration::from_secs(20)).await, "the operation ends");
+    let a = root.stat(&n).await.unwrap();
+    assert_eq!((a.uid, a.gid, a.mode & 0o7777), (7, 500, 0o2755), "setgid inheritance at commitment");
+    u.create(&format!("{n}/f"), 0o644, true).await.unwrap();
+    root.chmod("/s", 0o2770).await.unwrap();
+    assert_eq!(errno(u.lstat(&format!("{n}/f")).await), Errno::EACCES, "the new object has /s in its ancestry");
+}

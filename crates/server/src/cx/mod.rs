@@ -128,8 +128,9 @@ impl Osd {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
         }
         // Before looking the operation up: what follows up to its insertion must not wait,
-        // or a duplicated request would execute it twice.
-        self.fill_new_dirs(&mut ops, c).await?;
+        // or a duplicated request would execute it twice. A parent's home that does not
+        // answer at once (the coordinator) leaves the new object's ancestry to commitment.
+        self.fill_new_dirs(&mut ops, c, crate::dirperms::CX_PARENT_WAIT, true).await?;
         if self.cx.st().ops.get(&id).is_some_and(|o| o.role != role) {
             return Err(err(Errno::EINVAL, format!("operation {id} already executes here in the other role")));
         }
