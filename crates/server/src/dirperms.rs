@@ -99,7 +99,7 @@ impl Osd {
         let home = self.map.home_of_dir(dir);
         let req = Request::DirPerms { path: dir.into() };
         if home == self.id && self.locks.tx_count() > 0 {
-            self.locks.settle(&crate::cx::request_scopes(&req), true).await;
+            self.locks.settle(&[(dir.to_string(), Scope::object_only())], true).await;
         }
         let deadline = tokio::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(50);

@@ -36,11 +36,9 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
         | Read { path, .. }
         | Xattr { path, .. }
         | DirXattr { path, .. } => of_path(path, &mut out),
-        // The directory object only, not its entries: the empty name, which no lock
-        // holds, meets only locks of the whole directory (its creation, removal, move,
-        // re-ancestry). A new subdirectory's server asks while the operation's other half
-        // may hold the new entry's lock in this directory.
-        DirPerms { path } => out.push((path.clone(), Scope::Name(String::new()))),
+        // The directory object only, not its entries: a new subdirectory's server asks
+        // while the operation's other half may hold the new entry's lock here.
+        DirPerms { path } => out.push((path.clone(), Scope::object_only())),
         Fsync { path } if !path.is_empty() => of_path(path, &mut out),
         Rename { src, dst } | Link { src, dst } => {
             of_path(src, &mut out);
