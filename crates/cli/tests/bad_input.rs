@@ -5,7 +5,7 @@ mod common;
 
 use bytes::BytesMut;
 use common::TestCluster;
-use plusfs_proto::{decode_response, encode_request, Errno, Frame, Request, MAX_FRAME_LEN};
+use plusfs_proto::{decode_response, encode_request, Cred, Errno, Frame, Request, MAX_FRAME_LEN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -139,7 +139,7 @@ fn read_to_close(mut s: TcpStream) -> Vec<u8> {
 fn assert_still_serving(cluster: &TestCluster) {
     let mut s = raw(cluster);
     let mut buf = BytesMut::new();
-    encode_request(1, &Request::Ping, &mut buf).unwrap();
+    encode_request(1, &Cred::server(), &Request::Ping, &mut buf).unwrap();
     s.write_all(&buf).unwrap();
     let mut reply = vec![0u8; 64];
     let n = s.read(&mut reply).unwrap();
@@ -163,7 +163,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
 
     // A truncated frame, then EOF.
     let mut buf = BytesMut::new();
-    encode_request(1, &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
+    encode_request(1, &Cred::server(), &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
     let mut s = raw(&cluster);
     s.write_all(&buf[..buf.len() - 2]).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
@@ -171,7 +171,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
 
     // A valid header with a garbage body: an EPROTO reply, then close.
     let mut buf = BytesMut::new();
-    encode_request(7, &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
+    encode_request(7, &Cred::server(), &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
     let n = buf.len();
     buf[n - 3..].copy_from_slice(&[0xff, 0xff, 0xff]);
     let mut s = raw(&cluster);
@@ -185,6 +185,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
     let mut buf = BytesMut::new();
     encode_request(
         8,
+        &Cred::server(),
         &Request::Mkdir {
             path: "/a/../b".into(),
             mode: 0o755,
@@ -209,7 +210,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
 fn wrong_protocol_version_gets_a_clear_error() {
     let cluster = TestCluster::start(1);
     let mut buf = BytesMut::new();
-    encode_request(3, &Request::Ping, &mut buf).unwrap();
+    encode_request(3, &Cred::server(), &Request::Ping, &mut buf).unwrap();
     buf[6] = 99; // version byte
     let mut s = raw(&cluster);
     s.write_all(&buf).unwrap();

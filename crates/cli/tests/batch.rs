@@ -11,7 +11,7 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i}")).collect()
 }
 
-const CREATE: OpenFlags = OpenFlags { create: true, exclusive: true, truncate: false, append: false };
+const CREATE: OpenFlags = OpenFlags { create: true, exclusive: true, truncate: false, append: false, access: 0 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_creates_travel_in_few_requests() {

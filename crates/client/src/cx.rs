@@ -35,7 +35,8 @@ struct Side {
 
 /// How a Cx attempt ended.
 enum Ended {
-    Done,
+    /// Done; the attributes of the directory made, when a server said.
+    Done(Option<Attr>),
     Failed(WireError),
 }
 
@@ -83,17 +84,19 @@ impl Client {
         let mut object = DirObject::new(self.leased_ino(home, raw).await?, mode, self.opts.uid, self.opts.gid);
         object.dist.threshold = threshold;
         object.dist.width = width;
-        let attr = Attr::of_dir(&object);
+        let predicted = Attr::of_dir(&object);
         let ino = object.ino;
         let participant = Side { server: home, ops: vec![SubOp::CreateDir { path: p.into(), object }] };
-        self.two_server(OP, raw, parent, name, participant, |shard| SubOp::InsertEntry {
-            dir: parent.into(),
-            name: name.into(),
-            inode: Inode::subdir(ino),
-            replace: Replace::Never,
-            shard,
-        })
-        .await?;
+        let made = self
+            .two_server(OP, raw, parent, name, participant, |shard| SubOp::InsertEntry {
+                dir: parent.into(),
+                name: name.into(),
+                // The owner, for the sticky-directory check of its parent's server.
+                inode: Inode { uid: self.opts.uid, ..Inode::subdir(ino) },
+                replace: Replace::Never,
+                shard,
+            })
+            .await?;
         let cluster = match self.map().hugedirs.threshold_entries() {
             Some(n) => Threshold::Entries(n),
             None => Threshold::Never,
@@ -105,7 +108,8 @@ impl Client {
                 tracing::warn!(path = p, cause = %e, "cannot distribute a new directory yet");
             }
         }
-        Ok(attr)
+        // The server's word (Cx, serial, one server); what was asked if it gave none.
+        Ok(made.unwrap_or(predicted))
     }
 
     /// `rmdir` of `p` (in `parent`, as `name`) under the cluster's protocol.
@@ -134,7 +138,7 @@ impl Client {
         match removed {
             // A distributed directory: its shards go too, which takes more than two servers.
             Err(e) if e.errno == Errno::EREMCHG => two_phase().await,
-            r => r,
+            r => r.map(drop),
         }
     }
 
@@ -148,7 +152,7 @@ impl Client {
         name: &str,
         participant: Side,
         coordinator_op: impl Fn(Option<u64>) -> SubOp,
-    ) -> Result<(), FsError> {
+    ) -> Result<Option<Attr>, FsError> {
         let mut waiting = crate::routing::distribution_wait();
         for attempt in 0..MAX_ATTEMPTS {
             let (server, shard) = self.locate(dir, name);
@@ -160,7 +164,7 @@ impl Client {
                 _ => self.cx_run(&coordinator, &participant).await,
             };
             let e = match ended {
-                Ok(Ended::Done) => return Ok(()),
+                Ok(Ended::Done(made)) => return Ok(made),
                 Ok(Ended::Failed(e)) => e,
                 Err(call) => return Err(FsError { op, path: raw.to_string(), ..call }),
             };
@@ -185,7 +189,7 @@ impl Client {
 
     async fn call(&self, server: ServerId, req: &Request) -> Result<Result<Reply, WireError>, FsError> {
         self.pool
-            .call(server, req)
+            .call_as(server, &self.caller, req)
             .await
             .map_err(|e| FsError::new("reach", format!("server {server}"), e.errno()).with_detail(e.to_string()))
     }
@@ -205,7 +209,7 @@ impl Client {
         if let (Some(c), Some(p)) = (&c, &p) {
             if c.hint == p.hint {
                 match (&c.error, &p.error) {
-                    (None, None) => return Ok(Ended::Done),
+                    (None, None) => return Ok(Ended::Done(p.made.clone())),
                     (Some(e), Some(_)) => return Ok(Ended::Failed(e.clone())),
                     _ => {}
                 }
@@ -214,7 +218,7 @@ impl Client {
         // Disagreement, unequal hints or a lost answer: L-COM, and the coordinator's word.
         let launch = Request::CxLaunch { op: id, participant: participant.server };
         match self.call(coordinator.server, &launch).await? {
-            Ok(Reply::CxOutcome { committed: true }) => Ok(Ended::Done),
+            Ok(Reply::CxOutcome { committed: true }) => Ok(Ended::Done(p.and_then(|a| a.made))),
             Ok(Reply::CxOutcome { committed: false }) => {
                 let first_no = [c, p].into_iter().flatten().find_map(|a: CxAnswer| a.error);
                 Ok(Ended::Failed(
@@ -232,20 +236,24 @@ impl Client {
     async fn one_server(&self, coordinator: &Side, participant: &Side) -> Result<Ended, FsError> {
         let ops = coordinator.ops.iter().chain(&participant.ops).cloned().collect();
         match self.call(coordinator.server, &Request::SubExec { ops }).await? {
-            Ok(_) => Ok(Ended::Done),
+            Ok(Reply::Undo { made, .. }) => Ok(Ended::Done(made)),
+            Ok(_) => Ok(Ended::Done(None)),
             Err(e) => Ok(Ended::Failed(e)),
         }
     }
 
     /// One serial attempt: participant, then coordinator, CLEAR on failure.
     async fn serial(&self, coordinator: &Side, participant: &Side) -> Result<Ended, FsError> {
-        let undo = match self.call(participant.server, &Request::SubExec { ops: participant.ops.clone() }).await? {
-            Ok(Reply::Undo(undo)) => undo,
+        let (undo, made) = match self
+            .call(participant.server, &Request::SubExec { ops: participant.ops.clone() })
+            .await?
+        {
+            Ok(Reply::Undo { ops, made }) => (ops, made),
             Ok(other) => return Err(FsError::new("reach", "participant", Errno::EIO).with_detail(format!("{other:?}"))),
             Err(e) => return Ok(Ended::Failed(e)),
         };
         match self.call(coordinator.server, &Request::SubExec { ops: coordinator.ops.clone() }).await? {
-            Ok(_) => Ok(Ended::Done),
+            Ok(_) => Ok(Ended::Done(made)),
             Err(e) => {
                 // CLEAR: take the participant's part back.
                 match self.call(participant.server, &Request::SubExec { ops: undo }).await {

@@ -5,8 +5,8 @@ use crate::types::{ClientOptions, FileHandle};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::path::{self, PathError};
 use plusfs_proto::{
-    Attr, DirEntry, Dirents, DistReport, Errno, FileKind, FsckData, Reply, Request, ServerId, ServerStatus, SetAttr,
-    Statfs, Threshold, TimeSet, WireError,
+    Attr, Cred, DirEntry, Dirents, DistReport, Errno, FileKind, FsckData, Reply, Request, ServerId, ServerStatus,
+    SetAttr, Statfs, Threshold, TimeSet, WireError,
 };
 use plusfs_rpc::{CountersSnapshot, Pool};
 use std::sync::Arc;
@@ -22,6 +22,8 @@ pub struct Client {
     pub(crate) cx: Arc<crate::opids::CxIds>,
     /// Working directory relative paths resolve against (normalised).
     cwd: Arc<str>,
+    /// Who calls: every request carries it, servers check permissions against it.
+    pub(crate) caller: Cred,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -37,6 +39,7 @@ impl Client {
 
     /// A client whose calls go through `pool` (an in-process test cluster's transport).
     pub fn with_pool(map: ClusterMap, opts: ClientOptions, pool: Arc<Pool>) -> Client {
+        let caller = Cred::new(opts.uid, opts.gid, opts.groups.clone());
         Client {
             map: Arc::new(map),
             pool,
@@ -45,6 +48,7 @@ impl Client {
             dist: Arc::default(),
             cx: Arc::default(),
             cwd: Arc::from("/"),
+            caller,
         }
     }
 
@@ -67,8 +71,19 @@ impl Client {
         Ok(c)
     }
 
-    /// The same client (connections, caches, descriptors) recording `uid` and `gid` as the
-    /// owner of what it creates — what a mount does for each caller.
+    /// The same client (connections, caches, descriptors) calling as `cred`: servers
+    /// check its permissions, and what it creates belongs to it — what a mount does for
+    /// each caller.
+    pub fn as_caller(&self, cred: Cred) -> Client {
+        let mut c = self.clone();
+        (c.opts.uid, c.opts.gid, c.opts.groups) = (cred.uid, cred.gid, cred.groups.clone());
+        c.caller = cred;
+        c
+    }
+
+    /// The same client, with the same caller, asking that what it creates be recorded as
+    /// owned by `uid`:`gid`. Servers honour this only for a root caller (a restore such
+    /// as `plusfs cp`); other callers' entries are theirs.
     pub fn as_owner(&self, uid: u32, gid: u32) -> Client {
         let mut c = self.clone();
         c.opts.uid = uid;
@@ -90,6 +105,11 @@ impl Client {
         self.with_path_max(path::MAX_TREE_PATH_LEN)
     }
 
+    /// The credential this client's requests carry.
+    pub fn caller(&self) -> &Cred {
+        &self.caller
+    }
+
     /// The cluster map in use.
     pub fn map(&self) -> &ClusterMap {
         &self.map
@@ -107,7 +127,7 @@ impl Client {
 
     /// Sends a raw request to one server (tools such as fsck and status use this).
     pub async fn call_server(&self, server: ServerId, req: &Request) -> Result<Reply, FsError> {
-        match self.pool.call(server, req).await {
+        match self.pool.call_as(server, &self.caller, req).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(FsError::new("query", format!("server {server}"), e.errno).with_detail(e.message)),
             Err(e) => Err(FsError::new("reach", format!("server {server}"), e.errno()).with_detail(e.to_string())),
@@ -122,7 +142,7 @@ impl Client {
         server: ServerId,
         req: Request,
     ) -> Result<Reply, FsError> {
-        match self.pool.call(server, &req).await {
+        match self.pool.call_as(server, &self.caller, &req).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(self.server_error(op, shown, e).await),
             Err(e) => Err(FsError::new(op, shown, e.errno()).with_detail(e.to_string())),
@@ -272,8 +292,14 @@ impl Client {
     }
 
     /// Opens an existing entry (a directory too) and returns its handle: one round trip
-    /// for a file, two for a directory.
+    /// for a file, two for a directory. No access is checked at open (see `open_with`).
     pub async fn open(&self, raw: &str) -> Result<FileHandle, FsError> {
+        self.open_with(raw, 0).await
+    }
+
+    /// As [`open`](Self::open), checking that the caller may do `access` to a file
+    /// (`plusfs_proto::MAY_READ | MAY_WRITE`; `EACCES` if not).
+    pub async fn open_with(&self, raw: &str, access: u32) -> Result<FileHandle, FsError> {
         let p = self.norm("open", raw)?;
         let dir_handle =
             |attr: Attr| FileHandle { path: p.clone(), ino: attr.ino, server: self.home(&p), attr, append: false };
@@ -281,7 +307,8 @@ impl Client {
             let req = Request::DirStat { path: p.clone() };
             return Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home("/"), req).await?, raw)?));
         };
-        let (reply, server) = self.entry_rpc("open", raw, parent, name, Request::Open { path: p.clone() }).await?;
+        let (reply, server) =
+            self.entry_rpc("open", raw, parent, name, Request::Open { path: p.clone(), access }).await?;
         match reply {
             Reply::IsDir { .. } => {
                 let req = Request::DirStat { path: p.clone() };
@@ -296,7 +323,11 @@ impl Client {
 
     /// `open(2)` returning a descriptor of this client's table (`flags.create` for O_CREAT).
     pub async fn open_fd(&self, raw: &str, flags: crate::types::OpenFlags, mode: u32) -> Result<i32, FsError> {
-        let mut fh = if flags.create { self.create(raw, mode, flags.exclusive).await? } else { self.open(raw).await? };
+        let access = flags.access | if flags.truncate { plusfs_proto::MAY_WRITE } else { 0 };
+        let mut fh = match flags.create {
+            true => self.create(raw, mode, flags.exclusive).await?,
+            false => self.open_with(raw, access).await?,
+        };
         if flags.truncate && fh.attr.kind == FileKind::File && fh.attr.size > 0 {
             fh.attr = self.inner().truncate(&fh.path, 0).await?;
         }

@@ -1,6 +1,6 @@
 //! Plain types of the client's interface: options, open-file handles, open flags.
 
-use plusfs_proto::{Attr, Ino, ServerId};
+use plusfs_proto::{Attr, Cred, Ino, ServerId};
 
 /// Client settings; `Default` gives the values stated on each field.
 #[derive(Debug, Clone)]
@@ -9,10 +9,13 @@ pub struct ClientOptions {
     pub conns_per_server: usize,
     /// Resends of an idempotent request after a broken connection (default 3).
     pub retries: u32,
-    /// Owner recorded on created entries (default: the effective uid of this process).
+    /// The caller's user, which servers check permissions against and record as the
+    /// owner of created entries (default: the effective uid of this process).
     pub uid: u32,
-    /// Group recorded on created entries (default: the effective gid of this process).
+    /// The caller's group (default: the effective gid of this process).
     pub gid: u32,
+    /// The caller's supplementary groups (default: this process's `getgroups(2)`).
+    pub groups: Vec<u32>,
     /// Entries fetched per readdir request (default 1024).
     pub readdir_page: u32,
     /// Most entries in one batch request; larger batches are cut (default 4096).
@@ -25,14 +28,13 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        // SAFETY: geteuid/getegid have no preconditions and cannot fail.
-        #[allow(unsafe_code)]
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let Cred { uid, gid, groups, .. } = Cred::of_process();
         ClientOptions {
             conns_per_server: 1,
             retries: 3,
             uid,
             gid,
+            groups,
             readdir_page: 1024,
             max_batch: 4096,
             path_max: plusfs_proto::path::MAX_PATH_LEN,
@@ -62,4 +64,8 @@ pub struct OpenFlags {
     pub truncate: bool,
     /// `O_APPEND`: every write through the descriptor goes to the end of the file.
     pub append: bool,
+    /// What the caller will do with the file, checked when it is opened:
+    /// `plusfs_proto::MAY_READ | MAY_WRITE` (from `O_RDONLY`/`O_WRONLY`/`O_RDWR`; 0 checks
+    /// nothing at open, reads and writes are still checked).
+    pub access: u32,
 }

@@ -359,6 +359,11 @@ fn open_flags(flags: c_int) -> OpenFlags {
         exclusive: flags & libc::O_EXCL != 0,
         truncate: flags & libc::O_TRUNC != 0,
         append: flags & libc::O_APPEND != 0,
+        access: match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => plusfs_proto::MAY_READ,
+            libc::O_WRONLY => plusfs_proto::MAY_WRITE,
+            _ => plusfs_proto::MAY_READ | plusfs_proto::MAY_WRITE,
+        },
     }
 }
 

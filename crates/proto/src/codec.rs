@@ -1,5 +1,6 @@
 //! Encoding requests and replies into frames and back.
 
+use crate::cred::{Call, Cred};
 use crate::frame::{Frame, FrameError, Header, FLAG_RESPONSE, PROTOCOL_VERSION};
 use crate::message::OPCODE_NAMES;
 use crate::message::{Request, Response};
@@ -34,9 +35,9 @@ impl DecodeError {
     }
 }
 
-/// Encodes a request frame.
-pub fn encode_request(request_id: u64, req: &Request, dst: &mut BytesMut) -> Result<(), FrameError> {
-    let body = postcard::to_allocvec(req).expect("in-memory encoding cannot fail");
+/// Encodes a request frame: `req` made by `cred` (the body is a [`Call`]).
+pub fn encode_request(request_id: u64, cred: &Cred, req: &Request, dst: &mut BytesMut) -> Result<(), FrameError> {
+    let body = postcard::to_allocvec(&(cred, req)).expect("in-memory encoding cannot fail");
     let header = Header { version: PROTOCOL_VERSION, flags: 0, opcode: req.opcode(), request_id };
     Frame::encode_into(&header, &body, dst)
 }
@@ -56,7 +57,7 @@ fn check_version(h: &Header) -> Result<(), DecodeError> {
 }
 
 /// Decodes a request frame, checking version, direction and opcode.
-pub fn decode_request(frame: &Frame) -> Result<Request, DecodeError> {
+pub fn decode_request(frame: &Frame) -> Result<Call, DecodeError> {
     check_version(&frame.header)?;
     if frame.is_response() {
         return Err(DecodeError::Direction("request"));
@@ -65,15 +66,15 @@ pub fn decode_request(frame: &Frame) -> Result<Request, DecodeError> {
     if op == 0 || op as usize >= OPCODE_NAMES.len() {
         return Err(DecodeError::UnknownOpcode(op));
     }
-    let (req, rest): (Request, &[u8]) =
+    let (call, rest): (Call, &[u8]) =
         postcard::take_from_bytes(&frame.body).map_err(|e| DecodeError::Body(e.to_string()))?;
     if !rest.is_empty() {
         return Err(DecodeError::Body(format!("{} trailing bytes", rest.len())));
     }
-    if req.opcode() != op {
-        return Err(DecodeError::OpcodeMismatch { header: op, body: req.opcode() });
+    if call.request.opcode() != op {
+        return Err(DecodeError::OpcodeMismatch { header: op, body: call.request.opcode() });
     }
-    Ok(req)
+    Ok(call)
 }
 
 /// Decodes a response frame, checking version and direction.

@@ -2,8 +2,9 @@
 //! [`WireError`]. The payload types live by area: `attr` (what clients see), `batch`,
 //! `peer` (server to server), `admin`, and the stored objects in `record`.
 //!
-//! The body of a request frame is the postcard encoding of one [`Request`]; the header's
-//! opcode is that request's [`Request::opcode`] and must agree with it. The body of a
+//! The body of a request frame is the postcard encoding of one [`Call`](crate::Call): the
+//! caller's credential, then one [`Request`]; the header's opcode is that request's
+//! [`Request::opcode`] and must agree with it. The body of a
 //! response frame is the postcard encoding of `Result<Reply, WireError>`. Variant order is
 //! part of the wire format: new variants go at the end, and a new field means a new
 //! protocol version.
@@ -15,7 +16,7 @@ use crate::error::WireError;
 use crate::hugedir::{DistReport, Threshold};
 use crate::ids::{Ino, OpId, ServerId, TxId};
 use crate::peer::{CommitPayload, CxAnswer, CxRole, SubOp, Vote};
-use crate::record::{DirObject, FileKind, Inode};
+use crate::record::{Ancestry, DirObject, FileKind, Inode};
 use serde::{Deserialize, Serialize};
 
 /// Every request a client or a peer server can send.
@@ -46,9 +47,12 @@ pub enum Request {
         exclusive: bool,
         rdev: u32,
     },
-    /// Open an existing entry; the file handle is its inode number.
+    /// Open an existing entry; the file handle is its inode number. `access` is what the
+    /// opener will do (`MAY_READ | MAY_WRITE`; `O_TRUNC` counts as writing), checked
+    /// against the file's permission bits.
     Open {
         path: String,
+        access: u32,
     },
     Close {
         ino: Ino,
@@ -267,6 +271,11 @@ pub enum Request {
     AllocInos {
         count: u32,
     },
+    /// A directory's mode, owner and ancestry, from its home: what the server of a new
+    /// subdirectory's object needs to fill in the child's ancestry and setgid inheritance.
+    DirPerms {
+        path: String,
+    },
 }
 
 impl Request {
@@ -322,6 +331,7 @@ impl Request {
             CxLaunch { .. } => 46,
             SubExec { .. } => 47,
             AllocInos { .. } => 48,
+            DirPerms { .. } => 49,
         }
     }
 
@@ -365,6 +375,7 @@ impl Request {
                 | CxUrge { .. }
                 | CxLaunch { .. }
                 | AllocInos { .. }
+                | DirPerms { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
@@ -372,7 +383,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 49] = [
+pub const OPCODE_NAMES: [&str; 50] = [
     "invalid",
     "ping",
     "mkdir",
@@ -422,6 +433,7 @@ pub const OPCODE_NAMES: [&str; 49] = [
     "cx_launch",
     "sub_exec",
     "alloc_inos",
+    "dir_perms",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -466,12 +478,23 @@ pub enum Reply {
     CxOutcome {
         committed: bool,
     },
-    /// Sub-operations that take back a `SubExec`.
-    Undo(Vec<SubOp>),
+    /// Sub-operations that take back a `SubExec`, and the attributes of the directory
+    /// object it made, if any (owner and setgid inheritance are the server's).
+    Undo {
+        ops: Vec<SubOp>,
+        made: Option<Attr>,
+    },
     /// Leased inode numbers `first .. first + count`.
     Inos {
         first: Ino,
         count: u32,
+    },
+    /// A directory's mode, owner and ancestry (`DirPerms`).
+    DirPerms {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        ancestry: Option<Ancestry>,
     },
 }
 

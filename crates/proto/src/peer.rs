@@ -1,9 +1,10 @@
 //! Messages between servers: the sub-operations of cross-server operations (two-phase
 //! commit, Cx, serial), their votes and commit payloads, Cx answers.
 
+use crate::attr::Attr;
 use crate::error::WireError;
 use crate::ids::{Ino, OpId, ServerId};
-use crate::record::{DirObject, Inode};
+use crate::record::{Ancestry, DirObject, Inode, SearchPerm};
 use serde::{Deserialize, Serialize};
 
 /// A directory object with all its entries, as moved by a directory rename.
@@ -32,8 +33,11 @@ pub enum SubOp {
     /// distributed, `shards` must be its storing set (the same transaction removes them).
     RemoveDir { path: String, ino: Ino, shards: Vec<ServerId> },
     /// Lock and export every directory object at or below `root`; at commit they are
-    /// deleted here and re-homed below `new_root` (directory rename).
-    ExportSubtree { root: String, new_root: String },
+    /// deleted here and re-homed below `new_root` (directory rename). `rebase` is (old
+    /// parent's ancestry, new parent's ancestry): each moved object's and shard's
+    /// ancestry loses the first and gains the second (`None`: a parent without ancestry,
+    /// and the moved objects get none either).
+    ExportSubtree { root: String, new_root: String, rebase: Option<(Ancestry, Ancestry)> },
     /// Remove this server's shard of the distributed directory `path` (inode `ino`), which
     /// must be empty (rmdir of a huge directory).
     RemoveShard { path: String, ino: Ino },
@@ -47,6 +51,12 @@ pub enum SubOp {
     /// One side of `RENAME_EXCHANGE`: entry `name` of `dir` (a non-directory) is voted
     /// out with its inode, and at commit takes the inode of the other side.
     ExchangeEntry { dir: String, name: String, shard: Option<u64> },
+    /// Directory `root` gets `mode`, `uid` and `gid` (chmod/chown, sent to every server):
+    /// its object and shards held here take them; they and every directory object and
+    /// shard strictly below `root` held here replace one `old` by `new` in their
+    /// ancestry; the entry of `root` in its parent, if held here, records `uid` (for the
+    /// sticky-directory check).
+    Reancestry { root: String, old: SearchPerm, new: SearchPerm, mode: u32, uid: u32, gid: u32 },
 }
 
 /// What an [`SubOp::InsertEntry`] may replace.
@@ -97,4 +107,7 @@ pub enum CxRole {
 pub struct CxAnswer {
     pub error: Option<WireError>,
     pub hint: Vec<OpId>,
+    /// With a YES for a sub-operation list that creates a directory object: its attributes
+    /// as the server made them (owner, group and setgid inheritance are the server's).
+    pub made: Option<Attr>,
 }

@@ -162,6 +162,12 @@ pub struct DirObject {
     pub dist: Distribution,
     /// Extended attributes of the directory, sorted by name.
     pub xattrs: Vec<(String, Vec<u8>)>,
+    /// Owner, group and search bits of every directory on the path to this one, itself
+    /// included (see [`Ancestry`]). `None` in records written before ancestries existed
+    /// (record version 1): no restriction from the ancestors. Shards carry their
+    /// directory's ancestry. Must stay the last field (old records are read as if they
+    /// ended in `None`).
+    pub ancestry: Option<Ancestry>,
 }
 
 impl DirObject {
@@ -182,6 +188,113 @@ impl DirObject {
             subdirs: 0,
             dist: Distribution::default(),
             xattrs: Vec::new(),
+            ancestry: None,
         }
+    }
+
+    /// What this directory contributes to the ancestries of its descendants.
+    pub fn search_perm(&self) -> SearchPerm {
+        SearchPerm::of(self.mode, self.uid, self.gid)
+    }
+}
+
+/// Owner, group and search (`x`) bits of one directory: all a caller's search permission
+/// on it depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SearchPerm {
+    pub uid: u32,
+    pub gid: u32,
+    /// `mode & 0o111`.
+    pub xbits: u16,
+}
+
+impl SearchPerm {
+    /// The search-relevant part of a directory's mode and owner.
+    pub fn of(mode: u32, uid: u32, gid: u32) -> SearchPerm {
+        SearchPerm { uid, gid, xbits: (mode & 0o111) as u16 }
+    }
+}
+
+/// The multiset of [`SearchPerm`]s of every directory on a path, `/` to the directory
+/// itself (Lazy Hybrid: what permission checks need is kept with each directory object,
+/// so a server checks a whole path without asking the servers of its ancestors). A caller
+/// may search every directory of the path iff it may search each element. Order does not
+/// matter and equal elements collapse into a count, so it stays small; counts let a
+/// changed ancestor be replaced (one element out, one in) without knowing the others.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Ancestry {
+    /// Sorted by element; counts are at least 1.
+    pub elems: Vec<(SearchPerm, u32)>,
+}
+
+impl Ancestry {
+    /// The ancestry of `/`, whose only element is itself.
+    pub fn root(own: SearchPerm) -> Ancestry {
+        Ancestry::default().with(own)
+    }
+
+    /// This ancestry plus one occurrence of `e` (a child's: the parent's ancestry with
+    /// the child's own element).
+    pub fn with(mut self, e: SearchPerm) -> Ancestry {
+        match self.elems.binary_search_by(|(x, _)| x.cmp(&e)) {
+            Ok(i) => self.elems[i].1 += 1,
+            Err(i) => self.elems.insert(i, (e, 1)),
+        }
+        self
+    }
+
+    /// This ancestry less one occurrence of `e` (unchanged if `e` is not in it).
+    pub fn without(mut self, e: SearchPerm) -> Ancestry {
+        if let Ok(i) = self.elems.binary_search_by(|(x, _)| x.cmp(&e)) {
+            self.elems[i].1 -= 1;
+            if self.elems[i].1 == 0 {
+                self.elems.remove(i);
+            }
+        }
+        self
+    }
+
+    /// Replaces one occurrence of `old` by `new` (an ancestor's owner or mode changed).
+    pub fn replace(self, old: SearchPerm, new: SearchPerm) -> Ancestry {
+        self.without(old).with(new)
+    }
+
+    /// Removes every element of `other` (counted) and adds those of `add`: moves a
+    /// subtree from under one parent to another.
+    pub fn rebase(mut self, remove: &Ancestry, add: &Ancestry) -> Ancestry {
+        for (e, n) in &remove.elems {
+            for _ in 0..*n {
+                self = self.without(*e);
+            }
+        }
+        for (e, n) in &add.elems {
+            for _ in 0..*n {
+                self = self.with(*e);
+            }
+        }
+        self
+    }
+
+    /// The distinct elements.
+    pub fn iter(&self) -> impl Iterator<Item = &SearchPerm> {
+        self.elems.iter().map(|(e, _)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ancestry_is_a_multiset() {
+        let a = SearchPerm::of(0o755, 0, 0);
+        let b = SearchPerm::of(0o700, 5, 5);
+        let anc = Ancestry::root(a).with(b).with(a);
+        assert_eq!(anc.elems, vec![(a, 2), (b, 1)]);
+        assert_eq!(anc.clone().without(a).elems, vec![(a, 1), (b, 1)]);
+        let c = SearchPerm::of(0o711, 5, 5);
+        assert_eq!(anc.clone().replace(b, c).iter().copied().collect::<Vec<_>>(), vec![a, c]);
+        let moved = anc.rebase(&Ancestry::root(a).with(b), &Ancestry::root(c));
+        assert_eq!(moved.elems, vec![(a, 1), (c, 1)]);
     }
 }

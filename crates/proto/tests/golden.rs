@@ -47,7 +47,12 @@ fn dir_object() -> DirObject {
             set: vec![3, 1, 0, 2],
         },
         xattrs: vec![],
+        ancestry: Some(Ancestry::root(SearchPerm::of(0o755, 0, 0)).with(SearchPerm::of(0o711, 1000, 100))),
     }
+}
+
+fn cred() -> Cred {
+    Cred::new(1000, 100, vec![100, 4])
 }
 
 fn dist_info() -> DistInfo {
@@ -68,7 +73,7 @@ fn requests() -> Vec<Request> {
             exclusive: true,
             rdev: 0,
         },
-        Request::Open { path: "/a/f".into() },
+        Request::Open { path: "/a/f".into(), access: MAY_READ | MAY_WRITE },
         Request::Close { ino: 300 },
         Request::Stat { path: "/a/f".into() },
         Request::DirStat { path: "/a".into() },
@@ -105,11 +110,23 @@ fn requests() -> Vec<Request> {
                 SubOp::RemoveEntry { dir: "/".into(), name: "b".into(), ino: 8, shard: Some(9) },
                 SubOp::CreateDir { path: "/a".into(), object: dir_object() },
                 SubOp::RemoveDir { path: "/b".into(), ino: 8, shards: vec![0, 1] },
-                SubOp::ExportSubtree { root: "/a".into(), new_root: "/c".into() },
+                SubOp::ExportSubtree {
+                    root: "/a".into(),
+                    new_root: "/c".into(),
+                    rebase: Some((Ancestry::root(SearchPerm::of(0o755, 0, 0)), Ancestry::default())),
+                },
                 SubOp::RemoveShard { path: "/b".into(), ino: 8 },
                 SubOp::ShareInode { dir: "/a".into(), name: "f".into(), ino: 300, shard: None },
                 SubOp::AdjustLinks { ino: 300, delta: -1 },
                 SubOp::ExchangeEntry { dir: "/a".into(), name: "f".into(), shard: Some(2) },
+                SubOp::Reancestry {
+                    root: "/a".into(),
+                    old: SearchPerm::of(0o755, 0, 0),
+                    new: SearchPerm::of(0o700, 1, 2),
+                    mode: 0o700,
+                    uid: 1,
+                    gid: 2,
+                },
             ],
         },
         Request::TxCommit {
@@ -192,6 +209,7 @@ fn requests() -> Vec<Request> {
         Request::CxLaunch { op: opid(), participant: 2 },
         Request::SubExec { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }] },
         Request::AllocInos { count: 256 },
+        Request::DirPerms { path: "/a".into() },
     ]
 }
 
@@ -250,11 +268,12 @@ fn responses() -> Vec<Response> {
         Ok(Reply::Data(vec![1, 2, 3])),
         Ok(Reply::Record(17)),
         Ok(Reply::Names(vec!["user.a".into()])),
-        Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()] })),
+        Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()], made: None })),
         Ok(Reply::CxVotes(vec![(opid(), Some(WireError::new(Errno::EEXIST, "'/a/b' exists")))])),
         Ok(Reply::CxOutcome { committed: false }),
-        Ok(Reply::Undo(vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }])),
+        Ok(Reply::Undo { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }], made: None }),
         Ok(Reply::Inos { first: 1 << 48, count: 256 }),
+        Ok(Reply::DirPerms { mode: 0o2775, uid: 1, gid: 2, ancestry: dir_object().ancestry }),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),
@@ -290,10 +309,10 @@ fn request_frames_match_golden_bytes() {
     let mut got = Vec::new();
     for (i, r) in requests().iter().enumerate() {
         let mut buf = BytesMut::new();
-        encode_request(i as u64 + 1, r, &mut buf).unwrap();
+        encode_request(i as u64 + 1, &cred(), r, &mut buf).unwrap();
         // And they decode back to the same message.
         let f = Frame::parse(buf.clone().freeze()).unwrap();
-        assert_eq!(&decode_request(&f).unwrap(), r);
+        assert_eq!(decode_request(&f).unwrap(), Call { cred: cred(), request: r.clone() });
         assert_eq!(f.header.opcode as usize, i + 1, "opcodes are variant order + 1");
         got.push(hex(&buf));
     }
@@ -323,7 +342,7 @@ fn random_bytes_never_panic_the_decoder() {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut valid = BytesMut::new();
-    encode_request(1, &requests()[18], &mut valid).unwrap();
+    encode_request(1, &cred(), &requests()[18], &mut valid).unwrap();
     for _ in 0..20_000 {
         let mut b: Vec<u8> = if rng.gen_bool(0.5) {
             (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect()

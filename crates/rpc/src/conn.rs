@@ -3,7 +3,7 @@
 use crate::counters::Counters;
 use bytes::BytesMut;
 use plusfs_proto::io::FrameReader;
-use plusfs_proto::{decode_response, encode_request, Errno, Request, Response};
+use plusfs_proto::{decode_response, encode_request, Cred, Errno, Request, Response};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -145,15 +145,15 @@ impl Connection {
         &self.addr
     }
 
-    /// Sends `req` and waits for its reply.
-    pub async fn call(&self, req: &Request) -> Result<Response, CallError> {
+    /// Sends `req`, made by `cred`, and waits for its reply.
+    pub async fn call(&self, cred: &Cred, req: &Request) -> Result<Response, CallError> {
         let broken = || CallError::Broken { addr: self.addr.clone(), reason: "connection closed".into() };
         if !self.is_alive() {
             return Err(broken());
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut buf = BytesMut::new();
-        encode_request(id, req, &mut buf).map_err(|e| CallError::Protocol {
+        encode_request(id, cred, req, &mut buf).map_err(|e| CallError::Protocol {
             addr: self.addr.clone(),
             reason: e.to_string(),
             errno: Errno::EMSGSIZE,

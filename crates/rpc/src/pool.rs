@@ -6,7 +6,7 @@ use crate::counters::Counters;
 use crate::tcp::TcpTransport;
 use crate::transport::Transport;
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Request, Response, ServerId};
+use plusfs_proto::{Cred, Request, Response, ServerId};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,14 +49,21 @@ impl Pool {
         &self.counters
     }
 
-    /// Sends `req` to `server`. Idempotent requests are resent after a transport failure
-    /// (with a short back-off); others report the failure, since they may have been applied.
+    /// Sends `req` to `server` as a server ([`Cred::server`], which peers trust): what
+    /// servers send each other when no caller's permissions are to be checked.
     pub async fn call(&self, server: ServerId, req: &Request) -> Result<Response, CallError> {
+        self.call_as(server, &Cred::server(), req).await
+    }
+
+    /// Sends `req`, made by `cred`, to `server`. Idempotent requests are resent after a
+    /// transport failure (with a short back-off); others report the failure, since they
+    /// may have been applied.
+    pub async fn call_as(&self, server: ServerId, cred: &Cred, req: &Request) -> Result<Response, CallError> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         crate::counters::count_task_request();
         let mut attempt = 0;
         loop {
-            match self.transport.send(server, req).await {
+            match self.transport.send(server, cred, req).await {
                 Err(e) if e.is_transport() && attempt < self.retries && retry_allowed(req, &e) => {
                     attempt += 1;
                     self.counters.retries.fetch_add(1, Ordering::Relaxed);

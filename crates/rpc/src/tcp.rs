@@ -6,7 +6,7 @@ use crate::counters::Counters;
 use crate::transport::Transport;
 use futures::future::BoxFuture;
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Request, Response, ServerId};
+use plusfs_proto::{Cred, Request, Response, ServerId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -57,7 +57,12 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    fn send<'a>(&'a self, server: ServerId, req: &'a Request) -> BoxFuture<'a, Result<Response, CallError>> {
-        Box::pin(async move { self.connection(server).await?.call(req).await })
+    fn send<'a>(
+        &'a self,
+        server: ServerId,
+        cred: &'a Cred,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, CallError>> {
+        Box::pin(async move { self.connection(server).await?.call(cred, req).await })
     }
 }

@@ -2,10 +2,15 @@
 
 use crate::conn::CallError;
 use futures::future::BoxFuture;
-use plusfs_proto::{Request, Response, ServerId};
+use plusfs_proto::{Cred, Request, Response, ServerId};
 
 /// How a request reaches a server and its reply comes back: one attempt, no retry.
 pub trait Transport: Send + Sync + 'static {
-    /// Sends `req` to `server` and waits for the reply.
-    fn send<'a>(&'a self, server: ServerId, req: &'a Request) -> BoxFuture<'a, Result<Response, CallError>>;
+    /// Sends `req`, made by `cred`, to `server` and waits for the reply.
+    fn send<'a>(
+        &'a self,
+        server: ServerId,
+        cred: &'a Cred,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, CallError>>;
 }

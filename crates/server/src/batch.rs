@@ -7,9 +7,10 @@ use crate::engine::attrs::count_entry;
 use crate::engine::errors::{check_dir_path, eio};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
+use crate::engine::perm;
 use crate::osd::Osd;
 use plusfs_proto::path::{check_name, join};
-use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Inode, Reply, Response, Semantics};
+use plusfs_proto::{Attr, BatchOp, BatchReply, Cred, Errno, FileKind, Ino, Inode, Reply, Response, Semantics};
 use plusfs_store::Batch;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,15 +56,24 @@ impl Osd {
         dir: &str,
         names: &[String],
         mode: u32,
-        uid: u32,
-        gid: u32,
+        owner: (u32, u32),
         semantics: Semantics,
         via: Via,
+        c: &Cred,
     ) -> Response {
         check_dir_path(dir)?;
+        let (uid, gid) = owner;
+        if matches!(op, BatchOp::Create { .. } | BatchOp::Unlink) && !self.may_batch(dir, via, c) {
+            // Permission errors differ per entry: entry by entry, as single operations.
+            return Ok(Reply::Batch(self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await));
+        }
+        let (uid, gid, mode) = match self.host(dir, via) {
+            Ok(h) => perm::new_owner(c, h.obj.mode, h.obj.gid, owner, mode & 0o7777, false),
+            Err(_) => (uid, gid, mode),
+        };
         let reply = match op {
-            BatchOp::Mkdir => self.mkdirv(dir, names, mode, uid, gid, semantics, via).await?,
-            BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics, via).await?,
+            BatchOp::Mkdir => self.mkdirv(dir, names, mode, owner, semantics, via, c).await?,
+            BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics, via, c).await?,
             BatchOp::Create { exclusive } => match self
                 .write_batch(dir, names, semantics, via, |cur| match cur {
                     Some(_) if exclusive => Err(Errno::EEXIST),
@@ -74,7 +84,7 @@ impl Osd {
                 .await?
             {
                 Some(reply) => reply,
-                None => self.each(op, dir, names, (mode, uid, gid), semantics, via).await,
+                None => self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await,
             },
             BatchOp::Unlink => match self
                 .write_batch(dir, names, semantics, via, |cur| match cur {
@@ -85,15 +95,26 @@ impl Osd {
                 .await?
             {
                 Some(reply) => reply,
-                None => self.each(op, dir, names, (mode, uid, gid), semantics, via).await,
+                None => self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await,
             },
         };
         Ok(Reply::Batch(reply))
     }
 
+    /// True when `c` may create and remove any entry of `dir` here (search and write
+    /// permission, and no sticky bit that could refuse some); a missing directory is
+    /// left to the batch to report.
+    fn may_batch(&self, dir: &str, via: Via, c: &Cred) -> bool {
+        match self.host(dir, via) {
+            Err(_) => true,
+            Ok(h) => c.is_root() || (perm::check_dir_write(c, &h.obj, dir).is_ok() && h.obj.mode & libc::S_ISVTX == 0),
+        }
+    }
+
     /// A create or unlink batch that meets hard links: entry by entry, through the
     /// single-entry operations (which handle links). A redirect stops it and goes back
     /// in the reply, as in `write_batch`.
+    #[allow(clippy::too_many_arguments)]
     async fn each(
         self: &Arc<Self>,
         op: BatchOp,
@@ -102,15 +123,16 @@ impl Osd {
         (mode, uid, gid): (u32, u32, u32),
         semantics: Semantics,
         via: Via,
+        c: &Cred,
     ) -> BatchReply {
         let mut results = Results::new(semantics, names.len());
         for name in names {
             let p = join(dir, name);
             let r = match op {
-                BatchOp::Unlink => self.unlink(&p, via).await,
+                BatchOp::Unlink => self.unlink(&p, via, c).await,
                 BatchOp::Create { exclusive } => {
                     let node = crate::engine::attrs::NewNode { target: None, rdev: 0 };
-                    self.create(&p, FileKind::File, mode, uid, gid, exclusive, node, via).await
+                    self.create(&p, FileKind::File, mode, (uid, gid), exclusive, node, via, c).await
                 }
                 _ => Err(plusfs_proto::WireError::new(Errno::EINVAL, "not a write batch")),
             };
@@ -151,8 +173,10 @@ impl Osd {
         names: &[String],
         semantics: Semantics,
         via: Via,
+        c: &Cred,
     ) -> Result<BatchReply, plusfs_proto::WireError> {
         let d = self.host(dir, via)?.obj;
+        perm::check_search(c, &d, dir)?;
         let mut results = Results::new(semantics, names.len());
         // One batched lookup of every valid name (stop-on-failure may leave some unused).
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
@@ -290,23 +314,23 @@ impl Osd {
         dir: &str,
         names: &[String],
         mode: u32,
-        uid: u32,
-        gid: u32,
+        owner: (u32, u32),
         semantics: Semantics,
         via: Via,
+        c: &Cred,
     ) -> Result<BatchReply, plusfs_proto::WireError> {
         // A distributed directory redirects here, before anything is done.
-        self.host(dir, via)?;
+        perm::check_search(c, &self.host(dir, via)?.obj, dir)?;
         let mut results = Results::new(semantics, names.len());
         match semantics {
             Semantics::PerformAll => {
-                for r in self.mkdirv_together(dir, names, mode, uid, gid, via).await {
+                for r in self.mkdirv_together(dir, names, mode, owner, via, c).await {
                     results.push(r);
                 }
             }
             Semantics::StopOnFailure => {
                 for name in names {
-                    if !results.push(self.mkdir_entry(dir, name, mode, uid, gid, via).await) {
+                    if !results.push(self.mkdir_entry(dir, name, mode, owner, via, c).await) {
                         break;
                     }
                 }
@@ -324,9 +348,9 @@ impl Osd {
         dir: &str,
         names: &[String],
         mode: u32,
-        uid: u32,
-        gid: u32,
+        owner: (u32, u32),
         via: Via,
+        c: &Cred,
     ) -> Vec<EntryResult> {
         let parent = match self.host(dir, via) {
             Ok(h) => h.obj,
@@ -354,7 +378,7 @@ impl Osd {
         let together = if batch.is_empty() {
             Ok(Vec::new())
         } else {
-            self.mkdir_many(dir, &batch, mode, uid, gid, policy, via).await
+            self.mkdir_many(dir, &batch, mode, owner, policy, via, c).await
         };
         match together {
             Ok(attrs) => {
@@ -363,7 +387,7 @@ impl Osd {
                 }
             }
             Err(_) => {
-                let each = todo.iter().map(|&i| self.mkdir_entry(dir, &names[i], mode, uid, gid, via));
+                let each = todo.iter().map(|&i| self.mkdir_entry(dir, &names[i], mode, owner, via, c));
                 for (i, r) in todo.iter().zip(futures::future::join_all(each).await) {
                     out[*i] = Some(r);
                 }
@@ -378,14 +402,14 @@ impl Osd {
         dir: &str,
         name: &str,
         mode: u32,
-        uid: u32,
-        gid: u32,
+        owner: (u32, u32),
         via: Via,
+        c: &Cred,
     ) -> EntryResult {
         check_name(name).map_err(|e| e.errno)?;
         let path = join(dir, name);
         let policy = (plusfs_proto::Threshold::Cluster, 0);
-        match self.retrying(|| self.mkdir(&path, mode, uid, gid, policy, via)).await {
+        match self.retrying(|| self.mkdir(&path, mode, owner, policy, via, c)).await {
             Ok(Reply::Attr(a)) => Ok(Some(a)),
             Ok(_) => Err(Errno::EIO),
             Err(e) => Err(e.errno),

@@ -21,11 +21,13 @@
 use crate::engine::attrs::count_entry;
 use crate::engine::errors::{check_dir_path, eio, err, OpResult};
 use crate::engine::host::Via;
+use crate::engine::perm;
 use crate::osd::Osd;
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
 use plusfs_proto::{
-    Attr, BatchReply, Errno, FileKind, FileRead, FileWrite, Inode, Piece, Reply, Response, Semantics, Timespec,
+    Attr, BatchReply, Cred, Errno, FileKind, FileRead, FileWrite, Inode, Piece, Reply, Response, Semantics, Timespec,
+    MAY_READ, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use std::collections::HashSet;
@@ -43,6 +45,7 @@ impl Osd {
         files: Vec<FileWrite>,
         semantics: Semantics,
         via: Via,
+        c: &Cred,
     ) -> Response {
         check_dir_path(dir)?;
         let guard = self.lock_names(dir, files.iter().map(|f| f.name.as_str())).await;
@@ -52,6 +55,8 @@ impl Osd {
             let info = self.distribute(dir).await?;
             return Err(plusfs_proto::WireError::redirect(info.unwrap_or_else(|| self.dist_info(dir, &host.obj))));
         }
+        perm::check_search(c, &host.obj, dir)?;
+        let may_create = perm::check_dir_write(c, &host.obj, dir).is_ok();
         let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
         let found: Vec<Option<Inode>> = {
             let valid: Vec<&str> = names.iter().copied().filter(|n| check_name(n).is_ok()).collect();
@@ -72,6 +77,8 @@ impl Osd {
                 (Some(e), _) if e.kind != FileKind::File => Errno::EINVAL,
                 // A hard-linked file's inode is elsewhere: the client writes it alone.
                 (Some(e), _) if e.link_home.is_some() => Errno::EXDEV,
+                (Some(e), _) if !perm::may(c, e.mode, e.uid, e.gid, MAY_WRITE) => Errno::EACCES,
+                (None, _) if !may_create => Errno::EACCES,
                 (cur, _) => {
                     todo.push((i, cur.clone()));
                     continue;
@@ -112,6 +119,7 @@ impl Osd {
         let now = Timespec::now();
         for ((i, cur), ino) in todo.into_iter().zip(inos) {
             let f = &files[i];
+            let new = cur.is_none();
             let mut inode = match cur {
                 Some(e) => e,
                 None => {
@@ -134,7 +142,15 @@ impl Osd {
             }
             remote.extend(self.drop_unused(&before, &Default::default(), &mut b)?);
             inode.size = f.data.len() as u64;
-            (inode.mode, inode.uid, inode.gid) = (f.mode & 0o7777, f.uid, f.gid);
+            if c.is_root() {
+                (inode.mode, inode.uid, inode.gid) = (f.mode & 0o7777, f.uid, f.gid);
+            } else if new {
+                let d = &host.obj;
+                (inode.uid, inode.gid, inode.mode) = perm::new_owner(c, d.mode, d.gid, (0, 0), f.mode & 0o7777, false);
+            } else {
+                // An unprivileged writer keeps the owner; setuid goes as with any write.
+                inode.mode = perm::kill_suid(inode.mode);
+            }
             inode.mtime = f.mtime.unwrap_or(now);
             inode.atime = inode.mtime;
             inode.ctime = now;
@@ -163,10 +179,12 @@ impl Osd {
         names: &[String],
         max_bytes: u64,
         via: Via,
+        c: &Cred,
     ) -> Response {
         check_dir_path(dir)?;
         let max_bytes = max_bytes.min(MAX_REPLY_BYTES);
         let d = self.host(dir, via)?.obj;
+        perm::check_search(c, &d, dir)?;
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
         let mut found = self.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
         let mut out: Vec<FileRead> = Vec::with_capacity(names.len());
@@ -180,6 +198,9 @@ impl Osd {
                 None => FileRead::Failed(Errno::ENOENT),
                 Some(e) if e.kind == FileKind::Dir => FileRead::Failed(Errno::EISDIR),
                 Some(e) if e.kind != FileKind::File => FileRead::Failed(Errno::EINVAL),
+                Some(e) if e.link_home.is_none() && !perm::may(c, e.mode, e.uid, e.gid, MAY_READ) => {
+                    FileRead::Failed(Errno::EACCES)
+                }
                 // Hard links, and files too big for one reply, are read on their own.
                 Some(e) if e.link_home.is_some() || e.size > max_bytes => FileRead::Alone,
                 Some(e) if total + e.size > max_bytes => FileRead::NotRead,

@@ -4,12 +4,12 @@ use crate::engine::attrs::NewNode;
 use crate::engine::errors::{eio, err};
 use crate::engine::host::Via;
 use crate::osd::Osd;
-use plusfs_proto::{Errno, FileKind, Reply, Request, Response};
+use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response};
 use std::sync::Arc;
 
 impl Osd {
-    /// Serves one request.
-    pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
+    /// Serves one request made by `cred`.
+    pub async fn handle(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
         self.metrics.count_op(req.opcode());
         if self.locks.tx_count() > 0 {
             // A client must not see objects a pending Cx operation changes before it commits.
@@ -21,7 +21,7 @@ impl Osd {
         match req {
             Request::Shard { incarnation, op } => {
                 self.metrics.count_op(op.opcode());
-                self.dispatch(*op, Via::Shard(incarnation)).await
+                self.dispatch(*op, Via::Shard(incarnation), &cred).await
             }
             Request::OnInode { ino, op } => {
                 self.metrics.count_op(op.opcode());
@@ -34,65 +34,66 @@ impl Osd {
                     | Read { .. }
                     | Fsync { .. }
                     | Xattr { .. }
-                    | Readlink { .. }) => self.dispatch(op, Via::Inode(ino)).await,
+                    | Readlink { .. }) => self.dispatch(op, Via::Inode(ino), &cred).await,
                     other => Err(err(Errno::EINVAL, format!("{} does not apply to a shared inode", other.name()))),
                 }
             }
-            req => self.dispatch(req, Via::Home).await,
+            req => self.dispatch(req, Via::Home, &cred).await,
         }
     }
 
     /// Serves a request addressed to a directory's home (`Via::Home`) or to this server's
-    /// shard of a distributed directory (only requests about entries).
-    async fn dispatch(self: &Arc<Self>, req: Request, via: Via) -> Response {
+    /// shard of a distributed directory (only requests about entries), made by `c`.
+    async fn dispatch(self: &Arc<Self>, req: Request, via: Via, c: &Cred) -> Response {
         use Request::*;
         match req {
             Mkdir { path, mode, uid, gid, threshold, width } => {
-                self.retrying(|| self.mkdir(&path, mode, uid, gid, (threshold, width), via)).await
+                self.retrying(|| self.mkdir(&path, mode, (uid, gid), (threshold, width), via, c)).await
             }
-            Rmdir { path } => self.retrying(|| self.rmdir(&path, via)).await,
+            Rmdir { path } => self.retrying(|| self.rmdir(&path, via, c)).await,
             Create { path, kind, mode, uid, gid, exclusive, rdev } => {
                 let node = NewNode { target: None, rdev };
-                self.create(&path, kind, mode, uid, gid, exclusive, node, via).await
+                self.create(&path, kind, mode, (uid, gid), exclusive, node, via, c).await
             }
-            Open { path } | Stat { path } => self.stat(&path, via).await,
+            Open { path, access } => self.open_entry(&path, access, via, c).await,
+            Stat { path } => self.stat(&path, via, c).await,
             Close { .. } => Ok(Reply::Done),
-            DirStat { path } => self.dir_stat(&path, via).await,
-            Unlink { path } => self.unlink(&path, via).await,
-            Readdir { path, after, limit } => self.readdir(&path, after, limit, via),
-            Rename { src, dst } => self.retrying(|| self.rename(&src, &dst, via)).await,
-            SetAttr { path, set } => self.set_attr(&path, &set, via).await,
+            DirStat { path } => self.dir_stat(&path, via, c).await,
+            Unlink { path } => self.unlink(&path, via, c).await,
+            Readdir { path, after, limit } => self.readdir(&path, after, limit, via, c),
+            Rename { src, dst } => self.retrying(|| self.rename(&src, &dst, via, c)).await,
+            SetAttr { path, set } => self.set_attr(&path, &set, via, c).await,
             Symlink { path, target, uid, gid } => {
                 let node = NewNode { target: Some(target), rdev: 0 };
-                self.create(&path, FileKind::Symlink, 0o777, uid, gid, true, node, via).await
+                self.create(&path, FileKind::Symlink, 0o777, (uid, gid), true, node, via, c).await
             }
-            Readlink { path } => self.readlink(&path, via).await,
-            Link { src, dst } => self.link(&src, &dst, via).await,
-            Exchange { a, b } => self.exchange(&a, &b, via).await,
-            BatchWrite { dir, files, semantics } => self.batch_write(&dir, files, semantics, via).await,
-            BatchRead { dir, names, max_bytes } => self.batch_read(&dir, &names, max_bytes, via).await,
-            Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via).await,
-            Read { path, offset, len } => self.read_file(&path, offset, len, via).await,
-            Fsync { path } if !path.is_empty() => self.fsync_file(&path, via).await,
-            Xattr { path, op } => self.xattr(&path, &op, via).await,
+            Readlink { path } => self.readlink(&path, via, c).await,
+            Link { src, dst } => self.link(&src, &dst, via, c).await,
+            Exchange { a, b } => self.exchange(&a, &b, via, c).await,
+            BatchWrite { dir, files, semantics } => self.batch_write(&dir, files, semantics, via, c).await,
+            BatchRead { dir, names, max_bytes } => self.batch_read(&dir, &names, max_bytes, via, c).await,
+            Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via, c).await,
+            Read { path, offset, len } => self.read_file(&path, offset, len, via, c).await,
+            Fsync { path } if !path.is_empty() => self.fsync_file(&path, via, c).await,
+            Xattr { path, op } => self.xattr(&path, &op, via, c).await,
             Batch { op, dir, names, mode, uid, gid, semantics } => {
-                self.batch(op, &dir, &names, mode, uid, gid, semantics, via).await
+                self.batch(op, &dir, &names, mode, (uid, gid), semantics, via, c).await
             }
             other if via != Via::Home => {
                 Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard or inode", other.name())))
             }
             Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
-            DirSetAttr { path, set } => self.dir_set_attr(&path, &set).await,
+            DirSetAttr { path, set } => self.dir_set_attr(&path, &set, c).await,
             Statfs => self.statfs(),
             Status => self.status().await,
             FsckScan => self.fsck_scan(),
-            TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
+            TxPrepare { txid, ops } => self.tx_prepare(txid, ops, c).await,
             TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
             TxAbort { txid } => self.tx_abort(txid).await,
             req @ (CxExec { .. } | CxVote { .. } | CxDecide { .. } | CxUrge { .. } | CxLaunch { .. }) => {
-                self.handle_cx(req).await
+                self.handle_cx(req, c).await
             }
-            SubExec { ops } => self.sub_exec(ops).await,
+            SubExec { ops } => self.sub_exec(ops, c).await,
             AllocInos { count } => {
                 let count = count.clamp(1, 4096);
                 let first = self.inos.next_block(self.store.as_ref(), count as u64).await.map_err(eio)?;
@@ -106,7 +107,8 @@ impl Osd {
             DataPut { owner, data } => self.data_put(owner, data).await,
             DataGet { ranges } => self.data_get(&ranges).await,
             DataDrop { records } => self.data_drop(&records).await,
-            DirXattr { path, op } => self.dir_xattr(&path, &op).await,
+            DirXattr { path, op } => self.dir_xattr(&path, &op, c).await,
+            DirPerms { path } => self.dir_perms(&path),
             Compact { live_percent } => {
                 self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
                 Ok(Reply::Done)

@@ -21,6 +21,7 @@
 use crate::engine::encode;
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::host::Via;
+use crate::engine::perm;
 use crate::engine::records::RecordLoc;
 use crate::links::Found;
 use crate::osd::Osd;
@@ -28,7 +29,8 @@ use futures::future::join_all;
 use plusfs_data::{DataError, Live, LiveIndex, Move};
 use plusfs_proto::filedata::{overlay, records, truncate};
 use plusfs_proto::{
-    Attr, Errno, FileKind, Ino, Inode, Piece, Reply, Request, Response, ServerId, Timespec, MAX_FILE_SIZE, MAX_RECORD,
+    Attr, Cred, Errno, FileKind, Ino, Inode, Piece, Reply, Request, Response, ServerId, Timespec, MAX_FILE_SIZE,
+    MAX_RECORD, MAY_READ, MAY_WRITE,
 };
 use plusfs_store::{Batch, DirStore};
 use std::collections::BTreeSet;
@@ -56,14 +58,19 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, DataError> + 
 }
 
 impl Osd {
-    /// The regular file at `p` (as addressed by `via`), locked with `lock`.
-    async fn file_target(self: &Arc<Self>, p: &str, via: Via, lock: bool) -> OpResult<Found> {
-        let found = self.find(p, via, lock).await?;
+    /// The regular file at `p` (as addressed by `via`), locked with `lock`, on which `c`
+    /// has the permissions `want` (`MAY_*` bits).
+    async fn file_target(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Cred, want: u32) -> OpResult<Found> {
+        let found = self.find(p, via, lock, c).await?;
         if let Found::Here(t) = &found {
             match t.inode.kind {
                 FileKind::File => {}
                 FileKind::Dir => return Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
                 _ => return Err(err(Errno::EINVAL, format!("'{p}' is not a regular file"))),
+            }
+            let i = &t.inode;
+            for w in [MAY_READ, MAY_WRITE].into_iter().filter(|w| want & w != 0) {
+                perm::check(c, i.mode, i.uid, i.gid, w, p)?;
             }
         }
         Ok(found)
@@ -77,14 +84,19 @@ impl Osd {
         data: Vec<u8>,
         append: bool,
         via: Via,
+        c: &Cred,
     ) -> Response {
-        let mut t = match self.file_target(p, via, true).await? {
+        let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Write { path: p.into(), offset, data, append }).await
+                return self.forward(home, ino, Request::Write { path: p.into(), offset, data, append }, c).await
             }
         };
         let inode = &mut t.inode;
+        if !c.is_root() {
+            // Linux: a write by an unprivileged process drops setuid (and setgid).
+            inode.mode = perm::kill_suid(inode.mode);
+        }
         let off = if append { inode.size } else { offset };
         let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| {
             err(Errno::EFBIG, format!("'{p}': writing {} bytes at {off} passes the maximum file size", data.len()))
@@ -221,15 +233,15 @@ impl Osd {
     }
 
     /// `Read`: up to `len` bytes at `offset`; holes read as zeros.
-    pub(crate) async fn read_file(self: &Arc<Self>, p: &str, offset: u64, len: u32, via: Via) -> Response {
+    pub(crate) async fn read_file(self: &Arc<Self>, p: &str, offset: u64, len: u32, via: Via, c: &Cred) -> Response {
         // A read may race with a rewrite or a compaction that moves what it looked up:
         // it then starts again from the inode.
         let mut last = None;
         for _ in 0..4 {
-            let inode = match self.file_target(p, via, false).await? {
+            let inode = match self.file_target(p, via, false, c, MAY_READ).await? {
                 Found::Here(t) => t.inode,
                 Found::Elsewhere { home, ino } => {
-                    return self.forward(home, ino, Request::Read { path: p.into(), offset, len }).await
+                    return self.forward(home, ino, Request::Read { path: p.into(), offset, len }, c).await
                 }
             };
             match self.read_pieces(&inode, offset, len).await {
@@ -334,10 +346,12 @@ impl Osd {
 
     /// `Fsync`: file data and metadata durable (the metadata already is with `sync =
     /// always`; data appends are synced here too).
-    pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via) -> Response {
-        let inode = match self.file_target(p, via, false).await? {
+    pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+        let inode = match self.file_target(p, via, false, c, 0).await? {
             Found::Here(t) => t.inode,
-            Found::Elsewhere { home, ino } => return self.forward(home, ino, Request::Fsync { path: p.into() }).await,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Fsync { path: p.into() }, c).await
+            }
         };
         let mut servers: BTreeSet<ServerId> = inode.pieces.iter().map(|q| q.server).collect();
         servers.insert(self.id);

@@ -17,10 +17,11 @@ use crate::engine::errors::{eio, err, split_entry, OpResult};
 use crate::engine::host::Via;
 use crate::engine::links::{inode_lock, Slot, Target};
 use crate::engine::locks::Scope;
+use crate::engine::perm;
 use crate::osd::Osd;
 use crate::twopc::{add_part, still_distributing, Parts, DISTRIBUTING_WAIT};
 use plusfs_proto::DistributionWait;
-use plusfs_proto::{Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId, SubOp, WireError};
+use plusfs_proto::{Cred, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId, SubOp, WireError};
 use std::sync::Arc;
 
 /// The outcome of [`Osd::find`].
@@ -38,7 +39,9 @@ impl Osd {
     /// Finds the inode that an entry request for `p` (addressed as `via`) acts on: the
     /// embedded inode, a shared one held here, or the home to forward to. With `lock` the
     /// entry's (or the shared inode's) busy lock is held by the returned target.
-    pub(crate) async fn find(self: &Arc<Self>, p: &str, via: Via, lock: bool) -> OpResult<Found> {
+    /// `c` must have search permission on the whole path of the entry's directory
+    /// (checked here; a forwarded request was checked by the entry's server).
+    pub(crate) async fn find(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Cred) -> OpResult<Found> {
         if let Via::Inode(ino) = via {
             return Ok(Found::Here(self.shared_target(p, ino, lock).await?));
         }
@@ -48,6 +51,7 @@ impl Osd {
             false => None,
         };
         let host = self.host(dir, via)?;
+        perm::check_search(c, &host.obj, dir)?;
         let e = self.entry(&host.obj, p, name)?;
         match e.link_home {
             None => Ok(Found::Here(Target {
@@ -76,9 +80,10 @@ impl Osd {
         Ok(Target { inode, slot: Slot::Shared, _guard: guard })
     }
 
-    /// Sends entry request `op` to the home of shared inode `ino`.
-    pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request) -> Response {
-        match self.peers.call(home, &Request::OnInode { ino, op: Box::new(op) }).await {
+    /// Sends entry request `op` of caller `c` to the home of shared inode `ino` (which
+    /// checks `c`'s permissions on the inode).
+    pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request, c: &Cred) -> Response {
+        match self.peers.call_as(home, c, &Request::OnInode { ino, op: Box::new(op) }).await {
             Ok(r) => r,
             Err(e) => Err(err(e.errno(), format!("inode server {home}: {e}"))),
         }
@@ -89,7 +94,7 @@ impl Osd {
         match e.link_home {
             None => Ok(e),
             Some(home) if home == self.id => Ok(self.shared_target(p, e.ino, false).await?.inode),
-            Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }).await? {
+            Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }, &Cred::server()).await? {
                 Reply::Attr(a) => Ok(Inode {
                     ino: a.ino,
                     kind: a.kind,
@@ -110,7 +115,7 @@ impl Osd {
     }
 
     /// `link`, on the server of `src`'s entry: a new entry `dst` for the same inode.
-    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via) -> Response {
+    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
         let (sdir, _) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         // A source in a distributed directory the client did not address by its shard: the
@@ -122,7 +127,7 @@ impl Osd {
         let mut changes = 0;
         while changes < 3 {
             changes += 1;
-            match self.retrying(|| self.link_once(src, dst, via, at)).await {
+            match self.retrying(|| self.link_once(src, dst, via, at, c)).await {
                 // Being distributed: its storing servers may not hold their shards yet.
                 Err(WireError { redirect: Some(info), .. })
                     if info.path == ddir && info.state == plusfs_proto::DistState::Distributing =>
@@ -142,10 +147,19 @@ impl Osd {
     }
 
     /// One attempt of `link` with the new entry on `at` (server, shard incarnation).
-    async fn link_once(self: &Arc<Self>, src: &str, dst: &str, via: Via, at: (ServerId, Option<u64>)) -> Response {
+    async fn link_once(
+        self: &Arc<Self>,
+        src: &str,
+        dst: &str,
+        via: Via,
+        at: (ServerId, Option<u64>),
+        c: &Cred,
+    ) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
-        let e = self.entry(&self.host(sdir, via)?.obj, src, sname)?;
+        let host = self.host(sdir, via)?.obj;
+        perm::check_search(c, &host, sdir)?;
+        let e = self.entry(&host, src, sname)?;
         if e.kind == FileKind::Dir {
             return Err(err(Errno::EPERM, format!("'{src}' is a directory; directories cannot be hard-linked")));
         }
@@ -161,19 +175,19 @@ impl Osd {
         let insert =
             SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace: Replace::Never, shard: at.1 };
         add_part(&mut parts, at.0, insert);
-        self.run(parts).await?;
+        self.run(parts, c).await?;
         Ok(Reply::Done)
     }
 
     /// `unlink` of a link entry: the entry goes and the shared inode loses a link, in one
     /// transaction.
-    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via) -> Response {
+    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Cred) -> Response {
         let (dir, name) = split_entry(p)?;
         let home = e.link_home.expect("a link entry");
         let mut parts = Parts::new();
         let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
         add_part(&mut parts, self.id, remove);
         add_part(&mut parts, home, SubOp::AdjustLinks { ino: e.ino, delta: -1 });
-        self.retrying(|| async { self.run(parts.clone()).await.map(|_| Reply::Done) }).await
+        self.retrying(|| async { self.run(parts.clone(), c).await.map(|_| Reply::Done) }).await
     }
 }

@@ -6,12 +6,13 @@ use crate::engine::attrs::{apply_set, count_entry, NewNode};
 use crate::engine::errors::{check_dir_path, eio, err, split_entry, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
+use crate::engine::perm;
 use crate::links::Found;
 use crate::metrics::Metrics;
 use crate::osd::Osd;
 use plusfs_proto::{
-    Attr, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
-    ServerStatus, SetAttr, Statfs, WireError,
+    Attr, Cred, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
+    ServerStatus, SetAttr, Statfs, WireError, MAY_READ, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use std::collections::HashSet;
@@ -28,11 +29,11 @@ impl Osd {
         p: &str,
         kind: FileKind,
         mode: u32,
-        uid: u32,
-        gid: u32,
+        owner: (u32, u32),
         exclusive: bool,
         node: NewNode,
         via: Via,
+        c: &Cred,
     ) -> Response {
         let NewNode { target, rdev } = node;
         let (dir, name) = split_entry(p)?;
@@ -48,6 +49,7 @@ impl Osd {
             let info = self.distribute(dir).await?;
             return Err(WireError::redirect(info.unwrap_or_else(|| self.dist_info(dir, &host.obj))));
         }
+        perm::check_search(c, &host.obj, dir)?;
         if let Some(e) = self.store.get_entry(host.obj.ino, name).map_err(eio)? {
             return match e.kind {
                 _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
@@ -58,6 +60,8 @@ impl Osd {
                 }
             };
         }
+        perm::check_dir_write(c, &host.obj, dir)?;
+        let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, owner, mode & 0o7777, false);
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
         let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { rdev } else { 0 };
         let inode = Inode { size, target, rdev, ..Inode::new(self.new_ino().await?, kind, mode, uid, gid) };
@@ -77,11 +81,13 @@ impl Osd {
         Ok(Reply::Attr(Attr::of_inode(&inode)))
     }
 
-    /// `lstat` (and `open`) of an entry: its attributes, or `IsDir` for a subdirectory.
-    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
-        let e = match self.find(p, via, false).await? {
+    /// `lstat` of an entry: its attributes, or `IsDir` for a subdirectory.
+    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+        let e = match self.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
-            Found::Elsewhere { home, ino } => return self.forward(home, ino, Request::Stat { path: p.into() }).await,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Stat { path: p.into() }, c).await
+            }
         };
         Ok(match e.kind {
             FileKind::Dir => Reply::IsDir { ino: e.ino },
@@ -89,25 +95,64 @@ impl Osd {
         })
     }
 
-    pub(crate) async fn dir_stat(self: &Arc<Self>, p: &str, via: Via) -> Response {
+    /// `open` of an entry: as `stat`, after checking the opener's `access` (`MAY_READ`,
+    /// `MAY_WRITE`) against the file (a directory's own server checks nothing more).
+    pub(crate) async fn open_entry(self: &Arc<Self>, p: &str, access: u32, via: Via, c: &Cred) -> Response {
+        let e = match self.find(p, via, false, c).await? {
+            Found::Here(t) => t.inode,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Open { path: p.into(), access }, c).await
+            }
+        };
+        if e.kind == FileKind::Dir {
+            return Ok(Reply::IsDir { ino: e.ino });
+        }
+        for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
+            perm::check(c, e.mode, e.uid, e.gid, want, p)?;
+        }
+        Ok(Reply::Attr(Attr::of_inode(&e)))
+    }
+
+    pub(crate) async fn dir_stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
         check_dir_path(p)?;
         match via {
-            Via::Home => Ok(Reply::Attr(self.dir_attr(p).await?)),
-            Via::Shard(_) | Via::Inode(_) => Ok(Reply::Attr(Attr::of_dir(&self.host(p, via)?.obj))),
+            Via::Home => {
+                perm::check_search_above(c, &self.dir_object(p)?, p)?;
+                Ok(Reply::Attr(self.dir_attr(p).await?))
+            }
+            Via::Shard(_) | Via::Inode(_) => {
+                let d = self.host(p, via)?.obj;
+                perm::check_search_above(c, &d, p)?;
+                Ok(Reply::Attr(Attr::of_dir(&d)))
+            }
         }
     }
 
-    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
+    /// A directory's mode, owner and ancestry (`DirPerms`, from the server of a new
+    /// subdirectory's object).
+    pub(crate) fn dir_perms(&self, p: &str) -> Response {
+        check_dir_path(p)?;
+        let d = self.dir_object(p)?;
+        Ok(Reply::DirPerms { mode: d.mode, uid: d.uid, gid: d.gid, ancestry: d.ancestry })
+    }
+
+    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
         let (dir, name) = split_entry(p)?;
         let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
         let mut host = self.host(dir, via)?;
+        perm::check_search(c, &host.obj, dir)?;
         let e = self.entry(&host.obj, p, name)?;
+        perm::check_dir_write(c, &host.obj, dir)?;
+        if host.obj.mode & libc::S_ISVTX != 0 && !c.is_root() {
+            let owner = self.resolve(p, e.clone()).await?.uid;
+            perm::check_sticky(c, &host.obj, owner, p)?;
+        }
         if e.kind == FileKind::Dir {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
         }
         if e.link_home.is_some() {
             drop(_g);
-            return self.unlink_link(p, &e, via).await;
+            return self.unlink_link(p, &e, via, c).await;
         }
         count_entry(&mut host.obj, e.kind, -1);
         let gate = self.data_gate.read().await;
@@ -121,9 +166,18 @@ impl Osd {
         Ok(Reply::Done)
     }
 
-    pub(crate) fn readdir(self: &Arc<Self>, p: &str, after: Option<String>, limit: u32, via: Via) -> Response {
+    pub(crate) fn readdir(
+        self: &Arc<Self>,
+        p: &str,
+        after: Option<String>,
+        limit: u32,
+        via: Via,
+        c: &Cred,
+    ) -> Response {
         check_dir_path(p)?;
         let d = self.host(p, via)?.obj;
+        perm::check_search_above(c, &d, p)?;
+        perm::check(c, d.mode, d.uid, d.gid, MAY_READ, p)?;
         let limit = if limit == 0 { 1024 } else { limit.min(MAX_READDIR_PAGE) } as usize;
         let mut page = self.store.list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
         let more = page.len() > limit;
@@ -132,17 +186,19 @@ impl Osd {
         Ok(Reply::Dirents(Dirents { incarnation: d.incarnation, entries, more }))
     }
 
-    pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via) -> Response {
-        let mut t = match self.find(p, via, true).await? {
+    pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via, c: &Cred) -> Response {
+        let mut t = match self.find(p, via, true, c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::SetAttr { path: p.into(), set: set.clone() }).await
+                return self.forward(home, ino, Request::SetAttr { path: p.into(), set: set.clone() }, c).await
             }
         };
         let e = &mut t.inode;
         if e.kind == FileKind::Dir {
             return Ok(Reply::IsDir { ino: e.ino });
         }
+        let cur = perm::Owned { mode: e.mode, uid: e.uid, gid: e.gid, dir: false };
+        let set = &perm::check_setattr(c, cur, set, p)?;
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
         let mut remote = Vec::new();
@@ -160,27 +216,11 @@ impl Osd {
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
     }
 
-    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr) -> Response {
-        check_dir_path(p)?;
-        if set.size.is_some() {
-            return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
-        }
-        {
-            let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
-            let mut d = self.dir_object(p)?;
-            apply_set(set, &mut d.mode, &mut d.uid, &mut d.gid, &mut d.atime, &mut d.mtime, &mut d.ctime);
-            let mut b = Batch::new();
-            b.put_dir(p, &d);
-            self.apply(b).await?;
-        }
-        Ok(Reply::Attr(self.dir_attr(p).await?))
-    }
-
-    pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via) -> Response {
-        let e = match self.find(p, via, false).await? {
+    pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+        let e = match self.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Readlink { path: p.into() }).await
+                return self.forward(home, ino, Request::Readlink { path: p.into() }, c).await
             }
         };
         match e.target {

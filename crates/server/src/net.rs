@@ -84,10 +84,10 @@ async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Recei
         osd.metrics.bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
         match decode_request(&frame) {
-            Ok(req) => {
+            Ok(call) => {
                 let (osd, tx) = (osd.clone(), tx.clone());
                 inflight.spawn(async move {
-                    let resp = osd.handle(req).await;
+                    let resp = osd.handle(call.cred, call.request).await;
                     send(&osd, &tx, id, opcode, &resp);
                 });
             }

@@ -61,7 +61,8 @@ impl Osd {
             }
         });
         if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
-            let root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
+            let mut root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
+            root.ancestry = Some(plusfs_proto::Ancestry::root(root.search_perm()));
             let mut b = Batch::new();
             b.put_dir("/", &root);
             commit(osd.store.as_ref(), b).await?;

@@ -5,22 +5,27 @@
 
 use crate::engine::errors::{eio, err, OpResult};
 use crate::osd::Osd;
-use plusfs_proto::{CommitPayload, Errno, Reply, Response, SubOp};
+use plusfs_proto::{CommitPayload, Cred, Errno, Reply, Response, SubOp};
 use std::sync::Arc;
 
 impl Osd {
     /// `SubExec`: applies `ops` here at once (serial protocol and its CLEAR) and returns
     /// the sub-operations that take them back.
-    pub(crate) async fn sub_exec(self: &Arc<Self>, ops: Vec<SubOp>) -> Response {
+    pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> Response {
+        self.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false).await?;
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
-        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new()).await?;
+        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let undo = self.undo_of(&ops)?;
         let (batch, remote) = self.commit_batch(&prepared, &CommitPayload::default())?;
         self.apply(batch).await?;
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
-        Ok(Reply::Undo(undo))
+        let made = ops.iter().find_map(|o| match o {
+            SubOp::CreateDir { object, .. } => Some(plusfs_proto::Attr::of_dir(object)),
+            _ => None,
+        });
+        Ok(Reply::Undo { ops: undo, made })
     }
 
     /// Sub-operations undoing `ops` (checked, not yet applied): the CLEAR of serial

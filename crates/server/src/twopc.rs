@@ -15,13 +15,14 @@ use crate::engine::encode;
 use crate::engine::errors::{eio, err, split_entry, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
-use crate::engine::subops::Prepared;
+use crate::engine::perm;
+use crate::engine::subops::{rebase_ancestry, Prepared};
 use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
-    Attr, CommitPayload, DirDump, DirObject, DistState, DistributionWait, Errno, FileKind, Ino, Inode, Replace, Reply,
-    Request, Response, ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
+    Ancestry, Attr, CommitPayload, Cred, DirDump, DirObject, DistState, DistributionWait, Errno, FileKind, Ino, Inode,
+    Replace, Reply, Request, Response, ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
 };
 use plusfs_store::{Batch, LogKind};
 use rand::Rng;
@@ -110,21 +111,22 @@ impl Osd {
         self: &Arc<Self>,
         p: &str,
         mode: u32,
-        uid: u32,
-        gid: u32,
+        owner: (u32, u32),
         policy: (Threshold, u32),
         via: Via,
+        c: &Cred,
     ) -> Response {
         let (dir, name) = split_entry(p)?;
         let parent = self.host(dir, via)?.obj;
+        perm::check_search(c, &parent, dir)?;
         if self.store.get_entry(parent.ino, name).map_err(eio)?.is_some() {
             return Err(err(Errno::EEXIST, format!("'{p}' exists")));
         }
-        let attrs = self.mkdir_many(dir, &[name], mode, uid, gid, policy, via).await?;
+        let attrs = self.mkdir_many(dir, &[name], mode, owner, policy, via, c).await?;
         if policy.0.resolve(self.cluster_threshold()) == Threshold::Entries(0) {
             // Distributed from creation: its home distributes it now.
             let req = Request::SetPolicy { path: p.to_string(), threshold: None, width: None };
-            if let Err(e) = self.peer_call(self.map.home_of_dir(p), req).await {
+            if let Err(e) = self.peer_call(self.map.home_of_dir(p), req, &Cred::server()).await {
                 tracing::warn!(path = p, cause = %e.message, "cannot distribute a new directory yet");
             }
         }
@@ -139,22 +141,25 @@ impl Osd {
         dir: &str,
         names: &[&str],
         mode: u32,
-        uid: u32,
-        gid: u32,
+        owner: (u32, u32),
         policy: (Threshold, u32),
         via: Via,
+        c: &Cred,
     ) -> OpResult<Vec<Attr>> {
         let mut parts = Parts::new();
         let mut attrs = Vec::with_capacity(names.len());
+        let parent = self.host(dir, via)?.obj;
+        let (uid, gid, mode) = perm::new_owner(c, parent.mode, parent.gid, owner, mode & 0o7777, true);
         for name in names {
             let mut object = DirObject::new(self.new_ino().await?, mode, uid, gid);
             object.dist.threshold = policy.0;
             object.dist.width = policy.1;
+            object.ancestry = parent.ancestry.clone().map(|a| a.with(object.search_perm()));
             let path = plusfs_proto::path::join(dir, name);
             let entry = SubOp::InsertEntry {
                 dir: dir.to_string(),
                 name: name.to_string(),
-                inode: Inode::subdir(object.ino),
+                inode: Inode { uid, ..Inode::subdir(object.ino) },
                 replace: Replace::Never,
                 shard: via.shard(),
             };
@@ -162,15 +167,17 @@ impl Osd {
             attrs.push(Attr::of_dir(&object));
             add_part(&mut parts, self.map.home_of_dir(&path), SubOp::CreateDir { path, object });
         }
-        self.run(parts).await?;
+        self.run(parts, c).await?;
         Ok(attrs)
     }
 
     /// `rmdir`. A distributed directory's shards are removed in the same transaction;
     /// the first attempt learns them from the home's redirect.
-    pub(crate) async fn rmdir(self: &Arc<Self>, p: &str, via: Via) -> Response {
+    pub(crate) async fn rmdir(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
         let (dir, name) = split_entry(p)?;
-        let e = self.entry(&self.host(dir, via)?.obj, p, name)?;
+        let host = self.host(dir, via)?.obj;
+        perm::check_search(c, &host, dir)?;
+        let e = self.entry(&host, p, name)?;
         if e.kind != FileKind::Dir {
             return Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory")));
         }
@@ -185,8 +192,8 @@ impl Osd {
             }
             parts
         };
-        match self.run(parts(&[])).await {
-            Err(WireError { redirect: Some(info), .. }) if info.path == p => self.run(parts(&info.set)).await?,
+        match self.run(parts(&[]), c).await {
+            Err(WireError { redirect: Some(info), .. }) if info.path == p => self.run(parts(&info.set), c).await?,
             r => r?,
         }
         Ok(Reply::Done)
@@ -194,11 +201,17 @@ impl Osd {
 
     /// `rename`. The destination entry's server is learnt like a client would: the home of
     /// its parent, or the storing server Eq. 2 gives after a redirect.
-    pub(crate) async fn rename(self: &Arc<Self>, src: &str, dst: &str, via: Via) -> Response {
+    pub(crate) async fn rename(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         let src_host = self.host(sdir, via)?;
+        perm::check_search(c, &src_host.obj, sdir)?;
         let e = self.entry(&src_host.obj, src, sname)?;
+        if e.link_home.is_some() && src_host.obj.mode & libc::S_ISVTX != 0 && !c.is_root() {
+            // A hard link's owner is with its inode (the prepare checks other entries).
+            let owner = self.resolve(src, e.clone()).await?.uid;
+            perm::check_sticky(c, &src_host.obj, owner, src)?;
+        }
         if src == dst {
             return Ok(Reply::Done);
         }
@@ -215,7 +228,7 @@ impl Osd {
         let mut changes = 0;
         while changes < 4 {
             changes += 1;
-            match self.rename_to(src, dst, &e, via, &at).await {
+            match self.rename_to(src, dst, &e, via, &at, c).await {
                 // Two links of one file: POSIX says the rename does nothing.
                 Err(WireError { replaced_link: Some((ino, _)), .. }) if ino == e.ino => return Ok(Reply::Done),
                 Err(WireError { replaced_link: Some(link), .. }) => at.replaced_link = Some(link),
@@ -241,7 +254,7 @@ impl Osd {
         Err(err(Errno::EBUSY, format!("the distribution of '{ddir}' keeps changing")))
     }
 
-    async fn rename_to(self: &Arc<Self>, src: &str, dst: &str, e: &Inode, via: Via, at: &DstAt) -> Response {
+    async fn rename_to(self: &Arc<Self>, src: &str, dst: &str, e: &Inode, via: Via, at: &DstAt, c: &Cred) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         let mut parts = Parts::new();
@@ -264,7 +277,7 @@ impl Osd {
             if let Some(incarnation) = at.shard {
                 stat = Request::Shard { incarnation, op: Box::new(stat) };
             }
-            let replace = match self.peer_call(dst_home, stat).await {
+            let replace = match self.peer_call(dst_home, stat, c).await {
                 Ok(Reply::IsDir { ino }) => Replace::Dir(ino),
                 Ok(Reply::Attr(_)) => return Err(err(Errno::ENOTDIR, format!("'{dst}' is not a directory"))),
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
@@ -277,7 +290,7 @@ impl Osd {
             let insert = SubOp::InsertEntry {
                 dir: ddir.into(),
                 name: dname.into(),
-                inode: Inode::subdir(e.ino),
+                inode: Inode { uid: e.uid, ..Inode::subdir(e.ino) },
                 replace,
                 shard: at.shard,
             };
@@ -289,34 +302,52 @@ impl Osd {
                     add_part(&mut parts, s, SubOp::RemoveShard { path: dst.into(), ino: old });
                 }
             }
+            let rebase = self.rebase_of(sdir, ddir, c).await?;
             for s in &self.map.servers {
-                add_part(&mut parts, s.id, SubOp::ExportSubtree { root: src.into(), new_root: dst.into() });
+                let export = SubOp::ExportSubtree { root: src.into(), new_root: dst.into(), rebase: rebase.clone() };
+                add_part(&mut parts, s.id, export);
             }
         }
-        self.run(parts).await?;
+        self.run(parts, c).await?;
         Ok(Reply::Done)
     }
 
-    async fn peer_call(self: &Arc<Self>, server: ServerId, req: Request) -> Response {
+    /// The ancestries of a moved directory's old and new parents (`None` when one has
+    /// none), read from their homes.
+    async fn rebase_of(self: &Arc<Self>, sdir: &str, ddir: &str, c: &Cred) -> OpResult<Option<(Ancestry, Ancestry)>> {
+        let mut get = Vec::new();
+        for d in [sdir, ddir] {
+            get.push(match self.peer_call(self.map.home_of_dir(d), Request::DirPerms { path: d.into() }, c).await? {
+                Reply::DirPerms { ancestry, .. } => ancestry,
+                other => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+            });
+        }
+        let to = get.pop().flatten();
+        Ok(get.pop().flatten().zip(to))
+    }
+
+    /// Sends `req` to `server` (as `c`, or served here directly).
+    pub(crate) async fn peer_call(self: &Arc<Self>, server: ServerId, req: Request, c: &Cred) -> Response {
         if server == self.id {
             // Served directly (no message), and never through `handle`, so no operation
             // recurses into another.
             return match req {
-                Request::Stat { path } => self.stat(&path, Via::Home).await,
+                Request::Stat { path } => self.stat(&path, Via::Home, c).await,
+                Request::DirPerms { path } => self.dir_perms(&path),
                 Request::Shard { incarnation, op } => match *op {
-                    Request::Stat { path } => self.stat(&path, Via::Shard(incarnation)).await,
+                    Request::Stat { path } => self.stat(&path, Via::Shard(incarnation), c).await,
                     other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
                 },
                 Request::SetPolicy { path, threshold, width } => {
                     Box::pin(self.set_policy(&path, threshold, width)).await
                 }
-                Request::TxPrepare { txid, ops } => self.tx_prepare(txid, ops).await,
+                Request::TxPrepare { txid, ops } => self.tx_prepare(txid, ops, c).await,
                 Request::TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
                 Request::TxAbort { txid } => self.tx_abort(txid).await,
                 other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
             };
         }
-        match self.peers.call(server, &req).await {
+        match self.peers.call_as(server, c, &req).await {
             Ok(r) => r,
             Err(e) => Err(err(e.errno(), format!("server {server}: {e}"))),
         }
@@ -345,19 +376,20 @@ impl Osd {
         }
     }
 
-    /// Runs `parts` atomically: in one local store batch when only this server takes part,
-    /// else by two-phase commit.
-    pub(crate) async fn run(self: &Arc<Self>, parts: Parts) -> OpResult<()> {
+    /// Runs `parts` atomically for caller `c` (whose permissions each participant checks
+    /// at prepare): in one local store batch when only this server takes part, else by
+    /// two-phase commit.
+    pub(crate) async fn run(self: &Arc<Self>, parts: Parts, c: &Cred) -> OpResult<()> {
         if parts.len() == 1 && parts[0].0 == self.id {
-            return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default()).await;
+            return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default(), c).await;
         }
-        self.two_phase_commit(&parts).await
+        self.two_phase_commit(&parts, c).await
     }
 
     /// All sub-operations are local: prepare and commit them as one batch, no log.
-    async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>) -> OpResult<()> {
+    async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>, c: &Cred) -> OpResult<()> {
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
-        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new()).await?;
+        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let mut payloads = if prepared.exported.is_empty() {
             HashMap::new()
         } else {
@@ -387,7 +419,7 @@ impl Osd {
         }
     }
 
-    async fn two_phase_commit(self: &Arc<Self>, parts: &Parts) -> OpResult<()> {
+    async fn two_phase_commit(self: &Arc<Self>, parts: &Parts, c: &Cred) -> OpResult<()> {
         self.metrics.tx_started.fetch_add(1, Ordering::Relaxed);
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
         let participants: Vec<ServerId> = parts.iter().map(|p| p.0).collect();
@@ -396,7 +428,7 @@ impl Osd {
 
         let votes = join_all(parts.iter().map(|(s, ops)| {
             let ops = ops.clone();
-            async move { self.peer_call(*s, Request::TxPrepare { txid, ops }).await }
+            async move { self.peer_call(*s, Request::TxPrepare { txid, ops }, c).await }
         }))
         .await;
         let first_no = votes.iter().find_map(|v| v.as_ref().err().cloned());
@@ -428,10 +460,12 @@ impl Osd {
 
     /// `rename(a, b)` with `RENAME_EXCHANGE`, on `a`'s entry server: both entries (files,
     /// symlinks, links; not directories) swap their inodes in one transaction.
-    pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via) -> Response {
+    pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via, c: &Cred) -> Response {
         let (adir, aname) = split_entry(a)?;
         let (bdir, bname) = split_entry(b)?;
-        self.entry(&self.host(adir, via)?.obj, a, aname)?;
+        let host = self.host(adir, via)?.obj;
+        perm::check_search(c, &host, adir)?;
+        self.entry(&host, a, aname)?;
         if a == b {
             return Ok(Reply::Done);
         }
@@ -444,7 +478,7 @@ impl Osd {
                 SubOp::ExchangeEntry { dir: adir.into(), name: aname.into(), shard: via.shard() },
             );
             add_part(&mut parts, at.0, SubOp::ExchangeEntry { dir: bdir.into(), name: bname.into(), shard: at.1 });
-            match self.retrying(|| async { self.run(parts.clone()).await.map(|_| Reply::Done) }).await {
+            match self.retrying(|| async { self.run(parts.clone(), c).await.map(|_| Reply::Done) }).await {
                 Err(WireError { redirect: Some(info), .. }) if info.path == bdir => {
                     at = (info.server_of(bname), Some(info.incarnation));
                 }
@@ -457,8 +491,8 @@ impl Osd {
     /// New homes of exported directory objects (directory rename).
     fn payloads_from_exports(&self, ops: &[SubOp], exports: Vec<DirDump>) -> HashMap<ServerId, CommitPayload> {
         let mut out: HashMap<ServerId, CommitPayload> = HashMap::new();
-        let Some((root, new_root)) = ops.iter().find_map(|o| match o {
-            SubOp::ExportSubtree { root, new_root } => Some((root.clone(), new_root.clone())),
+        let Some((root, new_root, anc)) = ops.iter().find_map(|o| match o {
+            SubOp::ExportSubtree { root, new_root, rebase } => Some((root.clone(), new_root.clone(), rebase.clone())),
             _ => None,
         }) else {
             return out;
@@ -468,6 +502,7 @@ impl Osd {
             if dump.path == root {
                 dump.object.ctime = now;
             }
+            dump.object.ancestry = rebase_ancestry(dump.object.ancestry.take(), anc.as_ref());
             dump.path = rebase(&dump.path, &root, &new_root);
             out.entry(self.map.home_of_dir(&dump.path)).or_default().imports.push(dump);
         }
@@ -511,7 +546,7 @@ impl Osd {
                 }
                 _ => Request::TxAbort { txid },
             };
-            self.peer_call(*s, req)
+            async move { self.peer_call(*s, req, &Cred::server()).await }
         }))
         .await;
         targets.iter().zip(results).filter(|(_, r)| r.is_err()).map(|(s, _)| *s).collect()
@@ -551,8 +586,8 @@ impl Osd {
 
     // ----- participant --------------------------------------------------------------
 
-    pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>) -> Response {
-        let (guard, prepared) = self.check_subops(txid, &ops, false, &mut Vec::new()).await?;
+    pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>, c: &Cred) -> Response {
+        let (guard, prepared) = self.check_subops(txid, &ops, false, &mut Vec::new(), c).await?;
         let exports = self.dump(&prepared.exported)?;
         let mut b = Batch::new();
         b.put_log(LogKind::Participant, txid, encode(&prepared));

@@ -4,10 +4,11 @@
 use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
+use crate::engine::perm;
 use crate::links::Found;
 use crate::osd::Osd;
 use plusfs_proto::filedata::{MAX_XATTR_NAME, MAX_XATTR_TOTAL, MAX_XATTR_VALUE};
-use plusfs_proto::{Errno, FileKind, Reply, Request, Response, Timespec, XattrOp};
+use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response, Timespec, XattrOp};
 use plusfs_store::Batch;
 use std::sync::Arc;
 
@@ -76,16 +77,18 @@ fn check_name(name: &str, p: &str) -> OpResult<()> {
 
 impl Osd {
     /// `Xattr` on the entry's server: files, symlinks and FIFOs; `IsDir` for directories.
-    pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via) -> Response {
-        let mut t = match self.find(p, via, !matches!(op, XattrOp::Get { .. } | XattrOp::List)).await? {
+    pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via, c: &Cred) -> Response {
+        let mut t = match self.find(p, via, !matches!(op, XattrOp::Get { .. } | XattrOp::List), c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Xattr { path: p.into(), op: op.clone() }).await
+                return self.forward(home, ino, Request::Xattr { path: p.into(), op: op.clone() }, c).await
             }
         };
         if t.inode.kind == FileKind::Dir {
             return Ok(Reply::IsDir { ino: t.inode.ino });
         }
+        let i = &t.inode;
+        perm::check_xattr(c, perm::Owned { mode: i.mode, uid: i.uid, gid: i.gid, dir: false }, op, p)?;
         let (reply, changed) = apply(&mut t.inode.xattrs, op, p)?;
         if changed {
             t.inode.ctime = Timespec::now();
@@ -97,10 +100,12 @@ impl Osd {
     }
 
     /// `DirXattr` on the directory's home.
-    pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp) -> Response {
+    pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Cred) -> Response {
         check_dir_path(p)?;
         let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let mut d = self.dir_object(p)?;
+        perm::check_search_above(c, &d, p)?;
+        perm::check_xattr(c, perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true }, op, p)?;
         let (reply, changed) = apply(&mut d.xattrs, op, p)?;
         if changed {
             d.ctime = Timespec::now();

@@ -36,8 +36,9 @@ pub struct RocksStore {
 pub struct Format(u8);
 
 /// The version of the stored-object layout this build writes (the layout of
-/// `plusfs_proto::record`). Bump it with any change there.
-pub const RECORD_VERSION: u8 = 1;
+/// `plusfs_proto::record`). Bump it with any change there. Version 2 added
+/// `DirObject::ancestry`; records of version 1 are read with `ancestry: None`.
+pub const RECORD_VERSION: u8 = 2;
 
 /// Key of the store's format number.
 const FORMAT_KEY: &[u8] = b"M__format";
@@ -120,7 +121,8 @@ fn encode<T: Serialize>(format: Format, v: &T) -> Vec<u8> {
 fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason };
     let body = match (format.0, v.split_first()) {
-        (0, _) => v,
+        (0, _) => return decode_v1(v).map_err(corrupt),
+        (_, Some((1, body))) => return decode_v1(body).map_err(corrupt),
         (_, Some((&RECORD_VERSION, body))) => body,
         (_, Some((version, _))) => {
             return Err(corrupt(format!(
@@ -130,6 +132,17 @@ fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T
         (_, None) => return Err(corrupt("empty record".into())),
     };
     postcard::from_bytes(body).map_err(|e| corrupt(e.to_string()))
+}
+
+/// A record of version 1 (or of a format-0 store, which may hold both layouts): version 2
+/// appended `ancestry: Option<Ancestry>` to directory objects, so the body is read as if
+/// it ended in `None` (postcard ignores the byte after records of other types, and after
+/// a version-2 directory object that a format-0 store wrote).
+fn decode_v1<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let mut padded = Vec::with_capacity(body.len() + 1);
+    padded.extend_from_slice(body);
+    padded.push(0);
+    postcard::from_bytes(&padded).map_err(|e| e.to_string())
 }
 
 /// The format of the store in `db`: the recorded one, 0 for a store from before formats
@@ -461,6 +474,7 @@ mod tests {
             subdirs: 0,
             dist: Default::default(),
             xattrs: Vec::new(),
+            ancestry: None,
         }
     }
 
@@ -535,8 +549,15 @@ mod tests {
         let s = RocksStore::open(old.path(), false).unwrap();
         assert_eq!(s.format, Format(0));
         assert_eq!(s.get_dir("/b").unwrap().unwrap().ino, 9);
-        // A record of a version this build does not know is refused, not misread.
+        // A version-1 directory object (no ancestry field) reads with `ancestry: None`.
         let s = RocksStore::open(dir.path(), false).unwrap();
+        let mut v1 = vec![1u8];
+        let body = postcard::to_allocvec(&obj(11)).unwrap();
+        v1.extend_from_slice(&body[..body.len() - 1]);
+        s.db.put(dir_key("/v1"), v1).unwrap();
+        let read = s.get_dir("/v1").unwrap().unwrap();
+        assert_eq!((read.ino, read.ancestry), (11, None));
+        // A record of a version this build does not know is refused, not misread.
         s.db.put(dir_key("/c"), [RECORD_VERSION + 1, 0, 0]).unwrap();
         let e = s.get_dir("/c").unwrap_err().to_string();
         assert!(e.contains("record version"), "{e}");

@@ -13,7 +13,7 @@
 
 use futures::future::BoxFuture;
 use plusfs_proto::{
-    decode_request, decode_response, encode_request, encode_response, Frame, Request, Response, ServerId,
+    decode_request, decode_response, encode_request, encode_response, Cred, Frame, Request, Response, ServerId,
 };
 use plusfs_rpc::{CallError, Counters, Transport};
 use plusfs_server::Osd;
@@ -214,13 +214,14 @@ impl SimNet {
         &self,
         from: NodeId,
         to: ServerId,
+        cred: &Cred,
         req: &Request,
         counters: &Counters,
     ) -> Result<Response, CallError> {
         let addr = format!("sim server {to}");
         let lost = |reason: &str| CallError::Broken { addr: addr.clone(), reason: reason.to_string() };
         let mut frame = bytes::BytesMut::new();
-        encode_request(1, req, &mut frame).map_err(|e| CallError::Protocol {
+        encode_request(1, cred, req, &mut frame).map_err(|e| CallError::Protocol {
             addr: addr.clone(),
             reason: e.to_string(),
             errno: plusfs_proto::Errno::EMSGSIZE,
@@ -269,7 +270,7 @@ async fn deliver(ep: &Endpoint, frame: bytes::Bytes) -> Option<bytes::Bytes> {
     let task = ep.rt.spawn(async move {
         let frame = Frame::parse(frame).expect("the sender encoded a whole frame");
         let resp = match decode_request(&frame) {
-            Ok(req) => osd.handle(req).await,
+            Ok(call) => osd.handle(call.cred, call.request).await,
             Err(e) => Err(plusfs_proto::WireError::new(e.errno(), e.to_string())),
         };
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
@@ -293,7 +294,12 @@ pub struct SimTransport {
 }
 
 impl Transport for SimTransport {
-    fn send<'a>(&'a self, server: ServerId, req: &'a Request) -> BoxFuture<'a, Result<Response, CallError>> {
-        Box::pin(self.net.carry(self.from, server, req, &self.counters))
+    fn send<'a>(
+        &'a self,
+        server: ServerId,
+        cred: &'a Cred,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, CallError>> {
+        Box::pin(self.net.carry(self.from, server, cred, req, &self.counters))
     }
 }

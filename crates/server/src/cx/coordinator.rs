@@ -100,7 +100,7 @@ impl Osd {
 
     pub(super) async fn peer_call_cx(self: &Arc<Self>, peer: ServerId, req: Request) -> Response {
         if peer == self.id {
-            return Box::pin(self.handle_cx(req)).await;
+            return Box::pin(self.handle_cx(req, &Cred::server())).await;
         }
         match self.peers.call(peer, &req).await {
             Ok(r) => r,

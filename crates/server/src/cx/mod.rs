@@ -37,7 +37,7 @@ use crate::engine::subops::Prepared;
 use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::{
-    CommitPayload, CxAnswer, CxRole, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId, WireError,
+    CommitPayload, Cred, CxAnswer, CxRole, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId, WireError,
 };
 use plusfs_store::{Batch, LogKind, StoreError};
 use record::{frame, unframe, Record};
@@ -116,10 +116,21 @@ impl Osd {
     // ----- execution phase ------------------------------------------------------------
 
     /// `CxExec`: executes one side of operation `id` and answers YES/NO with a hint.
-    pub(crate) async fn cx_exec(self: &Arc<Self>, id: OpId, role: CxRole, peer: ServerId, ops: Vec<SubOp>) -> Response {
+    pub(crate) async fn cx_exec(
+        self: &Arc<Self>,
+        id: OpId,
+        role: CxRole,
+        peer: ServerId,
+        mut ops: Vec<SubOp>,
+        c: &Cred,
+    ) -> Response {
         if peer == self.id {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
         }
+        // Before looking the operation up: what follows up to its insertion must not wait,
+        // or a duplicated request would execute it twice. A parent's home that does not
+        // answer at once (the coordinator) leaves the new object's ancestry to commitment.
+        self.fill_new_dirs(&mut ops, c, crate::dirperms::CX_PARENT_WAIT, true).await?;
         if self.cx.st().ops.get(&id).is_some_and(|o| o.role != role) {
             return Err(err(Errno::EINVAL, format!("operation {id} already executes here in the other role")));
         }
@@ -137,7 +148,7 @@ impl Osd {
         {
             let mut st = self.cx.st();
             st.by_tx.insert(txid, id);
-            st.ops.insert(id, new_op(role, peer, txid, ops));
+            st.ops.insert(id, new_op(role, peer, txid, ops, c.clone()));
         }
         Ok(Reply::CxAnswer(self.execute(id).await))
     }
@@ -145,19 +156,21 @@ impl Osd {
     /// The answer already given for `id`, if it is no longer executing.
     fn known_answer(&self, st: &State, id: &OpId) -> Option<CxAnswer> {
         if let Some((e, _)) = st.refused.get(id) {
-            return Some(CxAnswer { error: Some(e.clone()), hint: Vec::new() });
+            return Some(CxAnswer { error: Some(e.clone()), hint: Vec::new(), made: None });
         }
         if let Some((committed, _)) = st.ended.get(id) {
             return Some(match committed {
                 true => CxAnswer::default(),
-                false => {
-                    CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))), hint: Vec::new() }
-                }
+                false => CxAnswer {
+                    error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))),
+                    hint: Vec::new(),
+                    made: None,
+                },
             });
         }
         match st.ops.get(id) {
             Some(op) if matches!(op.phase, Phase::Yes | Phase::Committing) => {
-                Some(CxAnswer { error: None, hint: op.hint.clone() })
+                Some(CxAnswer { error: None, hint: op.hint.clone(), made: made(&op.ops) })
             }
             _ => None,
         }
@@ -177,14 +190,14 @@ impl Osd {
                 }
                 if !st.ops.contains_key(&id) {
                     let e = err(Errno::EBUSY, format!("operation {id} is unknown here"));
-                    return CxAnswer { error: Some(e), hint: Vec::new() };
+                    return CxAnswer { error: Some(e), hint: Vec::new(), made: None };
                 }
             }
             match deadline {
                 Some(d) => {
                     if tokio::time::timeout_at(d.into(), notified).await.is_err() {
                         let e = err(Errno::EBUSY, format!("operation {id} did not execute in time"));
-                        return CxAnswer { error: Some(e), hint: Vec::new() };
+                        return CxAnswer { error: Some(e), hint: Vec::new(), made: None };
                     }
                 }
                 None => notified.await,
@@ -194,12 +207,16 @@ impl Osd {
 
     /// Runs the execution of known operation `id` (first time or after invalidation).
     async fn execute(self: &Arc<Self>, id: OpId) -> CxAnswer {
-        let Some((txid, ops)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone())) else {
-            return CxAnswer { error: Some(err(Errno::EBUSY, format!("operation {id} was dropped"))), hint: vec![] };
+        let Some((txid, ops, cred)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone(), o.cred.clone())) else {
+            return CxAnswer {
+                error: Some(err(Errno::EBUSY, format!("operation {id} was dropped"))),
+                hint: vec![],
+                made: None,
+            };
         };
         let estimate = 64 + postcard::to_allocvec(&ops).map(|v| v.len() as u64).unwrap_or(0) * 2;
         self.wait_for_log_space(estimate).await;
-        let checked = self.check_subops(txid, &ops, true, &mut Vec::new()).await;
+        let checked = self.check_subops(txid, &ops, true, &mut Vec::new(), &cred).await;
         let hint = self.cx.st().ops.get(&id).map(|o| o.hint.clone()).unwrap_or_default();
         let (guard, prepared) = match checked {
             Ok(x) => x,
@@ -212,6 +229,7 @@ impl Osd {
         let Some((role, peer)) = self.cx.st().ops.get(&id).map(|o| (o.role, o.peer)) else {
             return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was dropped")), hint);
         };
+        let made_attr = made(&ops);
         let rec = Record::Result { op: id, role, peer, ops, locks: prepared.locks.clone(), hint: hint.clone() };
         let bytes = frame(&rec);
         let mut b = Batch::new();
@@ -261,7 +279,7 @@ impl Osd {
             self.cx.kick.notify_one();
         }
         tracing::debug!(op = %id, ?role, ?hint, "Cx YES");
-        CxAnswer { error: None, hint }
+        CxAnswer { error: None, hint, made: made_attr }
     }
 
     /// Records a NO answer for `id` (nothing was logged or locked).
@@ -274,7 +292,7 @@ impl Osd {
         st.refused.insert(id, (e.clone(), Instant::now()));
         drop(st);
         self.cx.changed.notify_waiters();
-        CxAnswer { error: Some(e), hint }
+        CxAnswer { error: Some(e), hint, made: None }
     }
 
     /// Blocks while the log holds `more` bytes too many, committing what is pending.
@@ -299,12 +317,21 @@ impl Osd {
     }
 }
 
-fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>) -> Op {
+/// The attributes of the directory object `ops` create, if any (for the client's answer).
+fn made(ops: &[SubOp]) -> Option<plusfs_proto::Attr> {
+    ops.iter().find_map(|o| match o {
+        SubOp::CreateDir { object, .. } => Some(plusfs_proto::Attr::of_dir(object)),
+        _ => None,
+    })
+}
+
+fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>, cred: Cred) -> Op {
     Op {
         role,
         peer,
         txid,
         ops,
+        cred,
         locks: Vec::new(),
         hint: Vec::new(),
         phase: Phase::Executing,

@@ -23,7 +23,7 @@ impl Osd {
                         if role == CxRole::Participant {
                             urge.entry(peer).or_default().push(id);
                         }
-                        let mut op = new_op(role, peer, txid, ops);
+                        let mut op = new_op(role, peer, txid, ops, Cred::server());
                         op.phase = Phase::Yes;
                         op.locks = locks;
                         op.hint = hint;
@@ -33,7 +33,7 @@ impl Osd {
                     Record::Decided { op: id, peer, commit } => {
                         let e = resend.entry(peer).or_default();
                         if commit { &mut e.0 } else { &mut e.1 }.push(id);
-                        let mut op = new_op(CxRole::Coordinator, peer, txid, vec![]);
+                        let mut op = new_op(CxRole::Coordinator, peer, txid, vec![], Cred::server());
                         op.phase = Phase::Committing;
                         (id, op)
                     }

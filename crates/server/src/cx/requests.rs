@@ -7,9 +7,11 @@ impl Osd {
     // ----- requests -------------------------------------------------------------------
 
     /// Serves the Cx requests.
-    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request) -> Response {
+    /// Serves the Cx requests (`c`: the caller of a `CxExec`, whose permissions its
+    /// execution checks).
+    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request, c: &Cred) -> Response {
         match req {
-            Request::CxExec { op, role, peer, ops } => self.cx_exec(op, role, peer, ops).await,
+            Request::CxExec { op, role, peer, ops } => self.cx_exec(op, role, peer, ops, c).await,
             Request::CxVote { coordinator, ops } => self.cx_vote(coordinator, ops).await,
             Request::CxDecide { commits, aborts } => self.cx_decide(&commits, &aborts).await,
             Request::CxUrge { participant, ops } => self.cx_urge(participant, ops),
@@ -35,6 +37,7 @@ impl Osd {
                 self.known_answer(&st, id).unwrap_or_else(|| CxAnswer {
                     error: Some(err(Errno::EBUSY, format!("operation {id} never reached server"))),
                     hint: vec![],
+                    made: None,
                 })
             };
             (*id, self.final_vote(*id, answer.error))
@@ -120,6 +123,7 @@ impl Osd {
 
     /// Participant: applies commits and drops aborts, in one write; the reply is the ACK.
     pub(super) async fn cx_decide(self: &Arc<Self>, commits: &[OpId], aborts: &[OpId]) -> Response {
+        self.fill_committed(commits).await?;
         let mut applied = Prepared::default();
         let mut b = Batch::new();
         let mut txids = Vec::new();
@@ -165,6 +169,30 @@ impl Osd {
         }
         self.forget_ended(&ended);
         Ok(Reply::Done)
+    }
+
+    /// Participant: new directory objects of committed operations that were executed
+    /// without their parent's ancestry (its home did not answer) get it now.
+    async fn fill_committed(self: &Arc<Self>, commits: &[OpId]) -> OpResult<()> {
+        let unfilled = |ops: &[SubOp]| {
+            ops.iter().any(|o| matches!(o, SubOp::CreateDir { object, .. } if object.ancestry.is_none()))
+        };
+        let todo: Vec<(OpId, Vec<SubOp>)> = {
+            let st = self.cx.st();
+            commits
+                .iter()
+                .filter_map(|id| st.ops.get(id).map(|o| (*id, o)))
+                .filter(|(_, o)| matches!(o.phase, Phase::Yes) && unfilled(&o.ops))
+                .map(|(id, o)| (id, o.ops.clone()))
+                .collect()
+        };
+        for (id, mut ops) in todo {
+            self.fill_at_commit(&mut ops).await?;
+            if let Some(op) = self.cx.st().ops.get_mut(&id) {
+                op.ops = ops;
+            }
+        }
+        Ok(())
     }
 
     /// Coordinator: a participant needs these operations decided now.

@@ -21,7 +21,7 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
         Mkdir { path, .. }
         | Rmdir { path }
         | Create { path, .. }
-        | Open { path }
+        | Open { path, .. }
         | Stat { path }
         | DirStat { path }
         | Unlink { path }
@@ -36,6 +36,9 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
         | Read { path, .. }
         | Xattr { path, .. }
         | DirXattr { path, .. } => of_path(path, &mut out),
+        // The directory object only, not its entries: a new subdirectory's server asks
+        // while the operation's other half may hold the new entry's lock here.
+        DirPerms { path } => out.push((path.clone(), Scope::object_only())),
         Fsync { path } if !path.is_empty() => of_path(path, &mut out),
         Rename { src, dst } | Link { src, dst } => {
             of_path(src, &mut out);

@@ -2,7 +2,7 @@
 //! locks and hints, the ids of ended and refused operations, and the log's size.
 
 use crate::engine::locks::Scope;
-use plusfs_proto::{CxRole, OpId, ServerId, SubOp, TxId, WireError};
+use plusfs_proto::{Cred, CxRole, OpId, ServerId, SubOp, TxId, WireError};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
@@ -40,6 +40,8 @@ pub(crate) struct Op {
     pub(crate) peer: ServerId,
     pub(crate) txid: TxId,
     pub(crate) ops: Vec<SubOp>,
+    /// Who asked (its permissions are checked again if the operation executes again).
+    pub(crate) cred: Cred,
     pub(crate) locks: Vec<(String, Scope)>,
     pub(crate) hint: Vec<OpId>,
     pub(crate) phase: Phase,

@@ -26,6 +26,15 @@ pub enum Scope {
     Whole,
 }
 
+impl Scope {
+    /// What waits for a directory object itself, not its entries: the empty name, which no
+    /// lock holds, meets only locks of the whole directory (its creation, removal, move,
+    /// re-ancestry).
+    pub fn object_only() -> Scope {
+        Scope::Name(String::new())
+    }
+}
+
 #[derive(Default)]
 struct DirState {
     busy: bool,

@@ -12,6 +12,7 @@ pub(crate) mod host;
 pub(crate) mod ids;
 pub(crate) mod links;
 pub(crate) mod locks;
+pub(crate) mod perm;
 pub(crate) mod records;
 pub(crate) mod subops;
 

@@ -6,11 +6,13 @@ use super::attrs::count_entry;
 use super::errors::{check_dir_path, eio, err, OpResult};
 use super::host::Via;
 use super::locks::Scope;
+use super::perm;
 use super::Engine;
 use plusfs_proto::path::rebase;
 use plusfs_proto::WireError;
 use plusfs_proto::{
-    CommitPayload, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, ServerId, SubOp, Timespec, TxId,
+    Ancestry, CommitPayload, Cred, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, SearchPerm,
+    ServerId, SubOp, Timespec, TxId, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use serde::{Deserialize, Serialize};
@@ -25,6 +27,15 @@ pub(crate) struct Prepared {
     pub(crate) exported: Vec<(String, Ino)>,
     /// Shards at or below the `ExportSubtree` root: re-keyed under the new root at commit.
     pub(crate) reshards: Vec<String>,
+}
+
+/// The ancestry of an object moved from under one parent to another: `anc` is (old
+/// parent's, new parent's), `None` when either has none (the object then has none).
+pub(crate) fn rebase_ancestry(own: Option<Ancestry>, anc: Option<&(Ancestry, Ancestry)>) -> Option<Ancestry> {
+    match (own, anc) {
+        (Some(a), Some((from, to))) => Some(a.rebase(from, to)),
+        _ => None,
+    }
 }
 
 impl Engine {
@@ -46,23 +57,37 @@ impl Engine {
                 // The destination of a moved subtree: until the decision arrives, requests on
                 // it wait (its objects come with the commit payload).
                 SubOp::ExportSubtree { new_root, .. } => vec![(new_root.clone(), Scope::Whole)],
+                // The directory (its objects below come from the scan) and its entry.
+                SubOp::Reancestry { root, .. } => {
+                    let mut l = vec![(root.clone(), Scope::Whole)];
+                    if let Some((dir, name)) = plusfs_proto::path::split(root) {
+                        l.push((dir.to_string(), Scope::Name(name.to_string())));
+                    }
+                    l
+                }
             })
             .collect()
     }
 
-    /// Locks and checks `ops`. Returns the held busy locks and the prepared record; the
-    /// transactions waited for are added to `blockers`.
+    /// Locks and checks `ops` for caller `c`. Returns the held busy locks and the prepared
+    /// record; the transactions waited for are added to `blockers`.
     pub(crate) async fn check_subops(
         &self,
         txid: TxId,
         ops: &[SubOp],
         wait_tx: bool,
         blockers: &mut Vec<TxId>,
+        c: &Cred,
     ) -> OpResult<(crate::engine::locks::Guard, Prepared)> {
-        let export_root = ops.iter().find_map(|o| match o {
-            SubOp::ExportSubtree { root, .. } => Some(root.clone()),
+        // A subtree every object of which is locked: exported, or re-ancestried.
+        let (export_root, exporting) = match ops.iter().find_map(|o| match o {
+            SubOp::ExportSubtree { root, .. } => Some((root.clone(), true)),
+            SubOp::Reancestry { root, .. } => Some((root.clone(), false)),
             _ => None,
-        });
+        }) {
+            Some((root, exporting)) => (Some(root), exporting),
+            None => (None, false),
+        };
         let shards_within = |root: &str| -> OpResult<Vec<String>> {
             Ok(self.store.shards_within(root).map_err(eio)?.into_iter().map(|(p, _)| p).collect())
         };
@@ -103,6 +128,10 @@ impl Engine {
             }
             for op in ops {
                 self.check_subop(op)?;
+                self.check_subop_perm(op, c)?;
+            }
+            if !exporting {
+                (exported, reshards) = (Vec::new(), Vec::new());
             }
             return Ok((guard, Prepared { ops: ops.to_vec(), locks, exported, reshards }));
         }
@@ -195,6 +224,56 @@ impl Engine {
                 }
             }
             SubOp::ExportSubtree { .. } => Ok(()),
+            // The directory must still have the search element the change replaces.
+            SubOp::Reancestry { root, old, .. } => match self.store.get_dir(root).map_err(eio)? {
+                Some(d) if d.search_perm() != *old => {
+                    Err(err(Errno::EBUSY, format!("'{root}' changed during the operation")))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Checks caller `c`'s permissions for `op` (root and peers pass): search and write on
+    /// the directories whose entries change, the sticky rule for entries removed or
+    /// replaced, write on a directory moved to another parent.
+    pub(crate) fn check_subop_perm(&self, op: &SubOp, c: &Cred) -> OpResult<()> {
+        if c.is_root() {
+            return Ok(());
+        }
+        match op {
+            SubOp::InsertEntry { dir, name, shard, .. } | SubOp::RemoveEntry { dir, name, shard, .. } => {
+                let d = self.sub_host(dir, *shard)?.obj;
+                perm::check_dir_write(c, &d, dir)?;
+                match self.store.get_entry(d.ino, name).map_err(eio)? {
+                    // A hard link's owner is with its inode: the operation's server checks it.
+                    Some(e) if e.link_home.is_none() => {
+                        perm::check_sticky(c, &d, e.uid, &plusfs_proto::path::join(dir, name))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            SubOp::ExchangeEntry { dir, name, shard } => {
+                let d = self.sub_host(dir, *shard)?.obj;
+                perm::check_dir_write(c, &d, dir)?;
+                let p = plusfs_proto::path::join(dir, name);
+                match self.entry(&d, &p, name)? {
+                    e if e.link_home.is_none() => perm::check_sticky(c, &d, e.uid, &p),
+                    // A hard link: its owner is with its inode (not checked here).
+                    _ => Ok(()),
+                }
+            }
+            SubOp::ShareInode { dir, shard, .. } => perm::check_search(c, &self.sub_host(dir, *shard)?.obj, dir),
+            SubOp::ExportSubtree { root, new_root, .. } => {
+                let moved =
+                    plusfs_proto::path::split(root).map(|x| x.0) != plusfs_proto::path::split(new_root).map(|x| x.0);
+                match self.store.get_dir(root).map_err(eio)? {
+                    // Linux: moving a directory to another parent rewrites its "..".
+                    Some(d) if moved => perm::check(c, d.mode, d.uid, d.gid, MAY_WRITE, root),
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
         }
     }
 
@@ -241,7 +320,7 @@ impl Engine {
             Ok(key)
         };
         let export_roots = p.ops.iter().find_map(|o| match o {
-            SubOp::ExportSubtree { root, new_root } => Some((root.clone(), new_root.clone())),
+            SubOp::ExportSubtree { root, new_root, rebase } => Some((root.clone(), new_root.clone(), rebase.clone())),
             _ => None,
         });
         for op in &p.ops {
@@ -270,13 +349,19 @@ impl Engine {
                 }
             }
         }
-        if let Some((root, new_root)) = &export_roots {
+        if let Some((root, new_root, anc)) = &export_roots {
             // Shards move by key only; their entries are keyed by inode and stay.
             for path in &p.reshards {
-                if let Some(shard) = self.store.get_shard(path).map_err(eio)? {
+                if let Some(mut shard) = self.store.get_shard(path).map_err(eio)? {
+                    shard.ancestry = rebase_ancestry(shard.ancestry, anc.as_ref());
                     b.del_shard(path);
                     b.put_shard(&rebase(path, root, new_root), &shard);
                 }
+            }
+        }
+        for op in &p.ops {
+            if let SubOp::Reancestry { root, old, new, mode, uid, gid } = op {
+                self.commit_reancestry(root, (*old, *new), (*mode, *uid, *gid), &mut b)?;
             }
         }
         for op in &p.ops {
@@ -335,6 +420,46 @@ impl Engine {
             }
         }
         Ok((b, remote))
+    }
+
+    /// Applies a `Reancestry`: `root`'s objects here take the new attributes, every object
+    /// at or below it replaces one `old` by `new`, and `root`'s entry records the owner.
+    fn commit_reancestry(
+        &self,
+        root: &str,
+        (old, new): (SearchPerm, SearchPerm),
+        (mode, uid, gid): (u32, u32, u32),
+        b: &mut Batch,
+    ) -> OpResult<()> {
+        let now = Timespec::now();
+        let fix = |path: &str, d: &mut DirObject| {
+            if path == root {
+                (d.mode, d.uid, d.gid, d.ctime) = (mode, uid, gid, now);
+            }
+            d.ancestry = d.ancestry.take().map(|a| a.replace(old, new));
+        };
+        for (path, mut d) in self.store.dirs_within(root).map_err(eio)? {
+            fix(&path, &mut d);
+            b.put_dir(&path, &d);
+        }
+        for (path, mut d) in self.store.shards_within(root).map_err(eio)? {
+            fix(&path, &mut d);
+            b.put_shard(&path, &d);
+        }
+        let Some((dir, name)) = plusfs_proto::path::split(root) else { return Ok(()) };
+        let host = match self.store.get_dir(dir).map_err(eio)? {
+            Some(d) if d.dist.state != DistState::Distributed => Some(d),
+            _ => self.store.get_shard(dir).map_err(eio)?,
+        };
+        if let Some(h) = host {
+            if let Some(mut e) = self.store.get_entry(h.ino, name).map_err(eio)? {
+                if e.kind == FileKind::Dir && e.uid != uid {
+                    e.uid = uid;
+                    b.put_entry(h.ino, name, &e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The current inodes of the `ExchangeEntry` entries in `ops` (for the vote).

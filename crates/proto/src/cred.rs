@@ -1,0 +1,88 @@
+//! The caller's credentials every request carries (NFS `AUTH_SYS` style), and the
+//! envelope of a request frame: [`Call`] = credential + [`Request`].
+//!
+//! Servers check permissions against the credential (`docs/semantics.md`). Today they
+//! believe the uid and groups a client claims, as NFS `AUTH_SYS` does; `verifier` is
+//! empty and reserved: a later issue will let servers verify who may claim which uid.
+//! Server-to-server requests carry either the original caller's credential (where the
+//! receiver checks something on the caller's behalf: prepares of two-phase commits,
+//! forwarded file requests) or [`Cred::server`], which peers trust.
+
+use crate::message::Request;
+use serde::{Deserialize, Serialize};
+
+/// Read permission (the `r` bit), as `access(2)`'s `R_OK`.
+pub const MAY_READ: u32 = 4;
+/// Write permission (the `w` bit), as `W_OK`.
+pub const MAY_WRITE: u32 = 2;
+/// Execute, or search for a directory (the `x` bit), as `X_OK`.
+pub const MAY_EXEC: u32 = 1;
+
+/// Who makes a request: user, primary group, supplementary groups.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (`getgroups(2)`), in any order.
+    pub groups: Vec<u32>,
+    /// Reserved for authentication (empty today; not checked): a later issue will let
+    /// servers verify who may claim which uid.
+    pub verifier: Vec<u8>,
+}
+
+impl Cred {
+    /// A credential of `uid`, `gid` and supplementary `groups`, with no verifier.
+    pub fn new(uid: u32, gid: u32, groups: Vec<u32>) -> Cred {
+        Cred { uid, gid, groups, verifier: Vec::new() }
+    }
+
+    /// The credential servers use among themselves (uid 0; peers are trusted).
+    pub fn server() -> Cred {
+        Cred::new(0, 0, Vec::new())
+    }
+
+    /// True for uid 0, which bypasses permission checks as Linux's `CAP_DAC_OVERRIDE`,
+    /// `CAP_FOWNER` and `CAP_CHOWN` do.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    /// True when `gid` is the caller's group or one of its supplementary groups.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+
+    /// The credential of this process: effective uid and gid, supplementary groups.
+    pub fn of_process() -> Cred {
+        // SAFETY: geteuid/getegid have no preconditions and cannot fail; getgroups writes
+        // at most `n` groups into a buffer of that size.
+        #[allow(unsafe_code)]
+        unsafe {
+            let (uid, gid) = (libc::geteuid(), libc::getegid());
+            let n = libc::getgroups(0, std::ptr::null_mut());
+            let mut groups = vec![0 as libc::gid_t; n.max(0) as usize];
+            let got = libc::getgroups(n.max(0), groups.as_mut_ptr());
+            groups.truncate(got.max(0) as usize);
+            Cred::new(uid, gid, groups)
+        }
+    }
+}
+
+/// The body of a request frame: who calls, and what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    pub cred: Cred,
+    pub request: Request,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_and_root() {
+        let c = Cred::new(5, 10, vec![20, 30]);
+        assert!(c.in_group(10) && c.in_group(30) && !c.in_group(40));
+        assert!(!c.is_root() && Cred::server().is_root());
+    }
+}

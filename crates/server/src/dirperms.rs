@@ -1,0 +1,192 @@
+//! Directory permissions across servers: the ancestry of new directory objects made
+//! from a client's sub-operations (Cx, serial), and directory `chmod`/`chown`, which
+//! changes the ancestry of every directory below on every server (`SubOp::Reancestry`
+//! in one two-phase commit, so it is applied exactly once everywhere and survives
+//! crashes like any transaction).
+
+use crate::engine::attrs::apply_set;
+use crate::engine::errors::{check_dir_path, err, OpResult};
+use crate::engine::locks::Scope;
+use crate::engine::perm;
+use crate::osd::Osd;
+use crate::twopc::{add_part, Parts};
+use plusfs_proto::{
+    Ancestry, Cred, DirObject, DistState, Errno, FileKind, Replace, Reply, Request, Response, SetAttr, SubOp,
+};
+use plusfs_store::Batch;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the server of a new directory's object waits for its parent's home when it
+/// cannot do without (serial execution, commitment).
+pub(crate) const PARENT_WAIT: Duration = Duration::from_secs(30);
+/// How long a Cx participant waits for it before leaving the ancestry to the commitment.
+pub(crate) const CX_PARENT_WAIT: Duration = Duration::from_secs(1);
+
+/// A parent directory's mode, group and ancestry.
+type ParentPerms = (u32, u32, Option<Ancestry>);
+
+/// What a new directory takes from its parent: the group and setgid bit of a setgid
+/// parent, and the parent's ancestry with its own element.
+fn inherit(object: &mut DirObject, (mode, gid, ancestry): ParentPerms) {
+    if mode & libc::S_ISGID != 0 {
+        object.gid = gid;
+        object.mode |= libc::S_ISGID;
+    }
+    object.ancestry = ancestry.map(|a| a.with(object.search_perm()));
+}
+
+impl Osd {
+    /// Completes the sub-operations a client sent (Cx, serial) with what only servers
+    /// know: each new directory object (`CreateDir` without ancestry) gets its owner (the
+    /// caller's unless root), and setgid inheritance and ancestry from its parent, read
+    /// from the parent's home (waiting for it up to `wait`); a new subdirectory entry
+    /// records the caller as owner. With `defer`, a parent's home that does not answer
+    /// (under Cx it is the operation's coordinator, maybe restarting) leaves the object
+    /// without ancestry, for [`fill_at_commit`](Self::fill_at_commit).
+    pub(crate) async fn fill_new_dirs(
+        self: &Arc<Self>,
+        ops: &mut [SubOp],
+        c: &Cred,
+        wait: Duration,
+        defer: bool,
+    ) -> OpResult<()> {
+        for op in ops.iter_mut() {
+            match op {
+                SubOp::CreateDir { path, object } if object.ancestry.is_none() => {
+                    let asked = (object.uid, object.gid);
+                    (object.uid, object.gid, object.mode) = perm::new_owner(c, 0, 0, asked, object.mode, true);
+                    let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
+                    match self.parent_perms(parent, wait).await {
+                        Ok(perms) => inherit(object, perms),
+                        Err(e) if defer && e.errno == Errno::EIO => {
+                            tracing::info!(path = %path, cause = %e.message, "ancestry filled at commit");
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                SubOp::InsertEntry { inode, replace: Replace::Never, .. }
+                    if inode.kind == FileKind::Dir && !c.is_root() =>
+                {
+                    inode.uid = c.uid;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// At the commitment of sub-operations executed with [`fill_new_dirs`]'s `defer`: the
+    /// new directory objects still without ancestry take their parent's (which the
+    /// coordinator, sending the decision, can answer). An object under a parent without
+    /// ancestry is asked about again, with the same answer.
+    pub(crate) async fn fill_at_commit(self: &Arc<Self>, ops: &mut [SubOp]) -> OpResult<()> {
+        for op in ops.iter_mut() {
+            if let SubOp::CreateDir { path, object } = op {
+                if object.ancestry.is_none() {
+                    let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
+                    inherit(object, self.parent_perms(parent, PARENT_WAIT).await?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Mode, group and ancestry of directory `dir`, from its home (once pending
+    /// operations on it have ended, as for any read), asking again for `wait` while the
+    /// home cannot be reached.
+    async fn parent_perms(self: &Arc<Self>, dir: &str, wait: Duration) -> OpResult<ParentPerms> {
+        let home = self.map.home_of_dir(dir);
+        let req = Request::DirPerms { path: dir.into() };
+        if home == self.id && self.locks.tx_count() > 0 {
+            self.locks.settle(&[(dir.to_string(), Scope::object_only())], true).await;
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.peer_call(home, req.clone(), &Cred::server()).await {
+                Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok((mode, gid, ancestry)),
+                Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                Err(e) if e.errno == Errno::EIO && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(dir, cause = %e.message, "parent's home unreachable; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `DirSetAttr` on the directory's home: checked for `c`; a change of owner, group or
+    /// search bits (or of any of mode, owner, group of a distributed directory, whose
+    /// shards check writes) goes to every server as one transaction.
+    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
+        check_dir_path(p)?;
+        if set.size.is_some() {
+            return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
+        }
+        self.retrying(|| self.dir_set_attr_once(p, set, c)).await?;
+        Ok(Reply::Attr(self.dir_attr(p).await?))
+    }
+
+    async fn dir_set_attr_once(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
+        let g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+        let d = self.dir_object(p)?;
+        perm::check_search_above(c, &d, p)?;
+        let cur = perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true };
+        let set = perm::check_setattr(c, cur, set, p)?;
+        let mut n = d.clone();
+        apply_set(&set, &mut n.mode, &mut n.uid, &mut n.gid, &mut n.atime, &mut n.mtime, &mut n.ctime);
+        if !needs_everyone(&d, &n) || is_leaf_change(&d, &n) {
+            n.ancestry = n.ancestry.take().map(|a| a.replace(d.search_perm(), n.search_perm()));
+            let mut b = Batch::new();
+            b.put_dir(p, &n);
+            self.apply(b).await?;
+            return Ok(Reply::Done);
+        }
+        drop(g);
+        self.reancestry(p, &d, &n).await?;
+        if set.atime.is_some() || set.mtime.is_some() {
+            let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+            let mut now = self.dir_object(p)?;
+            (now.atime, now.mtime) = (n.atime, n.mtime);
+            let mut b = Batch::new();
+            b.put_dir(p, &now);
+            self.apply(b).await?;
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Runs `SubOp::Reancestry` for directory `p` going from `old` to `new` on every
+    /// server (the peers' trusted credential: the caller was checked here).
+    async fn reancestry(self: &Arc<Self>, p: &str, old: &DirObject, new: &DirObject) -> OpResult<()> {
+        let mut parts = Parts::new();
+        for s in &self.map.servers {
+            let op = SubOp::Reancestry {
+                root: p.to_string(),
+                old: old.search_perm(),
+                new: new.search_perm(),
+                mode: new.mode,
+                uid: new.uid,
+                gid: new.gid,
+            };
+            add_part(&mut parts, s.id, op);
+        }
+        self.run(parts, &Cred::server()).await
+    }
+}
+
+/// True when only the directory's own object needs the change: no subdirectory (its
+/// entries' changes wait for this busy lock, so none is pending), not distributed, and the
+/// owner its entry records stays.
+fn is_leaf_change(d: &DirObject, n: &DirObject) -> bool {
+    d.subdirs == 0 && d.dist.state == DistState::Nondistributed && d.uid == n.uid
+}
+
+/// True when a directory's change from `d` to `n` must reach every server: what the
+/// ancestries below hold (owner, group, search bits), the owner its entry records, or
+/// anything the shards of a distributed directory check.
+fn needs_everyone(d: &DirObject, n: &DirObject) -> bool {
+    let attrs = (d.mode, d.uid, d.gid) != (n.mode, n.uid, n.gid);
+    d.search_perm() != n.search_perm() || d.uid != n.uid || (attrs && d.dist.state != DistState::Nondistributed)
+}
