@@ -34,8 +34,20 @@ struct Mount {
 
 impl Mount {
     fn new(cluster: &TestCluster) -> Mount {
+        Mount::with_options(cluster, &[])
+    }
+
+    /// A mount with `plusfs mount -o` options.
+    fn with_options(cluster: &TestCluster, options: &[&str]) -> Mount {
         let dir = tempfile::tempdir().unwrap();
-        let (code, out, err) = cluster.cli(&["mount", dir.path().to_str().unwrap()]);
+        // Reachable by other users (the temporary directory is private to root).
+        fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let mut args = vec!["mount", dir.path().to_str().unwrap()];
+        let joined = options.join(",");
+        if !options.is_empty() {
+            args.extend(["-o", &joined]);
+        }
+        let (code, out, err) = cluster.cli(&args);
         assert_eq!(code, 0, "mount failed: {out}{err}");
         Mount { dir }
     }
@@ -420,4 +432,58 @@ fn another_mounts_changes_appear_within_the_ttl_even_after_a_miss() {
     fs::remove_file(b.path().join("own")).unwrap();
     std::thread::sleep(Duration::from_millis(1100));
     assert!(!a.path().join("own").exists());
+}
+
+/// Runs `cmd` with `sh` as user `uid` (group `uid`, supplementary `groups`); returns
+/// whether it succeeded and its error output.
+fn as_user(uid: u32, groups: &[u32], cmd: &str) -> (bool, String) {
+    let groups = if groups.is_empty() {
+        "--clear-groups".to_string()
+    } else {
+        format!("--groups={}", groups.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+    };
+    let out = Command::new("setpriv")
+        .args([format!("--reuid={uid}"), format!("--regid={uid}"), groups])
+        .args(["sh", "-c", cmd])
+        .output()
+        .expect("setpriv");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn the_servers_refuse_what_the_kernel_used_to_refuse() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let m = Mount::with_options(&cluster, &["allow_other"]);
+    let mnt = m.path().display().to_string();
+    // Set up as root: a private directory, a group directory, a sticky scratch directory.
+    sh(&format!(
+        "mkdir -m 700 {mnt}/private && echo secret > {mnt}/private/x && \
+         mkdir -m 770 {mnt}/team && chgrp 4321 {mnt}/team && \
+         mkdir -m 1777 {mnt}/scratch && echo mine > {mnt}/readonly && chmod 644 {mnt}/readonly"
+    ));
+    let denied = |uid, groups: &[u32], cmd: &str| {
+        let (ok, err) = as_user(uid, groups, cmd);
+        assert!(!ok && (err.contains("ermission denied") || err.contains("not permitted")), "`{cmd}` as {uid}: {err}");
+    };
+    let allowed = |uid, groups: &[u32], cmd: &str| {
+        let (ok, err) = as_user(uid, groups, cmd);
+        assert!(ok, "`{cmd}` as {uid} failed: {err}");
+    };
+    denied(1000, &[], &format!("cat {mnt}/private/x"));
+    denied(1000, &[], &format!("ls {mnt}/private"));
+    denied(1000, &[], &format!("touch {mnt}/newfile"));
+    denied(1000, &[], &format!("echo x >> {mnt}/readonly"));
+    denied(1000, &[], &format!("chmod 777 {mnt}/readonly"));
+    denied(1000, &[], &format!("touch {mnt}/team/f"));
+    allowed(1000, &[4321], &format!("touch {mnt}/team/f && ls {mnt}/team"));
+    // Sticky: another user may not remove or rename what 1000 made there.
+    allowed(1000, &[], &format!("echo 1000 > {mnt}/scratch/f"));
+    denied(1001, &[], &format!("rm -f {mnt}/scratch/f"));
+    denied(1001, &[], &format!("mv {mnt}/scratch/f {mnt}/scratch/g"));
+    allowed(1000, &[], &format!("mv {mnt}/scratch/f {mnt}/scratch/g && rm {mnt}/scratch/g"));
+    assert_eq!(fs::read(format!("{mnt}/private/x")).unwrap(), b"secret\n", "root still may");
+    cluster.assert_fsck_clean();
 }

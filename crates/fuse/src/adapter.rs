@@ -4,6 +4,7 @@
 //! request waits for another one's server round trip, and the kernel may keep many in
 //! flight (`max_background`). Nothing else happens here.
 
+use crate::callers::Callers;
 use crate::core::STATS_INO;
 use crate::core::{Caller, DirItem, Errno, MountCore, RenameMode, XattrReply};
 use crate::MountSettings;
@@ -26,6 +27,7 @@ pub struct PlusFs {
     core: Arc<MountCore>,
     rt: tokio::runtime::Runtime,
     settings: MountSettings,
+    callers: Callers,
 }
 
 fn time(t: Timespec) -> SystemTime {
@@ -81,10 +83,6 @@ pub fn file_attr(a: &Attr) -> FileAttr {
 
 fn fuse_errno(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.raw())
-}
-
-fn caller(req: &Request) -> Caller {
-    Caller { uid: req.uid(), gid: req.gid() }
 }
 
 fn rename_mode(flags: RenameFlags) -> RenameMode {
@@ -158,7 +156,12 @@ impl PlusFs {
             let _in_runtime = rt.enter();
             Arc::new(MountCore::with_ttl(client, settings.ttl))
         };
-        Ok(PlusFs { core, rt, settings: settings.clone() })
+        Ok(PlusFs { core, rt, settings: settings.clone(), callers: Callers::default() })
+    }
+
+    /// Who makes request `req` (uid, gid and supplementary groups).
+    fn caller(&self, req: &Request) -> Caller {
+        self.callers.get(req.uid(), req.gid(), req.pid())
     }
 
     /// The core behind the adapter.
@@ -230,18 +233,20 @@ impl Filesystem for PlusFs {
         Ok(())
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("getxattr", move |c| async move { c.getxattr(ino.0, &name, size).await }, |r| xattr(r, reply));
+        self.spawn("getxattr", move |c| async move { c.getxattr(&who, ino.0, &name, size).await }, |r| xattr(r, reply));
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.spawn("listxattr", move |c| async move { c.listxattr(ino.0, size).await }, |r| xattr(r, reply));
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let who = self.caller(req);
+        self.spawn("listxattr", move |c| async move { c.listxattr(&who, ino.0, size).await }, |r| xattr(r, reply));
     }
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -249,21 +254,24 @@ impl Filesystem for PlusFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let who = self.caller(req);
         let (name, value) = (name.to_owned(), value.to_vec());
-        let call = move |c: Arc<MountCore>| async move { c.setxattr(ino.0, &name, &value, flags).await };
+        let call = move |c: Arc<MountCore>| async move { c.setxattr(&who, ino.0, &name, &value, flags).await };
         self.spawn("setxattr", call, |r| empty(r, reply));
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("removexattr", move |c| async move { c.removexattr(ino.0, &name).await }, |r| empty(r, reply));
+        self.spawn("removexattr", move |c| async move { c.removexattr(&who, ino.0, &name).await }, |r| empty(r, reply));
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let who = self.caller(req);
         let (name, ttl) = (name.to_owned(), self.ttl());
         self.spawn(
             "lookup",
-            move |c| async move { c.lookup(parent.0, &name).await },
+            move |c| async move { c.lookup(&who, parent.0, &name).await },
             move |r| lookup_entry(ttl, r, reply),
         );
     }
@@ -273,9 +281,10 @@ impl Filesystem for PlusFs {
         self.core.count_local("forget", true);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let who = self.caller(req);
         let ttl = self.ttl();
-        self.spawn("getattr", move |c| async move { c.getattr(ino.0).await }, move |r| attr(ttl, r, reply));
+        self.spawn("getattr", move |c| async move { c.getattr(&who, ino.0).await }, move |r| attr(ttl, r, reply));
     }
 
     fn setattr(
@@ -296,6 +305,7 @@ impl Filesystem for PlusFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let who = self.caller(req);
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -304,52 +314,59 @@ impl Filesystem for PlusFs {
             mtime: mtime.map(time_set),
             size,
         };
-        let (who, ttl) = (caller(req), self.ttl());
-        self.spawn("setattr", move |c| async move { c.setattr(who, ino.0, set).await }, move |r| attr(ttl, r, reply));
+        let ttl = self.ttl();
+        self.spawn("setattr", move |c| async move { c.setattr(&who, ino.0, set).await }, move |r| attr(ttl, r, reply));
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let call = move |c: Arc<MountCore>| async move { c.readlink(ino.0).await.map(String::into_bytes) };
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let who = self.caller(req);
+        let call = move |c: Arc<MountCore>| async move { c.readlink(&who, ino.0).await.map(String::into_bytes) };
         self.spawn("readlink", call, |r| data(r, reply));
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let (who, name, ttl) = (caller(req), name.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.mknod(who, parent.0, &name, mode, umask, rdev).await };
+        let who = self.caller(req);
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.mknod(&who, parent.0, &name, mode, umask, rdev).await };
         self.spawn("mknod", call, move |r| entry(ttl, r, reply));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let (who, name, ttl) = (caller(req), name.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.mkdir(who, parent.0, &name, mode, umask).await };
+        let who = self.caller(req);
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.mkdir(&who, parent.0, &name, mode, umask).await };
         self.spawn("mkdir", call, move |r| entry(ttl, r, reply));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("unlink", move |c| async move { c.unlink(parent.0, &name).await }, |r| empty(r, reply));
+        self.spawn("unlink", move |c| async move { c.unlink(&who, parent.0, &name).await }, |r| empty(r, reply));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("rmdir", move |c| async move { c.rmdir(parent.0, &name).await }, |r| empty(r, reply));
+        self.spawn("rmdir", move |c| async move { c.rmdir(&who, parent.0, &name).await }, |r| empty(r, reply));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let (who, name, target, ttl) = (caller(req), link_name.to_owned(), target.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.symlink(who, parent.0, &name, &target).await };
+        let who = self.caller(req);
+        let (name, target, ttl) = (link_name.to_owned(), target.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.symlink(&who, parent.0, &name, &target).await };
         self.spawn("symlink", call, move |r| entry(ttl, r, reply));
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let who = self.caller(req);
         let (name, ttl) = (newname.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.link(ino.0, newparent.0, &name).await };
+        let call = move |c: Arc<MountCore>| async move { c.link(&who, ino.0, newparent.0, &name).await };
         self.spawn("link", call, move |r| entry(ttl, r, reply));
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -357,17 +374,19 @@ impl Filesystem for PlusFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let who = self.caller(req);
         let (name, newname, mode) = (name.to_owned(), newname.to_owned(), rename_mode(flags));
-        let call = move |c: Arc<MountCore>| async move { c.rename(parent.0, &name, newparent.0, &newname, mode).await };
+        let call =
+            move |c: Arc<MountCore>| async move { c.rename(&who, parent.0, &name, newparent.0, &newname, mode).await };
         self.spawn("rename", call, |r| empty(r, reply));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let who = caller(req);
+        let who = self.caller(req);
         let open_flags = if ino.0 == STATS_INO { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
         self.spawn(
             "open",
-            move |c| async move { c.open(who, ino.0, flags.0).await },
+            move |c| async move { c.open(&who, ino.0, flags.0).await },
             move |r| match r {
                 Ok(fh) => reply.opened(FileHandle(fh), open_flags),
                 Err(e) => reply.error(fuse_errno(e)),
@@ -437,10 +456,11 @@ impl Filesystem for PlusFs {
         self.spawn("fsync", move |c| async move { c.fsync(ino.0).await }, |r| empty(r, reply));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let who = self.caller(req);
         self.spawn(
             "opendir",
-            move |c| async move { c.opendir(ino.0).await },
+            move |c| async move { c.opendir(&who, ino.0).await },
             |r| match r {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(fuse_errno(e)),
@@ -491,8 +511,9 @@ impl Filesystem for PlusFs {
         );
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        self.spawn("access", move |c| async move { c.access(ino.0).await }, |r| empty(r, reply));
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let who = self.caller(req);
+        self.spawn("access", move |c| async move { c.access(&who, ino.0, mask.bits()).await }, |r| empty(r, reply));
     }
 
     fn create(
@@ -505,8 +526,9 @@ impl Filesystem for PlusFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (who, name, ttl) = (caller(req), name.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.create(who, parent.0, &name, mode, umask, flags).await };
+        let who = self.caller(req);
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        let call = move |c: Arc<MountCore>| async move { c.create(&who, parent.0, &name, mode, umask, flags).await };
         self.spawn("create", call, move |r| match r {
             Ok(a) => reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(fuse_errno(e)),

@@ -6,6 +6,7 @@
 //! callback calls the core and answers with the result.
 
 mod adapter;
+mod callers;
 pub mod core;
 
 pub use adapter::{file_attr, PlusFs};
@@ -42,6 +43,10 @@ pub struct MountSettings {
     /// Threads reading requests from `/dev/fuse` (default 1: each request is handed to
     /// the runtime at once).
     pub readers: usize,
+    /// Let the kernel check permission bits too (`-o default_permissions`; default off:
+    /// the servers check every call with the caller's credentials, and the kernel does
+    /// not re-read a directory's attributes before each check).
+    pub default_permissions: bool,
 }
 
 impl Default for MountSettings {
@@ -55,6 +60,7 @@ impl Default for MountSettings {
             max_background: 64,
             workers: 2,
             readers: 1,
+            default_permissions: false,
         }
     }
 }
@@ -62,11 +68,10 @@ impl Default for MountSettings {
 /// The fuser configuration of a plusfs mount.
 pub fn config(settings: &MountSettings) -> Config {
     let mut c = Config::default();
-    c.mount_options = vec![
-        MountOption::FSName("plusfs".into()),
-        MountOption::Subtype("plusfs".into()),
-        MountOption::DefaultPermissions,
-    ];
+    c.mount_options = vec![MountOption::FSName("plusfs".into()), MountOption::Subtype("plusfs".into())];
+    if settings.default_permissions {
+        c.mount_options.push(MountOption::DefaultPermissions);
+    }
     c.n_threads = Some(settings.readers.max(1));
     if settings.allow_other {
         c.acl = SessionACL::All;

@@ -13,8 +13,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 const ROOT: u64 = 1;
-const ALICE: Caller = Caller { uid: 1000, gid: 100 };
-const BOB: Caller = Caller { uid: 2000, gid: 200 };
+const ALICE: Caller = Caller { uid: 1000, gid: 100, groups: Vec::new() };
+const BOB: Caller = Caller { uid: 2000, gid: 200, groups: Vec::new() };
 
 /// A mount core over a fresh in-process cluster. Fields drop in order: the core's
 /// runtime, then the cluster, then the runtime the cluster was started on.
@@ -28,6 +28,8 @@ impl Mount {
     fn new() -> Mount {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
         let cluster = rt.block_on(TestCluster::start(Options { servers: 2, ..Options::default() })).expect("cluster");
+        // Everyone may create in `/`, as in a scratch directory; the servers check the rest.
+        rt.block_on(cluster.client().chmod("/", 0o777)).expect("chmod /");
         let core = MountCore::new(cluster.client());
         Mount { core, cluster, rt }
     }
@@ -51,7 +53,7 @@ impl Mount {
     /// Creates `name` in `parent` as ALICE with `data`, and closes it.
     fn file(&self, parent: u64, name: &str, data: &[u8]) -> Attr {
         let a =
-            self.run(self.core.create(ALICE, parent, n(name), 0o644, 0o022, libc::O_CREAT | libc::O_WRONLY)).unwrap();
+            self.run(self.core.create(&ALICE, parent, n(name), 0o644, 0o022, libc::O_CREAT | libc::O_WRONLY)).unwrap();
         self.run(self.core.write(a.ino, 0, data, libc::O_WRONLY)).unwrap();
         self.run(self.core.flush(a.ino)).unwrap();
         self.run(self.core.release(a.ino, 0)).unwrap();
@@ -79,31 +81,31 @@ fn list(core: &MountCore, ino: u64, fh: u64, offset: u64, room: usize) -> Result
 #[test]
 fn lookup_create_rename_unlink_and_forget_keep_the_inode_table() {
     let m = Mount::new();
-    let d = m.run(m.core.mkdir(ALICE, ROOT, n("d"), 0o777, 0o022)).unwrap();
+    let d = m.run(m.core.mkdir(&ALICE, ROOT, n("d"), 0o777, 0o022)).unwrap();
     assert_eq!((d.uid, d.gid, d.mode & 0o7777), (1000, 100, 0o755), "owned by the caller, umask applied");
     assert_eq!(m.core.known_path(d.ino).as_deref(), Some("/d"));
     let f = m.file(d.ino, "f", b"x");
     assert_eq!(m.core.known_path(f.ino).as_deref(), Some("/d/f"));
-    assert_eq!(m.run(m.core.lookup(ROOT, n("d"))).unwrap().ino, d.ino);
+    assert_eq!(m.run(m.core.lookup(&Caller::ROOT, ROOT, n("d"))).unwrap().ino, d.ino);
 
-    m.run(m.core.rename(d.ino, n("f"), ROOT, n("g"), RenameMode::Replace)).unwrap();
+    m.run(m.core.rename(&Caller::ROOT, d.ino, n("f"), ROOT, n("g"), RenameMode::Replace)).unwrap();
     assert_eq!(m.core.known_path(f.ino).as_deref(), Some("/g"));
     assert_eq!(m.core.known_ino("/d/f"), None);
-    assert_eq!(m.run(m.core.lookup(d.ino, n("f"))).unwrap_err(), Errno::ENOENT);
+    assert_eq!(m.run(m.core.lookup(&Caller::ROOT, d.ino, n("f"))).unwrap_err(), Errno::ENOENT);
 
     let inner = m.file(d.ino, "inner", b"");
-    m.run(m.core.rename(ROOT, n("d"), ROOT, n("e"), RenameMode::Replace)).unwrap();
+    m.run(m.core.rename(&Caller::ROOT, ROOT, n("d"), ROOT, n("e"), RenameMode::Replace)).unwrap();
     assert_eq!(m.core.known_path(d.ino).as_deref(), Some("/e"));
     assert_eq!(m.core.known_path(inner.ino).as_deref(), Some("/e/inner"), "descendants move along");
 
-    m.run(m.core.unlink(ROOT, n("g"))).unwrap();
+    m.run(m.core.unlink(&Caller::ROOT, ROOT, n("g"))).unwrap();
     assert_eq!((m.core.known_ino("/g"), m.core.known_path(f.ino)), (None, None));
     assert!(!m.names("/").contains(&"g".to_string()));
 
     // mkdir and lookup each gave the kernel one reference; forgetting both drops it.
     m.core.forget(d.ino, 2);
     assert_eq!(m.core.known_path(d.ino), None);
-    assert_eq!(m.run(m.core.getattr(d.ino)).unwrap_err(), Errno::ENOENT, "an inode the kernel forgot");
+    assert_eq!(m.run(m.core.getattr(&Caller::ROOT, d.ino)).unwrap_err(), Errno::ENOENT, "an inode the kernel forgot");
 }
 
 #[test]
@@ -111,32 +113,35 @@ fn exchange_and_noreplace_renames() {
     let m = Mount::new();
     let a = m.file(ROOT, "a", b"A");
     let b = m.file(ROOT, "b", b"B");
-    assert_eq!(m.run(m.core.rename(ROOT, n("a"), ROOT, n("b"), RenameMode::NoReplace)).unwrap_err(), Errno::EEXIST);
-    m.run(m.core.rename(ROOT, n("a"), ROOT, n("b"), RenameMode::Exchange)).unwrap();
+    assert_eq!(
+        m.run(m.core.rename(&Caller::ROOT, ROOT, n("a"), ROOT, n("b"), RenameMode::NoReplace)).unwrap_err(),
+        Errno::EEXIST
+    );
+    m.run(m.core.rename(&Caller::ROOT, ROOT, n("a"), ROOT, n("b"), RenameMode::Exchange)).unwrap();
     assert_eq!(m.core.known_path(a.ino).as_deref(), Some("/b"));
     assert_eq!(m.core.known_path(b.ino).as_deref(), Some("/a"));
     assert_eq!(m.run(m.core.read(a.ino, 0, 0, 10)).unwrap(), b"A");
-    m.run(m.core.rename(ROOT, n("a"), ROOT, n("c"), RenameMode::NoReplace)).unwrap();
+    m.run(m.core.rename(&Caller::ROOT, ROOT, n("a"), ROOT, n("c"), RenameMode::NoReplace)).unwrap();
     assert_eq!(m.core.known_path(b.ino).as_deref(), Some("/c"));
 }
 
 #[test]
 fn an_open_unlinked_file_lives_until_its_last_release() {
     let m = Mount::new();
-    let f = m.run(m.core.create(ALICE, ROOT, n("tmp"), 0o644, 0, libc::O_CREAT | libc::O_RDWR)).unwrap();
-    m.run(m.core.open(ALICE, f.ino, libc::O_RDONLY)).unwrap();
+    let f = m.run(m.core.create(&ALICE, ROOT, n("tmp"), 0o644, 0, libc::O_CREAT | libc::O_RDWR)).unwrap();
+    m.run(m.core.open(&ALICE, f.ino, libc::O_RDONLY)).unwrap();
     m.run(m.core.write(f.ino, 0, b"kept", libc::O_RDWR)).unwrap();
 
-    m.run(m.core.unlink(ROOT, n("tmp"))).unwrap();
-    assert_eq!(m.run(m.core.lookup(ROOT, n("tmp"))).unwrap_err(), Errno::ENOENT);
+    m.run(m.core.unlink(&Caller::ROOT, ROOT, n("tmp"))).unwrap();
+    assert_eq!(m.run(m.core.lookup(&Caller::ROOT, ROOT, n("tmp"))).unwrap_err(), Errno::ENOENT);
     assert_eq!(m.names(ORPHANS).len(), 1, "kept under the orphan directory");
     assert!(m.core.known_path(f.ino).unwrap().starts_with(ORPHANS));
-    assert_eq!(m.run(m.core.getattr(f.ino)).unwrap().nlink, 0, "fstat after unlink says 0 links");
+    assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().nlink, 0, "fstat after unlink says 0 links");
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 100)).unwrap(), b"kept", "gathered bytes written before unlink");
     m.run(m.core.write(f.ino, 4, b", still", libc::O_RDWR)).unwrap();
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 100)).unwrap(), b"kept, still");
 
-    let fh = m.run(m.core.opendir(ROOT)).unwrap();
+    let fh = m.run(m.core.opendir(&Caller::ROOT, ROOT)).unwrap();
     let listed = list(&m.core, ROOT, fh, 0, usize::MAX).unwrap();
     assert!(listed.iter().all(|(name, ..)| name != &ORPHANS[1..]), "the orphan directory is hidden: {listed:?}");
     m.core.releasedir(fh);
@@ -153,9 +158,9 @@ fn an_open_unlinked_file_lives_until_its_last_release() {
 fn a_file_renamed_over_while_open_keeps_its_contents_until_release() {
     let m = Mount::new();
     let old = m.file(ROOT, "target", b"old");
-    m.run(m.core.open(BOB, old.ino, libc::O_RDONLY)).unwrap();
+    m.run(m.core.open(&BOB, old.ino, libc::O_RDONLY)).unwrap();
     m.file(ROOT, "new", b"new");
-    m.run(m.core.rename(ROOT, n("new"), ROOT, n("target"), RenameMode::Replace)).unwrap();
+    m.run(m.core.rename(&Caller::ROOT, ROOT, n("new"), ROOT, n("target"), RenameMode::Replace)).unwrap();
     assert_eq!(m.run(m.core.read(old.ino, 0, 0, 10)).unwrap(), b"old");
     assert_eq!(m.rt.block_on(m.other().read("/target", 0, 10)).unwrap(), b"new");
     assert_eq!(m.names(ORPHANS).len(), 1);
@@ -167,32 +172,37 @@ fn a_file_renamed_over_while_open_keeps_its_contents_until_release() {
 fn o_trunc_empties_the_file_for_the_caller() {
     let m = Mount::new();
     let f = m.file(ROOT, "f", b"data");
-    m.run(m.core.open(BOB, f.ino, libc::O_WRONLY)).unwrap();
-    assert_eq!(m.run(m.core.getattr(f.ino)).unwrap().size, 4, "no O_TRUNC, no truncation");
+    let trunc = libc::O_WRONLY | libc::O_TRUNC;
+    assert_eq!(m.run(m.core.open(&BOB, f.ino, trunc)).unwrap_err(), Errno::EACCES, "not writable by others");
+    assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().size, 4, "a refused O_TRUNC truncates nothing");
+    let others_write = SetAttr { mode: Some(0o666), ..Default::default() };
+    m.run(m.core.setattr(&ALICE, f.ino, others_write)).unwrap();
+    m.run(m.core.open(&BOB, f.ino, libc::O_WRONLY)).unwrap();
+    assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().size, 4, "no O_TRUNC, no truncation");
     m.run(m.core.release(f.ino, 0)).unwrap();
 
-    m.run(m.core.open(BOB, f.ino, libc::O_WRONLY | libc::O_TRUNC)).unwrap();
-    let a = m.run(m.core.getattr(f.ino)).unwrap();
+    m.run(m.core.open(&BOB, f.ino, libc::O_WRONLY | libc::O_TRUNC)).unwrap();
+    let a = m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap();
     assert_eq!((a.size, a.uid), (0, ALICE.uid), "truncated; the owner is unchanged");
     m.run(m.core.release(f.ino, 0)).unwrap();
 
     m.run(m.core.write(f.ino, 0, b"again", libc::O_WRONLY)).unwrap();
     m.run(m.core.flush(f.ino)).unwrap();
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
-    let a = m.run(m.core.create(BOB, ROOT, n("f"), 0o600, 0, flags)).unwrap();
+    let a = m.run(m.core.create(&BOB, ROOT, n("f"), 0o600, 0, flags)).unwrap();
     assert_eq!((a.ino, a.size, a.uid), (f.ino, 0, ALICE.uid), "create of an existing file truncates it");
     m.run(m.core.release(f.ino, 0)).unwrap();
 
-    let mine = m.run(m.core.create(BOB, ROOT, n("bobs"), 0o640, 0, flags)).unwrap();
+    let mine = m.run(m.core.create(&BOB, ROOT, n("bobs"), 0o640, 0, flags)).unwrap();
     assert_eq!((mine.uid, mine.gid, mine.mode & 0o7777), (BOB.uid, BOB.gid, 0o640), "created for the caller");
-    assert_eq!(m.run(m.core.create(BOB, ROOT, n("bobs"), 0o640, 0, flags | libc::O_EXCL)).unwrap_err(), Errno::EEXIST);
+    assert_eq!(m.run(m.core.create(&BOB, ROOT, n("bobs"), 0o640, 0, flags | libc::O_EXCL)).unwrap_err(), Errno::EEXIST);
 }
 
 #[test]
 fn writes_are_gathered_until_a_call_must_see_them() {
     let m = Mount::new();
     let f = m.file(ROOT, "f", b"");
-    m.run(m.core.open(ALICE, f.ino, libc::O_WRONLY)).unwrap();
+    m.run(m.core.open(&ALICE, f.ino, libc::O_WRONLY)).unwrap();
     m.run(m.core.write(f.ino, 0, b"ab", libc::O_WRONLY)).unwrap();
     m.run(m.core.write(f.ino, 2, b"cd", libc::O_WRONLY)).unwrap();
     assert_eq!(m.rt.block_on(m.other().read("/f", 0, 10)).unwrap(), b"", "still gathered");
@@ -210,9 +220,9 @@ fn writes_are_gathered_until_a_call_must_see_them() {
 #[test]
 fn readdir_and_readdirplus_hand_out_the_opendir_snapshot() {
     let m = Mount::new();
-    let d = m.run(m.core.mkdir(ALICE, ROOT, n("d"), 0o755, 0)).unwrap();
+    let d = m.run(m.core.mkdir(&ALICE, ROOT, n("d"), 0o755, 0)).unwrap();
     let inos: Vec<u64> = ["a", "b", "c"].iter().map(|name| m.file(d.ino, name, b"1").ino).collect();
-    let fh = m.run(m.core.opendir(d.ino)).unwrap();
+    let fh = m.run(m.core.opendir(&Caller::ROOT, d.ino)).unwrap();
     m.file(d.ino, "late", b"");
 
     let all = list(&m.core, d.ino, fh, 0, usize::MAX).unwrap();
@@ -246,7 +256,7 @@ fn readdir_and_readdirplus_hand_out_the_opendir_snapshot() {
 fn setattr_changes_mode_owner_times_and_size() {
     let m = Mount::new();
     let f = m.file(ROOT, "f", b"");
-    m.run(m.core.open(ALICE, f.ino, libc::O_WRONLY)).unwrap();
+    m.run(m.core.open(&ALICE, f.ino, libc::O_WRONLY)).unwrap();
     m.run(m.core.write(f.ino, 0, b"0123456789", libc::O_WRONLY)).unwrap();
     let at = Timespec { sec: 1_000_000, nsec: 5 };
     let set = SetAttr {
@@ -257,11 +267,12 @@ fn setattr_changes_mode_owner_times_and_size() {
         mtime: Some(TimeSet::At(at)),
         size: Some(3),
     };
-    let a = m.run(m.core.setattr(ALICE, f.ino, set)).unwrap();
+    assert_eq!(m.run(m.core.setattr(&ALICE, f.ino, set.clone())).unwrap_err(), Errno::EPERM, "only root gives away");
+    let a = m.run(m.core.setattr(&Caller::ROOT, f.ino, set)).unwrap();
     assert_eq!((a.mode & 0o7777, a.uid, a.gid, a.size), (0o600, 3000, 300, 3));
     assert_eq!((a.atime, a.mtime), (at, at));
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 10)).unwrap(), b"012", "gathered bytes were sent before the truncation");
-    let again = m.run(m.core.getattr(f.ino)).unwrap();
+    let again = m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap();
     assert_eq!((again.mode, again.uid, again.gid, again.size, again.mtime), (a.mode, a.uid, a.gid, a.size, a.mtime));
     m.run(m.core.release(f.ino, 0)).unwrap();
 }
@@ -270,64 +281,81 @@ fn setattr_changes_mode_owner_times_and_size() {
 fn links_nodes_symlinks_and_xattrs() {
     let m = Mount::new();
     let f = m.file(ROOT, "f", b"x");
-    let l = m.run(m.core.link(f.ino, ROOT, n("hard"))).unwrap();
+    let l = m.run(m.core.link(&Caller::ROOT, f.ino, ROOT, n("hard"))).unwrap();
     assert_eq!((l.ino, l.nlink), (f.ino, 2));
     assert_eq!(m.core.known_path(f.ino).as_deref(), Some("/hard"), "the latest name");
-    let s = m.run(m.core.symlink(BOB, ROOT, n("s"), Path::new("f"))).unwrap();
+    let s = m.run(m.core.symlink(&BOB, ROOT, n("s"), Path::new("f"))).unwrap();
     assert_eq!(s.uid, BOB.uid);
-    assert_eq!(m.run(m.core.readlink(s.ino)).unwrap(), "f");
-    let fifo = m.run(m.core.mknod(ALICE, ROOT, n("p"), libc::S_IFIFO | 0o644, 0, 0)).unwrap();
+    assert_eq!(m.run(m.core.readlink(&Caller::ROOT, s.ino)).unwrap(), "f");
+    let fifo = m.run(m.core.mknod(&ALICE, ROOT, n("p"), libc::S_IFIFO | 0o644, 0, 0)).unwrap();
     assert_eq!(m.core.known_path(fifo.ino).as_deref(), Some("/p"));
 
-    m.run(m.core.setxattr(f.ino, n("user.k"), b"value", 0)).unwrap();
-    assert_eq!(m.run(m.core.getxattr(f.ino, n("user.k"), 0)).unwrap(), XattrReply::Size(5));
-    assert_eq!(m.run(m.core.getxattr(f.ino, n("user.k"), 64)).unwrap(), XattrReply::Data(b"value".to_vec()));
-    assert_eq!(m.run(m.core.getxattr(f.ino, n("user.k"), 2)).unwrap_err(), Errno::ERANGE);
-    assert_eq!(m.run(m.core.listxattr(f.ino, 64)).unwrap(), XattrReply::Data(b"user.k\0".to_vec()));
-    assert_eq!(m.run(m.core.setxattr(f.ino, n("user.k"), b"v", libc::XATTR_CREATE)).unwrap_err(), Errno::EEXIST);
-    m.run(m.core.removexattr(f.ino, n("user.k"))).unwrap();
-    assert_eq!(m.run(m.core.getxattr(f.ino, n("user.k"), 64)).unwrap_err(), Errno::ENODATA);
-    assert_eq!(m.run(m.core.getxattr(f.ino, n("system.posix_acl_access"), 64)).unwrap_err(), Errno::ENODATA);
+    m.run(m.core.setxattr(&Caller::ROOT, f.ino, n("user.k"), b"value", 0)).unwrap();
+    assert_eq!(m.run(m.core.getxattr(&Caller::ROOT, f.ino, n("user.k"), 0)).unwrap(), XattrReply::Size(5));
+    assert_eq!(
+        m.run(m.core.getxattr(&Caller::ROOT, f.ino, n("user.k"), 64)).unwrap(),
+        XattrReply::Data(b"value".to_vec())
+    );
+    assert_eq!(m.run(m.core.getxattr(&Caller::ROOT, f.ino, n("user.k"), 2)).unwrap_err(), Errno::ERANGE);
+    assert_eq!(m.run(m.core.listxattr(&Caller::ROOT, f.ino, 64)).unwrap(), XattrReply::Data(b"user.k\0".to_vec()));
+    assert_eq!(
+        m.run(m.core.setxattr(&Caller::ROOT, f.ino, n("user.k"), b"v", libc::XATTR_CREATE)).unwrap_err(),
+        Errno::EEXIST
+    );
+    m.run(m.core.removexattr(&Caller::ROOT, f.ino, n("user.k"))).unwrap();
+    assert_eq!(m.run(m.core.getxattr(&Caller::ROOT, f.ino, n("user.k"), 64)).unwrap_err(), Errno::ENODATA);
+    assert_eq!(
+        m.run(m.core.getxattr(&Caller::ROOT, f.ino, n("system.posix_acl_access"), 64)).unwrap_err(),
+        Errno::ENODATA
+    );
     assert!(m.run(m.core.statfs()).unwrap().files >= 1 << 32);
 }
 
 #[test]
 fn failures_come_back_as_the_right_errno() {
     let m = Mount::new();
-    let d = m.run(m.core.mkdir(ALICE, ROOT, n("d"), 0o755, 0)).unwrap();
+    let d = m.run(m.core.mkdir(&ALICE, ROOT, n("d"), 0o755, 0)).unwrap();
     m.file(d.ino, "f", b"");
-    assert_eq!(m.run(m.core.lookup(ROOT, n("missing"))).unwrap_err(), Errno::ENOENT);
-    assert_eq!(m.run(m.core.lookup(987_654_321, n("x"))).unwrap_err(), Errno::ENOENT, "unknown parent inode");
-    assert_eq!(m.run(m.core.lookup(ROOT, OsStr::from_bytes(b"\xff"))).unwrap_err(), Errno::EINVAL, "not UTF-8");
-    assert_eq!(m.run(m.core.mkdir(ALICE, ROOT, n("d"), 0o755, 0)).unwrap_err(), Errno::EEXIST);
-    assert_eq!(m.run(m.core.rmdir(ROOT, n("d"))).unwrap_err(), Errno::ENOTEMPTY);
-    assert_eq!(m.run(m.core.unlink(ROOT, n("missing"))).unwrap_err(), Errno::ENOENT);
-    assert_eq!(m.run(m.core.mknod(ALICE, ROOT, n("x"), libc::S_IFDIR | 0o755, 0, 0)).unwrap_err(), Errno::EINVAL);
-    assert_eq!(m.run(m.core.opendir(987_654_321)).unwrap_err(), Errno::ENOENT);
+    assert_eq!(m.run(m.core.lookup(&Caller::ROOT, ROOT, n("missing"))).unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        m.run(m.core.lookup(&Caller::ROOT, 987_654_321, n("x"))).unwrap_err(),
+        Errno::ENOENT,
+        "unknown parent inode"
+    );
+    assert_eq!(
+        m.run(m.core.lookup(&Caller::ROOT, ROOT, OsStr::from_bytes(b"\xff"))).unwrap_err(),
+        Errno::EINVAL,
+        "not UTF-8"
+    );
+    assert_eq!(m.run(m.core.mkdir(&ALICE, ROOT, n("d"), 0o755, 0)).unwrap_err(), Errno::EEXIST);
+    assert_eq!(m.run(m.core.rmdir(&Caller::ROOT, ROOT, n("d"))).unwrap_err(), Errno::ENOTEMPTY);
+    assert_eq!(m.run(m.core.unlink(&Caller::ROOT, ROOT, n("missing"))).unwrap_err(), Errno::ENOENT);
+    assert_eq!(m.run(m.core.mknod(&ALICE, ROOT, n("x"), libc::S_IFDIR | 0o755, 0, 0)).unwrap_err(), Errno::EINVAL);
+    assert_eq!(m.run(m.core.opendir(&Caller::ROOT, 987_654_321)).unwrap_err(), Errno::ENOENT);
 
     // A server that cannot be reached is EIO to a POSIX program, not a socket error.
     for id in m.cluster.ids() {
         m.rt.block_on(m.cluster.crash(id));
     }
-    assert_eq!(m.run(m.core.lookup(ROOT, n("d"))).unwrap_err(), Errno::EIO);
+    assert_eq!(m.run(m.core.lookup(&Caller::ROOT, ROOT, n("d"))).unwrap_err(), Errno::EIO);
 }
 
 #[test]
 fn attribute_changes_after_writing_an_open_file_travel_with_its_close() {
     let m = Mount::new();
-    let root = Caller { uid: 0, gid: 0 };
-    let f = m.run(m.core.create(root, ROOT, n("t"), 0o600, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap();
+    let root = Caller::ROOT;
+    let f = m.run(m.core.create(&root, ROOT, n("t"), 0o600, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap();
     m.run(m.core.write(f.ino, 0, b"tar data", libc::O_WRONLY)).unwrap();
     let at = Timespec { sec: 1_000_000, nsec: 0 };
     let before = m.core.client().counters().requests;
     // What tar does as root after the data: chown, chmod, utimens, each answered at once.
     let chown = SetAttr { uid: Some(1000), gid: Some(100), ..Default::default() };
-    let a = m.run(m.core.setattr(root, f.ino, chown)).unwrap();
+    let a = m.run(m.core.setattr(&root, f.ino, chown)).unwrap();
     assert_eq!((a.uid, a.gid, a.size), (1000, 100, 8), "the reply counts the gathered bytes");
-    m.run(m.core.setattr(root, f.ino, SetAttr { mode: Some(0o644), ..Default::default() })).unwrap();
+    m.run(m.core.setattr(&root, f.ino, SetAttr { mode: Some(0o644), ..Default::default() })).unwrap();
     let times = SetAttr { atime: Some(TimeSet::At(at)), mtime: Some(TimeSet::At(at)), ..Default::default() };
-    m.run(m.core.setattr(root, f.ino, times)).unwrap();
-    let shown = m.run(m.core.getattr(f.ino)).unwrap();
+    m.run(m.core.setattr(&root, f.ino, times)).unwrap();
+    let shown = m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap();
     assert_eq!((shown.uid, shown.mode & 0o7777, shown.mtime, shown.size), (1000, 0o644, at, 8));
     assert_eq!(m.core.client().counters().requests, before, "nothing sent before the flush");
     let server = m.rt.block_on(m.other().lstat("/t")).unwrap();
@@ -341,10 +369,10 @@ fn attribute_changes_after_writing_an_open_file_travel_with_its_close() {
     m.run(m.core.release(f.ino, 0)).unwrap();
 
     // A change the servers may refuse is sent at once, so its caller gets the error.
-    let g = m.run(m.core.create(ALICE, ROOT, n("u"), 0o644, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap();
+    let g = m.run(m.core.create(&ALICE, ROOT, n("u"), 0o644, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap();
     let before = m.core.client().counters().requests;
     let chown = SetAttr { uid: Some(2000), ..Default::default() };
-    let _ = m.run(m.core.setattr(ALICE, g.ino, chown));
+    let _ = m.run(m.core.setattr(&ALICE, g.ino, chown));
     assert!(m.core.client().counters().requests > before, "a user's chown is not held back");
     m.run(m.core.release(g.ino, 0)).unwrap();
 }
@@ -352,23 +380,23 @@ fn attribute_changes_after_writing_an_open_file_travel_with_its_close() {
 #[test]
 fn the_control_file_counts_operations_and_their_server_requests() {
     let m = Mount::new();
-    let r = m.run(m.core.counted("lookup", m.core.lookup(ROOT, n("missing"))));
+    let r = m.run(m.core.counted("lookup", m.core.lookup(&Caller::ROOT, ROOT, n("missing"))));
     assert_eq!(r.unwrap_err(), Errno::ENOENT);
-    let d = m.run(m.core.counted("mkdir", m.core.mkdir(ALICE, ROOT, n("d"), 0o755, 0))).unwrap();
+    let d = m.run(m.core.counted("mkdir", m.core.mkdir(&ALICE, ROOT, n("d"), 0o755, 0))).unwrap();
     let stats = m.core.op_stats();
     let lookup = stats.iter().find(|s| s.op == "lookup").unwrap();
     assert_eq!((lookup.calls, lookup.errors), (1, 1));
     assert!(lookup.requests >= 1, "a lookup asks a server");
     assert!(stats.iter().any(|s| s.op == "mkdir" && s.calls == 1 && s.requests >= 1));
-    let control = m.run(m.core.lookup(ROOT, n(STATS_FILE))).unwrap();
+    let control = m.run(m.core.lookup(&Caller::ROOT, ROOT, n(STATS_FILE))).unwrap();
     assert_eq!(control.ino, STATS_INO);
-    let fh = m.run(m.core.open(ALICE, STATS_INO, libc::O_RDONLY)).unwrap();
+    let fh = m.run(m.core.open(&ALICE, STATS_INO, libc::O_RDONLY)).unwrap();
     let text = String::from_utf8(m.run(m.core.read(STATS_INO, fh, 0, 1 << 16)).unwrap()).unwrap();
     assert!(text.lines().any(|l| l.starts_with("mkdir ")), "{text}");
     m.run(m.core.release(STATS_INO, fh)).unwrap();
-    assert_eq!(m.run(m.core.open(ALICE, STATS_INO, libc::O_WRONLY)).unwrap_err(), Errno::EACCES);
-    assert_eq!(m.run(m.core.unlink(ROOT, n(STATS_FILE))).unwrap_err(), Errno::EPERM);
-    let fh = m.run(m.core.opendir(ROOT)).unwrap();
+    assert_eq!(m.run(m.core.open(&ALICE, STATS_INO, libc::O_WRONLY)).unwrap_err(), Errno::EACCES);
+    assert_eq!(m.run(m.core.unlink(&Caller::ROOT, ROOT, n(STATS_FILE))).unwrap_err(), Errno::EPERM);
+    let fh = m.run(m.core.opendir(&Caller::ROOT, ROOT)).unwrap();
     let names: Vec<String> = list(&m.core, ROOT, fh, 0, usize::MAX).unwrap().into_iter().map(|e| e.0).collect();
     assert_eq!(names, [".", "..", "d"], "the control file is not listed");
     let _ = d;

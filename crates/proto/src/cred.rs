@@ -41,6 +41,23 @@ impl Cred {
         Cred::new(0, 0, Vec::new())
     }
 
+    /// True when this caller has every permission of `want` (`MAY_*` bits) on an object
+    /// of `mode` owned by `uid`:`gid`: the owner's bits for its owner, the group's for
+    /// members, the others' for everyone else. Root passes (`CAP_DAC_OVERRIDE`).
+    pub fn may(&self, mode: u32, uid: u32, gid: u32, want: u32) -> bool {
+        if self.is_root() {
+            return true;
+        }
+        let bits = if self.uid == uid {
+            mode >> 6
+        } else if self.in_group(gid) {
+            mode >> 3
+        } else {
+            mode
+        };
+        bits & want & 7 == want & 7
+    }
+
     /// True for uid 0, which bypasses permission checks as Linux's `CAP_DAC_OVERRIDE`,
     /// `CAP_FOWNER` and `CAP_CHOWN` do.
     pub fn is_root(&self) -> bool {

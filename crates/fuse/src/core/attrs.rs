@@ -67,7 +67,7 @@ impl AttrCache {
 /// no size change, a regular file without set-user/group-id bits before or after, and a
 /// caller the servers accept it from whatever it is (root, or the owner changing only
 /// mode and times). Everything else is sent at once, so its error reaches its caller.
-pub(crate) fn deferrable(caller: Caller, cur: &Attr, set: &SetAttr) -> bool {
+pub(crate) fn deferrable(caller: &Caller, cur: &Attr, set: &SetAttr) -> bool {
     let special = libc::S_ISUID | libc::S_ISGID;
     let owner_only = caller.uid == cur.uid && set.uid.is_none() && set.gid.is_none();
     set.size.is_none()
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn only_changes_the_servers_accept_anyway_are_held_back() {
-        let (root, alice) = (Caller { uid: 0, gid: 0 }, Caller { uid: 1000, gid: 100 });
+        let (root, alice) = (&Caller::ROOT, &Caller { uid: 1000, gid: 100, groups: vec![] });
         let chown = SetAttr { uid: Some(5), gid: Some(6), ..Default::default() };
         let chmod = SetAttr { mode: Some(0o600), ..Default::default() };
         assert!(deferrable(root, &file(1000, 0o644), &chown));

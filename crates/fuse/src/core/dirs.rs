@@ -4,7 +4,7 @@
 use super::listings::{Listing, PlusPage};
 use super::open_files::ORPHANS;
 use super::stats::STATS_FILE;
-use super::{DirItem, DirPlusItem, Errno, MountCore};
+use super::{Caller, DirItem, DirPlusItem, Errno, MountCore};
 use plusfs_proto::path::join;
 use plusfs_proto::{Attr, FileKind, Semantics};
 use std::sync::Arc;
@@ -37,14 +37,14 @@ impl PlusItem {
 impl MountCore {
     /// `opendir`: snapshots the listing of `ino` and returns its handle. The directory
     /// keeping open-unlinked files and the control file's name are not listed in `/`.
-    pub async fn opendir(&self, ino: u64) -> Result<u64, Errno> {
+    pub async fn opendir(&self, caller: &Caller, ino: u64) -> Result<u64, Errno> {
         let dir = self.path(ino)?;
-        let mut entries = self.run(self.client().readdir(&dir)).await?;
+        let mut entries = self.run(self.as_caller(caller).readdir(&dir)).await?;
         if dir == "/" {
             entries.retain(|e| e.name != ORPHANS[1..] && e.name != STATS_FILE);
         }
         let fh = self.next_id();
-        self.listings.insert(fh, Listing { dir, entries: Arc::new(entries) });
+        self.listings.insert(fh, Listing { dir, entries: Arc::new(entries), caller: caller.clone() });
         Ok(fh)
     }
 
@@ -67,7 +67,7 @@ impl MountCore {
         offset: u64,
         mut add: impl FnMut(DirItem<'_>) -> bool,
     ) -> Result<(), Errno> {
-        let Listing { dir, entries } = self.listing(fh)?;
+        let Listing { dir, entries, .. } = self.listing(fh)?;
         let parent = self.inodes().parent_ino(&dir);
         let dots = [(ino, FileKind::Dir, "."), (parent, FileKind::Dir, "..")];
         let all = dots.into_iter().chain(entries.iter().map(|e| (e.ino, e.kind, e.name.as_str())));
@@ -137,7 +137,7 @@ impl MountCore {
     /// and the directory's own, at once.
     async fn fetch_page(&self, fh: u64, listing: &Listing, start: usize) -> Result<PlusPage, Errno> {
         let names: Vec<String> = listing.entries.iter().skip(start).take(PLUS_PAGE).map(|e| e.name.clone()).collect();
-        let client = self.client();
+        let client = self.as_caller(&listing.caller);
         let (attrs, dir_attr) =
             tokio::join!(client.statv(&listing.dir, &names, Semantics::PerformAll), client.lstat(&listing.dir));
         let attrs = self.run(async { attrs }).await?.into_iter().map(Result::ok).collect();

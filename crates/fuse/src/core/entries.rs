@@ -21,12 +21,12 @@ fn node_kind(mode: u32) -> Result<FileKind, Errno> {
 
 impl MountCore {
     /// `lookup`: the attributes of `name` in `parent`, now known to the kernel.
-    pub async fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, Errno> {
+    pub async fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<Attr, Errno> {
         if parent == 1 && name == STATS_FILE {
             return Ok(stats_attr());
         }
         let p = self.child(parent, name)?;
-        let a = self.run(self.client().lstat(&p)).await?;
+        let a = self.run(self.as_caller(caller).lstat(&p)).await?;
         self.remember(&p, &a);
         Ok(a)
     }
@@ -40,7 +40,7 @@ impl MountCore {
     /// `mknod`: a regular file, FIFO, device or socket, owned by `caller`.
     pub async fn mknod(
         &self,
-        caller: Caller,
+        caller: &Caller,
         parent: u64,
         name: &OsStr,
         mode: u32,
@@ -56,7 +56,14 @@ impl MountCore {
     }
 
     /// `mkdir`, owned by `caller`.
-    pub async fn mkdir(&self, caller: Caller, parent: u64, name: &OsStr, mode: u32, umask: u32) -> Result<Attr, Errno> {
+    pub async fn mkdir(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
         let a = self.run(self.as_caller(caller).mkdir(&p, mode & !umask & 0o7777)).await?;
         self.attrs.stale(parent);
@@ -65,7 +72,7 @@ impl MountCore {
     }
 
     /// `symlink`: `name` in `parent` pointing at `target`, owned by `caller`.
-    pub async fn symlink(&self, caller: Caller, parent: u64, name: &OsStr, target: &Path) -> Result<Attr, Errno> {
+    pub async fn symlink(&self, caller: &Caller, parent: u64, name: &OsStr, target: &Path) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?;
         let a = self.run(self.as_caller(caller).symlink(target, &p)).await?;
@@ -75,11 +82,11 @@ impl MountCore {
     }
 
     /// `link`: a new name `newname` in `newparent` for the file `ino`.
-    pub async fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr, Errno> {
+    pub async fn link(&self, caller: &Caller, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr, Errno> {
         let src = self.path(ino)?;
         let dst = self.child(newparent, newname)?;
         self.flush_ino(ino).await?;
-        let a = self.run(self.client().link(&src, &dst)).await?;
+        let a = self.run(self.as_caller(caller).link(&src, &dst)).await?;
         self.attrs.stale(newparent);
         self.remember(&dst, &a);
         Ok(a)
@@ -87,12 +94,12 @@ impl MountCore {
 
     /// `unlink`: a file open through this mount is kept under [`ORPHANS`] until its last
     /// release.
-    pub async fn unlink(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
+    pub async fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<(), Errno> {
         let p = self.child(parent, name)?;
         self.flush_within(&p).await?;
         let ino = self.inodes().ino_of(&p);
-        if !self.keep_if_open(&p, true).await? {
-            self.run(self.client().unlink(&p)).await?;
+        if !self.keep_if_open(caller, &p, true).await? {
+            self.run(self.as_caller(caller).unlink(&p)).await?;
             self.inodes().unlinked(&p);
         }
         self.attrs.stale(parent);
@@ -101,9 +108,9 @@ impl MountCore {
     }
 
     /// `rmdir`.
-    pub async fn rmdir(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
+    pub async fn rmdir(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<(), Errno> {
         let p = self.child(parent, name)?;
-        self.run(self.client().rmdir(&p)).await?;
+        self.run(self.as_caller(caller).rmdir(&p)).await?;
         self.inodes().unlinked(&p);
         self.attrs.stale(parent);
         Ok(())
@@ -113,6 +120,7 @@ impl MountCore {
     /// replaces is kept under [`ORPHANS`] until its last release.
     pub async fn rename(
         &self,
+        caller: &Caller,
         parent: u64,
         name: &OsStr,
         newparent: u64,
@@ -124,21 +132,24 @@ impl MountCore {
         if mode == RenameMode::Exchange {
             self.attrs.stale(parent);
             self.attrs.stale(newparent);
-            return self.exchange(&src, &dst).await;
+            return self.exchange(caller, &src, &dst).await;
         }
-        if mode == RenameMode::NoReplace && self.client().lstat(&dst).await.is_ok() {
+        if mode == RenameMode::NoReplace && self.as_caller(caller).lstat(&dst).await.is_ok() {
             return Err(Errno::EEXIST);
         }
         self.flush_within(&src).await?;
         self.flush_within(&dst).await?;
         if src != dst {
-            self.keep_if_open(&dst, false).await?;
+            self.keep_if_open(caller, &dst, false).await?;
         }
         let moved = {
             let inodes = self.inodes();
             [inodes.ino_of(&src), inodes.ino_of(&dst)]
         };
-        self.run(self.client().rename(&src, &dst)).await?;
+        if let Err(e) = self.run(self.as_caller(caller).rename(&src, &dst)).await {
+            self.unkeep(&dst).await;
+            return Err(e);
+        }
         self.inodes().renamed(&src, &dst);
         for ino in [Some(parent), Some(newparent)].into_iter().chain(moved).flatten() {
             self.attrs.stale(ino);
@@ -147,34 +158,33 @@ impl MountCore {
     }
 
     /// `RENAME_EXCHANGE` of `a` and `b`.
-    async fn exchange(&self, a: &str, b: &str) -> Result<(), Errno> {
+    async fn exchange(&self, caller: &Caller, a: &str, b: &str) -> Result<(), Errno> {
         self.flush_within(a).await?;
         self.flush_within(b).await?;
         let swapped = {
             let inodes = self.inodes();
             [inodes.ino_of(a), inodes.ino_of(b)]
         };
-        self.run(self.client().exchange(a, b)).await?;
+        self.run(self.as_caller(caller).exchange(a, b)).await?;
         self.inodes().exchanged(a, b);
         swapped.into_iter().flatten().for_each(|i| self.attrs.stale(i));
         Ok(())
     }
 
     /// If the file at `path` is open through this mount, keeps it under a name in
-    /// [`ORPHANS`] until its last close: moved there (`unlink`) or linked there (`rename`
-    /// over it, which must stay atomic). Returns whether it was moved.
-    async fn keep_if_open(&self, path: &str, move_it: bool) -> Result<bool, Errno> {
+    /// [`ORPHANS`] until its last close: moved there by `caller` (`unlink`: the servers
+    /// check the caller may remove it) or linked there (`rename` over it, which must stay
+    /// atomic; undone by [`MountCore::unkeep`] if the rename fails). Returns whether it was
+    /// moved.
+    async fn keep_if_open(&self, caller: &Caller, path: &str, move_it: bool) -> Result<bool, Errno> {
         let ino = self.inodes().ino_of(path);
         let Some(ino) = ino.filter(|i| self.open_files().is_open(*i)) else {
             return Ok(false);
         };
-        match self.client().mkdir(ORPHANS, 0o700).await {
-            Err(e) if e.errno != Errno::EEXIST => return Err(errno(e)),
-            _ => {}
-        }
+        self.orphans_dir().await?;
         let hidden = format!("{ORPHANS}/{ino}.{}.{}", std::process::id(), self.next_id());
         if move_it {
-            self.run(self.client().rename(path, &hidden)).await?;
+            self.run(self.as_caller(caller).rename(path, &hidden)).await?;
         } else {
             match self.client().link(path, &hidden).await {
                 Ok(_) => {}
@@ -185,6 +195,32 @@ impl MountCore {
         }
         self.hidden(ino, path, hidden, move_it);
         Ok(move_it)
+    }
+
+    /// Makes [`ORPHANS`] once per mount: sticky and writable by everyone (as `/tmp`), so
+    /// each caller's unlink moves the file there under their own permissions.
+    async fn orphans_dir(&self) -> Result<(), Errno> {
+        if self.orphans_ready.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        match self.client().mkdir(ORPHANS, 0o1777).await {
+            Err(e) if e.errno != Errno::EEXIST => return Err(errno(e)),
+            _ => {}
+        }
+        self.run(self.client().chmod(ORPHANS, 0o1777)).await?;
+        self.orphans_ready.store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Undoes [`MountCore::keep_if_open`]'s link of the file at `path` after the rename
+    /// over it failed: the hidden name goes, the file is no orphan.
+    async fn unkeep(&self, path: &str) {
+        let Some(ino) = self.inodes().ino_of(path) else { return };
+        let Some(hidden) = self.open_files().unorphaned(ino) else { return };
+        match self.client().unlink(&hidden).await {
+            Ok(()) => self.inodes().unlinked(&hidden),
+            Err(e) => tracing::warn!(path = hidden, error = %e, "cannot remove a kept name"),
+        }
     }
 
     /// Records that `ino`, open, now lives on under `hidden` (moved from `path`, or

@@ -4,8 +4,23 @@ use super::attrs::{applied, deferrable, fixed, merged};
 use super::stats::{stats_attr, STATS_INO};
 use super::writes::gather;
 use super::{Caller, Errno, MountCore};
-use plusfs_proto::{Attr, FileKind, SetAttr, Timespec};
+use plusfs_proto::{Attr, FileKind, SetAttr, Timespec, MAY_EXEC, MAY_READ, MAY_WRITE};
 use std::ffi::OsStr;
+
+/// What `open(2)` `flags` ask to do with a file (`MAY_READ`/`MAY_WRITE`; `O_TRUNC`
+/// writes).
+fn access_of(flags: i32) -> u32 {
+    let access = match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => MAY_WRITE,
+        libc::O_RDWR => MAY_READ | MAY_WRITE,
+        _ => MAY_READ,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        access | MAY_WRITE
+    } else {
+        access
+    }
+}
 
 /// `mode` without its set-user-id bit and, when group-executable, its set-group-id bit;
 /// `None` when neither is to be cleared.
@@ -20,7 +35,7 @@ fn killed_suidgid(mode: u32) -> Option<u32> {
 impl MountCore {
     /// `getattr`: the mount's own copy when it holds back changes of the file or learnt
     /// it within the TTL (`attrs.rs`), else the servers' (after sending gathered writes).
-    pub async fn getattr(&self, ino: u64) -> Result<Attr, Errno> {
+    pub async fn getattr(&self, caller: &Caller, ino: u64) -> Result<Attr, Errno> {
         if ino == STATS_INO {
             return Ok(stats_attr());
         }
@@ -29,7 +44,7 @@ impl MountCore {
         }
         self.flush_ino(ino).await?;
         let p = self.path(ino)?;
-        let a = self.run(self.client().lstat(&p)).await?;
+        let a = self.run(self.as_caller(caller).lstat(&p)).await?;
         self.attrs.learnt(&a);
         Ok(self.shown(a))
     }
@@ -53,7 +68,7 @@ impl MountCore {
     /// `setattr` (`chmod`, `chown`, `utimens`, `truncate`) for `caller`. On a file open
     /// here, a change the servers accept anyway is held back and sent with the file's next
     /// flush (`attrs.rs`); anything else is sent now, after the gathered writes.
-    pub async fn setattr(&self, caller: Caller, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
+    pub async fn setattr(&self, caller: &Caller, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
         if let Some(a) = self.hold_back(caller, ino, &set).await? {
             return Ok(self.shown(a));
         }
@@ -100,7 +115,7 @@ impl MountCore {
 
     /// Holds `set` back if it may be (see [`deferrable`]); returns the attributes the
     /// file shows with it, or `None` when it must be sent now.
-    async fn hold_back(&self, caller: Caller, ino: u64, set: &SetAttr) -> Result<Option<Attr>, Errno> {
+    async fn hold_back(&self, caller: &Caller, ino: u64, set: &SetAttr) -> Result<Option<Attr>, Errno> {
         if !self.open_files().is_open(ino) {
             return Ok(None);
         }
@@ -113,11 +128,11 @@ impl MountCore {
         let now = Timespec::now();
         let set = fixed(set.clone(), now);
         let combined = match held.set.take() {
-            Some((c, earlier)) if c == caller => merged(earlier, set.clone()),
+            Some((c, earlier)) if c == *caller => merged(earlier, set.clone()),
             Some(_) => return Ok(None), // another caller's change is held: keep them apart
             None => set.clone(),
         };
-        held.set = Some((caller, combined));
+        held.set = Some((caller.clone(), combined));
         held.set_path = path;
         let after = applied(cur, &set, now);
         self.attrs.learnt(&after);
@@ -129,32 +144,41 @@ impl MountCore {
     }
 
     /// `readlink`.
-    pub async fn readlink(&self, ino: u64) -> Result<String, Errno> {
+    pub async fn readlink(&self, caller: &Caller, ino: u64) -> Result<String, Errno> {
         let p = self.path(ino)?;
-        self.run(self.client().readlink(&p)).await
+        self.run(self.as_caller(caller).readlink(&p)).await
     }
 
-    /// `access`: permission bits are checked by the kernel (`default_permissions`), so
-    /// this checks that the entry exists.
-    pub async fn access(&self, ino: u64) -> Result<(), Errno> {
+    /// `access(2)` with `mask` (`R_OK | W_OK | X_OK`, or `F_OK`): the entry is looked at as
+    /// the caller (the servers check search permission on its path), then its permission
+    /// bits are compared with the caller's. Root may read and write anything, and execute
+    /// a directory or a file with some execute bit.
+    pub async fn access(&self, caller: &Caller, ino: u64, mask: i32) -> Result<(), Errno> {
         let p = self.path(ino)?;
-        self.run(self.client().lstat(&p)).await.map(drop)
+        let a = self.run(self.as_caller(caller).lstat(&p)).await?;
+        let want = (mask & 7) as u32;
+        let root_exec = want & MAY_EXEC == 0 || a.kind == FileKind::Dir || a.mode & 0o111 != 0;
+        match caller.cred().may(a.mode, a.uid, a.gid, want) && (caller.uid != 0 || root_exec) {
+            true => Ok(()),
+            false => Err(Errno::EACCES),
+        }
     }
 
     /// `open` with the `open(2)` `flags`: `O_TRUNC` empties a regular file on behalf of
     /// `caller`. No cached pages survive an open (close-to-open consistency). Returns the
     /// file handle: 0, or a fresh one for the control file (to be read with direct I/O).
-    pub async fn open(&self, caller: Caller, ino: u64, flags: i32) -> Result<u64, Errno> {
+    pub async fn open(&self, caller: &Caller, ino: u64, flags: i32) -> Result<u64, Errno> {
         if ino == STATS_INO {
             return self.open_control(flags);
         }
         let p = self.path(ino)?;
-        let a = match self.attrs.fresh(ino) {
-            Some(a) => a,
-            None => self.run(self.client().lstat(&p)).await?,
-        };
-        if flags & libc::O_TRUNC != 0 && a.kind == FileKind::File {
+        let truncate = flags & libc::O_TRUNC != 0;
+        if truncate {
             self.flush_ino(ino).await?;
+        }
+        let a = self.run(self.as_caller(caller).open_with(&p, access_of(flags))).await?.attr;
+        self.attrs.learnt(&a);
+        if truncate && a.kind == FileKind::File && a.size > 0 {
             let a = self.run(self.as_caller(caller).truncate(&p, 0)).await?;
             self.attrs.learnt(&a);
         }
@@ -176,7 +200,7 @@ impl MountCore {
     /// `parent` for `caller`, emptying an existing file for `O_TRUNC`.
     pub async fn create(
         &self,
-        caller: Caller,
+        caller: &Caller,
         parent: u64,
         name: &OsStr,
         mode: u32,

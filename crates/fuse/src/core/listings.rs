@@ -1,6 +1,7 @@
 //! Directory listings snapshotted at `opendir`, by directory handle, with the attributes
 //! `readdirplus` fetched for them.
 
+use super::Caller;
 use plusfs_proto::{Attr, DirEntry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,6 +13,8 @@ pub(crate) struct Listing {
     pub dir: String,
     /// Its entries at `opendir`.
     pub entries: Arc<Vec<DirEntry>>,
+    /// Who opened it (`readdirplus` looks at the entries as them).
+    pub caller: Caller,
 }
 
 /// Attributes `readdirplus` fetched for entries `start..start + attrs.len()` of a listing

@@ -70,6 +70,8 @@ pub struct MountCore {
     writes: Writes,
     open_files: Mutex<OpenFiles>,
     next_fh: AtomicU64,
+    /// [`ORPHANS`] exists with its mode (made on first need).
+    orphans_ready: std::sync::atomic::AtomicBool,
 }
 
 /// The errno an application sees. A server that cannot be reached after the client's
@@ -114,6 +116,7 @@ impl MountCore {
             writes: Writes::default(),
             open_files: Mutex::default(),
             next_fh: AtomicU64::new(1),
+            orphans_ready: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -209,9 +212,9 @@ impl MountCore {
         f.await.map_err(errno)
     }
 
-    /// The client acting for `caller`.
-    fn as_caller(&self, caller: Caller) -> Client {
-        self.client().as_owner(caller.uid, caller.gid)
+    /// The client acting for `caller`: the servers check its permissions.
+    fn as_caller(&self, caller: &Caller) -> Client {
+        self.client().as_caller(caller.cred())
     }
 
     /// Records that the kernel now knows `a` under `path` (one more lookup).
@@ -232,7 +235,7 @@ impl MountCore {
         }
         if let Some((caller, set)) = held.set.take() {
             let path = std::mem::take(&mut held.set_path);
-            let a = self.run(self.as_caller(caller).setattr(&path, set)).await?;
+            let a = self.run(self.as_caller(&caller).setattr(&path, set)).await?;
             self.attrs.learnt(&a);
         }
         Ok(())

@@ -42,6 +42,11 @@ impl OpenFiles {
         self.orphans.insert(ino, name);
     }
 
+    /// `ino` is no orphan after all (the rename over it failed); returns its kept name.
+    pub fn unorphaned(&mut self, ino: u64) -> Option<String> {
+        self.orphans.remove(&ino)
+    }
+
     /// Whether `ino` lives on only under an orphan name.
     pub fn is_orphan(&self, ino: u64) -> bool {
         self.orphans.contains_key(&ino)

@@ -1,15 +1,28 @@
 //! Plain values the mount core takes and gives (no kernel types).
 
-use plusfs_proto::{Attr, Errno, FileKind};
+use plusfs_proto::{Attr, Cred, Errno, FileKind};
 
-/// Who makes a call: the uid and gid the kernel reports for the calling process. What
-/// it creates is recorded as theirs, and `O_TRUNC` truncates on their behalf.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who makes a call: the uid and gid the kernel reports for the calling process, and its
+/// supplementary groups. The servers check the call's permissions against them, and what
+/// it creates is recorded as theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     /// User id of the caller.
     pub uid: u32,
     /// Group id of the caller.
     pub gid: u32,
+    /// Supplementary groups of the caller.
+    pub groups: Vec<u32>,
+}
+
+impl Caller {
+    /// The superuser.
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0, groups: Vec::new() };
+
+    /// The credential the caller's requests carry.
+    pub fn cred(&self) -> Cred {
+        Cred::new(self.uid, self.gid, self.groups.clone())
+    }
 }
 
 /// How a rename treats its destination (the flags of `renameat2`).

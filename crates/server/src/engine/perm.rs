@@ -12,17 +12,7 @@ use plusfs_proto::{
 /// owned by `uid`:`gid`: the owner's bits for its owner, the group's for members, the
 /// others' for everyone else.
 pub(crate) fn may(cred: &Cred, mode: u32, uid: u32, gid: u32, want: u32) -> bool {
-    if cred.is_root() {
-        return true;
-    }
-    let bits = if cred.uid == uid {
-        mode >> 6
-    } else if cred.in_group(gid) {
-        mode >> 3
-    } else {
-        mode
-    };
-    bits & want & 7 == want & 7
+    cred.may(mode, uid, gid, want)
 }
 
 fn what(want: u32) -> &'static str {
