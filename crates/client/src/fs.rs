@@ -256,7 +256,13 @@ impl Client {
     /// Creates a regular file (`open(O_CREAT)`, with `O_EXCL` when `exclusive`) and returns
     /// its handle. An existing file is opened unless `exclusive`.
     pub async fn create(&self, raw: &str, mode: u32, exclusive: bool) -> Result<FileHandle, FsError> {
-        self.make_node(raw, FileKind::File, mode, exclusive, 0).await
+        self.make_node(raw, FileKind::File, mode, exclusive, (0, 0)).await
+    }
+
+    /// As [`create`](Self::create), checking `access` (`plusfs_proto::MAY_READ |
+    /// MAY_WRITE`) on a file that exists already (`EACCES`), as `open(O_CREAT)` does.
+    pub async fn create_with(&self, raw: &str, mode: u32, exclusive: bool, access: u32) -> Result<FileHandle, FsError> {
+        self.make_node(raw, FileKind::File, mode, exclusive, (0, access)).await
     }
 
     /// Creates a regular file, FIFO, socket or device (`mknod(2)`; `rdev` for devices),
@@ -265,7 +271,7 @@ impl Client {
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
             return Err(FsError::new("create", raw, Errno::EINVAL));
         }
-        self.make_node(raw, kind, mode, true, rdev).await
+        self.make_node(raw, kind, mode, true, (rdev, 0)).await
     }
 
     async fn make_node(
@@ -274,7 +280,7 @@ impl Client {
         kind: FileKind,
         mode: u32,
         exclusive: bool,
-        rdev: u32,
+        (rdev, access): (u32, u32),
     ) -> Result<FileHandle, FsError> {
         let (p, parent, name) = self.target("create", raw, Errno::EISDIR)?;
         let req = Request::Create {
@@ -285,6 +291,7 @@ impl Client {
             gid: self.opts.gid,
             exclusive,
             rdev,
+            access,
         };
         let (reply, server) = self.entry_rpc("create", raw, &parent, &name, req).await?;
         let attr = expect_attr(reply, raw)?;
@@ -325,7 +332,7 @@ impl Client {
     pub async fn open_fd(&self, raw: &str, flags: crate::types::OpenFlags, mode: u32) -> Result<i32, FsError> {
         let access = flags.access | if flags.truncate { plusfs_proto::MAY_WRITE } else { 0 };
         let mut fh = match flags.create {
-            true => self.create(raw, mode, flags.exclusive).await?,
+            true => self.create_with(raw, mode, flags.exclusive, access).await?,
             false => self.open_with(raw, access).await?,
         };
         if flags.truncate && fh.attr.kind == FileKind::File && fh.attr.size > 0 {

@@ -37,7 +37,8 @@ pub enum Request {
         path: String,
     },
     /// Create a regular file, FIFO, device or socket; `exclusive` gives `O_EXCL`
-    /// semantics; `rdev` is a device's number.
+    /// semantics; `rdev` is a device's number; `access` is what the opener will do with
+    /// the file if it exists already (`MAY_READ | MAY_WRITE`, checked as by `Open`).
     Create {
         path: String,
         kind: FileKind,
@@ -46,6 +47,7 @@ pub enum Request {
         gid: u32,
         exclusive: bool,
         rdev: u32,
+        access: u32,
     },
     /// Open an existing entry; the file handle is its inode number. `access` is what the
     /// opener will do (`MAY_READ | MAY_WRITE`; `O_TRUNC` counts as writing), checked

@@ -72,6 +72,7 @@ fn requests() -> Vec<Request> {
             gid: 2,
             exclusive: true,
             rdev: 0,
+            access: MAY_WRITE,
         },
         Request::Open { path: "/a/f".into(), access: MAY_READ | MAY_WRITE },
         Request::Close { ino: 300 },

@@ -131,7 +131,7 @@ impl Osd {
             let r = match op {
                 BatchOp::Unlink => self.unlink(&p, via, c).await,
                 BatchOp::Create { exclusive } => {
-                    let node = crate::engine::attrs::NewNode { target: None, rdev: 0 };
+                    let node = crate::engine::attrs::NewNode { target: None, rdev: 0, access: 0 };
                     self.create(&p, FileKind::File, mode, (uid, gid), exclusive, node, via, c).await
                 }
                 _ => Err(plusfs_proto::WireError::new(Errno::EINVAL, "not a write batch")),

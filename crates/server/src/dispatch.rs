@@ -51,8 +51,8 @@ impl Osd {
                 self.retrying(|| self.mkdir(&path, mode, (uid, gid), (threshold, width), via, c)).await
             }
             Rmdir { path } => self.retrying(|| self.rmdir(&path, via, c)).await,
-            Create { path, kind, mode, uid, gid, exclusive, rdev } => {
-                let node = NewNode { target: None, rdev };
+            Create { path, kind, mode, uid, gid, exclusive, rdev, access } => {
+                let node = NewNode { target: None, rdev, access };
                 self.create(&path, kind, mode, (uid, gid), exclusive, node, via, c).await
             }
             Open { path, access } => self.open_entry(&path, access, via, c).await,
@@ -64,7 +64,7 @@ impl Osd {
             Rename { src, dst } => self.retrying(|| self.rename(&src, &dst, via, c)).await,
             SetAttr { path, set } => self.set_attr(&path, &set, via, c).await,
             Symlink { path, target, uid, gid } => {
-                let node = NewNode { target: Some(target), rdev: 0 };
+                let node = NewNode { target: Some(target), rdev: 0, access: 0 };
                 self.create(&path, FileKind::Symlink, 0o777, (uid, gid), true, node, via, c).await
             }
             Readlink { path } => self.readlink(&path, via, c).await,

@@ -35,7 +35,7 @@ impl Osd {
         via: Via,
         c: &Cred,
     ) -> Response {
-        let NewNode { target, rdev } = node;
+        let NewNode { target, rdev, access } = node;
         let (dir, name) = split_entry(p)?;
         if kind == FileKind::Dir {
             return Err(err(Errno::EINVAL, "create cannot make directories"));
@@ -56,7 +56,11 @@ impl Osd {
                 FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
                 _ => {
                     drop(g);
-                    Ok(Reply::Attr(Attr::of_inode(&self.resolve(p, e).await?)))
+                    let i = self.resolve(p, e).await?;
+                    for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
+                        perm::check(c, i.mode, i.uid, i.gid, want, p)?;
+                    }
+                    Ok(Reply::Attr(Attr::of_inode(&i)))
                 }
             };
         }

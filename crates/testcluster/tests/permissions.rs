@@ -49,6 +49,9 @@ async fn other_users_and_supplementary_groups() {
     assert_eq!(errno(member.write("/d/f", 0, b"x").await), Errno::EACCES);
     assert_eq!(errno(member.open_with("/d/f", MAY_READ | MAY_WRITE).await), Errno::EACCES);
     assert_eq!(errno(member.truncate("/d/f", 0).await), Errno::EACCES);
+    // open(O_CREAT) of an existing file checks the access asked, as open does.
+    assert_eq!(errno(member.create_with("/d/f", 0o644, false, MAY_WRITE).await), Errno::EACCES);
+    member.create_with("/d/f", 0o644, false, MAY_READ).await.unwrap();
     assert_eq!(errno(other.create("/d/g", 0o644, true).await), Errno::EACCES, "no write permission on /d");
     assert_eq!(errno(other.mkdir("/d/s", 0o755).await), Errno::EACCES);
     assert_eq!(errno(other.unlink("/d/f").await), Errno::EACCES);

@@ -45,6 +45,8 @@ pub(crate) struct NewNode {
     pub target: Option<String>,
     /// Device number of a device.
     pub rdev: u32,
+    /// What the opener will do with the entry if it exists (`MAY_*` bits; checked).
+    pub access: u32,
 }
 
 /// Records an entry added to (`delta` = 1) or removed from (-1) a directory object.
