@@ -22,6 +22,9 @@ use std::time::Instant;
 pub enum Phase {
     Create,
     Stat,
+    /// Opens each file and closes it again (mdtest's open+close; a FUSE mount's
+    /// open, flush and release).
+    Open,
     /// Every client lists its directory (rate: entries listed per second).
     Readdir,
     Unlink,
@@ -419,12 +422,16 @@ fn plusfs_client_thread(
                 }
                 run.marks.push((start.elapsed().as_secs_f64(), chunk.len() as u64));
             }
-        } else if batch <= 1 || matches!(phase, Phase::Write | Phase::Read) {
+        } else if batch <= 1 || matches!(phase, Phase::Write | Phase::Read | Phase::Open) {
             for name in &names {
                 let p = plusfs_proto::path::join(&dir, name);
                 let r = match phase {
                     Phase::Create => c.create(&p, 0o644, true).await.map(drop),
                     Phase::Stat => c.lstat(&p).await.map(drop),
+                    Phase::Open => match c.open(&p).await {
+                        Ok(fh) => c.close(&fh).await,
+                        Err(e) => Err(e),
+                    },
                     Phase::Unlink => c.unlink(&p).await,
                     Phase::Write => match c.create(&p, 0o644, true).await {
                         Ok(_) => c.write(&p, 0, &contents).await.map(drop),
@@ -451,7 +458,7 @@ fn plusfs_client_thread(
                 Phase::Create => BatchOp::Create { exclusive: true },
                 Phase::Stat => BatchOp::Stat,
                 Phase::Unlink => BatchOp::Unlink,
-                Phase::Readdir | Phase::Write | Phase::Read => unreachable!("run one by one above"),
+                Phase::Readdir | Phase::Write | Phase::Read | Phase::Open => unreachable!("run one by one above"),
             };
             for chunk in names.chunks(batch) {
                 run.marks.push((start.elapsed().as_secs_f64(), 0));
@@ -508,6 +515,7 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
                         let r = match phase {
                             Phase::Create => std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop),
                             Phase::Stat => std::fs::symlink_metadata(p).map(drop),
+                            Phase::Open => std::fs::File::open(p).map(drop),
                             Phase::Unlink => std::fs::remove_file(p),
                             Phase::Write => std::fs::OpenOptions::new()
                                 .write(true)

@@ -209,7 +209,8 @@ impl MountCore {
     ) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
         let c = self.as_caller(caller);
-        let fh = self.run(c.create(&p, mode & !umask & 0o7777, flags & libc::O_EXCL != 0)).await?;
+        let exclusive = flags & libc::O_EXCL != 0;
+        let fh = self.run(c.create_with(&p, mode & !umask & 0o7777, exclusive, access_of(flags))).await?;
         let mut attr = fh.attr;
         if flags & libc::O_TRUNC != 0 && attr.size > 0 {
             attr = self.run(c.truncate(&p, 0)).await?;

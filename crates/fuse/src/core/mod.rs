@@ -8,7 +8,9 @@
 //! something or truncates for `O_TRUNC`. The adapter runs each kernel request as a task of
 //! its own, so no request waits for another one's server round trip. Directory listings
 //! are snapshotted at `opendir`; `readdirplus` fills attributes with one batch stat per
-//! storing server. Permissions are the kernel's business (`default_permissions`).
+//! storing server. Permissions are the servers' business: every call goes as its
+//! [`Caller`] (uid, gid, supplementary groups), except reads and writes of an open file,
+//! which go as the mount's owner once `open` was allowed.
 //!
 //! Sequential writes are gathered per file into buffers of up to [`WRITE_BUFFER`] bytes
 //! and sent when the buffer is full, when a write does not continue it, and before any
