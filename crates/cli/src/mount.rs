@@ -23,7 +23,9 @@ pub struct MountArgs {
     /// `noreaddirplus` (list directories without attributes; `ls -l` then looks up each
     /// entry), `noparallel_dirops` (one directory operation per directory at a time),
     /// `writeback_cache` (the kernel caches writes; see docs/semantics.md),
-    /// `default_permissions` (the kernel checks permission bits too; the servers always do),
+    /// `nodefault_permissions` (only the servers check permissions, as they always do; the
+    /// kernel then skips its checks and the attribute reads before them, but FIFOs and
+    /// device nodes open without a check),
     /// `max_background=N` (requests in flight, default 64), `workers=N` (threads serving
     /// requests, default 2).
     #[arg(short = 'o', value_delimiter = ',')]
@@ -44,6 +46,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             None if o == "noparallel_dirops" => s.parallel_dirops = false,
             None if o == "writeback_cache" => s.writeback_cache = true,
             None if o == "default_permissions" => s.default_permissions = true,
+            None if o == "nodefault_permissions" => s.default_permissions = false,
             Some(("max_background", v)) => {
                 s.max_background = v.parse().ok().filter(|n| *n > 0).context("max_background must be 1 to 65535")?
             }
@@ -59,7 +62,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             }
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
-                 writeback_cache, default_permissions, max_background=N, workers=N)"
+                 writeback_cache, nodefault_permissions, max_background=N, workers=N)"
             ),
         }
     }

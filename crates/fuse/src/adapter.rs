@@ -298,7 +298,7 @@ impl Filesystem for PlusFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -315,7 +315,7 @@ impl Filesystem for PlusFs {
             size,
         };
         let ttl = self.ttl();
-        self.spawn("setattr", move |c| async move { c.setattr(&who, ino.0, set).await }, move |r| attr(ttl, r, reply));
+        self.spawn("setattr", move |c| async move { c.setattr(&who, ino.0, set, fh.is_some()).await }, move |r| attr(ttl, r, reply));
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {

@@ -43,9 +43,11 @@ pub struct MountSettings {
     /// Threads reading requests from `/dev/fuse` (default 1: each request is handed to
     /// the runtime at once).
     pub readers: usize,
-    /// Let the kernel check permission bits too (`-o default_permissions`; default off:
-    /// the servers check every call with the caller's credentials, and the kernel does
-    /// not re-read a directory's attributes before each check).
+    /// Let the kernel check permission bits too (default on; `-o nodefault_permissions`
+    /// leaves every check to the servers, which check each call with the caller's
+    /// credentials anyway: the kernel then does not re-read a directory's attributes
+    /// before each check, but it never asks the mount about opening FIFOs and device
+    /// nodes, so their permission bits go unchecked).
     pub default_permissions: bool,
 }
 
@@ -60,7 +62,7 @@ impl Default for MountSettings {
             max_background: 64,
             workers: 2,
             readers: 1,
-            default_permissions: false,
+            default_permissions: true,
         }
     }
 }

@@ -176,7 +176,7 @@ fn o_trunc_empties_the_file_for_the_caller() {
     assert_eq!(m.run(m.core.open(&BOB, f.ino, trunc)).unwrap_err(), Errno::EACCES, "not writable by others");
     assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().size, 4, "a refused O_TRUNC truncates nothing");
     let others_write = SetAttr { mode: Some(0o666), ..Default::default() };
-    m.run(m.core.setattr(&ALICE, f.ino, others_write)).unwrap();
+    m.run(m.core.setattr(&ALICE, f.ino, others_write, false)).unwrap();
     m.run(m.core.open(&BOB, f.ino, libc::O_WRONLY)).unwrap();
     assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().size, 4, "no O_TRUNC, no truncation");
     m.run(m.core.release(f.ino, 0)).unwrap();
@@ -267,8 +267,8 @@ fn setattr_changes_mode_owner_times_and_size() {
         mtime: Some(TimeSet::At(at)),
         size: Some(3),
     };
-    assert_eq!(m.run(m.core.setattr(&ALICE, f.ino, set.clone())).unwrap_err(), Errno::EPERM, "only root gives away");
-    let a = m.run(m.core.setattr(&Caller::ROOT, f.ino, set)).unwrap();
+    assert_eq!(m.run(m.core.setattr(&ALICE, f.ino, set.clone(), false)).unwrap_err(), Errno::EPERM, "only root gives away");
+    let a = m.run(m.core.setattr(&Caller::ROOT, f.ino, set, false)).unwrap();
     assert_eq!((a.mode & 0o7777, a.uid, a.gid, a.size), (0o600, 3000, 300, 3));
     assert_eq!((a.atime, a.mtime), (at, at));
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 10)).unwrap(), b"012", "gathered bytes were sent before the truncation");
@@ -350,11 +350,11 @@ fn attribute_changes_after_writing_an_open_file_travel_with_its_close() {
     let before = m.core.client().counters().requests;
     // What tar does as root after the data: chown, chmod, utimens, each answered at once.
     let chown = SetAttr { uid: Some(1000), gid: Some(100), ..Default::default() };
-    let a = m.run(m.core.setattr(&root, f.ino, chown)).unwrap();
+    let a = m.run(m.core.setattr(&root, f.ino, chown, false)).unwrap();
     assert_eq!((a.uid, a.gid, a.size), (1000, 100, 8), "the reply counts the gathered bytes");
-    m.run(m.core.setattr(&root, f.ino, SetAttr { mode: Some(0o644), ..Default::default() })).unwrap();
+    m.run(m.core.setattr(&root, f.ino, SetAttr { mode: Some(0o644), ..Default::default() }, false)).unwrap();
     let times = SetAttr { atime: Some(TimeSet::At(at)), mtime: Some(TimeSet::At(at)), ..Default::default() };
-    m.run(m.core.setattr(&root, f.ino, times)).unwrap();
+    m.run(m.core.setattr(&root, f.ino, times, false)).unwrap();
     let shown = m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap();
     assert_eq!((shown.uid, shown.mode & 0o7777, shown.mtime, shown.size), (1000, 0o644, at, 8));
     assert_eq!(m.core.client().counters().requests, before, "nothing sent before the flush");
@@ -372,7 +372,7 @@ fn attribute_changes_after_writing_an_open_file_travel_with_its_close() {
     let g = m.run(m.core.create(&ALICE, ROOT, n("u"), 0o644, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap();
     let before = m.core.client().counters().requests;
     let chown = SetAttr { uid: Some(2000), ..Default::default() };
-    let _ = m.run(m.core.setattr(&ALICE, g.ino, chown));
+    let _ = m.run(m.core.setattr(&ALICE, g.ino, chown, false));
     assert!(m.core.client().counters().requests > before, "a user's chown is not held back");
     m.run(m.core.release(g.ino, 0)).unwrap();
 }
