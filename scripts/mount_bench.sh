@@ -20,6 +20,8 @@ RUNS=${RUNS:-3}
 FILES=${FILES:-2000}
 BIG=${BIG:-100000}
 TREE=${TREE:-/usr/include}
+# Extra mount options for every mount of the run (e.g. nodefault_permissions).
+MOUNT_OPTS=${MOUNT_OPTS:-}
 cd "$(dirname "$0")/.."
 . scripts/bench_lib.sh
 out=bench/out/mount
@@ -61,7 +63,8 @@ timed() {
 }
 remount() {
   fusermount3 -u "$mnt" 2>/dev/null || true
-  "$PLUSFS" mount --cluster "$cluster/cluster.toml" "$mnt" ${1:+-o "$1"} >/dev/null
+  local o=${1:-}${1:+${MOUNT_OPTS:+,}}${MOUNT_OPTS}
+  "$PLUSFS" mount --cluster "$cluster/cluster.toml" "$mnt" ${o:+-o "$o"} >/dev/null
 }
 
 "$PLUSFS" cluster up --data "$cluster" --servers "$SERVERS" --detach >/dev/null
@@ -80,9 +83,13 @@ for run in $(seq 1 "$RUNS"); do
       dir="/m$run-$c-$layout"
       for phase in create stat open unlink; do
         echo "== run $run: $phase, $c processes, $layout directories, $FILES files each"
+        # The native API works in its own directory: the mount's files are the cluster's too.
+        "$PLUSFS" bench "$phase" --cluster "$cluster/cluster.toml" -n "$FILES" -c "$c" "--$layout" \
+          --dir "/native$dir" --target plusfs --json |
+          tag "{\"step\":\"meta\",\"run\":$run,\"layout\":\"$layout\"}" | tee -a "$raw" >/dev/null
         read -r f0 r0 < <(fuse_totals)
         "$PLUSFS" bench "$phase" --cluster "$cluster/cluster.toml" -n "$FILES" -c "$c" "--$layout" \
-          --dir "$dir" --target plusfs --target "local:$mnt" --target "local:$local" --json |
+          --dir "$dir" --target "local:$mnt" --target "local:$local" --json |
           tag "{\"step\":\"meta\",\"run\":$run,\"layout\":\"$layout\"}" | tee -a "$raw" >/dev/null
         read -r f1 r1 < <(fuse_totals)
         # The stats file's own open/read/release are 4 FUSE requests without server requests.

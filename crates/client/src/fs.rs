@@ -376,6 +376,17 @@ impl Client {
         Err(FsError::new("stat", raw, Errno::ELOOP))
     }
 
+    /// `lstat(2)` of a path the caller believes is a directory: one request, to the
+    /// directory's home (`lstat` asks the parent's server first). When it is not a
+    /// directory there any more, answers as `lstat` does.
+    pub async fn lstat_dir(&self, raw: &str) -> Result<Attr, FsError> {
+        let p = self.norm("stat", raw)?;
+        match self.rpc("stat", raw, self.home(&p), Request::DirStat { path: p.clone() }).await {
+            Ok(r) => expect_attr(r, raw),
+            Err(_) => self.inner().lstat(&p).await,
+        }
+    }
+
     /// `lstat(2)`: symbolic links are not followed.
     pub async fn lstat(&self, raw: &str) -> Result<Attr, FsError> {
         let p = self.norm("stat", raw)?;

@@ -383,7 +383,14 @@ impl Filesystem for PlusFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let who = self.caller(req);
-        let open_flags = if ino.0 == STATS_INO { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+        let open_flags = if ino.0 == STATS_INO {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else if flags.0 & libc::O_ACCMODE == libc::O_RDONLY {
+            // Nothing to send at close: the kernel need not wait for a FLUSH.
+            FopenFlags::FOPEN_NOFLUSH
+        } else {
+            FopenFlags::empty()
+        };
         self.spawn(
             "open",
             move |c| async move { c.open(&who, ino.0, flags.0).await },

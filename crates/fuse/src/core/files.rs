@@ -44,7 +44,11 @@ impl MountCore {
         }
         self.flush_ino(ino).await?;
         let p = self.path(ino)?;
-        let a = self.run(self.as_caller(caller).lstat(&p)).await?;
+        let client = self.as_caller(caller);
+        let a = match self.attrs.any(ino).is_some_and(|a| a.kind == FileKind::Dir) {
+            true => self.run(client.lstat_dir(&p)).await?,
+            false => self.run(client.lstat(&p)).await?,
+        };
         self.attrs.learnt(&a);
         Ok(self.shown(a))
     }
