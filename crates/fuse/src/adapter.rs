@@ -315,7 +315,11 @@ impl Filesystem for PlusFs {
             size,
         };
         let ttl = self.ttl();
-        self.spawn("setattr", move |c| async move { c.setattr(&who, ino.0, set, fh.is_some()).await }, move |r| attr(ttl, r, reply));
+        self.spawn(
+            "setattr",
+            move |c| async move { c.setattr(&who, ino.0, set, fh.is_some()).await },
+            move |r| attr(ttl, r, reply),
+        );
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {

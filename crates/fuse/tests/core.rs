@@ -267,7 +267,11 @@ fn setattr_changes_mode_owner_times_and_size() {
         mtime: Some(TimeSet::At(at)),
         size: Some(3),
     };
-    assert_eq!(m.run(m.core.setattr(&ALICE, f.ino, set.clone(), false)).unwrap_err(), Errno::EPERM, "only root gives away");
+    assert_eq!(
+        m.run(m.core.setattr(&ALICE, f.ino, set.clone(), false)).unwrap_err(),
+        Errno::EPERM,
+        "only root gives away"
+    );
     let a = m.run(m.core.setattr(&Caller::ROOT, f.ino, set, false)).unwrap();
     assert_eq!((a.mode & 0o7777, a.uid, a.gid, a.size), (0o600, 3000, 300, 3));
     assert_eq!((a.atime, a.mtime), (at, at));

@@ -19,16 +19,18 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Attribute copies by inode number, with the time they were learnt.
+/// Attribute copies by inode number, with the time they were learnt; and the kind of
+/// each inode seen (which does not change, so it outlives a stale copy).
 pub(crate) struct AttrCache {
     ttl: Duration,
     known: Mutex<HashMap<u64, (Attr, Instant)>>,
+    kinds: Mutex<HashMap<u64, FileKind>>,
 }
 
 impl AttrCache {
     /// A cache whose copies are answered for `ttl`.
     pub fn new(ttl: Duration) -> AttrCache {
-        AttrCache { ttl, known: Mutex::default() }
+        AttrCache { ttl, known: Mutex::default(), kinds: Mutex::default() }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, (Attr, Instant)>> {
@@ -38,6 +40,12 @@ impl AttrCache {
     /// Keeps `a` as the attributes of its inode, learnt now.
     pub fn learnt(&self, a: &Attr) {
         self.lock().insert(a.ino, (a.clone(), Instant::now()));
+        self.kinds.lock().expect("inode kinds").insert(a.ino, a.kind);
+    }
+
+    /// The kind of `ino`, if it was ever seen (also after its copy went stale).
+    pub fn kind(&self, ino: u64) -> Option<FileKind> {
+        self.kinds.lock().expect("inode kinds").get(&ino).copied()
     }
 
     /// Drops the copy of `ino` (changed in a way the mount does not know exactly).
@@ -60,6 +68,7 @@ impl AttrCache {
     /// Forgets everything (the kernel forgot the inode).
     pub fn forget(&self, ino: u64) {
         self.stale(ino);
+        self.kinds.lock().expect("inode kinds").remove(&ino);
     }
 }
 

@@ -45,7 +45,7 @@ impl MountCore {
         self.flush_ino(ino).await?;
         let p = self.path(ino)?;
         let client = self.as_caller(caller);
-        let a = match self.attrs.any(ino).is_some_and(|a| a.kind == FileKind::Dir) {
+        let a = match self.attrs.kind(ino) == Some(FileKind::Dir) {
             true => self.run(client.lstat_dir(&p)).await?,
             false => self.run(client.lstat(&p)).await?,
         };
