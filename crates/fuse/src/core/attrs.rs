@@ -13,7 +13,7 @@
 //! them (see [`deferrable`]): answered from the copy at once and sent, merged into one
 //! request, with the file's gathered writes at its next flush (at the latest, `close`).
 
-use super::Caller;
+use super::types::Caller;
 use plusfs_proto::{Attr, FileKind, SetAttr, TimeSet, Timespec};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};

@@ -4,35 +4,14 @@
 use super::listings::{Listing, PlusPage};
 use super::open_files::ORPHANS;
 use super::stats::STATS_FILE;
+use super::types::PlusItem;
 use super::{Caller, DirItem, DirPlusItem, Errno, MountCore};
 use plusfs_proto::path::join;
-use plusfs_proto::{Attr, FileKind, Semantics};
+use plusfs_proto::{FileKind, Semantics};
 use std::sync::Arc;
 
 /// Most entries `readdirplus` stats in one batch (kept for the following calls).
 const PLUS_PAGE: usize = 1024;
-
-/// One entry `readdirplus` hands out, owned (see [`MountCore::readdirplus_items`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlusItem {
-    /// Inode number the entry is given under.
-    pub ino: u64,
-    /// Offset of the next entry.
-    pub offset: u64,
-    /// Entry name (`.` and `..` included).
-    pub name: String,
-    /// Its attributes.
-    pub attr: Attr,
-    /// Its path (`None` for `.` and `..`, which the kernel does not count as lookups).
-    path: Option<String>,
-}
-
-impl PlusItem {
-    /// The item as the kernel adapter hands it out.
-    pub fn as_dir_plus(&self) -> DirPlusItem<'_> {
-        DirPlusItem { ino: self.ino, offset: self.offset, name: &self.name, attr: &self.attr }
-    }
-}
 
 impl MountCore {
     /// `opendir`: snapshots the listing of `ino` and returns its handle. The directory

@@ -1,7 +1,7 @@
 //! Directory listings snapshotted at `opendir`, by directory handle, with the attributes
 //! `readdirplus` fetched for them.
 
-use super::Caller;
+use super::types::Caller;
 use plusfs_proto::{Attr, DirEntry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -41,11 +41,10 @@ mod types;
 mod writes;
 mod xattrs;
 
-pub use dirs::PlusItem;
 pub use open_files::ORPHANS;
 pub use plusfs_proto::Errno;
 pub use stats::{render_stats, stats_attr, OpStats, STATS_FILE, STATS_INO};
-pub use types::{Caller, DirItem, DirPlusItem, FsStats, RenameMode, XattrReply};
+pub use types::{Caller, DirItem, DirPlusItem, FsStats, PlusItem, RenameMode, XattrReply};
 pub use writes::WRITE_BUFFER;
 
 use attrs::AttrCache;

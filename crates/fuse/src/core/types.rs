@@ -63,6 +63,28 @@ pub struct DirPlusItem<'a> {
     pub attr: &'a Attr,
 }
 
+/// One entry `readdirplus` hands out, owned (`MountCore::readdirplus_items`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlusItem {
+    /// Inode number the entry is given under.
+    pub ino: u64,
+    /// Offset of the next entry.
+    pub offset: u64,
+    /// Entry name (`.` and `..` included).
+    pub name: String,
+    /// Its attributes.
+    pub attr: Attr,
+    /// Its path (`None` for `.` and `..`, which the kernel does not count as lookups).
+    pub(crate) path: Option<String>,
+}
+
+impl PlusItem {
+    /// The item as the kernel adapter hands it out.
+    pub fn as_dir_plus(&self) -> DirPlusItem<'_> {
+        DirPlusItem { ino: self.ino, offset: self.offset, name: &self.name, attr: &self.attr }
+    }
+}
+
 /// The answer to an extended-attribute read or listing, sized as the caller asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum XattrReply {

@@ -2,7 +2,7 @@
 //! [`WRITE_BUFFER`] bytes and sent as one request. This module only keeps the buffers;
 //! the core sends what it hands back.
 
-use super::Caller;
+use super::types::Caller;
 use plusfs_proto::path::is_within;
 use plusfs_proto::SetAttr;
 use std::collections::HashMap;
