@@ -188,12 +188,6 @@ impl PlusFs {
         let fut = call(core.clone());
         self.rt.spawn(async move { answer(core.counted(op, fut).await) });
     }
-
-    /// Counts a FUSE operation served without a server request.
-    fn local<T>(&self, op: &'static str, r: Result<T, Errno>) -> Result<T, Errno> {
-        self.core.count_local(op, r.is_ok());
-        r
-    }
 }
 
 impl Filesystem for PlusFs {
@@ -481,7 +475,9 @@ impl Filesystem for PlusFs {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let add = |i: DirItem<'_>| reply.add(INodeNo(i.ino), i.offset, file_type(i.kind), i.name);
-        match self.local("readdir", self.core.readdir(ino.0, fh.0, offset, add)) {
+        let r = self.core.readdir(ino.0, fh.0, offset, add);
+        self.core.count_local("readdir", r.is_ok());
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fuse_errno(e)),
         }

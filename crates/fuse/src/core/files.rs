@@ -62,11 +62,7 @@ impl MountCore {
         if held.is_empty() {
             return None;
         }
-        let mut a = self.attrs.any(ino)?;
-        if let Some(p) = &held.data {
-            a.size = a.size.max(p.offset + p.data.len() as u64);
-        }
-        Some(a)
+        Some(held.grown(self.attrs.any(ino)?))
     }
 
     /// `setattr` (`chmod`, `chown`, `utimens`, `truncate`) for `caller`. On a file open
@@ -96,24 +92,26 @@ impl MountCore {
         if set.mode.is_some() || (set.uid.is_none() && set.gid.is_none()) {
             return Ok(set);
         }
-        let cur = match self.attrs.any(ino) {
-            Some(a) => a,
-            None => self.run(self.client().lstat(path)).await?,
-        };
+        let cur = self.current_attr(ino, path).await?;
         if cur.kind == FileKind::File {
             set.mode = killed_suidgid(cur.mode).map(|m| m & 0o7777);
         }
         Ok(set)
     }
 
+    /// The mount's copy of the attributes of `ino` (at `path`), or the servers'.
+    async fn current_attr(&self, ino: u64, path: &str) -> Result<Attr, Errno> {
+        match self.attrs.any(ino) {
+            Some(a) => Ok(a),
+            None => self.run(self.client().lstat(path)).await,
+        }
+    }
+
     /// A `write` by a caller without `CAP_FSETID` (the kernel's `FUSE_WRITE_KILL_SUIDGID`)
     /// clears the file's set-user-id and set-group-id bits first, as on Linux.
     pub async fn kill_suidgid(&self, ino: u64) -> Result<(), Errno> {
         let path = self.path(ino)?;
-        let cur = match self.attrs.any(ino) {
-            Some(a) => a,
-            None => self.run(self.client().lstat(&path)).await?,
-        };
+        let cur = self.current_attr(ino, &path).await?;
         let Some(mode) = killed_suidgid(cur.mode) else { return Ok(()) };
         self.flush_ino(ino).await?;
         let set = SetAttr { mode: Some(mode & 0o7777), ..Default::default() };
@@ -145,11 +143,7 @@ impl MountCore {
         held.set_path = path;
         let after = applied(cur, &set, now);
         self.attrs.learnt(&after);
-        let mut shown = after;
-        if let Some(p) = &held.data {
-            shown.size = shown.size.max(p.offset + p.data.len() as u64);
-        }
-        Ok(Some(shown))
+        Ok(Some(held.grown(after)))
     }
 
     /// `readlink`.

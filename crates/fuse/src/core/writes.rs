@@ -4,7 +4,7 @@
 
 use super::types::Caller;
 use plusfs_proto::path::is_within;
-use plusfs_proto::SetAttr;
+use plusfs_proto::{Attr, SetAttr};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -22,6 +22,13 @@ pub(crate) struct Pending {
     pub data: Vec<u8>,
 }
 
+impl Pending {
+    /// The offset just past the bytes.
+    pub fn end(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+}
+
 /// What a file holds back: gathered bytes, and attribute changes to send after them
 /// (`attrs.rs`), with the caller they are sent for.
 #[derive(Debug, Default)]
@@ -36,6 +43,15 @@ impl Gathered {
     /// Whether nothing is held back.
     pub fn is_empty(&self) -> bool {
         self.data.is_none() && self.set.is_none()
+    }
+
+    /// `a` grown to the end of the gathered bytes (what the file's size is once they are
+    /// stored).
+    pub fn grown(&self, mut a: Attr) -> Attr {
+        if let Some(p) = &self.data {
+            a.size = a.size.max(p.end());
+        }
+        a
     }
 
     /// Whether something held back belongs to a file at or below `path`.
@@ -95,7 +111,7 @@ impl Writes {
 /// buffer.
 pub(crate) fn gather(pending: &mut Option<Pending>, path: &str, offset: u64, data: &[u8]) -> Option<Pending> {
     if let Some(p) = pending {
-        if p.path == path && p.offset + p.data.len() as u64 == offset && p.data.len() + data.len() <= WRITE_BUFFER {
+        if p.path == path && p.end() == offset && p.data.len() + data.len() <= WRITE_BUFFER {
             p.data.extend_from_slice(data);
             return None;
         }
