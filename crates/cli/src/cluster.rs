@@ -310,6 +310,12 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                         st.cx_log_peak
                     ));
                 }
+                if st.delegations > 0 || st.deleg_flushes > 0 || st.deleg_recalls > 0 {
+                    ops_lines.push(format!(
+                        "server {} delegations: live={} flushes={} recalls={} revoked={}",
+                        s.id, st.delegations, st.deleg_flushes, st.deleg_recalls, st.deleg_revoked
+                    ));
+                }
                 hugedirs.extend(st.hugedirs);
                 shards.extend(st.shards.into_iter().map(|(p, n)| (s.id, p, n)));
             }

@@ -19,6 +19,11 @@ pub struct MountArgs {
     /// server requests they sent) instead of mounting.
     #[arg(long)]
     stats: bool,
+    /// Write back the delegated work of the mount at MOUNTPOINT and return once it is on
+    /// the servers (what `sync` does for a local file system; the kernel does not pass
+    /// `sync(2)` to FUSE file systems) instead of mounting.
+    #[arg(long)]
+    sync: bool,
     /// Mount options: `allow_other`, `ttl=SECONDS` (attribute and name cache, default 1),
     /// `noreaddirplus` (list directories without attributes; `ls -l` then looks up each
     /// entry), `noparallel_dirops` (one directory operation per directory at a time),
@@ -26,6 +31,7 @@ pub struct MountArgs {
     /// `nodefault_permissions` (only the servers check permissions, as they always do; the
     /// kernel then skips its checks and the attribute reads before them, but FIFOs and
     /// device nodes open without a check),
+    /// `nodeleg` (no directory delegations: every change goes to the servers at once),
     /// `max_background=N` (requests in flight, default 64), `workers=N` (threads serving
     /// requests, default 2).
     #[arg(short = 'o', value_delimiter = ',')]
@@ -47,6 +53,8 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             None if o == "writeback_cache" => s.writeback_cache = true,
             None if o == "default_permissions" => s.default_permissions = true,
             None if o == "nodefault_permissions" => s.default_permissions = false,
+            None if o == "nodeleg" => s.delegations = false,
+            None if o == "deleg" => s.delegations = true,
             Some(("max_background", v)) => {
                 s.max_background = v.parse().ok().filter(|n| *n > 0).context("max_background must be 1 to 65535")?
             }
@@ -62,7 +70,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             }
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
-                 writeback_cache, nodefault_permissions, max_background=N, workers=N)"
+                 writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N)"
             ),
         }
     }
@@ -89,9 +97,23 @@ fn print_stats(mountpoint: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `plusfs mount --sync MOUNTPOINT`: `fsync` of the mount's root directory, which writes
+/// back every delegated directory's queued work.
+fn sync_mount(mountpoint: &Path) -> Result<ExitCode> {
+    if !mounted(mountpoint) {
+        bail!("{} is not a plusfs mount", mountpoint.display());
+    }
+    let dir = std::fs::File::open(mountpoint).with_context(|| format!("cannot open {}", mountpoint.display()))?;
+    dir.sync_all().with_context(|| format!("cannot sync {}", mountpoint.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
     if a.stats {
         return print_stats(&a.mountpoint);
+    }
+    if a.sync {
+        return sync_mount(&a.mountpoint);
     }
     let s = settings(&a.options)?;
     if !a.mountpoint.is_dir() {
@@ -132,7 +154,7 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
     let client = {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let _g = rt.enter();
-        Client::new(map, ClientOptions { retries: 5, ..Default::default() })
+        Client::new(map, ClientOptions { retries: 5, delegations: s.delegations, ..Default::default() })
     };
     plusfs_fuse::mount(client, &a.mountpoint, &s)
         .with_context(|| format!("cannot mount on {}", a.mountpoint.display()))?;

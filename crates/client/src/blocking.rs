@@ -245,6 +245,7 @@ mod tests {
             hugedirs: Default::default(),
             data: Default::default(),
             txn: Default::default(),
+            delegations: Default::default(),
             servers: vec![ServerEntry { id: 0, address: "127.0.0.1:1".into(), weight: 1.0 }],
         }
     }

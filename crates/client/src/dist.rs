@@ -84,7 +84,7 @@ impl Client {
         while reroutes < MAX_REROUTES {
             let (server, shard) = self.locate(dir, name);
             let sent = Self::addressed(req.clone(), shard);
-            let e = match self.pool.call_as(server, &self.caller, &sent).await {
+            let e = match self.send(server, &sent).await {
                 Ok(Ok(r)) => return Ok(Ok((r, server))),
                 Ok(Err(e)) => e,
                 Err(e) => return Err(FsError::new("reach", dir, e.errno()).with_detail(e.to_string())),
@@ -147,7 +147,7 @@ impl Client {
                 Request::Readdir { path: info.path.clone(), after: after.clone(), limit },
                 Some(info.incarnation),
             );
-            async move { self.pool.call_as(s, &self.caller, &req).await }
+            async move { self.send(s, &req).await }
         }))
         .await;
         let mut entries: Vec<DirEntry> = Vec::new();
@@ -182,7 +182,7 @@ impl Client {
         server: ServerId,
         req: &Request,
     ) -> Result<Result<Reply, (WireError, Option<u64>)>, FsError> {
-        match self.pool.call_as(server, &self.caller, req).await {
+        match self.send(server, req).await {
             Ok(Ok(r)) => Ok(Ok(r)),
             Ok(Err(e)) => Ok(Err((e, None))),
             Err(e) => Err(FsError::new("reach", shown, e.errno()).with_detail(e.to_string())),

@@ -28,6 +28,9 @@ impl Client {
         if offset.checked_add(data.len() as u64).is_none_or(|end| end > MAX_FILE_SIZE) {
             return Err(FsError::new("write", raw, Errno::EFBIG));
         }
+        if let Some(a) = self.deleg_write(&dir, &name, offset, data).await {
+            return Ok(a);
+        }
         if data.is_empty() {
             return self.write_one(raw, &p, &dir, &name, offset, Vec::new(), false).await;
         }
@@ -76,6 +79,9 @@ impl Client {
     /// `pread(2)`: up to `len` bytes at `offset` (fewer at the end of the file).
     pub async fn read(&self, raw: &str, offset: u64, len: usize) -> Result<Vec<u8>, FsError> {
         let (p, dir, name) = self.file_target("read", raw)?;
+        if let Some(d) = self.deleg_read(&dir, &name, offset, len).await {
+            return Ok(d);
+        }
         let starts: Vec<u64> = (0..len).step_by(IO_CHUNK).map(|i| offset + i as u64).collect();
         let reads: Vec<_> = starts
             .into_iter()
@@ -128,7 +134,8 @@ impl Client {
     /// `fsync(2)`: the file's data and metadata are durable when it returns.
     pub async fn fsync(&self, raw: &str) -> Result<(), FsError> {
         let (p, dir, name) = self.file_target("sync", raw)?;
-        self.entry_rpc("sync", raw, &dir, &name, Request::Fsync { path: p }).await.map(drop)
+        self.entry_rpc("sync", raw, &dir, &name, Request::Fsync { path: p }).await?;
+        self.deleg_lost()
     }
 }
 

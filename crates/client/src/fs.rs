@@ -24,6 +24,8 @@ pub struct Client {
     cwd: Arc<str>,
     /// Who calls: every request carries it, servers check permissions against it.
     pub(crate) caller: Cred,
+    /// Directory delegations, when asked for (`deleg`).
+    pub(crate) delegs: Option<Arc<crate::deleg::Delegations>>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -39,9 +41,12 @@ impl Client {
 
     /// A client whose calls go through `pool` (an in-process test cluster's transport).
     pub fn with_pool(map: ClusterMap, opts: ClientOptions, pool: Arc<Pool>) -> Client {
-        let caller = Cred::new(opts.uid, opts.gid, opts.groups.clone());
+        let session = rand::random::<u64>() | 1;
+        let caller = Cred { session, ..Cred::new(opts.uid, opts.gid, opts.groups.clone()) };
+        let map = Arc::new(map);
+        let delegs = opts.delegations.then(|| crate::deleg::Delegations::new(pool.clone(), map.clone(), session));
         Client {
-            map: Arc::new(map),
+            map,
             pool,
             opts,
             fds: Arc::default(),
@@ -49,6 +54,7 @@ impl Client {
             cx: Arc::default(),
             cwd: Arc::from("/"),
             caller,
+            delegs,
         }
     }
 
@@ -77,7 +83,7 @@ impl Client {
     pub fn as_caller(&self, cred: Cred) -> Client {
         let mut c = self.clone();
         (c.opts.uid, c.opts.gid, c.opts.groups) = (cred.uid, cred.gid, cred.groups.clone());
-        c.caller = cred;
+        c.caller = Cred { session: self.caller.session, ..cred };
         c
     }
 
@@ -125,9 +131,22 @@ impl Client {
         self.map.home_of_dir(dir)
     }
 
+    /// Sends `req` to `server` as this client's caller, after the queued work of the
+    /// delegated directories it touches (`deleg`).
+    pub(crate) async fn send(
+        &self,
+        server: ServerId,
+        req: &Request,
+    ) -> Result<plusfs_proto::Response, plusfs_rpc::CallError> {
+        if let Some(d) = &self.delegs {
+            d.before(req).await;
+        }
+        self.pool.call_as(server, &self.caller, req).await
+    }
+
     /// Sends a raw request to one server (tools such as fsck and status use this).
     pub async fn call_server(&self, server: ServerId, req: &Request) -> Result<Reply, FsError> {
-        match self.pool.call_as(server, &self.caller, req).await {
+        match self.send(server, req).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(FsError::new("query", format!("server {server}"), e.errno).with_detail(e.message)),
             Err(e) => Err(FsError::new("reach", format!("server {server}"), e.errno()).with_detail(e.to_string())),
@@ -142,7 +161,7 @@ impl Client {
         server: ServerId,
         req: Request,
     ) -> Result<Reply, FsError> {
-        match self.pool.call_as(server, &self.caller, &req).await {
+        match self.send(server, &req).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(self.server_error(op, shown, e).await),
             Err(e) => Err(FsError::new(op, shown, e.errno()).with_detail(e.to_string())),
@@ -283,6 +302,11 @@ impl Client {
         (rdev, access): (u32, u32),
     ) -> Result<FileHandle, FsError> {
         let (p, parent, name) = self.target("create", raw, Errno::EISDIR)?;
+        let local = self.deleg_create(raw, &parent, &name, kind, mode & 0o7777, exclusive, (rdev, access, None));
+        if let Some(r) = local.await {
+            let attr = r?;
+            return Ok(FileHandle { path: p, ino: attr.ino, server: self.home(&parent), attr, append: false });
+        }
         let req = Request::Create {
             path: p.clone(),
             kind,
@@ -314,6 +338,10 @@ impl Client {
             let req = Request::DirStat { path: p.clone() };
             return Ok(dir_handle(expect_attr(self.rpc("open", raw, self.home("/"), req).await?, raw)?));
         };
+        if let Some(r) = self.deleg_open(raw, parent, name, access).await {
+            let attr = r?;
+            return Ok(FileHandle { path: p.clone(), ino: attr.ino, server: self.home(parent), attr, append: false });
+        }
         let (reply, server) =
             self.entry_rpc("open", raw, parent, name, Request::Open { path: p.clone(), access }).await?;
         match reply {
@@ -381,8 +409,15 @@ impl Client {
     /// directory there any more, answers as `lstat` does.
     pub async fn lstat_dir(&self, raw: &str) -> Result<Attr, FsError> {
         let p = self.norm("stat", raw)?;
+        if let Some(a) = self.deleg_dir_attr(&p).await {
+            return Ok(a);
+        }
         match self.rpc("stat", raw, self.home(&p), Request::DirStat { path: p.clone() }).await {
-            Ok(r) => expect_attr(r, raw),
+            Ok(r) => {
+                let a = expect_attr(r, raw)?;
+                self.deleg_learn(&p, None, &a).await;
+                Ok(a)
+            }
             Err(_) => self.inner().lstat(&p).await,
         }
     }
@@ -393,18 +428,28 @@ impl Client {
         let Some((parent, name)) = path::split(&p) else {
             return expect_attr(self.rpc("stat", raw, self.home("/"), Request::DirStat { path: p }).await?, raw);
         };
+        if let Some(r) = self.deleg_lookup(raw, parent, name).await {
+            return r;
+        }
         match self.entry_rpc("stat", raw, parent, name, Request::Stat { path: p.clone() }).await?.0 {
             Reply::IsDir { .. } => {
                 let server = self.home(&p);
                 expect_attr(self.rpc("stat", raw, server, Request::DirStat { path: p }).await?, raw)
             }
-            r => expect_attr(r, raw),
+            r => {
+                let a = expect_attr(r, raw)?;
+                self.deleg_learn(parent, Some(name), &a).await;
+                Ok(a)
+            }
         }
     }
 
     /// `unlink(2)`.
     pub async fn unlink(&self, raw: &str) -> Result<(), FsError> {
         let (p, parent, name) = self.target("remove", raw, Errno::EISDIR)?;
+        if let Some(r) = self.deleg_unlink(raw, &parent, &name).await {
+            return r;
+        }
         self.entry_rpc("remove", raw, &parent, &name, Request::Unlink { path: p }).await.map(drop)
     }
 
@@ -494,10 +539,15 @@ impl Client {
     /// descendants to their new home servers.
     pub async fn rename(&self, src_raw: &str, dst_raw: &str) -> Result<(), FsError> {
         let (src, src_parent, src_name) = self.target("move", src_raw, Errno::EBUSY)?;
-        let (dst, _, _) = self.target("move", dst_raw, Errno::EBUSY)?;
+        let (dst, dst_parent, dst_name) = self.target("move", dst_raw, Errno::EBUSY)?;
         if src == dst {
             self.inner().lstat(&src).await.map_err(|e| FsError { op: "move", ..e })?;
             return Ok(());
+        }
+        if src_parent == dst_parent {
+            if let Some(r) = self.deleg_rename(src_raw, &src_parent, &src_name, &dst_name).await {
+                return r;
+            }
         }
         let req = Request::Rename { src, dst };
         self.entry_rpc("move", src_raw, &src_parent, &src_name, req).await.map(drop)
@@ -529,6 +579,9 @@ impl Client {
         let Some((parent, name)) = path::split(&p) else {
             return expect_attr(self.rpc("change attributes of", raw, self.home("/"), dir_req).await?, raw);
         };
+        if let Some(r) = self.deleg_setattr(raw, parent, name, &set).await {
+            return r;
+        }
         let req = Request::SetAttr { path: p.clone(), set };
         match self.entry_rpc("change attributes of", raw, parent, name, req).await?.0 {
             Reply::IsDir { .. } => {
@@ -560,6 +613,10 @@ impl Client {
             let errno = if target.len() > path::MAX_PATH_LEN { Errno::ENAMETOOLONG } else { Errno::EINVAL };
             return Err(FsError::new("create symbolic link", link, errno).with_detail("bad target"));
         }
+        let local = self.deleg_create(link, &parent, &name, FileKind::Symlink, 0o777, true, (0, 0, Some(target)));
+        if let Some(r) = local.await {
+            return r;
+        }
         let req = Request::Symlink { path: p, target: target.to_string(), uid: self.opts.uid, gid: self.opts.gid };
         expect_attr(self.entry_rpc("create symbolic link", link, &parent, &name, req).await?.0, link)
     }
@@ -570,6 +627,9 @@ impl Client {
         let Some((parent, name)) = path::split(&p) else {
             return Err(FsError::new("read link", raw, Errno::EINVAL));
         };
+        if let Some(t) = self.deleg_readlink(parent, name).await {
+            return Ok(t);
+        }
         match self.entry_rpc("read link", raw, parent, name, Request::Readlink { path: p.clone() }).await?.0 {
             Reply::Target(t) => Ok(t),
             other => Err(unexpected(raw, &other)),

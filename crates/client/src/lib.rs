@@ -12,6 +12,8 @@ mod batch;
 mod bfo;
 mod blocking;
 mod cx;
+mod deleg;
+mod delegated;
 mod dist;
 mod error;
 mod fds;

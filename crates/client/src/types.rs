@@ -24,6 +24,10 @@ pub struct ClientOptions {
     /// mount, whose kernel already limits what applications give, raises it to
     /// [`plusfs_proto::path::MAX_TREE_PATH_LEN`].
     pub path_max: usize,
+    /// Ask for directory delegations and answer changes of delegated directories locally,
+    /// writing them back in batches (default false; the mount turns it on unless
+    /// `-o nodeleg`). See `docs/semantics.md`, "Delegations".
+    pub delegations: bool,
 }
 
 impl Default for ClientOptions {
@@ -38,6 +42,7 @@ impl Default for ClientOptions {
             readdir_page: 1024,
             max_batch: 4096,
             path_max: plusfs_proto::path::MAX_PATH_LEN,
+            delegations: false,
         }
     }
 }

@@ -461,6 +461,17 @@ impl Filesystem for PlusFs {
         self.spawn("fsync", move |c| async move { c.fsync(ino.0).await }, |r| empty(r, reply));
     }
 
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.spawn("fsyncdir", move |c| async move { c.sync().await }, |r| empty(r, reply));
+    }
+
+    fn destroy(&mut self) {
+        // Unmounting: queued delegated work goes to the servers, delegations go back.
+        if let Err(e) = self.rt.block_on(self.core.unmounting()) {
+            tracing::error!(error = ?e, "delegated work could not be written back at unmount");
+        }
+    }
+
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let who = self.caller(req);
         self.spawn(

@@ -49,6 +49,9 @@ pub struct MountSettings {
     /// before each check, but it never asks the mount about opening FIFOs and device
     /// nodes, so their permission bits go unchecked).
     pub default_permissions: bool,
+    /// Ask the servers for directory delegations and batch the changes of delegated
+    /// directories (default on; `-o nodeleg` turns it off; `docs/semantics.md`).
+    pub delegations: bool,
 }
 
 impl Default for MountSettings {
@@ -63,6 +66,7 @@ impl Default for MountSettings {
             workers: 2,
             readers: 1,
             default_permissions: true,
+            delegations: true,
         }
     }
 }

@@ -91,6 +91,7 @@ impl LocalCluster {
                 hugedirs: settings.hugedirs.clone(),
                 data: settings.data.clone(),
                 txn: settings.txn.clone(),
+                delegations: Default::default(),
                 servers,
             };
             fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;

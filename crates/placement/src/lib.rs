@@ -221,6 +221,45 @@ impl Default for TxnSettings {
     }
 }
 
+/// Directory delegation settings (`[delegations]`, `docs/semantics.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelegSettings {
+    /// Whether servers grant delegations at all (default true; clients ask only when
+    /// configured to, as the mount does unless `-o nodeleg`).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How long a recall waits for the holder before the delegation is revoked and its
+    /// unflushed work refused (default 1000 ms).
+    #[serde(default = "default_recall_timeout")]
+    pub recall_timeout_ms: u64,
+    /// Directories with more entries are not delegated (their entry set is sent with
+    /// the grant; default 4096).
+    #[serde(default = "default_deleg_entries")]
+    pub max_entries: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_recall_timeout() -> u64 {
+    1000
+}
+
+fn default_deleg_entries() -> u64 {
+    4096
+}
+
+impl Default for DelegSettings {
+    fn default() -> Self {
+        DelegSettings {
+            enabled: true,
+            recall_timeout_ms: default_recall_timeout(),
+            max_entries: default_deleg_entries(),
+        }
+    }
+}
+
 /// The cluster map file (`cluster.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -238,6 +277,9 @@ pub struct ClusterMap {
     /// Cross-server operation settings.
     #[serde(default)]
     pub txn: TxnSettings,
+    /// Directory delegation settings.
+    #[serde(default)]
+    pub delegations: DelegSettings,
     pub servers: Vec<ServerEntry>,
 }
 
@@ -426,6 +468,7 @@ mod tests {
             hugedirs: HugedirSettings::default(),
             data: DataSettings::default(),
             txn: TxnSettings::default(),
+            delegations: DelegSettings::default(),
             servers: servers(3),
         };
         let text = m.to_toml();
@@ -437,6 +480,7 @@ mod tests {
             hugedirs: HugedirSettings::default(),
             data: DataSettings::default(),
             txn: TxnSettings::default(),
+            delegations: DelegSettings::default(),
             servers: vec![],
         };
         assert!(bad.validate().is_err());
@@ -461,6 +505,7 @@ mod tests {
             hugedirs: HugedirSettings::default(),
             data: DataSettings::default(),
             txn: TxnSettings::default(),
+            delegations: DelegSettings::default(),
             servers: servers(8),
         };
         let a = m.storing_set("/a", 4);

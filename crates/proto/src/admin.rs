@@ -54,6 +54,12 @@ pub struct ServerStatus {
     pub cx_pending: u64,
     pub cx_log_bytes: u64,
     pub cx_log_peak: u64,
+    /// Directory delegations granted and live now; recalls asked for, delegations revoked
+    /// (holder did not answer in time), flushes applied.
+    pub delegations: u64,
+    pub deleg_recalls: u64,
+    pub deleg_revoked: u64,
+    pub deleg_flushes: u64,
 }
 
 /// Everything `fsck` needs from one server.

@@ -117,3 +117,42 @@ pub enum XattrOp {
     /// Removes a name (ENODATA if absent).
     Remove { name: String },
 }
+
+impl XattrOp {
+    /// Whether the operation only reads (get, list).
+    pub fn is_read(&self) -> bool {
+        matches!(self, XattrOp::Get { .. } | XattrOp::List)
+    }
+}
+
+/// Applies `set` at time `now` to an object's (mode, uid, gid) and (atime, mtime, ctime):
+/// what servers do for `setattr`, and what a client holding a delegation does to its copy.
+pub fn apply_set_at(
+    set: &SetAttr,
+    now: Timespec,
+    owner: (&mut u32, &mut u32, &mut u32),
+    times: (&mut Timespec, &mut Timespec, &mut Timespec),
+) {
+    let (mode, uid, gid) = owner;
+    let (atime, mtime, ctime) = times;
+    let at = |t: TimeSet| match t {
+        TimeSet::Now => now,
+        TimeSet::At(ts) => ts,
+    };
+    if let Some(m) = set.mode {
+        *mode = m & 0o7777;
+    }
+    if let Some(u) = set.uid {
+        *uid = u;
+    }
+    if let Some(g) = set.gid {
+        *gid = g;
+    }
+    if let Some(a) = set.atime {
+        *atime = at(a);
+    }
+    if let Some(m) = set.mtime {
+        *mtime = at(m);
+    }
+    *ctime = now;
+}

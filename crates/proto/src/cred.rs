@@ -28,12 +28,16 @@ pub struct Cred {
     /// Reserved for authentication (empty today; not checked): a later issue will let
     /// servers verify who may claim which uid.
     pub verifier: Vec<u8>,
+    /// The client instance that sends the request (a random number it picks at start; 0
+    /// for servers and tools): a directory delegation belongs to one session, and only
+    /// other sessions' requests recall it.
+    pub session: u64,
 }
 
 impl Cred {
     /// A credential of `uid`, `gid` and supplementary `groups`, with no verifier.
     pub fn new(uid: u32, gid: u32, groups: Vec<u32>) -> Cred {
-        Cred { uid, gid, groups, verifier: Vec::new() }
+        Cred { uid, gid, groups, verifier: Vec::new(), session: 0 }
     }
 
     /// The credential servers use among themselves (uid 0; peers are trusted).

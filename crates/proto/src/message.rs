@@ -12,6 +12,8 @@
 use crate::admin::{FsckData, ServerStatus};
 use crate::attr::{Attr, Dirents, SetAttr, Statfs, XattrOp};
 use crate::batch::{BatchOp, BatchReply, FileRead, FileWrite, Semantics};
+use crate::cred::Cred;
+use crate::deleg::{DelegGrant, DelegOp, Flushed};
 use crate::error::WireError;
 use crate::hugedir::{DistReport, Threshold};
 use crate::ids::{Ino, OpId, ServerId, TxId};
@@ -278,6 +280,28 @@ pub enum Request {
     DirPerms {
         path: String,
     },
+    /// Asks for a write delegation on directory `dir` (on its home); refused with EBUSY
+    /// while another session holds one or needs the directory, and with EAGAIN for
+    /// directories that cannot be delegated (distributed, too large).
+    DelegAcquire {
+        dir: String,
+    },
+    /// Writes back work done under delegation `id` of `dir`: `ops` in order, at most once
+    /// (`seq` numbers the flushes of one delegation from 1); `creds` are their callers.
+    /// `release` ends the delegation once they are applied. ESTALE: it was revoked.
+    DelegFlush {
+        dir: String,
+        id: u64,
+        seq: u64,
+        creds: Vec<Cred>,
+        ops: Vec<DelegOp>,
+        release: bool,
+    },
+    /// From a delegation holder: answers with the delegations of `session` this server
+    /// recalls, as soon as there are any, or empty after a few seconds.
+    DelegWait {
+        session: u64,
+    },
 }
 
 impl Request {
@@ -334,6 +358,9 @@ impl Request {
             SubExec { .. } => 47,
             AllocInos { .. } => 48,
             DirPerms { .. } => 49,
+            DelegAcquire { .. } => 50,
+            DelegFlush { .. } => 51,
+            DelegWait { .. } => 52,
         }
     }
 
@@ -378,6 +405,8 @@ impl Request {
                 | CxLaunch { .. }
                 | AllocInos { .. }
                 | DirPerms { .. }
+                | DelegFlush { .. }
+                | DelegWait { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
@@ -385,7 +414,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 50] = [
+pub const OPCODE_NAMES: [&str; 53] = [
     "invalid",
     "ping",
     "mkdir",
@@ -436,6 +465,9 @@ pub const OPCODE_NAMES: [&str; 50] = [
     "sub_exec",
     "alloc_inos",
     "dir_perms",
+    "deleg_acquire",
+    "deleg_flush",
+    "deleg_wait",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -498,6 +530,12 @@ pub enum Reply {
         gid: u32,
         ancestry: Option<Ancestry>,
     },
+    /// A delegation granted (`DelegAcquire`).
+    Deleg(Box<DelegGrant>),
+    /// How a flush went (`DelegFlush`).
+    Flushed(Flushed),
+    /// Delegations recalled (`DelegWait`), by id.
+    Recalls(Vec<u64>),
 }
 
 /// What a response body holds.

@@ -171,6 +171,19 @@ pub struct DirObject {
 }
 
 impl DirObject {
+    /// Records an entry of `kind` added (`delta` = 1) or removed (-1) at time `now`: the
+    /// entry and subdirectory counts and the directory's mtime and ctime.
+    pub fn count_entry(&mut self, kind: FileKind, delta: i64, now: Timespec) {
+        self.entries = self.entries.saturating_add_signed(delta);
+        if kind == FileKind::Dir {
+            self.subdirs = self.subdirs.saturating_add_signed(delta);
+        }
+        self.mtime = now;
+        self.ctime = now;
+    }
+}
+
+impl DirObject {
     /// A new, empty directory object with all times now and its creation time as
     /// incarnation.
     pub fn new(ino: Ino, mode: u32, uid: u32, gid: u32) -> DirObject {

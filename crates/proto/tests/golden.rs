@@ -52,7 +52,7 @@ fn dir_object() -> DirObject {
 }
 
 fn cred() -> Cred {
-    Cred::new(1000, 100, vec![100, 4])
+    Cred { session: 0x5e55, ..Cred::new(1000, 100, vec![100, 4]) }
 }
 
 fn dist_info() -> DistInfo {
@@ -211,6 +211,37 @@ fn requests() -> Vec<Request> {
         Request::SubExec { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }] },
         Request::AllocInos { count: 256 },
         Request::DirPerms { path: "/a".into() },
+        Request::DelegAcquire { dir: "/a".into() },
+        Request::DelegFlush {
+            dir: "/a".into(),
+            id: 12,
+            seq: 3,
+            creds: vec![cred()],
+            ops: vec![
+                DelegOp::Create {
+                    name: "f".into(),
+                    ino: 1 << 48,
+                    kind: FileKind::File,
+                    mode: 0o644,
+                    uid: 1000,
+                    gid: 100,
+                    rdev: 0,
+                    target: None,
+                    time: Timespec { sec: 1, nsec: 2 },
+                    by: 0,
+                },
+                DelegOp::Contents {
+                    name: "f".into(),
+                    data: b"hi".to_vec(),
+                    mtime: Timespec { sec: 3, nsec: 0 },
+                    ctime: Timespec { sec: 3, nsec: 0 },
+                },
+                DelegOp::Rename { from: "f".into(), to: "g".into(), time: Timespec { sec: 4, nsec: 0 }, by: 0 },
+                DelegOp::Unlink { name: "g".into(), time: Timespec { sec: 5, nsec: 0 }, by: 0 },
+            ],
+            release: true,
+        },
+        Request::DelegWait { session: 77 },
     ]
 }
 
@@ -275,6 +306,15 @@ fn responses() -> Vec<Response> {
         Ok(Reply::Undo { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }], made: None }),
         Ok(Reply::Inos { first: 1 << 48, count: 256 }),
         Ok(Reply::DirPerms { mode: 0o2775, uid: 1, gid: 2, ancestry: dir_object().ancestry }),
+        Ok(Reply::Deleg(Box::new(DelegGrant {
+            id: 12,
+            dir: dir_object(),
+            entries: vec![],
+            first_ino: 1 << 48,
+            ino_count: 1024,
+        }))),
+        Ok(Reply::Flushed(Flushed { failed: vec![(1, Errno::EEXIST)], ended: false })),
+        Ok(Reply::Recalls(vec![12])),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),

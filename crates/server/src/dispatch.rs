@@ -18,6 +18,8 @@ impl Osd {
             // Forwarded requests (their sender holds busy locks) wait for Cx operations only.
             self.locks.settle(&scopes, !matches!(req, Request::OnInode { .. })).await;
         }
+        // Other sessions' delegations on what the request touches are recalled first.
+        let _inflight = self.enter_delegated(&cred, &req).await;
         match req {
             Request::Shard { incarnation, op } => {
                 self.metrics.count_op(op.opcode());
@@ -109,6 +111,11 @@ impl Osd {
             DataDrop { records } => self.data_drop(&records).await,
             DirXattr { path, op } => self.dir_xattr(&path, &op, c).await,
             DirPerms { path } => self.dir_perms(&path),
+            DelegAcquire { dir } => self.deleg_acquire(&dir, c).await,
+            DelegFlush { dir, id, seq, creds, ops, release } => {
+                self.deleg_flush(&dir, id, seq, creds, ops, release).await
+            }
+            DelegWait { session } => self.deleg_wait(session).await,
             Compact { live_percent } => {
                 self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
                 Ok(Reply::Done)

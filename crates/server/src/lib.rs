@@ -8,6 +8,7 @@
 mod batch;
 mod bfo;
 mod cx;
+mod deleg;
 mod dirperms;
 mod dispatch;
 pub mod engine;

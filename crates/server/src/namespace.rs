@@ -288,6 +288,10 @@ impl Osd {
             cx_pending,
             cx_log_bytes,
             cx_log_peak,
+            delegations: self.delegations_held(),
+            deleg_recalls: self.delegs.counters.recalls.load(std::sync::atomic::Ordering::Relaxed),
+            deleg_revoked: self.delegs.counters.revoked.load(std::sync::atomic::Ordering::Relaxed),
+            deleg_flushes: self.delegs.counters.flushes.load(std::sync::atomic::Ordering::Relaxed),
         }))
     }
 

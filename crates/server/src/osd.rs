@@ -29,6 +29,8 @@ pub struct Osd {
     pub(crate) distributing: Mutex<HashSet<String>>,
     /// Pending Cx operations and their commitment.
     pub(crate) cx: Cx,
+    /// Directory delegations granted here (`deleg`).
+    pub(crate) delegs: Arc<crate::deleg::DelegTable>,
 }
 
 impl std::ops::Deref for Osd {
@@ -52,7 +54,15 @@ impl Osd {
     ) -> Result<Arc<Osd>, StoreError> {
         let (wanted_tx, mut wanted) = mpsc::unbounded_channel();
         let engine = Engine::open(id, map, store, data, wanted_tx)?;
-        let osd = Arc::new(Osd { engine, peers, failpoints, distributing: Mutex::default(), cx: Cx::default() });
+        let osd = Arc::new(Osd {
+            engine,
+            peers,
+            failpoints,
+            distributing: Mutex::default(),
+            cx: Cx::default(),
+            delegs: Arc::default(),
+        });
+        osd.load_delegations()?;
         let weak = Arc::downgrade(&osd);
         tokio::spawn(async move {
             while let Some(dir) = wanted.recv().await {

@@ -12,6 +12,8 @@
 //! M <name>                      -> u64 BE      counters (next inode, next txid)
 //! C <txid: u64 BE>              -> bytes       coordinator log records
 //! P <txid: u64 BE>              -> bytes       participant log records
+//! X <id: u64 BE>                 -> bytes       Cx log records
+//! L <id: u64 BE>                 -> bytes       directory delegations granted here
 //! R <record: u64 BE>            -> bytes       file-data records here (their extent, owner)
 //! G <segment: u32 BE> <off: u64 BE> -> u64 BE  record at that place (compaction's index)
 //! ```
@@ -47,6 +49,8 @@ pub enum LogKind {
     Participant,
     /// Cx records (Result and coordinator decisions), keyed by a local id.
     Cx,
+    /// Directory delegations granted here, keyed by delegation id.
+    Deleg,
 }
 
 impl LogKind {
@@ -55,6 +59,7 @@ impl LogKind {
             LogKind::Coordinator => b'C',
             LogKind::Participant => b'P',
             LogKind::Cx => b'X',
+            LogKind::Deleg => b'L',
         }
     }
 }

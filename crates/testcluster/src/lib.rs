@@ -105,6 +105,7 @@ impl TestCluster {
             hugedirs: Default::default(),
             data: Default::default(),
             txn,
+            delegations: Default::default(),
             servers,
         };
         let net = Arc::new(SimNet::new(opts.seed));

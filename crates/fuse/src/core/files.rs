@@ -269,6 +269,19 @@ impl MountCore {
         self.run(self.client().fsync(&p)).await
     }
 
+    /// `fsyncdir` and the mount's `sync`: every delegated directory's queued work is on
+    /// the servers when it returns (the kernel does not pass `syncfs(2)` to FUSE file
+    /// systems; `plusfs mount --sync` calls this). EIO if a server refused delegated work
+    /// since the last sync.
+    pub async fn sync(&self) -> Result<(), Errno> {
+        self.run(self.client().sync()).await
+    }
+
+    /// At unmount: queued delegated work is written back and the delegations returned.
+    pub async fn unmounting(&self) -> Result<(), Errno> {
+        self.run(self.client().return_delegations()).await
+    }
+
     /// `release` (the last close of one open): sends gathered writes and, after the last
     /// release of a file unlinked while open, removes its kept name. The error is the
     /// gathered writes'; a kept name that cannot be removed is only logged.

@@ -1,15 +1,8 @@
 //! Attribute bookkeeping shared by every operation that changes an inode or a directory.
 
-use plusfs_proto::{DirObject, FileKind, SetAttr, TimeSet, Timespec};
+use plusfs_proto::{DirObject, FileKind, SetAttr, Timespec};
 
-pub(crate) fn resolve(t: TimeSet, now: Timespec) -> Timespec {
-    match t {
-        TimeSet::Now => now,
-        TimeSet::At(ts) => ts,
-    }
-}
-
-/// Applies a `SetAttr` to the attribute fields of an inode or directory object.
+/// Applies a `SetAttr` to the attribute fields of an inode or directory object, now.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn apply_set(
     set: &SetAttr,
@@ -20,23 +13,7 @@ pub(crate) fn apply_set(
     mtime: &mut Timespec,
     ctime: &mut Timespec,
 ) {
-    let now = Timespec::now();
-    if let Some(m) = set.mode {
-        *mode = m & 0o7777;
-    }
-    if let Some(u) = set.uid {
-        *uid = u;
-    }
-    if let Some(g) = set.gid {
-        *gid = g;
-    }
-    if let Some(a) = set.atime {
-        *atime = resolve(a, now);
-    }
-    if let Some(m) = set.mtime {
-        *mtime = resolve(m, now);
-    }
-    *ctime = now;
+    plusfs_proto::apply_set_at(set, Timespec::now(), (mode, uid, gid), (atime, mtime, ctime));
 }
 
 /// What only some kinds of new entries have.
@@ -49,13 +26,7 @@ pub(crate) struct NewNode {
     pub access: u32,
 }
 
-/// Records an entry added to (`delta` = 1) or removed from (-1) a directory object.
+/// Records an entry added to (`delta` = 1) or removed from (-1) a directory object, now.
 pub(crate) fn count_entry(d: &mut DirObject, kind: FileKind, delta: i64) {
-    d.entries = d.entries.saturating_add_signed(delta);
-    if kind == FileKind::Dir {
-        d.subdirs = d.subdirs.saturating_add_signed(delta);
-    }
-    let now = Timespec::now();
-    d.mtime = now;
-    d.ctime = now;
+    d.count_entry(kind, delta, Timespec::now());
 }

@@ -1,0 +1,312 @@
+//! Operations answered under a delegation: each checks what the server would check (the
+//! same `plusfs_proto::perm` functions), changes this client's copy of the directory and
+//! queues the operation. `None` means "not answerable here": the caller sends the request
+//! to the server (after the queue, see `before`).
+
+use super::{Held, Local, MAX_BYTES, MAX_OPS};
+use plusfs_proto::deleg::cred_index;
+use plusfs_proto::perm::{self, Owned};
+use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, Errno, FileKind, SetAttr, TimeSet, Timespec};
+use plusfs_proto::{MAY_READ, MAY_WRITE};
+use std::time::Instant;
+
+/// A regular file, symlink or special file this client may change here.
+fn plain(l: Option<&Local>) -> Option<Option<&Attr>> {
+    match l {
+        None => Some(None),
+        Some(Local::Known { attr, link: false, .. }) if attr.kind != FileKind::Dir => Some(Some(attr)),
+        _ => None,
+    }
+}
+
+/// What a new entry needs besides its name and mode.
+pub(crate) struct NewEntry<'a> {
+    pub kind: FileKind,
+    pub exclusive: bool,
+    /// `MAY_*` the opener will use if the file exists.
+    pub access: u32,
+    pub target: Option<&'a str>,
+    pub rdev: u32,
+    /// Owner asked for (honoured for root, as by the server).
+    pub asked: (u32, u32),
+}
+
+impl Held {
+    fn queue(&mut self, op: DelegOp) {
+        self.pending_bytes += op.data_len() + 64;
+        self.since.get_or_insert_with(Instant::now);
+        self.pending.push(op);
+    }
+
+    fn touch(&mut self) {
+        self.last_use = Instant::now();
+    }
+
+    /// Whether the queue is big enough to be written back now.
+    pub fn full(&self) -> bool {
+        self.pending.len() >= MAX_OPS || self.pending_bytes >= MAX_BYTES
+    }
+
+    /// `lstat` of entry `name`: its attributes or ENOENT (`None`: a subdirectory, a hard
+    /// link or an entry changed through the server).
+    pub fn lookup(&mut self, name: &str) -> Option<Result<Attr, Errno>> {
+        self.touch();
+        match plain(self.entries.get(name))? {
+            None => Some(Err(Errno::ENOENT)),
+            Some(a) => Some(Ok(a.clone())),
+        }
+    }
+
+    /// The directory's own attributes, unless a request sent to the server changed them.
+    pub fn dir_attr(&self) -> Option<Attr> {
+        (!self.dir_stale).then(|| Attr::of_dir(&self.obj))
+    }
+
+    /// Learns the attributes the server gave for `name` (or the directory itself).
+    pub fn learn(&mut self, name: Option<&str>, a: &Attr) {
+        match name {
+            None if a.kind == FileKind::Dir => {
+                let o = &mut self.obj;
+                (o.mode, o.uid, o.gid) = (a.mode, a.uid, a.gid);
+                (o.atime, o.mtime, o.ctime) = (a.atime, a.mtime, a.ctime);
+                o.entries = a.size;
+                o.subdirs = (a.nlink as u64).saturating_sub(2);
+                self.dir_stale = false;
+            }
+            Some(n) if matches!(self.entries.get(n), Some(Local::Unknown)) && a.kind != FileKind::Dir => {
+                let l = Local::Known { attr: a.clone(), target: None, content: None, dirty: false, link: a.nlink > 1 };
+                self.entries.insert(n.to_string(), l);
+            }
+            _ => {}
+        }
+    }
+
+    /// Creates `name` (or, without `exclusive`, opens the file there).
+    pub fn create(&mut self, name: &str, mode: u32, new: NewEntry<'_>, c: &Cred) -> Option<Result<Attr, Errno>> {
+        self.touch();
+        if let Some(l) = self.entries.get(name) {
+            return match l {
+                Local::Known { .. } if new.exclusive => Some(Err(Errno::EEXIST)),
+                Local::Known { attr, link: false, .. } if attr.kind == FileKind::File => {
+                    let attr = attr.clone();
+                    Some(self.may_open(&attr, new.access, c).map(|_| attr))
+                }
+                _ => None,
+            };
+        }
+        if let Err(e) = perm::check_dir_write(c, &self.obj, &self.dir) {
+            return Some(Err(e.errno));
+        }
+        if self.next_ino >= self.ino_end {
+            return None;
+        }
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let (uid, gid, mode) = perm::new_owner(c, self.obj.mode, self.obj.gid, new.asked, mode & 0o7777, false);
+        let now = Timespec::now();
+        let size = new.target.map_or(0, |t| t.len() as u64);
+        let rdev = if matches!(new.kind, FileKind::BlockDev | FileKind::CharDev) { new.rdev } else { 0 };
+        let attr = Attr {
+            ino,
+            kind: new.kind,
+            mode,
+            uid,
+            gid,
+            size,
+            nlink: 1,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            incarnation: 0,
+            rdev,
+        };
+        self.obj.count_entry(new.kind, 1, now);
+        let by = cred_index(&mut self.creds, c);
+        let target = new.target.map(str::to_string);
+        self.queue(DelegOp::Create {
+            name: name.to_string(),
+            ino,
+            kind: new.kind,
+            mode,
+            uid,
+            gid,
+            rdev,
+            target: target.clone(),
+            time: now,
+            by,
+        });
+        let content = (new.kind == FileKind::File).then(Vec::new);
+        let l = Local::Known { attr: attr.clone(), target, content, dirty: false, link: false };
+        self.entries.insert(name.to_string(), l);
+        Some(Ok(attr))
+    }
+
+    fn may_open(&self, a: &Attr, access: u32, c: &Cred) -> Result<(), Errno> {
+        for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
+            if !c.may(a.mode, a.uid, a.gid, want) {
+                return Err(Errno::EACCES);
+            }
+        }
+        Ok(())
+    }
+
+    /// `open` of an existing entry.
+    pub fn open(&mut self, name: &str, access: u32, c: &Cred) -> Option<Result<Attr, Errno>> {
+        self.touch();
+        match plain(self.entries.get(name))? {
+            None => Some(Err(Errno::ENOENT)),
+            Some(a) => {
+                let a = a.clone();
+                Some(self.may_open(&a, access, c).map(|_| a))
+            }
+        }
+    }
+
+    /// `unlink` of a non-directory.
+    pub fn unlink(&mut self, name: &str, c: &Cred) -> Option<Result<(), Errno>> {
+        self.touch();
+        let a = match plain(self.entries.get(name))? {
+            None => return Some(Err(Errno::ENOENT)),
+            Some(a) => a.clone(),
+        };
+        let checked = perm::check_dir_write(c, &self.obj, &self.dir)
+            .and_then(|_| perm::check_sticky(c, &self.obj, a.uid, &self.dir));
+        if let Err(e) = checked {
+            return Some(Err(e.errno));
+        }
+        let now = Timespec::now();
+        self.obj.count_entry(a.kind, -1, now);
+        self.entries.remove(name);
+        let by = cred_index(&mut self.creds, c);
+        self.queue(DelegOp::Unlink { name: name.to_string(), time: now, by });
+        Some(Ok(()))
+    }
+
+    /// `rename` of a non-directory within the directory, over a non-directory or nothing.
+    pub fn rename(&mut self, from: &str, to: &str, c: &Cred) -> Option<Result<(), Errno>> {
+        self.touch();
+        let a = match plain(self.entries.get(from))? {
+            None => return Some(Err(Errno::ENOENT)),
+            Some(a) => a.clone(),
+        };
+        let old = plain(self.entries.get(to))?.cloned();
+        let mut checked = perm::check_dir_write(c, &self.obj, &self.dir)
+            .and_then(|_| perm::check_sticky(c, &self.obj, a.uid, &self.dir));
+        if let (Ok(()), Some(o)) = (&checked, &old) {
+            checked = perm::check_sticky(c, &self.obj, o.uid, &self.dir);
+        }
+        if let Err(e) = checked {
+            return Some(Err(e.errno));
+        }
+        if from == to {
+            return Some(Ok(()));
+        }
+        let now = Timespec::now();
+        if let Some(o) = old {
+            self.obj.count_entry(o.kind, -1, now);
+        }
+        (self.obj.mtime, self.obj.ctime) = (now, now);
+        let mut l = self.entries.remove(from).expect("checked above");
+        if let Local::Known { attr, .. } = &mut l {
+            attr.ctime = now;
+        }
+        self.entries.insert(to.to_string(), l);
+        let by = cred_index(&mut self.creds, c);
+        self.queue(DelegOp::Rename { from: from.to_string(), to: to.to_string(), time: now, by });
+        Some(Ok(()))
+    }
+
+    /// `setattr` of a non-directory; a size change only of a file whose contents are
+    /// known here, up to `small` bytes.
+    pub fn setattr(&mut self, name: &str, set: &SetAttr, c: &Cred, small: u64) -> Option<Result<Attr, Errno>> {
+        self.touch();
+        let a = match plain(self.entries.get(name))? {
+            None => return Some(Err(Errno::ENOENT)),
+            Some(a) => a.clone(),
+        };
+        let cur = Owned { mode: a.mode, uid: a.uid, gid: a.gid, dir: false };
+        let mut set = match perm::check_setattr(c, cur, set, name) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e.errno)),
+        };
+        let size = set.size.take();
+        if let Some(s) = size {
+            let known = matches!(self.entries.get(name), Some(Local::Known { content: Some(_), .. }));
+            if !known || s > small || a.kind != FileKind::File {
+                return None;
+            }
+        }
+        let now = Timespec::now();
+        let fix = |t: Option<TimeSet>| t.map(|t| TimeSet::At(if t == TimeSet::Now { now } else { at(t) }));
+        (set.atime, set.mtime) = (fix(set.atime), fix(set.mtime));
+        let Some(Local::Known { attr, content, dirty, .. }) = self.entries.get_mut(name) else { return None };
+        apply_set_at(
+            &set,
+            now,
+            (&mut attr.mode, &mut attr.uid, &mut attr.gid),
+            (&mut attr.atime, &mut attr.mtime, &mut attr.ctime),
+        );
+        if let (Some(s), Some(c)) = (size, content.as_mut()) {
+            c.resize(s as usize, 0);
+            attr.size = s;
+            (attr.mtime, attr.ctime) = (now, now);
+            *dirty = true;
+        }
+        let out = attr.clone();
+        if set != SetAttr::default() {
+            let by = cred_index(&mut self.creds, c);
+            self.queue(DelegOp::SetAttr { name: name.to_string(), set, time: now, by });
+        } else {
+            self.since.get_or_insert_with(Instant::now);
+        }
+        Some(Ok(out))
+    }
+
+    /// A write of `data` at `offset` of a file whose contents are known here, if the file
+    /// stays within `small` bytes.
+    pub fn write(&mut self, name: &str, offset: u64, data: &[u8], small: u64) -> Option<Attr> {
+        self.touch();
+        let Some(Local::Known { attr, content: Some(c), dirty, link: false, .. }) = self.entries.get_mut(name) else {
+            return None;
+        };
+        let end = offset.checked_add(data.len() as u64)?;
+        if end.max(c.len() as u64) > small {
+            return None;
+        }
+        if c.len() < end as usize {
+            c.resize(end as usize, 0);
+        }
+        c[offset as usize..end as usize].copy_from_slice(data);
+        let now = Timespec::now();
+        (attr.size, attr.mtime, attr.ctime) = (c.len() as u64, now, now);
+        *dirty = true;
+        let out = attr.clone();
+        self.pending_bytes += data.len();
+        self.since.get_or_insert_with(Instant::now);
+        Some(out)
+    }
+
+    /// Bytes `[offset, offset + len)` of a file whose contents are known here.
+    pub fn read(&mut self, name: &str, offset: u64, len: usize) -> Option<Vec<u8>> {
+        self.touch();
+        let Some(Local::Known { content: Some(c), .. }) = self.entries.get(name) else { return None };
+        let start = (offset as usize).min(c.len());
+        let end = start.saturating_add(len).min(c.len());
+        Some(c[start..end].to_vec())
+    }
+
+    /// The target of symlink `name`, when known here.
+    pub fn readlink(&mut self, name: &str) -> Option<String> {
+        match self.entries.get(name) {
+            Some(Local::Known { target: Some(t), attr, .. }) if attr.kind == FileKind::Symlink => Some(t.clone()),
+            _ => None,
+        }
+    }
+}
+
+fn at(t: TimeSet) -> Timespec {
+    match t {
+        TimeSet::At(ts) => ts,
+        TimeSet::Now => Timespec::now(),
+    }
+}

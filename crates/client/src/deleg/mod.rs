@@ -1,0 +1,515 @@
+//! Directory delegations on the client side (`docs/semantics.md`, "Delegations").
+//!
+//! When a client that asked for them ([`ClientOptions::delegations`](crate::ClientOptions))
+//! changes a directory a second time within a short while, it asks the directory's home
+//! for a write delegation. While it holds one ([`Held`]) it knows the directory's whole
+//! entry set: `lookup`s of names (present or missing), creates, small-file writes,
+//! `setattr`s, unlinks and renames inside the directory are answered here (`local.rs`)
+//! and queued as [`DelegOp`]s. The queue is written back as one `DelegFlush` per
+//! directory: after [`FLUSH_AFTER`] at the latest, when it grows past [`MAX_OPS`] or
+//! [`MAX_BYTES`], before any request of this client that touches the directory another
+//! way (so the servers see this client's operations in order), on `fsync` and
+//! [`Client::sync`](crate::Client::sync), and when the server recalls the delegation
+//! because another client needs the directory (answered through a `DelegWait` long poll
+//! per server). A flush that fails in transit is resent with the same number, so the
+//! server applies it once. Work the server refused (the delegation was revoked because
+//! this client did not answer a recall in time) is reported as EIO by the next `fsync` or
+//! `sync`.
+
+mod local;
+
+pub(crate) use local::NewEntry;
+
+use crate::error::FsError;
+use plusfs_placement::ClusterMap;
+use plusfs_proto::{
+    Attr, Cred, DelegGrant, DelegOp, DirObject, Errno, FileKind, Flushed, Reply, Request, ServerId, Touch, WireError,
+};
+use plusfs_rpc::Pool;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+/// Queued work is written back within this time.
+pub const FLUSH_AFTER: Duration = Duration::from_secs(1);
+/// Most queued operations per directory before a flush.
+pub const MAX_OPS: usize = 2048;
+/// Most queued file bytes per directory before a flush.
+pub const MAX_BYTES: usize = 4 << 20;
+/// A delegation unused this long is returned.
+const IDLE: Duration = Duration::from_secs(3);
+/// Most delegations held at once.
+const MAX_HELD: usize = 512;
+/// A directory whose delegation was refused is not asked for again before this.
+const REFUSED_FOR: Duration = Duration::from_secs(2);
+/// Changes of a directory within [`BURST`] after which a delegation is asked for.
+const BURST_OPS: u32 = 2;
+const BURST: Duration = Duration::from_secs(2);
+/// How long a flush is resent while its server cannot be reached.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
+
+/// What this client knows of one entry of a delegated directory.
+#[derive(Debug, Clone)]
+pub(crate) enum Local {
+    /// Its attributes (a subdirectory's are its kind and inode only), symlink target,
+    /// and whole contents when known (files created under the delegation).
+    Known { attr: Attr, target: Option<String>, content: Option<Vec<u8>>, dirty: bool, link: bool },
+    /// Changed by a request sent to the server: ask the server.
+    Unknown,
+}
+
+/// A delegation this client holds.
+pub(crate) struct Held {
+    pub id: u64,
+    pub server: ServerId,
+    pub dir: String,
+    pub obj: DirObject,
+    /// The directory's attributes changed by a request sent to the server.
+    pub dir_stale: bool,
+    pub entries: BTreeMap<String, Local>,
+    pub pending: Vec<DelegOp>,
+    pub creds: Vec<Cred>,
+    pub pending_bytes: usize,
+    pub since: Option<Instant>,
+    pub last_use: Instant,
+    pub seq: u64,
+    /// A flush sent whose answer was lost: resent (same number) before anything else.
+    pub unacked: Option<(u64, Vec<DelegOp>, Vec<Cred>)>,
+    pub next_ino: u64,
+    pub ino_end: u64,
+    /// Returned or revoked: nothing may be done under it any more.
+    pub gone: bool,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Held>>;
+
+#[derive(Default)]
+struct State {
+    held: HashMap<String, Slot>,
+    /// Directory of each delegation held, by id.
+    ids: HashMap<u64, String>,
+    /// Recent changes per directory not delegated: (count, first, refused until).
+    activity: HashMap<String, (u32, Instant, Option<Instant>)>,
+    /// Servers with a running recall listener.
+    listening: HashSet<ServerId>,
+    /// Recalls of delegations not installed yet (their grant still in transit).
+    early: HashSet<u64>,
+    background: bool,
+}
+
+/// The delegations of one client (shared by its clones).
+pub(crate) struct Delegations {
+    pool: Arc<Pool>,
+    map: Arc<ClusterMap>,
+    session: u64,
+    state: Mutex<State>,
+    /// Work refused by a server, reported by the next sync.
+    lost: Mutex<Vec<String>>,
+}
+
+impl Delegations {
+    pub fn new(pool: Arc<Pool>, map: Arc<ClusterMap>, session: u64) -> Arc<Delegations> {
+        Arc::new(Delegations { pool, map, session, state: Mutex::default(), lost: Mutex::default() })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("delegations")
+    }
+
+    /// The credential this client's own delegation requests carry.
+    fn cred(&self) -> Cred {
+        Cred { session: self.session, ..Cred::server() }
+    }
+
+    /// The delegation held on `dir`, if any.
+    pub fn held(&self, dir: &str) -> Option<Slot> {
+        let st = self.state();
+        if st.held.is_empty() {
+            return None;
+        }
+        st.held.get(dir).cloned()
+    }
+
+    /// Number of delegations held.
+    pub fn count(&self) -> usize {
+        self.state().held.len()
+    }
+
+    /// The delegation on `dir` for a change about to be made by `caller`: the one held,
+    /// or a new one when the directory changes often (see the module documentation).
+    pub async fn for_change(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
+        if let Some(h) = self.held(dir) {
+            return Some(h);
+        }
+        if !self.wants(dir) {
+            return None;
+        }
+        self.acquire(dir, caller, home).await
+    }
+
+    /// Counts a change of `dir`; true when a delegation should be asked for.
+    fn wants(&self, dir: &str) -> bool {
+        let now = Instant::now();
+        let mut st = self.state();
+        if st.held.len() >= MAX_HELD {
+            return false;
+        }
+        if st.activity.len() > 4096 {
+            st.activity.retain(|_, (_, first, refused)| now - *first < BURST || refused.is_some_and(|r| r > now));
+        }
+        let a = st.activity.entry(dir.to_string()).or_insert((0, now, None));
+        if a.2.is_some_and(|r| r > now) {
+            return false;
+        }
+        if now - a.1 > BURST {
+            *a = (0, now, None);
+        }
+        a.0 += 1;
+        a.0 >= BURST_OPS
+    }
+
+    async fn acquire(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
+        let req = Request::DelegAcquire { dir: dir.to_string() };
+        let cred = Cred { session: self.session, ..caller.clone() };
+        let grant = match self.pool.call_as(home, &cred, &req).await {
+            Ok(Ok(Reply::Deleg(g))) => g,
+            other => {
+                tracing::debug!(dir, ?other, "delegation refused");
+                let until = Instant::now() + REFUSED_FOR;
+                self.state().activity.insert(dir.to_string(), (0, Instant::now(), Some(until)));
+                return None;
+            }
+        };
+        let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, home, dir)));
+        let recalled = {
+            let mut st = self.state();
+            let id = slot.try_lock().expect("new").id;
+            st.activity.remove(dir);
+            st.held.insert(dir.to_string(), slot.clone());
+            st.ids.insert(id, dir.to_string());
+            st.early.remove(&id)
+        };
+        self.start_tasks(home);
+        if recalled {
+            self.release_slot(&slot).await;
+            return None;
+        }
+        Some(slot)
+    }
+
+    /// Starts the recall listener of `server` and the background flusher, once.
+    fn start_tasks(self: &Arc<Self>, server: ServerId) {
+        let (listen, background) = {
+            let mut st = self.state();
+            let listen = st.listening.insert(server);
+            let background = !std::mem::replace(&mut st.background, true);
+            (listen, background)
+        };
+        if listen {
+            tokio::spawn(listen_for_recalls(Arc::downgrade(self), server));
+        }
+        if background {
+            tokio::spawn(background_flusher(Arc::downgrade(self)));
+        }
+    }
+
+    /// Before this client sends `req`: queued work of the delegated directories it
+    /// touches goes first; entries it changes are no longer known here; a change of a
+    /// delegated directory itself returns the delegation.
+    pub async fn before(&self, req: &Request) {
+        if self.state().held.is_empty() {
+            return;
+        }
+        let fsync = matches!(req, Request::Fsync { .. });
+        for (dir, touch, subtree) in plusfs_proto::deleg::touched(req) {
+            let slots: Vec<Slot> = {
+                let st = self.state();
+                match subtree {
+                    true => st
+                        .held
+                        .iter()
+                        .filter(|(d, _)| plusfs_proto::path::is_within(d, &dir))
+                        .map(|(_, s)| s.clone())
+                        .collect(),
+                    false => st.held.get(&dir).cloned().into_iter().collect(),
+                }
+            };
+            for slot in slots {
+                let mut h = slot.lock().await;
+                if h.gone {
+                    continue;
+                }
+                let r = match &touch {
+                    Touch::Object => self.flush_locked(&mut h, true).await,
+                    _ => self.flush_locked(&mut h, false).await,
+                };
+                if let Err(e) = r {
+                    tracing::warn!(dir = h.dir, error = %e, "cannot write back delegated work");
+                }
+                if let (Touch::Entry(name), false) = (&touch, fsync) {
+                    h.entries.insert(name.clone(), Local::Unknown);
+                    h.dir_stale = true;
+                }
+            }
+        }
+    }
+
+    /// Writes back `h`'s queued work; with `release`, returns the delegation too.
+    pub async fn flush_locked(&self, h: &mut Held, release: bool) -> Result<(), FsError> {
+        if h.gone {
+            return Ok(());
+        }
+        if let Some((seq, ops, creds)) = h.unacked.take() {
+            self.send_flush(h, seq, ops, creds, false).await?;
+        }
+        let mut ops = std::mem::take(&mut h.pending);
+        for (name, l) in h.entries.iter_mut() {
+            if let Local::Known { attr, content: Some(c), dirty: d @ true, .. } = l {
+                ops.push(DelegOp::Contents {
+                    name: name.clone(),
+                    data: c.clone(),
+                    mtime: attr.mtime,
+                    ctime: attr.ctime,
+                });
+                *d = false;
+            }
+        }
+        let creds = std::mem::take(&mut h.creds);
+        h.pending_bytes = 0;
+        h.since = None;
+        if ops.is_empty() && !release {
+            return Ok(());
+        }
+        h.seq += 1;
+        let seq = h.seq;
+        self.send_flush(h, seq, ops, creds, release).await
+    }
+
+    /// Sends flush `seq` until it is answered (resending while the server cannot be
+    /// reached, at most [`FLUSH_PATIENCE`]).
+    async fn send_flush(
+        &self,
+        h: &mut Held,
+        seq: u64,
+        ops: Vec<DelegOp>,
+        creds: Vec<Cred>,
+        release: bool,
+    ) -> Result<(), FsError> {
+        let req = Request::DelegFlush { dir: h.dir.clone(), id: h.id, seq, creds, ops, release };
+        let start = Instant::now();
+        let reply = loop {
+            match self.pool.call_as(h.server, &self.cred(), &req).await {
+                Ok(r) => break r,
+                Err(e) if start.elapsed() < FLUSH_PATIENCE => {
+                    tracing::debug!(dir = h.dir, error = %e, "resending a delegation flush");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => {
+                    let Request::DelegFlush { ops, creds, .. } = req else { unreachable_flush() };
+                    h.unacked = Some((seq, ops, creds));
+                    return Err(FsError::new("write back", &h.dir, e.errno()).with_detail(e.to_string()));
+                }
+            }
+        };
+        self.flushed(h, reply)
+    }
+
+    /// Takes in the answer to a flush.
+    fn flushed(&self, h: &mut Held, reply: Result<Reply, WireError>) -> Result<(), FsError> {
+        match reply {
+            Ok(Reply::Flushed(Flushed { failed, ended })) => {
+                if !failed.is_empty() {
+                    tracing::error!(dir = h.dir, ?failed, "the server refused delegated operations");
+                    self.lose(format!("{} delegated operations in '{}' were refused", failed.len(), h.dir));
+                }
+                if ended {
+                    self.forget(h);
+                }
+                Ok(())
+            }
+            Ok(other) => Err(FsError::new("write back", &h.dir, Errno::EIO).with_detail(format!("{other:?}"))),
+            Err(e) if e.errno == Errno::ESTALE => {
+                tracing::error!(dir = h.dir, "delegation revoked: its unflushed work is lost");
+                self.lose(format!("work in '{}' was refused: {}", h.dir, e.message));
+                self.forget(h);
+                Err(FsError::new("write back", &h.dir, Errno::EIO).with_detail(e.message))
+            }
+            Err(e) => Err(FsError::new("write back", &h.dir, e.errno).with_detail(e.message)),
+        }
+    }
+
+    /// Drops `h` (returned, revoked).
+    fn forget(&self, h: &mut Held) {
+        h.gone = true;
+        h.pending.clear();
+        h.entries.clear();
+        let mut st = self.state();
+        if st.ids.remove(&h.id).is_some() {
+            st.held.remove(&h.dir);
+        }
+    }
+
+    fn lose(&self, what: String) {
+        self.lost.lock().expect("lost work").push(what);
+    }
+
+    /// EIO naming the work a server refused since the last call, if any.
+    pub fn take_lost(&self) -> Result<(), FsError> {
+        let lost = std::mem::take(&mut *self.lost.lock().expect("lost work"));
+        match lost.is_empty() {
+            true => Ok(()),
+            false => Err(FsError::new("sync", "/", Errno::EIO).with_detail(lost.join("; "))),
+        }
+    }
+
+    /// Flushes and returns the delegation in `slot`.
+    async fn release_slot(&self, slot: &Slot) {
+        let mut h = slot.lock().await;
+        if let Err(e) = self.flush_locked(&mut h, true).await {
+            tracing::warn!(dir = h.dir, error = %e, "cannot return a delegation");
+        }
+    }
+
+    /// Writes back the queued work of every delegated directory (`release`: and returns
+    /// the delegations).
+    pub async fn sync(&self, release: bool) -> Result<(), FsError> {
+        let slots: Vec<Slot> = self.state().held.values().cloned().collect();
+        let mut first_err = None;
+        for slot in slots {
+            let mut h = slot.lock().await;
+            if let Err(e) = self.flush_locked(&mut h, release).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => self.take_lost(),
+        }
+    }
+
+    /// The server recalls delegation `id`: returned at once, or as soon as its grant,
+    /// still in transit, is installed.
+    async fn recalled(&self, id: u64) {
+        let slot = {
+            let mut st = self.state();
+            match st.ids.get(&id).and_then(|d| st.held.get(d)).cloned() {
+                Some(s) => s,
+                None => {
+                    st.early.insert(id);
+                    return;
+                }
+            }
+        };
+        tracing::debug!(id, "delegation recalled");
+        self.release_slot(&slot).await;
+    }
+
+    /// One pass of the background flusher: old queues are written back, idle
+    /// delegations returned.
+    async fn tick(&self) {
+        let slots: Vec<Slot> = self.state().held.values().cloned().collect();
+        let now = Instant::now();
+        for slot in slots {
+            let Ok(mut h) = slot.try_lock() else { continue };
+            let due = h.since.is_some_and(|t| now - t >= FLUSH_AFTER);
+            let idle = now - h.last_use >= IDLE;
+            if due || idle {
+                if let Err(e) = self.flush_locked(&mut h, idle).await {
+                    tracing::warn!(dir = h.dir, error = %e, "background write-back failed");
+                }
+            }
+        }
+    }
+
+    /// Whether the state still has delegations on `server` (busy slots count as yes).
+    fn holds_on(&self, server: ServerId) -> bool {
+        let st = self.state();
+        st.held.values().any(|s| s.try_lock().map(|h| h.server == server).unwrap_or(true))
+    }
+
+    /// Small-file limit of the cluster.
+    pub fn small_file_bytes(&self) -> u64 {
+        self.map.data.small_file_bytes
+    }
+}
+
+fn unreachable_flush() -> ! {
+    panic!("a flush request is a DelegFlush")
+}
+
+/// The state of a new delegation.
+fn held_of(g: DelegGrant, server: ServerId, dir: &str) -> Held {
+    let entries = g
+        .entries
+        .into_iter()
+        .map(|(name, i)| {
+            let link = i.link_home.is_some();
+            let attr = Attr::of_inode(&i);
+            (name, Local::Known { attr, target: i.target, content: None, dirty: false, link })
+        })
+        .collect();
+    Held {
+        id: g.id,
+        server,
+        dir: dir.to_string(),
+        obj: g.dir,
+        dir_stale: false,
+        entries,
+        pending: Vec::new(),
+        creds: Vec::new(),
+        pending_bytes: 0,
+        since: None,
+        last_use: Instant::now(),
+        seq: 0,
+        unacked: None,
+        next_ino: g.first_ino,
+        ino_end: g.first_ino + g.ino_count as u64,
+        gone: false,
+    }
+}
+
+/// Answers the recalls of `server` while this client holds delegations there.
+async fn listen_for_recalls(d: Weak<Delegations>, server: ServerId) {
+    loop {
+        let Some(me) = d.upgrade() else { return };
+        if !me.holds_on(server) {
+            me.state().listening.remove(&server);
+            // A delegation installed meanwhile restarts a listener.
+            if me.holds_on(server) && me.state().listening.insert(server) {
+                continue;
+            }
+            return;
+        }
+        let req = Request::DelegWait { session: me.session };
+        let pool = me.pool.clone();
+        let cred = me.cred();
+        drop(me);
+        match pool.call_as(server, &cred, &req).await {
+            Ok(Ok(Reply::Recalls(ids))) => {
+                let Some(me) = d.upgrade() else { return };
+                for id in ids {
+                    let me = me.clone();
+                    tokio::spawn(async move { me.recalled(id).await });
+                }
+            }
+            other => {
+                tracing::debug!(server, ?other, "recall listener retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Writes back queues older than [`FLUSH_AFTER`] and returns idle delegations.
+async fn background_flusher(d: Weak<Delegations>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(me) = d.upgrade() else { return };
+        me.tick().await;
+    }
+}
+
+/// Whether `kind` may be created under a delegation.
+pub(crate) fn delegable(kind: FileKind) -> bool {
+    kind != FileKind::Dir
+}

@@ -1,0 +1,144 @@
+//! The client calls answered under a directory delegation (`deleg`): each returns `None`
+//! when the call must go to the servers instead.
+
+use crate::deleg::{Held, NewEntry};
+use crate::error::FsError;
+use crate::fs::Client;
+use plusfs_proto::{Attr, FileKind, SetAttr};
+
+/// What a local operation needs of the caller's call.
+type Answer<T> = Option<Result<T, FsError>>;
+
+impl Client {
+    /// Runs `f` on the delegation held on `dir` (`change`: or on a new one, if this client
+    /// changes `dir` often); `None` if there is none or `f` cannot answer. A queue grown
+    /// full is written back before returning.
+    async fn under<T>(&self, dir: &str, change: bool, f: impl FnOnce(&mut Held) -> Option<T>) -> Option<T> {
+        let d = self.delegs.as_ref()?;
+        let slot = match change {
+            true if self.dist.get(dir).is_none() => d.for_change(dir, &self.caller, self.home(dir)).await?,
+            _ => d.held(dir)?,
+        };
+        let mut h = slot.lock().await;
+        if h.gone {
+            return None;
+        }
+        let out = f(&mut h)?;
+        if h.full() {
+            if let Err(e) = d.flush_locked(&mut h, false).await {
+                tracing::warn!(dir, error = %e, "cannot write back delegated work");
+            }
+        }
+        Some(out)
+    }
+
+    /// `lstat` of `name` in `dir`.
+    pub(crate) async fn deleg_lookup(&self, shown: &str, dir: &str, name: &str) -> Answer<Attr> {
+        let r = self.under(dir, false, |h| h.lookup(name)).await?;
+        Some(r.map_err(|e| FsError::new("stat", shown, e)))
+    }
+
+    /// The attributes of delegated directory `dir` itself.
+    pub(crate) async fn deleg_dir_attr(&self, dir: &str) -> Option<Attr> {
+        self.under(dir, false, |h| h.dir_attr()).await
+    }
+
+    /// Records what the servers said of `name` in `dir` (or of `dir` itself).
+    pub(crate) async fn deleg_learn(&self, dir: &str, name: Option<&str>, a: &Attr) {
+        self.under(dir, false, |h| {
+            h.learn(name, a);
+            Some(())
+        })
+        .await;
+    }
+
+    /// Creates (or opens) `name` in `dir`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn deleg_create(
+        &self,
+        shown: &str,
+        dir: &str,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        exclusive: bool,
+        (rdev, access, target): (u32, u32, Option<&str>),
+    ) -> Answer<Attr> {
+        if !crate::deleg::delegable(kind) {
+            return None;
+        }
+        let asked = (self.opts.uid, self.opts.gid);
+        let new = NewEntry { kind, exclusive, access, target, rdev, asked };
+        let r = self.under(dir, true, |h| h.create(name, mode, new, &self.caller)).await?;
+        Some(r.map_err(|e| FsError::new("create", shown, e)))
+    }
+
+    /// Opens existing `name` in `dir` for `access`.
+    pub(crate) async fn deleg_open(&self, shown: &str, dir: &str, name: &str, access: u32) -> Answer<Attr> {
+        let r = self.under(dir, false, |h| h.open(name, access, &self.caller)).await?;
+        Some(r.map_err(|e| FsError::new("open", shown, e)))
+    }
+
+    /// Removes `name` from `dir`.
+    pub(crate) async fn deleg_unlink(&self, shown: &str, dir: &str, name: &str) -> Answer<()> {
+        let r = self.under(dir, true, |h| h.unlink(name, &self.caller)).await?;
+        Some(r.map_err(|e| FsError::new("remove", shown, e)))
+    }
+
+    /// Renames `from` to `to` within `dir`.
+    pub(crate) async fn deleg_rename(&self, shown: &str, dir: &str, from: &str, to: &str) -> Answer<()> {
+        let r = self.under(dir, true, |h| h.rename(from, to, &self.caller)).await?;
+        Some(r.map_err(|e| FsError::new("move", shown, e)))
+    }
+
+    /// Changes attributes of `name` in `dir`.
+    pub(crate) async fn deleg_setattr(&self, shown: &str, dir: &str, name: &str, set: &SetAttr) -> Answer<Attr> {
+        let d = self.delegs.as_ref()?;
+        let small = d.small_file_bytes();
+        let r = self.under(dir, false, |h| h.setattr(name, set, &self.caller, small)).await?;
+        Some(r.map_err(|e| FsError::new("change attributes of", shown, e)))
+    }
+
+    /// Writes into a small file whose contents are known here.
+    pub(crate) async fn deleg_write(&self, dir: &str, name: &str, offset: u64, data: &[u8]) -> Option<Attr> {
+        let small = self.delegs.as_ref()?.small_file_bytes();
+        self.under(dir, false, |h| h.write(name, offset, data, small)).await
+    }
+
+    /// Reads a file whose contents are known here.
+    pub(crate) async fn deleg_read(&self, dir: &str, name: &str, offset: u64, len: usize) -> Option<Vec<u8>> {
+        self.under(dir, false, |h| h.read(name, offset, len)).await
+    }
+
+    /// The target of a symlink known here.
+    pub(crate) async fn deleg_readlink(&self, dir: &str, name: &str) -> Option<String> {
+        self.under(dir, false, |h| h.readlink(name)).await
+    }
+
+    /// Writes back every delegated directory's queued work, as `sync(2)` asks of a file
+    /// system; EIO if a server refused work since the last sync (a revoked delegation).
+    pub async fn sync(&self) -> Result<(), FsError> {
+        match &self.delegs {
+            Some(d) => d.sync(false).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Writes back and returns every delegation (at unmount).
+    pub async fn return_delegations(&self) -> Result<(), FsError> {
+        match &self.delegs {
+            Some(d) => d.sync(true).await,
+            None => Ok(()),
+        }
+    }
+
+    /// EIO if a server refused work of this client's delegations since the last check.
+    pub(crate) fn deleg_lost(&self) -> Result<(), FsError> {
+        self.delegs.as_ref().map_or(Ok(()), |d| d.take_lost())
+    }
+
+    /// Delegations this client holds.
+    pub fn delegations_held(&self) -> usize {
+        self.delegs.as_ref().map_or(0, |d| d.count())
+    }
+}

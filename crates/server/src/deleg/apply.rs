@@ -1,0 +1,233 @@
+//! Replaying a delegation flush: the operations in order over the directory's entries,
+//! with the same permission rules as single requests, file contents in one data append
+//! (as `BatchWrite`), and everything in the caller's one store batch.
+
+use crate::engine::errors::{err, OpResult};
+use crate::engine::host::Host;
+use crate::engine::perm;
+use crate::osd::Osd;
+use plusfs_proto::filedata::records;
+use plusfs_proto::path::check_name;
+use plusfs_proto::{apply_set_at, Cred, DelegOp, Errno, FileKind, Inode, Piece, ServerId, Timespec};
+use plusfs_store::Batch;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The directory's entries as the replay changes them (`None`: removed).
+struct Overlay<'a> {
+    osd: &'a Osd,
+    dir_ino: u64,
+    entries: HashMap<String, Option<Inode>>,
+}
+
+impl Overlay<'_> {
+    fn get(&mut self, name: &str) -> OpResult<Option<Inode>> {
+        if let Some(e) = self.entries.get(name) {
+            return Ok(e.clone());
+        }
+        let e = self.osd.store.get_entry(self.dir_ino, name).map_err(crate::engine::errors::eio)?;
+        self.entries.insert(name.to_string(), e.clone());
+        Ok(e)
+    }
+
+    /// A plain (non-directory, not hard-linked) entry: what delegated work may change.
+    fn plain(&mut self, name: &str) -> Result<Inode, Errno> {
+        match self.get(name).map_err(|e| e.errno)? {
+            None => Err(Errno::ENOENT),
+            Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
+            Some(e) if e.link_home.is_some() => Err(Errno::EXDEV),
+            Some(e) => Ok(e),
+        }
+    }
+}
+
+/// What a replay leaves to do after its batch commits.
+pub(super) type Replayed = (Vec<(u32, Errno)>, Vec<(ServerId, u64)>);
+
+impl Osd {
+    /// Replays `ops` over `dir` (`host`), adding the changes to `b`. Returns the refused
+    /// operations and the remote records no longer used.
+    pub(super) async fn apply_deleg_ops(
+        self: &Arc<Self>,
+        dir: &str,
+        host: &mut Host,
+        creds: &[Cred],
+        ops: Vec<DelegOp>,
+        b: &mut Batch,
+    ) -> OpResult<Replayed> {
+        let small = self.map.data.small_file_bytes;
+        let mut extents = self.append_contents(&ops, small).await?.into_iter();
+        let mut ov = Overlay { osd: self, dir_ino: host.obj.ino, entries: HashMap::new() };
+        let (mut failed, mut gone) = (Vec::new(), std::collections::BTreeSet::new());
+        for (i, op) in ops.iter().enumerate() {
+            let by = |k: u32| creds.get(k as usize).ok_or(Errno::EINVAL);
+            let r = match op {
+                DelegOp::Contents { name, data, mtime, ctime } if !data.is_empty() => {
+                    let extent = extents.next().ok_or_else(|| err(Errno::EIO, "fewer extents than contents"))?;
+                    let times = (*mtime, *ctime);
+                    self.replay_contents(&mut ov, name, data.len() as u64, Some(extent), times, b, &mut gone).await
+                }
+                DelegOp::Contents { name, mtime, ctime, .. } => {
+                    self.replay_contents(&mut ov, name, 0, None, (*mtime, *ctime), b, &mut gone).await
+                }
+                op => match op_cred(op).map(by).transpose() {
+                    Ok(c) => replay_namespace(&mut ov, host, dir, c, op, small, &mut gone),
+                    Err(e) => Err(e),
+                },
+            };
+            if let Err(e) = r {
+                failed.push((i as u32, e));
+            }
+        }
+        for (name, e) in ov.entries {
+            match e {
+                Some(inode) => b.put_entry(host.obj.ino, &name, &inode),
+                None => b.del_entry(host.obj.ino, &name),
+            }
+        }
+        let remote = self.drop_unused(&gone, &Default::default(), b)?;
+        Ok((failed, remote))
+    }
+
+    /// Appends the non-empty contents of `ops` to the data store in one append; their
+    /// extents, in order.
+    async fn append_contents(&self, ops: &[DelegOp], small: u64) -> OpResult<Vec<plusfs_data::Extent>> {
+        let blobs: Vec<Vec<u8>> = ops
+            .iter()
+            .filter_map(|op| match op {
+                DelegOp::Contents { data, .. } if !data.is_empty() => Some(data.clone()),
+                _ => None,
+            })
+            .collect();
+        if blobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if blobs.iter().any(|d| d.len() as u64 > small) {
+            return Err(err(Errno::EFBIG, "delegated contents larger than a small file"));
+        }
+        let data = self.data.clone();
+        tokio::task::spawn_blocking(move || {
+            let recs: Vec<(u64, &[u8])> = blobs.iter().map(|d| (0, d.as_slice())).collect();
+            data.append_records(&recs)
+        })
+        .await
+        .map_err(|e| err(Errno::EIO, format!("data task failed: {e}")))?
+        .map_err(crate::filedata::data_err)
+    }
+
+    /// `Contents`: file `name` now holds `len` bytes at `extent`.
+    #[allow(clippy::too_many_arguments)]
+    async fn replay_contents(
+        &self,
+        ov: &mut Overlay<'_>,
+        name: &str,
+        len: u64,
+        extent: Option<plusfs_data::Extent>,
+        (mtime, ctime): (Timespec, Timespec),
+        b: &mut Batch,
+        gone: &mut std::collections::BTreeSet<(ServerId, u64)>,
+    ) -> Result<(), Errno> {
+        let mut e = ov.plain(name)?;
+        if e.kind != FileKind::File {
+            return Err(Errno::EINVAL);
+        }
+        gone.extend(records(&e.pieces));
+        e.pieces.clear();
+        if let Some(extent) = extent {
+            let id = self.index_record(extent, e.ino, b).await.map_err(|e| e.errno)?;
+            e.pieces.push(Piece { file_off: 0, len, server: self.id, record: id, skip: 0 });
+        }
+        e.size = len;
+        (e.mtime, e.ctime) = (mtime, ctime);
+        ov.entries.insert(name.to_string(), Some(e));
+        Ok(())
+    }
+}
+
+/// The credential index an operation names.
+fn op_cred(op: &DelegOp) -> Option<u32> {
+    match op {
+        DelegOp::Create { by, .. }
+        | DelegOp::SetAttr { by, .. }
+        | DelegOp::Unlink { by, .. }
+        | DelegOp::Rename { by, .. } => Some(*by),
+        DelegOp::Contents { .. } => None,
+    }
+}
+
+/// Replays one namespace operation (not contents) by caller `c`.
+fn replay_namespace(
+    ov: &mut Overlay<'_>,
+    host: &mut Host,
+    dir: &str,
+    c: Option<&Cred>,
+    op: &DelegOp,
+    small: u64,
+    gone: &mut std::collections::BTreeSet<(ServerId, u64)>,
+) -> Result<(), Errno> {
+    let c = c.ok_or(Errno::EINVAL)?;
+    let e = |x: plusfs_proto::WireError| x.errno;
+    match op {
+        DelegOp::Create { name, ino, kind, mode, uid, gid, rdev, target, time, .. } => {
+            check_name(name).map_err(|x| x.errno)?;
+            if *kind == FileKind::Dir {
+                return Err(Errno::EINVAL);
+            }
+            if ov.get(name).map_err(e)?.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            perm::check_dir_write(c, &host.obj, dir).map_err(e)?;
+            let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, (*uid, *gid), *mode, false);
+            let size = target.as_ref().map_or(0, |t| t.len() as u64);
+            let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { *rdev } else { 0 };
+            let mut inode = Inode { size, target: target.clone(), rdev, ..Inode::new(*ino, *kind, mode, uid, gid) };
+            (inode.atime, inode.mtime, inode.ctime) = (*time, *time, *time);
+            host.obj.count_entry(*kind, 1, *time);
+            ov.entries.insert(name.clone(), Some(inode));
+        }
+        DelegOp::SetAttr { name, set, time, .. } => {
+            let mut i = ov.plain(name)?;
+            let cur = perm::Owned { mode: i.mode, uid: i.uid, gid: i.gid, dir: false };
+            let set = perm::check_setattr(c, cur, set, name).map_err(e)?;
+            if set.size.is_some_and(|s| s > small) {
+                return Err(Errno::EFBIG);
+            }
+            apply_set_at(
+                &set,
+                *time,
+                (&mut i.mode, &mut i.uid, &mut i.gid),
+                (&mut i.atime, &mut i.mtime, &mut i.ctime),
+            );
+            ov.entries.insert(name.clone(), Some(i));
+        }
+        DelegOp::Unlink { name, time, .. } => {
+            let i = ov.plain(name)?;
+            perm::check_dir_write(c, &host.obj, dir).map_err(e)?;
+            perm::check_sticky(c, &host.obj, i.uid, name).map_err(e)?;
+            gone.extend(records(&i.pieces));
+            host.obj.count_entry(i.kind, -1, *time);
+            ov.entries.insert(name.clone(), None);
+        }
+        DelegOp::Rename { from, to, time, .. } => {
+            check_name(to).map_err(|x| x.errno)?;
+            let mut i = ov.plain(from)?;
+            perm::check_dir_write(c, &host.obj, dir).map_err(e)?;
+            perm::check_sticky(c, &host.obj, i.uid, from).map_err(e)?;
+            if from == to {
+                return Ok(());
+            }
+            if let Some(old) = ov.get(to).map_err(e)? {
+                let old = ov.plain(to).map(|_| old)?;
+                perm::check_sticky(c, &host.obj, old.uid, to).map_err(e)?;
+                gone.extend(records(&old.pieces));
+                host.obj.count_entry(old.kind, -1, *time);
+            }
+            i.ctime = *time;
+            (host.obj.mtime, host.obj.ctime) = (*time, *time);
+            ov.entries.insert(from.clone(), None);
+            ov.entries.insert(to.clone(), Some(i));
+        }
+        DelegOp::Contents { .. } => return Err(Errno::EINVAL),
+    }
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! Directory delegations (`docs/semantics.md`, "Delegations"): a server grants one client
+//! session a write delegation on a directory it is the home of, recalls it before serving
+//! any other session's request that touches the directory, and applies the work the
+//! holder writes back (`apply.rs`).
+//!
+//! The model is Cx's "a request on an object with pending work settles that work first":
+//! every request registers the directories it touches ([`DelegTable`]'s in-flight counts)
+//! and, if another session holds a delegation on one of them, queues a recall for the
+//! holder (answered through its `DelegWait`) and waits until the holder has flushed and
+//! returned it, at most the cluster's recall timeout; a holder that does not answer in
+//! time loses the delegation and its later flushes are refused (ESTALE). A grant waits for
+//! the requests in flight on its directory, so none of them can change it unseen.
+//!
+//! Delegation records (directory, session, last applied flush) are in the store, so a
+//! server restarted under a delegation still honours it and answers a resent flush once.
+
+mod apply;
+mod table;
+
+pub(crate) use table::DelegTable;
+
+use crate::engine::encode;
+use crate::engine::errors::{check_dir_path, eio, err};
+use crate::engine::host::Via;
+use crate::engine::locks::Scope;
+use crate::engine::perm;
+use crate::osd::Osd;
+use plusfs_proto::{Cred, DelegGrant, DelegOp, Errno, Flushed, Reply, Request, Response, MAY_READ, MAY_WRITE};
+use plusfs_store::{Batch, LogKind};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use table::Record;
+
+/// Inode numbers handed out with a delegation.
+const INO_BLOCK: u32 = 1024;
+
+/// What the store keeps about a delegation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Stored {
+    pub dir: String,
+    pub session: u64,
+    pub applied_seq: u64,
+    /// Unix seconds at which it ended (0: live); ended records answer resent flushes.
+    pub ended_at: u64,
+}
+
+/// How long a `DelegWait` waits for a recall before answering empty.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// How long an ended delegation's record stays to answer a resent last flush.
+const KEEP_ENDED_SECS: u64 = 600;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Osd {
+    /// Loads the delegations recorded in the store (at start).
+    pub(crate) fn load_delegations(&self) -> Result<(), plusfs_store::StoreError> {
+        for (id, bytes) in self.store.log_records(LogKind::Deleg)? {
+            match postcard::from_bytes::<Stored>(&bytes) {
+                Ok(s) => self.delegs.load(id, s),
+                Err(e) => tracing::error!(id, error = %e, "unreadable delegation record; ignored"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers `req` (made by `cred`) as in flight on the directories it touches and
+    /// recalls the delegations other sessions hold on them; returns when none is left.
+    /// Delegations whose holder did not answer within the recall timeout are revoked.
+    pub(crate) async fn enter_delegated(self: &Arc<Self>, cred: &Cred, req: &Request) -> table::InFlight {
+        let touched = plusfs_proto::deleg::touched(req);
+        let guard = self.delegs.enter(&touched);
+        loop {
+            let wait = self.delegs.changed();
+            tokio::pin!(wait);
+            wait.as_mut().enable();
+            let outcome = self.delegs.recall_conflicts(&touched, cred.session, self.recall_timeout());
+            match outcome {
+                table::Recall::Clear => return guard,
+                table::Recall::Revoke(ids) => self.revoke(ids).await,
+                table::Recall::Wait(deadline) => {
+                    let _ = tokio::time::timeout_at(deadline.into(), wait).await;
+                }
+            }
+        }
+    }
+
+    fn recall_timeout(&self) -> Duration {
+        Duration::from_millis(self.map.delegations.recall_timeout_ms.max(1))
+    }
+
+    /// Ends delegations whose holders did not answer a recall in time.
+    async fn revoke(&self, ids: Vec<u64>) {
+        let mut b = Batch::new();
+        for id in &ids {
+            tracing::warn!(id, "delegation holder did not answer its recall in time; delegation revoked");
+            b.del_log(LogKind::Deleg, *id);
+        }
+        if let Err(e) = self.apply(b).await {
+            tracing::error!(error = %e.message, "cannot record revoked delegations");
+        }
+        self.delegs.revoked(&ids);
+    }
+
+    /// `DelegAcquire`: grants `cred`'s session a write delegation on `dir`.
+    pub(crate) async fn deleg_acquire(self: &Arc<Self>, dir: &str, cred: &Cred) -> Response {
+        check_dir_path(dir)?;
+        if !self.map.delegations.enabled || cred.session == 0 {
+            return Err(err(Errno::EAGAIN, format!("delegations are off for '{dir}'")));
+        }
+        let id = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        let id = self.delegs.start_grant(dir, id, cred.session).map_err(|holder| {
+            err(Errno::EBUSY, format!("'{dir}' is delegated to another client (delegation {holder})"))
+        })?;
+        match self.grant(dir, id, cred).await {
+            Ok(g) => Ok(Reply::Deleg(Box::new(g))),
+            Err(e) => {
+                self.delegs.abandon(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits for the requests in flight on `dir`, then reads it and records the grant.
+    async fn grant(self: &Arc<Self>, dir: &str, id: u64, cred: &Cred) -> Result<DelegGrant, plusfs_proto::WireError> {
+        loop {
+            let wait = self.delegs.changed();
+            tokio::pin!(wait);
+            wait.as_mut().enable();
+            match self.delegs.grant_ready(id) {
+                Some(true) => break,
+                Some(false) => {
+                    let _ = tokio::time::timeout(self.recall_timeout(), wait).await;
+                }
+                None => return Err(err(Errno::EBUSY, format!("another client needs '{dir}'"))),
+            }
+        }
+        let _g = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
+        let host = self.host(dir, Via::Home).map_err(|_| err(Errno::EAGAIN, format!("'{dir}' is distributed")))?;
+        let max = self.map.delegations.max_entries;
+        if self.over_threshold(&host.obj) || host.obj.entries > max {
+            return Err(err(Errno::EAGAIN, format!("'{dir}' has too many entries to delegate")));
+        }
+        perm::check_search(cred, &host.obj, dir)?;
+        perm::check(cred, host.obj.mode, host.obj.uid, host.obj.gid, MAY_READ | MAY_WRITE, dir)?;
+        let entries = self.store.list_entries(host.obj.ino, None, max as usize + 1).map_err(eio)?;
+        let first_ino = self.inos.next_block(self.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?;
+        let stored = Stored { dir: dir.to_string(), session: cred.session, applied_seq: 0, ended_at: 0 };
+        let mut b = Batch::new();
+        b.put_log(LogKind::Deleg, id, encode(&stored));
+        self.apply(b).await?;
+        if !self.delegs.granted(id) {
+            let mut b = Batch::new();
+            b.del_log(LogKind::Deleg, id);
+            self.apply(b).await?;
+            return Err(err(Errno::EBUSY, format!("another client needs '{dir}'")));
+        }
+        tracing::debug!(dir, id, session = cred.session, entries = entries.len(), "delegation granted");
+        Ok(DelegGrant { id, dir: host.obj, entries, first_ino, ino_count: INO_BLOCK })
+    }
+
+    /// `DelegFlush`: applies `ops` under delegation `id` of `dir` once, in one store write.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn deleg_flush(
+        self: &Arc<Self>,
+        dir: &str,
+        id: u64,
+        seq: u64,
+        creds: Vec<Cred>,
+        ops: Vec<DelegOp>,
+        release: bool,
+    ) -> Response {
+        let _g = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
+        let rec = self.delegs.record(id).filter(|r| r.dir == dir);
+        let Some(Record { applied_seq, live, session, .. }) = rec else {
+            return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
+        };
+        if seq <= applied_seq {
+            return Ok(Reply::Flushed(Flushed { failed: Vec::new(), ended: !live }));
+        }
+        if !live {
+            return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' has ended")));
+        }
+        let mut host = self.host(dir, Via::Home)?;
+        let gate = self.data_gate.read().await;
+        let mut b = Batch::new();
+        let (failed, remote) = self.apply_deleg_ops(dir, &mut host, &creds, ops, &mut b).await?;
+        let ended = release || self.over_threshold(&host.obj);
+        let ended_at = if ended { unix_now() } else { 0 };
+        let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at };
+        b.put_log(LogKind::Deleg, id, encode(&stored));
+        host.save(&mut b, dir);
+        self.apply(b).await?;
+        drop(gate);
+        self.delegs.flushed(id, seq, ended);
+        drop(_g);
+        self.drop_remote(remote).await;
+        if !failed.is_empty() {
+            tracing::warn!(dir, id, ?failed, "operations of a delegation flush refused");
+        }
+        if ended && self.over_threshold(&host.obj) {
+            self.ensure_distributing(dir);
+        }
+        if ended {
+            self.prune_ended().await;
+        }
+        Ok(Reply::Flushed(Flushed { failed, ended }))
+    }
+
+    /// Forgets ended delegations older than [`KEEP_ENDED_SECS`].
+    async fn prune_ended(&self) {
+        let old = self.delegs.ended_before(unix_now().saturating_sub(KEEP_ENDED_SECS));
+        if old.is_empty() {
+            return;
+        }
+        let mut b = Batch::new();
+        old.iter().for_each(|id| b.del_log(LogKind::Deleg, *id));
+        if self.apply(b).await.is_ok() {
+            self.delegs.forget(&old);
+        }
+    }
+
+    /// `DelegWait`: the delegations of `session` recalled here, once there are any.
+    pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64) -> Response {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let out = loop {
+            let wait = self.delegs.changed();
+            tokio::pin!(wait);
+            wait.as_mut().enable();
+            let ids = self.delegs.take_recalls(session);
+            if !ids.is_empty() || tokio::time::Instant::now() >= deadline {
+                break ids;
+            }
+            let _ = tokio::time::timeout_at(deadline, wait).await;
+        };
+        Ok(Reply::Recalls(out))
+    }
+
+    /// Delegations held on this server (for `cluster status`).
+    pub(crate) fn delegations_held(&self) -> u64 {
+        self.delegs.live_count() as u64
+    }
+}

@@ -1,0 +1,347 @@
+//! The delegation table of one server: delegations by directory, their records, the
+//! requests in flight per directory, and the recalls waiting for their holders.
+
+use super::Stored;
+use plusfs_proto::path::is_within;
+use plusfs_proto::Touch;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// What the store says about a delegation (live or ended).
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub dir: String,
+    pub session: u64,
+    pub applied_seq: u64,
+    pub live: bool,
+    pub ended_at: u64,
+}
+
+/// A live (or being granted) delegation.
+#[derive(Debug)]
+struct Deleg {
+    id: u64,
+    session: u64,
+    /// Being granted: waiting for the requests in flight on its directory.
+    granting: bool,
+    /// When a recall was first asked for.
+    recalled: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Inner {
+    dirs: HashMap<String, Deleg>,
+    ids: HashMap<u64, String>,
+    records: HashMap<u64, Record>,
+    inflight: HashMap<String, usize>,
+    recalls: HashMap<u64, Vec<u64>>,
+}
+
+/// Counts shown by `cluster status`.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub recalls: AtomicU64,
+    pub revoked: AtomicU64,
+    pub flushes: AtomicU64,
+}
+
+/// See the module documentation.
+#[derive(Default)]
+pub(crate) struct DelegTable {
+    inner: Mutex<Inner>,
+    changed: Notify,
+    pub counters: Counters,
+}
+
+/// What a request must do about the delegations on what it touches.
+pub(crate) enum Recall {
+    /// Nothing delegated to another session: go on.
+    Clear,
+    /// Recalls are out: wait for a change, at most until then.
+    Wait(Instant),
+    /// These holders did not answer in time: revoke, then look again.
+    Revoke(Vec<u64>),
+}
+
+/// A request in flight on some directories; dropping it ends that.
+pub(crate) struct InFlight {
+    table: Option<Arc<DelegTable>>,
+    dirs: Vec<String>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let Some(t) = self.table.take() else { return };
+        let mut idle = false;
+        {
+            let mut g = t.lock();
+            for d in &self.dirs {
+                if let Some(n) = g.inflight.get_mut(d) {
+                    *n -= 1;
+                    if *n == 0 {
+                        g.inflight.remove(d);
+                        idle |= g.dirs.get(d).is_some_and(|x| x.granting);
+                    }
+                }
+            }
+        }
+        if idle {
+            t.changed.notify_waiters();
+        }
+    }
+}
+
+impl DelegTable {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("delegation table")
+    }
+
+    /// A future that completes at the next change (enable it before looking).
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+
+    /// Adds a delegation read from the store.
+    pub fn load(&self, id: u64, s: Stored) {
+        let mut g = self.lock();
+        let live = s.ended_at == 0;
+        if live {
+            g.dirs.insert(s.dir.clone(), Deleg { id, session: s.session, granting: false, recalled: None });
+            g.ids.insert(id, s.dir.clone());
+        }
+        let rec = Record { dir: s.dir, session: s.session, applied_seq: s.applied_seq, live, ended_at: s.ended_at };
+        g.records.insert(id, rec);
+    }
+
+    /// Registers a request in flight on the directories of `touched`.
+    pub fn enter(self: &Arc<Self>, touched: &[(String, Touch, bool)]) -> InFlight {
+        if touched.is_empty() {
+            return InFlight { table: None, dirs: Vec::new() };
+        }
+        let mut dirs: Vec<String> = touched.iter().map(|t| t.0.clone()).collect();
+        dirs.sort();
+        dirs.dedup();
+        let mut g = self.lock();
+        for d in &dirs {
+            *g.inflight.entry(d.clone()).or_default() += 1;
+        }
+        InFlight { table: Some(self.clone()), dirs }
+    }
+
+    /// Recalls the delegations that sessions other than `session` hold on what `touched`
+    /// names (a subtree touch names every directory at or below it).
+    pub fn recall_conflicts(&self, touched: &[(String, Touch, bool)], session: u64, timeout: Duration) -> Recall {
+        let mut g = self.lock();
+        if g.dirs.is_empty() {
+            return Recall::Clear;
+        }
+        let mut hit: Vec<String> = Vec::new();
+        for (dir, _, subtree) in touched {
+            if *subtree {
+                hit.extend(g.dirs.keys().filter(|d| is_within(d, dir)).cloned());
+            } else if g.dirs.contains_key(dir) {
+                hit.push(dir.clone());
+            }
+        }
+        hit.retain(|d| g.dirs[d].session != session);
+        if hit.is_empty() {
+            return Recall::Clear;
+        }
+        let now = Instant::now();
+        let (mut deadline, mut revoke, mut asked) = (now + timeout, Vec::new(), false);
+        for d in hit {
+            let (id, holder, first) = {
+                let x = g.dirs.get_mut(&d).expect("listed above");
+                let first = x.recalled.is_none() && !x.granting;
+                let since = *x.recalled.get_or_insert(now);
+                if now >= since + timeout && !x.granting {
+                    revoke.push(x.id);
+                }
+                deadline = deadline.min(since + timeout);
+                (x.id, x.session, first)
+            };
+            if first {
+                g.recalls.entry(holder).or_default().push(id);
+                self.counters.recalls.fetch_add(1, Ordering::Relaxed);
+                asked = true;
+            }
+        }
+        drop(g);
+        if asked {
+            self.changed.notify_waiters();
+        }
+        match revoke.is_empty() {
+            true => Recall::Wait(deadline),
+            false => Recall::Revoke(revoke),
+        }
+    }
+
+    /// Starts granting delegation `id` on `dir` to `session`; `Err` with the holder's
+    /// delegation id when the directory is delegated already.
+    pub fn start_grant(&self, dir: &str, id: u64, session: u64) -> Result<u64, u64> {
+        let mut g = self.lock();
+        if let Some(x) = g.dirs.get(dir) {
+            return Err(x.id);
+        }
+        g.dirs.insert(dir.to_string(), Deleg { id, session, granting: true, recalled: None });
+        g.ids.insert(id, dir.to_string());
+        Ok(id)
+    }
+
+    /// Whether grant `id` may read its directory now (`Some(true)`), must wait for the
+    /// requests in flight on it (`Some(false)`), or was recalled meanwhile (`None`).
+    pub fn grant_ready(&self, id: u64) -> Option<bool> {
+        let g = self.lock();
+        let dir = g.ids.get(&id)?;
+        let x = g.dirs.get(dir)?;
+        if x.recalled.is_some() {
+            return None;
+        }
+        Some(!g.inflight.contains_key(dir))
+    }
+
+    /// Grant `id` is recorded in the store: it is live, unless it was recalled meanwhile
+    /// (then `false`, and the caller takes the record back).
+    pub fn granted(&self, id: u64) -> bool {
+        let mut g = self.lock();
+        let Some(dir) = g.ids.get(&id).cloned() else { return false };
+        let Some(x) = g.dirs.get_mut(&dir) else { return false };
+        if x.recalled.is_some() {
+            return false;
+        }
+        x.granting = false;
+        let session = x.session;
+        g.records.insert(id, Record { dir, session, applied_seq: 0, live: true, ended_at: 0 });
+        true
+    }
+
+    /// Forgets grant `id` (it failed or was recalled before it was given).
+    pub fn abandon(&self, id: u64) {
+        self.remove(&[id], true);
+    }
+
+    /// The record of delegation `id`.
+    pub fn record(&self, id: u64) -> Option<Record> {
+        self.lock().records.get(&id).cloned()
+    }
+
+    /// Flush `seq` of delegation `id` is applied; with `ended` the delegation is over.
+    pub fn flushed(&self, id: u64, seq: u64, ended: bool) {
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut g = self.lock();
+            if let Some(r) = g.records.get_mut(&id) {
+                r.applied_seq = seq;
+                if ended {
+                    r.live = false;
+                    r.ended_at = super::unix_now();
+                }
+            }
+        }
+        if ended {
+            self.remove(&[id], false);
+        }
+    }
+
+    /// Delegations `ids` were revoked: they and their records go.
+    pub fn revoked(&self, ids: &[u64]) {
+        self.counters.revoked.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        self.remove(ids, true);
+    }
+
+    fn remove(&self, ids: &[u64], records: bool) {
+        {
+            let mut g = self.lock();
+            for id in ids {
+                if let Some(dir) = g.ids.remove(id) {
+                    if g.dirs.get(&dir).is_some_and(|x| x.id == *id) {
+                        g.dirs.remove(&dir);
+                    }
+                }
+                if records {
+                    g.records.remove(id);
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Ended delegations whose end is before `t` (unix seconds).
+    pub fn ended_before(&self, t: u64) -> Vec<u64> {
+        self.lock().records.iter().filter(|(_, r)| !r.live && r.ended_at < t).map(|(id, _)| *id).collect()
+    }
+
+    /// Drops the records of `ids`.
+    pub fn forget(&self, ids: &[u64]) {
+        let mut g = self.lock();
+        ids.iter().for_each(|id| {
+            g.records.remove(id);
+        });
+    }
+
+    /// The recalls waiting for `session`'s next `DelegWait`.
+    pub fn take_recalls(&self, session: u64) -> Vec<u64> {
+        self.lock().recalls.remove(&session).unwrap_or_default()
+    }
+
+    /// Live delegations.
+    pub fn live_count(&self) -> usize {
+        self.lock().dirs.values().filter(|x| !x.granting).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(dir: &str) -> Vec<(String, Touch, bool)> {
+        vec![(dir.to_string(), Touch::Read(None), false)]
+    }
+
+    #[test]
+    fn a_grant_waits_for_requests_in_flight_and_yields_to_a_recall() {
+        let t = Arc::new(DelegTable::default());
+        let req = t.enter(&touch("/d"));
+        assert_eq!(t.start_grant("/d", 7, 1), Ok(7));
+        assert_eq!(t.grant_ready(7), Some(false), "a request is in flight on /d");
+        drop(req);
+        assert_eq!(t.grant_ready(7), Some(true));
+        assert!(t.granted(7));
+        assert_eq!(t.start_grant("/d", 8, 2), Err(7));
+        // The holder's own requests pass; another session's recall it.
+        assert!(matches!(t.recall_conflicts(&touch("/d"), 1, Duration::from_secs(1)), Recall::Clear));
+        assert!(matches!(t.recall_conflicts(&touch("/d"), 2, Duration::from_secs(1)), Recall::Wait(_)));
+        assert_eq!(t.take_recalls(1), vec![7]);
+        assert!(matches!(t.recall_conflicts(&touch("/d"), 2, Duration::ZERO), Recall::Revoke(ids) if ids == [7]));
+        t.revoked(&[7]);
+        assert!(t.record(7).is_none());
+        assert!(matches!(t.recall_conflicts(&touch("/d"), 2, Duration::from_secs(1)), Recall::Clear));
+    }
+
+    #[test]
+    fn a_subtree_touch_recalls_everything_below() {
+        let t = Arc::new(DelegTable::default());
+        t.start_grant("/a/b/c", 1, 1).unwrap();
+        assert!(t.granted(1));
+        let moved = vec![("/a".to_string(), Touch::Object, true)];
+        assert!(matches!(t.recall_conflicts(&moved, 2, Duration::from_secs(1)), Recall::Wait(_)));
+        let other = vec![("/ab".to_string(), Touch::Object, true)];
+        t.take_recalls(1);
+        assert!(matches!(t.recall_conflicts(&other, 2, Duration::from_secs(1)), Recall::Clear));
+    }
+
+    #[test]
+    fn an_ended_delegation_keeps_answering_its_last_flush() {
+        let t = Arc::new(DelegTable::default());
+        t.start_grant("/d", 3, 1).unwrap();
+        assert!(t.granted(3));
+        t.flushed(3, 4, true);
+        let r = t.record(3).expect("kept");
+        assert!(!r.live && r.applied_seq == 4);
+        assert_eq!(t.live_count(), 0);
+        assert_eq!(t.start_grant("/d", 5, 2), Ok(5));
+    }
+}
