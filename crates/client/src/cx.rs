@@ -188,8 +188,7 @@ impl Client {
     }
 
     async fn call(&self, server: ServerId, req: &Request) -> Result<Result<Reply, WireError>, FsError> {
-        self.pool
-            .call_as(server, &self.caller, req)
+        self.send(server, req)
             .await
             .map_err(|e| FsError::new("reach", format!("server {server}"), e.errno()).with_detail(e.to_string()))
     }
