@@ -27,6 +27,8 @@ pub struct Osd {
     pub failpoints: Arc<Failpoints>,
     /// Directories whose redistribution runs in a background task.
     pub(crate) distributing: Mutex<HashSet<String>>,
+    /// Directories whose redistribution runs now (one at a time each).
+    pub(crate) turns: crate::hugedir::Turns,
     /// Pending Cx operations and their commitment.
     pub(crate) cx: Cx,
 }
@@ -52,7 +54,14 @@ impl Osd {
     ) -> Result<Arc<Osd>, StoreError> {
         let (wanted_tx, mut wanted) = mpsc::unbounded_channel();
         let engine = Engine::open(id, map, store, data, wanted_tx)?;
-        let osd = Arc::new(Osd { engine, peers, failpoints, distributing: Mutex::default(), cx: Cx::default() });
+        let osd = Arc::new(Osd {
+            engine,
+            peers,
+            failpoints,
+            distributing: Mutex::default(),
+            turns: Default::default(),
+            cx: Cx::default(),
+        });
         let weak = Arc::downgrade(&osd);
         tokio::spawn(async move {
             while let Some(dir) = wanted.recv().await {
