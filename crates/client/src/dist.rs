@@ -40,10 +40,12 @@ impl Client {
     /// Decides what a server error about entries of `dir` means for routing.
     pub(crate) fn reroute(&self, dir: &str, shard: Option<u64>, e: WireError) -> Reroute {
         if let Some(info) = &e.redirect {
+            // Also a refusal (EBUSY) because another directory the operation needs is
+            // being distributed: wait for that too.
+            if info.state == DistState::Distributing && (info.path == dir || e.errno == Errno::EBUSY) {
+                return Reroute::Wait;
+            }
             if info.path == dir {
-                if info.state == DistState::Distributing {
-                    return Reroute::Wait;
-                }
                 self.dist.insert((**info).clone());
                 return Reroute::Retry;
             }

@@ -4,14 +4,26 @@
 //! leads the redistribution; each member of the storing set keeps a *shard*: a directory
 //! object under the shard key with this server's part of the entries and its counts.
 //!
-//! Redistribution, under the directory's busy lock (writers wait; readers are answered
-//! with the distribution and retry):
-//! 1. the primary records `Distributing` with the storing set in its object (durable);
+//! Redistribution (one at a time per directory on its primary):
+//! 1. under the directory's busy lock, once no transaction holds any of it, the primary
+//!    records `Distributing` with the storing set in its object (durable);
 //! 2. it streams its entries, sending each storing server the ones Eq. 2 gives it
 //!    (`ShardImport`, in parallel, repeated until acknowledged);
 //! 3. it sends each storing server its shard object with the counts;
-//! 4. in one store write it drops the entries that moved, writes its own shard (if it is a
-//!    member) and records `Distributed`.
+//! 4. under the busy lock again, in one store write it drops the entries that moved,
+//!    writes its own shard (if it is a member) and records `Distributed`.
+//!
+//! Steps 2 and 3 wait for other servers and hold no lock. A storing server's import waits
+//! for the transactions that lock the path there, and such a transaction may wait for a
+//! lock on the primary: a rename onto the directory locks its path on every server, and its
+//! prepare on the primary would wait for the busy lock held across the imports, which wait
+//! for the rename (a deadlock that outlived its clients). What keeps the entries still
+//! meanwhile is the durable `Distributing` state: requests about entries are redirected with
+//! it (writers, like readers, wait and retry), sub-operations that would remove, move or
+//! re-ancestry a `Distributing` directory are refused (`Engine::being_distributed`: their
+//! coordinators and clients wait and retry), and the transactions that held any of it were
+//! waited for in step 1. Changes of the object's own attributes that need no other server
+//! (times, extended attributes, threshold) may land meanwhile; step 4 keeps them.
 //!
 //! Until step 4 every entry is still on the primary and nobody can reach the shards, so a
 //! crash before it is repaired by running the same steps again (a restarted primary resumes
@@ -30,12 +42,49 @@ use plusfs_proto::{
     Threshold, Timespec,
 };
 use plusfs_store::Batch;
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Entries per `ShardImport` request while distributing.
 const IMPORT_CHUNK: usize = 16_384;
+
+/// The directories being distributed by this server now (whoever asked): one
+/// redistribution of a directory at a time.
+#[derive(Default)]
+pub(crate) struct Turns {
+    dirs: Mutex<HashSet<String>>,
+    ended: Notify,
+}
+
+/// A directory's turn to be distributed; it ends when dropped.
+pub(crate) struct Turn<'a> {
+    turns: &'a Turns,
+    dir: String,
+}
+
+impl Turns {
+    /// Waits until no redistribution of `dir` runs, then takes the turn.
+    async fn take(&self, dir: &str) -> Turn<'_> {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.dirs.lock().expect("distribution turns").insert(dir.to_string()) {
+                return Turn { turns: self, dir: dir.to_string() };
+            }
+            ended.await;
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.turns.dirs.lock().expect("distribution turns").remove(&self.dir);
+        self.turns.ended.notify_waiters();
+    }
+}
 
 impl Osd {
     /// The busy lock of the whole directory `dir`, once no transaction holds any of it.
@@ -65,22 +114,30 @@ impl Osd {
 
     /// Distributes `dir` if it is over its threshold (or resumes a started distribution).
     /// Returns the distribution when the directory is distributed at the end.
+    ///
+    /// Holds the directory's busy lock only for steps 1 and 4 (see the module
+    /// documentation), never while waiting for another server.
     pub(crate) async fn distribute(self: &Arc<Self>, dir: &str) -> OpResult<Option<DistInfo>> {
-        let _guard = self.lock_whole(dir).await?;
-        let Some(mut d) = self.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
-        match d.dist.state {
-            DistState::Distributed => return Ok(Some(self.dist_info(dir, &d))),
-            DistState::Nondistributed if !self.over_threshold(&d) => return Ok(None),
-            DistState::Nondistributed => {
-                let width = if d.dist.width == 0 { self.map.hugedirs.width } else { d.dist.width };
-                d.dist.set = self.map.storing_set(dir, width);
-                d.dist.state = DistState::Distributing;
-                let mut b = Batch::new();
-                b.put_dir(dir, &d);
-                self.apply(b).await?;
+        // Another caller distributing it: wait for it, then find the directory distributed.
+        let _turn = self.turns.take(dir).await;
+        let d = {
+            let _guard = self.lock_whole(dir).await?;
+            let Some(mut d) = self.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
+            match d.dist.state {
+                DistState::Distributed => return Ok(Some(self.dist_info(dir, &d))),
+                DistState::Nondistributed if !self.over_threshold(&d) => return Ok(None),
+                DistState::Nondistributed => {
+                    let width = if d.dist.width == 0 { self.map.hugedirs.width } else { d.dist.width };
+                    d.dist.set = self.map.storing_set(dir, width);
+                    d.dist.state = DistState::Distributing;
+                    let mut b = Batch::new();
+                    b.put_dir(dir, &d);
+                    self.apply(b).await?;
+                }
+                DistState::Distributing => tracing::info!(dir, "resuming an interrupted redistribution"),
             }
-            DistState::Distributing => tracing::info!(dir, "resuming an interrupted redistribution"),
-        }
+            d
+        };
         self.failpoints.hit("distribute_after_intent").await;
         let started = std::time::Instant::now();
         let set = d.dist.set.clone();
@@ -104,18 +161,40 @@ impl Osd {
         }))
         .await;
         self.failpoints.hit("distribute_after_shards").await;
-        // Flip: drop what moved, keep our own part as our shard, record Distributed.
+        // Flip: drop what moved, keep our own part as our shard, record Distributed. The
+        // object is read again: its attributes (and threshold) may have changed since step 1,
+        // not its entries (their counts say so) nor its storing set.
+        let _guard = self.lock_whole(dir).await?;
+        let mut now = match self.store.get_dir(dir).map_err(eio)? {
+            Some(now)
+                if now.ino == d.ino
+                    && (now.dist.state, &now.dist.set) == (d.dist.state, &d.dist.set)
+                    && (now.entries, now.subdirs) == (d.entries, d.subdirs) =>
+            {
+                now
+            }
+            now => {
+                let found = now.map(|o| (o.ino, o.dist.state, o.entries, o.subdirs));
+                return Err(err(
+                    Errno::EIO,
+                    format!(
+                        "'{dir}' changed while being distributed: (inode, state, entries, subdirectories) {:?} now {found:?}",
+                        (d.ino, d.dist.state, d.entries, d.subdirs)
+                    ),
+                ));
+            }
+        };
         let mut b = Batch::new();
         for name in &moved {
-            b.del_entry(d.ino, name);
+            b.del_entry(now.ino, name);
         }
         if set.contains(&self.id) {
             b.put_shard(dir, &shard_of(self.id));
         }
-        d.dist.state = DistState::Distributed;
-        d.entries = 0;
-        d.subdirs = 0;
-        b.put_dir(dir, &d);
+        now.dist.state = DistState::Distributed;
+        now.entries = 0;
+        now.subdirs = 0;
+        b.put_dir(dir, &now);
         self.apply(b).await?;
         let moved: u64 = counts.iter().filter(|(s, _)| **s != self.id).map(|(_, c)| c.0).sum();
         tracing::info!(
@@ -125,7 +204,7 @@ impl Osd {
             ms = started.elapsed().as_millis() as u64,
             "directory distributed"
         );
-        Ok(Some(self.dist_info(dir, &d)))
+        Ok(Some(self.dist_info(dir, &now)))
     }
 
     /// Step 2: sends every entry to its storing server; returns (entries, subdirectories)
@@ -186,7 +265,21 @@ impl Osd {
         shard: Option<DirObject>,
     ) -> Response {
         check_dir_path(path)?;
-        let _g = self.lock_whole(path).await?;
+        // The path, and its ancestors' objects: a transaction that moves or re-ancestries a
+        // subtree holding the path (locking its root Whole on every server) may have scanned
+        // this server's shards before this one arrived; it is waited for (its part on the
+        // primary refuses a `Distributing` directory, so it ends without the import).
+        let mut wanted = vec![(path.to_string(), Scope::Whole)];
+        let mut p = path;
+        while let Some((parent, _)) = plusfs_proto::path::split(p) {
+            wanted.push((parent.to_string(), Scope::object_only()));
+            p = parent;
+        }
+        let _g = self
+            .locks
+            .lock(&wanted, None, true)
+            .await
+            .map_err(|c| err(Errno::EIO, format!("'{path}': unexpected conflict with transaction {}", c.0)))?;
         if let Some(old) = self.store.get_shard(path).map_err(eio)? {
             if old.ino != ino {
                 tracing::warn!(path, old = old.ino, new = ino, "replacing the shard of an older directory");

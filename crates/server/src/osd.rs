@@ -27,6 +27,8 @@ pub struct Osd {
     pub failpoints: Arc<Failpoints>,
     /// Directories whose redistribution runs in a background task.
     pub(crate) distributing: Mutex<HashSet<String>>,
+    /// Directories whose redistribution runs now (one at a time each).
+    pub(crate) turns: crate::hugedir::Turns,
     /// Pending Cx operations and their commitment.
     pub(crate) cx: Cx,
     /// Directory delegations granted here (`deleg`).
@@ -59,6 +61,7 @@ impl Osd {
             peers,
             failpoints,
             distributing: Mutex::default(),
+            turns: Default::default(),
             cx: Cx::default(),
             delegs: Arc::default(),
         });

@@ -98,6 +98,11 @@ fn swap_payloads(
 /// How long a rename or link waits for its destination directory to be distributed.
 pub(crate) const DISTRIBUTING_WAIT: Duration = Duration::from_secs(60);
 
+/// True for a refusal carrying a `Distributing` distribution (see `Engine::being_distributed`).
+fn is_distributing(e: &WireError) -> bool {
+    e.redirect.as_ref().is_some_and(|i| i.state == DistState::Distributing)
+}
+
 /// EAGAIN for a directory that stayed `Distributing` longer than [`DISTRIBUTING_WAIT`].
 pub(crate) fn still_distributing(dir: &str) -> WireError {
     err(Errno::EAGAIN, format!("'{dir}' is still being distributed"))
@@ -193,7 +198,9 @@ impl Osd {
             parts
         };
         match self.run(parts(&[]), c).await {
-            Err(WireError { redirect: Some(info), .. }) if info.path == p => self.run(parts(&info.set), c).await?,
+            Err(WireError { redirect: Some(info), .. }) if info.path == p && info.state == DistState::Distributed => {
+                self.run(parts(&info.set), c).await?
+            }
             r => r?,
         }
         Ok(Reply::Done)
@@ -245,7 +252,9 @@ impl Osd {
                     at.server = info.server_of(dname);
                     at.shard = Some(info.incarnation);
                 }
-                Err(WireError { redirect: Some(info), .. }) if info.path == dst => {
+                Err(WireError { redirect: Some(info), .. })
+                    if info.path == dst && info.state == DistState::Distributed =>
+                {
                     at.replaced_shards = info.set.clone()
                 }
                 r => return r,
@@ -357,15 +366,22 @@ impl Osd {
 
     /// Runs an operation that may span servers, again from the start (re-reading what it
     /// depends on) while it loses against another transaction (EBUSY), with a random
-    /// back-off; after [`MAX_ATTEMPTS`] the client gets EBUSY.
+    /// back-off; after [`MAX_ATTEMPTS`] the client gets EBUSY. A refusal because a
+    /// directory is being distributed is waited out instead (up to [`DISTRIBUTING_WAIT`]).
     pub(crate) async fn retrying<F, Fut>(self: &Arc<Self>, mut op: F) -> Response
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Response>,
     {
         let mut attempt = 0;
+        let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         loop {
             match op().await {
+                Err(e) if e.errno == Errno::EBUSY && is_distributing(&e) => {
+                    if !waiting.wait().await {
+                        return Err(e);
+                    }
+                }
                 Err(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
                     attempt += 1;
                     let wait = rand::thread_rng().gen_range(1..=(2u64 << attempt.min(6)));
@@ -470,7 +486,10 @@ impl Osd {
             return Ok(Reply::Done);
         }
         let mut at = (self.map.home_of_dir(bdir), None);
-        for _ in 0..3 {
+        let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
+        let mut changes = 0;
+        while changes < 3 {
+            changes += 1;
             let mut parts = Parts::new();
             add_part(
                 &mut parts,
@@ -479,6 +498,15 @@ impl Osd {
             );
             add_part(&mut parts, at.0, SubOp::ExchangeEntry { dir: bdir.into(), name: bname.into(), shard: at.1 });
             match self.retrying(|| async { self.run(parts.clone(), c).await.map(|_| Reply::Done) }).await {
+                // Being distributed: its storing servers may not hold their shards yet.
+                Err(WireError { redirect: Some(info), .. })
+                    if info.path == bdir && info.state == DistState::Distributing =>
+                {
+                    if !waiting.wait().await {
+                        return Err(still_distributing(bdir));
+                    }
+                    changes -= 1;
+                }
                 Err(WireError { redirect: Some(info), .. }) if info.path == bdir => {
                     at = (info.server_of(bname), Some(info.incarnation));
                 }

@@ -109,3 +109,34 @@ async fn a_crash_at_every_cx_step_is_all_or_nothing() {
     crash_at(TxnProtocol::Cx, "cx_after_vote", true).await;
     crash_at(TxnProtocol::Cx, "cx_after_commit_record", false).await;
 }
+
+/// A rename onto a directory whose redistribution is under way: the rename prepares on
+/// every server, and a storing server's `ShardImport` waits for the transaction lock it
+/// takes there. The primary must not hold the directory's busy lock meanwhile (the
+/// rename's prepare on the primary would wait for it, and the redistribution for the
+/// rename: a deadlock). The rename waits for the distribution instead, then replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_onto_a_directory_being_distributed_waits_for_it() {
+    let cluster = start(TxnProtocol::TwoPhase).await;
+    let (a, b) = (cluster.client(), cluster.client());
+    a.mkdir("/src", 0o755).await.unwrap();
+    let big = "/big";
+    let fp = cluster.failpoint(a.home(big), "distribute_after_intent", FailAction::Pause);
+    // Distributed from creation: the mkdir answers once its home has distributed it.
+    let mkdir = {
+        let a = a.clone();
+        tokio::spawn(async move { a.mkdir_with(big, 0o755, plusfs_proto::Threshold::Entries(0), 0).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fp.reached()).await.expect("the primary reached the step");
+    let rename = tokio::spawn(async move { b.rename("/src", big).await });
+    // Time for the rename to prepare on the storing servers (locking the path there).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!rename.is_finished(), "the rename did not wait for the distribution");
+    fp.release();
+    let limit = Duration::from_secs(20);
+    tokio::time::timeout(limit, mkdir).await.expect("the distribution finishes").unwrap().unwrap();
+    tokio::time::timeout(limit, rename).await.expect("the rename finishes").unwrap().unwrap();
+    assert_eq!(a.lstat("/src").await.unwrap_err().errno, Errno::ENOENT);
+    a.lstat(big).await.unwrap();
+    assert_consistent(&cluster, &a).await;
+}

@@ -86,6 +86,17 @@ impl Engine {
         }
     }
 
+    /// A sub-operation that would remove, move or re-ancestry the directory `dir` (object
+    /// `d`) or change its entries while it is being distributed: EBUSY carrying the
+    /// `Distributing` distribution, so that coordinators and clients wait for its end and
+    /// try again, as for a redirect, instead of counting a lost race.
+    pub(crate) fn being_distributed(&self, dir: &str, d: &DirObject) -> WireError {
+        WireError {
+            redirect: Some(Box::new(self.dist_info(dir, d))),
+            ..err(Errno::EBUSY, format!("'{dir}' is being distributed"))
+        }
+    }
+
     /// The cluster's threshold (`[hugedirs] threshold`).
     pub(crate) fn cluster_threshold(&self) -> Threshold {
         match self.map.hugedirs.threshold_entries() {

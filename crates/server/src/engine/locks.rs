@@ -17,7 +17,12 @@
 use plusfs_proto::TxId;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+
+/// How long a lock or a settling request waits before it logs what is in its way (and
+/// again after each further such period): a wait this long means something is stuck.
+const SLOW_WAIT: Duration = Duration::from_secs(10);
 
 /// What a lock covers inside a directory.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -149,6 +154,7 @@ impl LockTable {
     ) -> Result<Guard, Conflict> {
         let owner = owners.first().copied();
         let dirs: BTreeSet<String> = wanted.iter().map(|(d, _)| d.clone()).collect();
+        let since = Instant::now();
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -189,7 +195,10 @@ impl LockTable {
                     _ => {}
                 }
             }
-            notified.await;
+            if tokio::time::timeout(SLOW_WAIT, notified).await.is_err() {
+                let held = self.describe(dirs.iter());
+                tracing::warn!(?wanted, ?owner, secs = since.elapsed().as_secs(), %held, "a lock waits long");
+            }
         }
     }
 
@@ -224,8 +233,30 @@ impl LockTable {
                 return;
             }
             tracing::debug!(?wanted, ?conflicts, "a request waits for pending transactions");
-            notified.await;
+            if tokio::time::timeout(SLOW_WAIT, notified).await.is_err() {
+                let held = self.describe(wanted.iter().map(|(d, _)| d));
+                tracing::warn!(?wanted, %held, "a request waits long for pending transactions");
+            }
         }
+    }
+
+    /// What holds locks on `dirs`, for the logs: `'/a': busy, tx 7 whole, tx 9 'x'`.
+    fn describe<'a>(&self, dirs: impl Iterator<Item = &'a String>) -> String {
+        let inner = self.inner.lock().expect("lock table");
+        let mut out = Vec::new();
+        for d in dirs {
+            let Some(st) = inner.dirs.get(d) else { continue };
+            let mut parts = Vec::new();
+            if st.busy {
+                parts.push("busy".to_string());
+            }
+            parts.extend(st.whole.map(|t| format!("tx {t} whole")));
+            let mut names: Vec<_> = st.names.iter().map(|(n, t)| format!("tx {t} '{n}'")).collect();
+            names.sort();
+            parts.extend(names);
+            out.push(format!("'{d}': {}", parts.join(", ")));
+        }
+        out.join("; ")
     }
 
     /// Records transaction locks for `txid` (the caller holds the busy locks).

@@ -55,8 +55,12 @@ impl Engine {
                 }
                 SubOp::AdjustLinks { ino, .. } => vec![crate::engine::links::inode_lock(*ino)],
                 // The destination of a moved subtree: until the decision arrives, requests on
-                // it wait (its objects come with the commit payload).
-                SubOp::ExportSubtree { new_root, .. } => vec![(new_root.clone(), Scope::Whole)],
+                // it wait (its objects come with the commit payload). And the moved root on
+                // every server: a shard arriving below it after the scan (a redistribution's
+                // import) waits for the decision, not to be left at the old path.
+                SubOp::ExportSubtree { root, new_root, .. } => {
+                    vec![(new_root.clone(), Scope::Whole), (root.clone(), Scope::Whole)]
+                }
                 // The directory (its objects below come from the scan) and its entry.
                 SubOp::Reancestry { root, .. } => {
                     let mut l = vec![(root.clone(), Scope::Whole)];
@@ -116,14 +120,24 @@ impl Engine {
                 if again != exported || shards_within(root)? != reshards {
                     continue; // an object appeared or vanished between scan and lock
                 }
-                if let Some((p, _)) = self
+                if let Some((p, d)) = self
                     .store
                     .dirs_within(root)
                     .map_err(eio)?
                     .into_iter()
                     .find(|(_, d)| d.dist.state == DistState::Distributing)
                 {
-                    return Err(err(Errno::EBUSY, format!("'{p}' is being distributed")));
+                    return Err(self.being_distributed(&p, &d));
+                }
+                if !exporting {
+                    // Re-ancestry also rewrites the root's entry (its owner) in its parent.
+                    if let Some(parent) = plusfs_proto::path::split(root).map(|(dir, _)| dir) {
+                        if let Some(d) = self.store.get_dir(parent).map_err(eio)? {
+                            if d.dist.state == DistState::Distributing {
+                                return Err(self.being_distributed(parent, &d));
+                            }
+                        }
+                    }
                 }
             }
             for op in ops {
@@ -195,9 +209,7 @@ impl Engine {
                     Some(d) if *ino != 0 && d.ino != *ino => {
                         Err(err(Errno::EBUSY, format!("'{path}' changed during the operation")))
                     }
-                    Some(d) if d.dist.state == DistState::Distributing => {
-                        Err(err(Errno::EBUSY, format!("'{path}' is being distributed")))
-                    }
+                    Some(d) if d.dist.state == DistState::Distributing => Err(self.being_distributed(path, &d)),
                     // Its shards must be removed by the same transaction.
                     Some(d) if d.dist.state == DistState::Distributed && d.dist.set != *shards => {
                         Err(WireError::redirect(self.dist_info(path, &d)))
