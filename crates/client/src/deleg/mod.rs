@@ -73,8 +73,9 @@ pub(crate) struct Held {
     pub since: Option<Instant>,
     pub last_use: Instant,
     pub seq: u64,
-    /// A flush sent whose answer was lost: resent (same number) before anything else.
-    pub unacked: Option<(u64, Vec<DelegOp>, Vec<Cred>)>,
+    /// A flush sent whose answer was lost: resent as it was (same number) before anything
+    /// else.
+    pub unacked: Option<Request>,
     pub next_ino: u64,
     pub ino_end: u64,
     /// Returned or revoked: nothing may be done under it any more.
@@ -259,8 +260,8 @@ impl Delegations {
         if h.gone {
             return Ok(());
         }
-        if let Some((seq, ops, creds)) = h.unacked.take() {
-            self.send_flush(h, seq, ops, creds, false).await?;
+        if let Some(req) = h.unacked.take() {
+            self.send_flush(h, req).await?;
         }
         let mut ops = std::mem::take(&mut h.pending);
         for (name, l) in h.entries.iter_mut() {
@@ -281,21 +282,13 @@ impl Delegations {
             return Ok(());
         }
         h.seq += 1;
-        let seq = h.seq;
-        self.send_flush(h, seq, ops, creds, release).await
+        let req = Request::DelegFlush { dir: h.dir.clone(), id: h.id, seq: h.seq, creds, ops, release };
+        self.send_flush(h, req).await
     }
 
-    /// Sends flush `seq` until it is answered (resending while the server cannot be
-    /// reached, at most [`FLUSH_PATIENCE`]).
-    async fn send_flush(
-        &self,
-        h: &mut Held,
-        seq: u64,
-        ops: Vec<DelegOp>,
-        creds: Vec<Cred>,
-        release: bool,
-    ) -> Result<(), FsError> {
-        let req = Request::DelegFlush { dir: h.dir.clone(), id: h.id, seq, creds, ops, release };
+    /// Sends flush request `req` until it is answered (resending while the server cannot
+    /// be reached, at most [`FLUSH_PATIENCE`]; then it is kept to be resent first).
+    async fn send_flush(&self, h: &mut Held, req: Request) -> Result<(), FsError> {
         let start = Instant::now();
         let reply = loop {
             match self.pool.call_as(h.server, &self.cred(), &req).await {
@@ -305,8 +298,7 @@ impl Delegations {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(e) => {
-                    let Request::DelegFlush { ops, creds, .. } = req else { unreachable_flush() };
-                    h.unacked = Some((seq, ops, creds));
+                    h.unacked = Some(req);
                     return Err(FsError::new("write back", &h.dir, e.errno()).with_detail(e.to_string()));
                 }
             }
@@ -431,10 +423,6 @@ impl Delegations {
     pub fn small_file_bytes(&self) -> u64 {
         self.map.data.small_file_bytes
     }
-}
-
-fn unreachable_flush() -> ! {
-    panic!("a flush request is a DelegFlush")
 }
 
 /// The state of a new delegation.
