@@ -1,7 +1,8 @@
 //! Encoding requests and replies into frames and back.
 
-use crate::cred::{Call, Cred};
+use crate::cred::Cred;
 use crate::frame::{Frame, FrameError, Header, FLAG_RESPONSE, PROTOCOL_VERSION};
+use crate::message::Call;
 use crate::message::OPCODE_NAMES;
 use crate::message::{Request, Response};
 use crate::Errno;

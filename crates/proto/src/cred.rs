@@ -1,5 +1,5 @@
 //! The caller's credentials every request carries (NFS `AUTH_SYS` style), and the
-//! envelope of a request frame: [`Call`] = credential + [`Request`].
+//! envelope of a request frame, [`Call`](crate::Call), holds one with the request.
 //!
 //! Servers check permissions against the credential (`docs/semantics.md`). Today they
 //! believe the uid and groups a client claims, as NFS `AUTH_SYS` does; `verifier` is
@@ -8,7 +8,6 @@
 //! receiver checks something on the caller's behalf: prepares of two-phase commits,
 //! forwarded file requests) or [`Cred::server`], which peers trust.
 
-use crate::message::Request;
 use serde::{Deserialize, Serialize};
 
 /// Read permission (the `r` bit), as `access(2)`'s `R_OK`.
@@ -73,6 +72,18 @@ impl Cred {
         self.gid == gid || self.groups.contains(&gid)
     }
 
+    /// The index of `c`'s user and groups in `creds` (a flush's list of callers), added
+    /// if missing (without verifier or session).
+    pub fn index_in(creds: &mut Vec<Cred>, c: &Cred) -> u32 {
+        match creds.iter().position(|x| x.uid == c.uid && x.gid == c.gid && x.groups == c.groups) {
+            Some(i) => i as u32,
+            None => {
+                creds.push(Cred::new(c.uid, c.gid, c.groups.clone()));
+                (creds.len() - 1) as u32
+            }
+        }
+    }
+
     /// The credential of this process: effective uid and gid, supplementary groups.
     pub fn of_process() -> Cred {
         // SAFETY: geteuid/getegid have no preconditions and cannot fail; getgroups writes
@@ -89,13 +100,6 @@ impl Cred {
     }
 }
 
-/// The body of a request frame: who calls, and what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Call {
-    pub cred: Cred,
-    pub request: Request,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +109,14 @@ mod tests {
         let c = Cred::new(5, 10, vec![20, 30]);
         assert!(c.in_group(10) && c.in_group(30) && !c.in_group(40));
         assert!(!c.is_root() && Cred::server().is_root());
+    }
+
+    #[test]
+    fn credentials_are_listed_once() {
+        let mut creds = Vec::new();
+        let a = Cred::new(5, 5, vec![]);
+        assert_eq!(Cred::index_in(&mut creds, &a), 0);
+        assert_eq!(Cred::index_in(&mut creds, &Cred::new(6, 6, vec![])), 1);
+        assert_eq!(Cred::index_in(&mut creds, &a), 0);
     }
 }

@@ -21,6 +21,13 @@ use crate::peer::{CommitPayload, CxAnswer, CxRole, SubOp, Vote};
 use crate::record::{Ancestry, DirObject, FileKind, Inode};
 use serde::{Deserialize, Serialize};
 
+/// The body of a request frame: who calls, and what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    pub cred: Cred,
+    pub request: Request,
+}
+
 /// Every request a client or a peer server can send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {

@@ -42,49 +42,12 @@ use plusfs_proto::{
     Threshold, Timespec,
 };
 use plusfs_store::Batch;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// Entries per `ShardImport` request while distributing.
 const IMPORT_CHUNK: usize = 16_384;
-
-/// The directories being distributed by this server now (whoever asked): one
-/// redistribution of a directory at a time.
-#[derive(Default)]
-pub(crate) struct Turns {
-    dirs: Mutex<HashSet<String>>,
-    ended: Notify,
-}
-
-/// A directory's turn to be distributed; it ends when dropped.
-pub(crate) struct Turn<'a> {
-    turns: &'a Turns,
-    dir: String,
-}
-
-impl Turns {
-    /// Waits until no redistribution of `dir` runs, then takes the turn.
-    async fn take(&self, dir: &str) -> Turn<'_> {
-        loop {
-            let ended = self.ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            if self.dirs.lock().expect("distribution turns").insert(dir.to_string()) {
-                return Turn { turns: self, dir: dir.to_string() };
-            }
-            ended.await;
-        }
-    }
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        self.turns.dirs.lock().expect("distribution turns").remove(&self.dir);
-        self.turns.ended.notify_waiters();
-    }
-}
 
 impl Osd {
     /// The busy lock of the whole directory `dir`, once no transaction holds any of it.

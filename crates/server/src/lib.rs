@@ -21,6 +21,7 @@ mod namespace;
 mod net;
 mod osd;
 mod serial;
+mod turns;
 mod twopc;
 mod xattr;
 

@@ -28,11 +28,11 @@ pub struct Osd {
     /// Directories whose redistribution runs in a background task.
     pub(crate) distributing: Mutex<HashSet<String>>,
     /// Directories whose redistribution runs now (one at a time each).
-    pub(crate) turns: crate::hugedir::Turns,
+    pub(crate) turns: crate::turns::Turns,
     /// Pending Cx operations and their commitment.
     pub(crate) cx: Cx,
     /// Directory delegations granted here (`deleg`).
-    pub(crate) delegs: Arc<crate::deleg::DelegTable>,
+    pub(crate) delegs: Arc<crate::deleg::table::DelegTable>,
 }
 
 impl std::ops::Deref for Osd {

@@ -3,8 +3,7 @@
 //! queues the operation. `None` means "not answerable here": the caller sends the request
 //! to the server (after the queue, see `before`).
 
-use super::{Held, Local, MAX_BYTES, MAX_OPS};
-use plusfs_proto::deleg::cred_index;
+use super::held::{Held, Local, MAX_BYTES, MAX_OPS};
 use plusfs_proto::perm::{self, Owned};
 use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, Errno, FileKind, SetAttr, TimeSet, Timespec};
 use plusfs_proto::{MAY_READ, MAY_WRITE};
@@ -121,7 +120,7 @@ impl Held {
             rdev,
         };
         self.obj.count_entry(new.kind, 1, now);
-        let by = cred_index(&mut self.creds, c);
+        let by = Cred::index_in(&mut self.creds, c);
         let target = new.target.map(str::to_string);
         self.queue(DelegOp::Create {
             name: name.to_string(),
@@ -177,7 +176,7 @@ impl Held {
         let now = Timespec::now();
         self.obj.count_entry(a.kind, -1, now);
         self.entries.remove(name);
-        let by = cred_index(&mut self.creds, c);
+        let by = Cred::index_in(&mut self.creds, c);
         self.queue(DelegOp::Unlink { name: name.to_string(), time: now, by });
         Some(Ok(()))
     }
@@ -211,7 +210,7 @@ impl Held {
             attr.ctime = now;
         }
         self.entries.insert(to.to_string(), l);
-        let by = cred_index(&mut self.creds, c);
+        let by = Cred::index_in(&mut self.creds, c);
         self.queue(DelegOp::Rename { from: from.to_string(), to: to.to_string(), time: now, by });
         Some(Ok(()))
     }
@@ -254,7 +253,7 @@ impl Held {
         }
         let out = attr.clone();
         if set != SetAttr::default() {
-            let by = cred_index(&mut self.creds, c);
+            let by = Cred::index_in(&mut self.creds, c);
             self.queue(DelegOp::SetAttr { name: name.to_string(), set, time: now, by });
         } else {
             self.since.get_or_insert_with(Instant::now);

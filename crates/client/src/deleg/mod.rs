@@ -6,8 +6,8 @@
 //! entry set: `lookup`s of names (present or missing), creates, small-file writes,
 //! `setattr`s, unlinks and renames inside the directory are answered here (`local.rs`)
 //! and queued as [`DelegOp`]s. The queue is written back as one `DelegFlush` per
-//! directory: after [`FLUSH_AFTER`] at the latest, when it grows past [`MAX_OPS`] or
-//! [`MAX_BYTES`], before any request of this client that touches the directory another
+//! directory: after [`FLUSH_AFTER`] at the latest, when it grows past `MAX_OPS` or
+//! `MAX_BYTES` (`held.rs`), before any request of this client that touches the directory another
 //! way (so the servers see this client's operations in order), on `fsync` and
 //! [`Client::sync`](crate::Client::sync), and when the server recalls the delegation
 //! because another client needs the directory (answered through a `DelegWait` long poll
@@ -16,26 +16,25 @@
 //! this client did not answer a recall in time) is reported as EIO by the next `fsync` or
 //! `sync`.
 
+mod held;
 mod local;
 
+pub(crate) use held::Held;
+use held::Local;
 pub(crate) use local::NewEntry;
 
 use crate::error::FsError;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{
-    Attr, Cred, DelegGrant, DelegOp, DirObject, Errno, FileKind, Flushed, Reply, Request, ServerId, Touch, WireError,
+    Attr, Cred, DelegGrant, DelegOp, Errno, FileKind, Flushed, Reply, Request, ServerId, Touch, WireError,
 };
 use plusfs_rpc::Pool;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// Queued work is written back within this time.
 pub const FLUSH_AFTER: Duration = Duration::from_secs(1);
-/// Most queued operations per directory before a flush.
-pub const MAX_OPS: usize = 2048;
-/// Most queued file bytes per directory before a flush.
-pub const MAX_BYTES: usize = 4 << 20;
 /// A delegation unused this long is returned.
 const IDLE: Duration = Duration::from_secs(3);
 /// Most delegations held at once.
@@ -47,40 +46,6 @@ const BURST_OPS: u32 = 2;
 const BURST: Duration = Duration::from_secs(2);
 /// How long a flush is resent while its server cannot be reached.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
-
-/// What this client knows of one entry of a delegated directory.
-#[derive(Debug, Clone)]
-pub(crate) enum Local {
-    /// Its attributes (a subdirectory's are its kind and inode only), symlink target,
-    /// and whole contents when known (files created under the delegation).
-    Known { attr: Attr, target: Option<String>, content: Option<Vec<u8>>, dirty: bool, link: bool },
-    /// Changed by a request sent to the server: ask the server.
-    Unknown,
-}
-
-/// A delegation this client holds.
-pub(crate) struct Held {
-    pub id: u64,
-    pub server: ServerId,
-    pub dir: String,
-    pub obj: DirObject,
-    /// The directory's attributes changed by a request sent to the server.
-    pub dir_stale: bool,
-    pub entries: BTreeMap<String, Local>,
-    pub pending: Vec<DelegOp>,
-    pub creds: Vec<Cred>,
-    pub pending_bytes: usize,
-    pub since: Option<Instant>,
-    pub last_use: Instant,
-    pub seq: u64,
-    /// A flush sent whose answer was lost: resent as it was (same number) before anything
-    /// else.
-    pub unacked: Option<Request>,
-    pub next_ino: u64,
-    pub ino_end: u64,
-    /// Returned or revoked: nothing may be done under it any more.
-    pub gone: bool,
-}
 
 type Slot = Arc<tokio::sync::Mutex<Held>>;
 
@@ -222,7 +187,7 @@ impl Delegations {
             return;
         }
         let fsync = matches!(req, Request::Fsync { .. });
-        for (dir, touch, subtree) in plusfs_proto::deleg::touched(req) {
+        for (dir, touch, subtree) in plusfs_proto::touch::touched(req) {
             let slots: Vec<Slot> = {
                 let st = self.state();
                 match subtree {

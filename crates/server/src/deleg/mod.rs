@@ -15,9 +15,7 @@
 //! server restarted under a delegation still honours it and answers a resent flush once.
 
 mod apply;
-mod table;
-
-pub(crate) use table::DelegTable;
+pub(crate) mod table;
 
 use crate::engine::encode;
 use crate::engine::errors::{check_dir_path, eio, err};
@@ -27,33 +25,18 @@ use crate::engine::perm;
 use crate::osd::Osd;
 use plusfs_proto::{Cred, DelegGrant, DelegOp, Errno, Flushed, Reply, Request, Response, MAY_READ, MAY_WRITE};
 use plusfs_store::{Batch, LogKind};
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use table::Record;
+use table::{unix_now, Record, Stored};
 
 /// Inode numbers handed out with a delegation.
 const INO_BLOCK: u32 = 1024;
-
-/// What the store keeps about a delegation.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Stored {
-    pub dir: String,
-    pub session: u64,
-    pub applied_seq: u64,
-    /// Unix seconds at which it ended (0: live); ended records answer resent flushes.
-    pub ended_at: u64,
-}
 
 /// How long a `DelegWait` waits for a recall before answering empty.
 const WAIT: Duration = Duration::from_secs(5);
 
 /// How long an ended delegation's record stays to answer a resent last flush.
 const KEEP_ENDED_SECS: u64 = 600;
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
 
 impl Osd {
     /// Loads the delegations recorded in the store (at start).
@@ -71,7 +54,7 @@ impl Osd {
     /// recalls the delegations other sessions hold on them; returns when none is left.
     /// Delegations whose holder did not answer within the recall timeout are revoked.
     pub(crate) async fn enter_delegated(self: &Arc<Self>, cred: &Cred, req: &Request) -> table::InFlight {
-        let touched = plusfs_proto::deleg::touched(req);
+        let touched = plusfs_proto::touch::touched(req);
         let guard = self.delegs.enter(&touched);
         loop {
             let wait = self.delegs.changed();

@@ -1,14 +1,29 @@
 //! The delegation table of one server: delegations by directory, their records, the
 //! requests in flight per directory, and the recalls waiting for their holders.
 
-use super::Stored;
 use plusfs_proto::path::is_within;
 use plusfs_proto::Touch;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+
+/// What the store keeps about a delegation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Stored {
+    pub dir: String,
+    pub session: u64,
+    pub applied_seq: u64,
+    /// Unix seconds at which it ended (0: live); ended records answer resent flushes.
+    pub ended_at: u64,
+}
+
+/// Unix seconds now.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
 
 /// What the store says about a delegation (live or ended).
 #[derive(Debug, Clone)]
@@ -237,7 +252,7 @@ impl DelegTable {
                 r.applied_seq = seq;
                 if ended {
                     r.live = false;
-                    r.ended_at = super::unix_now();
+                    r.ended_at = unix_now();
                 }
             }
         }

@@ -1,0 +1,43 @@
+//! What a client keeps of one delegated directory.
+
+use plusfs_proto::{Attr, Cred, DelegOp, DirObject, Request, ServerId};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Most queued operations per directory before a flush.
+pub const MAX_OPS: usize = 2048;
+/// Most queued file bytes per directory before a flush.
+pub const MAX_BYTES: usize = 4 << 20;
+/// What this client knows of one entry of a delegated directory.
+#[derive(Debug, Clone)]
+pub(crate) enum Local {
+    /// Its attributes (a subdirectory's are its kind and inode only), symlink target,
+    /// and whole contents when known (files created under the delegation).
+    Known { attr: Attr, target: Option<String>, content: Option<Vec<u8>>, dirty: bool, link: bool },
+    /// Changed by a request sent to the server: ask the server.
+    Unknown,
+}
+
+/// A delegation this client holds.
+pub(crate) struct Held {
+    pub id: u64,
+    pub server: ServerId,
+    pub dir: String,
+    pub obj: DirObject,
+    /// The directory's attributes changed by a request sent to the server.
+    pub dir_stale: bool,
+    pub entries: BTreeMap<String, Local>,
+    pub pending: Vec<DelegOp>,
+    pub creds: Vec<Cred>,
+    pub pending_bytes: usize,
+    pub since: Option<Instant>,
+    pub last_use: Instant,
+    pub seq: u64,
+    /// A flush sent whose answer was lost: resent as it was (same number) before anything
+    /// else.
+    pub unacked: Option<Request>,
+    pub next_ino: u64,
+    pub ino_end: u64,
+    /// Returned or revoked: nothing may be done under it any more.
+    pub gone: bool,
+}
