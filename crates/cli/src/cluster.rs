@@ -151,7 +151,12 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             };
             let txn =
                 plusfs_placement::TxnSettings { protocol: txn, commit_timeout_ms, commit_threshold, max_log_bytes };
-            up(servers, data, &ClusterSettings { sync, hugedirs, data: data_settings, txn }, detach)
+            up(
+                servers,
+                data,
+                &ClusterSettings { sync, hugedirs, data: data_settings, txn, ..Default::default() },
+                detach,
+            )
         }
         ClusterCmd::Down { data } => {
             let n = plusfs_localcluster::down(&data, Duration::from_secs(10))?;

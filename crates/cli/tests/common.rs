@@ -47,6 +47,11 @@ impl TestCluster {
         Self::start_settings(n, &ClusterSettings { txn, ..Default::default() })
     }
 
+    /// Starts `n` servers with these `[delegations]` settings.
+    pub fn start_delegations(n: usize, delegations: plusfs_placement::DelegSettings) -> TestCluster {
+        Self::start_settings(n, &ClusterSettings { delegations, ..Default::default() })
+    }
+
     pub fn start_settings(n: usize, settings: &ClusterSettings) -> TestCluster {
         Self::start_in(&std::env::temp_dir(), n, settings)
     }

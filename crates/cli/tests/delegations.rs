@@ -72,12 +72,16 @@ async fn a_holder_batches_its_work_and_others_see_it_after_recall() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flush_resent_after_its_server_restarts_is_applied_once() {
-    let mut cluster = TestCluster::start(3);
+    // Queued work waits for a sync (no timed write-back during the test).
+    let settings = plusfs_placement::DelegSettings { writeback_ms: 600_000, ..Default::default() };
+    let mut cluster = TestCluster::start_delegations(3, settings);
     let a = delegating(&cluster);
     a.mkdir("/k", 0o755).await.unwrap();
     for i in 0..20 {
         a.create(&format!("/k/f{i}"), 0o644, true).await.unwrap();
     }
+    assert_eq!(a.delegations_held(), 1);
+    assert!(a.delegated_pending() >= 18, "creates queued at the kill: {}", a.delegated_pending());
     let home = a.home("/k");
     cluster.cluster.kill(home).expect("kill the directory's server");
     let restart = async {

@@ -3,8 +3,10 @@
 //! directory. Skipped, with a line saying so, where /dev/fuse is missing.
 
 mod common;
+mod mounts;
 
-use common::{exe, TestCluster};
+use common::TestCluster;
+use mounts::{fuse_available, sh, Mount};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -12,76 +14,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn fuse_available() -> bool {
-    let ok = Path::new("/dev/fuse").exists() && fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
-    if !ok {
-        // A machine without FUSE must say so explicitly; otherwise the suite fails here
-        // rather than passing without having tested the mount.
-        assert!(
-            common::skip_allowed(),
-            "/dev/fuse is missing or not usable here: the FUSE tests cannot run (set PLUSFS_ALLOW_SKIP=1 to skip them)"
-        );
-        println!("SKIPPED (PLUSFS_ALLOW_SKIP): /dev/fuse is missing or not usable here; the FUSE tests did not run");
-    }
-    ok
-}
-
-/// A mount of `cluster` that is unmounted when dropped.
-struct Mount {
-    dir: tempfile::TempDir,
-}
-
-impl Mount {
-    fn new(cluster: &TestCluster) -> Mount {
-        Mount::with_options(cluster, &[])
-    }
-
-    /// A mount with `plusfs mount -o` options.
-    fn with_options(cluster: &TestCluster, options: &[&str]) -> Mount {
-        let dir = tempfile::tempdir().unwrap();
-        // Reachable by other users (the temporary directory is private to root).
-        fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let mut args = vec!["mount", dir.path().to_str().unwrap()];
-        let joined = options.join(",");
-        if !options.is_empty() {
-            args.extend(["-o", &joined]);
-        }
-        let (code, out, err) = cluster.cli(&args);
-        assert_eq!(code, 0, "mount failed: {out}{err}");
-        Mount { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new(exe()).arg("umount").arg(self.dir.path()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while mounted(self.dir.path()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn mounted(p: &Path) -> bool {
-    let p = p.to_string_lossy().to_string();
-    fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == Some(&p))
-}
-
-fn sh(cmd: &str) -> String {
-    let out = Command::new("sh").arg("-c").arg(cmd).output().expect("run sh");
-    assert!(
-        out.status.success(),
-        "`{cmd}` failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The source tree of this crate family: a real tree of directories and files.
 fn source_tree() -> PathBuf {
@@ -246,6 +178,8 @@ fn random_operations_match_a_local_directory() {
         assert_eq!(got, want, "step {step}: op {op} on {p} -> {q}");
     }
     assert_eq!(tree(m.path()), tree(local.path()));
+    let (flushes, _, _) = mounts::deleg_counters(&cluster);
+    assert!(flushes > 0, "the mount worked under delegations (its default)");
 }
 
 /// Every path below `root` with its kind, and a file's contents and link count.

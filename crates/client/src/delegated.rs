@@ -141,4 +141,9 @@ impl Client {
     pub fn delegations_held(&self) -> usize {
         self.delegs.as_ref().map_or(0, |d| d.count())
     }
+
+    /// Operations done under this client's delegations and not yet written back.
+    pub fn delegated_pending(&self) -> usize {
+        self.delegs.as_ref().map_or(0, |d| d.pending())
+    }
 }

@@ -36,6 +36,7 @@ pub struct ClusterSettings {
     pub hugedirs: HugedirSettings,
     pub data: plusfs_placement::DataSettings,
     pub txn: plusfs_placement::TxnSettings,
+    pub delegations: plusfs_placement::DelegSettings,
 }
 
 /// Path of the cluster map inside a data directory.
@@ -91,7 +92,7 @@ impl LocalCluster {
                 hugedirs: settings.hugedirs.clone(),
                 data: settings.data.clone(),
                 txn: settings.txn.clone(),
-                delegations: Default::default(),
+                delegations: settings.delegations.clone(),
                 servers,
             };
             fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;

@@ -236,6 +236,10 @@ pub struct DelegSettings {
     /// the grant; default 4096).
     #[serde(default = "default_deleg_entries")]
     pub max_entries: u64,
+    /// A holder writes its queued changes back at most this long after the first of them
+    /// (default 1000 ms).
+    #[serde(default = "default_writeback")]
+    pub writeback_ms: u64,
 }
 
 fn default_true() -> bool {
@@ -250,12 +254,17 @@ fn default_deleg_entries() -> u64 {
     4096
 }
 
+fn default_writeback() -> u64 {
+    1000
+}
+
 impl Default for DelegSettings {
     fn default() -> Self {
         DelegSettings {
             enabled: true,
             recall_timeout_ms: default_recall_timeout(),
             max_entries: default_deleg_entries(),
+            writeback_ms: default_writeback(),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! entry set: `lookup`s of names (present or missing), creates, small-file writes,
 //! `setattr`s, unlinks and renames inside the directory are answered here (`local.rs`)
 //! and queued as [`DelegOp`]s. The queue is written back as one `DelegFlush` per
-//! directory: after [`FLUSH_AFTER`] at the latest, when it grows past `MAX_OPS` or
+//! directory: within the cluster's `[delegations] writeback_ms` (1 s), when it grows past `MAX_OPS` or
 //! `MAX_BYTES` (`held.rs`), before any request of this client that touches the directory another
 //! way (so the servers see this client's operations in order), on `fsync` and
 //! [`Client::sync`](crate::Client::sync), and when the server recalls the delegation
@@ -33,8 +33,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-/// Queued work is written back within this time.
-pub const FLUSH_AFTER: Duration = Duration::from_secs(1);
 /// A delegation unused this long is returned.
 const IDLE: Duration = Duration::from_secs(3);
 /// Most delegations held at once.
@@ -99,6 +97,13 @@ impl Delegations {
     /// Number of delegations held.
     pub fn count(&self) -> usize {
         self.state().held.len()
+    }
+
+    /// Operations queued and not yet written back (a delegation busy this moment counts
+    /// as none).
+    pub fn pending(&self) -> usize {
+        let slots: Vec<Slot> = self.state().held.values().cloned().collect();
+        slots.iter().filter_map(|s| s.try_lock().ok()).map(|h| h.pending.len() + usize::from(h.unacked.is_some())).sum()
     }
 
     /// The delegation on `dir` for a change about to be made by `caller`: the one held,
@@ -368,7 +373,7 @@ impl Delegations {
         let now = Instant::now();
         for slot in slots {
             let Ok(mut h) = slot.try_lock() else { continue };
-            let due = h.since.is_some_and(|t| now - t >= FLUSH_AFTER);
+            let due = h.since.is_some_and(|t| now - t >= self.writeback());
             let idle = now - h.last_use >= IDLE;
             if due || idle {
                 if let Err(e) = self.flush_locked(&mut h, idle).await {
@@ -382,6 +387,11 @@ impl Delegations {
     fn holds_on(&self, server: ServerId) -> bool {
         let st = self.state();
         st.held.values().any(|s| s.try_lock().map(|h| h.server == server).unwrap_or(true))
+    }
+
+    /// How long queued work may wait before it is written back.
+    fn writeback(&self) -> Duration {
+        Duration::from_millis(self.map.delegations.writeback_ms)
     }
 
     /// Small-file limit of the cluster.
@@ -453,7 +463,7 @@ async fn listen_for_recalls(d: Weak<Delegations>, server: ServerId) {
     }
 }
 
-/// Writes back queues older than [`FLUSH_AFTER`] and returns idle delegations.
+/// Writes back queues older than the cluster's write-back time and returns idle delegations.
 async fn background_flusher(d: Weak<Delegations>) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;

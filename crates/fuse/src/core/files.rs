@@ -195,7 +195,9 @@ impl MountCore {
             return Err(Errno::EACCES);
         }
         let fh = self.next_id();
-        self.stats.open(fh);
+        let c = &self.client;
+        let deleg = format!("delegations held {} pending {}\n", c.delegations_held(), c.delegated_pending());
+        self.stats.open(fh, &deleg);
         Ok(fh)
     }
 

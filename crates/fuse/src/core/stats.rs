@@ -4,7 +4,8 @@
 //! the server requests it sent (counted on its task, `plusfs_client::counting`), so a
 //! benchmark can report server requests per file operation. The counts are read from the
 //! read-only file [`STATS_FILE`] in the mount's root, which is not listed and cannot be
-//! changed; `plusfs mount --stats MOUNTPOINT` prints it.
+//! changed; `plusfs mount --stats MOUNTPOINT` prints it. After the table it shows the
+//! directory delegations the mount holds and the operations queued under them.
 
 use plusfs_proto::{Attr, FileKind, Timespec};
 use std::collections::{BTreeMap, HashMap};
@@ -61,9 +62,10 @@ impl Stats {
         self.ops().values().copied().collect()
     }
 
-    /// A reader opened the control file under handle `fh`: it reads the counts of now.
-    pub fn open(&self, fh: u64) {
-        let text = render_stats(&self.snapshot()).into_bytes();
+    /// A reader opened the control file under handle `fh`: it reads the counts of now,
+    /// followed by `extra` lines.
+    pub fn open(&self, fh: u64, extra: &str) {
+        let text = (render_stats(&self.snapshot()) + extra).into_bytes();
         self.readers().insert(fh, text);
     }
 
@@ -131,7 +133,7 @@ mod tests {
         s.record("create", 2, true);
         let snap = s.snapshot();
         assert_eq!(snap[1], OpStats { op: "lookup", calls: 2, errors: 1, requests: 1 });
-        s.open(7);
+        s.open(7, "");
         let all = s.read(7, 0, 1 << 20);
         let text = String::from_utf8(all.clone()).unwrap();
         assert!(text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["total", "3", "1", "3", "1.00"]));

@@ -1,0 +1,129 @@
+//! Test kit for FUSE mounts: whether FUSE is usable here, a mount of a test cluster that
+//! is unmounted when dropped, and a shell helper.
+
+#![allow(dead_code)]
+
+use crate::common::{self, exe, TestCluster};
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Whether /dev/fuse is usable; where it is not, fails unless skipping was allowed.
+pub fn fuse_available() -> bool {
+    let ok = Path::new("/dev/fuse").exists() && fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
+    if !ok {
+        // A machine without FUSE must say so explicitly; otherwise the suite fails here
+        // rather than passing without having tested the mount.
+        assert!(
+            common::skip_allowed(),
+            "/dev/fuse is missing or not usable here: the FUSE tests cannot run (set PLUSFS_ALLOW_SKIP=1 to skip them)"
+        );
+        println!("SKIPPED (PLUSFS_ALLOW_SKIP): /dev/fuse is missing or not usable here; the FUSE tests did not run");
+    }
+    ok
+}
+
+/// A mount of `cluster` that is unmounted when dropped.
+pub struct Mount {
+    dir: tempfile::TempDir,
+    /// Process id of the mount's daemon.
+    pub pid: u32,
+}
+
+impl Mount {
+    pub fn new(cluster: &TestCluster) -> Mount {
+        Mount::with_options(cluster, &[])
+    }
+
+    /// A mount with `plusfs mount -o` options.
+    pub fn with_options(cluster: &TestCluster, options: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        // Reachable by other users (the temporary directory is private to root).
+        fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let mut args = vec!["mount", dir.path().to_str().unwrap()];
+        let joined = options.join(",");
+        if !options.is_empty() {
+            args.extend(["-o", &joined]);
+        }
+        let (code, out, err) = cluster.cli(&args);
+        assert_eq!(code, 0, "mount failed: {out}{err}");
+        let pid = out.rsplit("process ").next().and_then(|t| t.trim().trim_end_matches(')').parse().ok());
+        Mount { dir, pid: pid.unwrap_or_else(|| panic!("no process id in `{out}`")) }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The mount's control file (`plusfs mount --stats`).
+    pub fn stats(&self) -> String {
+        fs::read_to_string(self.path().join(".plusfs-stats")).expect("read the mount's stats")
+    }
+
+    /// (delegations held, operations queued under them), from the control file.
+    pub fn delegations(&self) -> (u64, u64) {
+        let stats = self.stats();
+        let line = stats.lines().find(|l| l.starts_with("delegations held ")).expect("delegation line");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        (words[2].parse().unwrap(), words[4].parse().unwrap())
+    }
+
+    /// Sends `signal` to the mount's daemon.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on a process this test started.
+        assert_eq!(unsafe { libc::kill(self.pid as i32, signal) }, 0, "signal {signal} to the mount");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if !mounted(self.dir.path()) {
+            return;
+        }
+        let _ = Command::new(exe()).arg("umount").arg(self.dir.path()).status();
+        if mounted(self.dir.path()) {
+            // A daemon that was killed leaves its mount point behind.
+            let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while mounted(self.dir.path()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Whether `p` is a mount point now.
+pub fn mounted(p: &Path) -> bool {
+    let p = p.to_string_lossy().to_string();
+    fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == Some(&p))
+}
+
+/// Runs `cmd` with `sh -c`; fails the test if it fails. Returns its output.
+pub fn sh(cmd: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().expect("run sh");
+    assert!(
+        out.status.success(),
+        "`{cmd}` failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Delegation counters summed over the servers of `cluster` (`plusfs cluster status`):
+/// (flushes, recalls, revoked).
+pub fn deleg_counters(cluster: &TestCluster) -> (u64, u64, u64) {
+    let (code, out, err) = cluster.cli(&["cluster", "status"]);
+    assert_eq!(code, 0, "cluster status: {err}");
+    let mut sums = (0, 0, 0);
+    for l in out.lines().filter(|l| l.contains(" delegations: ")) {
+        let field = |k: &str| -> u64 {
+            l.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        sums.0 += field("flushes=");
+        sums.1 += field("recalls=");
+        sums.2 += field("revoked=");
+    }
+    sums
+}
