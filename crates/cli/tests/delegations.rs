@@ -101,3 +101,32 @@ async fn a_flush_resent_after_its_server_restarts_is_applied_once() {
     assert_eq!(b.lstat("/k").await.unwrap().size, 30);
     cluster.assert_fsck_clean();
 }
+
+/// A file that was hard-linked keeps its link form with one link left; the holder must not
+/// take it for a plain entry (its unlink would be refused by the server after being
+/// acknowledged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_link_of_a_once_linked_file_is_unlinked_for_everyone() {
+    let cluster = TestCluster::start(3);
+    let a = delegating(&cluster);
+    a.mkdir("/h", 0o755).await.unwrap();
+    for round in 0..3 {
+        for i in 0..3 {
+            a.create(&format!("/h/other{round}.{i}"), 0o644, true).await.unwrap();
+        }
+        a.create("/h/n0", 0o644, true).await.unwrap();
+        a.link("/h/n0", "/h/n1").await.unwrap();
+        a.link("/h/n1", "/h/n2").await.unwrap();
+        a.unlink("/h/n0").await.unwrap();
+        a.unlink("/h/n2").await.unwrap();
+        assert_eq!(a.lstat("/h/n1").await.unwrap().nlink, 1);
+        a.unlink("/h/n1").await.unwrap();
+        assert_eq!(a.lstat("/h/n1").await.unwrap_err().errno, plusfs_proto::Errno::ENOENT);
+    }
+    a.sync().await.expect("nothing the holder acknowledged was refused");
+    let b = cluster.client();
+    let names: Vec<String> = b.readdir("/h").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert!(!names.iter().any(|n| n.starts_with('n')), "{names:?}");
+    assert_eq!(names.len(), 9);
+    cluster.assert_fsck_clean();
+}

@@ -73,7 +73,10 @@ impl Held {
                 self.dir_stale = false;
             }
             Some(n) if matches!(self.entries.get(n), Some(Local::Unknown)) && a.kind != FileKind::Dir => {
-                let l = Local::Known { attr: a.clone(), target: None, content: None, dirty: false, link: a.nlink > 1 };
+                // Attributes do not tell whether the entry is in hard-link form (a file
+                // once linked stays so with one link left), which only its server may
+                // change: the entry is known for lookups, changed through the server.
+                let l = Local::Known { attr: a.clone(), target: None, content: None, dirty: false, link: true };
                 self.entries.insert(n.to_string(), l);
             }
             _ => {}
