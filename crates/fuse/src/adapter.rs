@@ -173,8 +173,15 @@ impl PlusFs {
         self.settings.ttl
     }
 
-    /// Runs `call` on the mount's runtime, counted as FUSE operation `op`, and hands its
-    /// result to `answer` (which replies to the kernel). Returns at once.
+    /// Runs `call`, counted as FUSE operation `op`, and hands its result to `answer` (which
+    /// replies to the kernel). Returns at once.
+    ///
+    /// The call is first polled here, on the thread that read the request: most calls of a
+    /// mount are answered from what it knows (its caches, a delegated directory) without
+    /// waiting, and are then answered without handing the request to another thread, which
+    /// costs a wake-up and a context switch per request on a small machine. A call that has
+    /// to wait (for a server, a lock) continues as a task of the mount's runtime, which
+    /// polls it again with its own waker.
     fn spawn<T, Fut>(
         &self,
         op: &'static str,
@@ -185,8 +192,13 @@ impl PlusFs {
         T: Send + 'static,
     {
         let core = self.core.clone();
+        let _in_runtime = self.rt.enter();
         let fut = call(core.clone());
-        self.rt.spawn(async move { answer(core.counted(op, fut).await) });
+        let mut task = Box::pin(async move { answer(core.counted(op, fut).await) });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if task.as_mut().poll(&mut cx).is_pending() {
+            self.rt.spawn(task);
+        }
     }
 }
 
