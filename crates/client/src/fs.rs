@@ -226,7 +226,11 @@ impl Client {
     /// storing servers (0: the cluster's setting).
     pub async fn mkdir_with(&self, raw: &str, mode: u32, threshold: Threshold, width: u32) -> Result<Attr, FsError> {
         let (p, parent, name) = self.target("create directory", raw, Errno::EEXIST)?;
-        self.mkdir_two_server(raw, &p, (&parent, &name), mode & 0o7777, (threshold, width)).await
+        let made = self.mkdir_two_server(raw, &p, (&parent, &name), mode & 0o7777, (threshold, width)).await?;
+        if let Some(d) = &self.delegs {
+            d.created(&p);
+        }
+        Ok(made)
     }
 
     /// Changes the huge-directory policy of an existing directory; it is distributed at

@@ -1,8 +1,8 @@
 //! Directory delegations on the client side (`docs/semantics.md`, "Delegations").
 //!
 //! When a client that asked for them ([`ClientOptions::delegations`](crate::ClientOptions))
-//! changes a directory a second time within a short while, it asks the directory's home
-//! for a write delegation. While it holds one ([`Held`]) it knows the directory's whole
+//! changes a directory a second time within a short while, or a first time right after
+//! making it, it asks the directory's home for a write delegation. While it holds one ([`Held`]) it knows the directory's whole
 //! entry set: `lookup`s of names (present or missing), creates, small-file writes,
 //! `setattr`s, unlinks and renames inside the directory are answered here (`local.rs`)
 //! and queued as [`DelegOp`]s. The queue is written back as one `DelegFlush` per
@@ -137,6 +137,15 @@ impl Delegations {
         }
         a.0 += 1;
         a.0 >= BURST_OPS
+    }
+
+    /// This client has just made directory `dir`: its first change asks for a delegation
+    /// (a directory being filled by its creator, as in `tar x` or `cp -r`).
+    pub fn created(&self, dir: &str) {
+        let mut st = self.state();
+        if st.activity.len() <= 4096 {
+            st.activity.insert(dir.to_string(), (BURST_OPS - 1, Instant::now(), None));
+        }
     }
 
     async fn acquire(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
