@@ -37,7 +37,7 @@ def step_rows(rows, setup):
             ratios = [by[(target, r)]["seconds"] / by[("tmpfs", r)]["seconds"] for r in runs]
             cells += [
                 f"{med([by[(target, r)]['seconds'] for r in runs]):.2f}",
-                f"{med(ratios):.0f}×",
+                f"{med(ratios):.1f}×",
                 f"{med([by[(target, r)]['fuse'] for r in runs]) / files[step]:.1f}",
                 f"{med([by[(target, r)]['requests'] for r in runs]) / files[step]:.2f}",
             ]
@@ -50,6 +50,8 @@ def md_rows(rows, mnt, nodeleg, local):
     rate = {}
     for r in rows:
         if r.get("step") == "md" and r.get("target") in names:
+            if r.get("errors"):
+                raise SystemExit(f"errors in an mdtest-style run: {r}")
             key = (names[r["target"]], r["phase"], r["clients"])
             rate.setdefault(key, {})[r["run"]] = r["ops_per_sec"]
     out = [

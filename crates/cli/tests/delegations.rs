@@ -120,6 +120,7 @@ async fn the_last_link_of_a_once_linked_file_is_unlinked_for_everyone() {
         a.unlink("/h/n0").await.unwrap();
         a.unlink("/h/n2").await.unwrap();
         assert_eq!(a.lstat("/h/n1").await.unwrap().nlink, 1);
+        assert_eq!(a.delegations_held(), 1, "the directory is delegated");
         a.unlink("/h/n1").await.unwrap();
         assert_eq!(a.lstat("/h/n1").await.unwrap_err().errno, plusfs_proto::Errno::ENOENT);
     }
@@ -128,5 +129,43 @@ async fn the_last_link_of_a_once_linked_file_is_unlinked_for_everyone() {
     let names: Vec<String> = b.readdir("/h").await.unwrap().into_iter().map(|e| e.name).collect();
     assert!(!names.iter().any(|n| n.starts_with('n')), "{names:?}");
     assert_eq!(names.len(), 9);
+    cluster.assert_fsck_clean();
+}
+
+/// A holder cut off from the directory's server (here: the server stopped) for longer than
+/// the recall timeout stops answering from its delegation, which the server may have
+/// revoked meanwhile; it answers locally again once it hears from the server, and nothing
+/// is lost (the call that timed out had its flush in flight to the stopped server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_from_its_server_stops_answering_locally() {
+    let settings = plusfs_placement::DelegSettings { writeback_ms: 600_000, ..Default::default() };
+    let cluster = TestCluster::start_delegations(3, settings);
+    let a = delegating(&cluster);
+    a.mkdir("/c", 0o755).await.unwrap();
+    for i in 0..5 {
+        a.create(&format!("/c/f{i}"), 0o644, true).await.unwrap();
+    }
+    assert_eq!(a.delegations_held(), 1);
+    let before = a.counters().requests;
+    a.lstat("/c/f0").await.unwrap();
+    assert_eq!(a.counters().requests, before, "answered locally while the lease holds");
+
+    let server = cluster.cluster.pid(a.home("/c")).expect("the directory's server runs") as i32;
+    // SAFETY: kill(2) on a server process this test started.
+    unsafe { libc::kill(server, libc::SIGSTOP) };
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let cut_off = tokio::time::timeout(std::time::Duration::from_millis(700), a.lstat("/c/f1")).await;
+    // SAFETY: as above.
+    unsafe { libc::kill(server, libc::SIGCONT) };
+    assert!(cut_off.is_err(), "without a lease the holder asks the (stopped) server: {cut_off:?}");
+
+    assert_eq!(a.lstat("/c/f1").await.unwrap().kind, plusfs_proto::FileKind::File);
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await; // a recall poll answered
+    let before = a.counters().requests;
+    a.create("/c/f5", 0o644, true).await.unwrap();
+    assert_eq!(a.counters().requests, before, "local again once the lease is renewed");
+    a.sync().await.unwrap();
+    let b = cluster.client();
+    assert_eq!(b.readdir("/c").await.unwrap().len(), 6, "every create once");
     cluster.assert_fsck_clean();
 }

@@ -117,7 +117,8 @@ fn two_mounts_and_a_library_client_take_turns_on_one_directory() {
     if !fuse_available() {
         return;
     }
-    let cluster = TestCluster::start(3);
+    // A slow answer to a recall on a busy machine must not be taken for a hung holder.
+    let cluster = TestCluster::start_delegations(3, DelegSettings { recall_timeout_ms: 10_000, ..Default::default() });
     let (a, b) = (Mount::with_options(&cluster, &["ttl=0"]), Mount::with_options(&cluster, &["ttl=0"]));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let c = delegating(&cluster);
@@ -125,6 +126,7 @@ fn two_mounts_and_a_library_client_take_turns_on_one_directory() {
     let mut model = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(16);
     let mut steps = 0;
+    let mut delegated = [false; 3];
     for turn in 0..60 {
         let actor = rng.gen_range(0..3);
         for _ in 0..rng.gen_range(1..=8) {
@@ -138,7 +140,13 @@ fn two_mounts_and_a_library_client_take_turns_on_one_directory() {
             assert_eq!(got, want, "turn {turn} of actor {actor}, step {steps}: {step:?}");
             steps += 1;
         }
+        delegated[actor] |= match actor {
+            0 => a.delegations().0 > 0,
+            1 => b.delegations().0 > 0,
+            _ => c.delegations_held() > 0,
+        };
     }
+    assert_eq!(delegated, [true; 3], "each of the three held the directory at some turn");
     let (flushes, recalls, _) = deleg_counters(&cluster);
     assert!(flushes > 0 && recalls > 0, "delegations were used and recalled: {flushes} flushes, {recalls} recalls");
     rt.block_on(c.sync()).unwrap();
@@ -187,6 +195,7 @@ fn a_hung_holder_loses_its_delegation_and_its_next_sync_fails() {
     assert!(held >= 1 && pending >= 5, "the mount holds the directory with queued work: {held} held, {pending} queued");
 
     m.signal(libc::SIGSTOP);
+    let resume = Resume(m.pid);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let other = cluster.client();
     let started = Instant::now();
@@ -199,7 +208,7 @@ fn a_hung_holder_loses_its_delegation_and_its_next_sync_fails() {
     rt.block_on(other.create("/d/from-other", 0o644, true)).unwrap();
     assert!(deleg_counters(&cluster).2 >= 1, "the server revoked the delegation");
 
-    m.signal(libc::SIGCONT);
+    drop(resume);
     let (ok, err) = sync_mount(&cluster, &m);
     assert!(!ok && err.contains("Input/output error"), "the holder's sync reports its lost work: {err}");
     let (ok, err) = sync_mount(&cluster, &m);
@@ -213,6 +222,16 @@ fn a_hung_holder_loses_its_delegation_and_its_next_sync_fails() {
     assert_eq!(through_mount, want);
     assert_eq!(rt.block_on(other.lstat("/d")).unwrap().size, 6);
     cluster.assert_fsck_clean();
+}
+
+/// Resumes a stopped process when dropped (also when the test fails while it is stopped).
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a process this test started.
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
 }
 
 /// A tree of `files` files of random sizes below `top` in `dirs` directories, and its tar.
@@ -264,17 +283,23 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
         assert!(Instant::now() < deadline && tar.try_wait().unwrap().is_none(), "the tar queued no work");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A file fsync'd in a directory of our own, which the mount holds with work queued.
     let fsynced = b"covered by fsync".repeat(100);
+    fs::create_dir(m.path().join("own")).unwrap();
+    fs::write(m.path().join("own/first"), b"queued").unwrap();
     {
         use std::io::Write;
-        let mut f = fs::File::create(m.path().join("fsynced")).unwrap();
+        let mut f = fs::File::create(m.path().join("own/fsynced")).unwrap();
         f.write_all(&fsynced).unwrap();
+        let (held, queued) = m.delegations();
+        assert!(held >= 1 && queued >= 2, "own/ is delegated with work queued: {held} held, {queued} queued");
         f.sync_all().unwrap();
     }
     // Kill at a moment when work is queued (a flush may just have emptied the queues).
     let queued = loop {
         let (_, queued) = m.delegations();
-        assert!(Instant::now() < deadline && tar.try_wait().unwrap().is_none(), "the tar was still running");
+        assert!(Instant::now() < deadline, "no queued work seen while the tar ran");
+        assert!(tar.try_wait().unwrap().is_none(), "the tar ended before the kill");
         if queued > 0 {
             break queued;
         }
@@ -289,7 +314,7 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
     cluster.assert_fsck_clean();
     let again = Mount::new(&cluster);
     let root = again.path();
-    assert_eq!(fs::read(root.join("fsynced")).unwrap(), fsynced, "the fsync'd file is complete");
+    assert_eq!(fs::read(root.join("own/fsynced")).unwrap(), fsynced, "the fsync'd file is complete");
     for (rel, data) in &first {
         assert!(fs::read(root.join(rel)).unwrap() == *data, "{rel}, covered by a sync, is complete");
     }
@@ -319,6 +344,9 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
     let listed = sh(&format!("cd {} && find . -type f | sort", root.display()));
     for l in listed.lines() {
         let rel = l.trim_start_matches("./");
-        assert!(rel == "fsynced" || first.contains_key(rel) || second.contains_key(rel), "unexpected file {rel}");
+        assert!(
+            rel.starts_with("own/") || first.contains_key(rel) || second.contains_key(rel),
+            "unexpected file {rel}"
+        );
     }
 }

@@ -20,12 +20,12 @@ impl Client {
             _ => d.held(dir)?,
         };
         let mut h = slot.lock().await;
-        if h.gone {
+        if h.gone || !d.leased(&h) {
             return None;
         }
         let out = f(&mut h)?;
         if h.full() {
-            if let Err(e) = d.flush_locked(&mut h, false).await {
+            if let Err(e) = d.write_back(&mut h, false, std::time::Duration::ZERO).await {
                 tracing::warn!(dir, error = %e, "cannot write back delegated work");
             }
         }
@@ -34,7 +34,7 @@ impl Client {
 
     /// `lstat` of `name` in `dir`.
     pub(crate) async fn deleg_lookup(&self, shown: &str, dir: &str, name: &str) -> Answer<Attr> {
-        let r = self.under(dir, false, |h| h.lookup(name)).await?;
+        let r = self.under(dir, false, |h| h.lookup(name, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
     }
 
@@ -112,7 +112,7 @@ impl Client {
 
     /// The target of a symlink known here.
     pub(crate) async fn deleg_readlink(&self, dir: &str, name: &str) -> Option<String> {
-        self.under(dir, false, |h| h.readlink(name)).await
+        self.under(dir, false, |h| h.readlink(name, &self.caller)).await
     }
 
     /// Writes back every delegated directory's queued work, as `sync(2)` asks of a file

@@ -139,7 +139,10 @@ impl Client {
         req: &Request,
     ) -> Result<plusfs_proto::Response, plusfs_rpc::CallError> {
         if let Some(d) = &self.delegs {
-            d.before(req).await;
+            if let Err(e) = d.before(req).await {
+                let why = format!("delegated work in {} could not be written back first: {e}", e.path);
+                return Ok(Err(plusfs_proto::WireError::new(plusfs_proto::Errno::EIO, why)));
+            }
         }
         self.pool.call_as(server, &self.caller, req).await
     }

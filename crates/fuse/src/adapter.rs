@@ -196,8 +196,14 @@ impl PlusFs {
         let fut = call(core.clone());
         let mut task = Box::pin(async move { answer(core.counted(op, fut).await) });
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        if task.as_mut().poll(&mut cx).is_pending() {
-            self.rt.spawn(task);
+        // A panic stays within this request (its dropped reply answers EIO), as it would in
+        // a runtime task; it must not unwind the thread that reads the kernel's requests.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut cx))) {
+            Ok(std::task::Poll::Pending) => {
+                self.rt.spawn(task);
+            }
+            Ok(std::task::Poll::Ready(())) => {}
+            Err(_) => tracing::error!(op, "a mount operation panicked; the request gets EIO"),
         }
     }
 }

@@ -201,6 +201,11 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Process id of server `id`, if this cluster object started it and it runs.
+    pub fn pid(&self, id: u32) -> Option<u32> {
+        self.children.iter().find(|(i, _)| *i == id).map(|(_, c)| c.id())
+    }
+
     /// Kills server `id` with SIGKILL (a crash) and reaps it.
     pub fn kill(&mut self, id: u32) -> Result<()> {
         self.signal_and_reap(id, libc::SIGKILL)

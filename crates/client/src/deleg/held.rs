@@ -40,4 +40,15 @@ pub(crate) struct Held {
     pub ino_end: u64,
     /// Returned or revoked: nothing may be done under it any more.
     pub gone: bool,
+    /// When the grant was asked for: the server cannot have recalled it before.
+    pub asked: Instant,
+}
+
+impl Held {
+    /// Changes not written back: queued operations, files with new contents, and a flush
+    /// whose answer is awaited.
+    pub fn unflushed(&self) -> usize {
+        let dirty = self.entries.values().filter(|l| matches!(l, Local::Known { dirty: true, .. })).count();
+        self.pending.len() + dirty + usize::from(self.unacked.is_some())
+    }
 }

@@ -48,8 +48,11 @@ impl Held {
 
     /// `lstat` of entry `name`: its attributes or ENOENT (`None`: a subdirectory, a hard
     /// link or an entry changed through the server).
-    pub fn lookup(&mut self, name: &str) -> Option<Result<Attr, Errno>> {
+    pub fn lookup(&mut self, name: &str, c: &Cred) -> Option<Result<Attr, Errno>> {
         self.touch();
+        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
+            return Some(Err(e.errno));
+        }
         match plain(self.entries.get(name))? {
             None => Some(Err(Errno::ENOENT)),
             Some(a) => Some(Ok(a.clone())),
@@ -61,31 +64,27 @@ impl Held {
         (!self.dir_stale).then(|| Attr::of_dir(&self.obj))
     }
 
-    /// Learns the attributes the server gave for `name` (or the directory itself).
+    /// Learns the attributes the server gave for the directory itself (`name` is `None`).
+    /// An entry changed through the server stays left to the server: its attributes do
+    /// not tell whether it is in hard-link form (a file once linked stays so with one link
+    /// left), which only its server may change.
     pub fn learn(&mut self, name: Option<&str>, a: &Attr) {
-        match name {
-            None if a.kind == FileKind::Dir => {
-                let o = &mut self.obj;
-                (o.mode, o.uid, o.gid) = (a.mode, a.uid, a.gid);
-                (o.atime, o.mtime, o.ctime) = (a.atime, a.mtime, a.ctime);
-                o.entries = a.size;
-                o.subdirs = (a.nlink as u64).saturating_sub(2);
-                self.dir_stale = false;
-            }
-            Some(n) if matches!(self.entries.get(n), Some(Local::Unknown)) && a.kind != FileKind::Dir => {
-                // Attributes do not tell whether the entry is in hard-link form (a file
-                // once linked stays so with one link left), which only its server may
-                // change: the entry is known for lookups, changed through the server.
-                let l = Local::Known { attr: a.clone(), target: None, content: None, dirty: false, link: true };
-                self.entries.insert(n.to_string(), l);
-            }
-            _ => {}
+        if name.is_none() && a.kind == FileKind::Dir {
+            let o = &mut self.obj;
+            (o.mode, o.uid, o.gid) = (a.mode, a.uid, a.gid);
+            (o.atime, o.mtime, o.ctime) = (a.atime, a.mtime, a.ctime);
+            o.entries = a.size;
+            o.subdirs = (a.nlink as u64).saturating_sub(2);
+            self.dir_stale = false;
         }
     }
 
     /// Creates `name` (or, without `exclusive`, opens the file there).
     pub fn create(&mut self, name: &str, mode: u32, new: NewEntry<'_>, c: &Cred) -> Option<Result<Attr, Errno>> {
         self.touch();
+        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
+            return Some(Err(e.errno));
+        }
         if let Some(l) = self.entries.get(name) {
             return match l {
                 Local::Known { .. } if new.exclusive => Some(Err(Errno::EEXIST)),
@@ -155,6 +154,9 @@ impl Held {
     /// `open` of an existing entry.
     pub fn open(&mut self, name: &str, access: u32, c: &Cred) -> Option<Result<Attr, Errno>> {
         self.touch();
+        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
+            return Some(Err(e.errno));
+        }
         match plain(self.entries.get(name))? {
             None => Some(Err(Errno::ENOENT)),
             Some(a) => {
@@ -222,6 +224,9 @@ impl Held {
     /// known here, up to `small` bytes.
     pub fn setattr(&mut self, name: &str, set: &SetAttr, c: &Cred, small: u64) -> Option<Result<Attr, Errno>> {
         self.touch();
+        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
+            return Some(Err(e.errno));
+        }
         let a = match plain(self.entries.get(name))? {
             None => return Some(Err(Errno::ENOENT)),
             Some(a) => a.clone(),
@@ -298,7 +303,9 @@ impl Held {
     }
 
     /// The target of symlink `name`, when known here.
-    pub fn readlink(&mut self, name: &str) -> Option<String> {
+    pub fn readlink(&mut self, name: &str, c: &Cred) -> Option<String> {
+        // A caller without search permission is answered by the server (with EACCES).
+        perm::check_search(c, &self.obj, &self.dir).ok()?;
         match self.entries.get(name) {
             Some(Local::Known { target: Some(t), attr, .. }) if attr.kind == FileKind::Symlink => Some(t.clone()),
             _ => None,

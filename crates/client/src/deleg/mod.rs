@@ -42,6 +42,8 @@ const REFUSED_FOR: Duration = Duration::from_secs(2);
 /// Changes of a directory within [`BURST`] after which a delegation is asked for.
 const BURST_OPS: u32 = 2;
 const BURST: Duration = Duration::from_secs(2);
+/// Directories whose recent changes are counted (older ones are forgotten beyond this).
+const MAX_ACTIVITY: usize = 4096;
 /// How long a flush is resent while its server cannot be reached.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -56,6 +58,10 @@ struct State {
     activity: HashMap<String, (u32, Instant, Option<Instant>)>,
     /// Servers with a running recall listener.
     listening: HashSet<ServerId>,
+    /// Per server, when the last `DelegWait` that was answered was sent: no recall the
+    /// server made before answering went unseen, so none of its delegations can be
+    /// revoked before that time plus the recall timeout.
+    polled: HashMap<ServerId, Instant>,
     /// Recalls of delegations not installed yet (their grant still in transit).
     early: HashSet<u64>,
     background: bool,
@@ -94,16 +100,29 @@ impl Delegations {
         st.held.get(dir).cloned()
     }
 
+    /// Whether `h` may still be used here: the server cannot have revoked it yet. A
+    /// holder that was stopped (or cut off) longer than the recall timeout stops answering
+    /// locally until its recall listener hears from the server again; meanwhile its calls
+    /// go to the servers, after writing back (or losing) its queue.
+    pub fn leased(&self, h: &Held) -> bool {
+        let since = self.state().polled.get(&h.server).map_or(h.asked, |p| (*p).max(h.asked));
+        since.elapsed() < self.recall_timeout() * 9 / 10
+    }
+
+    fn recall_timeout(&self) -> Duration {
+        Duration::from_millis(self.map.delegations.recall_timeout_ms.max(1))
+    }
+
     /// Number of delegations held.
     pub fn count(&self) -> usize {
         self.state().held.len()
     }
 
-    /// Operations queued and not yet written back (a delegation busy this moment counts
-    /// as none).
+    /// Changes not yet written back: queued operations, files whose contents changed, and
+    /// a flush sent but not answered (a delegation busy this moment counts as none).
     pub fn pending(&self) -> usize {
         let slots: Vec<Slot> = self.state().held.values().cloned().collect();
-        slots.iter().filter_map(|s| s.try_lock().ok()).map(|h| h.pending.len() + usize::from(h.unacked.is_some())).sum()
+        slots.iter().filter_map(|s| s.try_lock().ok()).map(|h| h.unflushed()).sum()
     }
 
     /// The delegation on `dir` for a change about to be made by `caller`: the one held,
@@ -125,7 +144,7 @@ impl Delegations {
         if st.held.len() >= MAX_HELD {
             return false;
         }
-        if st.activity.len() > 4096 {
+        if st.activity.len() > MAX_ACTIVITY {
             st.activity.retain(|_, (_, first, refused)| now - *first < BURST || refused.is_some_and(|r| r > now));
         }
         let a = st.activity.entry(dir.to_string()).or_insert((0, now, None));
@@ -142,8 +161,11 @@ impl Delegations {
     /// This client has just made directory `dir`: its first change asks for a delegation
     /// (a directory being filled by its creator, as in `tar x` or `cp -r`).
     pub fn created(&self, dir: &str) {
+        if !self.map.delegations.enabled {
+            return;
+        }
         let mut st = self.state();
-        if st.activity.len() <= 4096 {
+        if st.activity.len() <= MAX_ACTIVITY {
             st.activity.insert(dir.to_string(), (BURST_OPS - 1, Instant::now(), None));
         }
     }
@@ -151,6 +173,7 @@ impl Delegations {
     async fn acquire(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
         let req = Request::DelegAcquire { dir: dir.to_string() };
         let cred = Cred { session: self.session, ..caller.clone() };
+        let asked = Instant::now();
         let grant = match self.pool.call_as(home, &cred, &req).await {
             Ok(Ok(Reply::Deleg(g))) => g,
             other => {
@@ -160,7 +183,7 @@ impl Delegations {
                 return None;
             }
         };
-        let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, home, dir)));
+        let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, home, dir, asked)));
         let recalled = {
             let mut st = self.state();
             let id = slot.try_lock().expect("new").id;
@@ -196,9 +219,12 @@ impl Delegations {
     /// Before this client sends `req`: queued work of the delegated directories it
     /// touches goes first; entries it changes are no longer known here; a change of a
     /// delegated directory itself returns the delegation.
-    pub async fn before(&self, req: &Request) {
+    ///
+    /// A write-back that could not be delivered (the server is unreachable) fails the
+    /// request with EIO: it must not reach the servers before the work it follows.
+    pub async fn before(&self, req: &Request) -> Result<(), FsError> {
         if self.state().held.is_empty() {
-            return;
+            return Ok(());
         }
         let fsync = matches!(req, Request::Fsync { .. });
         for (dir, touch, subtree) in plusfs_proto::touch::touched(req) {
@@ -219,11 +245,11 @@ impl Delegations {
                 if h.gone {
                     continue;
                 }
-                let r = match &touch {
-                    Touch::Object => self.flush_locked(&mut h, true).await,
-                    _ => self.flush_locked(&mut h, false).await,
-                };
-                if let Err(e) = r {
+                let release = matches!(touch, Touch::Object);
+                if let Err(e) = self.write_back(&mut h, release, Duration::ZERO).await {
+                    if h.unacked.is_some() {
+                        return Err(e);
+                    }
                     tracing::warn!(dir = h.dir, error = %e, "cannot write back delegated work");
                 }
                 if let (Touch::Entry(name), false) = (&touch, fsync) {
@@ -232,15 +258,24 @@ impl Delegations {
                 }
             }
         }
+        Ok(())
     }
 
-    /// Writes back `h`'s queued work; with `release`, returns the delegation too.
+    /// Writes back `h`'s queued work; with `release`, returns the delegation too. An
+    /// unreachable server is retried for up to [`FLUSH_PATIENCE`] (sync, recall, return).
     pub async fn flush_locked(&self, h: &mut Held, release: bool) -> Result<(), FsError> {
+        self.write_back(h, release, FLUSH_PATIENCE).await
+    }
+
+    /// [`Self::flush_locked`], resending to an unreachable server for at most `patience`
+    /// beyond the connection's own retries (zero: one call; the flush stays kept, to be
+    /// resent first).
+    pub async fn write_back(&self, h: &mut Held, release: bool, patience: Duration) -> Result<(), FsError> {
         if h.gone {
             return Ok(());
         }
-        if let Some(req) = h.unacked.take() {
-            self.send_flush(h, req).await?;
+        if h.unacked.is_some() {
+            self.send_flush(h, patience).await?;
         }
         let mut ops = std::mem::take(&mut h.pending);
         for (name, l) in h.entries.iter_mut() {
@@ -261,27 +296,28 @@ impl Delegations {
             return Ok(());
         }
         h.seq += 1;
-        let req = Request::DelegFlush { dir: h.dir.clone(), id: h.id, seq: h.seq, creds, ops, release };
-        self.send_flush(h, req).await
+        h.unacked = Some(Request::DelegFlush { dir: h.dir.clone(), id: h.id, seq: h.seq, creds, ops, release });
+        self.send_flush(h, patience).await
     }
 
-    /// Sends flush request `req` until it is answered (resending while the server cannot
-    /// be reached, at most [`FLUSH_PATIENCE`]; then it is kept to be resent first).
-    async fn send_flush(&self, h: &mut Held, req: Request) -> Result<(), FsError> {
+    /// Sends the flush kept in `h.unacked` until it is answered (resending while the
+    /// server cannot be reached, at most `patience`). It stays kept, to be resent first,
+    /// until an answer comes: also when the caller's future is dropped meanwhile.
+    async fn send_flush(&self, h: &mut Held, patience: Duration) -> Result<(), FsError> {
         let start = Instant::now();
+        let cred = self.cred();
         let reply = loop {
-            match self.pool.call_as(h.server, &self.cred(), &req).await {
+            let Some(req) = h.unacked.as_ref() else { return Ok(()) };
+            match self.pool.call_as(h.server, &cred, req).await {
                 Ok(r) => break r,
-                Err(e) if start.elapsed() < FLUSH_PATIENCE => {
+                Err(e) if start.elapsed() < patience => {
                     tracing::debug!(dir = h.dir, error = %e, "resending a delegation flush");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                Err(e) => {
-                    h.unacked = Some(req);
-                    return Err(FsError::new("write back", &h.dir, e.errno()).with_detail(e.to_string()));
-                }
+                Err(e) => return Err(FsError::new("write back", &h.dir, e.errno()).with_detail(e.to_string())),
             }
         };
+        h.unacked = None;
         self.flushed(h, reply)
     }
 
@@ -382,10 +418,12 @@ impl Delegations {
         let now = Instant::now();
         for slot in slots {
             let Ok(mut h) = slot.try_lock() else { continue };
-            let due = h.since.is_some_and(|t| now - t >= self.writeback());
+            let due = h.since.is_some_and(|t| now - t >= self.writeback()) || h.unacked.is_some();
             let idle = now - h.last_use >= IDLE;
             if due || idle {
-                if let Err(e) = self.flush_locked(&mut h, idle).await {
+                // One attempt per tick: a server that cannot be reached is tried again at
+                // the next one without holding up the calls that need this directory.
+                if let Err(e) = self.write_back(&mut h, idle, Duration::ZERO).await {
                     tracing::warn!(dir = h.dir, error = %e, "background write-back failed");
                 }
             }
@@ -410,7 +448,7 @@ impl Delegations {
 }
 
 /// The state of a new delegation.
-fn held_of(g: DelegGrant, server: ServerId, dir: &str) -> Held {
+fn held_of(g: DelegGrant, server: ServerId, dir: &str, asked: Instant) -> Held {
     let entries = g
         .entries
         .into_iter()
@@ -437,6 +475,7 @@ fn held_of(g: DelegGrant, server: ServerId, dir: &str) -> Held {
         next_ino: g.first_ino,
         ino_end: g.first_ino + g.ino_count as u64,
         gone: false,
+        asked,
     }
 }
 
@@ -456,9 +495,11 @@ async fn listen_for_recalls(d: Weak<Delegations>, server: ServerId) {
         let pool = me.pool.clone();
         let cred = me.cred();
         drop(me);
+        let sent = Instant::now();
         match pool.call_as(server, &cred, &req).await {
             Ok(Ok(Reply::Recalls(ids))) => {
                 let Some(me) = d.upgrade() else { return };
+                me.state().polled.insert(server, sent);
                 for id in ids {
                     let me = me.clone();
                     tokio::spawn(async move { me.recalled(id).await });

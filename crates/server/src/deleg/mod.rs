@@ -32,8 +32,10 @@ use table::{unix_now, Record, Stored};
 /// Inode numbers handed out with a delegation.
 const INO_BLOCK: u32 = 1024;
 
-/// How long a `DelegWait` waits for a recall before answering empty.
-const WAIT: Duration = Duration::from_secs(5);
+/// Longest a `DelegWait` waits for a recall before answering empty (it answers within a
+/// quarter of the recall timeout when that is shorter: each answer renews the holder's
+/// lease, which must not lapse between two polls, `docs/protocol.md`).
+const MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// How long an ended delegation's record stays to answer a resent last flush.
 const KEEP_ENDED_SECS: u64 = 600;
@@ -208,7 +210,8 @@ impl Osd {
 
     /// `DelegWait`: the delegations of `session` recalled here, once there are any.
     pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64) -> Response {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        let wait = (self.recall_timeout() / 4).clamp(Duration::from_millis(10), MAX_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
         let out = loop {
             let wait = self.delegs.changed();
             tokio::pin!(wait);
