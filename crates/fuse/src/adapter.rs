@@ -1,6 +1,7 @@
-//! The `fuser` adapter: each kernel callback turns its arguments into plain values, starts
-//! the [`MountCore`] operation as a task on the mount's runtime and returns at once; the
-//! task answers the kernel when the operation is done (fuser replies are `Send`). So no
+//! The `fuser` adapter: each kernel callback turns its arguments into plain values and
+//! polls the [`MountCore`] operation once on the reading thread; an operation answered
+//! from what the mount knows replies there, one that has to wait continues as a task on
+//! the mount's runtime and answers the kernel when done (fuser replies are `Send`). So no
 //! request waits for another one's server round trip, and the kernel may keep many in
 //! flight (`max_background`). Nothing else happens here.
 

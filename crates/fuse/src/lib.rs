@@ -40,8 +40,8 @@ pub struct MountSettings {
     pub max_background: u16,
     /// Threads of the runtime the mount's operations run on (default 2).
     pub workers: usize,
-    /// Threads reading requests from `/dev/fuse` (default 1: each request is handed to
-    /// the runtime at once).
+    /// Threads reading requests from `/dev/fuse` (default 1: a request that must wait is
+    /// handed to the runtime after its first poll).
     pub readers: usize,
     /// Let the kernel check permission bits too (default on; `-o nodefault_permissions`
     /// leaves every check to the servers, which check each call with the caller's
