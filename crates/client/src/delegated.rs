@@ -43,10 +43,10 @@ impl Client {
         self.under(dir, false, |h| h.dir_attr()).await
     }
 
-    /// Records what the servers said of `name` in `dir` (or of `dir` itself).
-    pub(crate) async fn deleg_learn(&self, dir: &str, name: Option<&str>, a: &Attr) {
+    /// Records the attributes the servers gave for delegated directory `dir` itself.
+    pub(crate) async fn deleg_learn_dir(&self, dir: &str, a: &Attr) {
         self.under(dir, false, |h| {
-            h.learn(name, a);
+            h.learn_dir(a);
             Some(())
         })
         .await;

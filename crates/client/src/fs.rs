@@ -422,7 +422,7 @@ impl Client {
         match self.rpc("stat", raw, self.home(&p), Request::DirStat { path: p.clone() }).await {
             Ok(r) => {
                 let a = expect_attr(r, raw)?;
-                self.deleg_learn(&p, None, &a).await;
+                self.deleg_learn_dir(&p, &a).await;
                 Ok(a)
             }
             Err(_) => self.inner().lstat(&p).await,
@@ -443,11 +443,7 @@ impl Client {
                 let server = self.home(&p);
                 expect_attr(self.rpc("stat", raw, server, Request::DirStat { path: p }).await?, raw)
             }
-            r => {
-                let a = expect_attr(r, raw)?;
-                self.deleg_learn(parent, Some(name), &a).await;
-                Ok(a)
-            }
+            r => expect_attr(r, raw),
         }
     }
 

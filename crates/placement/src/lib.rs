@@ -258,6 +258,18 @@ fn default_writeback() -> u64 {
     1000
 }
 
+impl DelegSettings {
+    /// How long a recall waits for the holder (at least 1 ms).
+    pub fn recall_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.recall_timeout_ms.max(1))
+    }
+
+    /// How long queued changes may wait before they are written back.
+    pub fn writeback(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.writeback_ms)
+    }
+}
+
 impl Default for DelegSettings {
     fn default() -> Self {
         DelegSettings {

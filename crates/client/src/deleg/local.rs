@@ -41,6 +41,13 @@ impl Held {
         self.last_use = Instant::now();
     }
 
+    /// A call of `c` here: marks the delegation used and checks that `c` may reach the
+    /// directory's entries (search permission on it and its ancestors).
+    fn enter(&mut self, c: &Cred) -> Result<(), Errno> {
+        self.touch();
+        perm::check_search(c, &self.obj, &self.dir).map_err(|e| e.errno)
+    }
+
     /// Whether the queue is big enough to be written back now.
     pub fn full(&self) -> bool {
         self.pending.len() >= MAX_OPS || self.pending_bytes >= MAX_BYTES
@@ -49,9 +56,8 @@ impl Held {
     /// `lstat` of entry `name`: its attributes or ENOENT (`None`: a subdirectory, a hard
     /// link or an entry changed through the server).
     pub fn lookup(&mut self, name: &str, c: &Cred) -> Option<Result<Attr, Errno>> {
-        self.touch();
-        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
-            return Some(Err(e.errno));
+        if let Err(e) = self.enter(c) {
+            return Some(Err(e));
         }
         match plain(self.entries.get(name))? {
             None => Some(Err(Errno::ENOENT)),
@@ -64,26 +70,25 @@ impl Held {
         (!self.dir_stale).then(|| Attr::of_dir(&self.obj))
     }
 
-    /// Learns the attributes the server gave for the directory itself (`name` is `None`).
-    /// An entry changed through the server stays left to the server: its attributes do
-    /// not tell whether it is in hard-link form (a file once linked stays so with one link
-    /// left), which only its server may change.
-    pub fn learn(&mut self, name: Option<&str>, a: &Attr) {
-        if name.is_none() && a.kind == FileKind::Dir {
-            let o = &mut self.obj;
-            (o.mode, o.uid, o.gid) = (a.mode, a.uid, a.gid);
-            (o.atime, o.mtime, o.ctime) = (a.atime, a.mtime, a.ctime);
-            o.entries = a.size;
-            o.subdirs = (a.nlink as u64).saturating_sub(2);
-            self.dir_stale = false;
+    /// Learns the attributes the server gave for the directory itself. (Entries changed
+    /// through the server are not learnt back: their attributes do not tell whether they
+    /// are in hard-link form, which only their server may change.)
+    pub fn learn_dir(&mut self, a: &Attr) {
+        if a.kind != FileKind::Dir {
+            return;
         }
+        let o = &mut self.obj;
+        (o.mode, o.uid, o.gid) = (a.mode, a.uid, a.gid);
+        (o.atime, o.mtime, o.ctime) = (a.atime, a.mtime, a.ctime);
+        o.entries = a.size;
+        o.subdirs = (a.nlink as u64).saturating_sub(2);
+        self.dir_stale = false;
     }
 
     /// Creates `name` (or, without `exclusive`, opens the file there).
     pub fn create(&mut self, name: &str, mode: u32, new: NewEntry<'_>, c: &Cred) -> Option<Result<Attr, Errno>> {
-        self.touch();
-        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
-            return Some(Err(e.errno));
+        if let Err(e) = self.enter(c) {
+            return Some(Err(e));
         }
         if let Some(l) = self.entries.get(name) {
             return match l {
@@ -153,9 +158,8 @@ impl Held {
 
     /// `open` of an existing entry.
     pub fn open(&mut self, name: &str, access: u32, c: &Cred) -> Option<Result<Attr, Errno>> {
-        self.touch();
-        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
-            return Some(Err(e.errno));
+        if let Err(e) = self.enter(c) {
+            return Some(Err(e));
         }
         match plain(self.entries.get(name))? {
             None => Some(Err(Errno::ENOENT)),
@@ -223,9 +227,8 @@ impl Held {
     /// `setattr` of a non-directory; a size change only of a file whose contents are
     /// known here, up to `small` bytes.
     pub fn setattr(&mut self, name: &str, set: &SetAttr, c: &Cred, small: u64) -> Option<Result<Attr, Errno>> {
-        self.touch();
-        if let Err(e) = perm::check_search(c, &self.obj, &self.dir) {
-            return Some(Err(e.errno));
+        if let Err(e) = self.enter(c) {
+            return Some(Err(e));
         }
         let a = match plain(self.entries.get(name))? {
             None => return Some(Err(Errno::ENOENT)),

@@ -2,19 +2,20 @@
 //!
 //! When a client that asked for them ([`ClientOptions::delegations`](crate::ClientOptions))
 //! changes a directory a second time within a short while, or a first time right after
-//! making it, it asks the directory's home for a write delegation. While it holds one ([`Held`]) it knows the directory's whole
-//! entry set: `lookup`s of names (present or missing), creates, small-file writes,
-//! `setattr`s, unlinks and renames inside the directory are answered here (`local.rs`)
-//! and queued as [`DelegOp`]s. The queue is written back as one `DelegFlush` per
-//! directory: within the cluster's `[delegations] writeback_ms` (1 s), when it grows past `MAX_OPS` or
-//! `MAX_BYTES` (`held.rs`), before any request of this client that touches the directory another
-//! way (so the servers see this client's operations in order), on `fsync` and
-//! [`Client::sync`](crate::Client::sync), and when the server recalls the delegation
-//! because another client needs the directory (answered through a `DelegWait` long poll
-//! per server). A flush that fails in transit is resent with the same number, so the
-//! server applies it once. Work the server refused (the delegation was revoked because
-//! this client did not answer a recall in time) is reported as EIO by the next `fsync` or
-//! `sync`.
+//! making it, it asks the directory's home for a write delegation. While it holds one
+//! ([`Held`]) it knows the directory's whole entry set: `lookup`s of names (present or
+//! missing), creates, small-file writes, `setattr`s, unlinks and renames inside the
+//! directory are answered here (`local.rs`) and queued as [`DelegOp`]s. The queue is
+//! written back as one `DelegFlush` per directory: within the cluster's `[delegations]
+//! writeback_ms` (1 s), when it grows past `MAX_OPS` or `MAX_BYTES` (`held.rs`), before
+//! any request of this client that touches the directory another way (so the servers see
+//! this client's operations in order), on `fsync` and [`Client::sync`](crate::Client::sync),
+//! and when the server recalls the delegation because another client needs the directory
+//! (answered through a `DelegWait` long poll per server, which also renews the lease
+//! under which it answers locally). A flush that fails in transit is resent with the same
+//! number, so the server applies it once. Work the server refused (the delegation was
+//! revoked because this client did not answer a recall in time) is reported as EIO by the
+//! next `fsync` or `sync`.
 
 mod held;
 mod local;
@@ -110,7 +111,7 @@ impl Delegations {
     }
 
     fn recall_timeout(&self) -> Duration {
-        Duration::from_millis(self.map.delegations.recall_timeout_ms.max(1))
+        self.map.delegations.recall_timeout()
     }
 
     /// Number of delegations held.
@@ -438,7 +439,7 @@ impl Delegations {
 
     /// How long queued work may wait before it is written back.
     fn writeback(&self) -> Duration {
-        Duration::from_millis(self.map.delegations.writeback_ms)
+        self.map.delegations.writeback()
     }
 
     /// Small-file limit of the cluster.

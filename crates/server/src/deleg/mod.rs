@@ -74,7 +74,7 @@ impl Osd {
     }
 
     fn recall_timeout(&self) -> Duration {
-        Duration::from_millis(self.map.delegations.recall_timeout_ms.max(1))
+        self.map.delegations.recall_timeout()
     }
 
     /// Ends delegations whose holders did not answer a recall in time.
