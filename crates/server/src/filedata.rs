@@ -50,7 +50,9 @@ pub(crate) fn data_err(e: DataError) -> plusfs_proto::WireError {
 }
 
 /// Runs blocking data-store work off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, DataError> + Send + 'static) -> OpResult<T> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, DataError> + Send + 'static,
+) -> OpResult<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| err(Errno::EIO, format!("data task failed: {e}")))?

@@ -41,6 +41,14 @@ impl Overlay<'_> {
     }
 }
 
+/// The non-empty contents an operation carries.
+fn contents(op: &DelegOp) -> Option<&[u8]> {
+    match op {
+        DelegOp::Contents { data, .. } if !data.is_empty() => Some(data),
+        _ => None,
+    }
+}
+
 /// What a replay leaves to do after its batch commits.
 pub(super) type Replayed = (Vec<(u32, Errno)>, Vec<(ServerId, u64)>);
 
@@ -56,7 +64,8 @@ impl Osd {
         b: &mut Batch,
     ) -> OpResult<Replayed> {
         let small = self.map.data.small_file_bytes;
-        let mut extents = self.append_contents(&ops, small).await?.into_iter();
+        let (ops, extents) = self.append_contents(ops, small).await?;
+        let mut extents = extents.into_iter();
         let mut ov = Overlay { osd: self, dir_ino: host.obj.ino, entries: HashMap::new() };
         let (mut failed, mut gone) = (Vec::new(), std::collections::BTreeSet::new());
         for (i, op) in ops.iter().enumerate() {
@@ -89,30 +98,28 @@ impl Osd {
         Ok((failed, remote))
     }
 
-    /// Appends the non-empty contents of `ops` to the data store in one append; their
-    /// extents, in order.
-    async fn append_contents(&self, ops: &[DelegOp], small: u64) -> OpResult<Vec<plusfs_data::Extent>> {
-        let blobs: Vec<Vec<u8>> = ops
-            .iter()
-            .filter_map(|op| match op {
-                DelegOp::Contents { data, .. } if !data.is_empty() => Some(data.clone()),
-                _ => None,
-            })
-            .collect();
-        if blobs.is_empty() {
-            return Ok(Vec::new());
+    /// Appends the non-empty contents of `ops` to the data store in one append (the
+    /// operations go to the blocking task and come back, so their data is not copied);
+    /// `ops` and the contents' extents, in order.
+    async fn append_contents(
+        &self,
+        ops: Vec<DelegOp>,
+        small: u64,
+    ) -> OpResult<(Vec<DelegOp>, Vec<plusfs_data::Extent>)> {
+        let sizes: Vec<usize> = ops.iter().filter_map(contents).map(<[u8]>::len).collect();
+        if sizes.is_empty() {
+            return Ok((ops, Vec::new()));
         }
-        if blobs.iter().any(|d| d.len() as u64 > small) {
+        if sizes.iter().any(|n| *n as u64 > small) {
             return Err(err(Errno::EFBIG, "delegated contents larger than a small file"));
         }
         let data = self.data.clone();
-        tokio::task::spawn_blocking(move || {
-            let recs: Vec<(u64, &[u8])> = blobs.iter().map(|d| (0, d.as_slice())).collect();
-            data.append_records(&recs)
+        crate::filedata::blocking(move || {
+            let recs: Vec<(u64, &[u8])> = ops.iter().filter_map(contents).map(|d| (0, d)).collect();
+            let extents = data.append_records(&recs)?;
+            Ok((ops, extents))
         })
         .await
-        .map_err(|e| err(Errno::EIO, format!("data task failed: {e}")))?
-        .map_err(crate::filedata::data_err)
     }
 
     /// `Contents`: file `name` now holds `len` bytes at `extent`.
