@@ -194,7 +194,9 @@ impl PlusFs {
     {
         let core = self.core.clone();
         let _in_runtime = self.rt.enter();
-        let fut = call(core.clone());
+        // Boxed at once: a call's future is ~10 KiB, and the wrappers below would
+        // otherwise copy it whole each time they take it in.
+        let fut = Box::pin(call(core.clone()));
         let mut task = Box::pin(async move { answer(core.counted(op, fut).await) });
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         // A panic stays within this request (its dropped reply answers EIO), as it would in

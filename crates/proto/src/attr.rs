@@ -113,7 +113,13 @@ pub enum XattrOp {
     /// Every name (`Names`).
     List,
     /// Sets a value; `create` fails with EEXIST if it exists, `replace` with ENODATA if not.
-    Set { name: String, value: Vec<u8>, create: bool, replace: bool },
+    Set {
+        name: String,
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        create: bool,
+        replace: bool,
+    },
     /// Removes a name (ENODATA if absent).
     Remove { name: String },
 }

@@ -52,6 +52,7 @@ pub struct BatchReply {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileWrite {
     pub name: String,
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
     pub mode: u32,
     pub uid: u32,
@@ -66,6 +67,7 @@ pub enum FileRead {
     /// The whole file.
     Data {
         attr: Attr,
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     Failed(Errno),

@@ -50,7 +50,13 @@ pub enum DelegOp {
     },
     /// The whole contents of regular file `name` (created under this delegation), and
     /// the file's modification and change times after it was written.
-    Contents { name: String, data: Vec<u8>, mtime: Timespec, ctime: Timespec },
+    Contents {
+        name: String,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        mtime: Timespec,
+        ctime: Timespec,
+    },
     /// `setattr` of entry `name` (no size: sizes travel as contents) at `time`, by `by`.
     SetAttr { name: String, set: SetAttr, time: Timespec, by: u32 },
     /// Removes non-directory entry `name` at `time`, by `by`.

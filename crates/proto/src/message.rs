@@ -167,6 +167,7 @@ pub enum Request {
     Write {
         path: String,
         offset: u64,
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
         append: bool,
     },
@@ -184,6 +185,7 @@ pub enum Request {
     /// file, or a file renamed away from its data); answers `Record`.
     DataPut {
         owner: Ino,
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     /// From a file's entry server: bytes `[skip, skip + len)` of each record.
@@ -504,7 +506,7 @@ pub enum Reply {
     Batch(BatchReply),
     Dist(DistReport),
     /// File contents (`Read`), or record contents (`DataGet`, concatenated in order).
-    Data(Vec<u8>),
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The id of a stored record (`DataPut`).
     Record(u64),
     /// Extended-attribute names (`Xattr` list).
@@ -547,3 +549,28 @@ pub enum Reply {
 
 /// What a response body holds.
 pub type Response = Result<Reply, WireError>;
+
+#[cfg(test)]
+mod tests {
+    use serde::Serialize;
+
+    /// Byte fields are encoded as one slice (`serde_bytes`) instead of element by element;
+    /// postcard writes both the same way, so frames and stored records of earlier
+    /// versions still decode.
+    #[test]
+    fn byte_fields_keep_the_element_encoding() {
+        #[derive(Serialize)]
+        struct Elements {
+            data: Vec<u8>,
+        }
+        #[derive(Serialize)]
+        struct Slice {
+            #[serde(with = "serde_bytes")]
+            data: Vec<u8>,
+        }
+        let data: Vec<u8> = (0..=255).chain(0..200).collect();
+        let a = postcard::to_allocvec(&Elements { data: data.clone() }).expect("encodes");
+        let b = postcard::to_allocvec(&Slice { data }).expect("encodes");
+        assert_eq!(a, b);
+    }
+}

@@ -96,14 +96,20 @@ impl MountCore {
     /// release.
     pub async fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<(), Errno> {
         let p = self.child(parent, name)?;
-        self.flush_within(&p).await?;
         let ino = self.inodes().ino_of(&p);
+        match ino {
+            Some(ino) => self.flush_ino(ino).await?, // what the file holds back, under any of its names
+            None => self.flush_within(&p).await?,
+        }
         if !self.keep_if_open(caller, &p, true).await? {
             self.run(self.as_caller(caller).unlink(&p)).await?;
             self.inodes().unlinked(&p);
         }
         self.attrs.stale(parent);
-        ino.into_iter().for_each(|i| self.attrs.stale(i));
+        if let Some(i) = ino {
+            self.attrs.stale(i);
+            self.writes.drop_idle(i);
+        }
         Ok(())
     }
 

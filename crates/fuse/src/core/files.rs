@@ -57,7 +57,7 @@ impl MountCore {
     /// copy they apply to, grown by the gathered bytes. `None` when nothing is held back
     /// or no copy is known.
     async fn held_back_view(&self, ino: u64) -> Option<Attr> {
-        let slot = self.writes.slot(ino);
+        let slot = self.writes.get(ino)?;
         let held = slot.lock().await;
         if held.is_empty() {
             return None;

@@ -228,7 +228,9 @@ impl MountCore {
     /// any, and returns once they are stored (or with their error). Holds the file's write
     /// lock meanwhile.
     async fn flush_ino(&self, ino: u64) -> Result<(), Errno> {
-        let slot = self.writes.slot(ino);
+        let Some(slot) = self.writes.get(ino) else {
+            return Ok(()); // nothing was ever gathered for it
+        };
         let mut held = slot.lock().await;
         if let Some(p) = held.data.take() {
             let a = self.run(self.client().write(&p.path, p.offset, &p.data)).await?;

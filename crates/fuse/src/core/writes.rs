@@ -81,6 +81,11 @@ impl Writes {
         self.lock().entry(ino).or_default().clone()
     }
 
+    /// The write slot of `ino` if it has one (nothing was gathered for it otherwise).
+    pub fn get(&self, ino: u64) -> Option<Slot> {
+        self.lock().get(&ino).cloned()
+    }
+
     /// Forgets the slot of `ino` if nothing is gathered in it and nobody holds it (after
     /// the file's last release).
     pub fn drop_idle(&self, ino: u64) {
@@ -92,11 +97,19 @@ impl Writes {
         }
     }
 
-    /// The files with gathered bytes at or below `path`.
+    /// The files with gathered bytes at or below `path`. Slots nobody holds are looked at
+    /// without waiting; a held one is waited for (its holder may be gathering into it).
     pub async fn within(&self, path: &str) -> Vec<u64> {
-        let slots: Vec<(u64, Slot)> = self.lock().iter().map(|(i, s)| (*i, s.clone())).collect();
+        let mut busy = Vec::new();
         let mut out = Vec::new();
-        for (ino, slot) in slots {
+        for (ino, slot) in self.lock().iter() {
+            match slot.try_lock() {
+                Ok(held) if held.within(path) => out.push(*ino),
+                Ok(_) => {}
+                Err(_) => busy.push((*ino, slot.clone())),
+            }
+        }
+        for (ino, slot) in busy {
             if slot.lock().await.within(path) {
                 out.push(ino);
             }
@@ -146,5 +159,6 @@ mod tests {
         w.slot(5).lock().await.data.take();
         w.drop_idle(5);
         assert!(!w.lock().contains_key(&5));
+        assert!(w.get(6).is_none() && w.lock().is_empty(), "looking does not make a slot");
     }
 }
