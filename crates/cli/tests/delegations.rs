@@ -169,3 +169,51 @@ async fn a_holder_cut_off_from_its_server_stops_answering_locally() {
     assert_eq!(b.readdir("/c").await.unwrap().len(), 6, "every create once");
     cluster.assert_fsck_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_lists_and_stats_its_directory_locally_as_the_servers_would() {
+    use plusfs_proto::{Errno, FileKind, Semantics};
+    let cluster = TestCluster::start(3);
+    let (a, b) = (delegating(&cluster), cluster.client());
+    a.mkdir("/d", 0o755).await.unwrap();
+    a.mkdir("/d/sub", 0o700).await.unwrap();
+    for i in 0..20 {
+        a.create(&format!("/d/f{i:02}"), 0o640, true).await.unwrap();
+        a.write(&format!("/d/f{i:02}"), 0, &vec![b'x'; i]).await.unwrap();
+    }
+    a.unlink("/d/f03").await.unwrap();
+    assert_eq!(a.delegations_held(), 1, "the creates were delegated");
+
+    let before = a.counters().requests;
+    let mine = a.readdir("/d").await.unwrap();
+    let names: Vec<String> = mine.iter().map(|e| e.name.clone()).chain(["f03".to_string()]).collect();
+    let stats = a.statv("/d", &names, Semantics::PerformAll).await.unwrap();
+    let sent = a.counters().requests - before;
+    // Only the subdirectory's own attributes come from a server (its object's home), and
+    // the recall listener may renew its lease meanwhile; from the servers, the listing and
+    // the stat would take five requests.
+    assert!(sent <= 2, "a listing and a batch stat under a delegation sent {sent} requests");
+    assert_eq!(mine.len(), 20, "19 files and the subdirectory: {mine:?}");
+    assert!(mine.windows(2).all(|w| w[0].name < w[1].name), "listed in name order");
+    assert_eq!(stats.last().unwrap().clone().unwrap_err(), Errno::ENOENT);
+    let sub = stats[names.iter().position(|n| n == "sub").unwrap()].clone().unwrap();
+    assert_eq!((sub.kind, sub.mode & 0o7777), (FileKind::Dir, 0o700), "the subdirectory's own attributes");
+
+    // Another client (which recalls the delegation) sees the same listing and attributes.
+    let theirs = b.readdir("/d").await.unwrap();
+    assert_eq!(a.delegations_held(), 0, "recalled");
+    assert_eq!(theirs, mine);
+    let their_stats = b.statv("/d", &names, Semantics::PerformAll).await.unwrap();
+    assert_eq!(their_stats, stats);
+
+    // An entry changed through the server is not known locally: the listing is the server's.
+    for i in 20..23 {
+        a.create(&format!("/d/f{i}"), 0o640, true).await.unwrap();
+    }
+    assert_eq!(a.delegations_held(), 1, "delegated again");
+    a.link("/d/f00", "/d/hard").await.unwrap();
+    let names: Vec<String> = a.readdir("/d").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert!(names.contains(&"hard".to_string()) && names.contains(&"f22".to_string()), "{names:?}");
+    let theirs: Vec<String> = b.readdir("/d").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(theirs, names);
+}

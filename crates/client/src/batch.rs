@@ -71,6 +71,18 @@ impl Client {
         let dir = self.norm(verb, dir_raw)?;
         let mut out = vec![Outcome::NotPerformed; names.len()];
         let mut pending: Vec<usize> = (0..names.len()).collect();
+        if op == BatchOp::Stat && semantics == Semantics::PerformAll {
+            if let Some(known) = self.deleg_statv(dir_raw, &dir, names).await {
+                pending.clear();
+                for (i, k) in known?.into_iter().enumerate() {
+                    match k {
+                        Some(Ok(a)) => out[i] = Outcome::Done(Some(a)),
+                        Some(Err(e)) => out[i] = Outcome::Failed(e),
+                        None => pending.push(i),
+                    }
+                }
+            }
+        }
         let mut waiting = crate::routing::distribution_wait();
         let mut rounds = 0;
         while rounds < MAX_ROUNDS {
@@ -194,6 +206,9 @@ impl Client {
         let fetched = join_all(dirs.iter().map(|&i| {
             let p = path::join(dir, &names[i]);
             async move {
+                if let Some(a) = self.deleg_dir_attr(&p).await {
+                    return Ok(Reply::Attr(a));
+                }
                 let req = Request::DirStat { path: p.clone() };
                 self.rpc("stat", &p, self.home(&p), req).await
             }

@@ -4,7 +4,7 @@
 use crate::deleg::{Held, NewEntry};
 use crate::error::FsError;
 use crate::fs::Client;
-use plusfs_proto::{Attr, FileKind, SetAttr};
+use plusfs_proto::{Attr, DirEntry, Errno, FileKind, SetAttr};
 
 /// What a local operation needs of the caller's call.
 type Answer<T> = Option<Result<T, FsError>>;
@@ -36,6 +36,25 @@ impl Client {
     pub(crate) async fn deleg_lookup(&self, shown: &str, dir: &str, name: &str) -> Answer<Attr> {
         let r = self.under(dir, false, |h| h.lookup(name, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
+    }
+
+    /// The batch-stat results of `names` in `dir` known here (`None` for each one to ask
+    /// the server about); `None` without a delegation on `dir`.
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn deleg_statv(
+        &self,
+        shown: &str,
+        dir: &str,
+        names: &[String],
+    ) -> Answer<Vec<Option<Result<Attr, Errno>>>> {
+        let r = self.under(dir, false, |h| Some(h.stat_entries(names, &self.caller))).await?;
+        Some(r.map_err(|e| FsError::new("stat", shown, e)))
+    }
+
+    /// The listing of delegated directory `dir`.
+    pub(crate) async fn deleg_readdir(&self, shown: &str, dir: &str) -> Answer<Vec<DirEntry>> {
+        let r = self.under(dir, false, |h| h.listing(&self.caller)).await?;
+        Some(r.map_err(|e| FsError::new("open directory", shown, e)))
     }
 
     /// The attributes of delegated directory `dir` itself.

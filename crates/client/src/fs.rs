@@ -467,6 +467,9 @@ impl Client {
     /// distributed directory is listed from all its storing servers in parallel.
     pub async fn readdir(&self, raw: &str) -> Result<Vec<DirEntry>, FsError> {
         let p = self.norm("open directory", raw)?;
+        if let Some(r) = self.deleg_readdir(raw, &p).await {
+            return r;
+        }
         let mut out = Vec::new();
         let mut after = None;
         let mut restarts = 0;

@@ -5,7 +5,7 @@
 
 use super::held::{Held, Local, MAX_BYTES, MAX_OPS};
 use plusfs_proto::perm::{self, Owned};
-use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, Errno, FileKind, SetAttr, TimeSet, Timespec};
+use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, DirEntry, Errno, FileKind, SetAttr, TimeSet, Timespec};
 use plusfs_proto::{MAY_READ, MAY_WRITE};
 use std::time::Instant;
 
@@ -63,6 +63,39 @@ impl Held {
             None => Some(Err(Errno::ENOENT)),
             Some(a) => Some(Ok(a.clone())),
         }
+    }
+
+    /// A batch stat (`statv`) of `names`: what the server's batch stat would answer for
+    /// each — a subdirectory's kind and inode only, ENOENT for a missing name — or `None`
+    /// for a hard link or an entry changed through the server (ask the server). Err when
+    /// `c` may not search the directory (the whole batch fails, as on the server).
+    #[allow(clippy::type_complexity)]
+    pub fn stat_entries(&mut self, names: &[String], c: &Cred) -> Result<Vec<Option<Result<Attr, Errno>>>, Errno> {
+        self.enter(c)?;
+        let one = |name: &String| match self.entries.get(name) {
+            None => Some(Err(Errno::ENOENT)),
+            Some(Local::Known { attr, link: false, .. }) => Some(Ok(attr.clone())),
+            Some(_) => None,
+        };
+        Ok(names.iter().map(one).collect())
+    }
+
+    /// The whole listing, in name order as the server lists it. `None` when an entry
+    /// changed through the server is not known here.
+    pub fn listing(&mut self, c: &Cred) -> Option<Result<Vec<DirEntry>, Errno>> {
+        self.touch();
+        let o = &self.obj;
+        let allowed = perm::check_search_above(c, o, &self.dir)
+            .and_then(|()| perm::check(c, o.mode, o.uid, o.gid, MAY_READ, &self.dir));
+        if let Err(e) = allowed {
+            return Some(Err(e.errno));
+        }
+        let mut out = Vec::with_capacity(self.entries.len());
+        for (name, l) in &self.entries {
+            let Local::Known { attr, .. } = l else { return None };
+            out.push(DirEntry { name: name.clone(), ino: attr.ino, kind: attr.kind });
+        }
+        Some(Ok(out))
     }
 
     /// The directory's own attributes, unless a request sent to the server changed them.

@@ -118,7 +118,7 @@ impl MountCore {
         let names: Vec<String> = listing.entries.iter().skip(start).take(PLUS_PAGE).map(|e| e.name.clone()).collect();
         let client = self.as_caller(&listing.caller);
         let (attrs, dir_attr) =
-            tokio::join!(client.statv(&listing.dir, &names, Semantics::PerformAll), client.lstat(&listing.dir));
+            tokio::join!(client.statv(&listing.dir, &names, Semantics::PerformAll), client.lstat_dir(&listing.dir));
         let attrs = self.run(async { attrs }).await?.into_iter().map(Result::ok).collect();
         let page = PlusPage { start, attrs: Arc::new(attrs), dir_attr: self.run(async { dir_attr }).await? };
         self.listings.set_page(fh, page.clone());
