@@ -199,6 +199,12 @@ async fn a_holder_lists_and_stats_its_directory_locally_as_the_servers_would() {
     let sub = stats[names.iter().position(|n| n == "sub").unwrap()].clone().unwrap();
     assert_eq!((sub.kind, sub.mode & 0o7777), (FileKind::Dir, 0o700), "the subdirectory's own attributes");
 
+    // Invalid names are refused as the server refuses them.
+    let odd = a.statv("/d", &["f00".into(), "a/b".into(), ".".into()], Semantics::PerformAll).await.unwrap();
+    assert!(odd[0].is_ok(), "{odd:?}");
+    assert_eq!((odd[1].clone().unwrap_err(), odd[2].clone().unwrap_err()), (Errno::EINVAL, Errno::EINVAL));
+    assert_eq!(a.delegations_held(), 1, "still delegated");
+
     // Another client (which recalls the delegation) sees the same listing and attributes.
     let theirs = b.readdir("/d").await.unwrap();
     assert_eq!(a.delegations_held(), 0, "recalled");

@@ -59,7 +59,7 @@ impl Client {
 
     /// The attributes of delegated directory `dir` itself.
     pub(crate) async fn deleg_dir_attr(&self, dir: &str) -> Option<Attr> {
-        self.under(dir, false, |h| h.dir_attr()).await
+        self.under(dir, false, |h| h.dir_attr(&self.caller)).await
     }
 
     /// Records the attributes the servers gave for delegated directory `dir` itself.

@@ -66,6 +66,17 @@ pub enum DelegOp {
 }
 
 impl DelegOp {
+    /// The entries of the directory the operation changes.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            DelegOp::Create { name, .. }
+            | DelegOp::Contents { name, .. }
+            | DelegOp::SetAttr { name, .. }
+            | DelegOp::Unlink { name, .. } => vec![name],
+            DelegOp::Rename { from, to, .. } => vec![from, to],
+        }
+    }
+
     /// Bytes of file data the operation carries.
     pub fn data_len(&self) -> usize {
         match self {

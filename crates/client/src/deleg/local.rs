@@ -73,6 +73,7 @@ impl Held {
     pub fn stat_entries(&mut self, names: &[String], c: &Cred) -> Result<Vec<Option<Result<Attr, Errno>>>, Errno> {
         self.enter(c)?;
         let one = |name: &String| match self.entries.get(name) {
+            _ if plusfs_proto::path::check_name(name).is_err() => None, // the server says why
             None => Some(Err(Errno::ENOENT)),
             Some(Local::Known { attr, link: false, .. }) => Some(Ok(attr.clone())),
             Some(_) => None,
@@ -98,8 +99,10 @@ impl Held {
         Some(Ok(out))
     }
 
-    /// The directory's own attributes, unless a request sent to the server changed them.
-    pub fn dir_attr(&self) -> Option<Attr> {
+    /// The directory's own attributes for `c`, unless a request sent to the server changed
+    /// them (or `c` may not reach the directory: the server answers why).
+    pub fn dir_attr(&self, c: &Cred) -> Option<Attr> {
+        perm::check_search_above(c, &self.obj, &self.dir).ok()?;
         (!self.dir_stale).then(|| Attr::of_dir(&self.obj))
     }
 

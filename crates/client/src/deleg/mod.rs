@@ -318,17 +318,24 @@ impl Delegations {
                 Err(e) => return Err(FsError::new("write back", &h.dir, e.errno()).with_detail(e.to_string())),
             }
         };
-        h.unacked = None;
-        self.flushed(h, reply)
+        let sent = h.unacked.take();
+        self.flushed(h, reply, sent)
     }
 
-    /// Takes in the answer to a flush.
-    fn flushed(&self, h: &mut Held, reply: Result<Reply, WireError>) -> Result<(), FsError> {
+    /// Takes in the answer to flush `sent`. Entries a refused operation named are no
+    /// longer known here (the server's copy is what counts).
+    fn flushed(&self, h: &mut Held, reply: Result<Reply, WireError>, sent: Option<Request>) -> Result<(), FsError> {
         match reply {
             Ok(Reply::Flushed(Flushed { failed, ended })) => {
                 if !failed.is_empty() {
                     tracing::error!(dir = h.dir, ?failed, "the server refused delegated operations");
                     self.lose(format!("{} delegated operations in '{}' were refused", failed.len(), h.dir));
+                    if let Some(Request::DelegFlush { ops, .. }) = &sent {
+                        for op in failed.iter().filter_map(|(i, _)| ops.get(*i as usize)) {
+                            op.names().into_iter().for_each(|n| _ = h.entries.insert(n.to_string(), Local::Unknown));
+                        }
+                        h.dir_stale = true;
+                    }
                 }
                 if ended {
                     self.forget(h);
