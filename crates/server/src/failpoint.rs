@@ -12,6 +12,7 @@
 //! `participant_after_prepare_record` (two-phase commit); `distribute_after_intent`,
 //! `distribute_after_entries`, `distribute_after_shards` (a primary redistributing a huge
 //! directory), `storing_before_shard_object` (a storing server receiving its shard);
+//! `cx_exec_before_insert` (a server received `CxExec`, before it looks the operation up),
 //! `cx_after_result` (a server logged its Result record, before answering), `cx_before_vote`
 //! (a coordinator about to send VOTE), `cx_after_vote` (a participant voted, before
 //! replying), `cx_after_commit_record` (a coordinator logged its decisions, before

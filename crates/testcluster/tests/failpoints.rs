@@ -46,6 +46,38 @@ async fn a_paused_cx_participant_holds_its_operation_until_released() {
     assert_consistent(&cluster, &b).await;
 }
 
+/// A coordinator's VOTE that reaches the participant before the operation's `CxExec` is
+/// entered there (the participant votes NO: never reached) makes that `CxExec` answer NO,
+/// never YES: the operation is aborted, so its client must not be told it succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_that_overtakes_a_cx_exec_makes_it_answer_no() {
+    let cluster = start(TxnProtocol::Cx).await;
+    let a = cluster.client();
+    let (p, coordinator, participant) = cross_server_name(&a, "v");
+    let fp = cluster.failpoint(participant, "cx_exec_before_insert", FailAction::Pause);
+    let mkdir = {
+        let (a, p) = (a.clone(), p.clone());
+        tokio::spawn(async move { a.mkdir(&p, 0o755).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fp.reached()).await.expect("the participant reached the step");
+    // The coordinator answered YES and commits on its timer: its VOTE finds nothing at the
+    // participant, which votes NO, and the coordinator aborts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while a.server_status(coordinator).await.unwrap().cx_aborted == 0 {
+        assert!(std::time::Instant::now() < deadline, "the coordinator never aborted the paused operation");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!mkdir.is_finished(), "the mkdir answered while its participant was paused");
+    fp.release();
+    let answer = tokio::time::timeout(Duration::from_secs(30), mkdir).await.expect("an answer").unwrap();
+    assert_consistent(&cluster, &a).await;
+    let exists = a.lstat(&p).await.is_ok();
+    match answer {
+        Ok(_) => assert!(exists, "mkdir answered OK but {p} does not exist"),
+        Err(e) => assert!(!exists, "mkdir failed ({e}) but {p} exists"),
+    }
+}
+
 /// Crashes the server of `point` while a cross-server mkdir (`mkdir`) or rename runs under
 /// `protocol`, restarts it, and checks the operation is all-or-nothing, and done if it was
 /// acknowledged.

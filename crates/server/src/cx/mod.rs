@@ -131,24 +131,29 @@ impl Osd {
         // or a duplicated request would execute it twice. A parent's home that does not
         // answer at once (the coordinator) leaves the new object's ancestry to commitment.
         self.fill_new_dirs(&mut ops, c, crate::dirperms::CX_PARENT_WAIT, true).await?;
-        if self.cx.st().ops.get(&id).is_some_and(|o| o.role != role) {
-            return Err(err(Errno::EINVAL, format!("operation {id} already executes here in the other role")));
-        }
-        {
-            let st = self.cx.st();
+        // The number is taken first (a duplicate wastes one): the look-up of what is known
+        // of `id` and its insertion happen under one lock, so a vote or an abort that
+        // refuses an operation not yet here is either seen now or sees it inserted.
+        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        self.failpoints.hit("cx_exec_before_insert").await;
+        let resent = {
+            let mut st = self.cx.st();
+            if st.ops.get(&id).is_some_and(|o| o.role != role) {
+                return Err(err(Errno::EINVAL, format!("operation {id} already executes here in the other role")));
+            }
             if let Some(answer) = self.known_answer(&st, &id) {
                 return Ok(Reply::CxAnswer(answer));
             }
-        }
-        if self.cx.st().ops.contains_key(&id) {
+            let resent = st.ops.contains_key(&id);
+            if !resent {
+                st.by_tx.insert(txid, id);
+                st.ops.insert(id, new_op(role, peer, txid, ops, c.clone()));
+            }
+            resent
+        };
+        if resent {
             // A resent request while the first is still executing: wait for its answer.
             return Ok(Reply::CxAnswer(self.wait_answer(id, None).await));
-        }
-        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
-        {
-            let mut st = self.cx.st();
-            st.by_tx.insert(txid, id);
-            st.ops.insert(id, new_op(role, peer, txid, ops, c.clone()));
         }
         Ok(Reply::CxAnswer(self.execute(id).await))
     }
@@ -245,8 +250,11 @@ impl Osd {
         // same lock that refusals take, so a participant never votes NO and answers YES).
         let ready = {
             let mut st = self.cx.st();
+            // A refusal recorded for the id also vetoes it (whatever its order with the
+            // insertion, the participant never answers YES after voting NO).
+            let refused = st.refused.contains_key(&id) || st.ended.contains_key(&id);
             let accepted = match st.ops.get_mut(&id) {
-                Some(op) if !op.vetoed => {
+                Some(op) if !op.vetoed && !refused => {
                     op.locks = prepared.locks;
                     op.hint = hint.clone();
                     op.phase = Phase::Yes;
