@@ -234,13 +234,19 @@ impl Drop for Resume {
     }
 }
 
-/// A tree of `files` files of random sizes below `top` in `dirs` directories, and its tar.
-fn make_tree(base: &Path, top: &str, dirs: usize, files: usize, seed: u64) -> (BTreeMap<String, Vec<u8>>, String) {
+/// A tree of `files` random files (up to `max_size` bytes) in `dirs` directories under
+/// `base/top`, and its tar archive.
+fn make_tree(
+    base: &Path,
+    top: &str,
+    (dirs, files, max_size): (usize, usize, usize),
+    seed: u64,
+) -> (BTreeMap<String, Vec<u8>>, String) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tree = BTreeMap::new();
     for i in 0..files {
         let rel = format!("{top}/dir{}/file{i}", i % dirs);
-        let data: Vec<u8> = (0..rng.gen_range(0..40_000)).map(|_| rng.gen()).collect();
+        let data: Vec<u8> = (0..rng.gen_range(0..max_size)).map(|_| rng.gen()).collect();
         fs::create_dir_all(base.join(&rel).parent().unwrap()).unwrap();
         fs::write(base.join(&rel), &data).unwrap();
         tree.insert(rel, data);
@@ -261,8 +267,8 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
     let settings = DelegSettings { writeback_ms: 3000, ..Default::default() };
     let cluster = TestCluster::start_delegations(3, settings);
     let src = tempfile::tempdir().unwrap();
-    let (first, first_tar) = make_tree(src.path(), "first", 4, 60, 1);
-    let (second, second_tar) = make_tree(src.path(), "second", 8, 1500, 2);
+    let (first, first_tar) = make_tree(src.path(), "first", (4, 60, 40_000), 1);
+    let (second, second_tar) = make_tree(src.path(), "second", (8, 4000, 15_000), 2);
     let m = Mount::new(&cluster);
     let mnt = m.path().display().to_string();
     sh(&format!("tar xf {first_tar} -C {mnt}"));
@@ -277,9 +283,10 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
         .unwrap();
     // Let the tar run a while (part of its work written back), until it has work queued
     // under delegations; fsync one file of our own, and kill the mount while the tar runs.
+    // (4,000 files: the tar takes several seconds through the mount.)
     let started = Instant::now();
     let deadline = started + Duration::from_secs(60);
-    while started.elapsed() < Duration::from_millis(1500) || m.delegations().1 < 20 {
+    while started.elapsed() < Duration::from_millis(1000) || m.delegations().1 < 20 {
         assert!(Instant::now() < deadline && tar.try_wait().unwrap().is_none(), "the tar queued no work");
         std::thread::sleep(Duration::from_millis(20));
     }
