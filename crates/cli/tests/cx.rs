@@ -217,6 +217,27 @@ fn op_id(seq: u64) -> OpId {
     OpId { client: 0xc1, process: 1, seq }
 }
 
+/// One side (`role`) of operation `op`: mkdir of `/name` = `q` with inode `ino`, the
+/// entry in `/` at `coord`, the object at `part`.
+fn mkdir_side(q: &str, (coord, part): (ServerId, ServerId), op: OpId, role: CxRole, ino: u64) -> Request {
+    let (peer, ops) = match role {
+        CxRole::Coordinator => (
+            part,
+            vec![SubOp::InsertEntry {
+                dir: "/".into(),
+                name: q[1..].to_string(),
+                inode: Inode::subdir(ino),
+                replace: Replace::Never,
+                shard: None,
+            }],
+        ),
+        CxRole::Participant => {
+            (coord, vec![SubOp::CreateDir { path: q.to_string(), object: DirObject::new(ino, 0o755, 0, 0) }])
+        }
+    };
+    Request::CxExec { op, role, peer, ops }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disagreement_and_a_client_that_dies_before_l_com() {
     let cluster = cx_cluster(3, 200, 100_000, 16 << 20);
@@ -525,26 +546,8 @@ async fn disordered_arrivals_follow_the_coordinators_order() {
     let cluster = cx_cluster(3, 600_000, 1_000_000, 16 << 20);
     let c = cluster.client();
     let (q, coord, part) = cross_server_name(&c, "o");
-    let name = q[1..].to_string();
     let (a, b) = (op_id(20), op_id(21));
-    let exec = |op: OpId, role: CxRole, ino: u64| {
-        let (peer, ops) = match role {
-            CxRole::Coordinator => (
-                part,
-                vec![SubOp::InsertEntry {
-                    dir: "/".into(),
-                    name: name.clone(),
-                    inode: Inode::subdir(ino),
-                    replace: Replace::Never,
-                    shard: None,
-                }],
-            ),
-            CxRole::Participant => {
-                (coord, vec![SubOp::CreateDir { path: q.clone(), object: DirObject::new(ino, 0o755, 0, 0) }])
-            }
-        };
-        Request::CxExec { op, role, peer, ops }
-    };
+    let exec = |op: OpId, role: CxRole, ino: u64| mkdir_side(&q, (coord, part), op, role, ino);
     let answer = |r: Reply| match r {
         Reply::CxAnswer(a) => a,
         other => panic!("unexpected {other:?}"),
@@ -584,5 +587,43 @@ async fn disordered_arrivals_follow_the_coordinators_order() {
     let st = c.server_status(part).await.unwrap();
     assert_eq!(st.cx_invalidated, 1, "the participant invalidated B's execution");
     assert_eq!(c.lstat(&q).await.unwrap().ino, 900, "A's directory, with A's inode on both sides");
+    cluster.assert_fsck_clean();
+}
+
+/// A coordinator asked to decide an operation it has not seen yet (its `CxExec` still on its
+/// way) waits the whole grace for it, however busy it is meanwhile: the operation arriving
+/// within the grace is committed, not aborted by the first unrelated state change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_before_the_exec_waits_the_whole_grace_while_the_coordinator_is_busy() {
+    let cluster = cx_cluster(3, 200, 1_000_000, 16 << 20);
+    let c = cluster.client();
+    let (q, coord, part) = cross_server_name(&c, "g");
+    let x = op_id(30);
+    // Unrelated operations the same coordinator decides, changing its state all along.
+    let busy = {
+        let c = cluster.client();
+        tokio::spawn(async move {
+            for i in 0..400 {
+                c.mkdir(&format!("/busy{i}"), 0o755).await.unwrap();
+            }
+        })
+    };
+    let launch = {
+        let c = c.clone();
+        tokio::spawn(async move { c.call_server(coord, &Request::CxLaunch { op: x, participant: part }).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!launch.is_finished(), "the launch of an unknown operation answered before its grace");
+    // The participant's side first: the coordinator's, once executed, is decided at once.
+    let sides = [(part, CxRole::Participant), (coord, CxRole::Coordinator)];
+    for (server, role) in sides {
+        let r = c.call_server(server, &mkdir_side(&q, (coord, part), x, role, 950)).await.unwrap();
+        assert!(matches!(&r, Reply::CxAnswer(a) if a.error.is_none()), "{role:?} side: {r:?}");
+    }
+    let outcome = tokio::time::timeout(Duration::from_secs(30), launch).await.expect("an outcome").unwrap();
+    assert_eq!(outcome.unwrap(), Reply::CxOutcome { committed: true });
+    busy.await.unwrap();
+    settled(&c).await;
+    assert_eq!(c.lstat(&q).await.unwrap().ino, 950);
     cluster.assert_fsck_clean();
 }

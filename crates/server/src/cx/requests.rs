@@ -220,7 +220,10 @@ impl Osd {
             AbortHere,
             GraceForUnknown,
         }
-        let mut waited_unknown = false;
+        // When an operation never seen here may be aborted (its CxExec may still be on
+        // its way): UNKNOWN_GRACE after it was first looked for, however often the state
+        // changes meanwhile.
+        let mut unknown_until: Option<Instant> = None;
         loop {
             let notified = self.cx.changed.notified();
             tokio::pin!(notified);
@@ -239,7 +242,7 @@ impl Osd {
                         Next::Wait { kick: matches!(op.phase, Phase::Yes) }
                     }
                     (None, Some(_)) => Next::Wait { kick: false },
-                    (None, None) if refused || waited_unknown => Next::AbortHere,
+                    (None, None) if refused || unknown_until.is_some_and(|t| Instant::now() >= t) => Next::AbortHere,
                     (None, None) => Next::GraceForUnknown,
                 };
                 if matches!(next, Next::AbortHere) {
@@ -262,8 +265,8 @@ impl Osd {
                     return false;
                 }
                 Next::GraceForUnknown => {
-                    waited_unknown = true;
-                    let _ = tokio::time::timeout(UNKNOWN_GRACE, notified).await;
+                    let until = *unknown_until.get_or_insert_with(|| Instant::now() + UNKNOWN_GRACE);
+                    let _ = tokio::time::timeout_at(until.into(), notified).await;
                 }
                 Next::Wait { kick } => {
                     if kick {
