@@ -223,3 +223,37 @@ async fn a_holder_lists_and_stats_its_directory_locally_as_the_servers_would() {
     let theirs: Vec<String> = b.readdir("/d").await.unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(theirs, names);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_created_and_removed_between_flushes_is_not_written_back() {
+    let cluster = TestCluster::start(3);
+    let (a, b) = (delegating(&cluster), cluster.client());
+    a.mkdir("/d", 0o755).await.unwrap();
+    a.create("/d/kept", 0o644, true).await.unwrap();
+    a.write("/d/kept", 0, b"kept").await.unwrap();
+    assert_eq!(a.delegations_held(), 1, "delegated");
+    a.sync().await.unwrap();
+    // Ten temporary files of 20 KiB each, written, changed and removed before any flush.
+    let data = vec![7u8; 20 << 10];
+    for i in 0..10 {
+        let p = format!("/d/tmp{i}");
+        a.create(&p, 0o600, true).await.unwrap();
+        a.write(&p, 0, &data).await.unwrap();
+        a.chmod(&p, 0o640).await.unwrap();
+        a.unlink(&p).await.unwrap();
+    }
+    let shown = a.lstat_dir("/d").await.unwrap();
+    let before = a.counters().bytes_out;
+    a.sync().await.unwrap();
+    let sent = a.counters().bytes_out - before;
+    // The flush carries ten directory touches (~150 bytes); the creates, chmods and unlinks
+    // of the temporary files would make it ~800 bytes.
+    assert!(sent < 400, "the temporary files were written back: {sent} bytes sent");
+    // Another client sees what the holder showed: only the kept file, the same directory times.
+    let names: Vec<String> = b.readdir("/d").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["kept".to_string()]);
+    let seen = b.lstat_dir("/d").await.unwrap();
+    assert_eq!((seen.mtime, seen.ctime, seen.size), (shown.mtime, shown.ctime, shown.size));
+    assert_eq!(b.read_all("/d/kept").await.unwrap(), b"kept");
+    cluster.assert_fsck_clean();
+}

@@ -63,6 +63,9 @@ pub enum DelegOp {
     Unlink { name: String, time: Timespec, by: u32 },
     /// Renames non-directory entry `from` to `to`, replacing a non-directory there.
     Rename { from: String, to: String, time: Timespec, by: u32 },
+    /// Sets the directory's modification and change times to `time`: what is left of a
+    /// file created and removed again between two flushes.
+    Touch { time: Timespec },
 }
 
 impl DelegOp {
@@ -74,6 +77,7 @@ impl DelegOp {
             | DelegOp::SetAttr { name, .. }
             | DelegOp::Unlink { name, .. } => vec![name],
             DelegOp::Rename { from, to, .. } => vec![from, to],
+            DelegOp::Touch { .. } => Vec::new(),
         }
     }
 

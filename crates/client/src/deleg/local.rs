@@ -221,9 +221,37 @@ impl Held {
         let now = Timespec::now();
         self.obj.count_entry(a.kind, -1, now);
         self.entries.remove(name);
-        let by = Cred::index_in(&mut self.creds, c);
-        self.queue(DelegOp::Unlink { name: name.to_string(), time: now, by });
+        if self.cancel_create(name) {
+            self.queue(DelegOp::Touch { time: now });
+        } else {
+            let by = Cred::index_in(&mut self.creds, c);
+            self.queue(DelegOp::Unlink { name: name.to_string(), time: now, by });
+        }
         Some(Ok(()))
+    }
+
+    /// Drops the queued creation of `name` and every later queued operation on it, when
+    /// the file was created since the last flush and not renamed since: its removal
+    /// then leaves nothing of it to write back. Whether it did.
+    fn cancel_create(&mut self, name: &str) -> bool {
+        let created = |op: &DelegOp| matches!(op, DelegOp::Create { name: n, .. } if n == name);
+        let Some(k) = self.pending.iter().rposition(created) else {
+            return false;
+        };
+        let renamed = |op: &DelegOp| matches!(op, DelegOp::Rename { from, to, .. } if from == name || to == name);
+        if self.pending[k + 1..].iter().any(renamed) {
+            return false;
+        }
+        let mut i = 0;
+        self.pending.retain(|op| {
+            i += 1;
+            let drop = i > k && op.names().contains(&name);
+            if drop {
+                self.pending_bytes = self.pending_bytes.saturating_sub(op.data_len() + 64);
+            }
+            !drop
+        });
+        true
     }
 
     /// `rename` of a non-directory within the directory, over a non-directory or nothing.

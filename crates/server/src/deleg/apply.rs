@@ -79,6 +79,10 @@ impl Osd {
                 DelegOp::Contents { name, mtime, ctime, .. } => {
                     self.replay_contents(&mut ov, name, 0, None, (*mtime, *ctime), b, &mut gone).await
                 }
+                DelegOp::Touch { time } => {
+                    (host.obj.mtime, host.obj.ctime) = (*time, *time);
+                    Ok(())
+                }
                 op => match op_cred(op).map(by).transpose() {
                     Ok(c) => replay_namespace(&mut ov, host, dir, c, op, small, &mut gone),
                     Err(e) => Err(e),
@@ -158,7 +162,7 @@ fn op_cred(op: &DelegOp) -> Option<u32> {
         | DelegOp::SetAttr { by, .. }
         | DelegOp::Unlink { by, .. }
         | DelegOp::Rename { by, .. } => Some(*by),
-        DelegOp::Contents { .. } => None,
+        DelegOp::Contents { .. } | DelegOp::Touch { .. } => None,
     }
 }
 
@@ -234,7 +238,7 @@ fn replay_namespace(
             ov.entries.insert(from.clone(), None);
             ov.entries.insert(to.clone(), Some(i));
         }
-        DelegOp::Contents { .. } => return Err(Errno::EINVAL),
+        DelegOp::Contents { .. } | DelegOp::Touch { .. } => return Err(Errno::EINVAL),
     }
     Ok(())
 }
