@@ -257,3 +257,87 @@ async fn a_file_created_and_removed_between_flushes_is_not_written_back() {
     assert_eq!(b.read_all("/d/kept").await.unwrap(), b"kept");
     cluster.assert_fsck_clean();
 }
+
+/// Waits up to 2 s for `cond`.
+async fn eventually(cond: impl Fn() -> bool, what: &str) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(2), "not within 2 s: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// The names, kinds, modes and sizes of `names` in `dir` as `c` sees them (`None`: missing).
+async fn looks(c: &Client, dir: &str, names: &[String]) -> Vec<Option<(plusfs_proto::FileKind, u32, u64)>> {
+    let mut out = Vec::new();
+    for n in names {
+        out.push(c.lstat(&format!("{dir}/{n}")).await.ok().map(|a| (a.kind, a.mode, a.size)));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_a_read_delegation_and_a_change_recalls_it() {
+    let cluster = TestCluster::start(3);
+    let (w, r1, r2) = (cluster.client(), delegating(&cluster), delegating(&cluster));
+    w.mkdir("/r", 0o755).await.unwrap();
+    for i in 0..30 {
+        let p = format!("/r/f{i:02}");
+        w.create(&p, 0o644, true).await.unwrap();
+        w.write(&p, 0, &vec![b'r'; i]).await.unwrap();
+    }
+    // Present and missing names (as a compiler's include search or Python's imports probe).
+    let names: Vec<String> = (0..40).map(|i| format!("f{i:02}")).collect();
+    let truth = looks(&w, "/r", &names).await;
+
+    // Both readers read often enough to be granted a read delegation each; from then on
+    // their lookups, stats and listings are answered without a request.
+    for r in [&r1, &r2] {
+        assert_eq!(looks(r, "/r", &names[..6]).await, truth[..6]);
+        assert_eq!(r.delegations_held(), 1, "a read delegation after a few reads");
+        let before = r.counters().requests;
+        assert_eq!(looks(r, "/r", &names).await, truth);
+        let listed: Vec<String> = r.readdir("/r").await.unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(listed, names[..30]);
+        let sent = r.counters().requests - before;
+        assert!(sent <= 1, "40 lookups and a listing under a read delegation sent {sent} requests");
+    }
+    assert_eq!((r1.delegations_held(), r2.delegations_held()), (1, 1), "readers share the directory");
+
+    // A change by a third client recalls both; each reader then sees it.
+    w.create("/r/new", 0o600, true).await.unwrap();
+    w.unlink("/r/f00").await.unwrap();
+    w.chmod("/r/f01", 0o600).await.unwrap();
+    // (Each reader forgets its delegation when the answer to its return arrives, which may
+    // come a moment after the server went on with the change.)
+    eventually(|| (r1.delegations_held(), r2.delegations_held()) == (0, 0), "the change recalled both").await;
+    let names: Vec<String> = names.into_iter().chain(["new".to_string()]).collect();
+    let truth = looks(&w, "/r", &names).await;
+    for r in [&r1, &r2] {
+        assert_eq!(looks(r, "/r", &names).await, truth);
+        assert_eq!(r.delegations_held(), 1, "delegated again");
+    }
+
+    // A reader's own change goes to the server without recalling its own read delegation
+    // (the other reader's is recalled) and is seen by the reader at once.
+    r1.create("/r/by-r1", 0o644, true).await.unwrap();
+    eventually(|| (r1.delegations_held(), r2.delegations_held()) == (1, 0), "r2's recalled, r1's kept").await;
+    assert_eq!(r1.lstat("/r/by-r1").await.unwrap().mode & 0o777, 0o644);
+    let listed: Vec<String> = r1.readdir("/r").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert!(listed.contains(&"by-r1".to_string()) && !listed.contains(&"f00".to_string()), "{listed:?}");
+
+    // Changing it again turns the read delegation into a write delegation: the next
+    // creates are batched, and the other reader sees them after its recall.
+    for i in 0..20 {
+        r1.create(&format!("/r/w{i}"), 0o644, true).await.unwrap();
+    }
+    assert_eq!(r1.delegations_held(), 1);
+    assert!(r1.delegated_pending() >= 15, "creates queued under the write delegation");
+    let theirs: Vec<String> = r2.readdir("/r").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(theirs.iter().filter(|n| n.starts_with('w')).count(), 20, "{theirs:?}");
+    assert_eq!(r1.delegated_pending(), 0, "written back on recall");
+    r1.sync().await.expect("no read delegation ended is reported as lost work");
+    r2.sync().await.unwrap();
+    cluster.assert_fsck_clean();
+    cluster.assert_no_errors_logged();
+}

@@ -9,18 +9,34 @@ use plusfs_proto::{Attr, DirEntry, Errno, FileKind, SetAttr};
 /// What a local operation needs of the caller's call.
 type Answer<T> = Option<Result<T, FsError>>;
 
+/// Which delegation a call may be answered under.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// Any delegation held.
+    Held,
+    /// Any delegation held, or a new read delegation if this client reads the directory
+    /// often.
+    Look,
+    /// A write delegation held.
+    Write,
+    /// A write delegation held, or a new one if this client changes the directory often
+    /// (replacing its read delegation, if it holds one).
+    Change,
+}
+
 impl Client {
-    /// Runs `f` on the delegation held on `dir` (`change`: or on a new one, if this client
-    /// changes `dir` often); `None` if there is none or `f` cannot answer. A queue grown
-    /// full is written back before returning.
-    async fn under<T>(&self, dir: &str, change: bool, f: impl FnOnce(&mut Held) -> Option<T>) -> Option<T> {
+    /// Runs `f` on the delegation on `dir` that `need` asks for; `None` if there is none
+    /// or `f` cannot answer. A queue grown full is written back before returning.
+    async fn under<T>(&self, dir: &str, need: Need, f: impl FnOnce(&mut Held) -> Option<T>) -> Option<T> {
         let d = self.delegs.as_ref()?;
-        let slot = match change {
-            true if self.dist.get(dir).is_none() => d.for_change(dir, &self.caller, self.home(dir)).await?,
+        let plain = self.dist.get(dir).is_none();
+        let slot = match need {
+            Need::Change if plain => d.for_change(dir, &self.caller, self.home(dir)).await?,
+            Need::Look if plain => d.for_read(dir, &self.caller, self.home(dir)).await?,
             _ => d.held(dir)?,
         };
         let mut h = slot.lock().await;
-        if h.gone || !d.leased(&h) {
+        if h.gone || !d.leased(&h) || (h.read && matches!(need, Need::Write | Need::Change)) {
             return None;
         }
         let out = f(&mut h)?;
@@ -34,7 +50,7 @@ impl Client {
 
     /// `lstat` of `name` in `dir`.
     pub(crate) async fn deleg_lookup(&self, shown: &str, dir: &str, name: &str) -> Answer<Attr> {
-        let r = self.under(dir, false, |h| h.lookup(name, &self.caller)).await?;
+        let r = self.under(dir, Need::Look, |h| h.lookup(name, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
     }
 
@@ -47,24 +63,24 @@ impl Client {
         dir: &str,
         names: &[String],
     ) -> Answer<Vec<Option<Result<Attr, Errno>>>> {
-        let r = self.under(dir, false, |h| Some(h.stat_entries(names, &self.caller))).await?;
+        let r = self.under(dir, Need::Look, |h| Some(h.stat_entries(names, &self.caller))).await?;
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
     }
 
     /// The listing of delegated directory `dir`.
     pub(crate) async fn deleg_readdir(&self, shown: &str, dir: &str) -> Answer<Vec<DirEntry>> {
-        let r = self.under(dir, false, |h| h.listing(&self.caller)).await?;
+        let r = self.under(dir, Need::Look, |h| h.listing(&self.caller)).await?;
         Some(r.map_err(|e| FsError::new("open directory", shown, e)))
     }
 
     /// The attributes of delegated directory `dir` itself.
     pub(crate) async fn deleg_dir_attr(&self, dir: &str) -> Option<Attr> {
-        self.under(dir, false, |h| h.dir_attr(&self.caller)).await
+        self.under(dir, Need::Held, |h| h.dir_attr(&self.caller)).await
     }
 
     /// Records the attributes the servers gave for delegated directory `dir` itself.
     pub(crate) async fn deleg_learn_dir(&self, dir: &str, a: &Attr) {
-        self.under(dir, false, |h| {
+        self.under(dir, Need::Held, |h| {
             h.learn_dir(a);
             Some(())
         })
@@ -88,25 +104,25 @@ impl Client {
         }
         let asked = (self.opts.uid, self.opts.gid);
         let new = NewEntry { kind, exclusive, access, target, rdev, asked };
-        let r = self.under(dir, true, |h| h.create(name, mode, new, &self.caller)).await?;
+        let r = self.under(dir, Need::Change, |h| h.create(name, mode, new, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("create", shown, e)))
     }
 
     /// Opens existing `name` in `dir` for `access`.
     pub(crate) async fn deleg_open(&self, shown: &str, dir: &str, name: &str, access: u32) -> Answer<Attr> {
-        let r = self.under(dir, false, |h| h.open(name, access, &self.caller)).await?;
+        let r = self.under(dir, Need::Look, |h| h.open(name, access, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("open", shown, e)))
     }
 
     /// Removes `name` from `dir`.
     pub(crate) async fn deleg_unlink(&self, shown: &str, dir: &str, name: &str) -> Answer<()> {
-        let r = self.under(dir, true, |h| h.unlink(name, &self.caller)).await?;
+        let r = self.under(dir, Need::Change, |h| h.unlink(name, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("remove", shown, e)))
     }
 
     /// Renames `from` to `to` within `dir`.
     pub(crate) async fn deleg_rename(&self, shown: &str, dir: &str, from: &str, to: &str) -> Answer<()> {
-        let r = self.under(dir, true, |h| h.rename(from, to, &self.caller)).await?;
+        let r = self.under(dir, Need::Change, |h| h.rename(from, to, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("move", shown, e)))
     }
 
@@ -114,24 +130,24 @@ impl Client {
     pub(crate) async fn deleg_setattr(&self, shown: &str, dir: &str, name: &str, set: &SetAttr) -> Answer<Attr> {
         let d = self.delegs.as_ref()?;
         let small = d.small_file_bytes();
-        let r = self.under(dir, false, |h| h.setattr(name, set, &self.caller, small)).await?;
+        let r = self.under(dir, Need::Write, |h| h.setattr(name, set, &self.caller, small)).await?;
         Some(r.map_err(|e| FsError::new("change attributes of", shown, e)))
     }
 
     /// Writes into a small file whose contents are known here.
     pub(crate) async fn deleg_write(&self, dir: &str, name: &str, offset: u64, data: &[u8]) -> Option<Attr> {
         let small = self.delegs.as_ref()?.small_file_bytes();
-        self.under(dir, false, |h| h.write(name, offset, data, small)).await
+        self.under(dir, Need::Write, |h| h.write(name, offset, data, small)).await
     }
 
     /// Reads a file whose contents are known here.
     pub(crate) async fn deleg_read(&self, dir: &str, name: &str, offset: u64, len: usize) -> Option<Vec<u8>> {
-        self.under(dir, false, |h| h.read(name, offset, len)).await
+        self.under(dir, Need::Held, |h| h.read(name, offset, len)).await
     }
 
     /// The target of a symlink known here.
     pub(crate) async fn deleg_readlink(&self, dir: &str, name: &str) -> Option<String> {
-        self.under(dir, false, |h| h.readlink(name, &self.caller)).await
+        self.under(dir, Need::Held, |h| h.readlink(name, &self.caller)).await
     }
 
     /// Writes back every delegated directory's queued work, as `sync(2)` asks of a file

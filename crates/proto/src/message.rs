@@ -289,11 +289,14 @@ pub enum Request {
     DirPerms {
         path: String,
     },
-    /// Asks for a write delegation on directory `dir` (on its home); refused with EBUSY
-    /// while another session holds one or needs the directory, and with EAGAIN for
-    /// directories that cannot be delegated (distributed, too large).
+    /// Asks for a write delegation on directory `dir` (with `read`: a read delegation,
+    /// which other sessions may hold too) on its home; refused with EBUSY while another
+    /// session holds a conflicting one or needs the directory, and with EAGAIN for
+    /// directories that cannot be delegated (distributed, too large). A write delegation
+    /// replaces the session's own read delegation of the directory.
     DelegAcquire {
         dir: String,
+        read: bool,
     },
     /// Writes back work done under delegation `id` of `dir`: `ops` in order, at most once
     /// (`seq` numbers the flushes of one delegation from 1); `creds` are their callers.

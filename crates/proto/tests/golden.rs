@@ -211,7 +211,7 @@ fn requests() -> Vec<Request> {
         Request::SubExec { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }] },
         Request::AllocInos { count: 256 },
         Request::DirPerms { path: "/a".into() },
-        Request::DelegAcquire { dir: "/a".into() },
+        Request::DelegAcquire { dir: "/a".into(), read: true },
         Request::DelegFlush {
             dir: "/a".into(),
             id: 12,

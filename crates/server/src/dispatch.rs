@@ -81,6 +81,7 @@ impl Osd {
             Batch { op, dir, names, mode, uid, gid, semantics } => {
                 self.batch(op, &dir, &names, mode, (uid, gid), semantics, via, c).await
             }
+            DelegAcquire { dir, read } => self.deleg_acquire(&dir, read, via, c).await,
             other if via != Via::Home => {
                 Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard or inode", other.name())))
             }
@@ -111,7 +112,6 @@ impl Osd {
             DataDrop { records } => self.data_drop(&records).await,
             DirXattr { path, op } => self.dir_xattr(&path, &op, c).await,
             DirPerms { path } => self.dir_perms(&path),
-            DelegAcquire { dir } => self.deleg_acquire(&dir, c).await,
             DelegFlush { dir, id, seq, creds, ops, release } => {
                 self.deleg_flush(&dir, id, seq, creds, ops, release).await
             }

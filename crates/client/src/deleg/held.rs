@@ -21,6 +21,9 @@ pub(crate) enum Local {
 /// A delegation this client holds.
 pub(crate) struct Held {
     pub id: u64,
+    /// A read delegation: lookups, listings and stats are answered here, changes go to
+    /// the server (which does not recall this client's own read delegation for them).
+    pub read: bool,
     pub server: ServerId,
     pub dir: String,
     pub obj: DirObject,

@@ -1,6 +1,6 @@
 //! Operations answered under a delegation: each checks what the server would check (the
 //! same `plusfs_proto::perm` functions), changes this client's copy of the directory and
-//! queues the operation. `None` means "not answerable here": the caller sends the request
+//! queues the operation (changes only under a write delegation). `None` means "not answerable here": the caller sends the request
 //! to the server (after the queue, see `before`).
 
 use super::held::{Held, Local, MAX_BYTES, MAX_OPS};
@@ -123,6 +123,9 @@ impl Held {
 
     /// Creates `name` (or, without `exclusive`, opens the file there).
     pub fn create(&mut self, name: &str, mode: u32, new: NewEntry<'_>, c: &Cred) -> Option<Result<Attr, Errno>> {
+        if self.read {
+            return None;
+        }
         if let Err(e) = self.enter(c) {
             return Some(Err(e));
         }
@@ -208,6 +211,9 @@ impl Held {
 
     /// `unlink` of a non-directory.
     pub fn unlink(&mut self, name: &str, c: &Cred) -> Option<Result<(), Errno>> {
+        if self.read {
+            return None;
+        }
         self.touch();
         let a = match plain(self.entries.get(name))? {
             None => return Some(Err(Errno::ENOENT)),
@@ -256,6 +262,9 @@ impl Held {
 
     /// `rename` of a non-directory within the directory, over a non-directory or nothing.
     pub fn rename(&mut self, from: &str, to: &str, c: &Cred) -> Option<Result<(), Errno>> {
+        if self.read {
+            return None;
+        }
         self.touch();
         let a = match plain(self.entries.get(from))? {
             None => return Some(Err(Errno::ENOENT)),
@@ -291,6 +300,9 @@ impl Held {
     /// `setattr` of a non-directory; a size change only of a file whose contents are
     /// known here, up to `small` bytes.
     pub fn setattr(&mut self, name: &str, set: &SetAttr, c: &Cred, small: u64) -> Option<Result<Attr, Errno>> {
+        if self.read {
+            return None;
+        }
         if let Err(e) = self.enter(c) {
             return Some(Err(e));
         }
@@ -339,6 +351,9 @@ impl Held {
     /// A write of `data` at `offset` of a file whose contents are known here, if the file
     /// stays within `small` bytes.
     pub fn write(&mut self, name: &str, offset: u64, data: &[u8], small: u64) -> Option<Attr> {
+        if self.read {
+            return None;
+        }
         self.touch();
         let Some(Local::Known { attr, content: Some(c), dirty, link: false, .. }) = self.entries.get_mut(name) else {
             return None;

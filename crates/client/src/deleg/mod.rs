@@ -16,6 +16,11 @@
 //! number, so the server applies it once. Work the server refused (the delegation was
 //! revoked because this client did not answer a recall in time) is reported as EIO by the
 //! next `fsync` or `sync`.
+//!
+//! A directory this client reads often (`READ_BURST_OPS` reads sent to its server within
+//! `BURST`) gets a *read delegation* instead, shared with other readers: lookups, listings,
+//! stats and opens are answered from it, changes go to the server (and a second change
+//! asks for a write delegation, which replaces it).
 
 mod held;
 mod local;
@@ -40,8 +45,11 @@ const IDLE: Duration = Duration::from_secs(3);
 const MAX_HELD: usize = 512;
 /// A directory whose delegation was refused is not asked for again before this.
 const REFUSED_FOR: Duration = Duration::from_secs(2);
-/// Changes of a directory within [`BURST`] after which a delegation is asked for.
+/// Changes of a directory within [`BURST`] after which a write delegation is asked for.
 const BURST_OPS: u32 = 2;
+/// Reads of a directory sent to its server within [`BURST`] after which a read
+/// delegation is asked for.
+const READ_BURST_OPS: u32 = 4;
 const BURST: Duration = Duration::from_secs(2);
 /// Directories whose recent changes are counted (older ones are forgotten beyond this).
 const MAX_ACTIVITY: usize = 4096;
@@ -50,13 +58,37 @@ const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 
 type Slot = Arc<tokio::sync::Mutex<Held>>;
 
+/// Recent uses of a directory: (count, first, delegation refused until).
+type Activity = (u32, Instant, Option<Instant>);
+
+/// Counts a use of `dir` in `map`; true when `burst` uses came within [`BURST`] and no
+/// refusal is recent.
+fn bump(map: &mut HashMap<String, Activity>, dir: &str, burst: u32) -> bool {
+    let now = Instant::now();
+    if map.len() > MAX_ACTIVITY {
+        map.retain(|_, (_, first, refused)| now - *first < BURST || refused.is_some_and(|r| r > now));
+    }
+    let a = map.entry(dir.to_string()).or_insert((0, now, None));
+    if a.2.is_some_and(|r| r > now) {
+        return false;
+    }
+    if now - a.1 > BURST {
+        *a = (0, now, None);
+    }
+    a.0 += 1;
+    a.0 >= burst
+}
+
 #[derive(Default)]
 struct State {
     held: HashMap<String, Slot>,
     /// Directory of each delegation held, by id.
     ids: HashMap<u64, String>,
-    /// Recent changes per directory not delegated: (count, first, refused until).
-    activity: HashMap<String, (u32, Instant, Option<Instant>)>,
+    /// Recent changes per directory without a write delegation: (count, first, refused
+    /// until).
+    activity: HashMap<String, Activity>,
+    /// Recent reads sent to the servers per directory not delegated, the same way.
+    reads: HashMap<String, Activity>,
     /// Servers with a running recall listener.
     listening: HashSet<ServerId>,
     /// Per server, when the last `DelegWait` that was answered was sent: no recall the
@@ -126,37 +158,45 @@ impl Delegations {
         slots.iter().filter_map(|s| s.try_lock().ok()).map(|h| h.unflushed()).sum()
     }
 
-    /// The delegation on `dir` for a change about to be made by `caller`: the one held,
-    /// or a new one when the directory changes often (see the module documentation).
+    /// The delegation on `dir` for a change about to be made by `caller`: the write
+    /// delegation held, or a new one when the directory changes often (see the module
+    /// documentation), which replaces a read delegation held.
     pub async fn for_change(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
+        let held = self.held(dir);
+        if let Some(h) = &held {
+            if !h.lock().await.read {
+                return held;
+            }
+        }
+        let wants = {
+            let mut st = self.state();
+            (held.is_some() || st.held.len() < MAX_HELD) && bump(&mut st.activity, dir, BURST_OPS)
+        };
+        if !wants {
+            return None;
+        }
+        let new = self.acquire(dir, caller, home, false).await;
+        if let (Some(old), None) = (held, &new) {
+            // The server may have ended the read delegation with the refused upgrade.
+            self.release_slot(&old).await;
+        }
+        new
+    }
+
+    /// The delegation on `dir` for a read about to be sent to its server: the one held,
+    /// or a new read delegation when this client reads the directory often.
+    pub async fn for_read(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
         if let Some(h) = self.held(dir) {
             return Some(h);
         }
-        if !self.wants(dir) {
+        let wants = {
+            let mut st = self.state();
+            st.held.len() < MAX_HELD && bump(&mut st.reads, dir, READ_BURST_OPS)
+        };
+        if !wants {
             return None;
         }
-        self.acquire(dir, caller, home).await
-    }
-
-    /// Counts a change of `dir`; true when a delegation should be asked for.
-    fn wants(&self, dir: &str) -> bool {
-        let now = Instant::now();
-        let mut st = self.state();
-        if st.held.len() >= MAX_HELD {
-            return false;
-        }
-        if st.activity.len() > MAX_ACTIVITY {
-            st.activity.retain(|_, (_, first, refused)| now - *first < BURST || refused.is_some_and(|r| r > now));
-        }
-        let a = st.activity.entry(dir.to_string()).or_insert((0, now, None));
-        if a.2.is_some_and(|r| r > now) {
-            return false;
-        }
-        if now - a.1 > BURST {
-            *a = (0, now, None);
-        }
-        a.0 += 1;
-        a.0 >= BURST_OPS
+        self.acquire(dir, caller, home, true).await
     }
 
     /// This client has just made directory `dir`: its first change asks for a delegation
@@ -171,28 +211,38 @@ impl Delegations {
         }
     }
 
-    async fn acquire(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
-        let req = Request::DelegAcquire { dir: dir.to_string() };
+    /// Asks for a write (or `read`) delegation on `dir` and installs it, in place of a
+    /// read delegation held there.
+    async fn acquire(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId, read: bool) -> Option<Slot> {
+        let req = Request::DelegAcquire { dir: dir.to_string(), read };
         let cred = Cred { session: self.session, ..caller.clone() };
         let asked = Instant::now();
         let grant = match self.pool.call_as(home, &cred, &req).await {
             Ok(Ok(Reply::Deleg(g))) => g,
             other => {
-                tracing::debug!(dir, ?other, "delegation refused");
+                tracing::debug!(dir, read, ?other, "delegation refused");
                 let until = Instant::now() + REFUSED_FOR;
-                self.state().activity.insert(dir.to_string(), (0, Instant::now(), Some(until)));
+                let mut st = self.state();
+                let map = if read { &mut st.reads } else { &mut st.activity };
+                map.insert(dir.to_string(), (0, Instant::now(), Some(until)));
                 return None;
             }
         };
-        let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, home, dir, asked)));
-        let recalled = {
+        let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, home, dir, asked, read)));
+        let (recalled, replaced) = {
             let mut st = self.state();
             let id = slot.try_lock().expect("new").id;
             st.activity.remove(dir);
-            st.held.insert(dir.to_string(), slot.clone());
+            st.reads.remove(dir);
+            let replaced = st.held.insert(dir.to_string(), slot.clone());
             st.ids.insert(id, dir.to_string());
-            st.early.remove(&id)
+            (st.early.remove(&id), replaced)
         };
+        if let Some(old) = replaced {
+            let mut h = old.lock().await;
+            h.gone = true;
+            self.state().ids.remove(&h.id);
+        }
         self.start_tasks(home);
         if recalled {
             self.release_slot(&slot).await;
@@ -344,9 +394,13 @@ impl Delegations {
             }
             Ok(other) => Err(FsError::new("write back", &h.dir, Errno::EIO).with_detail(format!("{other:?}"))),
             Err(e) if e.errno == Errno::ESTALE => {
+                self.forget(h);
+                if matches!(&sent, Some(Request::DelegFlush { ops, .. }) if ops.is_empty()) {
+                    tracing::debug!(dir = h.dir, "delegation ended by the server while nothing was queued");
+                    return Ok(());
+                }
                 tracing::error!(dir = h.dir, "delegation revoked: its unflushed work is lost");
                 self.lose(format!("work in '{}' was refused: {}", h.dir, e.message));
-                self.forget(h);
                 Err(FsError::new("write back", &h.dir, Errno::EIO).with_detail(e.message))
             }
             Err(e) => Err(FsError::new("write back", &h.dir, e.errno).with_detail(e.message)),
@@ -456,7 +510,7 @@ impl Delegations {
 }
 
 /// The state of a new delegation.
-fn held_of(g: DelegGrant, server: ServerId, dir: &str, asked: Instant) -> Held {
+fn held_of(g: DelegGrant, server: ServerId, dir: &str, asked: Instant, read: bool) -> Held {
     let entries = g
         .entries
         .into_iter()
@@ -468,6 +522,7 @@ fn held_of(g: DelegGrant, server: ServerId, dir: &str, asked: Instant) -> Held {
         .collect();
     Held {
         id: g.id,
+        read,
         server,
         dir: dir.to_string(),
         obj: g.dir,

@@ -40,7 +40,7 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
         // while the operation's other half may hold the new entry's lock here.
         DirPerms { path } => out.push((path.clone(), Scope::object_only())),
         // A delegation starts from the committed directory: pending Cx work on it first.
-        DelegAcquire { dir } => out.push((dir.clone(), Scope::Whole)),
+        DelegAcquire { dir, .. } => out.push((dir.clone(), Scope::Whole)),
         Fsync { path } if !path.is_empty() => of_path(path, &mut out),
         Rename { src, dst } | Link { src, dst } => {
             of_path(src, &mut out);

@@ -1,7 +1,8 @@
 //! Directory delegations (`docs/semantics.md`, "Delegations"): a server grants one client
-//! session a write delegation on a directory it is the home of, recalls it before serving
-//! any other session's request that touches the directory, and applies the work the
-//! holder writes back (`apply.rs`).
+//! session a write delegation on a directory it is the home of (or any number of
+//! sessions a read delegation), recalls it before serving any other session's request
+//! that touches the directory (a read delegation: that changes it), and applies the work
+//! the holder of a write delegation writes back (`apply.rs`).
 //!
 //! The model is Cx's "a request on an object with pending work settles that work first":
 //! every request registers the directories it touches ([`DelegTable`]'s in-flight counts)
@@ -29,6 +30,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use table::{unix_now, Record, Stored};
 
+/// How a delegation's directory is addressed here: its home object, or this server's
+/// shard of the distributed directory of that incarnation.
+fn via_of(shard: Option<u64>) -> Via {
+    shard.map_or(Via::Home, Via::Shard)
+}
+
 /// Inode numbers handed out with a delegation.
 const INO_BLOCK: u32 = 1024;
 
@@ -44,7 +51,7 @@ impl Osd {
     /// Loads the delegations recorded in the store (at start).
     pub(crate) fn load_delegations(&self) -> Result<(), plusfs_store::StoreError> {
         for (id, bytes) in self.store.log_records(LogKind::Deleg)? {
-            match postcard::from_bytes::<Stored>(&bytes) {
+            match Stored::decode(&bytes) {
                 Ok(s) => self.delegs.load(id, s),
                 Err(e) => tracing::error!(id, error = %e, "unreadable delegation record; ignored"),
             }
@@ -90,17 +97,23 @@ impl Osd {
         self.delegs.revoked(&ids);
     }
 
-    /// `DelegAcquire`: grants `cred`'s session a write delegation on `dir`.
-    pub(crate) async fn deleg_acquire(self: &Arc<Self>, dir: &str, cred: &Cred) -> Response {
+    /// `DelegAcquire`: grants `cred`'s session a write (or `read`) delegation on `dir` (as
+    /// `via` addresses it: its home object, or this server's shard of it when distributed).
+    pub(crate) async fn deleg_acquire(self: &Arc<Self>, dir: &str, read: bool, via: Via, cred: &Cred) -> Response {
         check_dir_path(dir)?;
         if !self.map.delegations.enabled || cred.session == 0 {
             return Err(err(Errno::EAGAIN, format!("delegations are off for '{dir}'")));
         }
         let id = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
-        let id = self.delegs.start_grant(dir, id, cred.session).map_err(|holder| {
+        let shard = match via {
+            Via::Home => None,
+            Via::Shard(incarnation) => Some(incarnation),
+            Via::Inode(_) => return Err(err(Errno::EINVAL, format!("'{dir}': a delegation is of a directory"))),
+        };
+        let (id, replaced) = self.delegs.start_grant(dir, id, cred.session, (read, shard)).map_err(|holder| {
             err(Errno::EBUSY, format!("'{dir}' is delegated to another client (delegation {holder})"))
         })?;
-        match self.grant(dir, id, cred).await {
+        match self.grant(dir, id, replaced, (read, shard), cred).await {
             Ok(g) => Ok(Reply::Deleg(Box::new(g))),
             Err(e) => {
                 self.delegs.abandon(id);
@@ -109,8 +122,16 @@ impl Osd {
         }
     }
 
-    /// Waits for the requests in flight on `dir`, then reads it and records the grant.
-    async fn grant(self: &Arc<Self>, dir: &str, id: u64, cred: &Cred) -> Result<DelegGrant, plusfs_proto::WireError> {
+    /// Waits for the requests in flight on `dir`, then reads it and records the grant (in
+    /// place of the `replaced` read delegation of the same session, if any).
+    async fn grant(
+        self: &Arc<Self>,
+        dir: &str,
+        id: u64,
+        replaced: Option<u64>,
+        (read, shard): (bool, Option<u64>),
+        cred: &Cred,
+    ) -> Result<DelegGrant, plusfs_proto::WireError> {
         loop {
             let wait = self.delegs.changed();
             tokio::pin!(wait);
@@ -124,7 +145,10 @@ impl Osd {
             }
         }
         let _g = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
-        let host = self.host(dir, Via::Home).map_err(|_| err(Errno::EAGAIN, format!("'{dir}' is distributed")))?;
+        let host = self.host(dir, via_of(shard)).map_err(|e| match e.redirect {
+            Some(_) => err(Errno::EAGAIN, format!("'{dir}' is distributed: its shards are delegated")),
+            None => e,
+        })?;
         let max = self.map.delegations.max_entries;
         if self.over_threshold(&host.obj) || host.obj.entries > max {
             return Err(err(Errno::EAGAIN, format!("'{dir}' has too many entries to delegate")));
@@ -132,10 +156,16 @@ impl Osd {
         perm::check_search(cred, &host.obj, dir)?;
         perm::check(cred, host.obj.mode, host.obj.uid, host.obj.gid, MAY_READ | MAY_WRITE, dir)?;
         let entries = self.store.list_entries(host.obj.ino, None, max as usize + 1).map_err(eio)?;
-        let first_ino = self.inos.next_block(self.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?;
-        let stored = Stored { dir: dir.to_string(), session: cred.session, applied_seq: 0, ended_at: 0 };
+        let (first_ino, ino_count) = match read {
+            true => (0, 0),
+            false => (self.inos.next_block(self.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?, INO_BLOCK),
+        };
+        let stored = Stored { dir: dir.to_string(), session: cred.session, applied_seq: 0, ended_at: 0, read, shard };
         let mut b = Batch::new();
         b.put_log(LogKind::Deleg, id, encode(&stored));
+        if let Some(old) = replaced {
+            b.del_log(LogKind::Deleg, old);
+        }
         self.apply(b).await?;
         if !self.delegs.granted(id) {
             let mut b = Batch::new();
@@ -143,8 +173,8 @@ impl Osd {
             self.apply(b).await?;
             return Err(err(Errno::EBUSY, format!("another client needs '{dir}'")));
         }
-        tracing::debug!(dir, id, session = cred.session, entries = entries.len(), "delegation granted");
-        Ok(DelegGrant { id, dir: host.obj, entries, first_ino, ino_count: INO_BLOCK })
+        tracing::debug!(dir, id, read, session = cred.session, entries = entries.len(), "delegation granted");
+        Ok(DelegGrant { id, dir: host.obj, entries, first_ino, ino_count })
     }
 
     /// `DelegFlush`: applies `ops` under delegation `id` of `dir` once, in one store write.
@@ -160,7 +190,7 @@ impl Osd {
     ) -> Response {
         let _g = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
         let rec = self.delegs.record(id).filter(|r| r.dir == dir);
-        let Some(Record { applied_seq, live, session, .. }) = rec else {
+        let Some(Record { applied_seq, live, session, read, shard, .. }) = rec else {
             return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
         };
         if seq <= applied_seq {
@@ -169,13 +199,16 @@ impl Osd {
         if !live {
             return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' has ended")));
         }
-        let mut host = self.host(dir, Via::Home)?;
+        if read && !ops.is_empty() {
+            return Err(err(Errno::EINVAL, format!("delegation {id} of '{dir}' is a read delegation")));
+        }
+        let mut host = self.host(dir, via_of(shard))?;
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
         let (failed, remote) = self.apply_deleg_ops(dir, &mut host, &creds, ops, &mut b).await?;
         let ended = release || self.over_threshold(&host.obj);
         let ended_at = if ended { unix_now() } else { 0 };
-        let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at };
+        let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at, read, shard };
         b.put_log(LogKind::Deleg, id, encode(&stored));
         host.save(&mut b, dir);
         self.apply(b).await?;

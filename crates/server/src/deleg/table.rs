@@ -1,5 +1,6 @@
-//! The delegation table of one server: delegations by directory, their records, the
-//! requests in flight per directory, and the recalls waiting for their holders.
+//! The delegation table of one server: delegations by directory (one write delegation,
+//! or read delegations of any number of sessions), their records, the requests in flight
+//! per directory, and the recalls waiting for their holders.
 
 use plusfs_proto::path::is_within;
 use plusfs_proto::Touch;
@@ -18,6 +19,40 @@ pub(crate) struct Stored {
     pub applied_seq: u64,
     /// Unix seconds at which it ended (0: live); ended records answer resent flushes.
     pub ended_at: u64,
+    /// A read delegation (no changes may be written back under it).
+    pub read: bool,
+    /// The incarnation of the distributed directory whose shard here is delegated (`None`:
+    /// the directory's home object).
+    pub shard: Option<u64>,
+}
+
+/// The record layout before read delegations (decoded as a write delegation).
+#[derive(Deserialize)]
+struct StoredV1 {
+    dir: String,
+    session: u64,
+    applied_seq: u64,
+    ended_at: u64,
+}
+
+impl Stored {
+    /// Decodes a stored record, also one written before read delegations existed.
+    pub fn decode(bytes: &[u8]) -> Result<Stored, postcard::Error> {
+        match postcard::from_bytes::<Stored>(bytes) {
+            Ok(s) => Ok(s),
+            Err(e) => match postcard::from_bytes::<StoredV1>(bytes) {
+                Ok(v) => Ok(Stored {
+                    dir: v.dir,
+                    session: v.session,
+                    applied_seq: v.applied_seq,
+                    ended_at: v.ended_at,
+                    read: false,
+                    shard: None,
+                }),
+                Err(_) => Err(e),
+            },
+        }
+    }
 }
 
 /// Unix seconds now.
@@ -33,6 +68,8 @@ pub(crate) struct Record {
     pub applied_seq: u64,
     pub live: bool,
     pub ended_at: u64,
+    pub read: bool,
+    pub shard: Option<u64>,
 }
 
 /// A live (or being granted) delegation.
@@ -40,6 +77,8 @@ pub(crate) struct Record {
 struct Deleg {
     id: u64,
     session: u64,
+    read: bool,
+    shard: Option<u64>,
     /// Being granted: waiting for the requests in flight on its directory.
     granting: bool,
     /// When a recall was first asked for.
@@ -48,7 +87,8 @@ struct Deleg {
 
 #[derive(Default)]
 struct Inner {
-    dirs: HashMap<String, Deleg>,
+    /// Per directory: one write delegation, or read delegations of distinct sessions.
+    dirs: HashMap<String, Vec<Deleg>>,
     ids: HashMap<u64, String>,
     records: HashMap<u64, Record>,
     inflight: HashMap<String, usize>,
@@ -98,7 +138,7 @@ impl Drop for InFlight {
                     *n -= 1;
                     if *n == 0 {
                         g.inflight.remove(d);
-                        idle |= g.dirs.get(d).is_some_and(|x| x.granting);
+                        idle |= g.dirs.get(d).is_some_and(|l| l.iter().any(|x| x.granting));
                     }
                 }
             }
@@ -124,10 +164,19 @@ impl DelegTable {
         let mut g = self.lock();
         let live = s.ended_at == 0;
         if live {
-            g.dirs.insert(s.dir.clone(), Deleg { id, session: s.session, granting: false, recalled: None });
+            let d = Deleg { id, session: s.session, read: s.read, shard: s.shard, granting: false, recalled: None };
+            g.dirs.entry(s.dir.clone()).or_default().push(d);
             g.ids.insert(id, s.dir.clone());
         }
-        let rec = Record { dir: s.dir, session: s.session, applied_seq: s.applied_seq, live, ended_at: s.ended_at };
+        let rec = Record {
+            dir: s.dir,
+            session: s.session,
+            applied_seq: s.applied_seq,
+            live,
+            ended_at: s.ended_at,
+            read: s.read,
+            shard: s.shard,
+        };
         g.records.insert(id, rec);
     }
 
@@ -147,36 +196,43 @@ impl DelegTable {
     }
 
     /// Recalls the delegations that sessions other than `session` hold on what `touched`
-    /// names (a subtree touch names every directory at or below it).
+    /// names (a subtree touch names every directory at or below it): write delegations
+    /// for any touch, read delegations for a change.
     pub fn recall_conflicts(&self, touched: &[(String, Touch, bool)], session: u64, timeout: Duration) -> Recall {
         let mut g = self.lock();
         if g.dirs.is_empty() {
             return Recall::Clear;
         }
-        let mut hit: Vec<String> = Vec::new();
-        for (dir, _, subtree) in touched {
+        let mut hit: Vec<(String, u64)> = Vec::new();
+        for (dir, touch, subtree) in touched {
+            let change = !matches!(touch, Touch::Read(_));
+            let conflicts = |d: &Deleg| d.session != session && (change || !d.read);
+            let mut add = |path: &String, list: &Vec<Deleg>| {
+                hit.extend(list.iter().filter(|d| conflicts(d)).map(|d| (path.clone(), d.id)))
+            };
             if *subtree {
-                hit.extend(g.dirs.keys().filter(|d| is_within(d, dir)).cloned());
-            } else if g.dirs.contains_key(dir) {
-                hit.push(dir.clone());
+                g.dirs.iter().filter(|(d, _)| is_within(d, dir)).for_each(|(d, l)| add(d, l));
+            } else if let Some(l) = g.dirs.get(dir) {
+                add(dir, l);
             }
         }
-        hit.retain(|d| g.dirs[d].session != session);
         if hit.is_empty() {
             return Recall::Clear;
         }
+        hit.sort_unstable();
+        hit.dedup();
         let now = Instant::now();
         let (mut deadline, mut revoke, mut asked) = (now + timeout, Vec::new(), false);
-        for d in hit {
-            let (id, holder, first) = {
-                let x = g.dirs.get_mut(&d).expect("listed above");
+        for (dir, id) in hit {
+            let (holder, first) = {
+                let x = g.dirs.get_mut(&dir).and_then(|l| l.iter_mut().find(|d| d.id == id)).expect("listed above");
                 let first = x.recalled.is_none() && !x.granting;
                 let since = *x.recalled.get_or_insert(now);
                 if now >= since + timeout && !x.granting {
                     revoke.push(x.id);
                 }
                 deadline = deadline.min(since + timeout);
-                (x.id, x.session, first)
+                (x.session, first)
             };
             if first {
                 g.recalls.entry(holder).or_default().push(id);
@@ -194,24 +250,45 @@ impl DelegTable {
         }
     }
 
-    /// Starts granting delegation `id` on `dir` to `session`; `Err` with the holder's
-    /// delegation id when the directory is delegated already.
-    pub fn start_grant(&self, dir: &str, id: u64, session: u64) -> Result<u64, u64> {
+    /// Starts granting delegation `id` (`read`, or a write delegation; of the shard of
+    /// incarnation `shard`, or of the home object) on `dir` to `session`. A write
+    /// delegation replaces the session's own read delegation there (returned in `Ok` with
+    /// the new id, to end its record). `Err` with a conflicting holder's delegation id: a
+    /// write delegation excludes every other delegation.
+    pub fn start_grant(
+        &self,
+        dir: &str,
+        id: u64,
+        session: u64,
+        (read, shard): (bool, Option<u64>),
+    ) -> Result<(u64, Option<u64>), u64> {
         let mut g = self.lock();
-        if let Some(x) = g.dirs.get(dir) {
-            return Err(x.id);
+        let list = g.dirs.entry(dir.to_string()).or_default();
+        let clash = list.iter().find(|d| match read {
+            true => !d.read || d.session == session,
+            false => !(d.read && d.session == session && !d.granting),
+        });
+        if let Some(d) = clash {
+            return Err(d.id);
         }
-        g.dirs.insert(dir.to_string(), Deleg { id, session, granting: true, recalled: None });
+        let replaced = match read {
+            true => None,
+            false => list.pop().map(|d| d.id),
+        };
+        list.push(Deleg { id, session, read, shard, granting: true, recalled: None });
+        if let Some(old) = replaced {
+            g.ids.remove(&old);
+            g.records.remove(&old);
+        }
         g.ids.insert(id, dir.to_string());
-        Ok(id)
+        Ok((id, replaced))
     }
 
     /// Whether grant `id` may read its directory now (`Some(true)`), must wait for the
     /// requests in flight on it (`Some(false)`), or was recalled meanwhile (`None`).
     pub fn grant_ready(&self, id: u64) -> Option<bool> {
         let g = self.lock();
-        let dir = g.ids.get(&id)?;
-        let x = g.dirs.get(dir)?;
+        let (dir, x) = g.find(id)?;
         if x.recalled.is_some() {
             return None;
         }
@@ -223,13 +300,13 @@ impl DelegTable {
     pub fn granted(&self, id: u64) -> bool {
         let mut g = self.lock();
         let Some(dir) = g.ids.get(&id).cloned() else { return false };
-        let Some(x) = g.dirs.get_mut(&dir) else { return false };
+        let Some(x) = g.dirs.get_mut(&dir).and_then(|l| l.iter_mut().find(|d| d.id == id)) else { return false };
         if x.recalled.is_some() {
             return false;
         }
         x.granting = false;
-        let session = x.session;
-        g.records.insert(id, Record { dir, session, applied_seq: 0, live: true, ended_at: 0 });
+        let (session, read, shard) = (x.session, x.read, x.shard);
+        g.records.insert(id, Record { dir, session, applied_seq: 0, live: true, ended_at: 0, read, shard });
         true
     }
 
@@ -272,8 +349,11 @@ impl DelegTable {
             let mut g = self.lock();
             for id in ids {
                 if let Some(dir) = g.ids.remove(id) {
-                    if g.dirs.get(&dir).is_some_and(|x| x.id == *id) {
-                        g.dirs.remove(&dir);
+                    if let Some(l) = g.dirs.get_mut(&dir) {
+                        l.retain(|x| x.id != *id);
+                        if l.is_empty() {
+                            g.dirs.remove(&dir);
+                        }
                     }
                 }
                 if records {
@@ -304,13 +384,26 @@ impl DelegTable {
 
     /// Live delegations.
     pub fn live_count(&self) -> usize {
-        self.lock().dirs.values().filter(|x| !x.granting).count()
+        self.lock().dirs.values().flatten().filter(|x| !x.granting).count()
+    }
+}
+
+impl Inner {
+    /// Delegation `id` and its directory.
+    fn find(&self, id: u64) -> Option<(&String, &Deleg)> {
+        let dir = self.ids.get(&id)?;
+        let x = self.dirs.get(dir)?.iter().find(|d| d.id == id)?;
+        Some((dir, x))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write and a read delegation of a home object.
+    const W: (bool, Option<u64>) = (false, None);
+    const R: (bool, Option<u64>) = (true, None);
 
     fn touch(dir: &str) -> Vec<(String, Touch, bool)> {
         vec![(dir.to_string(), Touch::Read(None), false)]
@@ -320,12 +413,13 @@ mod tests {
     fn a_grant_waits_for_requests_in_flight_and_yields_to_a_recall() {
         let t = Arc::new(DelegTable::default());
         let req = t.enter(&touch("/d"));
-        assert_eq!(t.start_grant("/d", 7, 1), Ok(7));
+        assert_eq!(t.start_grant("/d", 7, 1, W), Ok((7, None)));
         assert_eq!(t.grant_ready(7), Some(false), "a request is in flight on /d");
         drop(req);
         assert_eq!(t.grant_ready(7), Some(true));
         assert!(t.granted(7));
-        assert_eq!(t.start_grant("/d", 8, 2), Err(7));
+        assert_eq!(t.start_grant("/d", 8, 2, W), Err(7));
+        assert_eq!(t.start_grant("/d", 8, 2, R), Err(7), "a write delegation excludes readers");
         // The holder's own requests pass; another session's recall it.
         assert!(matches!(t.recall_conflicts(&touch("/d"), 1, Duration::from_secs(1)), Recall::Clear));
         assert!(matches!(t.recall_conflicts(&touch("/d"), 2, Duration::from_secs(1)), Recall::Wait(_)));
@@ -339,7 +433,7 @@ mod tests {
     #[test]
     fn a_subtree_touch_recalls_everything_below() {
         let t = Arc::new(DelegTable::default());
-        t.start_grant("/a/b/c", 1, 1).unwrap();
+        t.start_grant("/a/b/c", 1, 1, W).unwrap();
         assert!(t.granted(1));
         let moved = vec![("/a".to_string(), Touch::Object, true)];
         assert!(matches!(t.recall_conflicts(&moved, 2, Duration::from_secs(1)), Recall::Wait(_)));
@@ -351,12 +445,55 @@ mod tests {
     #[test]
     fn an_ended_delegation_keeps_answering_its_last_flush() {
         let t = Arc::new(DelegTable::default());
-        t.start_grant("/d", 3, 1).unwrap();
+        t.start_grant("/d", 3, 1, W).unwrap();
         assert!(t.granted(3));
         t.flushed(3, 4, true);
         let r = t.record(3).expect("kept");
         assert!(!r.live && r.applied_seq == 4);
         assert_eq!(t.live_count(), 0);
-        assert_eq!(t.start_grant("/d", 5, 2), Ok(5));
+        assert_eq!(t.start_grant("/d", 5, 2, W), Ok((5, None)));
+    }
+
+    fn change(dir: &str) -> Vec<(String, Touch, bool)> {
+        vec![(dir.to_string(), Touch::Entry("f".into()), false)]
+    }
+
+    #[test]
+    fn readers_share_a_directory_until_someone_changes_it() {
+        let t = Arc::new(DelegTable::default());
+        for (id, session) in [(1, 1), (2, 2)] {
+            assert_eq!(t.start_grant("/d", id, session, R), Ok((id, None)));
+            assert!(t.granted(id));
+        }
+        assert_eq!(t.start_grant("/d", 9, 2, R), Err(2), "one read delegation per session");
+        assert_eq!(t.live_count(), 2);
+        // Reads of anyone pass; a holder's own change passes (its client knows of it).
+        assert!(matches!(t.recall_conflicts(&touch("/d"), 3, Duration::from_secs(1)), Recall::Clear));
+        assert!(matches!(t.recall_conflicts(&change("/d"), 1, Duration::from_secs(1)), Recall::Wait(_)));
+        assert_eq!(t.take_recalls(2), vec![2], "only the other reader is recalled");
+        assert!(t.take_recalls(1).is_empty());
+        assert!(matches!(t.recall_conflicts(&change("/d"), 3, Duration::from_secs(1)), Recall::Wait(_)));
+        assert_eq!(t.take_recalls(1), vec![1]);
+        assert!(t.take_recalls(2).is_empty(), "a recall is asked for once");
+        t.flushed(1, 1, true);
+        t.flushed(2, 1, true);
+        assert!(matches!(t.recall_conflicts(&change("/d"), 3, Duration::from_secs(1)), Recall::Clear));
+    }
+
+    #[test]
+    fn a_reader_alone_is_upgraded_to_a_writer_and_others_block_it() {
+        let t = Arc::new(DelegTable::default());
+        t.start_grant("/d", 1, 1, R).unwrap();
+        assert!(t.granted(1));
+        assert_eq!(t.start_grant("/d", 2, 1, W), Ok((2, Some(1))), "replaces its own read delegation");
+        assert!(t.record(1).is_none());
+        assert!(t.granted(2));
+        assert_eq!(t.live_count(), 1);
+        t.flushed(2, 1, true);
+        for (id, session) in [(3, 1), (4, 2)] {
+            t.start_grant("/d", id, session, R).unwrap();
+            assert!(t.granted(id));
+        }
+        assert_eq!(t.start_grant("/d", 5, 1, W), Err(4), "another session reads it");
     }
 }
