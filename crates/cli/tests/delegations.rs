@@ -341,3 +341,50 @@ async fn readers_share_a_read_delegation_and_a_change_recalls_it() {
     cluster.assert_fsck_clean();
     cluster.assert_no_errors_logged();
 }
+
+/// A distributed (huge) directory is delegated per storing server: each storing server
+/// grants the shard of the names Eq. 2 places on it, and the holder batches its work per
+/// shard; another client's look at the directory recalls the shards it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_directory_is_delegated_per_storing_server() {
+    use plusfs_proto::{DistState, Threshold};
+    let cluster = TestCluster::start_hugedirs(4, Some(8000));
+    let (a, b) = (delegating(&cluster), cluster.client());
+    a.mkdir_with("/h", 0o755, Threshold::Entries(0), 0).await.unwrap();
+    a.create("/h/first", 0o644, true).await.unwrap(); // learns the distribution
+    let info = a.cached_distribution("/h").expect("the client knows /h is distributed");
+    assert_eq!((info.state, info.set.len()), (DistState::Distributed, 4));
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::from([("first".to_string(), Vec::new())]);
+
+    let before = a.counters().requests;
+    for i in 0..400 {
+        let p = format!("/h/f{i}");
+        a.create(&p, 0o644, true).await.unwrap();
+        let data = format!("huge {i}").into_bytes();
+        a.write(&p, 0, &data).await.unwrap();
+        model.insert(format!("f{i}"), data);
+    }
+    for i in (0..400).step_by(4) {
+        a.unlink(&format!("/h/f{i}")).await.unwrap();
+        model.remove(&format!("f{i}"));
+    }
+    assert_eq!(a.lstat("/h/f0").await.unwrap_err().errno, plusfs_proto::Errno::ENOENT);
+    let sent = a.counters().requests - before;
+    assert_eq!(a.delegations_held(), 4, "one delegation per storing server");
+    // Without delegations: 400 creates, 400 writes and 100 unlinks, one request each.
+    assert!(sent <= 60, "900 operations in a huge directory under delegations sent {sent} requests");
+
+    // Another client's listing recalls every shard and sees exactly the holder's history.
+    assert_eq!(listing(&b, "/h").await, model);
+    assert_eq!(b.lstat("/h").await.unwrap().size, model.len() as u64, "the shards' counts agree");
+    // A change through one storing server recalls only that shard.
+    a.create("/h/again0", 0o644, true).await.unwrap();
+    a.create("/h/again1", 0o644, true).await.unwrap();
+    b.create("/h/from-b", 0o600, true).await.unwrap();
+    assert_eq!(a.lstat("/h/from-b").await.unwrap().mode & 0o777, 0o600);
+    a.sync().await.unwrap();
+    model.extend(["again0", "again1", "from-b"].map(|n| (n.to_string(), Vec::new())));
+    assert_eq!(listing(&b, "/h").await, model);
+    cluster.assert_fsck_clean();
+    cluster.assert_no_errors_logged();
+}

@@ -1,10 +1,10 @@
 //! The client calls answered under a directory delegation (`deleg`): each returns `None`
 //! when the call must go to the servers instead.
 
-use crate::deleg::{Held, NewEntry};
+use crate::deleg::{Held, NewEntry, Target};
 use crate::error::FsError;
 use crate::fs::Client;
-use plusfs_proto::{Attr, DirEntry, Errno, FileKind, SetAttr};
+use plusfs_proto::{Attr, DirEntry, DistState, Errno, FileKind, SetAttr};
 
 /// What a local operation needs of the caller's call.
 type Answer<T> = Option<Result<T, FsError>>;
@@ -25,15 +25,35 @@ enum Need {
 }
 
 impl Client {
-    /// Runs `f` on the delegation on `dir` that `need` asks for; `None` if there is none
-    /// or `f` cannot answer. A queue grown full is written back before returning.
-    async fn under<T>(&self, dir: &str, need: Need, f: impl FnOnce(&mut Held) -> Option<T>) -> Option<T> {
+    /// What a delegation covering entry `name` of `dir` (or, with `None`, the whole
+    /// directory) is of: the home object, or for a distributed directory the shard of the
+    /// storing server Eq. 2 gives for `name` (a whole distributed directory: none).
+    fn deleg_target(&self, dir: &str, name: Option<&str>) -> Option<Target> {
+        match self.dist.get(dir) {
+            None => Some(Target { server: self.home(dir), shard: None }),
+            Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => {
+                name.map(|n| Target { server: info.server_of(n), shard: Some(info.incarnation) })
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Runs `f` on the delegation that `need` asks for, covering entry `name` of `dir` (or
+    /// the whole directory); `None` if there is none or `f` cannot answer. A queue grown
+    /// full is written back before returning.
+    async fn under<T>(
+        &self,
+        dir: &str,
+        name: Option<&str>,
+        need: Need,
+        f: impl FnOnce(&mut Held) -> Option<T>,
+    ) -> Option<T> {
         let d = self.delegs.as_ref()?;
-        let plain = self.dist.get(dir).is_none();
+        let t = self.deleg_target(dir, name)?;
         let slot = match need {
-            Need::Change if plain => d.for_change(dir, &self.caller, self.home(dir)).await?,
-            Need::Look if plain => d.for_read(dir, &self.caller, self.home(dir)).await?,
-            _ => d.held(dir)?,
+            Need::Change => d.for_change(dir, &self.caller, t).await?,
+            Need::Look => d.for_read(dir, &self.caller, t).await?,
+            _ => d.held(dir, t)?,
         };
         let mut h = slot.lock().await;
         if h.gone || !d.leased(&h) || (h.read && matches!(need, Need::Write | Need::Change)) {
@@ -50,7 +70,7 @@ impl Client {
 
     /// `lstat` of `name` in `dir`.
     pub(crate) async fn deleg_lookup(&self, shown: &str, dir: &str, name: &str) -> Answer<Attr> {
-        let r = self.under(dir, Need::Look, |h| h.lookup(name, &self.caller)).await?;
+        let r = self.under(dir, Some(name), Need::Look, |h| h.lookup(name, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
     }
 
@@ -63,24 +83,24 @@ impl Client {
         dir: &str,
         names: &[String],
     ) -> Answer<Vec<Option<Result<Attr, Errno>>>> {
-        let r = self.under(dir, Need::Look, |h| Some(h.stat_entries(names, &self.caller))).await?;
+        let r = self.under(dir, None, Need::Look, |h| Some(h.stat_entries(names, &self.caller))).await?;
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
     }
 
     /// The listing of delegated directory `dir`.
     pub(crate) async fn deleg_readdir(&self, shown: &str, dir: &str) -> Answer<Vec<DirEntry>> {
-        let r = self.under(dir, Need::Look, |h| h.listing(&self.caller)).await?;
+        let r = self.under(dir, None, Need::Look, |h| h.listing(&self.caller)).await?;
         Some(r.map_err(|e| FsError::new("open directory", shown, e)))
     }
 
     /// The attributes of delegated directory `dir` itself.
     pub(crate) async fn deleg_dir_attr(&self, dir: &str) -> Option<Attr> {
-        self.under(dir, Need::Held, |h| h.dir_attr(&self.caller)).await
+        self.under(dir, None, Need::Held, |h| h.dir_attr(&self.caller)).await
     }
 
     /// Records the attributes the servers gave for delegated directory `dir` itself.
     pub(crate) async fn deleg_learn_dir(&self, dir: &str, a: &Attr) {
-        self.under(dir, Need::Held, |h| {
+        self.under(dir, None, Need::Held, |h| {
             h.learn_dir(a);
             Some(())
         })
@@ -104,25 +124,28 @@ impl Client {
         }
         let asked = (self.opts.uid, self.opts.gid);
         let new = NewEntry { kind, exclusive, access, target, rdev, asked };
-        let r = self.under(dir, Need::Change, |h| h.create(name, mode, new, &self.caller)).await?;
+        let r = self.under(dir, Some(name), Need::Change, |h| h.create(name, mode, new, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("create", shown, e)))
     }
 
     /// Opens existing `name` in `dir` for `access`.
     pub(crate) async fn deleg_open(&self, shown: &str, dir: &str, name: &str, access: u32) -> Answer<Attr> {
-        let r = self.under(dir, Need::Look, |h| h.open(name, access, &self.caller)).await?;
+        let r = self.under(dir, Some(name), Need::Look, |h| h.open(name, access, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("open", shown, e)))
     }
 
     /// Removes `name` from `dir`.
     pub(crate) async fn deleg_unlink(&self, shown: &str, dir: &str, name: &str) -> Answer<()> {
-        let r = self.under(dir, Need::Change, |h| h.unlink(name, &self.caller)).await?;
+        let r = self.under(dir, Some(name), Need::Change, |h| h.unlink(name, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("remove", shown, e)))
     }
 
     /// Renames `from` to `to` within `dir`.
     pub(crate) async fn deleg_rename(&self, shown: &str, dir: &str, from: &str, to: &str) -> Answer<()> {
-        let r = self.under(dir, Need::Change, |h| h.rename(from, to, &self.caller)).await?;
+        if self.deleg_target(dir, Some(from)) != self.deleg_target(dir, Some(to)) {
+            return None; // names on two storing servers of a distributed directory
+        }
+        let r = self.under(dir, Some(from), Need::Change, |h| h.rename(from, to, &self.caller)).await?;
         Some(r.map_err(|e| FsError::new("move", shown, e)))
     }
 
@@ -130,24 +153,24 @@ impl Client {
     pub(crate) async fn deleg_setattr(&self, shown: &str, dir: &str, name: &str, set: &SetAttr) -> Answer<Attr> {
         let d = self.delegs.as_ref()?;
         let small = d.small_file_bytes();
-        let r = self.under(dir, Need::Write, |h| h.setattr(name, set, &self.caller, small)).await?;
+        let r = self.under(dir, Some(name), Need::Write, |h| h.setattr(name, set, &self.caller, small)).await?;
         Some(r.map_err(|e| FsError::new("change attributes of", shown, e)))
     }
 
     /// Writes into a small file whose contents are known here.
     pub(crate) async fn deleg_write(&self, dir: &str, name: &str, offset: u64, data: &[u8]) -> Option<Attr> {
         let small = self.delegs.as_ref()?.small_file_bytes();
-        self.under(dir, Need::Write, |h| h.write(name, offset, data, small)).await
+        self.under(dir, Some(name), Need::Write, |h| h.write(name, offset, data, small)).await
     }
 
     /// Reads a file whose contents are known here.
     pub(crate) async fn deleg_read(&self, dir: &str, name: &str, offset: u64, len: usize) -> Option<Vec<u8>> {
-        self.under(dir, Need::Held, |h| h.read(name, offset, len)).await
+        self.under(dir, Some(name), Need::Held, |h| h.read(name, offset, len)).await
     }
 
     /// The target of a symlink known here.
     pub(crate) async fn deleg_readlink(&self, dir: &str, name: &str) -> Option<String> {
-        self.under(dir, Need::Held, |h| h.readlink(name, &self.caller)).await
+        self.under(dir, Some(name), Need::Held, |h| h.readlink(name, &self.caller)).await
     }
 
     /// Writes back every delegated directory's queued work, as `sync(2)` asks of a file

@@ -25,6 +25,9 @@ pub(crate) struct Held {
     /// the server (which does not recall this client's own read delegation for them).
     pub read: bool,
     pub server: ServerId,
+    /// For a shard of a distributed directory, the directory's incarnation: the entries
+    /// known here are those whose names Eq. 2 places on `server`.
+    pub shard: Option<u64>,
     pub dir: String,
     pub obj: DirObject,
     /// The directory's attributes changed by a request sent to the server.

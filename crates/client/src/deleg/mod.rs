@@ -58,6 +58,31 @@ const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 
 type Slot = Arc<tokio::sync::Mutex<Held>>;
 
+/// What a delegation is of: a directory's home object, or one storing server's shard of a
+/// distributed directory (the entries whose names Eq. 2 places there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The server that grants it.
+    pub server: ServerId,
+    /// The distributed directory's incarnation, for a shard.
+    pub shard: Option<u64>,
+}
+
+/// How delegations are found: the directory, and the storing server for a shard.
+type Key = (String, Option<ServerId>);
+
+fn key(dir: &str, t: Target) -> Key {
+    (dir.to_string(), t.shard.map(|_| t.server))
+}
+
+/// The name under which uses of `dir` through `t` are counted.
+fn activity_key(dir: &str, t: Target) -> String {
+    match t.shard {
+        None => dir.to_string(),
+        Some(_) => format!("{dir}\0{}", t.server),
+    }
+}
+
 /// Recent uses of a directory: (count, first, delegation refused until).
 type Activity = (u32, Instant, Option<Instant>);
 
@@ -81,9 +106,9 @@ fn bump(map: &mut HashMap<String, Activity>, dir: &str, burst: u32) -> bool {
 
 #[derive(Default)]
 struct State {
-    held: HashMap<String, Slot>,
-    /// Directory of each delegation held, by id.
-    ids: HashMap<u64, String>,
+    held: HashMap<Key, Slot>,
+    /// What each delegation held is of, by id.
+    ids: HashMap<u64, Key>,
     /// Recent changes per directory without a write delegation: (count, first, refused
     /// until).
     activity: HashMap<String, Activity>,
@@ -124,13 +149,13 @@ impl Delegations {
         Cred { session: self.session, ..Cred::server() }
     }
 
-    /// The delegation held on `dir`, if any.
-    pub fn held(&self, dir: &str) -> Option<Slot> {
+    /// The delegation held on `dir` (through `t`), if any.
+    pub fn held(&self, dir: &str, t: Target) -> Option<Slot> {
         let st = self.state();
         if st.held.is_empty() {
             return None;
         }
-        st.held.get(dir).cloned()
+        st.held.get(&key(dir, t)).cloned()
     }
 
     /// Whether `h` may still be used here: the server cannot have revoked it yet. A
@@ -161,8 +186,8 @@ impl Delegations {
     /// The delegation on `dir` for a change about to be made by `caller`: the write
     /// delegation held, or a new one when the directory changes often (see the module
     /// documentation), which replaces a read delegation held.
-    pub async fn for_change(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
-        let held = self.held(dir);
+    pub async fn for_change(self: &Arc<Self>, dir: &str, caller: &Cred, t: Target) -> Option<Slot> {
+        let held = self.held(dir, t);
         if let Some(h) = &held {
             if !h.lock().await.read {
                 return held;
@@ -170,12 +195,12 @@ impl Delegations {
         }
         let wants = {
             let mut st = self.state();
-            (held.is_some() || st.held.len() < MAX_HELD) && bump(&mut st.activity, dir, BURST_OPS)
+            (held.is_some() || st.held.len() < MAX_HELD) && bump(&mut st.activity, &activity_key(dir, t), BURST_OPS)
         };
         if !wants {
             return None;
         }
-        let new = self.acquire(dir, caller, home, false).await;
+        let new = self.acquire(dir, caller, t, false).await;
         if let (Some(old), None) = (held, &new) {
             // The server may have ended the read delegation with the refused upgrade.
             self.release_slot(&old).await;
@@ -185,18 +210,18 @@ impl Delegations {
 
     /// The delegation on `dir` for a read about to be sent to its server: the one held,
     /// or a new read delegation when this client reads the directory often.
-    pub async fn for_read(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId) -> Option<Slot> {
-        if let Some(h) = self.held(dir) {
+    pub async fn for_read(self: &Arc<Self>, dir: &str, caller: &Cred, t: Target) -> Option<Slot> {
+        if let Some(h) = self.held(dir, t) {
             return Some(h);
         }
         let wants = {
             let mut st = self.state();
-            st.held.len() < MAX_HELD && bump(&mut st.reads, dir, READ_BURST_OPS)
+            st.held.len() < MAX_HELD && bump(&mut st.reads, &activity_key(dir, t), READ_BURST_OPS)
         };
         if !wants {
             return None;
         }
-        self.acquire(dir, caller, home, true).await
+        self.acquire(dir, caller, t, true).await
     }
 
     /// This client has just made directory `dir`: its first change asks for a delegation
@@ -213,29 +238,33 @@ impl Delegations {
 
     /// Asks for a write (or `read`) delegation on `dir` and installs it, in place of a
     /// read delegation held there.
-    async fn acquire(self: &Arc<Self>, dir: &str, caller: &Cred, home: ServerId, read: bool) -> Option<Slot> {
+    async fn acquire(self: &Arc<Self>, dir: &str, caller: &Cred, t: Target, read: bool) -> Option<Slot> {
         let req = Request::DelegAcquire { dir: dir.to_string(), read };
+        let req = match t.shard {
+            Some(incarnation) => Request::Shard { incarnation, op: Box::new(req) },
+            None => req,
+        };
         let cred = Cred { session: self.session, ..caller.clone() };
         let asked = Instant::now();
-        let grant = match self.pool.call_as(home, &cred, &req).await {
+        let grant = match self.pool.call_as(t.server, &cred, &req).await {
             Ok(Ok(Reply::Deleg(g))) => g,
             other => {
                 tracing::debug!(dir, read, ?other, "delegation refused");
                 let until = Instant::now() + REFUSED_FOR;
                 let mut st = self.state();
                 let map = if read { &mut st.reads } else { &mut st.activity };
-                map.insert(dir.to_string(), (0, Instant::now(), Some(until)));
+                map.insert(activity_key(dir, t), (0, Instant::now(), Some(until)));
                 return None;
             }
         };
-        let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, home, dir, asked, read)));
+        let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, t, dir, asked, read)));
         let (recalled, replaced) = {
             let mut st = self.state();
             let id = slot.try_lock().expect("new").id;
-            st.activity.remove(dir);
-            st.reads.remove(dir);
-            let replaced = st.held.insert(dir.to_string(), slot.clone());
-            st.ids.insert(id, dir.to_string());
+            st.activity.remove(&activity_key(dir, t));
+            st.reads.remove(&activity_key(dir, t));
+            let replaced = st.held.insert(key(dir, t), slot.clone());
+            st.ids.insert(id, key(dir, t));
             (st.early.remove(&id), replaced)
         };
         if let Some(old) = replaced {
@@ -243,7 +272,7 @@ impl Delegations {
             h.gone = true;
             self.state().ids.remove(&h.id);
         }
-        self.start_tasks(home);
+        self.start_tasks(t.server);
         if recalled {
             self.release_slot(&slot).await;
             return None;
@@ -285,10 +314,10 @@ impl Delegations {
                     true => st
                         .held
                         .iter()
-                        .filter(|(d, _)| plusfs_proto::path::is_within(d, &dir))
+                        .filter(|((d, _), _)| plusfs_proto::path::is_within(d, &dir))
                         .map(|(_, s)| s.clone())
                         .collect(),
-                    false => st.held.get(&dir).cloned().into_iter().collect(),
+                    false => st.held.iter().filter(|((d, _), _)| *d == dir).map(|(_, s)| s.clone()).collect(),
                 }
             };
             for slot in slots {
@@ -413,8 +442,8 @@ impl Delegations {
         h.pending.clear();
         h.entries.clear();
         let mut st = self.state();
-        if st.ids.remove(&h.id).is_some() {
-            st.held.remove(&h.dir);
+        if let Some(k) = st.ids.remove(&h.id) {
+            st.held.remove(&k);
         }
     }
 
@@ -435,7 +464,7 @@ impl Delegations {
     async fn release_slot(&self, slot: &Slot) {
         let mut h = slot.lock().await;
         if let Err(e) = self.flush_locked(&mut h, true).await {
-            tracing::warn!(dir = h.dir, error = %e, "cannot return a delegation");
+            tracing::warn!(dir = h.dir, shard = ?h.shard, server = h.server, error = %e, "cannot return a delegation");
         }
     }
 
@@ -510,7 +539,7 @@ impl Delegations {
 }
 
 /// The state of a new delegation.
-fn held_of(g: DelegGrant, server: ServerId, dir: &str, asked: Instant, read: bool) -> Held {
+fn held_of(g: DelegGrant, t: Target, dir: &str, asked: Instant, read: bool) -> Held {
     let entries = g
         .entries
         .into_iter()
@@ -523,7 +552,8 @@ fn held_of(g: DelegGrant, server: ServerId, dir: &str, asked: Instant, read: boo
     Held {
         id: g.id,
         read,
-        server,
+        server: t.server,
+        shard: t.shard,
         dir: dir.to_string(),
         obj: g.dir,
         dir_stale: false,
