@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Directory delegations measured in one run: a mount with delegations (the default), a
 # second mount of the same cluster with -o nodeleg, and a tmpfs directory, step by step:
-#   tar x of a real tree (TREE, default /usr/include), cp -r of it within the target,
+#   tar x of a real tree (TREE, default /usr/include), a stat of every entry and a probe
+#   of a missing name in every directory read again (a find after an untimed first one:
+#   read delegations), cp -r of it within the target,
 #   a git checkout of a repository's work tree (REPO, default this repository; the git
 #   directory stays outside the target), rm -rf of all three — each followed by the
 #   target's sync (`plusfs mount --sync` on a mount, sync(1) on tmpfs);
@@ -95,6 +97,12 @@ for target in deleg nodeleg; do
 done
 echo "FUSE requests of an empty step: ${overhead[deleg]} (deleg), ${overhead[nodeleg]} (nodeleg)"
 
+# Stats every entry of tree $1 and looks up a missing name in each of its directories.
+find_tree() {
+  find "$1" -printf '%s %m\n' >/dev/null
+  find "$1" -type d -exec test -e {}/no-such-name \;
+}
+
 checkout() {
   mkdir -p "$2"
   GIT_INDEX_FILE="$work/index.$3" git -C "$REPO" --work-tree="$2" checkout -f HEAD -- .
@@ -107,6 +115,8 @@ for run in $(seq 1 "$RUNS"); do
     target=${order[$(( (i + run - 1) % 3 ))]}
     d=$(dir_of "$target")
     timed tar-x "$target" "$run" tar xf "$tarball" -C "$d" --one-top-level="t$run"
+    find_tree "$d/t$run"
+    timed find-again "$target" "$run" find_tree "$d/t$run"
     timed cp-r "$target" "$run" cp -r "$d/t$run" "$d/c$run"
     timed git-checkout "$target" "$run" checkout "$REPO" "$d/g$run" "$target$run"
     timed rm-rf "$target" "$run" rm -rf "$d/t$run" "$d/c$run" "$d/g$run"

@@ -4,7 +4,7 @@ import json
 import statistics
 import sys
 
-STEPS = ["tar-x", "cp-r", "git-checkout", "rm-rf"]
+STEPS = ["tar-x", "find-again", "cp-r", "git-checkout", "rm-rf"]
 TARGETS = ["deleg", "nodeleg", "tmpfs"]
 
 
@@ -20,6 +20,7 @@ def med(values):
 def step_rows(rows, setup):
     files = {
         "tar-x": setup["tree_files"],
+        "find-again": setup["tree_files"],
         "cp-r": setup["tree_files"],
         "git-checkout": setup["git_files"],
         "rm-rf": 2 * setup["tree_files"] + setup["git_files"],
