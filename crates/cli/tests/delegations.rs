@@ -388,3 +388,70 @@ async fn a_huge_directory_is_delegated_per_storing_server() {
     cluster.assert_fsck_clean();
     cluster.assert_no_errors_logged();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_changes_its_directory_attributes_locally_and_others_see_them() {
+    use plusfs_proto::{TimeSet, Timespec};
+    let cluster = TestCluster::start(3);
+    let (a, b) = (delegating(&cluster), cluster.client());
+    a.mkdir("/d", 0o755).await.unwrap();
+    a.create("/d/f", 0o644, true).await.unwrap();
+    a.write("/d/f", 0, b"f").await.unwrap();
+    assert_eq!(a.delegations_held(), 1, "delegated");
+
+    // What tar does to a directory it extracted: owner, mode, times. The group and the
+    // search bits may change here: /d has no subdirectory.
+    let (at, mt) = (Timespec { sec: 1_000_000, nsec: 5 }, Timespec { sec: 2_000_000, nsec: 7 });
+    let (shown, sent) = plusfs_client::counting(async {
+        a.chown("/d", Some(0), Some(100)).await.unwrap();
+        a.chmod("/d", 0o750).await.unwrap();
+        a.create("/d/g", 0o644, true).await.unwrap();
+        a.utimens("/d", Some(TimeSet::At(at)), Some(TimeSet::At(mt))).await.unwrap();
+        a.lstat_dir("/d").await.unwrap()
+    })
+    .await;
+    assert_eq!(sent, 0, "the directory's own attributes changed through a server");
+    assert_eq!((shown.mode & 0o7777, shown.gid, shown.atime, shown.mtime), (0o750, 100, at, mt));
+    assert_eq!(a.delegations_held(), 1, "the holder kept its delegation");
+
+    // Another client sees exactly what the holder showed, after the recall.
+    let seen = b.lstat_dir("/d").await.unwrap();
+    assert_eq!(
+        (seen.mode, seen.uid, seen.gid, seen.atime, seen.mtime, seen.ctime, seen.size),
+        (shown.mode, shown.uid, shown.gid, shown.atime, shown.mtime, shown.ctime, shown.size)
+    );
+
+    // With a subdirectory, a change of search bits must reach every server: it is sent.
+    a.mkdir("/d/sub", 0o755).await.unwrap();
+    a.create("/d/h", 0o644, true).await.unwrap();
+    a.chmod("/d", 0o700).await.unwrap();
+    assert_eq!(b.lstat_dir("/d").await.unwrap().mode & 0o7777, 0o700);
+    let names: Vec<String> = b.readdir("/d").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, ["f", "g", "h", "sub"]);
+
+    // A caller who may write but does not own: `touch` (times set to now) of another
+    // user's file and of the directory, answered locally and accepted by the server.
+    b.mkdir("/w", 0o777).await.unwrap();
+    let old = b.create("/w/roots", 0o666, true).await.unwrap().attr.mtime;
+    let opts = ClientOptions { retries: 5, delegations: true, uid: 1000, gid: 1000, ..Default::default() };
+    let u = Client::new(cluster.cluster.map().clone(), opts);
+    u.create("/w/mine", 0o644, true).await.unwrap();
+    u.create("/w/mine2", 0o644, true).await.unwrap();
+    assert_eq!(u.delegations_held(), 1, "the user holds /w");
+    let ((file, dir), sent) = plusfs_client::counting(async {
+        u.utimens("/w/roots", Some(TimeSet::Now), Some(TimeSet::Now)).await.unwrap();
+        u.utimens("/w", Some(TimeSet::Now), Some(TimeSet::Now)).await.unwrap();
+        let explicit = u.utimens("/w", None, Some(TimeSet::At(mt))).await.unwrap_err();
+        assert_eq!(explicit.errno, plusfs_proto::Errno::EPERM, "explicit times need the owner");
+        (u.lstat("/w/roots").await.unwrap(), u.lstat_dir("/w").await.unwrap())
+    })
+    .await;
+    assert_eq!(sent, 0, "answered under the delegation");
+    u.sync().await.expect("the server accepted the holder's work");
+    assert!(file.mtime > old);
+    assert_eq!(b.lstat("/w/roots").await.unwrap().mtime, file.mtime);
+    assert_eq!(b.lstat_dir("/w").await.unwrap().mtime, dir.mtime);
+    a.sync().await.unwrap();
+    cluster.assert_fsck_clean();
+    cluster.assert_no_errors_logged();
+}

@@ -157,6 +157,12 @@ impl Client {
         Some(r.map_err(|e| FsError::new("change attributes of", shown, e)))
     }
 
+    /// Changes attributes of delegated directory `dir` itself.
+    pub(crate) async fn deleg_dir_setattr(&self, shown: &str, dir: &str, set: &SetAttr) -> Answer<Attr> {
+        let r = self.under(dir, None, Need::Write, |h| h.set_dir_attr(set, &self.caller)).await?;
+        Some(r.map_err(|e| FsError::new("change attributes of", shown, e)))
+    }
+
     /// Writes into a small file whose contents are known here.
     pub(crate) async fn deleg_write(&self, dir: &str, name: &str, offset: u64, data: &[u8]) -> Option<Attr> {
         let small = self.delegs.as_ref()?.small_file_bytes();

@@ -581,6 +581,9 @@ impl Client {
     /// Changes attributes (`chmod`, `chown`, `utimens` in one call).
     pub async fn setattr(&self, raw: &str, set: SetAttr) -> Result<Attr, FsError> {
         let p = self.norm("change attributes of", raw)?;
+        if let Some(r) = self.deleg_dir_setattr(raw, &p, &set).await {
+            return r;
+        }
         let dir_req = Request::DirSetAttr { path: p.clone(), set: set.clone() };
         let Some((parent, name)) = path::split(&p) else {
             return expect_attr(self.rpc("change attributes of", raw, self.home("/"), dir_req).await?, raw);
@@ -594,6 +597,22 @@ impl Client {
                 expect_attr(self.rpc("change attributes of", raw, self.home(&p), dir_req).await?, raw)
             }
             r => expect_attr(r, raw),
+        }
+    }
+
+    /// [`Self::setattr`] of a path the caller believes is a directory: one request, to
+    /// the directory's home (`setattr` asks the parent's server first). When it is not a
+    /// directory there any more, answers as `setattr` does.
+    pub async fn setattr_dir(&self, raw: &str, set: SetAttr) -> Result<Attr, FsError> {
+        let p = self.norm("change attributes of", raw)?;
+        if let Some(r) = self.deleg_dir_setattr(raw, &p, &set).await {
+            return r;
+        }
+        let req = Request::DirSetAttr { path: p.clone(), set: set.clone() };
+        match self.rpc("change attributes of", raw, self.home(&p), req).await {
+            Ok(r) => expect_attr(r, raw),
+            Err(e) if matches!(e.errno, Errno::ENOENT | Errno::ENOTDIR) => self.setattr(raw, set).await,
+            Err(e) => Err(e),
         }
     }
 

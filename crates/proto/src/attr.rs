@@ -1,6 +1,7 @@
 //! What clients see of objects: attributes, changes to them, directory listings,
 //! file-system totals, extended-attribute operations.
 
+use crate::hugedir::DistState;
 use crate::ids::Ino;
 use crate::record::{DirObject, FileKind, Inode, Timespec};
 use serde::{Deserialize, Serialize};
@@ -161,4 +162,31 @@ pub fn apply_set_at(
         *mtime = at(m);
     }
     *ctime = now;
+}
+
+/// Attribute changes of a directory object (`DirSetAttr`, and its delegated form).
+impl DirObject {
+    /// This directory with attribute change `set` (already checked; no size) applied at
+    /// `now`, its own ancestry element following its new search bits. Whether the change
+    /// may be stored in this object alone is [`Self::change_stays_here`].
+    pub fn with_set(&self, set: &SetAttr, now: Timespec) -> DirObject {
+        let mut n = self.clone();
+        apply_set_at(set, now, (&mut n.mode, &mut n.uid, &mut n.gid), (&mut n.atime, &mut n.mtime, &mut n.ctime));
+        n.ancestry = n.ancestry.take().map(|a| a.replace(self.search_perm(), n.search_perm()));
+        n
+    }
+
+    /// Whether going from `self` to `n` changes this directory object only: nothing the
+    /// ancestries of other directories hold (owner, group, search bits), the owner its
+    /// entry in the parent records, or anything the shards of a distributed directory
+    /// check. A directory without subdirectories may change its group and search bits
+    /// here: no ancestry below it holds them.
+    pub fn change_stays_here(&self, n: &DirObject) -> bool {
+        let attrs = (self.mode, self.uid, self.gid) != (n.mode, n.uid, n.gid);
+        let everyone = self.search_perm() != n.search_perm()
+            || self.uid != n.uid
+            || (attrs && self.dist.state != DistState::Nondistributed);
+        let leaf = self.subdirs == 0 && self.dist.state == DistState::Nondistributed && self.uid == n.uid;
+        !everyone || leaf
+    }
 }

@@ -66,6 +66,9 @@ pub enum DelegOp {
     /// Sets the directory's modification and change times to `time`: what is left of a
     /// file created and removed again between two flushes.
     Touch { time: Timespec },
+    /// `setattr` of the delegated directory itself at `time`, by `by`: only a change that
+    /// stays in its own object (`DirObject::change_stays_here`; never of a shard).
+    DirAttr { set: SetAttr, time: Timespec, by: u32 },
 }
 
 impl DelegOp {
@@ -77,7 +80,7 @@ impl DelegOp {
             | DelegOp::SetAttr { name, .. }
             | DelegOp::Unlink { name, .. } => vec![name],
             DelegOp::Rename { from, to, .. } => vec![from, to],
-            DelegOp::Touch { .. } => Vec::new(),
+            DelegOp::Touch { .. } | DelegOp::DirAttr { .. } => Vec::new(),
         }
     }
 

@@ -238,6 +238,12 @@ fn requests() -> Vec<Request> {
                 },
                 DelegOp::Rename { from: "f".into(), to: "g".into(), time: Timespec { sec: 4, nsec: 0 }, by: 0 },
                 DelegOp::Unlink { name: "g".into(), time: Timespec { sec: 5, nsec: 0 }, by: 0 },
+                DelegOp::Touch { time: Timespec { sec: 6, nsec: 0 } },
+                DelegOp::DirAttr {
+                    set: SetAttr { mode: Some(0o750), mtime: Some(TimeSet::Now), ..Default::default() },
+                    time: Timespec { sec: 7, nsec: 0 },
+                    by: 0,
+                },
             ],
             release: true,
         },

@@ -4,14 +4,13 @@
 //! in one two-phase commit, so it is applied exactly once everywhere and survives
 //! crashes like any transaction).
 
-use crate::engine::attrs::apply_set;
 use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::osd::Osd;
 use crate::twopc::{add_part, Parts};
 use plusfs_proto::{
-    Ancestry, Cred, DirObject, DistState, Errno, FileKind, Replace, Reply, Request, Response, SetAttr, SubOp,
+    Ancestry, Cred, DirObject, Errno, FileKind, Replace, Reply, Request, Response, SetAttr, SubOp, Timespec,
 };
 use plusfs_store::Batch;
 use std::sync::Arc;
@@ -135,10 +134,8 @@ impl Osd {
         perm::check_search_above(c, &d, p)?;
         let cur = perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true };
         let set = perm::check_setattr(c, cur, set, p)?;
-        let mut n = d.clone();
-        apply_set(&set, &mut n.mode, &mut n.uid, &mut n.gid, &mut n.atime, &mut n.mtime, &mut n.ctime);
-        if !needs_everyone(&d, &n) || is_leaf_change(&d, &n) {
-            n.ancestry = n.ancestry.take().map(|a| a.replace(d.search_perm(), n.search_perm()));
+        let n = d.with_set(&set, Timespec::now());
+        if d.change_stays_here(&n) {
             let mut b = Batch::new();
             b.put_dir(p, &n);
             self.apply(b).await?;
@@ -174,19 +171,4 @@ impl Osd {
         }
         self.run(parts, &Cred::server()).await
     }
-}
-
-/// True when only the directory's own object needs the change: no subdirectory (its
-/// entries' changes wait for this busy lock, so none is pending), not distributed, and the
-/// owner its entry records stays.
-fn is_leaf_change(d: &DirObject, n: &DirObject) -> bool {
-    d.subdirs == 0 && d.dist.state == DistState::Nondistributed && d.uid == n.uid
-}
-
-/// True when a directory's change from `d` to `n` must reach every server: what the
-/// ancestries below hold (owner, group, search bits), the owner its entry records, or
-/// anything the shards of a distributed directory check.
-fn needs_everyone(d: &DirObject, n: &DirObject) -> bool {
-    let attrs = (d.mode, d.uid, d.gid) != (n.mode, n.uid, n.gid);
-    d.search_perm() != n.search_perm() || d.uid != n.uid || (attrs && d.dist.state != DistState::Nondistributed)
 }

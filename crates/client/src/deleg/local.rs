@@ -5,7 +5,7 @@
 
 use super::held::{Held, Local, MAX_BYTES, MAX_OPS};
 use plusfs_proto::perm::{self, Owned};
-use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, DirEntry, Errno, FileKind, SetAttr, TimeSet, Timespec};
+use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, DirEntry, Errno, FileKind, SetAttr, Timespec};
 use plusfs_proto::{MAY_READ, MAY_WRITE};
 use std::time::Instant;
 
@@ -119,6 +119,34 @@ impl Held {
         o.entries = a.size;
         o.subdirs = (a.nlink as u64).saturating_sub(2);
         self.dir_stale = false;
+    }
+
+    /// `setattr` of the delegated directory itself (`chmod`, `chown`, `utimens`), when the
+    /// change stays in its own object (`DirObject::change_stays_here`); `None` (ask the
+    /// server) for a read delegation, a shard, a directory whose object changed through
+    /// the server, or a change other servers must see.
+    pub fn set_dir_attr(&mut self, set: &SetAttr, c: &Cred) -> Option<Result<Attr, Errno>> {
+        if self.read || self.shard.is_some() || self.dir_stale || set.size.is_some() {
+            return None;
+        }
+        self.touch();
+        if let Err(e) = perm::check_search_above(c, &self.obj, &self.dir) {
+            return Some(Err(e.errno));
+        }
+        let cur = Owned { mode: self.obj.mode, uid: self.obj.uid, gid: self.obj.gid, dir: true };
+        let set = match perm::check_setattr(c, cur, set, &self.dir) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e.errno)),
+        };
+        let now = Timespec::now();
+        let n = self.obj.with_set(&set, now);
+        if !self.obj.change_stays_here(&n) {
+            return None;
+        }
+        self.obj = n;
+        let by = Cred::index_in(&mut self.creds, c);
+        self.queue(DelegOp::DirAttr { set, time: now, by });
+        Some(Ok(Attr::of_dir(&self.obj)))
     }
 
     /// Creates `name` (or, without `exclusive`, opens the file there).
@@ -322,9 +350,10 @@ impl Held {
                 return None;
             }
         }
+        // Times set to "now" stay so in the queued operation: the server replays it at
+        // the operation's time, checking what `utimensat(NULL)` needs (write permission),
+        // not what explicit times need (ownership).
         let now = Timespec::now();
-        let fix = |t: Option<TimeSet>| t.map(|t| TimeSet::At(if t == TimeSet::Now { now } else { at(t) }));
-        (set.atime, set.mtime) = (fix(set.atime), fix(set.mtime));
         let Some(Local::Known { attr, content, dirty, .. }) = self.entries.get_mut(name) else { return None };
         apply_set_at(
             &set,
@@ -392,12 +421,5 @@ impl Held {
             Some(Local::Known { target: Some(t), attr, .. }) if attr.kind == FileKind::Symlink => Some(t.clone()),
             _ => None,
         }
-    }
-}
-
-fn at(t: TimeSet) -> Timespec {
-    match t {
-        TimeSet::At(ts) => ts,
-        TimeSet::Now => Timespec::now(),
     }
 }

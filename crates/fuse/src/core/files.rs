@@ -80,7 +80,11 @@ impl MountCore {
         self.flush_ino(ino).await?;
         let path = self.path(ino)?;
         let set = self.with_suidgid_killed(ino, &path, set).await?;
-        let a = self.run(self.as_caller(caller).setattr(&path, set)).await?;
+        let client = self.as_caller(caller);
+        let a = match self.attrs.kind(ino) == Some(FileKind::Dir) {
+            true => self.run(client.setattr_dir(&path, set)).await?,
+            false => self.run(client.setattr(&path, set)).await?,
+        };
         self.attrs.learnt(&a);
         Ok(self.shown(a))
     }

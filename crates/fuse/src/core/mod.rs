@@ -129,14 +129,15 @@ impl MountCore {
     /// Runs operation `op` (`fut`), counting it, its errors and the server requests it
     /// sent.
     pub async fn counted<T>(&self, op: &'static str, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
+        let start = std::time::Instant::now();
         let (r, requests) = plusfs_client::counting(fut).await;
-        self.stats.record(op, requests, r.is_ok());
+        self.stats.record(op, requests, start.elapsed().as_micros() as u64, r.is_ok());
         r
     }
 
     /// Counts operation `op` served without server requests.
     pub fn count_local(&self, op: &'static str, ok: bool) {
-        self.stats.record(op, 0, ok);
+        self.stats.record(op, 0, 0, ok);
     }
 
     /// Per-operation counts since the mount started.

@@ -30,6 +30,9 @@ pub struct OpStats {
     pub errors: u64,
     /// Server requests they sent.
     pub requests: u64,
+    /// Time the mount spent on them, from the request's arrival to its answer, in
+    /// microseconds.
+    pub micros: u64,
 }
 
 /// The counters, by operation, and the snapshots open readers of the control file hold.
@@ -48,13 +51,14 @@ impl Stats {
         self.readers.lock().expect("stats readers")
     }
 
-    /// Counts one `op` that sent `requests` server requests.
-    pub fn record(&self, op: &'static str, requests: u64, ok: bool) {
+    /// Counts one `op` that sent `requests` server requests and took `micros`.
+    pub fn record(&self, op: &'static str, requests: u64, micros: u64, ok: bool) {
         let mut ops = self.ops();
-        let s = ops.entry(op).or_insert(OpStats { op, calls: 0, errors: 0, requests: 0 });
+        let s = ops.entry(op).or_insert(OpStats { op, calls: 0, errors: 0, requests: 0, micros: 0 });
         s.calls += 1;
         s.errors += u64::from(!ok);
         s.requests += requests;
+        s.micros += micros;
     }
 
     /// The counts now, by operation name.
@@ -85,18 +89,28 @@ impl Stats {
 }
 
 /// The control file's text: a header, one line per operation (`op calls errors requests
-/// requests/call`), and a total line.
+/// requests/call µs/call`, the last the mean time the mount took to answer), and a total
+/// line.
 pub fn render_stats(stats: &[OpStats]) -> String {
-    let mut out = format!("{:<12} {:>12} {:>10} {:>14} {:>10}\n", "op", "calls", "errors", "requests", "req/call");
-    let mut total = OpStats { op: "total", calls: 0, errors: 0, requests: 0 };
+    let mut out = format!(
+        "{:<12} {:>12} {:>10} {:>14} {:>10} {:>10}\n",
+        "op", "calls", "errors", "requests", "req/call", "us/call"
+    );
+    let mut total = OpStats { op: "total", calls: 0, errors: 0, requests: 0, micros: 0 };
     for s in stats {
         total.calls += s.calls;
         total.errors += s.errors;
         total.requests += s.requests;
+        total.micros += s.micros;
     }
     for s in stats.iter().chain([&total]) {
-        let per = if s.calls == 0 { 0.0 } else { s.requests as f64 / s.calls as f64 };
-        let _ = writeln!(out, "{:<12} {:>12} {:>10} {:>14} {:>10.2}", s.op, s.calls, s.errors, s.requests, per);
+        let calls = s.calls.max(1) as f64;
+        let (per, us) = (s.requests as f64 / calls, s.micros as f64 / calls);
+        let _ = writeln!(
+            out,
+            "{:<12} {:>12} {:>10} {:>14} {:>10.2} {:>10.1}",
+            s.op, s.calls, s.errors, s.requests, per, us
+        );
     }
     out
 }
@@ -128,15 +142,17 @@ mod tests {
     #[test]
     fn counts_render_and_read_in_pieces() {
         let s = Stats::default();
-        s.record("lookup", 1, true);
-        s.record("lookup", 0, false);
-        s.record("create", 2, true);
+        s.record("lookup", 1, 30, true);
+        s.record("lookup", 0, 10, false);
+        s.record("create", 2, 50, true);
         let snap = s.snapshot();
-        assert_eq!(snap[1], OpStats { op: "lookup", calls: 2, errors: 1, requests: 1 });
+        assert_eq!(snap[1], OpStats { op: "lookup", calls: 2, errors: 1, requests: 1, micros: 40 });
         s.open(7, "");
         let all = s.read(7, 0, 1 << 20);
         let text = String::from_utf8(all.clone()).unwrap();
-        assert!(text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["total", "3", "1", "3", "1.00"]));
+        assert!(text
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["total", "3", "1", "3", "1.00", "30.0"]));
         assert_eq!([s.read(7, 0, 10), s.read(7, 10, 1 << 20)].concat(), all);
         assert!(s.read(7, all.len() as u64 + 5, 10).is_empty());
         s.release(7);

@@ -8,7 +8,7 @@ use crate::engine::perm;
 use crate::osd::Osd;
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
-use plusfs_proto::{apply_set_at, Cred, DelegOp, Errno, FileKind, Inode, Piece, ServerId, Timespec};
+use plusfs_proto::{apply_set_at, Cred, DelegOp, Errno, FileKind, Inode, Piece, ServerId, SetAttr, Timespec};
 use plusfs_store::Batch;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,10 +55,13 @@ pub(super) type Replayed = (Vec<(u32, Errno)>, Vec<(ServerId, u64)>);
 impl Osd {
     /// Replays `ops` over `dir` (`host`), adding the changes to `b`. Returns the refused
     /// operations and the remote records no longer used.
+    /// `shard`: the delegation is of this server's shard of a distributed directory.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn apply_deleg_ops(
         self: &Arc<Self>,
         dir: &str,
         host: &mut Host,
+        shard: bool,
         creds: &[Cred],
         ops: Vec<DelegOp>,
         b: &mut Batch,
@@ -83,6 +86,10 @@ impl Osd {
                     (host.obj.mtime, host.obj.ctime) = (*time, *time);
                     Ok(())
                 }
+                DelegOp::DirAttr { set, time, by: k } => match by(*k) {
+                    Ok(c) => replay_dir_attr(host, dir, c, set, *time, shard),
+                    Err(e) => Err(e),
+                },
                 op => match op_cred(op).map(by).transpose() {
                     Ok(c) => replay_namespace(&mut ov, host, dir, c, op, small, &mut gone),
                     Err(e) => Err(e),
@@ -162,8 +169,34 @@ fn op_cred(op: &DelegOp) -> Option<u32> {
         | DelegOp::SetAttr { by, .. }
         | DelegOp::Unlink { by, .. }
         | DelegOp::Rename { by, .. } => Some(*by),
-        DelegOp::Contents { .. } | DelegOp::Touch { .. } => None,
+        DelegOp::Contents { .. } | DelegOp::Touch { .. } | DelegOp::DirAttr { .. } => None,
     }
+}
+
+/// Replays `setattr` of the delegated directory itself by `c` at `time`, with the checks
+/// of `DirSetAttr`; refused (EINVAL) for a shard, or for a change that must reach other
+/// servers, which a client never queues.
+fn replay_dir_attr(
+    host: &mut Host,
+    dir: &str,
+    c: &Cred,
+    set: &SetAttr,
+    time: Timespec,
+    shard: bool,
+) -> Result<(), Errno> {
+    let e = |x: plusfs_proto::WireError| x.errno;
+    if shard || set.size.is_some() {
+        return Err(Errno::EINVAL);
+    }
+    perm::check_search_above(c, &host.obj, dir).map_err(e)?;
+    let cur = perm::Owned { mode: host.obj.mode, uid: host.obj.uid, gid: host.obj.gid, dir: true };
+    let set = perm::check_setattr(c, cur, set, dir).map_err(e)?;
+    let n = host.obj.with_set(&set, time);
+    if !host.obj.change_stays_here(&n) {
+        return Err(Errno::EINVAL);
+    }
+    host.obj = n;
+    Ok(())
 }
 
 /// Replays one namespace operation (not contents) by caller `c`.
@@ -238,7 +271,7 @@ fn replay_namespace(
             ov.entries.insert(from.clone(), None);
             ov.entries.insert(to.clone(), Some(i));
         }
-        DelegOp::Contents { .. } | DelegOp::Touch { .. } => return Err(Errno::EINVAL),
+        DelegOp::Contents { .. } | DelegOp::Touch { .. } | DelegOp::DirAttr { .. } => return Err(Errno::EINVAL),
     }
     Ok(())
 }

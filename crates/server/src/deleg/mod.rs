@@ -205,7 +205,7 @@ impl Osd {
         let mut host = self.host(dir, via_of(shard))?;
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
-        let (failed, remote) = self.apply_deleg_ops(dir, &mut host, &creds, ops, &mut b).await?;
+        let (failed, remote) = self.apply_deleg_ops(dir, &mut host, shard.is_some(), &creds, ops, &mut b).await?;
         let ended = release || self.over_threshold(&host.obj);
         let ended_at = if ended { unix_now() } else { 0 };
         let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at, read, shard };
