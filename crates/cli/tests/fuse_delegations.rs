@@ -264,7 +264,8 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
     if !fuse_available() {
         return;
     }
-    let settings = DelegSettings { writeback_ms: 3000, ..Default::default() };
+    // Queues written back every 300 ms: the tar below sees several write-backs before the kill.
+    let settings = DelegSettings { writeback_ms: 300, ..Default::default() };
     let cluster = TestCluster::start_delegations(3, settings);
     let src = tempfile::tempdir().unwrap();
     let (first, first_tar) = make_tree(src.path(), "first", (4, 60, 40_000), 1);
@@ -274,6 +275,7 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
     sh(&format!("tar xf {first_tar} -C {mnt}"));
     let (ok, err) = sync_mount(&cluster, &m);
     assert!(ok, "{err}");
+    let written_before = m.delegated_written();
 
     let mut tar = Command::new("tar")
         .args(["xf", &second_tar, "-C", &mnt])
@@ -281,14 +283,14 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Let the tar run a while (part of its work written back), until it has work queued
-    // under delegations; fsync one file of our own, and kill the mount while the tar runs.
-    // (4,000 files: the tar takes several seconds through the mount.)
+    // Let the tar run until part of its work was written back (the servers applied at
+    // least 100 of its operations) and more is queued under delegations.
     let started = Instant::now();
     let deadline = started + Duration::from_secs(60);
-    while started.elapsed() < Duration::from_millis(1000) || m.delegations().1 < 20 {
-        assert!(Instant::now() < deadline && tar.try_wait().unwrap().is_none(), "the tar queued no work");
-        std::thread::sleep(Duration::from_millis(20));
+    while m.delegated_written() < written_before + 100 || m.delegations().1 < 20 {
+        assert!(Instant::now() < deadline, "the tar's work was not written back in time");
+        assert!(tar.try_wait().unwrap().is_none(), "the tar ended before part of it was written back");
+        std::thread::sleep(Duration::from_millis(5));
     }
     // A file fsync'd in a directory of our own, which the mount holds with work queued.
     let fsynced = b"covered by fsync".repeat(100);
@@ -302,12 +304,14 @@ fn a_mount_killed_during_tar_x_loses_only_unsynced_work() {
         assert!(held >= 1 && queued >= 2, "own/ is delegated with work queued: {held} held, {queued} queued");
         f.sync_all().unwrap();
     }
-    // Kill at a moment when work is queued (a flush may just have emptied the queues).
+    // Kill at a moment when work is queued (a flush may just have emptied the queues):
+    // 20 operations are more than one extracted file makes, so files created since the
+    // last write-back are among them.
     let queued = loop {
         let (_, queued) = m.delegations();
         assert!(Instant::now() < deadline, "no queued work seen while the tar ran");
         assert!(tar.try_wait().unwrap().is_none(), "the tar ended before the kill");
-        if queued > 0 {
+        if queued >= 20 {
             break queued;
         }
         std::thread::sleep(Duration::from_millis(5));

@@ -210,4 +210,9 @@ impl Client {
     pub fn delegated_pending(&self) -> usize {
         self.delegs.as_ref().map_or(0, |d| d.pending())
     }
+
+    /// Operations done under this client's delegations that the servers have applied.
+    pub fn delegated_written(&self) -> u64 {
+        self.delegs.as_ref().map_or(0, |d| d.written())
+    }
 }

@@ -69,6 +69,15 @@ impl Mount {
         (words[2].parse().unwrap(), words[4].parse().unwrap())
     }
 
+    /// Operations written back from this mount's delegations and applied by the servers.
+    pub fn delegated_written(&self) -> u64 {
+        let stats = self.stats();
+        let line = stats.lines().find(|l| l.starts_with("delegations held ")).expect("delegation line");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.get(5), Some(&"written"), "{line}");
+        words[6].parse().unwrap()
+    }
+
     /// Sends `signal` to the mount's daemon.
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on a process this test started.

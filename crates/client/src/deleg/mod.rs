@@ -36,6 +36,7 @@ use plusfs_proto::{
 };
 use plusfs_rpc::Pool;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -133,11 +134,20 @@ pub(crate) struct Delegations {
     state: Mutex<State>,
     /// Work refused by a server, reported by the next sync.
     lost: Mutex<Vec<String>>,
+    /// Operations the servers have applied from this client's flushes.
+    written: AtomicU64,
 }
 
 impl Delegations {
     pub fn new(pool: Arc<Pool>, map: Arc<ClusterMap>, session: u64) -> Arc<Delegations> {
-        Arc::new(Delegations { pool, map, session, state: Mutex::default(), lost: Mutex::default() })
+        Arc::new(Delegations {
+            pool,
+            map,
+            session,
+            state: Mutex::default(),
+            lost: Mutex::default(),
+            written: AtomicU64::new(0),
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -181,6 +191,11 @@ impl Delegations {
     pub fn pending(&self) -> usize {
         let slots: Vec<Slot> = self.state().held.values().cloned().collect();
         slots.iter().filter_map(|s| s.try_lock().ok()).map(|h| h.unflushed()).sum()
+    }
+
+    /// Operations written back and applied by the servers since this client started.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
     }
 
     /// The delegation on `dir` for a change about to be made by `caller`: the write
@@ -406,6 +421,10 @@ impl Delegations {
     fn flushed(&self, h: &mut Held, reply: Result<Reply, WireError>, sent: Option<Request>) -> Result<(), FsError> {
         match reply {
             Ok(Reply::Flushed(Flushed { failed, ended })) => {
+                if let Some(Request::DelegFlush { ops, .. }) = &sent {
+                    let applied = ops.len().saturating_sub(failed.len());
+                    self.written.fetch_add(applied as u64, Ordering::Relaxed);
+                }
                 if !failed.is_empty() {
                     tracing::error!(dir = h.dir, ?failed, "the server refused delegated operations");
                     self.lose(format!("{} delegated operations in '{}' were refused", failed.len(), h.dir));

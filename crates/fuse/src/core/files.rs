@@ -200,7 +200,12 @@ impl MountCore {
         }
         let fh = self.next_id();
         let c = &self.client;
-        let deleg = format!("delegations held {} pending {}\n", c.delegations_held(), c.delegated_pending());
+        let deleg = format!(
+            "delegations held {} pending {} written {}\n",
+            c.delegations_held(),
+            c.delegated_pending(),
+            c.delegated_written()
+        );
         self.stats.open(fh, &deleg);
         Ok(fh)
     }
