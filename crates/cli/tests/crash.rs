@@ -6,7 +6,7 @@ mod common;
 use common::TestCluster;
 use plusfs_proto::{Errno, FileKind};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Default, Debug, Clone, Copy)]
 struct Acks {
@@ -28,31 +28,51 @@ async fn kill_dash_nine_loses_nothing_acknowledged() {
     let stop2 = stop.clone();
     let workload = tokio::spawn(async move {
         let mut acks: HashMap<usize, Acks> = HashMap::new();
+        // When each operation started and ended, and whether it succeeded.
+        let mut spans: Vec<(Instant, Instant, bool)> = Vec::new();
         let mut i = 0;
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) && i < 5000 {
             let a = acks.entry(i).or_default();
+            let t = Instant::now();
             a.mkdir = Some(c.mkdir(&format!("/d{i}"), 0o755).await.is_ok());
+            spans.push((t, Instant::now(), a.mkdir == Some(true)));
+            let t = Instant::now();
             a.sub = Some(c.mkdir(&format!("/d{i}/s"), 0o755).await.is_ok());
+            spans.push((t, Instant::now(), a.sub == Some(true)));
+            let t = Instant::now();
             a.rename = Some(c.rename(&format!("/d{i}"), &format!("/r{i}")).await.map_err(|e| e.errno));
+            spans.push((t, Instant::now(), matches!(a.rename, Some(Ok(())))));
             i += 1;
         }
-        acks
+        (acks, spans)
     });
+    // When each victim was killed and when its new process was started.
+    let mut downtimes = Vec::new();
     for victim in [1u32, 2, 0] {
         tokio::time::sleep(Duration::from_millis(400)).await;
+        let killed = Instant::now();
         cluster.cluster.kill(victim).unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let restarted = Instant::now();
         cluster.cluster.start(victim).unwrap();
         cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+        downtimes.push((victim, killed, restarted));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let acks = workload.await.unwrap();
+    let (acks, spans) = workload.await.unwrap();
     assert!(acks.len() > 20, "workload made too little progress: {}", acks.len());
     let failed = acks.values().filter(|a| a.mkdir == Some(false) || matches!(a.rename, Some(Err(_)))).count();
     eprintln!("{} iterations, {failed} with a failed step (servers were down)", acks.len());
-    assert!(failed > 0, "no operation met a killed server: the test did not test crashes");
-
+    // Each kill hit the workload: an operation in flight while the victim was down failed,
+    // or waited at least half the downtime (the client resends to a restarted server);
+    // operations on live servers take milliseconds.
+    for (victim, killed, restarted) in downtimes {
+        let met = spans.iter().any(|&(start, end, ok)| {
+            start <= restarted && end > killed && (!ok || end - start >= Duration::from_millis(150))
+        });
+        assert!(met, "no operation met killed server {victim}: the test did not test crashes");
+    }
     cluster.assert_fsck_clean();
     let c = cluster.client();
     let exists = |p: String| {
