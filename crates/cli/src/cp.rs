@@ -57,6 +57,8 @@ pub struct CpArgs {
 }
 
 /// One side of a copy.
+// Only a few live at once (one per copied path): not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 enum Place {
     Local(PathBuf),

@@ -34,6 +34,28 @@ impl Client {
         if data.is_empty() {
             return self.write_one(raw, &p, &dir, &name, offset, Vec::new(), false).await;
         }
+        if let Some(from) = self.direct_write_from(offset, data.len()) {
+            // The bytes below `small_file_bytes` go to the entry server as they always
+            // did, the chunked rest straight to the data servers.
+            let split = (from - offset) as usize;
+            if split > 0 {
+                self.write_relayed(raw, (&p, &dir, &name), offset, &data[..split]).await?;
+            }
+            return self.write_direct(raw, (&p, &dir, &name), from, &data[split..]).await;
+        }
+        self.write_relayed(raw, (&p, &dir, &name), offset, data).await
+    }
+
+    /// Writes `data` at `offset` through the file's entry server, which stores the bytes
+    /// or relays them to their data servers.
+    async fn write_relayed(
+        &self,
+        raw: &str,
+        (p, dir, name): (&str, &str, &str),
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Attr, FsError> {
+        let (p, dir, name) = (p.to_string(), dir.to_string(), name.to_string());
         let chunks: Vec<(u64, &[u8])> =
             data.chunks(IO_CHUNK).enumerate().map(|(i, c)| (offset + (i * IO_CHUNK) as u64, c)).collect();
         // The futures are built first (not in a stream closure) so the returned future is
@@ -81,6 +103,9 @@ impl Client {
         let (p, dir, name) = self.file_target("read", raw)?;
         if let Some(d) = self.deleg_read(&dir, &name, offset, len).await {
             return Ok(d);
+        }
+        if self.reads_directly(len) {
+            return self.read_direct(raw, (&p, &dir, &name), offset, len).await;
         }
         let starts: Vec<u64> = (0..len).step_by(IO_CHUNK).map(|i| offset + i as u64).collect();
         let reads: Vec<_> = starts

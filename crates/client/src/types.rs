@@ -28,6 +28,9 @@ pub struct ClientOptions {
     /// writing them back in batches (default false; the mount turns it on unless
     /// `-o nodeleg`). See `docs/semantics.md`, "Delegations".
     pub delegations: bool,
+    /// Records (of at most 1 MiB) a large read or write has in flight at once between
+    /// this client and the data servers (default 16).
+    pub io_window: usize,
 }
 
 impl Default for ClientOptions {
@@ -43,6 +46,7 @@ impl Default for ClientOptions {
             max_batch: 4096,
             path_max: plusfs_proto::path::MAX_PATH_LEN,
             delegations: false,
+            io_window: 16,
         }
     }
 }

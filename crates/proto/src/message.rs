@@ -15,6 +15,7 @@ use crate::batch::{BatchOp, BatchReply, FileRead, FileWrite, Semantics};
 use crate::cred::Cred;
 use crate::deleg::{DelegGrant, DelegOp, Flushed};
 use crate::error::WireError;
+use crate::filedata::Piece;
 use crate::hugedir::{DistReport, Threshold};
 use crate::ids::{Ino, OpId, ServerId, TxId};
 use crate::peer::{CommitPayload, CxAnswer, CxRole, SubOp, Vote};
@@ -314,6 +315,23 @@ pub enum Request {
     DelegWait {
         session: u64,
     },
+    /// A regular file's attributes and the pieces holding its bytes `[offset, offset +
+    /// len)`, for a client that fetches them from the data servers itself (`Layout`).
+    Layout {
+        path: String,
+        offset: u64,
+        len: u64,
+    },
+    /// Makes `pieces` (records the client stored with `DataPut` on the data servers) the
+    /// bytes `[offset, offset + len)` of regular file `ino` at `path`: one metadata update
+    /// for a large write (`Attr`); ESTALE when `path` names another file by now.
+    CommitWrite {
+        path: String,
+        ino: Ino,
+        offset: u64,
+        len: u64,
+        pieces: Vec<Piece>,
+    },
 }
 
 impl Request {
@@ -373,6 +391,8 @@ impl Request {
             DelegAcquire { .. } => 50,
             DelegFlush { .. } => 51,
             DelegWait { .. } => 52,
+            Layout { .. } => 53,
+            CommitWrite { .. } => 54,
         }
     }
 
@@ -419,6 +439,8 @@ impl Request {
                 | DirPerms { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
+                | Layout { .. }
+                | CommitWrite { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
@@ -426,7 +448,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 53] = [
+pub const OPCODE_NAMES: [&str; 55] = [
     "invalid",
     "ping",
     "mkdir",
@@ -480,6 +502,8 @@ pub const OPCODE_NAMES: [&str; 53] = [
     "deleg_acquire",
     "deleg_flush",
     "deleg_wait",
+    "layout",
+    "commit_write",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -548,6 +572,11 @@ pub enum Reply {
     Flushed(Flushed),
     /// Delegations recalled (`DelegWait`), by id.
     Recalls(Vec<u64>),
+    /// A regular file's attributes and the pieces over the range asked (`Layout`).
+    Layout {
+        attr: Attr,
+        pieces: Vec<Piece>,
+    },
 }
 
 /// What a response body holds.

@@ -32,13 +32,16 @@ pub fn touched(req: &Request) -> Vec<(String, Touch, bool)> {
     };
     match req {
         Shard { op, .. } | OnInode { op, .. } => return touched(op),
-        Stat { path } | Readlink { path } | Read { path, .. } | Open { path, .. } => entry(path, false, &mut out),
+        Stat { path } | Readlink { path } | Read { path, .. } | Layout { path, .. } | Open { path, .. } => {
+            entry(path, false, &mut out)
+        }
         Xattr { path, op } => entry(path, !op.is_read(), &mut out),
         Create { path, .. }
         | Symlink { path, .. }
         | Unlink { path }
         | SetAttr { path, .. }
         | Write { path, .. }
+        | CommitWrite { path, .. }
         | Fsync { path } => entry(path, true, &mut out),
         Mkdir { path, .. } => entry(path, true, &mut out),
         Rmdir { path } => {

@@ -33,7 +33,9 @@ impl Osd {
                     | Open { .. }
                     | SetAttr { .. }
                     | Write { .. }
+                    | CommitWrite { .. }
                     | Read { .. }
+                    | Layout { .. }
                     | Fsync { .. }
                     | Xattr { .. }
                     | Readlink { .. }) => self.dispatch(op, Via::Inode(ino), &cred).await,
@@ -76,6 +78,10 @@ impl Osd {
             BatchRead { dir, names, max_bytes } => self.batch_read(&dir, &names, max_bytes, via, c).await,
             Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via, c).await,
             Read { path, offset, len } => self.read_file(&path, offset, len, via, c).await,
+            Layout { path, offset, len } => self.layout(&path, offset, len, via, c).await,
+            CommitWrite { path, ino, offset, len, pieces } => {
+                self.commit_write(&path, ino, (offset, len), pieces, via, c).await
+            }
             Fsync { path } if !path.is_empty() => self.fsync_file(&path, via, c).await,
             Xattr { path, op } => self.xattr(&path, &op, via, c).await,
             Batch { op, dir, names, mode, uid, gid, semantics } => {

@@ -134,6 +134,68 @@ impl Osd {
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
     }
 
+    /// `Layout`: the attributes of the regular file at `p` and its pieces that hold bytes
+    /// of `[offset, offset + len)` (the caller reads them from their servers itself).
+    pub(crate) async fn layout(self: &Arc<Self>, p: &str, offset: u64, len: u64, via: Via, c: &Cred) -> Response {
+        let inode = match self.file_target(p, via, false, c, MAY_READ).await? {
+            Found::Here(t) => t.inode,
+            Found::Elsewhere { home, ino } => {
+                return self.forward(home, ino, Request::Layout { path: p.into(), offset, len }, c).await
+            }
+        };
+        let end = offset.saturating_add(len);
+        let pieces = inode.pieces.iter().filter(|q| q.end() > offset && q.file_off < end).copied().collect();
+        Ok(Reply::Layout { attr: Attr::of_inode(&inode), pieces })
+    }
+
+    /// `CommitWrite`: lays `pieces`, records a client stored on the data servers, over
+    /// bytes `[offset, offset + len)` of file `ino` at `p`, as `Write` would have.
+    pub(crate) async fn commit_write(
+        self: &Arc<Self>,
+        p: &str,
+        ino: Ino,
+        (offset, len): (u64, u64),
+        pieces: Vec<Piece>,
+        via: Via,
+        c: &Cred,
+    ) -> Response {
+        let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
+            Found::Here(t) => t,
+            Found::Elsewhere { home, ino: at } => {
+                let req = Request::CommitWrite { path: p.into(), ino, offset, len, pieces };
+                return self.forward(home, at, req, c).await;
+            }
+        };
+        if t.inode.ino != ino {
+            return Err(err(Errno::ESTALE, format!("'{p}' is another file than the one written")));
+        }
+        let end = committed_end(p, offset, len, &pieces)?;
+        if let Some(q) = pieces.iter().find(|q| !self.map.servers.iter().any(|s| s.id == q.server)) {
+            return Err(err(Errno::EINVAL, format!("'{p}': a committed piece names unknown server {}", q.server)));
+        }
+        let inode = &mut t.inode;
+        if !c.is_root() {
+            inode.mode = perm::kill_suid(inode.mode);
+        }
+        let before = records(&inode.pieces);
+        for piece in pieces {
+            overlay(&mut inode.pieces, piece);
+        }
+        if len > 0 {
+            inode.size = inode.size.max(end);
+            inode.mtime = Timespec::now();
+            inode.ctime = inode.mtime;
+        }
+        let gate = self.data_gate.read().await;
+        let mut b = Batch::new();
+        let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
+        t.save(&mut b);
+        self.apply(b).await?;
+        drop(gate);
+        self.drop_remote(remote).await;
+        Ok(Reply::Attr(Attr::of_inode(&t.inode)))
+    }
+
     /// Splits `[off, end)` by where its bytes go: (file offset, server, range).
     fn placement(&self, ino: Ino, off: u64, end: u64) -> Vec<(u64, ServerId, (u64, u64))> {
         let small = self.map.data.small_file_bytes;
@@ -157,19 +219,31 @@ impl Osd {
     /// [`MAX_RECORD`] bytes; their index entries go into `b`.
     async fn put_local(self: &Arc<Self>, owner: Ino, at: u64, bytes: &[u8], b: &mut Batch) -> OpResult<Vec<Piece>> {
         let parts: Vec<Vec<u8>> = bytes.chunks(MAX_RECORD as usize).map(<[u8]>::to_vec).collect();
+        self.put_local_parts(owner, at, parts, b).await
+    }
+
+    /// [`Self::put_local`] of records already cut (at most [`MAX_RECORD`] bytes each),
+    /// moved to the blocking task instead of copied.
+    async fn put_local_parts(
+        self: &Arc<Self>,
+        owner: Ino,
+        at: u64,
+        parts: Vec<Vec<u8>>,
+        b: &mut Batch,
+    ) -> OpResult<Vec<Piece>> {
+        let lens: Vec<u64> = parts.iter().map(|p| p.len() as u64).collect();
         let data = self.data.clone();
-        let parts_for_io = parts.clone();
         let extents = blocking(move || {
-            let recs: Vec<(u64, &[u8])> = parts_for_io.iter().map(|p| (owner, p.as_slice())).collect();
+            let recs: Vec<(u64, &[u8])> = parts.iter().map(|p| (owner, p.as_slice())).collect();
             data.append_records(&recs)
         })
         .await?;
-        let mut pieces = Vec::with_capacity(parts.len());
+        let mut pieces = Vec::with_capacity(lens.len());
         let mut file_off = at;
-        for (part, extent) in parts.iter().zip(extents) {
+        for (len, extent) in lens.into_iter().zip(extents) {
             let id = self.index_record(extent, owner, b).await?;
-            pieces.push(Piece { file_off, len: part.len() as u64, server: self.id, record: id, skip: 0 });
-            file_off += part.len() as u64;
+            pieces.push(Piece { file_off, len, server: self.id, record: id, skip: 0 });
+            file_off += len;
         }
         Ok(pieces)
     }
@@ -203,7 +277,7 @@ impl Osd {
         }
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
-        let pieces = self.put_local(owner, 0, &data, &mut b).await?;
+        let pieces = self.put_local_parts(owner, 0, vec![data], &mut b).await?;
         self.apply(b).await?;
         drop(gate);
         Ok(Reply::Record(pieces.first().map_or(0, |p| p.record)))
@@ -472,4 +546,20 @@ impl LiveIndex for RocksLiveIndex<'_> {
         crate::failpoint::hit_process("compaction_after_switch");
         Ok(())
     }
+}
+
+/// The end of a committed range, after checking that `pieces` are sorted, do not overlap,
+/// lie within `[offset, offset + len)`, and that the range fits in a file.
+fn committed_end(p: &str, offset: u64, len: u64, pieces: &[Piece]) -> OpResult<u64> {
+    let end = offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| {
+        err(Errno::EFBIG, format!("'{p}': writing {len} bytes at {offset} passes the maximum file size"))
+    })?;
+    let mut at = offset;
+    for q in pieces {
+        if q.file_off < at || q.len == 0 || q.len > MAX_RECORD || q.end() > end {
+            return Err(err(Errno::EINVAL, format!("'{p}': a committed piece lies outside the write or overlaps")));
+        }
+        at = q.end();
+    }
+    Ok(end)
 }

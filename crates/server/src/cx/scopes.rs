@@ -33,7 +33,9 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
         | SetPolicy { path, .. }
         | DistStatus { path }
         | Write { path, .. }
+        | CommitWrite { path, .. }
         | Read { path, .. }
+        | Layout { path, .. }
         | Xattr { path, .. }
         | DirXattr { path, .. } => of_path(path, &mut out),
         // The directory object only, not its entries: a new subdirectory's server asks

@@ -1,0 +1,195 @@
+//! Client-direct large-file I/O on real multi-process clusters: random writes and reads
+//! against a model, what a large write costs the entry server, kill -9 of a data server
+//! and of the entry server during large writes, and a data server gone mid-read.
+
+mod common;
+
+use common::TestCluster;
+use plusfs_client::Client;
+use plusfs_proto::Errno;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+const MIB: usize = 1 << 20;
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+fn digest(b: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(b)
+}
+
+/// Operations of kind `op` server `id` has served so far.
+async fn ops(c: &Client, id: u32, op: &str) -> u64 {
+    let st = c.server_status(id).await.unwrap();
+    st.ops.iter().find(|(name, _)| name == op).map_or(0, |(_, n)| *n)
+}
+
+/// Operations of kind `op` all servers have served.
+async fn all_ops(c: &Client, cluster: &TestCluster, op: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    for id in cluster.cluster.ids() {
+        out.push(ops(c, id, op).await);
+    }
+    out
+}
+
+/// Writes of random sizes (1 B to 9 MiB) at random offsets of a file up to 40 MiB, each
+/// followed by a read of a random range, all compared with a model of the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_large_writes_and_reads_match_a_model() {
+    let cluster = TestCluster::start(4);
+    let c = cluster.client();
+    c.create("/f", 0o644, true).await.unwrap();
+    let mut model: Vec<u8> = Vec::new();
+    let mut rng = StdRng::seed_from_u64(17);
+    for step in 0..40u64 {
+        let len = match step % 4 {
+            0 => rng.gen_range(1..4096),
+            1 => rng.gen_range(MIB..3 * MIB),
+            _ => rng.gen_range(1..9 * MIB),
+        };
+        let offset = rng.gen_range(0..32 * MIB);
+        let data = bytes(step, len);
+        let a = c.write("/f", offset as u64, &data).await.unwrap();
+        if model.len() < offset + len {
+            model.resize(offset + len, 0);
+        }
+        model[offset..offset + len].copy_from_slice(&data);
+        assert_eq!(a.size, model.len() as u64, "size after write {step}");
+        let from = rng.gen_range(0..model.len());
+        let n = rng.gen_range(0..(model.len() - from).min(12 * MIB) + 1);
+        let got = c.read("/f", from as u64, n).await.unwrap();
+        assert!(got == model[from..from + n], "read of {n} bytes at {from} after write {step}");
+    }
+    let whole = c.read_all("/f").await.unwrap();
+    assert_eq!(digest(&whole), digest(&model), "the whole file");
+    // A read past the end is short, a read wholly past it empty.
+    let end = model.len() as u64;
+    assert_eq!(c.read("/f", end - 10, 4 * MIB).await.unwrap(), model[model.len() - 10..]);
+    assert!(c.read("/f", end + 1, 4 * MIB).await.unwrap().is_empty());
+    cluster.assert_fsck_clean();
+}
+
+/// A 48 MiB write costs its entry server one commit and no relayed bytes: the chunks go
+/// from the client to every data server; the read fetches them from there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_write_stores_its_chunks_on_every_server_and_commits_once() {
+    let cluster = TestCluster::start(4);
+    let c = cluster.client();
+    c.create("/big", 0o644, true).await.unwrap();
+    let entry = c.home("/");
+    let data = bytes(5, 48 * MIB);
+    let (puts0, writes0, commits0) =
+        (all_ops(&c, &cluster, "data_put").await, ops(&c, entry, "write").await, ops(&c, entry, "commit_write").await);
+    // The first MiB (below small_file_bytes) goes to the entry server as one Write.
+    c.write("/big", 0, &data).await.unwrap();
+    let puts: Vec<u64> = all_ops(&c, &cluster, "data_put").await.iter().zip(&puts0).map(|(a, b)| a - b).collect();
+    assert_eq!(ops(&c, entry, "commit_write").await - commits0, 1, "one commit for 47 chunked MiB");
+    assert_eq!(ops(&c, entry, "write").await - writes0, 1, "one relayed write, of the first MiB");
+    assert_eq!(puts.iter().sum::<u64>(), 47, "one record per chunked MiB: {puts:?}");
+    assert!(puts.iter().all(|&n| n > 0), "every server stores chunks of the file: {puts:?}");
+
+    let (layouts0, reads0) = (ops(&c, entry, "layout").await, ops(&c, entry, "read").await);
+    let back = c.read("/big", 0, data.len()).await.unwrap();
+    assert_eq!(digest(&back), digest(&data));
+    assert_eq!(ops(&c, entry, "layout").await - layouts0, 1, "one layout for the read");
+    assert_eq!(ops(&c, entry, "read").await - reads0, 0, "no bytes relayed by the entry server");
+    cluster.assert_fsck_clean();
+}
+
+/// kill -9 of a data server, then of the file's entry server, while a client writes large
+/// files: every acknowledged file reads back whole; a file whose write failed holds a
+/// prefix of what was written (its last commit), never other bytes; fsck is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_of_data_and_entry_servers_during_large_writes() {
+    let mut cluster = TestCluster::start(3);
+    let c = cluster.client();
+    c.mkdir("/w", 0o755).await.unwrap();
+    let entry = c.home("/w");
+    let data_server = cluster.cluster.ids().into_iter().find(|&id| id != entry).unwrap();
+    for victim in [data_server, entry] {
+        let (progress_tx, mut progress) = tokio::sync::watch::channel(0usize);
+        let writer = {
+            let c = cluster.client();
+            tokio::spawn(async move {
+                let (mut acked, mut failed) = (Vec::new(), Vec::new());
+                for i in 0..200u64 {
+                    let p = format!("/w/v{victim}-{i}");
+                    let data = bytes(i, 3 * MIB + (i as usize % 5) * 700_000);
+                    if c.create(&p, 0o644, true).await.is_err() {
+                        failed.push((p, data));
+                        break;
+                    }
+                    match c.write(&p, 0, &data).await {
+                        Ok(_) => {
+                            acked.push((p, data));
+                            progress_tx.send_replace(acked.len());
+                        }
+                        Err(_) => {
+                            failed.push((p, data));
+                            break;
+                        }
+                    }
+                }
+                (acked, failed)
+            })
+        };
+        progress.wait_for(|&n| n >= 3).await.expect("the writer ran");
+        cluster.cluster.kill(victim).unwrap();
+        let (acked, failed) = writer.await.unwrap();
+        assert!(acked.len() < 200 && !failed.is_empty(), "the kill of server {victim} stopped the writer");
+        cluster.cluster.start(victim).unwrap();
+        cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+        let fresh = cluster.client();
+        for (p, d) in &acked {
+            let back = fresh.read_all(p).await.unwrap();
+            assert_eq!((back.len(), digest(&back)), (d.len(), digest(d)), "{p} after kill -9 of {victim}");
+        }
+        for (p, d) in &failed {
+            let back = fresh.read_all(p).await.unwrap_or_default();
+            assert!(d.starts_with(&back), "{p}: {} bytes that are not a prefix of what was written", back.len());
+        }
+    }
+    cluster.assert_fsck_clean();
+}
+
+/// A data server gone mid-read: the file with chunks there fails with EIO, a file whose
+/// bytes are elsewhere still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_server_gone_fails_only_the_files_it_holds() {
+    let mut cluster = TestCluster::start(3);
+    let c = cluster.client();
+    c.mkdir("/r", 0o755).await.unwrap();
+    let entry = c.home("/r");
+    let big = bytes(1, 24 * MIB);
+    c.create("/r/big", 0o644, true).await.unwrap();
+    c.write("/r/big", 0, &big).await.unwrap();
+    let small = bytes(2, 100_000);
+    c.create("/r/small", 0o644, true).await.unwrap();
+    c.write("/r/small", 0, &small).await.unwrap();
+    // The other server holding most of the big file's chunks.
+    let mut victim = None;
+    for id in cluster.cluster.ids().into_iter().filter(|&id| id != entry) {
+        let held = c.server_status(id).await.unwrap().data_bytes;
+        if victim.is_none_or(|(_, most)| held > most) {
+            victim = Some((id, held));
+        }
+    }
+    let (victim, held) = victim.unwrap();
+    assert!(held >= 4 * MIB as u64, "server {victim} holds chunks of the file");
+    cluster.cluster.kill(victim).unwrap();
+    let reader = Client::new(cluster.cluster.map().clone(), plusfs_client::ClientOptions::default());
+    let e = reader.read("/r/big", 0, big.len()).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EIO, "{e}");
+    assert!(e.to_string().contains("/r/big"), "the error names the file: {e}");
+    assert_eq!(reader.read_all("/r/small").await.unwrap(), small, "a file on the entry server reads");
+    cluster.cluster.start(victim).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    assert_eq!(digest(&reader.read_all("/r/big").await.unwrap()), digest(&big), "and again once it is back");
+}
