@@ -33,7 +33,8 @@ pub struct MountArgs {
     /// device nodes open without a check),
     /// `nodeleg` (no directory delegations: every change goes to the servers at once),
     /// `max_background=N` (requests in flight, default 64), `workers=N` (threads serving
-    /// requests, default 2).
+    /// requests, default 2), `readahead=KIB` (the kernel's read-ahead, default 8192; 0
+    /// keeps the kernel's 128 KiB).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -58,6 +59,10 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             Some(("max_background", v)) => {
                 s.max_background = v.parse().ok().filter(|n| *n > 0).context("max_background must be 1 to 65535")?
             }
+            Some(("readahead", v)) => {
+                s.readahead_kib =
+                    v.parse().ok().filter(|n| *n <= 1 << 20).context("readahead must be 0 to 1048576 KiB")?
+            }
             Some(("workers", v)) => {
                 s.workers = v.parse().ok().filter(|n| (1..=64).contains(n)).context("workers must be 1 to 64")?
             }
@@ -70,7 +75,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             }
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
-                 writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N)"
+                 writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readahead=KIB)"
             ),
         }
     }

@@ -111,6 +111,39 @@ fn two_mounts_see_each_others_changes_after_close() {
     assert!(a.path().join("dir").is_dir());
 }
 
+/// A file read again unchanged comes from the kernel's page cache (no FUSE read); a
+/// change by another mount is seen at the next open after the TTL, its pages dropped.
+#[test]
+fn re_reads_of_an_unchanged_file_come_from_the_page_cache() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let a = Mount::new(&cluster);
+    let b = Mount::new(&cluster);
+    let data: Vec<u8> = (0..(6 << 20)).map(|i| (i % 251) as u8).collect();
+    fs::write(b.path().join("f"), &data).unwrap();
+    // Server requests sent for reads (the control file's own reads send none).
+    let reads = |m: &Mount| -> u64 {
+        let stats = m.stats();
+        let line = stats.lines().find(|l| l.starts_with("read ")).unwrap_or("read 0 0 0");
+        line.split_whitespace().nth(3).unwrap().parse().unwrap()
+    };
+    assert!(fs::read(a.path().join("f")).unwrap() == data, "first read");
+    let after_first = reads(&a);
+    assert!(after_first > 0, "the first read went to the servers");
+    for _ in 0..3 {
+        assert!(fs::read(a.path().join("f")).unwrap() == data, "re-read");
+    }
+    assert_eq!(reads(&a), after_first, "re-reads of the unchanged file were served from the page cache");
+    // Another mount rewrites the file with the same size: the next open drops the pages.
+    let other: Vec<u8> = data.iter().map(|b| b.wrapping_add(1)).collect();
+    fs::write(b.path().join("f"), &other).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(fs::read(a.path().join("f")).unwrap() == other, "the other mount's contents after reopening");
+    assert!(reads(&a) > after_first, "read from the servers again");
+}
+
 #[test]
 fn data_integrity_through_the_mount() {
     if !fuse_available() {

@@ -414,7 +414,8 @@ impl Filesystem for PlusFs {
             "open",
             move |c| async move { c.open(&who, ino.0, flags.0).await },
             move |r| match r {
-                Ok(fh) => reply.opened(FileHandle(fh), open_flags),
+                Ok(o) if o.keep_cache => reply.opened(FileHandle(o.fh), open_flags | FopenFlags::FOPEN_KEEP_CACHE),
+                Ok(o) => reply.opened(FileHandle(o.fh), open_flags),
                 Err(e) => reply.error(fuse_errno(e)),
             },
         );

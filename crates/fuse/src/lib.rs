@@ -52,6 +52,10 @@ pub struct MountSettings {
     /// Ask the servers for directory delegations and batch the changes of delegated
     /// directories (default on; `-o nodeleg` turns it off; `docs/semantics.md`).
     pub delegations: bool,
+    /// The kernel's read-ahead for the mount, in KiB (default 8192; `-o readahead=KIB`,
+    /// 0 keeps the kernel's 128 KiB). FUSE offers a file system at most the block
+    /// layer's default; the mount raises it through sysfs once it is up (needs root).
+    pub readahead_kib: u32,
 }
 
 impl Default for MountSettings {
@@ -67,6 +71,7 @@ impl Default for MountSettings {
             readers: 1,
             default_permissions: true,
             delegations: true,
+            readahead_kib: 8192,
         }
     }
 }
@@ -88,5 +93,37 @@ pub fn config(settings: &MountSettings) -> Config {
 /// Mounts `client`'s cluster at `mountpoint` and serves until it is unmounted.
 pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std::io::Result<()> {
     let fs = PlusFs::new(client, settings)?;
+    if settings.readahead_kib > 0 {
+        set_readahead_when_up(mountpoint, settings.readahead_kib)?;
+    }
     fuser::mount(fs, mountpoint, &config(settings))
+}
+
+/// Once the mount at `mountpoint` is up (its device differs from the directory's before),
+/// sets the kernel's read-ahead of its backing device to `kib` KiB; logs a warning when
+/// that is not allowed (not root) or the mount does not come up within 20 s.
+fn set_readahead_when_up(mountpoint: &Path, kib: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let before = std::fs::metadata(mountpoint)?.dev();
+    let mountpoint = mountpoint.to_path_buf();
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            match std::fs::metadata(&mountpoint).map(|m| m.dev()) {
+                Ok(dev) if dev != before => {
+                    let sysfs = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+                    match std::fs::write(&sysfs, kib.to_string()) {
+                        Ok(()) => tracing::info!(kib, "read-ahead set"),
+                        Err(e) => {
+                            tracing::warn!(path = sysfs, error = %e, "cannot raise the read-ahead (reads stay 128 KiB)")
+                        }
+                    }
+                    return;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        tracing::warn!("the mount did not come up within 20 s: read-ahead left as it was");
+    });
+    Ok(())
 }

@@ -6,6 +6,7 @@ use plusfs_client::Client;
 use plusfs_fuse::core::{
     Caller, DirItem, DirPlusItem, Errno, MountCore, RenameMode, XattrReply, ORPHANS, STATS_FILE, STATS_INO,
 };
+use plusfs_fuse::WRITE_BUFFER;
 use plusfs_proto::{Attr, SetAttr, TimeSet, Timespec};
 use plusfs_testcluster::{Options, TestCluster};
 use std::ffi::OsStr;
@@ -211,10 +212,35 @@ fn writes_are_gathered_until_a_call_must_see_them() {
 
     m.run(m.core.write(f.ino, 10, b"z", libc::O_WRONLY)).unwrap();
     m.run(m.core.write(f.ino, 0, b"A", libc::O_WRONLY)).unwrap(); // does not continue: sends "z"
-    assert_eq!(m.rt.block_on(m.other().stat("/f")).unwrap().size, 11);
+                                                                  // ... in the background (write-behind), without waiting for a flush.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while m.rt.block_on(m.other().stat("/f")).unwrap().size != 11 {
+        assert!(std::time::Instant::now() < deadline, "the earlier buffer was not sent");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     m.run(m.core.write(f.ino, 0, b"+", libc::O_WRONLY | libc::O_APPEND)).unwrap();
     assert_eq!(m.rt.block_on(m.other().read("/f", 0, 20)).unwrap(), b"Abcd\0\0\0\0\0\0z+", "append sends at once");
     m.run(m.core.release(f.ino, 0)).unwrap();
+}
+
+/// A full buffer is sent in the background while the next fills; a send that fails
+/// (here: the file was removed by another client meanwhile) fails the file's next flush.
+#[test]
+fn a_failed_background_write_fails_the_next_flush() {
+    let m = Mount::new();
+    let f = m.file(ROOT, "f", b"");
+    m.run(m.core.open(&ALICE, f.ino, libc::O_WRONLY)).unwrap();
+    let block = vec![7u8; 1 << 20];
+    let blocks = WRITE_BUFFER / block.len();
+    for i in 0..blocks {
+        m.run(m.core.write(f.ino, (i * block.len()) as u64, &block, libc::O_WRONLY)).unwrap();
+    }
+    m.rt.block_on(m.other().unlink("/f")).unwrap();
+    // This write does not fit: the full buffer goes out in the background, and fails.
+    m.run(m.core.write(f.ino, WRITE_BUFFER as u64, &block, libc::O_WRONLY)).unwrap();
+    assert_eq!(m.run(m.core.flush(f.ino)).unwrap_err(), Errno::ENOENT, "the background send's error");
+    // The last block has nowhere to go either.
+    assert_eq!(m.run(m.core.release(f.ino, 0)).unwrap_err(), Errno::ENOENT);
 }
 
 #[test]
@@ -394,7 +420,7 @@ fn the_control_file_counts_operations_and_their_server_requests() {
     assert!(stats.iter().any(|s| s.op == "mkdir" && s.calls == 1 && s.requests >= 1));
     let control = m.run(m.core.lookup(&Caller::ROOT, ROOT, n(STATS_FILE))).unwrap();
     assert_eq!(control.ino, STATS_INO);
-    let fh = m.run(m.core.open(&ALICE, STATS_INO, libc::O_RDONLY)).unwrap();
+    let fh = m.run(m.core.open(&ALICE, STATS_INO, libc::O_RDONLY)).unwrap().fh;
     let text = String::from_utf8(m.run(m.core.read(STATS_INO, fh, 0, 1 << 16)).unwrap()).unwrap();
     assert!(text.lines().any(|l| l.starts_with("mkdir ")), "{text}");
     m.run(m.core.release(STATS_INO, fh)).unwrap();

@@ -35,6 +35,7 @@ impl MountCore {
     pub fn forget(&self, ino: u64, nlookup: u64) {
         self.inodes().forget(ino, nlookup);
         self.attrs.forget(ino);
+        self.pages.forget(ino);
     }
 
     /// `mknod`: a regular file, FIFO, device or socket, owned by `caller`.

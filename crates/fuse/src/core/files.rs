@@ -3,7 +3,7 @@
 use super::attrs::{applied, deferrable, fixed, merged};
 use super::stats::{stats_attr, STATS_INO};
 use super::writes::gather;
-use super::{Caller, Errno, MountCore};
+use super::{Caller, Errno, MountCore, Opened};
 use plusfs_proto::{Attr, FileKind, SetAttr, Timespec, MAY_EXEC, MAY_READ, MAY_WRITE};
 use std::ffi::OsStr;
 
@@ -172,25 +172,26 @@ impl MountCore {
     }
 
     /// `open` with the `open(2)` `flags`: `O_TRUNC` empties a regular file on behalf of
-    /// `caller`. No cached pages survive an open (close-to-open consistency). Returns the
-    /// file handle: 0, or a fresh one for the control file (to be read with direct I/O).
-    pub async fn open(&self, caller: &Caller, ino: u64, flags: i32) -> Result<u64, Errno> {
+    /// `caller`. Cached pages survive the open only when the file is unchanged since its
+    /// previous open here (close-to-open consistency, `page_cache.rs`).
+    pub async fn open(&self, caller: &Caller, ino: u64, flags: i32) -> Result<Opened, Errno> {
         if ino == STATS_INO {
-            return self.open_control(flags);
+            return Ok(Opened { fh: self.open_control(flags)?, keep_cache: false });
         }
         let p = self.path(ino)?;
         let truncate = flags & libc::O_TRUNC != 0;
         if truncate {
             self.flush_ino(ino).await?;
         }
-        let a = self.run(self.as_caller(caller).open_with(&p, access_of(flags))).await?.attr;
+        let mut a = self.run(self.as_caller(caller).open_with(&p, access_of(flags))).await?.attr;
         self.attrs.learnt(&a);
         if truncate && a.kind == FileKind::File && a.size > 0 {
-            let a = self.run(self.as_caller(caller).truncate(&p, 0)).await?;
+            a = self.run(self.as_caller(caller).truncate(&p, 0)).await?;
             self.attrs.learnt(&a);
         }
+        let keep_cache = a.kind == FileKind::File && self.pages.keep(&a);
         self.open_files().opened(ino);
-        Ok(0)
+        Ok(Opened { fh: 0, keep_cache })
     }
 
     /// Opens the control file (read only): its reader sees the counts of now.
@@ -259,8 +260,7 @@ impl MountCore {
         let slot = self.writes.slot(ino);
         let mut pending = slot.lock().await;
         if let Some(earlier) = gather(&mut pending.data, &p, offset, data) {
-            let a = self.run(self.client().write(&earlier.path, earlier.offset, &earlier.data)).await?;
-            self.attrs.learnt(&a);
+            self.write_behind(&mut pending, earlier).await?;
         }
         Ok(data.len() as u32)
     }

@@ -36,6 +36,7 @@ mod files;
 mod inodes;
 mod listings;
 mod open_files;
+mod page_cache;
 mod stats;
 mod types;
 mod writes;
@@ -44,13 +45,14 @@ mod xattrs;
 pub use open_files::ORPHANS;
 pub use plusfs_proto::Errno;
 pub use stats::{render_stats, stats_attr, OpStats, STATS_FILE, STATS_INO};
-pub use types::{Caller, DirItem, DirPlusItem, FsStats, PlusItem, RenameMode, XattrReply};
+pub use types::{Caller, DirItem, DirPlusItem, FsStats, Opened, PlusItem, RenameMode, XattrReply};
 pub use writes::WRITE_BUFFER;
 
 use attrs::AttrCache;
 use inodes::Inodes;
 use listings::Listings;
 use open_files::OpenFiles;
+use page_cache::PageStamps;
 use plusfs_client::{Client, FsError};
 use plusfs_proto::path::{join, MAX_TREE_PATH_LEN};
 use plusfs_proto::Attr;
@@ -59,7 +61,7 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use writes::Writes;
+use writes::{Gathered, Pending, Sending, Writes};
 
 /// The state and operations of one mount (see the module documentation).
 pub struct MountCore {
@@ -69,6 +71,7 @@ pub struct MountCore {
     inodes: Mutex<Inodes>,
     listings: Listings,
     writes: Writes,
+    pages: PageStamps,
     open_files: Mutex<OpenFiles>,
     next_fh: AtomicU64,
     /// [`ORPHANS`] exists with its mode (made on first need).
@@ -115,6 +118,7 @@ impl MountCore {
             inodes: Mutex::new(Inodes::new()),
             listings: Listings::default(),
             writes: Writes::default(),
+            pages: PageStamps::default(),
             open_files: Mutex::default(),
             next_fh: AtomicU64::new(1),
             orphans_ready: std::sync::atomic::AtomicBool::new(false),
@@ -233,6 +237,7 @@ impl MountCore {
             return Ok(()); // nothing was ever gathered for it
         };
         let mut held = slot.lock().await;
+        self.sent(&mut held).await?;
         if let Some(p) = held.data.take() {
             let a = self.run(self.client().write(&p.path, p.offset, &p.data)).await?;
             self.attrs.learnt(&a);
@@ -242,6 +247,30 @@ impl MountCore {
             let a = self.run(self.as_caller(&caller).setattr(&path, set)).await?;
             self.attrs.learnt(&a);
         }
+        Ok(())
+    }
+
+    /// Waits for the background send of `held`, if one is under way: its error is the
+    /// caller's.
+    async fn sent(&self, held: &mut Gathered) -> Result<(), Errno> {
+        let Some(s) = held.sending.take() else { return Ok(()) };
+        let a = s.task.await.map_err(|e| {
+            tracing::error!(path = s.path, error = %e, "a background write failed to run");
+            Errno::EIO
+        })??;
+        self.attrs.learnt(&a);
+        Ok(())
+    }
+
+    /// Sends gathered bytes `p` in the background, after the send under way (whose
+    /// error is returned here).
+    async fn write_behind(&self, held: &mut Gathered, p: Pending) -> Result<(), Errno> {
+        self.sent(held).await?;
+        let client = self.client().clone();
+        let end = p.end();
+        let path = p.path.clone();
+        let task = tokio::spawn(async move { client.write(&p.path, p.offset, &p.data).await.map_err(errno) });
+        held.sending = Some(Sending { path, end, task });
         Ok(())
     }
 

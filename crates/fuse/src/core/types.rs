@@ -140,3 +140,13 @@ mod tests {
         assert_eq!(XattrReply::fit(b"abc".to_vec(), 2), Err(Errno::ERANGE));
     }
 }
+
+/// What an `open` hands the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    /// The file handle (0, or a fresh one for the control file).
+    pub fh: u64,
+    /// The kernel may keep the file's cached pages (`FOPEN_KEEP_CACHE`): the file is
+    /// unchanged since its previous open here.
+    pub keep_cache: bool,
+}

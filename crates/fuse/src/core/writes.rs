@@ -1,6 +1,8 @@
 //! Write gathering: sequential writes to a file are kept in one buffer of up to
-//! [`WRITE_BUFFER`] bytes and sent as one request. This module only keeps the buffers;
-//! the core sends what it hands back.
+//! [`WRITE_BUFFER`] bytes and sent as one write. A full buffer is sent in the background
+//! (write-behind) while the next one fills; at most one send per file is under way, and
+//! its error is returned by the file's next write, flush or fsync. This module only keeps
+//! the buffers; the core sends what it hands back.
 
 use super::types::Caller;
 use plusfs_proto::path::is_within;
@@ -9,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Largest gathered write.
-pub const WRITE_BUFFER: usize = 4 << 20;
+pub const WRITE_BUFFER: usize = 16 << 20;
 
 /// Bytes written to a file and not yet sent.
 #[derive(Debug, PartialEq, Eq)]
@@ -29,11 +31,23 @@ impl Pending {
     }
 }
 
-/// What a file holds back: gathered bytes, and attribute changes to send after them
-/// (`attrs.rs`), with the caller they are sent for.
+/// A full buffer being sent in the background.
+#[derive(Debug)]
+pub(crate) struct Sending {
+    /// The file's path when the bytes were written.
+    pub path: String,
+    /// The offset just past the bytes.
+    pub end: u64,
+    /// The send: the file's attributes after it, or the errno for the application.
+    pub task: tokio::task::JoinHandle<Result<Attr, plusfs_proto::Errno>>,
+}
+
+/// What a file holds back: gathered bytes, a buffer being sent, and attribute changes
+/// to send after them (`attrs.rs`), with the caller they are sent for.
 #[derive(Debug, Default)]
 pub(crate) struct Gathered {
     pub data: Option<Pending>,
+    pub sending: Option<Sending>,
     pub set: Option<(Caller, SetAttr)>,
     /// The path the held-back changes were made under.
     pub set_path: String,
@@ -42,7 +56,7 @@ pub(crate) struct Gathered {
 impl Gathered {
     /// Whether nothing is held back.
     pub fn is_empty(&self) -> bool {
-        self.data.is_none() && self.set.is_none()
+        self.data.is_none() && self.sending.is_none() && self.set.is_none()
     }
 
     /// `a` grown to the end of the gathered bytes (what the file's size is once they are
@@ -51,12 +65,16 @@ impl Gathered {
         if let Some(p) = &self.data {
             a.size = a.size.max(p.end());
         }
+        if let Some(s) = &self.sending {
+            a.size = a.size.max(s.end);
+        }
         a
     }
 
     /// Whether something held back belongs to a file at or below `path`.
     fn within(&self, path: &str) -> bool {
         self.data.as_ref().is_some_and(|p| is_within(&p.path, path))
+            || self.sending.as_ref().is_some_and(|s| is_within(&s.path, path))
             || (self.set.is_some() && is_within(&self.set_path, path))
     }
 }
