@@ -6,6 +6,7 @@
 //! local directories through system calls in one run, so their ratio is measured under
 //! the same machine load.
 
+use crate::largefile::{LargeIo, SharedFile};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use plusfs_client::{Client, ClientOptions};
@@ -32,6 +33,18 @@ pub enum Phase {
     Write,
     /// Reads the files whole.
     Read,
+    /// The wire probe: each client sends as many bytes as the write phase writes to the
+    /// servers, which store nothing (plusfs target only).
+    ProbeWrite,
+    /// The wire probe the other way: as many bytes as the read phase reads.
+    ProbeRead,
+}
+
+impl Phase {
+    /// Whether the phase moves file bytes (its rate is also given in MiB/s).
+    pub(crate) fn moves_data(self) -> bool {
+        matches!(self, Phase::Write | Phase::Read | Phase::ProbeWrite | Phase::ProbeRead)
+    }
 }
 
 #[derive(Args)]
@@ -67,9 +80,17 @@ pub struct BenchArgs {
     /// entries, 0 (always distributed), `never`, or `cluster` (the cluster's, default).
     #[arg(long, value_parser = plusfs_proto::Threshold::parse, default_value = "cluster")]
     threshold: plusfs_proto::Threshold,
-    /// Bytes per file of the write and read phases.
-    #[arg(long, default_value_t = 4096)]
+    /// Bytes per file of the write and read phases (suffixes k, M, G: binary).
+    #[arg(long, default_value = "4096", value_parser = crate::largefile::parse_size)]
     pub(crate) size: usize,
+    /// Large-file mode: the write and read phases move each file's bytes in calls of
+    /// this many bytes (like IOR's -t; default: the whole file in one call).
+    #[arg(long, value_parser = crate::largefile::parse_size)]
+    pub(crate) block: Option<usize>,
+    /// Large-file mode: the clients write and read their regions of one file, DIR/shared
+    /// (N-to-1, strided: region i * clients + k is client k's i-th).
+    #[arg(long)]
+    pub(crate) shared_file: bool,
     /// Each client handles its files in a random order (seed 002's random access).
     #[arg(long)]
     random: bool,
@@ -98,8 +119,10 @@ pub(crate) struct Outcome {
     /// Rates over the first and the last tenth of the operations (plusfs target).
     pub(crate) first_tenth_ops_per_sec: f64,
     pub(crate) last_tenth_ops_per_sec: f64,
-    /// File bytes per second (write and read phases).
+    /// File bytes per second (write, read and probe phases).
     pub(crate) mib_per_sec: f64,
+    /// Client requests per MiB moved (write, read and probe phases on plusfs).
+    pub(crate) requests_per_mib: f64,
 }
 
 impl Outcome {
@@ -119,10 +142,11 @@ impl Outcome {
             requests: 0,
             first_tenth_ops_per_sec: 0.0,
             last_tenth_ops_per_sec: 0.0,
-            mib_per_sec: match phase {
-                Phase::Write | Phase::Read => (ops * a.size as u64) as f64 / seconds / (1 << 20) as f64,
-                _ => 0.0,
+            mib_per_sec: match phase.moves_data() {
+                true => (ops * a.size as u64) as f64 / seconds / (1 << 20) as f64,
+                false => 0.0,
             },
+            requests_per_mib: 0.0,
         }
     }
 }
@@ -154,8 +178,11 @@ pub type EngineTarget = fn(&BenchArgs, Option<&std::path::Path>) -> Result<Vec<O
 
 /// Runs every target of `a` and prints the results (and ratios between targets).
 pub fn run(a: BenchArgs, cluster: Option<PathBuf>, engine: EngineTarget) -> Result<ExitCode> {
-    if a.clients == 0 || a.files == 0 || a.batch == 0 {
-        bail!("--clients, --files and --batch must be positive");
+    if a.clients == 0 || a.files == 0 || a.batch == 0 || a.block == Some(0) {
+        bail!("--clients, --files, --batch and --block must be positive");
+    }
+    if (a.block.is_some() || a.shared_file) && a.batch > 1 {
+        bail!("--block and --shared-file move files one by one: leave --batch at 1");
     }
     let targets = if a.targets.is_empty() { vec!["plusfs".to_string()] } else { a.targets.clone() };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -208,10 +235,12 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
             100.0 * o.last_tenth_ops_per_sec / o.first_tenth_ops_per_sec
         );
     }
-    let mib = if o.mib_per_sec > 0.0 {
-        format!(" ({:.1} MiB/s of {} B files)", o.mib_per_sec, a.size)
-    } else {
-        String::new()
+    let mib = match (o.mib_per_sec > 0.0, o.requests_per_mib > 0.0) {
+        (true, true) => {
+            format!(" ({:.1} MiB/s of {} B files, {:.2} requests/MiB)", o.mib_per_sec, a.size, o.requests_per_mib)
+        }
+        (true, false) => format!(" ({:.1} MiB/s of {} B files)", o.mib_per_sec, a.size),
+        _ => String::new(),
     };
     println!(
         "{name}: {:.0} ops/s{mib}{msgs} [{}; batch {}, {} clients, {} ops, {:.2} s{}]",
@@ -247,6 +276,19 @@ fn phase_files(a: &BenchArgs, base: &str, client: usize, phase: Phase) -> (Strin
         names.shuffle(&mut rng);
     }
     (dir, names)
+}
+
+/// Client `client`'s large-file settings, when `--block` or `--shared-file` is given.
+fn large_io(a: &BenchArgs, base: &str, client: usize) -> Option<LargeIo> {
+    (a.block.is_some() || a.shared_file).then(|| LargeIo {
+        block: a.block.unwrap_or(a.size).max(1),
+        size: a.size,
+        shared: a.shared_file.then(|| SharedFile {
+            path: plusfs_proto::path::join(base, "shared"),
+            client,
+            clients: a.clients,
+        }),
+    })
 }
 
 /// Empties the kernel's page cache (root only), so reads come from the disks.
@@ -313,12 +355,16 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         if a.drop_caches {
             drop_caches()?;
         }
+        if a.shared_file && phase == Phase::Write {
+            admin.create(&plusfs_proto::path::join(&base, "shared"), 0o644, false).await?;
+        }
         let barrier = Arc::new(std::sync::Barrier::new(a.clients + 1));
         let threads: Vec<_> = (0..a.clients)
             .map(|ci| {
                 let files = phase_files(a, &base, ci, phase);
                 let (map, barrier, batch, size) = (map.clone(), barrier.clone(), a.batch, a.size);
-                std::thread::spawn(move || plusfs_client_thread(map, phase, files, (batch, size), barrier))
+                let large = large_io(a, &base, ci);
+                std::thread::spawn(move || plusfs_client_thread(map, phase, files, (batch, size, large), barrier))
             })
             .collect();
         // Two barriers: all clients connected; then the server counters are read (so the
@@ -350,6 +396,10 @@ async fn run_plusfs(a: &BenchArgs, map: ClusterMap) -> Result<Vec<Outcome>> {
         }
         o.messages_per_op = (server_msgs + replies) as f64 / o.ops.max(1) as f64;
         o.requests = requests;
+        if phase.moves_data() {
+            let mib = (o.ops * a.size as u64) as f64 / (1 << 20) as f64;
+            o.requests_per_mib = requests as f64 / mib.max(f64::MIN_POSITIVE);
+        }
         (o.first_tenth_ops_per_sec, o.last_tenth_ops_per_sec) = tenth_rates(marks, o.ops);
         out.push(o);
     }
@@ -373,10 +423,10 @@ fn plusfs_client_thread(
     map: ClusterMap,
     phase: Phase,
     (dir, names): (String, Vec<String>),
-    (batch, size): (usize, usize),
+    (batch, size, large): (usize, usize, Option<LargeIo>),
     barrier: Arc<std::sync::Barrier>,
 ) -> Result<ClientRun> {
-    let contents = vec![0x5au8; size];
+    let contents = vec![0x5au8; large.as_ref().map_or(size, |l| l.block.min(size))];
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let c = Client::new(map, ClientOptions::default());
@@ -388,7 +438,25 @@ fn plusfs_client_thread(
         let start = Instant::now();
         let mut run =
             ClientRun { errors: 0, first_error: None, counters: Default::default(), marks: Vec::new(), listed: 0 };
-        if phase == Phase::Readdir {
+        if matches!(phase, Phase::ProbeWrite | Phase::ProbeRead) {
+            if let Err(e) = crate::largefile::probe(&c, size * names.len(), phase == Phase::ProbeWrite).await {
+                run.errors += 1;
+                run.first_error = Some(e);
+            }
+        } else if let Some(io) = large.as_ref().filter(|_| matches!(phase, Phase::Write | Phase::Read)) {
+            for (i, name) in names.iter().enumerate() {
+                let (p, at) = io.target(&plusfs_proto::path::join(&dir, name), i);
+                let r = match phase {
+                    Phase::Write => crate::largefile::write(&c, io, &p, at, &contents).await,
+                    _ => crate::largefile::read(&c, io, &p, at).await,
+                };
+                if let Err(e) = r {
+                    run.errors += 1;
+                    run.first_error.get_or_insert(e);
+                }
+                run.marks.push((start.elapsed().as_secs_f64(), 1));
+            }
+        } else if phase == Phase::Readdir {
             match c.readdir(&dir).await {
                 Ok(entries) => run.listed = entries.len() as u64,
                 Err(e) => {
@@ -443,7 +511,7 @@ fn plusfs_client_thread(
                             .with_detail(format!("{} bytes, {} expected", d.len(), contents.len()))),
                         Err(e) => Err(e),
                     },
-                    Phase::Readdir => unreachable!("listed above"),
+                    Phase::Readdir | Phase::ProbeWrite | Phase::ProbeRead => unreachable!("run above"),
                 };
                 if let Err(e) = r {
                     run.errors += 1;
@@ -458,7 +526,9 @@ fn plusfs_client_thread(
                 Phase::Create => BatchOp::Create { exclusive: true },
                 Phase::Stat => BatchOp::Stat,
                 Phase::Unlink => BatchOp::Unlink,
-                Phase::Readdir | Phase::Write | Phase::Read | Phase::Open => unreachable!("run one by one above"),
+                Phase::Readdir | Phase::Write | Phase::Read | Phase::Open | Phase::ProbeWrite | Phase::ProbeRead => {
+                    unreachable!("run one by one above")
+                }
             };
             for chunk in names.chunks(batch) {
                 run.marks.push((start.elapsed().as_secs_f64(), 0));
@@ -496,37 +566,34 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
     let base = Arc::new(base.to_string_lossy().into_owned());
     let mut out = Vec::new();
     for &phase in &a.phases {
+        if matches!(phase, Phase::ProbeWrite | Phase::ProbeRead) {
+            eprintln!("plusfs: bench: the {phase:?} phase has no meaning on local:{}; skipped", root.display());
+            continue;
+        }
         if a.drop_caches {
             drop_caches()?;
+        }
+        if a.shared_file && phase == Phase::Write {
+            std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(format!("{base}/shared"))?;
         }
         let start = Instant::now();
         let handles: Vec<_> = (0..a.clients)
             .map(|ci| {
                 let (dir, names) = phase_files(a, &base, ci, phase);
                 let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
-                let size = a.size;
+                let (size, large) = (a.size, large_io(a, &base, ci));
                 std::thread::spawn(move || {
-                    let contents = vec![0x5au8; size];
+                    let contents = vec![0x5au8; large.as_ref().map_or(size, |l| l.block.min(size))];
                     if phase == Phase::Readdir {
                         return std::fs::read_dir(&dir).map_or(1, |d| u64::from(d.count() == 0));
                     }
                     let mut errors = 0u64;
-                    for p in &paths {
-                        let r = match phase {
-                            Phase::Create => std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop),
-                            Phase::Stat => std::fs::symlink_metadata(p).map(drop),
-                            Phase::Open => std::fs::File::open(p).map(drop),
-                            Phase::Unlink => std::fs::remove_file(p),
-                            Phase::Write => std::fs::OpenOptions::new()
-                                .write(true)
-                                .create_new(true)
-                                .open(p)
-                                .and_then(|mut f| std::io::Write::write_all(&mut f, &contents)),
-                            Phase::Read => std::fs::read(p).and_then(|d| match d.len() == size {
-                                true => Ok(()),
-                                false => Err(std::io::Error::other(format!("{} bytes, {size} expected", d.len()))),
-                            }),
-                            Phase::Readdir => unreachable!("listed above"),
+                    for (i, p) in paths.iter().enumerate() {
+                        let r = match &large {
+                            Some(io) if matches!(phase, Phase::Write | Phase::Read) => {
+                                local_large(phase, io, io.target(p, i), &contents)
+                            }
+                            _ => local_op(phase, p, &contents),
                         };
                         if let Err(e) = r {
                             if errors == 0 {
@@ -544,4 +611,46 @@ fn run_local(a: &BenchArgs, root: &std::path::Path) -> Result<Vec<Outcome>> {
         out.push(Outcome::timed(format!("local:{}", root.display()), phase, a, errors, seconds));
     }
     Ok(out)
+}
+
+/// One operation of `phase` on local file `p`; `contents` is what the write phase writes.
+fn local_op(phase: Phase, p: &str, contents: &[u8]) -> std::io::Result<()> {
+    match phase {
+        Phase::Create => std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop),
+        Phase::Stat => std::fs::symlink_metadata(p).map(drop),
+        Phase::Open => std::fs::File::open(p).map(drop),
+        Phase::Unlink => std::fs::remove_file(p),
+        Phase::Write => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, contents)),
+        Phase::Read => std::fs::read(p).and_then(|d| match d.len() == contents.len() {
+            true => Ok(()),
+            false => Err(std::io::Error::other(format!("{} bytes, {} expected", d.len(), contents.len()))),
+        }),
+        Phase::Readdir | Phase::ProbeWrite | Phase::ProbeRead => unreachable!("run or skipped by the caller"),
+    }
+}
+
+/// The large-file write or read of `io.size` bytes at `at` of local file `path`, in calls
+/// of `io.block` bytes.
+fn local_large(phase: Phase, io: &LargeIo, (path, at): (String, u64), contents: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = match phase {
+        Phase::Write if io.shared.is_none() => std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?,
+        Phase::Write => std::fs::OpenOptions::new().write(true).open(&path)?,
+        _ => std::fs::File::open(&path)?,
+    };
+    let mut buf = vec![0u8; contents.len()];
+    let mut done = 0;
+    while done < io.size {
+        let n = io.block.min(io.size - done);
+        match phase {
+            Phase::Write => f.write_all_at(&contents[..n], at + done as u64)?,
+            _ => f.read_exact_at(&mut buf[..n], at + done as u64)?,
+        }
+        done += n;
+    }
+    Ok(())
 }

@@ -21,8 +21,8 @@ pub fn run(a: &BenchArgs, dir: Option<&Path>) -> Result<Vec<Outcome>> {
         Some(d) => format!("engine:{}", d.display()),
         None => "engine".to_string(),
     };
-    if a.phases.iter().any(|p| matches!(p, Phase::Write | Phase::Read | Phase::Open)) {
-        anyhow::bail!("the write, read and open phases run on the plusfs and local targets only");
+    if a.phases.iter().any(|p| p.moves_data() || *p == Phase::Open) {
+        anyhow::bail!("the write, read, open and probe phases run on the plusfs and local targets only");
     }
     // Stat and unlink need files: when this run does not create them, do so untimed.
     let needs_files = a.phases.iter().position(|p| *p != Phase::Create);
@@ -85,7 +85,9 @@ fn engine_client(
     }
     for chunk in names.chunks(batch.max(1)) {
         match phase {
-            Phase::Readdir | Phase::Write | Phase::Read | Phase::Open => unreachable!("listed above or refused"),
+            Phase::Readdir | Phase::Write | Phase::Read | Phase::Open | Phase::ProbeWrite | Phase::ProbeRead => {
+                unreachable!("listed above or refused")
+            }
             Phase::Stat => {
                 // The same batched lookup a server makes for a statv request.
                 let names: Vec<&str> = chunk.iter().map(String::as_str).collect();

@@ -332,6 +332,13 @@ pub enum Request {
         len: u64,
         pieces: Vec<Piece>,
     },
+    /// The wire probe of `plusfs bench`: `data` is dropped, `reply_len` zero bytes (at most
+    /// 4 MiB) come back; nothing is stored or read.
+    Probe {
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        reply_len: u32,
+    },
 }
 
 impl Request {
@@ -393,6 +400,7 @@ impl Request {
             DelegWait { .. } => 52,
             Layout { .. } => 53,
             CommitWrite { .. } => 54,
+            Probe { .. } => 55,
         }
     }
 
@@ -441,6 +449,7 @@ impl Request {
                 | DelegWait { .. }
                 | Layout { .. }
                 | CommitWrite { .. }
+                | Probe { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
@@ -448,7 +457,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 55] = [
+pub const OPCODE_NAMES: [&str; 56] = [
     "invalid",
     "ping",
     "mkdir",
@@ -504,6 +513,7 @@ pub const OPCODE_NAMES: [&str; 55] = [
     "deleg_wait",
     "layout",
     "commit_write",
+    "probe",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
