@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg venv clean
+.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -109,6 +109,10 @@ bench-cx: build venv
 ## bench-mount: the FUSE mount vs the native API vs a local directory (report in bench/out/mount/)
 bench-mount: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/mount_bench.sh
+
+## bench-io: large-file write/read, file-per-process and shared, 1/2/4 processes, native API and mount vs tmpfs and the wire probe (bench/out/io/)
+bench-io: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/io_bench.sh
 
 ## bench-deleg: tar x, cp -r, git checkout, rm -rf and mdtest-style runs through a mount with and without delegations vs tmpfs (bench/out/deleg/)
 bench-deleg: build venv
