@@ -248,6 +248,15 @@ fn requests() -> Vec<Request> {
             release: true,
         },
         Request::DelegWait { session: 77 },
+        Request::Layout { path: "/d/big".into(), offset: 1 << 20, len: 8 << 20 },
+        Request::CommitWrite {
+            path: "/d/big".into(),
+            ino: 0x0001_0000_0000_0002,
+            offset: 1 << 20,
+            len: 4096,
+            pieces: vec![Piece { file_off: 1 << 20, len: 4096, server: 1, record: 9, skip: 0 }],
+        },
+        Request::Probe { data: vec![1, 2, 3], reply_len: 4 },
     ]
 }
 
@@ -321,6 +330,10 @@ fn responses() -> Vec<Response> {
         }))),
         Ok(Reply::Flushed(Flushed { failed: vec![(1, Errno::EEXIST)], ended: false })),
         Ok(Reply::Recalls(vec![12])),
+        Ok(Reply::Layout {
+            attr: Attr::of_inode(&inode()),
+            pieces: vec![Piece { file_off: 0, len: 4096, server: 2, record: 17, skip: 0 }],
+        }),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),
