@@ -42,20 +42,26 @@ mount_pid=$(pgrep -f "mount -f $mnt" | head -1)
 # CPU seconds (user + system) the processes $* have used so far.
 cpu() { local t=0 p; for p in "$@"; do t=$(awk -v t="$t" '{ print t + ($14 + $15) / 100 }' "/proc/$p/stat"); done; echo "$t"; }
 
+# CPU seconds processes $2... used since they had used $1 (a JSON number).
+since() { local before=$1; shift; awk -v a="$(cpu "$@")" -v b="$before" 'BEGIN { printf "%.3f", a - b }'; }
+
 # one TARGET MODE CLIENTS RUN PHASE: one phase, one JSON line with CPU seconds added.
 one() {
   local target=$1 mode=$2 c=$3 run=$4 phase=$5 extra=()
   local dir="/io-$mode-$c-$run-$(case $target in plusfs) echo api ;; "local:$mnt") echo mount ;; *) echo tmpfs ;; esac)"
   [ "$mode" = shared ] && extra+=(--shared-file) || extra+=(--unique)
   case $phase in read|probe-read) drop_caches ;; esac
-  local s0 m0=0 s1 m1=0
-  s0=$(cpu $servers); [ -n "$mount_pid" ] && m0=$(cpu "$mount_pid")
-  "$PLUSFS" bench "$phase" --size "$SIZE" --block "$BLOCK" -n 1 -c "$c" --dir "$dir" \
-    --target "$target" --json "${extra[@]}" \
-    | tag "{\"mode\":\"$mode\",\"run\":$run,\"server_cpu\":$(echo "$(cpu $servers) - $s0" | bc),\"mount_cpu\":$( [ -n "$mount_pid" ] && echo "$(cpu "$mount_pid") - $m0" | bc || echo 0)}" \
+  local s0 m0
+  s0=$(cpu $servers); m0=$(cpu $mount_pid)
+  local json
+  json=$("$PLUSFS" bench "$phase" --size "$SIZE" --block "$BLOCK" -n 1 -c "$c" --dir "$dir" \
+    --target "$target" --json "${extra[@]}")
+  echo "$json" \
+    | tag "{\"mode\":\"$mode\",\"run\":$run,\"server_cpu\":$(since "$s0" $servers),\"mount_cpu\":$(since "$m0" $mount_pid)}" \
     | tee -a "$raw" | "$PYTHON" -c 'import json,sys
 for l in sys.stdin:
-    d=json.loads(l); print(f"{d[\"target\"]:<40} {d[\"mode\"]:<7} {d[\"clients\"]} {d[\"phase\"]:<11} {d[\"mib_per_sec\"]:8.1f} MiB/s {d[\"requests_per_mib\"]:6.2f} req/MiB")'
+    d = json.loads(l)
+    print("%-40s %-7s %d %-11s %8.1f MiB/s %6.2f req/MiB" % (d["target"], d["mode"], d["clients"], d["phase"], d["mib_per_sec"], d["requests_per_mib"]))'
 }
 
 for run in $(seq 1 "$RUNS"); do
