@@ -88,11 +88,26 @@ impl Osd {
         via: Via,
         c: &Cred,
     ) -> Response {
+        // Bytes of a write (not appending) that go to other servers are stored before the
+        // entry is locked, so writers of one file overlap their transfers.
+        let early = match append {
+            false => self.put_remote_unlocked(p, offset, &data, via, c).await?,
+            true => None,
+        };
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
                 return self.forward(home, ino, Request::Write { path: p.into(), offset, data, append }, c).await
             }
+        };
+        let early = match early {
+            Some((ino, pieces)) if ino == t.inode.ino => Some(pieces),
+            Some((_, pieces)) => {
+                // The path names another file now: those records are nobody's.
+                self.drop_remote(pieces.iter().map(|q| (q.server, q.record)).collect()).await;
+                None
+            }
+            None => None,
         };
         let inode = &mut t.inode;
         if !c.is_root() {
@@ -109,8 +124,13 @@ impl Osd {
         // Other servers' parts first, without holding this server's data gate (a peer's
         // compaction may be waiting for its own gate while its writers call us).
         let mut new_pieces = Vec::new();
-        for &(at, server, range) in parts.iter().filter(|p| p.1 != self.id) {
-            new_pieces.extend(self.put_remote(server, inode.ino, at, bytes_of(range)).await?);
+        match early {
+            Some(pieces) => new_pieces = pieces,
+            None => {
+                for &(at, server, range) in parts.iter().filter(|p| p.1 != self.id) {
+                    new_pieces.extend(self.put_remote(server, inode.ino, at, bytes_of(range)).await?);
+                }
+            }
         }
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
@@ -194,6 +214,41 @@ impl Osd {
         drop(gate);
         self.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
+    }
+
+    /// The parts of a write of `data` at `offset` that go to other servers, stored before
+    /// the entry is locked: the inode they were placed for and their pieces. `None` when
+    /// the file is elsewhere (a hard link's home decides), the range is invalid (the
+    /// locked path reports it), or nothing goes to another server.
+    async fn put_remote_unlocked(
+        self: &Arc<Self>,
+        p: &str,
+        offset: u64,
+        data: &[u8],
+        via: Via,
+        c: &Cred,
+    ) -> OpResult<Option<(Ino, Vec<Piece>)>> {
+        let Found::Here(t) = self.file_target(p, via, false, c, MAY_WRITE).await? else { return Ok(None) };
+        let Some(end) = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE) else {
+            return Ok(None);
+        };
+        let ino = t.inode.ino;
+        let parts = self.placement(ino, offset, end);
+        if parts.iter().all(|q| q.1 == self.id) {
+            return Ok(None);
+        }
+        let mut pieces = Vec::new();
+        for &(at, server, (from, to)) in parts.iter().filter(|q| q.1 != self.id) {
+            let bytes = &data[(from - offset) as usize..(to - offset) as usize];
+            match self.put_remote(server, ino, at, bytes).await {
+                Ok(stored) => pieces.extend(stored),
+                Err(e) => {
+                    self.drop_remote(pieces.iter().map(|q: &Piece| (q.server, q.record)).collect()).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some((ino, pieces)))
     }
 
     /// Splits `[off, end)` by where its bytes go: (file offset, server, range).

@@ -61,7 +61,7 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use writes::{Gathered, Pending, Sending, Writes};
+use writes::{Gathered, Pending, Sending, Writes, MAX_BEHIND};
 
 /// The state and operations of one mount (see the module documentation).
 pub struct MountCore {
@@ -250,10 +250,19 @@ impl MountCore {
         Ok(())
     }
 
-    /// Waits for the background send of `held`, if one is under way: its error is the
-    /// caller's.
+    /// Waits for every background send of `held`: the first error (or one kept from an
+    /// earlier send) is the caller's.
     async fn sent(&self, held: &mut Gathered) -> Result<(), Errno> {
-        let Some(s) = held.sending.take() else { return Ok(()) };
+        let mut first = held.failed.take().map_or(Ok(()), Err);
+        for s in std::mem::take(&mut held.sending) {
+            let r = self.joined(s).await;
+            first = first.and(r);
+        }
+        first
+    }
+
+    /// Waits for background send `s`; learns the attributes it returned.
+    async fn joined(&self, s: Sending) -> Result<(), Errno> {
         let a = s.task.await.map_err(|e| {
             tracing::error!(path = s.path, error = %e, "a background write failed to run");
             Errno::EIO
@@ -262,15 +271,30 @@ impl MountCore {
         Ok(())
     }
 
-    /// Sends gathered bytes `p` in the background, after the send under way (whose
-    /// error is returned here).
+    /// Sends gathered bytes `p` in the background, after the sends under way that it
+    /// overlaps (and the oldest, when [`MAX_BEHIND`] are): their errors are returned here.
     async fn write_behind(&self, held: &mut Gathered, p: Pending) -> Result<(), Errno> {
-        self.sent(held).await?;
+        let (offset, end) = (p.offset, p.end());
+        let mut first = Ok(());
+        let mut kept = Vec::new();
+        for s in std::mem::take(&mut held.sending) {
+            match s.offset < end && offset < s.end {
+                true => first = first.and(self.joined(s).await),
+                false => kept.push(s),
+            }
+        }
+        while kept.len() >= MAX_BEHIND {
+            first = first.and(self.joined(kept.remove(0)).await);
+        }
+        held.sending = kept;
+        if let Err(e) = first {
+            held.failed = Some(e);
+            return Err(e);
+        }
         let client = self.client().clone();
-        let end = p.end();
         let path = p.path.clone();
         let task = tokio::spawn(async move { client.write(&p.path, p.offset, &p.data).await.map_err(errno) });
-        held.sending = Some(Sending { path, end, task });
+        held.sending.push(Sending { path, offset, end, task });
         Ok(())
     }
 

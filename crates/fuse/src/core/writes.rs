@@ -1,7 +1,9 @@
 //! Write gathering: sequential writes to a file are kept in one buffer of up to
-//! [`WRITE_BUFFER`] bytes and sent as one write. A full buffer is sent in the background
-//! (write-behind) while the next one fills; at most one send per file is under way, and
-//! its error is returned by the file's next write, flush or fsync. This module only keeps
+//! [`WRITE_BUFFER`] bytes and sent as one write. A full buffer (or one a write does not
+//! continue) is sent in the background (write-behind) while the next one fills: up to
+//! [`MAX_BEHIND`] sends per file of disjoint ranges are under way at once (a send waits for
+//! those it overlaps, so a file's bytes land in the order written), and their first error
+//! is returned by the file's next write and again by its next flush or fsync. This module only keeps
 //! the buffers; the core sends what it hands back.
 
 use super::types::Caller;
@@ -12,6 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Largest gathered write.
 pub const WRITE_BUFFER: usize = 16 << 20;
+/// Background sends of one file under way at once.
+pub const MAX_BEHIND: usize = 8;
 
 /// Bytes written to a file and not yet sent.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,6 +40,8 @@ impl Pending {
 pub(crate) struct Sending {
     /// The file's path when the bytes were written.
     pub path: String,
+    /// Where the bytes go.
+    pub offset: u64,
     /// The offset just past the bytes.
     pub end: u64,
     /// The send: the file's attributes after it, or the errno for the application.
@@ -47,7 +53,11 @@ pub(crate) struct Sending {
 #[derive(Debug, Default)]
 pub(crate) struct Gathered {
     pub data: Option<Pending>,
-    pub sending: Option<Sending>,
+    /// Background sends under way, oldest first.
+    pub sending: Vec<Sending>,
+    /// The error of a background send, kept until a flush or fsync reports it (a write
+    /// that met it reported it too).
+    pub failed: Option<plusfs_proto::Errno>,
     pub set: Option<(Caller, SetAttr)>,
     /// The path the held-back changes were made under.
     pub set_path: String,
@@ -56,7 +66,7 @@ pub(crate) struct Gathered {
 impl Gathered {
     /// Whether nothing is held back.
     pub fn is_empty(&self) -> bool {
-        self.data.is_none() && self.sending.is_none() && self.set.is_none()
+        self.data.is_none() && self.sending.is_empty() && self.set.is_none() && self.failed.is_none()
     }
 
     /// `a` grown to the end of the gathered bytes (what the file's size is once they are
@@ -65,7 +75,7 @@ impl Gathered {
         if let Some(p) = &self.data {
             a.size = a.size.max(p.end());
         }
-        if let Some(s) = &self.sending {
+        for s in &self.sending {
             a.size = a.size.max(s.end);
         }
         a
@@ -74,7 +84,7 @@ impl Gathered {
     /// Whether something held back belongs to a file at or below `path`.
     fn within(&self, path: &str) -> bool {
         self.data.as_ref().is_some_and(|p| is_within(&p.path, path))
-            || self.sending.as_ref().is_some_and(|s| is_within(&s.path, path))
+            || self.sending.iter().any(|s| is_within(&s.path, path))
             || (self.set.is_some() && is_within(&self.set_path, path))
     }
 }
