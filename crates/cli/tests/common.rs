@@ -101,3 +101,17 @@ impl TestCluster {
 pub fn skip_allowed() -> bool {
     std::env::var("PLUSFS_ALLOW_SKIP").is_ok_and(|v| v == "1")
 }
+
+/// `len` pseudo-random bytes from `seed` (the same for the same seed).
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// A short fingerprint of `b`, to compare large contents in assertion messages.
+pub fn digest(b: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(b)
+}

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestCluster;
+use common::{bytes, digest, TestCluster};
 use plusfs_client::Client;
 use plusfs_proto::Errno;
 use rand::rngs::StdRng;
@@ -12,17 +12,6 @@ use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
 const MIB: usize = 1 << 20;
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut v = vec![0u8; len];
-    rng.fill(&mut v[..]);
-    v
-}
-
-fn digest(b: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(b)
-}
 
 /// Operations of kind `op` server `id` has served so far.
 async fn ops(c: &Client, id: u32, op: &str) -> u64 {

@@ -4,23 +4,10 @@
 
 mod common;
 
-use common::TestCluster;
+use common::{bytes, digest, TestCluster};
 use plusfs_client::Client;
 use plusfs_proto::{Errno, MAX_FILE_SIZE};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use std::time::Duration;
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut v = vec![0u8; len];
-    rng.fill(&mut v[..]);
-    v
-}
-
-fn digest(b: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(b)
-}
 
 async fn put(c: &Client, p: &str, data: &[u8]) {
     c.create(p, 0o644, false).await.unwrap();
