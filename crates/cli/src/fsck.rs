@@ -8,10 +8,14 @@
 //!   of its storing set and nowhere else, and every entry of a shard is on the server Eq. 2
 //!   gives it;
 //! - every shared inode (hard-linked file) has exactly as many link entries as its link
-//!   count, and every link entry's shared inode exists on the home it names.
+//!   count, and every link entry's shared inode exists on the home it names;
+//! - every data record a file names exists on the server it names.
+//!
+//! Records no file names (left by a write a crash cut between storing and committing its
+//! bytes) are reported as unused space, not as problems.
 
 use anyhow::Result;
-use plusfs_client::fsck::{check, scan_settled};
+use plusfs_client::fsck::{check, scan_settled, unused_records};
 use plusfs_client::Client;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +31,9 @@ pub async fn run(client: &Client) -> Result<ExitCode> {
     let subdirs: usize = scans.iter().map(|(_, d)| d.subdirs.len()).sum();
     for p in &problems {
         println!("fsck: {p}");
+    }
+    for (server, records, bytes) in unused_records(&scans) {
+        println!("fsck: server {server} holds {records} data records ({bytes} bytes) no file uses (unused space)");
     }
     println!(
         "fsck: {} servers, {dirs} directory objects, {subdirs} subdirectory entries: {}",

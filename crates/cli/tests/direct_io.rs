@@ -250,3 +250,29 @@ fn bench_large_file_modes_and_the_wire_probe() {
     let (code, _, err) = cluster.cli(&["bench", "write", "--block", "0", "--dir", "/bad"]);
     assert!(code != 0 && err.contains("--block"), "a zero block is refused: {err}");
 }
+
+/// fsck compares the records files name with the records the servers hold: a record
+/// stored and never committed (a client killed in between) is reported as unused space,
+/// fsck stays clean; a file naming a record its server does not hold is a problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsck_reports_unused_records_and_files_naming_missing_ones() {
+    use plusfs_proto::{Piece, Reply, Request};
+    let cluster = TestCluster::start(2);
+    let c = cluster.client();
+    c.create("/f", 0o644, true).await.unwrap();
+    let ino = c.lstat("/f").await.unwrap().ino;
+    // A client that stored a record and died before its commit.
+    let stored = c.call_server(1, &Request::DataPut { owner: ino, data: vec![7; 5000] }).await.unwrap();
+    assert!(matches!(stored, Reply::Record(_)), "{stored:?}");
+    let (code, out, _) = cluster.cli(&["fsck"]);
+    assert_eq!(code, 0, "unused space is no problem: {out}");
+    assert!(out.contains("server 1 holds 1 data records (5000 bytes) no file uses"), "{out}");
+
+    // A commit naming a record that server 0 does not hold.
+    let bogus = Piece { file_off: 2 << 20, len: 10, server: 0, record: 999_999, skip: 0 };
+    let commit = Request::CommitWrite { path: "/f".into(), ino, offset: 2 << 20, len: 10, pieces: vec![bogus] };
+    c.call_server(c.home("/"), &commit).await.unwrap();
+    let (code, out, _) = cluster.cli(&["fsck"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("names record 999999 of server 0, which it does not hold"), "{out}");
+}

@@ -81,6 +81,7 @@ pub fn check(client: &Client, scans: &[(ServerId, FsckData)]) -> Vec<String> {
     }
     check_shards(scans, &mut problems);
     check_links(scans, &mut problems);
+    check_pieces(scans, &mut problems);
     problems.sort();
     problems
 }
@@ -146,4 +147,34 @@ fn check_links(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
     for ((ino, home), n) in entries {
         problems.push(format!("{n} link entries name inode {ino} on server {home}, which does not hold it"));
     }
+}
+
+/// File data: every record a file names exists on the server it names.
+fn check_pieces(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
+    let held: HashSet<(ServerId, u64)> =
+        scans.iter().flat_map(|(server, d)| d.records.iter().map(move |(id, _)| (*server, *id))).collect();
+    for (server, data) in scans {
+        let missing: HashSet<&(ServerId, u64)> = data.pieces.iter().filter(|q| !held.contains(q)).collect();
+        for (at, record) in missing {
+            problems.push(format!(
+                "a file whose inode is on server {server} names record {record} of server {at}, which it does not hold"
+            ));
+        }
+    }
+}
+
+/// Records no file names, per server: (server, records, bytes). A write that a crash cut
+/// between storing its bytes and committing them leaves such records; they are unused
+/// space, not damage.
+pub fn unused_records(scans: &[(ServerId, FsckData)]) -> Vec<(ServerId, u64, u64)> {
+    let used: HashSet<(ServerId, u64)> = scans.iter().flat_map(|(_, d)| d.pieces.iter().copied()).collect();
+    let mut out = Vec::new();
+    for (server, data) in scans {
+        let unused: Vec<u64> =
+            data.records.iter().filter(|(id, _)| !used.contains(&(*server, *id))).map(|(_, n)| *n).collect();
+        if !unused.is_empty() {
+            out.push((*server, unused.len() as u64, unused.iter().sum()));
+        }
+    }
+    out
 }

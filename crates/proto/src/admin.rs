@@ -83,4 +83,8 @@ pub struct FsckData {
     pub links: Vec<(Ino, ServerId)>,
     /// Shared inode objects held here: inode, link count.
     pub shared: Vec<(Ino, u32)>,
+    /// Data records in this server's store: id, bytes.
+    pub records: Vec<(u64, u64)>,
+    /// Records the files whose inodes live here use: server, record id.
+    pub pieces: Vec<(ServerId, u64)>,
 }

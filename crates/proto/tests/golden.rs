@@ -288,6 +288,8 @@ fn responses() -> Vec<Response> {
             distributed: vec![("/h".into(), 7, 9, vec![1, 0])],
             links: vec![(300, 2)],
             shared: vec![(300, 2)],
+            records: vec![(17, 4096)],
+            pieces: vec![(2, 17)],
         })),
         Ok(Reply::Vote(Vote::default())),
         Ok(Reply::Files(vec![

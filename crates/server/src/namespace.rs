@@ -315,8 +315,12 @@ impl Osd {
                 .collect(),
             ..Default::default()
         };
-        data.shared = self.store.all_inodes().map_err(eio)?.iter().map(|i| (i.ino, i.nlink)).collect();
+        let shared = self.store.all_inodes().map_err(eio)?;
+        data.shared = shared.iter().map(|i| (i.ino, i.nlink)).collect();
+        data.pieces = shared.iter().flat_map(|i| i.pieces.iter().map(|q| (q.server, q.record))).collect();
+        data.records = self.record_inventory()?;
         for (parent, name, inode) in self.store.all_entries().map_err(eio)? {
+            data.pieces.extend(inode.pieces.iter().map(|q| (q.server, q.record)));
             if let Some(home) = inode.link_home {
                 data.links.push((inode.ino, home));
             }
