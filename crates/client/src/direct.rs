@@ -8,8 +8,9 @@
 //! `CommitWrite` naming the records: a small metadata update per [`COMMIT_BYTES`] instead
 //! of relaying every byte through the entry server. Commits go in file order, so a client
 //! that dies part-way leaves the file at its last committed size, holding only bytes that
-//! were written; records stored but never committed are dropped when the commit fails
-//! (and left as unused space when the client dies before it can say so).
+//! were written; records stored but never committed are dropped when the server refuses
+//! the commit (and left as unused space, which `plusfs fsck` lists, when the client dies
+//! before it can say so or the commit's answer is lost: it may have been applied).
 //!
 //! A large read asks the entry server for the pieces of its range (`Layout`) and fetches
 //! them from their servers (`DataGet`, at most [`IO_CHUNK`] bytes per request, the same
@@ -99,19 +100,23 @@ impl Client {
                 len: seg.len() as u64,
                 pieces: pieces.clone(),
             };
-            match self.entry_rpc("write", raw, dir, name, req).await {
-                Ok((Reply::Attr(a), _)) => return Ok(a),
-                Ok((other, _)) => {
+            match self.entry_call(dir, name, &req).await {
+                Ok(Ok((Reply::Attr(a), _))) => return Ok(a),
+                Ok(Ok((other, _))) => {
                     self.drop_records(&pieces).await;
                     let e = FsError::new("write", raw, Errno::EPROTO);
                     return Err(e.with_detail(format!("unexpected reply {other:?}")));
                 }
-                Err(e) => {
+                // The server refused the commit: the records are nobody's.
+                Ok(Err(e)) => {
                     self.drop_records(&pieces).await;
                     if e.errno != Errno::ESTALE || attempt >= ATTEMPTS {
-                        return Err(e);
+                        return Err(self.server_error("write", raw, e).await);
                     }
                 }
+                // No answer: the commit may have been applied, so the records stay (unused
+                // space for fsck to list if it was not).
+                Err(e) => return Err(FsError { op: "write", path: raw.to_string(), ..e }),
             }
         }
     }

@@ -448,7 +448,6 @@ impl Request {
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | Layout { .. }
-                | CommitWrite { .. }
                 | Probe { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }

@@ -94,6 +94,30 @@ impl Osd {
             false => self.put_remote_unlocked(p, offset, &data, via, c).await?,
             true => None,
         };
+        let mut stored: Vec<(ServerId, u64)> =
+            early.iter().flat_map(|(_, pieces)| pieces.iter().map(|q| (q.server, q.record))).collect();
+        let r = self.write_locked(p, (offset, data, append), early, via, c, &mut stored).await;
+        if !stored.is_empty() {
+            // The write failed, was forwarded, or the path names another file by now:
+            // the records it stored on other servers are nobody's.
+            self.drop_remote(stored).await;
+        }
+        r
+    }
+
+    /// The part of `Write` under the entry's lock; `early` are the pieces stored on other
+    /// servers before it for inode `early.0`, used if the entry is still that inode.
+    /// `stored` lists the records stored on other servers for this write (the early ones,
+    /// and those stored here); it is emptied once the write commits.
+    async fn write_locked(
+        self: &Arc<Self>,
+        p: &str,
+        (offset, data, append): (u64, Vec<u8>, bool),
+        early: Option<(Ino, Vec<Piece>)>,
+        via: Via,
+        c: &Cred,
+        stored: &mut Vec<(ServerId, u64)>,
+    ) -> Response {
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
@@ -102,9 +126,9 @@ impl Osd {
         };
         let early = match early {
             Some((ino, pieces)) if ino == t.inode.ino => Some(pieces),
-            Some((_, pieces)) => {
-                // The path names another file now: those records are nobody's.
-                self.drop_remote(pieces.iter().map(|q| (q.server, q.record)).collect()).await;
+            Some(_) => {
+                // Placed for another file than the path names now: nobody's.
+                self.drop_remote(std::mem::take(stored)).await;
                 None
             }
             None => None,
@@ -128,7 +152,9 @@ impl Osd {
             Some(pieces) => new_pieces = pieces,
             None => {
                 for &(at, server, range) in parts.iter().filter(|p| p.1 != self.id) {
-                    new_pieces.extend(self.put_remote(server, inode.ino, at, bytes_of(range)).await?);
+                    let put = self.put_remote(server, inode.ino, at, bytes_of(range)).await?;
+                    stored.extend(put.iter().map(|q| (q.server, q.record)));
+                    new_pieces.extend(put);
                 }
             }
         }
@@ -149,6 +175,7 @@ impl Osd {
         t.save(&mut b);
         self.failpoints.hit("data_after_append").await;
         self.apply(b).await?;
+        stored.clear();
         drop(gate);
         self.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
@@ -310,17 +337,23 @@ impl Osd {
             async move { self.peers.call(server, &req).await }
         });
         let mut pieces = Vec::new();
+        let mut failed = None;
         let mut file_off = at;
         for (part, r) in bytes.chunks(MAX_RECORD as usize).zip(join_all(puts).await) {
             match r {
                 Ok(Ok(Reply::Record(id))) => {
                     pieces.push(Piece { file_off, len: part.len() as u64, server, record: id, skip: 0 })
                 }
-                Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
-                Ok(Err(e)) => return Err(e),
-                Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
+                Ok(Ok(other)) => failed = failed.or(Some(err(Errno::EIO, format!("unexpected reply {other:?}")))),
+                Ok(Err(e)) => failed = failed.or(Some(e)),
+                Err(e) => failed = failed.or(Some(err(Errno::EIO, format!("data server {server}: {e}")))),
             }
             file_off += part.len() as u64;
+        }
+        if let Some(e) = failed {
+            // The parts stored are nobody's.
+            self.drop_remote(pieces.iter().map(|q| (q.server, q.record)).collect()).await;
+            return Err(e);
         }
         Ok(pieces)
     }
@@ -624,14 +657,16 @@ impl LiveIndex for RocksLiveIndex<'_> {
 }
 
 /// The end of a committed range, after checking that `pieces` are sorted, do not overlap,
-/// lie within `[offset, offset + len)`, and that the range fits in a file.
+/// lie within `[offset, offset + len)`, are whole records (no skip) of at most
+/// [`MAX_RECORD`] bytes, and that the range fits in a file.
 fn committed_end(p: &str, offset: u64, len: u64, pieces: &[Piece]) -> OpResult<u64> {
     let end = offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| {
         err(Errno::EFBIG, format!("'{p}': writing {len} bytes at {offset} passes the maximum file size"))
     })?;
     let mut at = offset;
     for q in pieces {
-        if q.file_off < at || q.len == 0 || q.len > MAX_RECORD || q.end() > end {
+        let outside = q.file_off < at || q.file_off >= end || q.len > end - q.file_off;
+        if outside || q.len == 0 || q.len > MAX_RECORD || q.skip != 0 {
             return Err(err(Errno::EINVAL, format!("'{p}': a committed piece lies outside the write or overlaps")));
         }
         at = q.end();

@@ -259,8 +259,10 @@ impl MountCore {
         }
         let slot = self.writes.slot(ino);
         let mut pending = slot.lock().await;
+        // Cached pages may now hold bytes the servers do not have yet (or never will).
+        self.pages.forget(ino);
         if let Some(earlier) = gather(&mut pending.data, &p, offset, data) {
-            self.write_behind(&mut pending, earlier).await?;
+            self.write_behind(&mut pending, ino, earlier).await?;
         }
         Ok(data.len() as u32)
     }
@@ -270,12 +272,12 @@ impl MountCore {
         if ino == STATS_INO {
             return Ok(());
         }
-        self.flush_ino(ino).await
+        self.flush_reporting(ino).await
     }
 
     /// `fsync`: gathered writes are sent, and the file is durable when it returns.
     pub async fn fsync(&self, ino: u64) -> Result<(), Errno> {
-        self.flush_ino(ino).await?;
+        self.flush_reporting(ino).await?;
         let p = self.path(ino)?;
         self.run(self.client().fsync(&p)).await
     }
@@ -301,7 +303,7 @@ impl MountCore {
             self.stats.release(fh);
             return Ok(());
         }
-        let flushed = self.flush_ino(ino).await;
+        let flushed = self.flush_reporting(ino).await;
         let orphan = self.open_files().released(ino);
         self.writes.drop_idle(ino);
         if let Some(hidden) = orphan {

@@ -231,49 +231,97 @@ impl MountCore {
 
     /// Sends the gathered writes of `ino` and then its held-back attribute changes, if
     /// any, and returns once they are stored (or with their error). Holds the file's write
-    /// lock meanwhile.
+    /// lock meanwhile. The error of an earlier background send is kept for the file's next
+    /// flush or fsync ([`Self::flush_reporting`]), not returned to the call that waits here.
     async fn flush_ino(&self, ino: u64) -> Result<(), Errno> {
+        self.flush_slot(ino, false).await
+    }
+
+    /// [`Self::flush_ino`] for `close` and `fsync`: an error of any background send since
+    /// the last report is returned too.
+    async fn flush_reporting(&self, ino: u64) -> Result<(), Errno> {
+        self.flush_slot(ino, true).await
+    }
+
+    async fn flush_slot(&self, ino: u64, report: bool) -> Result<(), Errno> {
         let Some(slot) = self.writes.get(ino) else {
             return Ok(()); // nothing was ever gathered for it
         };
         let mut held = slot.lock().await;
-        self.sent(&mut held).await?;
+        self.sent(&mut held).await;
         if let Some(p) = held.data.take() {
-            let a = self.run(self.client().write(&p.path, p.offset, &p.data)).await?;
-            self.attrs.learnt(&a);
+            if let Err(e) = self.run(self.client().write(&p.path, p.offset, &p.data)).await.map(|a| self.learn_sent(&a))
+            {
+                self.pages.forget(ino);
+                // Returned now; kept for the flush that reports, unless this is it.
+                let first = *held.failed.get_or_insert(e);
+                if report {
+                    held.failed = None;
+                }
+                return Err(if report { first } else { e });
+            }
         }
         if let Some((caller, set)) = held.set.take() {
             let path = std::mem::take(&mut held.set_path);
             let a = self.run(self.as_caller(&caller).setattr(&path, set)).await?;
             self.attrs.learnt(&a);
         }
-        Ok(())
-    }
-
-    /// Waits for every background send of `held`: the first error (or one kept from an
-    /// earlier send) is the caller's.
-    async fn sent(&self, held: &mut Gathered) -> Result<(), Errno> {
-        let mut first = held.failed.take().map_or(Ok(()), Err);
-        for s in std::mem::take(&mut held.sending) {
-            let r = self.joined(s).await;
-            first = first.and(r);
+        match held.failed.take() {
+            Some(e) if report => Err(e),
+            kept => {
+                held.failed = kept;
+                Ok(())
+            }
         }
-        first
     }
 
-    /// Waits for background send `s`; learns the attributes it returned.
+    /// Waits for every background send of `held`; the first error is kept in
+    /// `held.failed` (unless one is kept already).
+    async fn sent(&self, held: &mut Gathered) {
+        for s in std::mem::take(&mut held.sending) {
+            if let Err(e) = self.joined(s).await {
+                held.failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Waits for background send `s`; learns the attributes it returned. A failed send
+    /// also drops the kernel's right to keep the file's cached pages (they may hold bytes
+    /// the servers never stored).
     async fn joined(&self, s: Sending) -> Result<(), Errno> {
-        let a = s.task.await.map_err(|e| {
-            tracing::error!(path = s.path, error = %e, "a background write failed to run");
-            Errno::EIO
-        })??;
-        self.attrs.learnt(&a);
-        Ok(())
+        let r = match s.task.await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(path = s.path, error = %e, "a background write failed to run");
+                Err(Errno::EIO)
+            }
+        };
+        match r {
+            Ok(a) => {
+                self.learn_sent(&a);
+                Ok(())
+            }
+            Err(e) => {
+                self.pages.forget(s.ino);
+                Err(e)
+            }
+        }
+    }
+
+    /// Learns the attributes a write returned, unless a copy from a later write is kept
+    /// (sends finish in any order).
+    fn learn_sent(&self, a: &Attr) {
+        match self.attrs.any(a.ino) {
+            Some(c) if (c.mtime, c.size) > (a.mtime, a.size) => {}
+            _ => self.attrs.learnt(a),
+        }
     }
 
     /// Sends gathered bytes `p` in the background, after the sends under way that it
-    /// overlaps (and the oldest, when [`MAX_BEHIND`] are): their errors are returned here.
-    async fn write_behind(&self, held: &mut Gathered, p: Pending) -> Result<(), Errno> {
+    /// overlaps (and the oldest, when [`MAX_BEHIND`] are). Their first error is returned
+    /// here and kept for the file's next flush or fsync; `p` is sent all the same (its
+    /// writes were acknowledged).
+    async fn write_behind(&self, held: &mut Gathered, ino: u64, p: Pending) -> Result<(), Errno> {
         let (offset, end) = (p.offset, p.end());
         let mut first = Ok(());
         let mut kept = Vec::new();
@@ -287,14 +335,14 @@ impl MountCore {
             first = first.and(self.joined(kept.remove(0)).await);
         }
         held.sending = kept;
-        if let Err(e) = first {
-            held.failed = Some(e);
-            return Err(e);
-        }
         let client = self.client().clone();
         let path = p.path.clone();
         let task = tokio::spawn(async move { client.write(&p.path, p.offset, &p.data).await.map_err(errno) });
-        held.sending.push(Sending { path, offset, end, task });
+        held.sending.push(Sending { ino, path, offset, end, task });
+        if let Err(e) = first {
+            held.failed.get_or_insert(e);
+            return Err(e);
+        }
         Ok(())
     }
 

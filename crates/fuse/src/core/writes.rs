@@ -38,6 +38,8 @@ impl Pending {
 /// A full buffer being sent in the background.
 #[derive(Debug)]
 pub(crate) struct Sending {
+    /// The file's inode.
+    pub ino: u64,
     /// The file's path when the bytes were written.
     pub path: String,
     /// Where the bytes go.
