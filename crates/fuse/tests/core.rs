@@ -207,6 +207,8 @@ fn writes_are_gathered_until_a_call_must_see_them() {
     m.run(m.core.write(f.ino, 0, b"ab", libc::O_WRONLY)).unwrap();
     m.run(m.core.write(f.ino, 2, b"cd", libc::O_WRONLY)).unwrap();
     assert_eq!(m.rt.block_on(m.other().read("/f", 0, 10)).unwrap(), b"", "still gathered");
+    let looked_up = m.run(m.core.lookup(&ALICE, ROOT, n("f"))).unwrap();
+    assert_eq!(looked_up.size, 4, "a lookup shows the gathered bytes, not the servers' size");
     m.run(m.core.flush(f.ino)).unwrap();
     assert_eq!(m.rt.block_on(m.other().read("/f", 0, 10)).unwrap(), b"abcd", "sent by close");
 

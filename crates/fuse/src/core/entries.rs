@@ -27,6 +27,9 @@ impl MountCore {
         }
         let p = self.child(parent, name)?;
         let a = self.run(self.as_caller(caller).lstat(&p)).await?;
+        // While the mount holds back writes or attribute changes of the file, its own view
+        // (grown by them) is the one the kernel must keep, not the servers' older one.
+        let a = self.held_back_view(a.ino).await.unwrap_or(a);
         self.remember(&p, &a);
         Ok(a)
     }

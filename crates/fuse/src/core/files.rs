@@ -56,7 +56,7 @@ impl MountCore {
     /// The attributes of `ino` as this mount shows them while it holds back changes: the
     /// copy they apply to, grown by the gathered bytes. `None` when nothing is held back
     /// or no copy is known.
-    async fn held_back_view(&self, ino: u64) -> Option<Attr> {
+    pub(super) async fn held_back_view(&self, ino: u64) -> Option<Attr> {
         let slot = self.writes.get(ino)?;
         let held = slot.lock().await;
         if held.is_empty() {
