@@ -110,10 +110,18 @@ pub(crate) async fn probe(c: &Client, bytes: usize, write: bool) -> Result<(), F
                 false => Request::Probe { data: Vec::new(), reply_len: n as u32 },
             };
             async move {
-                match c.call_server(server, &req).await? {
-                    Reply::Data(d) if d.len() == if write { 0 } else { n } => Ok(()),
-                    other => Err(FsError::new("probe", format!("server {server}"), Errno::EPROTO)
-                        .with_detail(format!("{:?} bytes back", matches!(other, Reply::Data(_))))),
+                let want = if write { 0 } else { n };
+                let got = match c.call_server(server, &req).await? {
+                    Reply::Data(d) => d.len(),
+                    other => {
+                        return Err(FsError::new("probe", format!("server {server}"), Errno::EPROTO)
+                            .with_detail(format!("unexpected reply {other:?}")))
+                    }
+                };
+                match got == want {
+                    true => Ok(()),
+                    false => Err(FsError::new("probe", format!("server {server}"), Errno::EPROTO)
+                        .with_detail(format!("{got} bytes back, {want} expected"))),
                 }
             }
         })

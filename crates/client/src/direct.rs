@@ -66,36 +66,43 @@ impl Client {
         offset: u64,
         data: &[u8],
     ) -> Result<Attr, FsError> {
+        let mut ino = self.file_ino(raw, p).await?;
         let mut last = None;
         for (i, seg) in data.chunks(COMMIT_BYTES).enumerate() {
             let at = offset + (i * COMMIT_BYTES) as u64;
-            last = Some(self.write_segment(raw, (p, dir, name), at, seg).await?);
+            last = Some(self.write_segment(raw, (p, dir, name), &mut ino, at, seg).await?);
         }
         last.ok_or_else(|| FsError::new("write", raw, Errno::EINVAL).with_detail("nothing to write"))
     }
 
-    /// One segment of [`Self::write_direct`]: stat, store, commit; again from the stat
-    /// when the path named another file by the time of the commit.
+    /// The inode number of the regular file at `p`.
+    async fn file_ino(&self, raw: &str, p: &str) -> Result<Ino, FsError> {
+        let a = self.lstat(p).await.map_err(|e| FsError { op: "write", ..e })?;
+        match a.kind {
+            FileKind::File => Ok(a.ino),
+            FileKind::Dir => Err(FsError::new("write", raw, Errno::EISDIR)),
+            _ => Err(FsError::new("write", raw, Errno::EINVAL).with_detail("not a regular file")),
+        }
+    }
+
+    /// One segment of [`Self::write_direct`] to file `*ino`: store, commit; again from a
+    /// new stat (which updates `*ino`) when the path named another file by the time of the
+    /// commit.
     async fn write_segment(
         &self,
         raw: &str,
         (p, dir, name): (&str, &str, &str),
+        ino: &mut Ino,
         at: u64,
         seg: &[u8],
     ) -> Result<Attr, FsError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let a = self.lstat(p).await.map_err(|e| FsError { op: "write", ..e })?;
-            match a.kind {
-                FileKind::File => {}
-                FileKind::Dir => return Err(FsError::new("write", raw, Errno::EISDIR)),
-                _ => return Err(FsError::new("write", raw, Errno::EINVAL).with_detail("not a regular file")),
-            }
-            let pieces = self.put_records(raw, a.ino, at, seg).await?;
+            let pieces = self.put_records(raw, *ino, at, seg).await?;
             let req = Request::CommitWrite {
                 path: p.to_string(),
-                ino: a.ino,
+                ino: *ino,
                 offset: at,
                 len: seg.len() as u64,
                 pieces: pieces.clone(),
@@ -113,6 +120,7 @@ impl Client {
                     if e.errno != Errno::ESTALE || attempt >= ATTEMPTS {
                         return Err(self.server_error("write", raw, e).await);
                     }
+                    *ino = self.file_ino(raw, p).await?;
                 }
                 // No answer: the commit may have been applied, so the records stay (unused
                 // space for fsck to list if it was not).
@@ -137,18 +145,9 @@ impl Client {
             .map(|(from, to, server)| {
                 let data = seg[(from - at) as usize..(to - at) as usize].to_vec();
                 async move {
-                    let req = Request::DataPut { owner: ino, data };
-                    let r = self.send(server, &req).await;
-                    let piece = |record| Piece { file_off: from, len: to - from, server, record, skip: 0 };
-                    match r {
-                        Ok(Ok(Reply::Record(id))) => Ok(piece(id)),
-                        Ok(Ok(other)) => {
-                            Err(FsError::new("write", raw, Errno::EPROTO).with_detail(format!("{other:?}")))
-                        }
-                        Ok(Err(e)) => Err(FsError::new("write", raw, e.errno).with_detail(e.message)),
-                        Err(e) => {
-                            Err(FsError::new("write", raw, e.errno()).with_detail(format!("data server {server}: {e}")))
-                        }
+                    match self.rpc("write", raw, server, Request::DataPut { owner: ino, data }).await? {
+                        Reply::Record(record) => Ok(Piece { file_off: from, len: to - from, server, record, skip: 0 }),
+                        other => Err(FsError::new("write", raw, Errno::EPROTO).with_detail(format!("{other:?}"))),
                     }
                 }
             })
@@ -230,20 +229,15 @@ impl Client {
         let gets: Vec<_> = fetches
             .iter()
             .map(|f| async move {
-                let req = Request::DataGet { ranges: f.ranges.clone() };
-                match self.send(f.server, &req).await {
-                    Ok(Ok(Reply::Data(d))) if d.len() == f.len => Ok(d),
-                    Ok(Ok(Reply::Data(d))) => Err(FsError::new("read", raw, Errno::EIO).with_detail(format!(
+                match self.rpc("read", raw, f.server, Request::DataGet { ranges: f.ranges.clone() }).await? {
+                    Reply::Data(d) if d.len() == f.len => Ok(d),
+                    Reply::Data(d) => Err(FsError::new("read", raw, Errno::EIO).with_detail(format!(
                         "data server {} sent {} bytes, {} asked",
                         f.server,
                         d.len(),
                         f.len
                     ))),
-                    Ok(Ok(other)) => Err(FsError::new("read", raw, Errno::EPROTO).with_detail(format!("{other:?}"))),
-                    Ok(Err(e)) => Err(FsError::new("read", raw, e.errno).with_detail(e.message)),
-                    Err(e) => {
-                        Err(FsError::new("read", raw, Errno::EIO).with_detail(format!("data server {}: {e}", f.server)))
-                    }
+                    other => Err(FsError::new("read", raw, Errno::EPROTO).with_detail(format!("{other:?}"))),
                 }
             })
             .collect();

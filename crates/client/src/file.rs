@@ -55,13 +55,12 @@ impl Client {
         offset: u64,
         data: &[u8],
     ) -> Result<Attr, FsError> {
-        let (p, dir, name) = (p.to_string(), dir.to_string(), name.to_string());
         let chunks: Vec<(u64, &[u8])> =
             data.chunks(IO_CHUNK).enumerate().map(|(i, c)| (offset + (i * IO_CHUNK) as u64, c)).collect();
         // The futures are built first (not in a stream closure) so the returned future is
         // `Send` for any caller lifetime.
         let writes: Vec<_> =
-            chunks.into_iter().map(|(at, c)| self.write_one(raw, &p, &dir, &name, at, c.to_vec(), false)).collect();
+            chunks.into_iter().map(|(at, c)| self.write_one(raw, p, dir, name, at, c.to_vec(), false)).collect();
         let attrs: Vec<Attr> = stream::iter(writes).buffer_unordered(IN_FLIGHT).try_collect().await?;
         // The last reply to arrive has seen every write.
         Ok(attrs.into_iter().max_by_key(|a| (a.mtime, a.size)).expect("at least one chunk"))

@@ -134,10 +134,6 @@ impl Osd {
             None => None,
         };
         let inode = &mut t.inode;
-        if !c.is_root() {
-            // Linux: a write by an unprivileged process drops setuid (and setgid).
-            inode.mode = perm::kill_suid(inode.mode);
-        }
         let off = if append { inode.size } else { offset };
         let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| {
             err(Errno::EFBIG, format!("'{p}': writing {} bytes at {off} passes the maximum file size", data.len()))
@@ -163,14 +159,7 @@ impl Osd {
         for &(at, _, range) in parts.iter().filter(|p| p.1 == self.id) {
             new_pieces.extend(self.put_local(inode.ino, at, bytes_of(range), &mut b).await?);
         }
-        for piece in new_pieces {
-            overlay(&mut inode.pieces, piece);
-        }
-        if !data.is_empty() {
-            inode.size = inode.size.max(end);
-            inode.mtime = Timespec::now();
-            inode.ctime = inode.mtime;
-        }
+        lay_over(inode, new_pieces, (end, !data.is_empty()), c);
         let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
         t.save(&mut b);
         self.failpoints.hit("data_after_append").await;
@@ -220,22 +209,11 @@ impl Osd {
         if let Some(q) = pieces.iter().find(|q| !self.map.servers.iter().any(|s| s.id == q.server)) {
             return Err(err(Errno::EINVAL, format!("'{p}': a committed piece names unknown server {}", q.server)));
         }
-        let inode = &mut t.inode;
-        if !c.is_root() {
-            inode.mode = perm::kill_suid(inode.mode);
-        }
-        let before = records(&inode.pieces);
-        for piece in pieces {
-            overlay(&mut inode.pieces, piece);
-        }
-        if len > 0 {
-            inode.size = inode.size.max(end);
-            inode.mtime = Timespec::now();
-            inode.ctime = inode.mtime;
-        }
+        let before = records(&t.inode.pieces);
+        lay_over(&mut t.inode, pieces, (end, len > 0), c);
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
-        let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
+        let remote = self.drop_unused(&before, &records(&t.inode.pieces), &mut b)?;
         t.save(&mut b);
         self.apply(b).await?;
         drop(gate);
@@ -653,6 +631,23 @@ impl LiveIndex for RocksLiveIndex<'_> {
         // Switched, the old segment not yet deleted: a later pass deletes it.
         crate::failpoint::hit_process("compaction_after_switch");
         Ok(())
+    }
+}
+
+/// Lays `pieces`, new bytes of a write by `c` ending at `end`, over `inode`; when bytes
+/// were `written`, the size grows to `end` and the times are now's. Linux: a write by an
+/// unprivileged process drops setuid (and setgid).
+fn lay_over(inode: &mut Inode, pieces: Vec<Piece>, (end, written): (u64, bool), c: &Cred) {
+    if !c.is_root() {
+        inode.mode = perm::kill_suid(inode.mode);
+    }
+    for piece in pieces {
+        overlay(&mut inode.pieces, piece);
+    }
+    if written {
+        inode.size = inode.size.max(end);
+        inode.mtime = Timespec::now();
+        inode.ctime = inode.mtime;
     }
 }
 

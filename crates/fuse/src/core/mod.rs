@@ -250,15 +250,14 @@ impl MountCore {
         let mut held = slot.lock().await;
         self.sent(&mut held).await;
         if let Some(p) = held.data.take() {
-            if let Err(e) = self.run(self.client().write(&p.path, p.offset, &p.data)).await.map(|a| self.learn_sent(&a))
-            {
-                self.pages.forget(ino);
-                // Returned now; kept for the flush that reports, unless this is it.
-                let first = *held.failed.get_or_insert(e);
-                if report {
-                    held.failed = None;
+            match self.run(self.client().write(&p.path, p.offset, &p.data)).await {
+                Ok(a) => self.learn_sent(&a),
+                Err(e) => {
+                    self.pages.forget(ino);
+                    // Returned now, and kept for the flush that reports (unless this is it).
+                    let first = *held.failed.get_or_insert(e);
+                    return Err(if report { held.failed.take().unwrap_or(first) } else { e });
                 }
-                return Err(if report { first } else { e });
             }
         }
         if let Some((caller, set)) = held.set.take() {
@@ -266,12 +265,9 @@ impl MountCore {
             let a = self.run(self.as_caller(&caller).setattr(&path, set)).await?;
             self.attrs.learnt(&a);
         }
-        match held.failed.take() {
-            Some(e) if report => Err(e),
-            kept => {
-                held.failed = kept;
-                Ok(())
-            }
+        match report.then(|| held.failed.take()).flatten() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 

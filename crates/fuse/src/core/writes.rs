@@ -3,8 +3,8 @@
 //! continue) is sent in the background (write-behind) while the next one fills: up to
 //! [`MAX_BEHIND`] sends per file of disjoint ranges are under way at once (a send waits for
 //! those it overlaps, so a file's bytes land in the order written), and their first error
-//! is returned by the file's next write and again by its next flush or fsync. This module only keeps
-//! the buffers; the core sends what it hands back.
+//! is returned by the file's next write and again by its next flush or fsync. This module
+//! only keeps the buffers; the core sends what it hands back.
 
 use super::types::Caller;
 use plusfs_proto::path::is_within;
