@@ -9,10 +9,10 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/plusfs/target
 ifeq ($(BUNDLED_ROCKSDB),1)
 CARGO_FEATURES := --features plusfs-store/bundled-rocksdb
-APT_PACKAGES := libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3
+APT_PACKAGES := libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3 iproute2 nftables
 else
 export ROCKSDB_LIB_DIR ?= /usr/lib/$(shell gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
-APT_PACKAGES := librocksdb-dev libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3
+APT_PACKAGES := librocksdb-dev libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3 iproute2 nftables
 endif
 CARGO ?= cargo
 BIN := $(CARGO_TARGET_DIR)/release/plusfs
@@ -52,18 +52,21 @@ test: deps lint unit ctest pytest
 lint: venv-base
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_FEATURES) -- -D warnings
-	$(VENV)/bin/ruff check python scripts
+	$(VENV)/bin/ruff check python scripts tests/py
 	$(PYTHON) scripts/modgraph.py
 
 ## pymodule: the `plusfs` Python module (PyO3), built with maturin into the venv
 pymodule: venv-base
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --quiet -m crates/py/Cargo.toml
 
-## pytest: DMetabench tests, incl. its plusfs plugins on a local cluster
+## pytest: DMetabench tests, incl. its plusfs plugins on a local cluster, and tests/py (files
+## of 0 B to past 4 GiB through the Python module, libplusfs and a mount)
 ## (pytest's exit code 5, no test collected, fails the target too)
 pytest: venv
-	$(CARGO) build -p plusfs $(CARGO_FEATURES)
+	$(CARGO) build -p plusfs -p plusfs-ffi $(CARGO_FEATURES)
 	cd python/dmetabench && PLUSFS_BIN=$(CARGO_TARGET_DIR)/debug/plusfs ../../$(VENV)/bin/python -m pytest -q
+	PLUSFS_BIN=$(CARGO_TARGET_DIR)/debug/plusfs PLUSFS_LIB=$(CARGO_TARGET_DIR)/debug/libplusfs.so \
+	  $(VENV)/bin/python -m pytest -q tests/py
 
 unit:
 	$(CARGO) test --workspace $(CARGO_FEATURES)

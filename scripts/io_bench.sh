@@ -5,6 +5,7 @@
 # nothing). Each phase is its own `plusfs bench` call, so the servers' and the mount's CPU
 # seconds per GiB are measured around it; reads run after the page cache was dropped.
 # Results: bench/out/io/raw.jsonl and report.md (scripts/io_report.py).
+# CLIENTS, MODES and OUT narrow a run (e.g. CLIENTS=2 MODES=own OUT=bench/out/io-ab).
 set -euo pipefail
 export LC_ALL=C
 PLUSFS=${PLUSFS:-plusfs}
@@ -13,9 +14,12 @@ SERVERS=${SERVERS:-4}
 RUNS=${RUNS:-3}
 SIZE=${SIZE:-256MiB}
 BLOCK=${BLOCK:-16MiB}
+CLIENTS=${CLIENTS:-1 2 4}
+MODES=${MODES:-own shared}
+OUT=${OUT:-bench/out/io}
 cd "$(dirname "$0")/.."
 . scripts/bench_lib.sh
-out=bench/out/io
+out=$OUT
 mkdir -p "$out"
 raw="$out/raw.jsonl"
 : > "$raw"
@@ -65,8 +69,8 @@ for l in sys.stdin:
 }
 
 for run in $(seq 1 "$RUNS"); do
-  for c in 1 2 4; do
-    for mode in own shared; do
+  for c in $CLIENTS; do
+    for mode in $MODES; do
       one plusfs "$mode" "$c" "$run" probe-write
       one plusfs "$mode" "$c" "$run" probe-read
       for target in plusfs "local:$mnt" "local:$local"; do

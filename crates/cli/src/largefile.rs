@@ -100,14 +100,14 @@ pub(crate) async fn read(c: &Client, io: &LargeIo, path: &str, at: u64) -> Resul
 pub(crate) async fn probe(c: &Client, bytes: usize, write: bool) -> Result<(), FsError> {
     use futures::stream::{self, StreamExt, TryStreamExt};
     let servers: Vec<u32> = c.map().servers.iter().map(|s| s.id).collect();
-    let payload = vec![0x5au8; PROBE_REQUEST];
+    let payload = bytes::Bytes::from(vec![0x5au8; PROBE_REQUEST]);
     let calls: Vec<_> = (0..bytes.div_ceil(PROBE_REQUEST))
         .map(|i| {
             let n = PROBE_REQUEST.min(bytes - i * PROBE_REQUEST);
             let server = servers[i % servers.len()];
             let req = match write {
-                true => Request::Probe { data: payload[..n].to_vec(), reply_len: 0 },
-                false => Request::Probe { data: Vec::new(), reply_len: n as u32 },
+                true => Request::Probe { data: payload.slice(..n).into(), reply_len: 0 },
+                false => Request::Probe { data: Default::default(), reply_len: n as u32 },
             };
             async move {
                 let want = if write { 0 } else { n };

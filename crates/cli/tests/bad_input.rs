@@ -3,7 +3,6 @@
 
 mod common;
 
-use bytes::BytesMut;
 use common::TestCluster;
 use plusfs_proto::{decode_response, encode_request, Cred, Errno, Frame, Request, MAX_FRAME_LEN};
 use std::io::{Read, Write};
@@ -138,8 +137,7 @@ fn read_to_close(mut s: TcpStream) -> Vec<u8> {
 
 fn assert_still_serving(cluster: &TestCluster) {
     let mut s = raw(cluster);
-    let mut buf = BytesMut::new();
-    encode_request(1, &Cred::server(), &Request::Ping, &mut buf).unwrap();
+    let buf = encode_request(1, &Cred::server(), &Request::Ping).unwrap().to_bytes();
     s.write_all(&buf).unwrap();
     let mut reply = vec![0u8; 64];
     let n = s.read(&mut reply).unwrap();
@@ -162,16 +160,14 @@ fn garbage_on_the_socket_closes_only_that_connection() {
     read_to_close(s);
 
     // A truncated frame, then EOF.
-    let mut buf = BytesMut::new();
-    encode_request(1, &Cred::server(), &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
+    let buf = encode_request(1, &Cred::server(), &Request::Stat { path: "/x".into() }).unwrap().to_bytes();
     let mut s = raw(&cluster);
     s.write_all(&buf[..buf.len() - 2]).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     read_to_close(s);
 
     // A valid header with a garbage body: an EPROTO reply, then close.
-    let mut buf = BytesMut::new();
-    encode_request(7, &Cred::server(), &Request::Stat { path: "/x".into() }, &mut buf).unwrap();
+    let mut buf = encode_request(7, &Cred::server(), &Request::Stat { path: "/x".into() }).unwrap().to_bytes();
     let n = buf.len();
     buf[n - 3..].copy_from_slice(&[0xff, 0xff, 0xff]);
     let mut s = raw(&cluster);
@@ -182,8 +178,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
     assert_eq!(decode_response(&frame).unwrap().unwrap_err().errno, Errno::EPROTO);
 
     // Unnormalised paths straight on the wire are refused, not normalised by the server.
-    let mut buf = BytesMut::new();
-    encode_request(
+    let buf = encode_request(
         8,
         &Cred::server(),
         &Request::Mkdir {
@@ -194,9 +189,9 @@ fn garbage_on_the_socket_closes_only_that_connection() {
             threshold: Default::default(),
             width: 0,
         },
-        &mut buf,
     )
-    .unwrap();
+    .unwrap()
+    .to_bytes();
     let mut s = raw(&cluster);
     s.write_all(&buf).unwrap();
     let mut reply = vec![0u8; 256];
@@ -209,8 +204,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
 #[test]
 fn wrong_protocol_version_gets_a_clear_error() {
     let cluster = TestCluster::start(1);
-    let mut buf = BytesMut::new();
-    encode_request(3, &Cred::server(), &Request::Ping, &mut buf).unwrap();
+    let mut buf = encode_request(3, &Cred::server(), &Request::Ping).unwrap().to_bytes();
     buf[6] = 99; // version byte
     let mut s = raw(&cluster);
     s.write_all(&buf).unwrap();

@@ -67,6 +67,42 @@ async fn random_large_writes_and_reads_match_a_model() {
 
 /// A 48 MiB write costs its entry server one commit and no relayed bytes: the chunks go
 /// from the client to every data server; the read fetches them from there too.
+/// A sparse file past 4 GiB through the library: regions across the 2 GiB and 4 GiB
+/// boundaries and at the end read back byte for byte, holes as zeros, through the relayed
+/// and the direct paths (offsets do not fit 32 bits anywhere on the way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_file_past_four_gib_reads_back_its_regions_and_holes() {
+    const GIB: u64 = 1 << 30;
+    let cluster = TestCluster::start(3);
+    let c = cluster.client();
+    c.create("/sparse", 0o644, true).await.unwrap();
+    let size = 4 * GIB + 8 * MIB as u64 + 17;
+    let regions: Vec<(u64, Vec<u8>)> =
+        [(0, 5000), (2 * GIB - 777, 3 * MIB + 11), (4 * GIB - MIB as u64 / 2, 3 * MIB), (size - 4099, 4099)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (off, len))| (off, bytes(100 + i as u64, len)))
+            .collect();
+    for (off, data) in &regions {
+        c.write("/sparse", *off, data).await.unwrap();
+    }
+    assert_eq!(c.lstat("/sparse").await.unwrap().size, size);
+    for (off, data) in &regions {
+        let got = c.read("/sparse", *off, data.len()).await.unwrap();
+        assert_eq!(digest(&got), digest(data), "region at {off}");
+    }
+    for off in [5 * MIB as u64, 3 * GIB, 4 * GIB + 4 * MIB as u64] {
+        assert!(c.read("/sparse", off, 2 * MIB).await.unwrap().iter().all(|&b| b == 0), "hole at {off}");
+    }
+    // A read across the 4 GiB boundary that starts in a hole.
+    let from = 4 * GIB - MIB as u64;
+    let got = c.read("/sparse", from, 2 * MIB).await.unwrap();
+    assert!(got[..MIB / 2].iter().all(|&b| b == 0));
+    assert_eq!(digest(&got[MIB / 2..]), digest(&regions[2].1[..3 * MIB / 2]));
+    assert_eq!(c.read("/sparse", size - 10, 100).await.unwrap(), regions[3].1[4089..]);
+    cluster.assert_fsck_clean();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_write_stores_its_chunks_on_every_server_and_commits_once() {
     let cluster = TestCluster::start(4);
@@ -262,7 +298,7 @@ async fn fsck_reports_unused_records_and_files_naming_missing_ones() {
     c.create("/f", 0o644, true).await.unwrap();
     let ino = c.lstat("/f").await.unwrap().ino;
     // A client that stored a record and died before its commit.
-    let stored = c.call_server(1, &Request::DataPut { owner: ino, data: vec![7; 5000] }).await.unwrap();
+    let stored = c.call_server(1, &Request::DataPut { owner: ino, data: vec![7; 5000].into() }).await.unwrap();
     assert!(matches!(stored, Reply::Record(_)), "{stored:?}");
     let (code, out, _) = cluster.cli(&["fsck"]);
     assert_eq!(code, 0, "unused space is no problem: {out}");

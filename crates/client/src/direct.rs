@@ -20,8 +20,9 @@
 use crate::error::FsError;
 use crate::file::IO_CHUNK;
 use crate::fs::Client;
+use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
-use plusfs_proto::{Attr, Errno, FileKind, Ino, Piece, Reply, Request, ServerId, MAX_RECORD};
+use plusfs_proto::{Attr, Errno, FileKind, Ino, Payload, Piece, Reply, Request, ServerId, MAX_RECORD};
 
 /// Bytes stored on the data servers between two commits of one write.
 pub const COMMIT_BYTES: usize = 64 << 20;
@@ -64,13 +65,14 @@ impl Client {
         raw: &str,
         (p, dir, name): (&str, &str, &str),
         offset: u64,
-        data: &[u8],
+        data: Bytes,
     ) -> Result<Attr, FsError> {
         let mut ino = self.file_ino(raw, p).await?;
         let mut last = None;
-        for (i, seg) in data.chunks(COMMIT_BYTES).enumerate() {
-            let at = offset + (i * COMMIT_BYTES) as u64;
-            last = Some(self.write_segment(raw, (p, dir, name), &mut ino, at, seg).await?);
+        for start in (0..data.len()).step_by(COMMIT_BYTES) {
+            let seg = data.slice(start..data.len().min(start + COMMIT_BYTES));
+            let at = offset + start as u64;
+            last = Some(self.write_segment(raw, (p, dir, name), &mut ino, at, &seg).await?);
         }
         last.ok_or_else(|| FsError::new("write", raw, Errno::EINVAL).with_detail("nothing to write"))
     }
@@ -94,7 +96,7 @@ impl Client {
         (p, dir, name): (&str, &str, &str),
         ino: &mut Ino,
         at: u64,
-        seg: &[u8],
+        seg: &Bytes,
     ) -> Result<Attr, FsError> {
         let mut attempt = 0;
         loop {
@@ -131,7 +133,7 @@ impl Client {
 
     /// Stores `seg` (file bytes at `at`) as records on the chunk servers of file `ino`,
     /// [`ClientOptions::io_window`](crate::ClientOptions) at once; the pieces in file order.
-    async fn put_records(&self, raw: &str, ino: Ino, at: u64, seg: &[u8]) -> Result<Vec<Piece>, FsError> {
+    async fn put_records(&self, raw: &str, ino: Ino, at: u64, seg: &Bytes) -> Result<Vec<Piece>, FsError> {
         let chunk = self.map().data.chunk_bytes.max(1);
         let mut cuts = Vec::new();
         let (mut off, end) = (at, at + seg.len() as u64);
@@ -143,7 +145,7 @@ impl Client {
         let puts: Vec<_> = cuts
             .into_iter()
             .map(|(from, to, server)| {
-                let data = seg[(from - at) as usize..(to - at) as usize].to_vec();
+                let data = seg.slice((from - at) as usize..(to - at) as usize).into();
                 async move {
                     match self.rpc("write", raw, server, Request::DataPut { owner: ino, data }).await? {
                         Reply::Record(record) => Ok(Piece { file_off: from, len: to - from, server, record, skip: 0 }),
@@ -242,9 +244,9 @@ impl Client {
             })
             .collect();
         let window = self.opts.io_window.max(1);
-        let got: Vec<Vec<u8>> = stream::iter(gets).buffered(window).try_collect().await?;
+        let got: Vec<Payload> = stream::iter(gets).buffered(window).try_collect().await?;
         for (f, data) in fetches.iter().zip(got) {
-            out[f.dst..f.dst + f.len].copy_from_slice(&data);
+            data.copy_to(&mut out[f.dst..f.dst + f.len]);
         }
         Ok(out)
     }

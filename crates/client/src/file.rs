@@ -6,9 +6,10 @@
 
 use crate::error::FsError;
 use crate::fs::Client;
+use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use plusfs_proto::path;
-use plusfs_proto::{Attr, Errno, Reply, Request, SetAttr, MAX_FILE_SIZE};
+use plusfs_proto::{Attr, Errno, Payload, Reply, Request, SetAttr, MAX_FILE_SIZE};
 
 /// Bytes per read or write request.
 pub const IO_CHUNK: usize = 4 << 20;
@@ -23,25 +24,32 @@ impl Client {
     }
 
     /// `pwrite(2)`: writes `data` at `offset`; returns the attributes after the write.
+    /// The bytes are copied once, into a buffer the requests share.
     pub async fn write(&self, raw: &str, offset: u64, data: &[u8]) -> Result<Attr, FsError> {
+        self.write_bytes(raw, offset, Bytes::copy_from_slice(data)).await
+    }
+
+    /// [`Client::write`] of bytes the caller hands over: the requests send slices of
+    /// `data` itself, without copying it.
+    pub async fn write_bytes(&self, raw: &str, offset: u64, data: Bytes) -> Result<Attr, FsError> {
         let (p, dir, name) = self.file_target("write", raw)?;
         if offset.checked_add(data.len() as u64).is_none_or(|end| end > MAX_FILE_SIZE) {
             return Err(FsError::new("write", raw, Errno::EFBIG));
         }
-        if let Some(a) = self.deleg_write(&dir, &name, offset, data).await {
+        if let Some(a) = self.deleg_write(&dir, &name, offset, &data).await {
             return Ok(a);
         }
         if data.is_empty() {
-            return self.write_one(raw, &p, &dir, &name, offset, Vec::new(), false).await;
+            return self.write_one(raw, &p, &dir, &name, offset, Bytes::new(), false).await;
         }
         if let Some(from) = self.direct_write_from(offset, data.len()) {
             // The bytes below `small_file_bytes` go to the entry server as they always
             // did, the chunked rest straight to the data servers.
             let split = (from - offset) as usize;
             if split > 0 {
-                self.write_relayed(raw, (&p, &dir, &name), offset, &data[..split]).await?;
+                self.write_relayed(raw, (&p, &dir, &name), offset, data.slice(..split)).await?;
             }
-            return self.write_direct(raw, (&p, &dir, &name), from, &data[split..]).await;
+            return self.write_direct(raw, (&p, &dir, &name), from, data.slice(split..)).await;
         }
         self.write_relayed(raw, (&p, &dir, &name), offset, data).await
     }
@@ -53,14 +61,16 @@ impl Client {
         raw: &str,
         (p, dir, name): (&str, &str, &str),
         offset: u64,
-        data: &[u8],
+        data: Bytes,
     ) -> Result<Attr, FsError> {
-        let chunks: Vec<(u64, &[u8])> =
-            data.chunks(IO_CHUNK).enumerate().map(|(i, c)| (offset + (i * IO_CHUNK) as u64, c)).collect();
+        let chunks: Vec<(u64, Bytes)> = (0..data.len())
+            .step_by(IO_CHUNK)
+            .map(|at| (offset + at as u64, data.slice(at..data.len().min(at + IO_CHUNK))))
+            .collect();
         // The futures are built first (not in a stream closure) so the returned future is
         // `Send` for any caller lifetime.
         let writes: Vec<_> =
-            chunks.into_iter().map(|(at, c)| self.write_one(raw, p, dir, name, at, c.to_vec(), false)).collect();
+            chunks.into_iter().map(|(at, c)| self.write_one(raw, p, dir, name, at, c, false)).collect();
         let attrs: Vec<Attr> = stream::iter(writes).buffer_unordered(IN_FLIGHT).try_collect().await?;
         // The last reply to arrive has seen every write.
         Ok(attrs.into_iter().max_by_key(|a| (a.mtime, a.size)).expect("at least one chunk"))
@@ -71,11 +81,11 @@ impl Client {
         let (p, dir, name) = self.file_target("write", raw)?;
         let mut last = None;
         for c in data.chunks(IO_CHUNK.max(1)) {
-            last = Some(self.write_one(raw, &p, &dir, &name, 0, c.to_vec(), true).await?);
+            last = Some(self.write_one(raw, &p, &dir, &name, 0, Bytes::copy_from_slice(c), true).await?);
         }
         match last {
             Some(a) => Ok(a),
-            None => self.write_one(raw, &p, &dir, &name, 0, Vec::new(), true).await,
+            None => self.write_one(raw, &p, &dir, &name, 0, Bytes::new(), true).await,
         }
     }
 
@@ -87,10 +97,10 @@ impl Client {
         dir: &str,
         name: &str,
         offset: u64,
-        data: Vec<u8>,
+        data: Bytes,
         append: bool,
     ) -> Result<Attr, FsError> {
-        let req = Request::Write { path: p.to_string(), offset, data, append };
+        let req = Request::Write { path: p.to_string(), offset, data: data.into(), append };
         match self.entry_rpc("write", raw, dir, name, req).await?.0 {
             Reply::Attr(a) => Ok(a),
             other => Err(FsError::new("write", raw, Errno::EPROTO).with_detail(format!("unexpected reply {other:?}"))),
@@ -114,11 +124,13 @@ impl Client {
                 self.read_one(raw, &p, &dir, &name, at, n)
             })
             .collect();
-        let parts: Vec<Vec<u8>> = stream::iter(reads).buffered(IN_FLIGHT).try_collect().await?;
+        let parts: Vec<Payload> = stream::iter(reads).buffered(IN_FLIGHT).try_collect().await?;
         let mut out = Vec::with_capacity(len);
         for part in parts {
             let short = part.len() < IO_CHUNK;
-            out.extend(part);
+            for c in part.chunks() {
+                out.extend_from_slice(c);
+            }
             if short {
                 break; // end of file
             }
@@ -134,7 +146,7 @@ impl Client {
         name: &str,
         offset: u64,
         len: u32,
-    ) -> Result<Vec<u8>, FsError> {
+    ) -> Result<Payload, FsError> {
         let req = Request::Read { path: p.to_string(), offset, len };
         match self.entry_rpc("read", raw, dir, name, req).await?.0 {
             Reply::Data(d) => Ok(d),
@@ -217,7 +229,7 @@ impl Client {
     /// `lgetxattr(2)`: the value of attribute `name` (ENODATA if it has none).
     pub async fn getxattr(&self, raw: &str, name: &str) -> Result<Vec<u8>, FsError> {
         match self.xattr("get attribute of", raw, plusfs_proto::XattrOp::Get { name: name.into() }).await? {
-            Reply::Data(v) => Ok(v),
+            Reply::Data(v) => Ok(v.to_vec()),
             other => Err(FsError::new("get attribute of", raw, Errno::EPROTO).with_detail(format!("{other:?}"))),
         }
     }

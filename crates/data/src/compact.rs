@@ -80,7 +80,7 @@ pub fn compact_segments(store: &DataStore, index: &mut dyn LiveIndex, ids: &[u32
         if !live.is_empty() {
             let extents: Vec<Extent> = live.iter().map(|l| l.extent).collect();
             let data = store.read_many(&extents, 1 << 20)?;
-            let records: Vec<(u64, &[u8])> = live.iter().zip(&data).map(|(l, d)| (l.owner, d.as_slice())).collect();
+            let records: Vec<(u64, &[u8])> = live.iter().zip(&data).map(|(l, d)| (l.owner, &d[..])).collect();
             let copies = store.append_unreserved(&records)?;
             store.sync()?;
             let moves: Vec<Move> =

@@ -29,6 +29,7 @@ pub use compact::{
     candidates, collect_garbage, compact, compact_segments, live_bytes, CompactStats, Live, LiveIndex, Move,
 };
 
+pub use bytes::Bytes;
 use record::{RecordHeader, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -336,7 +337,7 @@ impl DataStore {
     }
 
     /// The data of one extent, checked against its record's CRC.
-    pub fn read(&self, e: &Extent) -> Result<Vec<u8>, DataError> {
+    pub fn read(&self, e: &Extent) -> Result<Bytes, DataError> {
         Ok(self.read_many(&[*e], 0)?.pop().expect("one extent read"))
     }
 
@@ -344,11 +345,12 @@ impl DataStore {
     /// offset); neighbours less than `max_gap` bytes apart are read with one system call
     /// (seed 002's ORDER_LIST) up to [`MAX_MERGED_READ`] bytes, extents of at least
     /// [`LARGE_EXTENT`] bytes are read on their own (seed 002 §3.2.2), and each record is
-    /// checked against its CRC.
-    pub fn read_many(&self, extents: &[Extent], max_gap: u64) -> Result<Vec<Vec<u8>>, DataError> {
+    /// checked against its CRC. Each result is a slice of the buffer its read filled (one
+    /// `pread` per run, no further copy).
+    pub fn read_many(&self, extents: &[Extent], max_gap: u64) -> Result<Vec<Bytes>, DataError> {
         let mut order: Vec<usize> = (0..extents.len()).collect();
         order.sort_by_key(|&i| (extents[i].segment, extents[i].offset));
-        let mut out: Vec<Vec<u8>> = vec![Vec::new(); extents.len()];
+        let mut out: Vec<Bytes> = vec![Bytes::new(); extents.len()];
         let mut i = 0;
         while i < order.len() {
             // A run: extents of one segment whose records are at most max_gap apart.
@@ -372,14 +374,14 @@ impl DataStore {
             for &k in &order[i..j] {
                 let e = extents[k];
                 let at = (e.offset - HEADER_LEN as u64 - start) as usize;
-                out[k] = record::check(&span[at..at + HEADER_LEN + e.len as usize], e)?;
+                out[k] = record::check(span.slice(at..at + HEADER_LEN + e.len as usize), e)?;
             }
             i = j;
         }
         Ok(out)
     }
 
-    fn read_span(&self, segment: u32, start: u64, end: u64) -> Result<Vec<u8>, DataError> {
+    fn read_span(&self, segment: u32, start: u64, end: u64) -> Result<Bytes, DataError> {
         let file = self.file(segment)?;
         let mut buf = vec![0u8; (end - start) as usize];
         file.read_exact_at(&mut buf, start).map_err(|e| match e.kind() {
@@ -396,7 +398,7 @@ impl DataStore {
         st.reads += 1;
         st.bytes_read += end - start;
         st.read_sizes[size_bucket(end - start)] += 1;
-        Ok(buf)
+        Ok(Bytes::from(buf))
     }
 
     /// Every segment with its size, in id order.

@@ -11,6 +11,7 @@
 //! ```
 
 use crate::{DataError, Extent};
+use bytes::Bytes;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
@@ -60,18 +61,18 @@ fn header_crc(h: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&h[0..12]), &h[16..24])
 }
 
-/// Checks a record (header + data) read for extent `e`; returns its data.
-pub(crate) fn check(rec: &[u8], e: Extent) -> Result<Vec<u8>, DataError> {
+/// Checks a record (header + data) read for extent `e`; returns its data, a slice of `rec`.
+pub(crate) fn check(rec: Bytes, e: Extent) -> Result<Bytes, DataError> {
     let corrupt = |reason: String| DataError::Corrupt { segment: e.segment, offset: e.offset, reason };
-    let h = RecordHeader::decode(rec).map_err(corrupt)?;
+    let h = RecordHeader::decode(&rec).map_err(corrupt)?;
     if h.len != e.len {
         return Err(corrupt(format!("record holds {} bytes, the extent says {}", h.len, e.len)));
     }
-    let data = &rec[HEADER_LEN..];
-    if crc32c::crc32c(data) != h.data_crc {
+    let data = rec.slice(HEADER_LEN..);
+    if crc32c::crc32c(&data) != h.data_crc {
         return Err(corrupt("data checksum mismatch".into()));
     }
-    Ok(data.to_vec())
+    Ok(data)
 }
 
 /// One record found by scanning a segment: its extent and owner.

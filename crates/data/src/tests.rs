@@ -59,7 +59,7 @@ fn segments_roll_and_survive_reopen() {
         assert_eq!(&store.read(e).unwrap(), d);
     }
     let next = store.append(1, &[b"after reopen"]).unwrap()[0];
-    assert_eq!(store.read(&next).unwrap(), b"after reopen");
+    assert_eq!(&store.read(&next).unwrap()[..], b"after reopen");
     assert_eq!(store.scan_segment(next.segment).unwrap().last().unwrap().1, 1);
 }
 
@@ -78,11 +78,11 @@ fn a_torn_tail_is_cut_and_earlier_data_kept() {
     f.write_all(&[9u8; 50]).unwrap();
     drop(f);
     let store = DataStore::open(dir.path(), DataOptions::default()).unwrap();
-    assert_eq!(store.read(&e).unwrap(), b"acknowledged");
+    assert_eq!(&store.read(&e).unwrap()[..], b"acknowledged");
     assert_eq!(std::fs::metadata(&seg_path).unwrap().len(), e.offset + e.len as u64);
     let next = store.append(3, &[b"next"]).unwrap()[0];
     assert_eq!(next.offset, e.offset + e.len as u64 + HEADER_LEN as u64);
-    assert_eq!(store.read(&next).unwrap(), b"next");
+    assert_eq!(&store.read(&next).unwrap()[..], b"next");
 }
 
 #[test]

@@ -5,11 +5,12 @@
 //!      0    4 length     u32 big-endian: bytes after this field (header rest + body)
 //!      4    2 magic      0x50 0x46 ("PF")
 //!      6    1 version    PROTOCOL_VERSION
-//!      7    1 flags      bit 0: response
+//!      7    1 flags      bit 0: response; bit 1: a payload follows the body
 //!      8    2 opcode     u16 big-endian
 //!     10    2 reserved   must be zero
 //!     12    8 request id u64 big-endian, echoed in the response
 //!     20    … body       postcard-encoded message
+//!      …    … payload    the message's bulk bytes (with flag bit 1), up to the frame's end
 //! ```
 //! A reader first [checks](Frame::check) that a whole frame is buffered (cheap, never
 //! allocates), then parses it. Frames longer than [`MAX_FRAME_LEN`] are refused before
@@ -21,13 +22,15 @@ use thiserror::Error;
 /// Identifies plusfs frames; anything else on the socket is refused at once.
 pub const MAGIC: u16 = 0x5046;
 /// The protocol version this build speaks. Peers with another version get `EPROTO`.
-pub const PROTOCOL_VERSION: u8 = 9;
+pub const PROTOCOL_VERSION: u8 = 10;
 /// Bytes from the start of a frame to its body.
 pub const HEADER_LEN: usize = 20;
 /// Hard upper bound of one frame, length prefix included (16 MiB).
 pub const MAX_FRAME_LEN: usize = 16 << 20;
 /// Flag bit set on every response frame.
 pub const FLAG_RESPONSE: u8 = 0x01;
+/// Flag bit set when the message's [`Payload`](crate::Payload) follows its body.
+pub const FLAG_PAYLOAD: u8 = 0x02;
 
 /// The fixed part of every frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,11 +107,17 @@ impl Frame {
 
     /// Appends the encoded frame to `dst`.
     pub fn encode_into(header: &Header, body: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
-        let total = HEADER_LEN + body.len();
+        Frame::encode_head(header, body, 0, dst)
+    }
+
+    /// Appends the length, header and body of a frame whose `payload_len` bytes of payload
+    /// the caller sends right after them.
+    pub fn encode_head(header: &Header, body: &[u8], payload_len: usize, dst: &mut BytesMut) -> Result<(), FrameError> {
+        let total = HEADER_LEN + body.len() + payload_len;
         if total > MAX_FRAME_LEN {
             return Err(FrameError::TooLarge(total));
         }
-        dst.reserve(total);
+        dst.reserve(HEADER_LEN + body.len());
         dst.put_u32((total - 4) as u32);
         dst.put_u16(MAGIC);
         dst.put_u8(header.version);
@@ -123,6 +132,45 @@ impl Frame {
     /// True when this frame is a response.
     pub fn is_response(&self) -> bool {
         self.header.flags & FLAG_RESPONSE != 0
+    }
+
+    /// True when a payload follows the body.
+    pub fn has_payload(&self) -> bool {
+        self.header.flags & FLAG_PAYLOAD != 0
+    }
+}
+
+/// An encoded frame ready to send: its head (length, header, body) and the payload chunks
+/// that follow it, sent from where they are by one vectored write.
+#[derive(Debug, Clone, Default)]
+pub struct OutFrame {
+    pub head: Bytes,
+    pub payload: Vec<Bytes>,
+}
+
+impl OutFrame {
+    /// Bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// True for a frame of no bytes (never produced by the codec).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame's parts in wire order.
+    pub fn parts(&self) -> impl Iterator<Item = &Bytes> {
+        std::iter::once(&self.head).chain(self.payload.iter())
+    }
+
+    /// The whole frame in one buffer (tests and tools; the connections send the parts).
+    pub fn to_bytes(&self) -> BytesMut {
+        let mut out = BytesMut::with_capacity(self.len());
+        for p in self.parts() {
+            out.extend_from_slice(p);
+        }
+        out
     }
 }
 

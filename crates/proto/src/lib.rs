@@ -22,6 +22,7 @@ pub mod ids;
 pub mod io;
 pub mod message;
 pub mod path;
+pub mod payload;
 pub mod peer;
 pub mod perm;
 pub mod record;
@@ -36,10 +37,14 @@ pub use deleg::{DelegGrant, DelegOp, Flushed};
 pub use errno::Errno;
 pub use error::WireError;
 pub use filedata::{Piece, MAX_FILE_SIZE, MAX_RECORD};
-pub use frame::{Frame, FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN, PROTOCOL_VERSION};
+pub use frame::{
+    Frame, FrameError, Header, OutFrame, FLAG_PAYLOAD, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN,
+    PROTOCOL_VERSION,
+};
 pub use hugedir::{DistInfo, DistReport, DistState, Distribution, DistributionWait, Threshold};
 pub use ids::*;
 pub use message::*;
+pub use payload::Payload;
 pub use peer::*;
 pub use record::*;
 pub use touch::Touch;

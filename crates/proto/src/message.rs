@@ -18,6 +18,7 @@ use crate::error::WireError;
 use crate::filedata::Piece;
 use crate::hugedir::{DistReport, Threshold};
 use crate::ids::{Ino, OpId, ServerId, TxId};
+use crate::payload::Payload;
 use crate::peer::{CommitPayload, CxAnswer, CxRole, SubOp, Vote};
 use crate::record::{Ancestry, DirObject, FileKind, Inode};
 use serde::{Deserialize, Serialize};
@@ -168,8 +169,7 @@ pub enum Request {
     Write {
         path: String,
         offset: u64,
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
+        data: Payload,
         append: bool,
     },
     /// Reads up to `len` bytes at `offset` of a regular file (fewer at its end).
@@ -186,8 +186,7 @@ pub enum Request {
     /// file, or a file renamed away from its data); answers `Record`.
     DataPut {
         owner: Ino,
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
+        data: Payload,
     },
     /// From a file's entry server: bytes `[skip, skip + len)` of each record.
     DataGet {
@@ -335,8 +334,7 @@ pub enum Request {
     /// The wire probe of `plusfs bench`: `data` is dropped, `reply_len` zero bytes (at most
     /// 4 MiB) come back; nothing is stored or read.
     Probe {
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
+        data: Payload,
         reply_len: u32,
     },
 }
@@ -401,6 +399,25 @@ impl Request {
             Layout { .. } => 53,
             CommitWrite { .. } => 54,
             Probe { .. } => 55,
+        }
+    }
+
+    /// The bulk bytes this request carries after its body, if it is of a kind that does
+    /// (also inside a `Shard` or `OnInode` wrapper).
+    pub fn payload(&self) -> Option<&Payload> {
+        match self {
+            Request::Write { data, .. } | Request::DataPut { data, .. } | Request::Probe { data, .. } => Some(data),
+            Request::Shard { op, .. } | Request::OnInode { op, .. } => op.payload(),
+            _ => None,
+        }
+    }
+
+    /// The payload field to fill when decoding (see [`Request::payload`]).
+    pub fn payload_mut(&mut self) -> Option<&mut Payload> {
+        match self {
+            Request::Write { data, .. } | Request::DataPut { data, .. } | Request::Probe { data, .. } => Some(data),
+            Request::Shard { op, .. } | Request::OnInode { op, .. } => op.payload_mut(),
+            _ => None,
         }
     }
 
@@ -542,7 +559,7 @@ pub enum Reply {
     Batch(BatchReply),
     Dist(DistReport),
     /// File contents (`Read`), or record contents (`DataGet`, concatenated in order).
-    Data(#[serde(with = "serde_bytes")] Vec<u8>),
+    Data(Payload),
     /// The id of a stored record (`DataPut`).
     Record(u64),
     /// Extended-attribute names (`Xattr` list).

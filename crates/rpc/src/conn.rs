@@ -1,14 +1,12 @@
 //! One pipelined connection: many requests in flight, replies matched by request id.
 
 use crate::counters::Counters;
-use bytes::BytesMut;
-use plusfs_proto::io::FrameReader;
-use plusfs_proto::{decode_response, encode_request, Cred, Errno, Request, Response};
+use plusfs_proto::io::{write_frames, FrameReader};
+use plusfs_proto::{decode_response, encode_request, Cred, Errno, OutFrame, Request, Response};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -48,7 +46,7 @@ pub struct Connection {
     addr: String,
     next_id: AtomicU64,
     pending: Pending,
-    outbox: mpsc::UnboundedSender<BytesMut>,
+    outbox: mpsc::UnboundedSender<OutFrame>,
     alive: Arc<AtomicBool>,
     counters: Arc<Counters>,
 }
@@ -63,24 +61,24 @@ impl Connection {
         let (rd, mut wr) = stream.into_split();
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
-        let (outbox, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+        let (outbox, mut rx) = mpsc::unbounded_channel::<OutFrame>();
 
-        // Writer: drain every queued frame into one write.
+        // Writer: every queued frame goes out in one vectored write.
         let walive = alive.clone();
         let wpending = pending.clone();
         let waddr = addr.to_string();
         tokio::spawn(async move {
-            let mut buf = BytesMut::new();
+            let mut batch = Vec::new();
             while let Some(first) = rx.recv().await {
-                buf.unsplit(first);
+                batch.push(first);
                 while let Ok(more) = rx.try_recv() {
-                    buf.unsplit(more);
+                    batch.push(more);
                 }
-                if let Err(e) = wr.write_all(&buf).await {
+                if let Err(e) = write_frames(&mut wr, &batch).await {
                     fail_all(&walive, &wpending, &waddr, &e.to_string());
                     return;
                 }
-                buf.clear();
+                batch.clear();
             }
         });
 
@@ -152,8 +150,7 @@ impl Connection {
             return Err(broken());
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut buf = BytesMut::new();
-        encode_request(id, cred, req, &mut buf).map_err(|e| CallError::Protocol {
+        let frame = encode_request(id, cred, req).map_err(|e| CallError::Protocol {
             addr: self.addr.clone(),
             reason: e.to_string(),
             errno: Errno::EMSGSIZE,
@@ -161,8 +158,8 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().expect("pending lock").insert(id, tx);
         self.counters.msgs_out.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_out.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        if self.outbox.send(buf).is_err() {
+        self.counters.bytes_out.fetch_add(frame.len() as u64, Ordering::Relaxed);
+        if self.outbox.send(frame).is_err() {
             self.pending.lock().expect("pending lock").remove(&id);
             return Err(broken());
         }

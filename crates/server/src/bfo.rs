@@ -227,7 +227,7 @@ impl Osd {
 
     /// The bytes of `(file, piece)` pairs, in order: local pieces in one merged pass,
     /// remote ones with one `DataGet` per server, all at once.
-    async fn fetch_pieces(self: &Arc<Self>, wanted: &[(usize, Piece)]) -> OpResult<Vec<Vec<u8>>> {
+    async fn fetch_pieces(self: &Arc<Self>, wanted: &[(usize, Piece)]) -> OpResult<Vec<bytes::Bytes>> {
         let mut by_server: std::collections::BTreeMap<plusfs_proto::ServerId, Vec<usize>> = Default::default();
         for (i, (_, p)) in wanted.iter().enumerate() {
             by_server.entry(p.server).or_default().push(i);
@@ -240,7 +240,7 @@ impl Osd {
             } else {
                 let req = plusfs_proto::Request::DataGet { ranges: ranges.clone() };
                 let all = match self.peers.call(server, &req).await {
-                    Ok(Ok(Reply::Data(d))) => d,
+                    Ok(Ok(Reply::Data(d))) => d.into_bytes(),
                     Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                     Ok(Err(e)) => return Err(e),
                     Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
@@ -249,14 +249,17 @@ impl Osd {
                 let mut parts = Vec::with_capacity(ranges.len());
                 for r in &ranges {
                     let end = at + r.2 as usize;
-                    parts.push(all.get(at..end).ok_or_else(|| err(Errno::EIO, "short DataGet reply"))?.to_vec());
+                    if end > all.len() {
+                        return Err(err(Errno::EIO, "short DataGet reply"));
+                    }
+                    parts.push(all.slice(at..end));
                     at = end;
                 }
                 parts
             };
             Ok::<_, plusfs_proto::WireError>(idx.into_iter().zip(parts).collect::<Vec<_>>())
         });
-        let mut out = vec![Vec::new(); wanted.len()];
+        let mut out = vec![bytes::Bytes::new(); wanted.len()];
         for r in futures::future::join_all(fetches).await {
             for (i, bytes) in r? {
                 out[i] = bytes;

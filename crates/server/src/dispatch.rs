@@ -7,6 +7,9 @@ use crate::osd::Osd;
 use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response};
 use std::sync::Arc;
 
+/// The bytes a `Probe` answers with: zeros, never allocated per request.
+static PROBE_ZEROS: [u8; 4 << 20] = [0; 4 << 20];
+
 impl Osd {
     /// Serves one request made by `cred`.
     pub async fn handle(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
@@ -76,7 +79,9 @@ impl Osd {
             Exchange { a, b } => self.exchange(&a, &b, via, c).await,
             BatchWrite { dir, files, semantics } => self.batch_write(&dir, files, semantics, via, c).await,
             BatchRead { dir, names, max_bytes } => self.batch_read(&dir, &names, max_bytes, via, c).await,
-            Write { path, offset, data, append } => self.write_file(&path, offset, data, append, via, c).await,
+            Write { path, offset, data, append } => {
+                self.write_file(&path, offset, data.into_bytes(), append, via, c).await
+            }
             Read { path, offset, len } => self.read_file(&path, offset, len, via, c).await,
             Layout { path, offset, len } => self.layout(&path, offset, len, via, c).await,
             CommitWrite { path, ino, offset, len, pieces } => {
@@ -113,12 +118,12 @@ impl Osd {
             ShardImport { path, ino, entries, shard } => self.shard_import(&path, ino, entries, shard).await,
             SetPolicy { path, threshold, width } => self.set_policy(&path, threshold, width).await,
             DistStatus { path } => self.dist_status(&path).await,
-            DataPut { owner, data } => self.data_put(owner, data).await,
+            DataPut { owner, data } => self.data_put(owner, data.into_bytes()).await,
             DataGet { ranges } => self.data_get(&ranges).await,
             DataDrop { records } => self.data_drop(&records).await,
             Probe { data, reply_len } => {
                 drop(data);
-                Ok(Reply::Data(vec![0; reply_len.min(4 << 20) as usize]))
+                Ok(Reply::Data(bytes::Bytes::from_static(&PROBE_ZEROS[..reply_len.min(4 << 20) as usize]).into()))
             }
             DirXattr { path, op } => self.dir_xattr(&path, &op, c).await,
             DirPerms { path } => self.dir_perms(&path),

@@ -25,9 +25,11 @@ use crate::engine::perm;
 use crate::engine::records::RecordLoc;
 use crate::links::Found;
 use crate::osd::Osd;
+use bytes::Bytes;
 use futures::future::join_all;
 use plusfs_data::{DataError, Live, LiveIndex, Move};
 use plusfs_proto::filedata::{overlay, records, truncate};
+use plusfs_proto::Payload;
 use plusfs_proto::{
     Attr, Cred, Errno, FileKind, Ino, Inode, Piece, Reply, Request, Response, ServerId, Timespec, MAX_FILE_SIZE,
     MAX_RECORD, MAY_READ, MAY_WRITE,
@@ -83,7 +85,7 @@ impl Osd {
         self: &Arc<Self>,
         p: &str,
         offset: u64,
-        data: Vec<u8>,
+        data: Bytes,
         append: bool,
         via: Via,
         c: &Cred,
@@ -112,7 +114,7 @@ impl Osd {
     async fn write_locked(
         self: &Arc<Self>,
         p: &str,
-        (offset, data, append): (u64, Vec<u8>, bool),
+        (offset, data, append): (u64, Bytes, bool),
         early: Option<(Ino, Vec<Piece>)>,
         via: Via,
         c: &Cred,
@@ -121,7 +123,8 @@ impl Osd {
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Write { path: p.into(), offset, data, append }, c).await
+                let req = Request::Write { path: p.into(), offset, data: data.into(), append };
+                return self.forward(home, ino, req, c).await;
             }
         };
         let early = match early {
@@ -140,7 +143,7 @@ impl Osd {
         })?;
         let before = records(&inode.pieces);
         let parts = self.placement(inode.ino, off, end);
-        let bytes_of = |range: (u64, u64)| &data[(range.0 - off) as usize..(range.1 - off) as usize];
+        let bytes_of = |range: (u64, u64)| data.slice((range.0 - off) as usize..(range.1 - off) as usize);
         // Other servers' parts first, without holding this server's data gate (a peer's
         // compaction may be waiting for its own gate while its writers call us).
         let mut new_pieces = Vec::new();
@@ -229,7 +232,7 @@ impl Osd {
         self: &Arc<Self>,
         p: &str,
         offset: u64,
-        data: &[u8],
+        data: &Bytes,
         via: Via,
         c: &Cred,
     ) -> OpResult<Option<(Ino, Vec<Piece>)>> {
@@ -244,7 +247,7 @@ impl Osd {
         }
         let mut pieces = Vec::new();
         for &(at, server, (from, to)) in parts.iter().filter(|q| q.1 != self.id) {
-            let bytes = &data[(from - offset) as usize..(to - offset) as usize];
+            let bytes = data.slice((from - offset) as usize..(to - offset) as usize);
             match self.put_remote(server, ino, at, bytes).await {
                 Ok(stored) => pieces.extend(stored),
                 Err(e) => {
@@ -277,24 +280,23 @@ impl Osd {
 
     /// Appends `bytes` (file offset `at`) to this server's data store as records of at most
     /// [`MAX_RECORD`] bytes; their index entries go into `b`.
-    async fn put_local(self: &Arc<Self>, owner: Ino, at: u64, bytes: &[u8], b: &mut Batch) -> OpResult<Vec<Piece>> {
-        let parts: Vec<Vec<u8>> = bytes.chunks(MAX_RECORD as usize).map(<[u8]>::to_vec).collect();
-        self.put_local_parts(owner, at, parts, b).await
+    async fn put_local(self: &Arc<Self>, owner: Ino, at: u64, bytes: Bytes, b: &mut Batch) -> OpResult<Vec<Piece>> {
+        self.put_local_parts(owner, at, records_of(&bytes), b).await
     }
 
     /// [`Self::put_local`] of records already cut (at most [`MAX_RECORD`] bytes each),
-    /// moved to the blocking task instead of copied.
+    /// shared with the blocking task, not copied, and appended with one write.
     async fn put_local_parts(
         self: &Arc<Self>,
         owner: Ino,
         at: u64,
-        parts: Vec<Vec<u8>>,
+        parts: Vec<Bytes>,
         b: &mut Batch,
     ) -> OpResult<Vec<Piece>> {
         let lens: Vec<u64> = parts.iter().map(|p| p.len() as u64).collect();
         let data = self.data.clone();
         let extents = blocking(move || {
-            let recs: Vec<(u64, &[u8])> = parts.iter().map(|p| (owner, p.as_slice())).collect();
+            let recs: Vec<(u64, &[u8])> = parts.iter().map(|p| (owner, &p[..])).collect();
             data.append_records(&recs)
         })
         .await?;
@@ -309,15 +311,16 @@ impl Osd {
     }
 
     /// Stores `bytes` on another server (`DataPut`, one record per request, in parallel).
-    async fn put_remote(self: &Arc<Self>, server: ServerId, owner: Ino, at: u64, bytes: &[u8]) -> OpResult<Vec<Piece>> {
-        let puts = bytes.chunks(MAX_RECORD as usize).map(|part| {
-            let req = Request::DataPut { owner, data: part.to_vec() };
+    async fn put_remote(self: &Arc<Self>, server: ServerId, owner: Ino, at: u64, bytes: Bytes) -> OpResult<Vec<Piece>> {
+        let parts = records_of(&bytes);
+        let puts = parts.iter().map(|part| {
+            let req = Request::DataPut { owner, data: part.clone().into() };
             async move { self.peers.call(server, &req).await }
         });
         let mut pieces = Vec::new();
         let mut failed = None;
         let mut file_off = at;
-        for (part, r) in bytes.chunks(MAX_RECORD as usize).zip(join_all(puts).await) {
+        for (part, r) in parts.iter().zip(join_all(puts).await) {
             match r {
                 Ok(Ok(Reply::Record(id))) => {
                     pieces.push(Piece { file_off, len: part.len() as u64, server, record: id, skip: 0 })
@@ -337,7 +340,7 @@ impl Osd {
     }
 
     /// `DataPut` from another server: one record, with its own store write.
-    pub(crate) async fn data_put(self: &Arc<Self>, owner: Ino, data: Vec<u8>) -> Response {
+    pub(crate) async fn data_put(self: &Arc<Self>, owner: Ino, data: Bytes) -> Response {
         if data.len() as u64 > MAX_RECORD {
             return Err(err(Errno::EINVAL, format!("a record holds at most {MAX_RECORD} bytes")));
         }
@@ -394,56 +397,59 @@ impl Osd {
         Err(last.expect("at least one attempt"))
     }
 
-    async fn read_pieces(self: &Arc<Self>, inode: &Inode, offset: u64, len: u32) -> OpResult<Vec<u8>> {
+    async fn read_pieces(self: &Arc<Self>, inode: &Inode, offset: u64, len: u32) -> OpResult<Payload> {
         if offset >= inode.size {
-            return Ok(Vec::new());
+            return Ok(Payload::default());
         }
         let end = inode.size.min(offset + len as u64);
-        let mut out = vec![0u8; (end - offset) as usize];
-        // (destination offset in `out`, record, skip, len) per server.
-        let mut wanted: std::collections::BTreeMap<ServerId, Vec<(usize, u64, u64, u64)>> = Default::default();
+        // (file offset, record, skip, len) per server.
+        let mut wanted: std::collections::BTreeMap<ServerId, Vec<(u64, u64, u64, u64)>> = Default::default();
         for piece in inode.pieces.iter().filter(|q| q.end() > offset && q.file_off < end) {
             let from = piece.file_off.max(offset);
             let to = piece.end().min(end);
             let skip = piece.skip + (from - piece.file_off);
-            wanted.entry(piece.server).or_default().push(((from - offset) as usize, piece.record, skip, to - from));
+            wanted.entry(piece.server).or_default().push((from, piece.record, skip, to - from));
         }
         let fetches = wanted.iter().map(|(&server, ranges)| async move {
             let r: Vec<(u64, u64, u64)> = ranges.iter().map(|x| (x.1, x.2, x.3)).collect();
-            let bytes = if server == self.id {
-                self.read_local(&r).await?
+            let parts = if server == self.id {
+                self.read_ranges(&r).await?
             } else {
-                match self.peers.call(server, &Request::DataGet { ranges: r }).await {
-                    Ok(Ok(Reply::Data(d))) => d,
+                let all = match self.peers.call(server, &Request::DataGet { ranges: r }).await {
+                    Ok(Ok(Reply::Data(d))) => d.into_bytes(),
                     Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                     Ok(Err(e)) => return Err(e),
                     Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
-                }
+                };
+                split_reply(&all, ranges.iter().map(|x| x.3))?
             };
-            Ok((server, bytes))
+            Ok(ranges.iter().map(|x| x.0).zip(parts).collect::<Vec<_>>())
         });
+        // The file's bytes in order, holes as zeros.
+        let mut found: Vec<(u64, Bytes)> = Vec::new();
         for fetched in join_all(fetches).await {
-            let (server, bytes) = fetched?;
-            let mut at = 0usize;
-            for (dst, _, _, n) in &wanted[&server] {
-                let n = *n as usize;
-                let src = bytes.get(at..at + n).ok_or_else(|| err(Errno::EIO, "short data reply"))?;
-                out[*dst..*dst + n].copy_from_slice(src);
-                at += n;
-            }
+            found.extend(fetched?);
         }
-        Ok(out)
+        found.sort_by_key(|f| f.0);
+        let mut chunks = Vec::with_capacity(found.len() * 2);
+        let mut at = offset;
+        for (from, bytes) in found {
+            if from > at {
+                chunks.push(Bytes::from(vec![0u8; (from - at) as usize]));
+            }
+            at = from + bytes.len() as u64;
+            chunks.push(bytes);
+        }
+        if end > at {
+            chunks.push(Bytes::from(vec![0u8; (end - at) as usize]));
+        }
+        Ok(Payload::from_chunks(chunks))
     }
 
-    /// Bytes `[skip, skip + len)` of local records, concatenated in the order asked; the
-    /// records are read sorted by place and merged (seed 002's ORDER_LIST).
-    async fn read_local(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> OpResult<Vec<u8>> {
-        Ok(self.read_ranges(ranges).await?.concat())
-    }
-
-    /// Local `(record, skip, len)` ranges, each as its own buffer. The records are read in
-    /// (segment, offset) order, neighbours within `[data] merge_gap_bytes` with one call.
-    pub(crate) async fn read_ranges(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> OpResult<Vec<Vec<u8>>> {
+    /// Local `(record, skip, len)` ranges, each as its own buffer (a slice of what the
+    /// store read, not a copy). The records are read in (segment, offset) order,
+    /// neighbours within `[data] merge_gap_bytes` with one call.
+    pub(crate) async fn read_ranges(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> OpResult<Vec<Bytes>> {
         let ids: Vec<u64> = ranges.iter().map(|r| r.0).collect();
         let mut extents = Vec::with_capacity(ids.len());
         for (id, loc) in ids.iter().zip(self.store.get_records(&ids).map_err(eio)?) {
@@ -456,21 +462,18 @@ impl Osd {
         let gap = self.map.data.merge_gap_bytes;
         let records = blocking(move || data.read_many(&extents, gap)).await?;
         let mut out = Vec::with_capacity(ranges.len());
-        for (rec, (_, skip, len)) in records.into_iter().zip(ranges) {
-            if *skip == 0 && *len == rec.len() as u64 {
-                out.push(rec);
-                continue;
+        for (rec, &(_, skip, len)) in records.into_iter().zip(ranges) {
+            if skip.checked_add(len).is_none_or(|e| e > rec.len() as u64) {
+                return Err(err(Errno::EIO, "range past record"));
             }
-            let piece =
-                rec.get(*skip as usize..(*skip + *len) as usize).ok_or_else(|| err(Errno::EIO, "range past record"))?;
-            out.push(piece.to_vec());
+            out.push(rec.slice(skip as usize..(skip + len) as usize));
         }
         Ok(out)
     }
 
     /// `DataGet` from another server.
     pub(crate) async fn data_get(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> Response {
-        Ok(Reply::Data(self.read_local(ranges).await?))
+        Ok(Reply::Data(Payload::from_chunks(self.read_ranges(ranges).await?)))
     }
 
     /// Changes a file's size (`truncate`); cut-off records are dropped.
@@ -667,4 +670,27 @@ fn committed_end(p: &str, offset: u64, len: u64, pieces: &[Piece]) -> OpResult<u
         at = q.end();
     }
     Ok(end)
+}
+
+/// `bytes` cut into records of at most [`MAX_RECORD`] bytes (shared, not copied).
+fn records_of(bytes: &Bytes) -> Vec<Bytes> {
+    (0..bytes.len())
+        .step_by(MAX_RECORD as usize)
+        .map(|at| bytes.slice(at..bytes.len().min(at + MAX_RECORD as usize)))
+        .collect()
+}
+
+/// A `DataGet` reply cut back into its ranges of `lens` bytes (shared, not copied).
+fn split_reply(all: &Bytes, lens: impl Iterator<Item = u64>) -> OpResult<Vec<Bytes>> {
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    for n in lens {
+        let n = n as usize;
+        if at + n > all.len() {
+            return Err(err(Errno::EIO, "short data reply"));
+        }
+        out.push(all.slice(at..at + n));
+        at += n;
+    }
+    Ok(out)
 }

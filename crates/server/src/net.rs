@@ -2,16 +2,14 @@
 //!
 //! Each request is served in its own task, so one connection carries many requests in
 //! flight; replies are queued to the connection's writer, which sends every queued reply
-//! in one write. A malformed frame or a wrong protocol version ends only its connection
+//! in one vectored write (file data from the buffers it was read into). A malformed frame or a wrong protocol version ends only its connection
 //! (after an `EPROTO` reply where a reply can be addressed).
 
 use crate::osd::Osd;
-use bytes::BytesMut;
-use plusfs_proto::io::{FrameReader, ReadError};
-use plusfs_proto::{decode_request, encode_response, DecodeError, Errno, Response, WireError, HEADER_LEN};
+use plusfs_proto::io::{write_frames, FrameReader, ReadError};
+use plusfs_proto::{decode_request, encode_response, DecodeError, Errno, OutFrame, Response, WireError, HEADER_LEN};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -44,20 +42,21 @@ async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Recei
     stream.set_nodelay(true).ok();
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let (rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<OutFrame>();
     let m = osd.clone();
     let writer = tokio::spawn(async move {
-        let mut buf = BytesMut::new();
+        let mut batch = Vec::new();
         while let Some(first) = rx.recv().await {
-            buf.unsplit(first);
+            batch.push(first);
             while let Ok(more) = rx.try_recv() {
-                buf.unsplit(more);
+                batch.push(more);
             }
-            m.metrics.bytes_out.fetch_add(buf.len() as u64, Ordering::Relaxed);
-            if wr.write_all(&buf).await.is_err() {
+            let bytes: usize = batch.iter().map(OutFrame::len).sum();
+            m.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+            if write_frames(&mut wr, &batch).await.is_err() {
                 return;
             }
-            buf.clear();
+            batch.clear();
         }
     });
 
@@ -105,15 +104,13 @@ async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Recei
     let _ = writer.await;
 }
 
-fn send(osd: &Osd, tx: &mpsc::UnboundedSender<BytesMut>, id: u64, opcode: u16, resp: &Response) {
-    let mut buf = BytesMut::new();
-    let result = encode_response(id, opcode, resp, &mut buf).or_else(|e| {
-        buf.clear();
+fn send(osd: &Osd, tx: &mpsc::UnboundedSender<OutFrame>, id: u64, opcode: u16, resp: &Response) {
+    let result = encode_response(id, opcode, resp).or_else(|e| {
         let too_big = Err(WireError::new(Errno::EMSGSIZE, format!("reply too large: {e}")));
-        encode_response(id, opcode, &too_big, &mut buf)
+        encode_response(id, opcode, &too_big)
     });
-    if result.is_ok() {
+    if let Ok(frame) = result {
         osd.metrics.msgs_out.fetch_add(1, Ordering::Relaxed);
-        let _ = tx.send(buf);
+        let _ = tx.send(frame);
     }
 }

@@ -24,7 +24,7 @@ pub(crate) fn apply(attrs: &mut Vec<(String, Vec<u8>)>, op: &XattrOp, p: &str) -
         XattrOp::Get { name } => {
             check_name(name, p)?;
             match find(attrs, name) {
-                Ok(i) => Ok((Reply::Data(attrs[i].1.clone()), false)),
+                Ok(i) => Ok((Reply::Data(attrs[i].1.clone().into()), false)),
                 Err(_) => Err(missing(name)),
             }
         }
@@ -142,7 +142,10 @@ mod tests {
             apply(&mut a, &XattrOp::List, "/f").unwrap().0,
             Reply::Names(vec!["user.a".into(), "user.b".into()])
         );
-        assert_eq!(apply(&mut a, &XattrOp::Get { name: "user.b".into() }, "/f").unwrap().0, Reply::Data(b"2".to_vec()));
+        assert_eq!(
+            apply(&mut a, &XattrOp::Get { name: "user.b".into() }, "/f").unwrap().0,
+            Reply::Data(b"2".to_vec().into())
+        );
         apply(&mut a, &XattrOp::Remove { name: "user.a".into() }, "/f").unwrap();
         assert_eq!(apply(&mut a, &XattrOp::Get { name: "user.a".into() }, "/f").unwrap_err().errno, Errno::ENODATA);
         // The total per object is bounded.

@@ -220,13 +220,14 @@ impl SimNet {
     ) -> Result<Response, CallError> {
         let addr = format!("sim server {to}");
         let lost = |reason: &str| CallError::Broken { addr: addr.clone(), reason: reason.to_string() };
-        let mut frame = bytes::BytesMut::new();
-        encode_request(1, cred, req, &mut frame).map_err(|e| CallError::Protocol {
-            addr: addr.clone(),
-            reason: e.to_string(),
-            errno: plusfs_proto::Errno::EMSGSIZE,
-        })?;
-        let frame = frame.freeze();
+        let frame = encode_request(1, cred, req)
+            .map_err(|e| CallError::Protocol {
+                addr: addr.clone(),
+                reason: e.to_string(),
+                errno: plusfs_proto::Errno::EMSGSIZE,
+            })?
+            .to_bytes()
+            .freeze();
         counters.msgs_out.fetch_add(1, Ordering::Relaxed);
         counters.bytes_out.fetch_add(frame.len() as u64, Ordering::Relaxed);
         let fate = self.fate(from, to);
@@ -274,14 +275,12 @@ async fn deliver(ep: &Endpoint, frame: bytes::Bytes) -> Option<bytes::Bytes> {
             Err(e) => Err(plusfs_proto::WireError::new(e.errno(), e.to_string())),
         };
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
-        let mut out = bytes::BytesMut::new();
-        if let Err(e) = encode_response(id, opcode, &resp, &mut out) {
-            out.clear();
+        let out = encode_response(id, opcode, &resp).unwrap_or_else(|e| {
             let too_big =
                 Err(plusfs_proto::WireError::new(plusfs_proto::Errno::EMSGSIZE, format!("reply too large: {e}")));
-            encode_response(id, opcode, &too_big, &mut out).expect("an error reply fits a frame");
-        }
-        out.freeze()
+            encode_response(id, opcode, &too_big).expect("an error reply fits a frame")
+        });
+        out.to_bytes().freeze()
     });
     task.await.ok()
 }

@@ -250,7 +250,7 @@ impl MountCore {
         let mut held = slot.lock().await;
         self.sent(&mut held).await;
         if let Some(p) = held.data.take() {
-            match self.run(self.client().write(&p.path, p.offset, &p.data)).await {
+            match self.run(self.client().write_bytes(&p.path, p.offset, p.data.into())).await {
                 Ok(a) => self.learn_sent(&a),
                 Err(e) => {
                     self.pages.forget(ino);
@@ -333,7 +333,8 @@ impl MountCore {
         held.sending = kept;
         let client = self.client().clone();
         let path = p.path.clone();
-        let task = tokio::spawn(async move { client.write(&p.path, p.offset, &p.data).await.map_err(errno) });
+        let task =
+            tokio::spawn(async move { client.write_bytes(&p.path, p.offset, p.data.into()).await.map_err(errno) });
         held.sending.push(Sending { ino, path, offset, end, task });
         if let Err(e) = first {
             held.failed.get_or_insert(e);
