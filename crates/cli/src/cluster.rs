@@ -22,6 +22,10 @@ pub struct ServerArgs {
     /// which lowers latency a little when several servers share a machine's cores.
     #[arg(long, env = "PLUSFS_SERVER_THREADS")]
     threads: Option<usize>,
+    /// Listen on this address instead of the one the cluster map gives this server (a
+    /// server on a private network listens behind its delaying proxy).
+    #[arg(long)]
+    listen: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -74,6 +78,16 @@ pub enum ClusterCmd {
         /// Return once all servers answer, leaving them running.
         #[arg(long)]
         detach: bool,
+        /// Put every server, and --clients client hosts, in its own network namespace with
+        /// its own address on a private bridge (needs root); run clients with `plusfs netns
+        /// exec c0 -- CMD`.
+        #[arg(long)]
+        netns: bool,
+        /// Client hosts of a --netns cluster (namespaces c0, c1, …).
+        #[arg(long, default_value_t = 2, requires = "netns")]
+        clients: usize,
+        #[command(flatten)]
+        shape: crate::netns::ShapeArgs,
     },
     /// Stop the servers of the local cluster in DIR.
     Down {
@@ -108,7 +122,12 @@ pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
         None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
     };
     rt.block_on(async move {
-        let listener = plusfs_server::bind(&config.map, config.id).await?;
+        let listener = match &a.listen {
+            Some(addr) => tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| plusfs_server::StartError::Listen { addr: addr.clone(), source })?,
+            None => plusfs_server::bind(&config.map, config.id).await?,
+        };
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             use tokio::signal::unix::{signal, SignalKind};
@@ -138,7 +157,15 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             commit_threshold,
             max_log_bytes,
             detach,
+            netns,
+            clients,
+            shape,
         } => {
+            if shape.any() && !netns {
+                anyhow::bail!("--delay, --jitter, --rate and --loss shape a private network: add --netns");
+            }
+            let netns =
+                netns.then(|| plusfs_localcluster::NetSettings { clients, shape: shape.over(Default::default()) });
             let sync = match sync {
                 SyncArg::Os => SyncMode::Os,
                 SyncArg::Always => SyncMode::Always,
@@ -154,7 +181,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             up(
                 servers,
                 data,
-                &ClusterSettings { sync, hugedirs, data: data_settings, txn, ..Default::default() },
+                &ClusterSettings { sync, hugedirs, data: data_settings, txn, netns, ..Default::default() },
                 detach,
             )
         }

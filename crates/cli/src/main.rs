@@ -10,6 +10,7 @@ mod files;
 mod fsck;
 mod largefile;
 mod mount;
+mod netns;
 mod xbench;
 
 use anyhow::{Context, Result};
@@ -77,6 +78,10 @@ enum Cmd {
     Xbench(xbench::XbenchArgs),
     /// Check the namespace invariants of a cluster.
     Fsck,
+    /// A cluster's private network (`cluster up --netns`): run commands on its hosts,
+    /// partition, heal, shape its links.
+    #[command(subcommand)]
+    Netns(netns::NetnsCmd),
 }
 
 /// Keeps large buffers (the 1-4 MiB frames and records of file data) in the heap: glibc
@@ -115,6 +120,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Xbench(a) => xbench::run(a, cluster),
         Cmd::Mount(a) => mount::mount(a, cluster),
         Cmd::Umount(a) => mount::umount(a),
+        Cmd::Netns(c) => netns::run(c, cluster),
         Cmd::Cp(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async move {
@@ -148,6 +154,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     | Cmd::Xbench(_)
                     | Cmd::Mount(_)
                     | Cmd::Umount(_)
+                    | Cmd::Netns(_)
                     | Cmd::Cp(_) => {
                         unreachable!("handled above")
                     }

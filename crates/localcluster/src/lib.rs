@@ -7,10 +7,16 @@
 //! DIR/server-N/          server N's store
 //! DIR/server-N.log       its log
 //! DIR/server-N.pid       its process id while it runs
+//! DIR/netns.toml         with `--netns`: the private network (plusfs_netns)
+//! DIR/proxy-N.pid        with `--netns`: the delaying proxy in front of server N
 //! ```
+//! With a private network each server runs in its own network namespace behind its
+//! delaying proxy, at the address the map gives it; this process reaches them (to wait
+//! until they answer) from a thread moved into the first client host's namespace.
 
 use anyhow::{bail, Context, Result};
 use plusfs_client::{Client, ClientOptions};
+use plusfs_netns::{Net, NsHandle};
 use plusfs_placement::{ClusterMap, HugedirSettings, ServerEntry, SyncMode};
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -27,6 +33,10 @@ pub struct LocalCluster {
     data: PathBuf,
     map: ClusterMap,
     children: Vec<(u32, Child)>,
+    /// The private network, if the cluster has one.
+    net: Option<Net>,
+    /// The delaying proxies this value started (with a private network).
+    proxies: Vec<(u32, Child)>,
 }
 
 /// Cluster-wide settings written into a new cluster map.
@@ -37,6 +47,17 @@ pub struct ClusterSettings {
     pub data: plusfs_placement::DataSettings,
     pub txn: plusfs_placement::TxnSettings,
     pub delegations: plusfs_placement::DelegSettings,
+    /// Servers and client hosts in network namespaces (`cluster up --netns`).
+    pub netns: Option<NetSettings>,
+}
+
+/// The private network of a new cluster.
+#[derive(Debug, Clone, Default)]
+pub struct NetSettings {
+    /// Client hosts (namespaces `c0`, `c1`, …) besides the servers.
+    pub clients: usize,
+    /// Every link's shape.
+    pub shape: plusfs_netns::shape::LinkShape,
 }
 
 /// Path of the cluster map inside a data directory.
@@ -66,6 +87,7 @@ impl LocalCluster {
         fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
         let data = data.canonicalize()?;
         let path = map_path(&data);
+        let mut net = Net::load(&data)?;
         let map = if path.exists() {
             let map = ClusterMap::load(&path)?;
             if servers.is_some_and(|n| n != map.servers.len()) {
@@ -81,11 +103,29 @@ impl LocalCluster {
             if servers == 0 || servers > 1000 {
                 bail!("--servers must be between 1 and 1000");
             }
-            let servers = free_ports(servers)?
-                .into_iter()
-                .zip(0u32..)
-                .map(|(port, id)| ServerEntry { id, address: format!("127.0.0.1:{port}"), weight: 1.0 })
-                .collect();
+            let ids: Vec<u32> = (0..servers as u32).collect();
+            let servers = match &settings.netns {
+                Some(ns) => {
+                    plusfs_netns::require_root()?;
+                    let planned = Net::plan(&data, &ids, ns.clients.max(1), ns.shape)?;
+                    let servers = ids
+                        .iter()
+                        .map(|&id| ServerEntry {
+                            id,
+                            address: planned.server_address(id).expect("planned"),
+                            weight: 1.0,
+                        })
+                        .collect();
+                    planned.save(&data)?;
+                    net = Some(planned);
+                    servers
+                }
+                None => free_ports(servers)?
+                    .into_iter()
+                    .zip(0u32..)
+                    .map(|(port, id)| ServerEntry { id, address: format!("127.0.0.1:{port}"), weight: 1.0 })
+                    .collect(),
+            };
             let map = ClusterMap {
                 epoch: 1,
                 sync: settings.sync,
@@ -95,10 +135,10 @@ impl LocalCluster {
                 delegations: settings.delegations.clone(),
                 servers,
             };
-            fs::write(&path, map.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
+            plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
             map
         };
-        Ok(LocalCluster { exe: exe.to_path_buf(), data, map, children: Vec::new() })
+        Ok(LocalCluster { exe: exe.to_path_buf(), data, map, children: Vec::new(), net, proxies: Vec::new() })
     }
 
     /// Starts every server and waits until all answer.
@@ -114,11 +154,44 @@ impl LocalCluster {
                 );
             }
         }
+        if let Some(net) = &c.net {
+            // Rules and links start afresh: whatever a crash left is removed first.
+            plusfs_netns::destroy_namespaces(&c.data)?;
+            net.create()?;
+            for id in c.ids() {
+                c.start_proxy(id)?;
+            }
+        }
         for id in c.ids() {
             c.start(id)?;
         }
         c.wait_ready(Duration::from_secs(30))?;
         Ok(c)
+    }
+
+    /// The private network, if the cluster has one.
+    pub fn net(&self) -> Option<&Net> {
+        self.net.as_ref()
+    }
+
+    /// Starts the delaying proxy in front of server `id` in its namespace.
+    fn start_proxy(&mut self, id: u32) -> Result<()> {
+        let net = self.net.as_ref().expect("a private network");
+        let ns = &net.member(&format!("s{id}")).with_context(|| format!("server {id} has no namespace"))?.ns;
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("proxy-{id}.log")))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(["netns", "proxy", "--server", &id.to_string(), "--data"])
+            .arg(&self.data)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0);
+        let handle = NsHandle::open(ns)?;
+        handle.apply(&mut cmd);
+        let child = cmd.spawn().with_context(|| format!("cannot start the proxy of server {id}"))?;
+        fs::write(self.data.join(format!("proxy-{id}.pid")), child.id().to_string())?;
+        self.proxies.push((id, child));
+        Ok(())
     }
 
     /// The cluster map.
@@ -153,8 +226,8 @@ impl LocalCluster {
         let dir = self.data.join(format!("server-{id}"));
         fs::create_dir_all(&dir)?;
         let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("server-{id}.log")))?;
-        let child = Command::new(&self.exe)
-            .arg("server")
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("server")
             .arg("--cluster")
             .arg(self.map_file())
             .arg("--id")
@@ -165,9 +238,18 @@ impl LocalCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("cannot start {}", self.exe.display()))?;
+            .process_group(0);
+        // In its namespace, behind its proxy; the handle stays open until the spawn.
+        let mut handle = None;
+        if let Some(net) = &self.net {
+            let ns = &net.member(&format!("s{id}")).with_context(|| format!("server {id} has no namespace"))?.ns;
+            cmd.arg("--listen").arg(format!("127.0.0.1:{}", plusfs_netns::INNER_PORT));
+            let h = NsHandle::open(ns)?;
+            h.apply(&mut cmd);
+            handle = Some(h);
+        }
+        let child = cmd.spawn().with_context(|| format!("cannot start {}", self.exe.display()))?;
+        drop(handle);
         fs::write(self.data.join(format!("server-{id}.pid")), child.id().to_string())?;
         self.children.retain(|(i, _)| *i != id);
         self.children.push((id, child));
@@ -178,9 +260,10 @@ impl LocalCluster {
     /// run on a thread of their own.
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
+        let from = self.net.as_ref().and_then(|n| n.clients().next().map(|c| c.ns.clone()));
         for s in self.map.servers.clone() {
             loop {
-                if ping(&self.map, s.id)? {
+                if ping(&self.map, s.id, from.as_deref())? {
                     break;
                 }
                 if let Some((_, child)) = self.children.iter_mut().find(|(i, _)| *i == s.id) {
@@ -229,12 +312,25 @@ impl LocalCluster {
     /// Leaves the servers running after this value is dropped (`cluster up --detach`).
     pub fn detach(mut self) {
         self.children.clear();
+        self.proxies.clear();
     }
 
-    /// Stops every server started by this value.
+    /// Stops every server started by this value (and its proxies and network).
     pub fn shutdown(&mut self) -> Result<()> {
         for id in self.ids() {
             self.stop(id)?;
+        }
+        self.stop_network()
+    }
+
+    fn stop_network(&mut self) -> Result<()> {
+        for (id, mut p) in self.proxies.drain(..) {
+            send_signal(p.id(), libc::SIGKILL);
+            let _ = p.wait();
+            let _ = fs::remove_file(self.data.join(format!("proxy-{id}.pid")));
+        }
+        if self.net.is_some() {
+            plusfs_netns::destroy_namespaces(&self.data)?;
         }
         Ok(())
     }
@@ -248,13 +344,23 @@ impl Drop for LocalCluster {
         for (_, child) in &mut self.children {
             let _ = child.wait();
         }
+        if !self.children.is_empty() || !self.proxies.is_empty() {
+            if let Err(e) = self.stop_network() {
+                eprintln!("cannot remove the cluster's network: {e:#}");
+            }
+        }
     }
 }
 
-/// One ping of server `id` on a private runtime and thread; `Ok(false)` if it did not answer.
-fn ping(map: &ClusterMap, id: u32) -> Result<bool> {
+/// One ping of server `id` on a private runtime and thread (moved into namespace `from`
+/// if given); `Ok(false)` if it did not answer.
+fn ping(map: &ClusterMap, id: u32, from: Option<&str>) -> Result<bool> {
     let map = map.clone();
+    let from = from.map(NsHandle::open).transpose()?;
     let answered = std::thread::spawn(move || -> Result<bool> {
+        if let Some(ns) = from {
+            ns.enter().context("cannot enter the client namespace")?;
+        }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         rt.block_on(async {
             let client = Client::new(map, ClientOptions { retries: 0, ..Default::default() });
@@ -286,9 +392,25 @@ fn alive(pid: u32) -> bool {
 }
 
 /// Stops the servers of the cluster in `data` from their pid files (`cluster down`):
-/// SIGTERM, then SIGKILL after `grace`. Returns how many were stopped.
+/// SIGTERM, then SIGKILL after `grace`; then its proxies and private network, if any
+/// (also what a crash left of them). Returns how many servers were stopped.
 pub fn down(data: &Path, grace: Duration) -> Result<usize> {
     let map = ClusterMap::load(&map_path(data)).with_context(|| format!("no cluster in {}", data.display()))?;
+    let stopped = stop_servers(data, &map, grace)?;
+    for s in &map.servers {
+        let pid_file = data.join(format!("proxy-{}.pid", s.id));
+        if let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok()) {
+            if alive(pid) {
+                send_signal(pid, libc::SIGKILL);
+            }
+            let _ = fs::remove_file(&pid_file);
+        }
+    }
+    plusfs_netns::destroy_namespaces(data)?;
+    Ok(stopped)
+}
+
+fn stop_servers(data: &Path, map: &ClusterMap, grace: Duration) -> Result<usize> {
     let mut stopped = 0;
     for s in &map.servers {
         let pid_file = data.join(format!("server-{}.pid", s.id));

@@ -5,7 +5,8 @@ use plusfs_proto::io::{write_frames, FrameReader};
 use plusfs_proto::{decode_response, encode_request, Cred, Errno, OutFrame, Request, Response};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 use thiserror::Error;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -54,10 +55,17 @@ pub struct Connection {
 impl Connection {
     /// Connects to `addr` and starts the reader and writer tasks.
     pub async fn connect(addr: &str, counters: Arc<Counters>) -> Result<Connection, CallError> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| CallError::Connect { addr: addr.to_string(), reason: e.to_string() })?;
+        let limit = transport_timeout();
+        let stream = match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(CallError::Connect { addr: addr.to_string(), reason: e.to_string() }),
+            Err(_) => {
+                let reason = format!("no answer within {} ms", limit.as_millis());
+                return Err(CallError::Connect { addr: addr.to_string(), reason });
+            }
+        };
         stream.set_nodelay(true).ok();
+        detect_dead_peers(&stream, limit);
         let (rd, mut wr) = stream.into_split();
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -171,6 +179,32 @@ impl Connection {
             }
         }
         rx.await.unwrap_or_else(|_| Err(broken()))
+    }
+}
+
+/// How long a peer may leave sent bytes unacknowledged, or fail to answer keep-alive
+/// probes on an idle connection, before the connection is declared broken (its calls fail
+/// with EIO and the next call reconnects); also the limit of a connect. 15 s unless
+/// `PLUSFS_TRANSPORT_TIMEOUT_MS` says otherwise (tests of partitions use less).
+pub fn transport_timeout() -> Duration {
+    static LIMIT: OnceLock<Duration> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let ms = std::env::var("PLUSFS_TRANSPORT_TIMEOUT_MS").ok().and_then(|v| v.parse::<u64>().ok());
+        Duration::from_millis(ms.unwrap_or(15_000).max(100))
+    })
+}
+
+/// Makes the kernel end a connection to a peer that stopped answering: `TCP_USER_TIMEOUT`
+/// for unacknowledged data, keep-alive probes for an idle connection whose reply is
+/// awaited. Without them a partitioned peer holds calls for the kernel's ~15 minutes of
+/// retransmissions. A request the peer has received but takes long to answer is not
+/// affected (its bytes were acknowledged and the peer's kernel answers the probes).
+fn detect_dead_peers(stream: &TcpStream, limit: Duration) {
+    let sock = socket2::SockRef::from(stream);
+    let probe_every = (limit / 4).max(Duration::from_millis(100));
+    let keepalive = socket2::TcpKeepalive::new().with_time(probe_every).with_interval(probe_every).with_retries(3);
+    if let Err(e) = sock.set_tcp_keepalive(&keepalive).and_then(|_| sock.set_tcp_user_timeout(Some(limit))) {
+        tracing::debug!(cause = %e, "cannot set TCP keep-alive and user timeout");
     }
 }
 

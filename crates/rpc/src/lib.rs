@@ -12,7 +12,7 @@ mod pool;
 mod tcp;
 mod transport;
 
-pub use conn::{CallError, Connection};
+pub use conn::{transport_timeout, CallError, Connection};
 pub use counters::{counting, Counters, CountersSnapshot};
 pub use pool::Pool;
 pub use tcp::TcpTransport;
