@@ -11,6 +11,7 @@ mod fsck;
 mod largefile;
 mod mount;
 mod netns;
+mod sim;
 mod xbench;
 
 use anyhow::{Context, Result};
@@ -82,6 +83,10 @@ enum Cmd {
     /// partition, heal, shape its links.
     #[command(subcommand)]
     Netns(netns::NetnsCmd),
+    /// A scaling model: placement balance and moved fraction for many servers, and rates
+    /// fitted to measured runs, validated, extrapolated.
+    #[command(subcommand)]
+    Sim(sim::SimCmd),
 }
 
 /// Keeps large buffers (the 1-4 MiB frames and records of file data) in the heap: glibc
@@ -121,6 +126,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Mount(a) => mount::mount(a, cluster),
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Netns(c) => netns::run(c, cluster),
+        Cmd::Sim(c) => sim::run(c),
         Cmd::Cp(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async move {
@@ -155,6 +161,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     | Cmd::Mount(_)
                     | Cmd::Umount(_)
                     | Cmd::Netns(_)
+                    | Cmd::Sim(_)
                     | Cmd::Cp(_) => {
                         unreachable!("handled above")
                     }

@@ -90,6 +90,9 @@ impl LocalCluster {
         let mut net = Net::load(&data)?;
         let map = if path.exists() {
             let map = ClusterMap::load(&path)?;
+            if settings.netns.is_some() && net.is_none() {
+                bail!("{} holds a cluster on loopback; --netns makes a new cluster: use another --data", data.display());
+            }
             if servers.is_some_and(|n| n != map.servers.len()) {
                 bail!(
                     "{} holds a {}-server cluster; use the same --servers or another --data",
