@@ -73,7 +73,9 @@ fn map_of(n: u32) -> ClusterMap {
 /// Prints, per server count, the busiest and idlest server's share of directories
 /// against the mean, and the fraction that moves when one more server joins.
 fn placement(servers: &[u32], per_server: u32) -> Result<()> {
-    println!("| servers | dirs | busiest / mean | idlest / mean | moved when one joins | ideal 1/(N+1) | moved / ideal |");
+    println!(
+        "| servers | dirs | busiest / mean | idlest / mean | moved when one joins | ideal 1/(N+1) | moved / ideal |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for &n in servers {
         if n == 0 {
@@ -144,7 +146,11 @@ fn rates(a: &RatesArgs) -> Result<()> {
     // Loopback points: (servers, clients, phase).
     let mut cal: BTreeMap<(u64, u64, String), Point> = BTreeMap::new();
     for d in lines(&a.calibration)? {
-        let key = (d["servers"].as_u64().unwrap_or(0), d["clients"].as_u64().unwrap_or(0), d["phase"].as_str().unwrap_or("").to_string());
+        let key = (
+            d["servers"].as_u64().unwrap_or(0),
+            d["clients"].as_u64().unwrap_or(0),
+            d["phase"].as_str().unwrap_or("").to_string(),
+        );
         let ops = d["ops"].as_f64().unwrap_or(0.0).max(1.0);
         let p = cal.entry(key).or_default();
         p.rates.push(d["ops_per_sec"].as_f64().unwrap_or(0.0));
@@ -182,7 +188,10 @@ fn rates(a: &RatesArgs) -> Result<()> {
             if role == "validation" {
                 worst = worst.max(err.abs());
             }
-            println!("| {phase} | {n} servers, {c} clients, loopback | {got:.0} | {m:.0} | {:+.0} % | {role} |", err * 100.0);
+            println!(
+                "| {phase} | {n} servers, {c} clients, loopback | {got:.0} | {m:.0} | {:+.0} % | {role} |",
+                err * 100.0
+            );
         }
         // The proxies' CPU per operation from the 0-delay network run; then the delays.
         let Some(zero) = net.get(&("0us".to_string(), phase.to_string())) else { continue };
@@ -200,7 +209,10 @@ fn rates(a: &RatesArgs) -> Result<()> {
             if role == "validation" {
                 worst = worst.max(err.abs());
             }
-            println!("| {phase} | 8 servers, {net_clients} clients, delay {label} | {got:.0} | {m:.0} | {:+.0} % | {role} |", err * 100.0);
+            println!(
+                "| {phase} | 8 servers, {net_clients} clients, delay {label} | {got:.0} | {m:.0} | {:+.0} % | {role} |",
+                err * 100.0
+            );
         }
         println!(
             "| {phase} | fitted | | | | CPU {:.0} µs/op, other latency {:.0} µs/op, proxies' CPU {:.0} µs/op |",
@@ -268,5 +280,30 @@ fn extrapolate(phase: &str, cal: &BTreeMap<(u64, u64, String), Point>, idle: f64
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_value_analysis_has_the_right_limits() {
+        // One client: no queueing, one operation per (cpu + other).
+        assert!((mva(1, 50e-6, 150e-6, 2.0) - 1.0 / 200e-6).abs() < 1.0);
+        // Many clients: the cores saturate at cores / cpu.
+        let x = mva(500, 50e-6, 150e-6, 2.0);
+        assert!(x <= 1.0001 * 2.0 / 50e-6 && x > 0.97 * 2.0 / 50e-6, "{x}");
+        // More delay, fewer operations; solving for extra CPU inverts the model.
+        assert!(mva(4, 50e-6, 1e-3, 2.0) < mva(4, 50e-6, 1e-4, 2.0));
+        let extra = solve_extra_cpu(mva(4, 80e-6, 100e-6, 2.0), 4, 50e-6, 100e-6, 2.0);
+        assert!((extra - 30e-6).abs() < 1e-7, "{extra}");
+    }
+
+    #[test]
+    fn durations_of_network_labels() {
+        assert_eq!(delay_us("loopback"), None);
+        assert_eq!(delay_us("100us"), Some(100.0));
+        assert_eq!(delay_us("1ms"), Some(1000.0));
     }
 }

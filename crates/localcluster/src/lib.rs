@@ -91,7 +91,10 @@ impl LocalCluster {
         let map = if path.exists() {
             let map = ClusterMap::load(&path)?;
             if settings.netns.is_some() && net.is_none() {
-                bail!("{} holds a cluster on loopback; --netns makes a new cluster: use another --data", data.display());
+                bail!(
+                    "{} holds a cluster on loopback; --netns makes a new cluster: use another --data",
+                    data.display()
+                );
             }
             if servers.is_some_and(|n| n != map.servers.len()) {
                 bail!(
