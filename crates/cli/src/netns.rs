@@ -79,7 +79,7 @@ pub enum NetnsCmd {
     Shape {
         #[arg(long)]
         data: Option<PathBuf>,
-        /// Change only this host's link (rate and loss; the delay is per cluster).
+        /// Change only this host's link (a delay only for a server's: its proxy adds it).
         #[arg(long)]
         host: Option<String>,
         #[command(flatten)]
@@ -155,10 +155,16 @@ pub fn run(c: NetnsCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             if !shape.any() {
                 bail!("give --delay, --jitter, --rate or --loss");
             }
-            if host.is_some() && (shape.delay.is_some() || shape.jitter.is_some()) {
-                bail!("--delay and --jitter apply to the whole network; drop --host");
-            }
-            let new = shape.over(net.shape);
+            let base = match &host {
+                Some(h) => {
+                    let m =
+                        net.member(h).with_context(|| format!("no host '{h}' (hosts: {})", net.names().join(", ")))?;
+                    let (delay_us, jitter_us) = m.delay.unwrap_or((net.shape.delay_us, net.shape.jitter_us));
+                    LinkShape { delay_us, jitter_us, ..net.shape }
+                }
+                None => net.shape,
+            };
+            let new = shape.over(base);
             net.reshape(&data, host.as_deref(), new)?;
             println!("links: {new}");
             Ok(ExitCode::SUCCESS)
@@ -175,7 +181,7 @@ pub fn run(c: NetnsCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             let net = load(&data)?;
             let listen = net.server_address(server).with_context(|| format!("no server {server}"))?;
             let to = format!("127.0.0.1:{}", plusfs_netns::INNER_PORT);
-            plusfs_netns::proxy::run(listen.parse()?, to.parse()?, &data.canonicalize()?)?;
+            plusfs_netns::proxy::run(listen.parse()?, to.parse()?, &data.canonicalize()?, server)?;
             Ok(ExitCode::SUCCESS)
         }
     }

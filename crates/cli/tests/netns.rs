@@ -139,6 +139,55 @@ fn hosts_have_their_own_addresses_links_are_delayed_and_down_leaves_nothing() {
 }
 
 #[test]
+fn a_delay_on_one_server_s_link_slows_only_its_objects_and_can_be_changed_mid_run() {
+    if !root_or_skip() {
+        return;
+    }
+    let tc = start(3, LinkShape::default());
+    let map = tc.cluster.map().clone();
+    let dirs: Vec<String> = (0..12).map(|i| format!("/t{i}")).collect();
+    let slow = map.home_of_dir(&dirs[0]);
+    let data = tc.cluster.data().to_str().unwrap().to_string();
+    let timed = |tc: &TestCluster, dirs: Vec<String>| {
+        with_client(tc, "c0", move |c| {
+            Box::pin(async move {
+                let mut out = Vec::new();
+                for d in &dirs {
+                    let _ = c.mkdir(d, 0o755).await;
+                    let t = Instant::now();
+                    for _ in 0..5 {
+                        c.lstat(&format!("{d}/missing")).await.unwrap_err();
+                    }
+                    out.push((d.clone(), t.elapsed() / 5));
+                }
+                out
+            })
+        })
+    };
+    let (code, _, err) =
+        plusfs_cli(&["netns", "shape", "--data", &data, "--host", &format!("s{slow}"), "--delay", "15ms"]);
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_millis(500)); // the proxy re-reads within 200 ms
+    for (d, per_op) in timed(&tc, dirs.clone()) {
+        match map.home_of_dir(&d) == slow {
+            true => assert!(per_op >= Duration::from_millis(28), "{d} on the delayed server: {per_op:?}"),
+            false => assert!(per_op < Duration::from_millis(10), "{d} on another server: {per_op:?}"),
+        }
+    }
+    // A client host's link has no proxy: a delay there is refused.
+    let (code, _, err) = plusfs_cli(&["netns", "shape", "--data", &data, "--host", "c0", "--delay", "1ms"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("client host"), "{err}");
+    // Back to no delay for everyone.
+    let (code, _, err) = plusfs_cli(&["netns", "shape", "--data", &data, "--delay", "0us"]);
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_millis(500));
+    for (d, per_op) in timed(&tc, dirs) {
+        assert!(per_op < Duration::from_millis(10), "{d} after the delay was removed: {per_op:?}");
+    }
+}
+
+#[test]
 fn down_removes_the_network_a_crash_left_behind() {
     if !root_or_skip() {
         return;
@@ -343,14 +392,36 @@ fn a_huge_directory_spreading_while_its_home_is_cut_off_loses_no_entry() {
     let dir = (0..100).map(|i| format!("/h{i}")).find(|p| map.home_of_dir(p) == 0).expect("a directory on s0");
     let d = dir.clone();
     with_client(&tc, "c0", move |c| Box::pin(async move { c.mkdir(&d, 0o755).await.unwrap() }));
-    // The 30th entry (about a second in) starts the spreading, while s0 is cut off.
+    // The 30th entry (about a second in) starts the spreading, while s0 is cut off. From
+    // host c1, 2.5 s in (the cut lasts from 0.3 s to 3.3 s), the directory must be caught
+    // mid-spreading: its entries half moved, or the answer held until the spreading ends.
     let paths: Vec<String> = (0..200).map(|i| format!("{dir}/f{i}")).collect();
+    let probe = {
+        let ns = NsHandle::open(&tc.cluster.net().unwrap().member("c1").unwrap().ns).unwrap();
+        let (map, d) = (tc.cluster.map().clone(), dir.clone());
+        std::thread::spawn(move || {
+            ns.enter().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let c = Client::new(map, ClientOptions { retries: 0, ..Default::default() });
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                match tokio::time::timeout(Duration::from_millis(300), c.distribution(&d)).await {
+                    Ok(Ok(r)) => format!("{:?}", r.state),
+                    Ok(Err(e)) => format!("error {e}"),
+                    Err(_) => "held".to_string(),
+                }
+            })
+        })
+    };
     let (acked, _) = under_a_cut(&tc, paths, |c, p| {
         Box::pin(async move {
             let ok = c.create(&p, 0o644, true).await.is_ok();
             (c, ok)
         })
     });
+    let mid = probe.join().unwrap();
+    eprintln!("directory state mid-cut: {mid}");
+    assert!(mid == "Distributing" || mid == "held", "the cut did not catch the spreading: {mid}");
     // Once healed, the directory lists exactly what was acknowledged (plus any create
     // whose answer was lost).
     let listed = {

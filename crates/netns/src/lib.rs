@@ -42,6 +42,9 @@ pub struct Member {
     pub ns: String,
     /// Its address on the bridge.
     pub addr: Ipv4Addr,
+    /// A server's own one-way delay and jitter in µs, instead of the network's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<(u64, u64)>,
 }
 
 /// A cluster's private network, as planned and (once created) as it exists.
@@ -84,7 +87,8 @@ impl Net {
             bail!("a private network holds at most 250 servers (ids 0-249) and 250 client hosts");
         }
         let tag = tag_for(data);
-        let member = |name: String, addr: Ipv4Addr| Member { ns: format!("plusfs-{tag}-{name}"), name, addr };
+        let member =
+            |name: String, addr: Ipv4Addr| Member { ns: format!("plusfs-{tag}-{name}"), name, addr, delay: None };
         let mut members: Vec<Member> =
             servers.iter().map(|&id| member(format!("s{id}"), Ipv4Addr::new(10, 213, 1, id as u8 + 1))).collect();
         members.extend((0..clients).map(|k| member(format!("c{k}"), Ipv4Addr::new(10, 213, 2, k as u8 + 1))));
@@ -175,7 +179,8 @@ impl Net {
     }
 
     /// Changes the shape of every link, or of `only`'s (by member name); running proxies
-    /// pick up a new delay from the state file in `data` within 200 ms.
+    /// pick up a new delay from the state file in `data` within 200 ms. A host's own delay
+    /// applies to a server's link (its proxy adds it); client hosts have rate and loss only.
     pub fn reshape(&mut self, data: &Path, only: Option<&str>, shape: LinkShape) -> Result<()> {
         require_root()?;
         let targets: Vec<Member> = match only {
@@ -186,12 +191,28 @@ impl Net {
             cmd::nft_in(&m.ns, &format!("flush chain inet plusfs loss\n{}", loss_rule(shape.loss_ppm)))?;
             self.shape_rate(m, shape.rate_bps)?;
         }
-        if only.is_none() {
-            self.shape = shape;
-        } else {
-            tracing::info!("per-member delay is not supported; only rate and loss changed for {only:?}");
+        match only {
+            None => {
+                self.shape = shape;
+                self.members.iter_mut().for_each(|m| m.delay = None);
+            }
+            Some(name) => {
+                let own = (shape.delay_us, shape.jitter_us);
+                let m = self.members.iter_mut().find(|m| m.name == name).expect("checked");
+                if own != (self.shape.delay_us, self.shape.jitter_us) {
+                    if !name.starts_with('s') {
+                        bail!("a delay applies to a server's link (its proxy adds it); '{name}' is a client host");
+                    }
+                    m.delay = Some(own);
+                }
+            }
         }
         self.save(data)
+    }
+
+    /// The one-way delay and jitter in µs on server `id`'s link.
+    pub fn delay_of(&self, id: u32) -> (u64, u64) {
+        self.member(&format!("s{id}")).and_then(|m| m.delay).unwrap_or((self.shape.delay_us, self.shape.jitter_us))
     }
 
     /// Cuts traffic between every two members of different `groups` (names like `s0`,

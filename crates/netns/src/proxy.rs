@@ -38,13 +38,14 @@ impl Delay {
     }
 }
 
-/// Serves connections on `listen`, forwarding them to `to`, with the delay of the network
-/// whose state is in `data` (watched for changes). Runs until the process is killed.
-pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path) -> Result<()> {
+/// Serves connections on `listen`, forwarding them to `to`, with the delay of server
+/// `server`'s link in the network whose state is in `data` (watched for changes). Runs
+/// until the process is killed.
+pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path, server: u32) -> Result<()> {
     let delay = Arc::new(Delay::default());
-    load_delay(data, &delay);
+    load_delay(data, server, &delay);
     let (watched, d) = (data.join(STATE_FILE), delay.clone());
-    std::thread::Builder::new().name("watch".into()).spawn(move || watch(&watched, &d))?;
+    std::thread::Builder::new().name("watch".into()).spawn(move || watch(&watched, server, &d))?;
     let listener = TcpListener::bind(listen).with_context(|| format!("proxy cannot listen on {listen}"))?;
     tracing::info!(%listen, %to, "delaying proxy ready");
     for conn in listener.incoming() {
@@ -59,15 +60,16 @@ pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path) -> Result<()> {
     Ok(())
 }
 
-fn load_delay(data: &Path, delay: &Delay) {
+fn load_delay(data: &Path, server: u32, delay: &Delay) {
     if let Ok(Some(net)) = Net::load(data) {
-        delay.delay_ns.store(net.shape.delay_us * 1000, Ordering::Relaxed);
-        delay.jitter_ns.store(net.shape.jitter_us.min(net.shape.delay_us) * 1000, Ordering::Relaxed);
+        let (d, j) = net.delay_of(server);
+        delay.delay_ns.store(d * 1000, Ordering::Relaxed);
+        delay.jitter_ns.store(j.min(d) * 1000, Ordering::Relaxed);
     }
 }
 
 /// Re-reads the delay whenever the state file changes (checked every 200 ms).
-fn watch(path: &PathBuf, delay: &Delay) {
+fn watch(path: &PathBuf, server: u32, delay: &Delay) {
     let mtime = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
     let mut seen = mtime(path);
     loop {
@@ -75,7 +77,7 @@ fn watch(path: &PathBuf, delay: &Delay) {
         let now = mtime(path);
         if now != seen {
             seen = now;
-            load_delay(path.parent().unwrap_or(Path::new(".")), delay);
+            load_delay(path.parent().unwrap_or(Path::new(".")), server, delay);
             tracing::info!(delay_ns = delay.delay_ns.load(Ordering::Relaxed), "link delay changed");
         }
     }
