@@ -26,6 +26,8 @@ pub struct Client {
     pub(crate) caller: Cred,
     /// Directory delegations, when asked for (`deleg`).
     pub(crate) delegs: Option<Arc<crate::deleg::Delegations>>,
+    /// Paths seen to be directories (`lstat` asks their home at once).
+    dir_hints: Arc<crate::dirhints::DirHints>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -55,6 +57,7 @@ impl Client {
             cwd: Arc::from("/"),
             caller,
             delegs,
+            dir_hints: Arc::default(),
         }
     }
 
@@ -233,6 +236,7 @@ impl Client {
         if let Some(d) = &self.delegs {
             d.created(&p);
         }
+        self.dir_hints.note(&p);
         Ok(made)
     }
 
@@ -276,7 +280,9 @@ impl Client {
     /// `rmdir(2)`.
     pub async fn rmdir(&self, raw: &str) -> Result<(), FsError> {
         let (p, parent, name) = self.target("remove directory", raw, Errno::EBUSY)?;
-        self.rmdir_two_server(raw, &p, (&parent, &name)).await
+        self.rmdir_two_server(raw, &p, (&parent, &name)).await?;
+        self.dir_hints.forget(&p);
+        Ok(())
     }
 
     /// Creates a regular file (`open(O_CREAT)`, with `O_EXCL` when `exclusive`) and returns
@@ -438,12 +444,32 @@ impl Client {
         if let Some(r) = self.deleg_lookup(raw, parent, name).await {
             return r;
         }
-        match self.entry_rpc("stat", raw, parent, name, Request::Stat { path: p.clone() }).await?.0 {
-            Reply::IsDir { .. } => {
-                let server = self.home(&p);
-                expect_attr(self.rpc("stat", raw, server, Request::DirStat { path: p }).await?, raw)
+        let home = self.home(&p);
+        let dir_stat = || self.rpc("stat", raw, home, Request::DirStat { path: p.clone() });
+        let entry = self.entry_rpc("stat", raw, parent, name, Request::Stat { path: p.clone() });
+        // A hinted directory: its entry's server and its home at once (see dirhints.rs).
+        let (entry, early) = match self.dir_hints.likely(&p) {
+            true => {
+                let (e, d) = futures::join!(entry, dir_stat());
+                (e, Some(d))
             }
-            r => expect_attr(r, raw),
+            false => (entry.await, None),
+        };
+        let entry = entry.inspect_err(|_| self.dir_hints.forget(&p))?;
+        match entry.0 {
+            Reply::IsDir { .. } => {
+                self.dir_hints.note(&p);
+                let answer = match early {
+                    Some(Ok(r)) => r,
+                    // Raced with a change, or not asked: ask the home now.
+                    _ => dir_stat().await?,
+                };
+                expect_attr(answer, raw)
+            }
+            r => {
+                self.dir_hints.forget(&p);
+                expect_attr(r, raw)
+            }
         }
     }
 

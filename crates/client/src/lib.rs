@@ -15,6 +15,7 @@ mod cx;
 mod deleg;
 mod delegated;
 mod direct;
+mod dirhints;
 mod dist;
 mod error;
 mod fds;
