@@ -59,15 +59,27 @@ pub fn run(c: SimCmd) -> Result<ExitCode> {
 }
 
 fn map_of(n: u32) -> ClusterMap {
-    ClusterMap {
-        epoch: 1,
-        sync: Default::default(),
-        hugedirs: Default::default(),
-        data: Default::default(),
-        txn: Default::default(),
-        delegations: Default::default(),
-        servers: (0..n).map(|id| ServerEntry { id, address: format!("sim:{id}"), weight: 1.0 }).collect(),
+    ClusterMap::with_servers((0..n).map(|id| ServerEntry { id, address: format!("sim:{id}"), weight: 1.0 }).collect())
+}
+
+/// The synthetic directory paths placed for `n` servers (`per_server` each).
+fn sim_dirs(n: u32, per_server: u32) -> impl Iterator<Item = String> {
+    (0..n as u64 * per_server as u64).map(|i| format!("/u{}/d{}", i % 997, i))
+}
+
+/// Directories per server of `map` for the synthetic paths.
+fn loads(map: &ClusterMap, per_server: u32) -> Vec<u64> {
+    let mut load = vec![0u64; map.servers.len()];
+    for p in sim_dirs(map.servers.len() as u32, per_server) {
+        load[map.home_of_dir(&p) as usize] += 1;
     }
+    load
+}
+
+/// The mean share of directories over the busiest server's (1: perfect balance).
+fn balance(load: &[u64]) -> f64 {
+    let total: u64 = load.iter().sum();
+    (total as f64 / load.len() as f64) / *load.iter().max().expect("servers") as f64
 }
 
 /// Prints, per server count, the busiest and idlest server's share of directories
@@ -83,14 +95,8 @@ fn placement(servers: &[u32], per_server: u32) -> Result<()> {
         }
         let (now, grown) = (map_of(n), map_of(n + 1));
         let dirs = n as u64 * per_server as u64;
-        let mut load = vec![0u64; n as usize];
-        let mut moved = 0u64;
-        for i in 0..dirs {
-            let p = format!("/u{}/d{}", i % 997, i);
-            let home = now.home_of_dir(&p);
-            load[home as usize] += 1;
-            moved += u64::from(grown.home_of_dir(&p) != home);
-        }
+        let load = loads(&now, per_server);
+        let moved = sim_dirs(n, per_server).filter(|p| grown.home_of_dir(p) != now.home_of_dir(p)).count() as u64;
         let mean = dirs as f64 / n as f64;
         let max = *load.iter().max().expect("servers") as f64;
         let min = *load.iter().min().expect("servers") as f64;
@@ -171,6 +177,8 @@ fn rates(a: &RatesArgs) -> Result<()> {
     println!("| phase | point | measured ops/s | model ops/s | error | role |");
     println!("|---|---|---|---|---|---|");
     let mut worst: f64 = 0.0;
+    // Placement balance of the extrapolated clusters, computed once for every phase.
+    let balances: Vec<(u32, f64)> = [64u32, 256].into_iter().map(|n| (n, balance(&loads(&map_of(n), 300)))).collect();
     for phase in ["create", "stat", "unlink"] {
         let get = |n: u64, c: u64| cal.get(&(n, c, phase.to_string()));
         let (Some(one), Some(four)) = (get(1, 1), get(1, 4)) else { continue };
@@ -220,7 +228,7 @@ fn rates(a: &RatesArgs) -> Result<()> {
             idle * 1e6,
             proxy * 1e6
         );
-        extrapolate(phase, &cal, idle, proxy);
+        extrapolate(phase, &cal, idle, proxy, &balances);
     }
     println!("\nLargest validation error: {:.0} %.", worst * 100.0);
     Ok(())
@@ -256,17 +264,10 @@ fn solve_extra_cpu(rate: f64, clients: usize, cpu: f64, other: f64, cores: f64) 
 /// Aggregate rates for 64 and 256 servers, each on a core of its own with clients on
 /// hosts of their own, over links of 100 µs and 1 ms: per-server capacity from the
 /// servers' own CPU per operation, the busiest server (placement balance) bounding all.
-fn extrapolate(phase: &str, cal: &BTreeMap<(u64, u64, String), Point>, idle: f64, proxy: f64) {
+fn extrapolate(phase: &str, cal: &BTreeMap<(u64, u64, String), Point>, idle: f64, proxy: f64, balances: &[(u32, f64)]) {
     let Some(p) = cal.get(&(1, 4, phase.to_string())) else { return };
     let server_cpu = median(&p.server_per_op);
-    for n in [64u32, 256] {
-        let map = map_of(n);
-        let dirs = 300 * n as u64;
-        let mut load = vec![0u64; n as usize];
-        for i in 0..dirs {
-            load[map.home_of_dir(&format!("/u{}/d{}", i % 997, i)) as usize] += 1;
-        }
-        let balance = (dirs as f64 / n as f64) / *load.iter().max().expect("servers") as f64;
+    for &(n, balance) in balances {
         // The busiest server sees 1/balance times its share: as if every server had
         // `balance` of a core. Clients' own CPU is on their hosts (in `other`).
         let capacity = n as f64 * balance / server_cpu;

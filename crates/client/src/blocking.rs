@@ -239,15 +239,7 @@ mod tests {
 
     /// A map of one server nobody listens on.
     fn unreachable_map() -> ClusterMap {
-        ClusterMap {
-            epoch: 1,
-            sync: Default::default(),
-            hugedirs: Default::default(),
-            data: Default::default(),
-            txn: Default::default(),
-            delegations: Default::default(),
-            servers: vec![ServerEntry { id: 0, address: "127.0.0.1:1".into(), weight: 1.0 }],
-        }
+        ClusterMap::with_servers(vec![ServerEntry { id: 0, address: "127.0.0.1:1".into(), weight: 1.0 }])
     }
 
     /// Runs a task that needs the runtime's workers and timers.

@@ -316,6 +316,19 @@ pub enum MapError {
 }
 
 impl ClusterMap {
+    /// A map of `servers` at epoch 1 with every cluster setting at its default.
+    pub fn with_servers(servers: Vec<ServerEntry>) -> ClusterMap {
+        ClusterMap {
+            epoch: 1,
+            sync: SyncMode::default(),
+            hugedirs: HugedirSettings::default(),
+            data: DataSettings::default(),
+            txn: TxnSettings::default(),
+            delegations: DelegSettings::default(),
+            servers,
+        }
+    }
+
     /// Reads and validates a cluster map file.
     pub fn load(path: &Path) -> Result<ClusterMap, MapError> {
         let text = std::fs::read_to_string(path)
@@ -495,15 +508,7 @@ mod tests {
         let text = m.to_toml();
         let back: ClusterMap = toml::from_str(&text).unwrap();
         assert_eq!(back, m);
-        let bad = ClusterMap {
-            epoch: 1,
-            sync: SyncMode::Os,
-            hugedirs: HugedirSettings::default(),
-            data: DataSettings::default(),
-            txn: TxnSettings::default(),
-            delegations: DelegSettings::default(),
-            servers: vec![],
-        };
+        let bad = ClusterMap::with_servers(vec![]);
         assert!(bad.validate().is_err());
         let mut dup = m.clone();
         dup.servers[1].id = 0;
@@ -520,15 +525,7 @@ mod tests {
 
     #[test]
     fn storing_sets_differ_between_directories() {
-        let m = ClusterMap {
-            epoch: 1,
-            sync: SyncMode::Os,
-            hugedirs: HugedirSettings::default(),
-            data: DataSettings::default(),
-            txn: TxnSettings::default(),
-            delegations: DelegSettings::default(),
-            servers: servers(8),
-        };
+        let m = ClusterMap::with_servers(servers(8));
         let a = m.storing_set("/a", 4);
         assert_eq!(a.len(), 4);
         assert_eq!(m.storing_set("/a", 0).len(), 8);
