@@ -13,3 +13,6 @@ drop_caches() { sync; [ "$(id -u)" = 0 ] && echo 3 > /proc/sys/vm/drop_caches ||
 
 # Messages received by all servers of the PLUSFS_CLUSTER cluster so far.
 msgs() { "$PLUSFS" cluster status --json | "$PYTHON" -c 'import json,sys; print(sum(json.loads(l).get("msgs_in",0) for l in sys.stdin))'; }
+
+# CPU seconds (user + system) the processes $* have used so far.
+cpu() { local t=0 p; for p in "$@"; do t=$(awk -v t="$t" '{ print t + ($14 + $15) / 100 }' "/proc/$p/stat"); done; echo "$t"; }

@@ -43,8 +43,6 @@ export PLUSFS_CLUSTER="$cluster/cluster.toml"
 "$PLUSFS" mount "$mnt" >/dev/null
 servers=$(pgrep -f "server --cluster $cluster/cluster.toml" | tr '\n' ' ')
 mount_pid=$(pgrep -f "mount -f $mnt" | head -1)
-# CPU seconds (user + system) the processes $* have used so far.
-cpu() { local t=0 p; for p in "$@"; do t=$(awk -v t="$t" '{ print t + ($14 + $15) / 100 }' "/proc/$p/stat"); done; echo "$t"; }
 
 # CPU seconds processes $2... used since they had used $1 (a JSON number).
 since() { local before=$1; shift; awk -v a="$(cpu "$@")" -v b="$before" 'BEGIN { printf "%.3f", a - b }'; }

@@ -20,8 +20,6 @@ work=$(mktemp -d -p "$PWD/bench/out" model-work.XXXXXX)
 cleanup() { "$PLUSFS" cluster down --data "$work/c" >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-# CPU seconds (user + system) the processes $* have used so far.
-cpu() { local t=0 p; for p in "$@"; do t=$(awk -v t="$t" '{ print t + ($14 + $15) / 100 }' "/proc/$p/stat"); done; echo "$t"; }
 # Busy CPU seconds of the whole machine so far (all but idle and iowait).
 busy() { awk '/^cpu / { print ($2 + $3 + $4 + $7 + $8) / 100 }' /proc/stat; }
 

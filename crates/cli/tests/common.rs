@@ -14,6 +14,16 @@ pub fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_plusfs"))
 }
 
+/// Runs `cmd` to its end; returns (exit code, stdout, stderr).
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("run a command");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A running test cluster; servers stop when it is dropped.
 pub struct TestCluster {
     pub cluster: LocalCluster,
@@ -70,13 +80,7 @@ impl TestCluster {
 
     /// Runs the `plusfs` CLI against this cluster; returns (exit code, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out =
-            Command::new(exe()).args(args).env("PLUSFS_CLUSTER", self.cluster.map_file()).output().expect("run plusfs");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        run(Command::new(exe()).args(args).env("PLUSFS_CLUSTER", self.cluster.map_file()))
     }
 
     /// Asserts `plusfs fsck` finds the namespace clean.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{exe, skip_allowed, TestCluster};
+use common::{exe, run, skip_allowed, TestCluster};
 use plusfs_client::{Client, ClientOptions};
 use plusfs_localcluster::{ClusterSettings, NetSettings};
 use plusfs_netns::shape::LinkShape;
@@ -37,20 +37,9 @@ fn start(servers: usize, shape: LinkShape) -> TestCluster {
 
 /// Runs `plusfs ARGS` on host `host` of the cluster's network; (exit code, stdout, stderr).
 fn on_host(tc: &TestCluster, host: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(exe())
-        .args(["netns", "exec", "--data"])
-        .arg(tc.cluster.data())
-        .arg(host)
-        .arg("--")
-        .arg(exe())
-        .args(args)
-        .output()
-        .expect("run plusfs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut cmd = Command::new(exe());
+    cmd.args(["netns", "exec", "--data"]).arg(tc.cluster.data()).arg(host).arg("--").arg(exe()).args(args);
+    run(&mut cmd)
 }
 
 /// Runs `work` with a client of the cluster on a thread moved into host `host`'s namespace.
@@ -72,12 +61,7 @@ fn with_client<T: Send + 'static>(
 }
 
 fn plusfs_cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(exe()).args(args).output().expect("run plusfs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run(Command::new(exe()).args(args))
 }
 
 /// TCP segments retransmitted so far in host `host`'s namespace.

@@ -78,6 +78,26 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(w: &mut W, frames: &[OutFrame])
     Ok(())
 }
 
+/// A connection's writer: sends the frames queued on `rx` until it closes, every frame
+/// queued by the time a write starts in that one write; `sent` learns the bytes of each.
+pub async fn send_queued<W: AsyncWrite + Unpin>(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<OutFrame>,
+    w: &mut W,
+    mut sent: impl FnMut(usize),
+) -> std::io::Result<()> {
+    let mut batch = Vec::new();
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        sent(batch.iter().map(OutFrame::len).sum());
+        write_frames(w, &batch).await?;
+        batch.clear();
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

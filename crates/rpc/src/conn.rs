@@ -1,7 +1,7 @@
 //! One pipelined connection: many requests in flight, replies matched by request id.
 
 use crate::counters::Counters;
-use plusfs_proto::io::{write_frames, FrameReader};
+use plusfs_proto::io::{send_queued, FrameReader};
 use plusfs_proto::{decode_response, encode_request, Cred, Errno, OutFrame, Request, Response};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,17 +76,8 @@ impl Connection {
         let wpending = pending.clone();
         let waddr = addr.to_string();
         tokio::spawn(async move {
-            let mut batch = Vec::new();
-            while let Some(first) = rx.recv().await {
-                batch.push(first);
-                while let Ok(more) = rx.try_recv() {
-                    batch.push(more);
-                }
-                if let Err(e) = write_frames(&mut wr, &batch).await {
-                    fail_all(&walive, &wpending, &waddr, &e.to_string());
-                    return;
-                }
-                batch.clear();
+            if let Err(e) = send_queued(&mut rx, &mut wr, |_| {}).await {
+                fail_all(&walive, &wpending, &waddr, &e.to_string());
             }
         });
 

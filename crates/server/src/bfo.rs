@@ -235,28 +235,7 @@ impl Osd {
         let fetches = by_server.into_iter().map(|(server, idx)| async move {
             let ranges: Vec<(u64, u64, u64)> =
                 idx.iter().map(|&i| (wanted[i].1.record, wanted[i].1.skip, wanted[i].1.len)).collect();
-            let parts = if server == self.id {
-                self.read_ranges(&ranges).await?
-            } else {
-                let req = plusfs_proto::Request::DataGet { ranges: ranges.clone() };
-                let all = match self.peers.call(server, &req).await {
-                    Ok(Ok(Reply::Data(d))) => d.into_bytes(),
-                    Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
-                    Ok(Err(e)) => return Err(e),
-                    Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
-                };
-                let mut at = 0usize;
-                let mut parts = Vec::with_capacity(ranges.len());
-                for r in &ranges {
-                    let end = at + r.2 as usize;
-                    if end > all.len() {
-                        return Err(err(Errno::EIO, "short DataGet reply"));
-                    }
-                    parts.push(all.slice(at..end));
-                    at = end;
-                }
-                parts
-            };
+            let parts = self.fetch_ranges(server, ranges).await?;
             Ok::<_, plusfs_proto::WireError>(idx.into_iter().zip(parts).collect::<Vec<_>>())
         });
         let mut out = vec![bytes::Bytes::new(); wanted.len()];

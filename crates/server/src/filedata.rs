@@ -412,17 +412,7 @@ impl Osd {
         }
         let fetches = wanted.iter().map(|(&server, ranges)| async move {
             let r: Vec<(u64, u64, u64)> = ranges.iter().map(|x| (x.1, x.2, x.3)).collect();
-            let parts = if server == self.id {
-                self.read_ranges(&r).await?
-            } else {
-                let all = match self.peers.call(server, &Request::DataGet { ranges: r }).await {
-                    Ok(Ok(Reply::Data(d))) => d.into_bytes(),
-                    Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
-                    Ok(Err(e)) => return Err(e),
-                    Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
-                };
-                split_reply(&all, ranges.iter().map(|x| x.3))?
-            };
+            let parts = self.fetch_ranges(server, r).await?;
             Ok(ranges.iter().map(|x| x.0).zip(parts).collect::<Vec<_>>())
         });
         // The file's bytes in order, holes as zeros.
@@ -469,6 +459,26 @@ impl Osd {
             out.push(rec.slice(skip as usize..(skip + len) as usize));
         }
         Ok(out)
+    }
+
+    /// `(record, skip, len)` ranges of `server`'s records, each as its own buffer: read
+    /// here, or with one `DataGet` whose reply is cut back into the ranges (not copied).
+    pub(crate) async fn fetch_ranges(
+        self: &Arc<Self>,
+        server: ServerId,
+        ranges: Vec<(u64, u64, u64)>,
+    ) -> OpResult<Vec<Bytes>> {
+        if server == self.id {
+            return self.read_ranges(&ranges).await;
+        }
+        let lens: Vec<u64> = ranges.iter().map(|r| r.2).collect();
+        let all = match self.peers.call(server, &Request::DataGet { ranges }).await {
+            Ok(Ok(Reply::Data(d))) => d.into_bytes(),
+            Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+            Ok(Err(e)) => return Err(e),
+            Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
+        };
+        split_reply(&all, lens.into_iter())
     }
 
     /// `DataGet` from another server.

@@ -6,7 +6,7 @@
 //! (after an `EPROTO` reply where a reply can be addressed).
 
 use crate::osd::Osd;
-use plusfs_proto::io::{write_frames, FrameReader, ReadError};
+use plusfs_proto::io::{send_queued, FrameReader, ReadError};
 use plusfs_proto::{decode_request, encode_response, DecodeError, Errno, OutFrame, Response, WireError, HEADER_LEN};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,19 +45,11 @@ async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Recei
     let (tx, mut rx) = mpsc::unbounded_channel::<OutFrame>();
     let m = osd.clone();
     let writer = tokio::spawn(async move {
-        let mut batch = Vec::new();
-        while let Some(first) = rx.recv().await {
-            batch.push(first);
-            while let Ok(more) = rx.try_recv() {
-                batch.push(more);
-            }
-            let bytes: usize = batch.iter().map(OutFrame::len).sum();
-            m.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
-            if write_frames(&mut wr, &batch).await.is_err() {
-                return;
-            }
-            batch.clear();
-        }
+        // A write error ends the writer; replies queued after it are dropped.
+        let _ = send_queued(&mut rx, &mut wr, |n| {
+            m.metrics.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+        })
+        .await;
     });
 
     let mut reader = FrameReader::new(rd);
