@@ -21,6 +21,7 @@ FILES=${FILES:-2000}         # files per client (4 clients) in the batch part
 SMALL=${SMALL:-500}          # 4 KiB files per client (4 clients) in the bfo part
 HUGE=${HUGE:-2500}           # files per client (4 clients) in the shared directory
 XOPS=${XOPS:-300}            # xbench operations per process (8 processes)
+PARTS=${PARTS:-"batch bfo hugedir txn"}  # which of the parts above to run
 OUT=${OUT:-bench/out/network}
 cd "$(dirname "$0")/.."
 . scripts/bench_lib.sh
@@ -61,20 +62,21 @@ for run in $(seq 1 "$RUNS"); do
   for delay in $DELAYS; do
     t="{\"delay\":\"$delay\",\"run\":$run"
     echo "== run $run, delay $delay" >&2
+    want() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     fresh "$delay"
-    for b in 1 1000; do
+    want batch && for b in 1 1000; do
       on "$delay" bench create stat unlink -n "$FILES" -c 4 -b "$b" --dir "/batch-$b" --json \
         | tag "$t,\"part\":\"batch\"}" | tee -a "$raw" >/dev/null
     done
-    for b in 1 1000; do
+    want bfo && for b in 1 1000; do
       on "$delay" bench write read -n "$SMALL" -c 4 --size 4096 -b "$b" --dir "/bfo-$b" --json \
         | tag "$t,\"part\":\"bfo\"}" | tee -a "$raw" >/dev/null
     done
-    for th in never 8000 0; do
+    want hugedir && for th in never 8000 0; do
       on "$delay" bench create stat -n "$HUGE" -c 4 --shared --threshold "$th" --dir "/huge-$th" --json \
         | tag "$t,\"part\":\"hugedir\",\"threshold\":\"$th\"}" | tee -a "$raw" >/dev/null
     done
-    for proto in cx 2pc serial; do
+    want txn && for proto in cx 2pc serial; do
       fresh "$delay" --txn "$proto"
       on "$delay" xbench --json --procs 8 --ops "$XOPS" --workload update --dir /x \
         | tag "$t,\"part\":\"txn\",\"protocol\":\"$proto\"}" | tee -a "$raw" >/dev/null

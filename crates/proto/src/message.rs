@@ -19,7 +19,7 @@ use crate::filedata::Piece;
 use crate::hugedir::{DistReport, Threshold};
 use crate::ids::{Ino, OpId, ServerId, TxId};
 use crate::payload::Payload;
-use crate::peer::{CommitPayload, CxAnswer, CxRole, SubOp, Vote};
+use crate::peer::{CommitPayload, CxAnswer, CxRole, ParentPerms, SubOp, Vote};
 use crate::record::{Ancestry, DirObject, FileKind, Inode};
 use serde::{Deserialize, Serialize};
 
@@ -337,6 +337,14 @@ pub enum Request {
         data: Payload,
         reply_len: u32,
     },
+    /// From a Cx coordinator that is the parent's home to the server of a new
+    /// subdirectory's object: the parent's `DirPerms` answer for operation `op`, sent as
+    /// the coordinator starts executing, so the participant need not ask for it.
+    CxPerms {
+        op: OpId,
+        path: String,
+        answer: Result<ParentPerms, WireError>,
+    },
 }
 
 impl Request {
@@ -399,6 +407,7 @@ impl Request {
             Layout { .. } => 53,
             CommitWrite { .. } => 54,
             Probe { .. } => 55,
+            CxPerms { .. } => 56,
         }
     }
 
@@ -462,6 +471,7 @@ impl Request {
                 | CxLaunch { .. }
                 | AllocInos { .. }
                 | DirPerms { .. }
+                | CxPerms { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | Layout { .. }
@@ -473,7 +483,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 56] = [
+pub const OPCODE_NAMES: [&str; 57] = [
     "invalid",
     "ping",
     "mkdir",
@@ -530,6 +540,7 @@ pub const OPCODE_NAMES: [&str; 56] = [
     "layout",
     "commit_write",
     "probe",
+    "cx_perms",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).

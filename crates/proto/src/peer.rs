@@ -15,6 +15,15 @@ pub struct DirDump {
     pub entries: Vec<(String, Inode)>,
 }
 
+/// What a new subdirectory takes from its parent: the parent's mode (its setgid bit),
+/// group and ancestry (`CxPerms`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentPerms {
+    pub mode: u32,
+    pub gid: u32,
+    pub ancestry: Option<Ancestry>,
+}
+
 /// A participant's part of a two-phase-commit transaction (seed 004 Table I lists the
 /// sub-operations of each cross-server operation).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

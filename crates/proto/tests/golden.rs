@@ -256,6 +256,11 @@ fn requests() -> Vec<Request> {
             pieces: vec![Piece { file_off: 1 << 20, len: 4096, server: 1, record: 9, skip: 0 }],
         },
         Request::Probe { data: vec![1, 2, 3].into(), reply_len: 4 },
+        Request::CxPerms {
+            op: opid(),
+            path: "/a".into(),
+            answer: Ok(ParentPerms { mode: 0o2775, gid: 2, ancestry: dir_object().ancestry }),
+        },
     ]
 }
 

@@ -3,6 +3,11 @@
 //! changes the ancestry of every directory below on every server (`SubOp::Reancestry`
 //! in one two-phase commit, so it is applied exactly once everywhere and survives
 //! crashes like any transaction).
+//!
+//! Under Cx the parent's home is usually the operation's coordinator: it pushes the
+//! parent's permissions to the new directory's server (`CxPerms`) as it starts executing,
+//! so that server does not spend a round trip asking for them after the client's request
+//! reached it (the ancestry is read at the same point of the operation either way).
 
 use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::locks::Scope;
@@ -10,11 +15,14 @@ use crate::engine::perm;
 use crate::osd::Osd;
 use crate::twopc::{add_part, Parts};
 use plusfs_proto::{
-    Ancestry, Cred, DirObject, Errno, FileKind, Replace, Reply, Request, Response, SetAttr, SubOp, Timespec,
+    Cred, CxRole, DirObject, Errno, FileKind, OpId, ParentPerms, Replace, Reply, Request, Response, ServerId, SetAttr,
+    SubOp, Timespec, WireError,
 };
 use plusfs_store::Batch;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// How long the server of a new directory's object waits for its parent's home when it
 /// cannot do without (serial execution, commitment).
@@ -22,18 +30,68 @@ pub(crate) const PARENT_WAIT: Duration = Duration::from_secs(30);
 /// How long a Cx participant waits for it before leaving the ancestry to the commitment.
 pub(crate) const CX_PARENT_WAIT: Duration = Duration::from_secs(1);
 
-/// A parent directory's mode, group and ancestry.
-type ParentPerms = (u32, u32, Option<Ancestry>);
+/// How long a Cx participant waits for the permissions its coordinator pushes before
+/// asking the parent's home itself (the push is lost only if the coordinator fails or
+/// never received its half). Short: the coordinator may decide the operation once it has
+/// executed its half, and a participant that has not executed by then votes NO.
+const PUSH_WAIT: Duration = Duration::from_millis(10);
+/// How long an unclaimed pushed answer is kept (its operation's request never came, or
+/// came after the participant asked for itself).
+const PUSH_KEEP: Duration = Duration::from_secs(30);
 
 /// What a new directory takes from its parent: the group and setgid bit of a setgid
 /// parent, and the parent's ancestry with its own element.
-fn inherit(object: &mut DirObject, (mode, gid, ancestry): ParentPerms) {
-    if mode & libc::S_ISGID != 0 {
-        object.gid = gid;
+fn inherit(object: &mut DirObject, parent: ParentPerms) {
+    if parent.mode & libc::S_ISGID != 0 {
+        object.gid = parent.gid;
         object.mode |= libc::S_ISGID;
     }
-    object.ancestry = ancestry.map(|a| a.with(object.search_perm()));
+    object.ancestry = parent.ancestry.map(|a| a.with(object.search_perm()));
 }
+
+/// A pushed answer and when it arrived.
+type Pushed = (Instant, Result<ParentPerms, WireError>);
+
+/// Parents' permissions pushed here by Cx coordinators, by operation and parent path,
+/// until the operation's participant half takes them.
+#[derive(Default)]
+pub(crate) struct PermsInbox {
+    slots: Mutex<HashMap<(OpId, String), Pushed>>,
+    arrived: Notify,
+}
+
+impl PermsInbox {
+    /// Files a pushed answer (and forgets answers nobody claimed in time).
+    pub(crate) fn put(&self, op: OpId, path: String, answer: Result<ParentPerms, WireError>) {
+        let now = Instant::now();
+        let mut slots = self.slots.lock().expect("perms inbox");
+        slots.retain(|_, (at, _)| now.duration_since(*at) < PUSH_KEEP);
+        slots.insert((op, path), (now, answer));
+        drop(slots);
+        self.arrived.notify_waiters();
+    }
+
+    /// Takes the answer pushed for `op` about `path`, waiting for it up to `wait`.
+    async fn take(&self, op: OpId, path: &str, wait: Duration) -> Option<Result<ParentPerms, WireError>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let key = (op, path.to_string());
+        loop {
+            let notified = self.arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some((_, answer)) = self.slots.lock().expect("perms inbox").remove(&key) {
+                return Some(answer);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+}
+
+/// The Cx operation a participant executes, and its coordinator (which may push the
+/// parents' permissions).
+pub(crate) type CxSide = (OpId, ServerId);
 
 impl Osd {
     /// Completes the sub-operations a client sent (Cx, serial) with what only servers
@@ -42,13 +100,15 @@ impl Osd {
     /// from the parent's home (waiting for it up to `wait`); a new subdirectory entry
     /// records the caller as owner. With `defer`, a parent's home that does not answer
     /// (under Cx it is the operation's coordinator, maybe restarting) leaves the object
-    /// without ancestry, for [`fill_at_commit`](Self::fill_at_commit).
+    /// without ancestry, for [`fill_at_commit`](Self::fill_at_commit). A Cx participant
+    /// (`cx`) first takes what its coordinator pushed, when that is the parent's home.
     pub(crate) async fn fill_new_dirs(
         self: &Arc<Self>,
         ops: &mut [SubOp],
         c: &Cred,
         wait: Duration,
         defer: bool,
+        cx: Option<CxSide>,
     ) -> OpResult<()> {
         for op in ops.iter_mut() {
             match op {
@@ -56,7 +116,7 @@ impl Osd {
                     let asked = (object.uid, object.gid);
                     (object.uid, object.gid, object.mode) = perm::new_owner(c, 0, 0, asked, object.mode, true);
                     let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
-                    match self.parent_perms(parent, wait).await {
+                    match self.pushed_or_asked(parent, wait, cx).await {
                         Ok(perms) => inherit(object, perms),
                         Err(e) if defer && e.errno == Errno::EIO => {
                             tracing::info!(path = %path, cause = %e.message, "ancestry filled at commit");
@@ -91,6 +151,53 @@ impl Osd {
         Ok(())
     }
 
+    /// The parent's permissions for a new directory: pushed by the Cx coordinator `cx`
+    /// when it is `parent`'s home, else (or if the push does not come) asked for.
+    async fn pushed_or_asked(
+        self: &Arc<Self>,
+        parent: &str,
+        wait: Duration,
+        cx: Option<CxSide>,
+    ) -> OpResult<ParentPerms> {
+        if let Some((op, coordinator)) = cx.filter(|(_, co)| self.map.home_of_dir(parent) == *co) {
+            match self.pushed_perms.take(op, parent, PUSH_WAIT).await {
+                Some(answer) => return answer,
+                None => tracing::debug!(%op, coordinator, parent, "no pushed permissions; asking"),
+            }
+        }
+        self.parent_perms(parent, wait).await
+    }
+
+    /// On a Cx coordinator, as it starts executing operation `op` with participant `peer`:
+    /// for each new subdirectory entry of a parent homed here whose object `peer` makes,
+    /// sends `peer` the parent's permissions (read as a `DirPerms` request would).
+    pub(crate) fn push_parent_perms(self: &Arc<Self>, op: OpId, role: CxRole, peer: ServerId, ops: &[SubOp]) {
+        if role != CxRole::Coordinator {
+            return;
+        }
+        for sub in ops {
+            let SubOp::InsertEntry { dir, name, inode, replace: Replace::Never, .. } = sub else { continue };
+            if inode.kind != FileKind::Dir || self.map.home_of_dir(dir) != self.id {
+                continue;
+            }
+            if self.map.home_of_dir(&plusfs_proto::path::join(dir, name)) != peer {
+                continue;
+            }
+            let (osd, path) = (self.clone(), dir.clone());
+            tokio::spawn(async move {
+                if osd.locks.tx_count() > 0 {
+                    osd.locks.settle(&[(path.clone(), Scope::object_only())], true).await;
+                }
+                let answer =
+                    osd.dir_object(&path).map(|d| ParentPerms { mode: d.mode, gid: d.gid, ancestry: d.ancestry });
+                let req = Request::CxPerms { op, path, answer };
+                if let Err(e) = osd.peer_call(peer, req, &Cred::server()).await {
+                    tracing::debug!(%op, peer, cause = %e.message, "cannot push a parent's permissions");
+                }
+            });
+        }
+    }
+
     /// Mode, group and ancestry of directory `dir`, from its home (once pending
     /// operations on it have ended, as for any read), asking again for `wait` while the
     /// home cannot be reached.
@@ -104,7 +211,7 @@ impl Osd {
         let mut pause = Duration::from_millis(50);
         loop {
             match self.peer_call(home, req.clone(), &Cred::server()).await {
-                Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok((mode, gid, ancestry)),
+                Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok(ParentPerms { mode, gid, ancestry }),
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                 Err(e) if e.errno == Errno::EIO && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(dir, cause = %e.message, "parent's home unreachable; asking again");

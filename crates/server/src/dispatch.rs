@@ -127,6 +127,10 @@ impl Osd {
             }
             DirXattr { path, op } => self.dir_xattr(&path, &op, c).await,
             DirPerms { path } => self.dir_perms(&path),
+            CxPerms { op, path, answer } => {
+                self.pushed_perms.put(op, path, answer);
+                Ok(Reply::Done)
+            }
             DelegFlush { dir, id, seq, creds, ops, release } => {
                 self.deleg_flush(&dir, id, seq, creds, ops, release).await
             }

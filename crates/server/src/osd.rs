@@ -33,6 +33,8 @@ pub struct Osd {
     pub(crate) cx: Cx,
     /// Directory delegations granted here (`deleg`).
     pub(crate) delegs: Arc<crate::deleg::table::DelegTable>,
+    /// Parents' permissions pushed by Cx coordinators for new subdirectories here.
+    pub(crate) pushed_perms: crate::dirperms::PermsInbox,
 }
 
 impl std::ops::Deref for Osd {
@@ -64,6 +66,7 @@ impl Osd {
             turns: Default::default(),
             cx: Cx::default(),
             delegs: Arc::default(),
+            pushed_perms: Default::default(),
         });
         osd.load_delegations()?;
         let weak = Arc::downgrade(&osd);

@@ -12,7 +12,7 @@ impl Osd {
     /// `SubExec`: applies `ops` here at once (serial protocol and its CLEAR) and returns
     /// the sub-operations that take them back.
     pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> Response {
-        self.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false).await?;
+        self.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false, None).await?;
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
         let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let undo = self.undo_of(&ops)?;

@@ -388,3 +388,54 @@ async fn a_cx_participant_cut_off_from_the_parent_fills_the_ancestry_at_commit()
     root.chmod("/s", 0o2770).await.unwrap();
     assert_eq!(errno(u.lstat(&format!("{n}/f")).await), Errno::EACCES, "the new object has /s in its ancestry");
 }
+
+/// Count of requests named `op` a server has served.
+async fn served(c: &Client, server: u32, op: &str) -> u64 {
+    let s = c.server_status(server).await.unwrap();
+    s.ops.iter().find(|(name, _)| name == op).map_or(0, |(_, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cx_coordinator_pushes_the_parents_permissions() {
+    let cluster = start(TxnProtocol::Cx).await;
+    let root = cluster.client();
+    root.mkdir("/p", 0o2777).await.unwrap();
+    root.chown("/p", None, Some(500)).await.unwrap();
+    let u = user(&root, 7, 7, &[]);
+    let coordinator = root.home("/p");
+    let mut made = Vec::new();
+    for i in 0.. {
+        let n = format!("/p/d{i}");
+        if root.home(&n) != coordinator {
+            made.push(n);
+        }
+        if made.len() == 20 {
+            break;
+        }
+    }
+    let participants: std::collections::BTreeSet<u32> = made.iter().map(|n| root.home(n)).collect();
+    let asked_before = served(&root, coordinator, "dir_perms").await;
+    let pushed_before = sum_served(&root, &participants, "cx_perms").await;
+    for n in &made {
+        let a = u.mkdir(n, 0o755).await.unwrap();
+        assert_eq!((a.gid, a.mode & 0o7777), (500, 0o2755), "{n}: setgid inheritance from the pushed answer");
+    }
+    assert!(cluster.settle(Duration::from_secs(20)).await, "the operations commit");
+    let asked = served(&root, coordinator, "dir_perms").await - asked_before;
+    let pushed = sum_served(&root, &participants, "cx_perms").await - pushed_before;
+    assert_eq!(pushed, made.len() as u64, "one push per mkdir");
+    assert_eq!(asked, 0, "no participant asked the parent's home");
+    // The objects carry /p in their ancestry: closing /p closes them.
+    u.create(&format!("{}/f", made[0]), 0o644, true).await.unwrap();
+    root.chmod("/p", 0o2770).await.unwrap();
+    assert_eq!(errno(u.lstat(&format!("{}/f", made[0])).await), Errno::EACCES);
+}
+
+/// Sum over `servers` of the requests named `op` each served.
+async fn sum_served(c: &Client, servers: &std::collections::BTreeSet<u32>, op: &str) -> u64 {
+    let mut sum = 0;
+    for s in servers {
+        sum += served(c, *s, op).await;
+    }
+    sum
+}

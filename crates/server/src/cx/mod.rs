@@ -130,7 +130,9 @@ impl Osd {
         // Before looking the operation up: what follows up to its insertion must not wait,
         // or a duplicated request would execute it twice. A parent's home that does not
         // answer at once (the coordinator) leaves the new object's ancestry to commitment.
-        self.fill_new_dirs(&mut ops, c, crate::dirperms::CX_PARENT_WAIT, true).await?;
+        self.push_parent_perms(id, role, peer, &ops);
+        let side = (role == CxRole::Participant).then_some((id, peer));
+        self.fill_new_dirs(&mut ops, c, crate::dirperms::CX_PARENT_WAIT, true, side).await?;
         // The number is taken first (a duplicate wastes one): the look-up of what is known
         // of `id` and its insertion happen under one lock, so a vote or an abort that
         // refuses an operation not yet here is either seen now or sees it inserted.
