@@ -13,31 +13,21 @@ use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::osd::Osd;
+use crate::pushed::PUSH_WAIT;
 use crate::twopc::{add_part, Parts};
 use plusfs_proto::{
     Cred, CxRole, DirObject, Errno, FileKind, OpId, ParentPerms, Replace, Reply, Request, Response, ServerId, SetAttr,
-    SubOp, Timespec, WireError,
+    SubOp, Timespec,
 };
 use plusfs_store::Batch;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// How long the server of a new directory's object waits for its parent's home when it
 /// cannot do without (serial execution, commitment).
 pub(crate) const PARENT_WAIT: Duration = Duration::from_secs(30);
 /// How long a Cx participant waits for it before leaving the ancestry to the commitment.
 pub(crate) const CX_PARENT_WAIT: Duration = Duration::from_secs(1);
-
-/// How long a Cx participant waits for the permissions its coordinator pushes before
-/// asking the parent's home itself (the push is lost only if the coordinator fails or
-/// never received its half). Short: the coordinator may decide the operation once it has
-/// executed its half, and a participant that has not executed by then votes NO.
-const PUSH_WAIT: Duration = Duration::from_millis(10);
-/// How long an unclaimed pushed answer is kept (its operation's request never came, or
-/// came after the participant asked for itself).
-const PUSH_KEEP: Duration = Duration::from_secs(30);
 
 /// What a new directory takes from its parent: the group and setgid bit of a setgid
 /// parent, and the parent's ancestry with its own element.
@@ -47,46 +37,6 @@ fn inherit(object: &mut DirObject, parent: ParentPerms) {
         object.mode |= libc::S_ISGID;
     }
     object.ancestry = parent.ancestry.map(|a| a.with(object.search_perm()));
-}
-
-/// A pushed answer and when it arrived.
-type Pushed = (Instant, Result<ParentPerms, WireError>);
-
-/// Parents' permissions pushed here by Cx coordinators, by operation and parent path,
-/// until the operation's participant half takes them.
-#[derive(Default)]
-pub(crate) struct PermsInbox {
-    slots: Mutex<HashMap<(OpId, String), Pushed>>,
-    arrived: Notify,
-}
-
-impl PermsInbox {
-    /// Files a pushed answer (and forgets answers nobody claimed in time).
-    pub(crate) fn put(&self, op: OpId, path: String, answer: Result<ParentPerms, WireError>) {
-        let now = Instant::now();
-        let mut slots = self.slots.lock().expect("perms inbox");
-        slots.retain(|_, (at, _)| now.duration_since(*at) < PUSH_KEEP);
-        slots.insert((op, path), (now, answer));
-        drop(slots);
-        self.arrived.notify_waiters();
-    }
-
-    /// Takes the answer pushed for `op` about `path`, waiting for it up to `wait`.
-    async fn take(&self, op: OpId, path: &str, wait: Duration) -> Option<Result<ParentPerms, WireError>> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let key = (op, path.to_string());
-        loop {
-            let notified = self.arrived.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some((_, answer)) = self.slots.lock().expect("perms inbox").remove(&key) {
-                return Some(answer);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return None;
-            }
-        }
-    }
 }
 
 /// The Cx operation a participant executes, and its coordinator (which may push the

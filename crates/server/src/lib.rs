@@ -20,6 +20,7 @@ mod metrics;
 mod namespace;
 mod net;
 mod osd;
+mod pushed;
 mod serial;
 mod turns;
 mod twopc;

@@ -34,7 +34,7 @@ pub struct Osd {
     /// Directory delegations granted here (`deleg`).
     pub(crate) delegs: Arc<crate::deleg::table::DelegTable>,
     /// Parents' permissions pushed by Cx coordinators for new subdirectories here.
-    pub(crate) pushed_perms: crate::dirperms::PermsInbox,
+    pub(crate) pushed_perms: crate::pushed::PermsInbox,
 }
 
 impl std::ops::Deref for Osd {
