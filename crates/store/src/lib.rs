@@ -40,6 +40,10 @@ pub enum StoreError {
     Corrupt { key: String, reason: String },
     #[error("store is shutting down")]
     Closed,
+    /// A replicated store's group did not take the batch (this member does not lead it,
+    /// or lost its quorum).
+    #[error("replication: {0}")]
+    Replica(String),
 }
 
 /// Which two-phase-commit log a record belongs to.
@@ -162,6 +166,14 @@ pub struct StoreStats {
 
 /// Completion of a submitted batch: resolves once the batch is durable per the sync mode.
 pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
+
+/// Where a replicated store sends its write batches instead of writing them itself: the
+/// batch in RocksDB's encoding, and the channel to answer once it is applied to this
+/// store (by the replica group's state machine). Calls come in commit order, and a
+/// replicator keeps it.
+pub trait Replicator: Send + Sync + 'static {
+    fn replicate(&self, batch: Vec<u8>, done: oneshot::Sender<Result<(), StoreError>>);
+}
 
 /// What an OSD+ server needs from its directory-object store.
 pub trait DirStore: Send + Sync + 'static {

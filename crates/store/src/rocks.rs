@@ -1,6 +1,6 @@
 //! The RocksDB engine of [`DirStore`](crate::DirStore).
 
-use crate::{Batch, BatchOp, Commit, DirStore, LogKind, StoreError, StoreStats};
+use crate::{Batch, BatchOp, Commit, DirStore, LogKind, Replicator, StoreError, StoreStats};
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::de::DeserializeOwned;
@@ -22,6 +22,8 @@ type Kv = (Box<[u8]>, Box<[u8]>);
 pub struct RocksStore {
     db: Arc<DB>,
     committer: Option<mpsc::Sender<Queued>>,
+    /// Set when the store is one member's copy of a replica group's state.
+    replicator: std::sync::OnceLock<Arc<dyn Replicator>>,
     stats: Arc<Counters>,
     format: Format,
 }
@@ -213,7 +215,18 @@ impl RocksStore {
         let format = store_format(&db)?;
         let stats = Arc::new(Counters::default());
         let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone(), format));
-        Ok(RocksStore { db, committer, stats, format })
+        Ok(RocksStore { db, committer, stats, format, replicator: Default::default() })
+    }
+
+    /// The RocksDB under the store (a replica group's state machine applies to it).
+    pub fn db(&self) -> &Arc<DB> {
+        &self.db
+    }
+
+    /// From now on, batches go to `r` (the replica group this store is a copy of) instead
+    /// of being written here; the group writes them when they commit. Set once.
+    pub fn replicate_through(&self, r: Arc<dyn Replicator>) -> Result<(), StoreError> {
+        self.replicator.set(r).map_err(|_| StoreError::Replica("the store already has a replicator".into()))
     }
 
     fn write_now(&self, batch: &Batch) -> Result<(), StoreError> {
@@ -455,6 +468,12 @@ impl DirStore for RocksStore {
     fn submit(&self, batch: Batch) -> Commit {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
+        if let Some(r) = self.replicator.get() {
+            let mut wb = WriteBatch::default();
+            to_write_batch(self.format, &batch, &mut wb);
+            r.replicate(wb.data().to_vec(), tx);
+            return rx;
+        }
         match &self.committer {
             Some(c) => {
                 if let Err(mpsc::SendError((_, done))) = c.send((batch, tx)) {

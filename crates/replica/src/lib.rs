@@ -1,0 +1,261 @@
+//! Replica groups: one server slot's store kept by R members on different hosts, in step
+//! through Raft (the `openraft` library).
+//!
+//! What is replicated is the store's own write batches, as RocksDB encodes them: the
+//! leader's engine hands each batch to [`Group::write`], which appends it to the group's
+//! log; once a quorum holds it (fsynced), every member applies it to its copy of the store,
+//! together with the log position it came from, in one atomic write. So each member's
+//! store is always the state after some prefix of the log, and a member that restarts
+//! replays the committed entries after the last one it applied.
+//!
+//! - [`log`]: the Raft log, vote and commit point in a RocksDB of their own.
+//! - [`sm`]: the state machine: the member's store, and snapshots of it for members that
+//!   join or fell too far behind.
+//! - [`net`]: Raft's messages between members, over TCP.
+//! - [`replicator`]: the bridge from a leader's store (`plusfs_store::Replicator`) to the
+//!   group's log.
+//!
+//! A group is started with [`Group::start`]; the first start of a new group calls
+//! [`Group::initialize`] on one member.
+
+// openraft's storage traits return its `StorageError` (over 200 bytes); our helpers
+// return the same type rather than box it and convert back at every trait method.
+#![allow(clippy::result_large_err)]
+
+pub mod log;
+pub mod net;
+pub mod replicator;
+pub mod sm;
+
+use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
+use openraft::{BasicNode, Config, ServerState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A member's id within its group (unique in the group, stable across restarts).
+pub type MemberId = u64;
+
+/// One log entry's command: a store write batch (RocksDB's encoding).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Command {
+    #[serde(with = "serde_bytes")]
+    pub batch: Vec<u8>,
+}
+
+/// What applying an entry answers (nothing: a batch either applies or the member stops).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Applied;
+
+openraft::declare_raft_types!(
+    /// The group's Raft types.
+    pub TypeConfig:
+        D = Command,
+        R = Applied,
+        NodeId = MemberId,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// The group's Raft handle.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// Errors of a group operation.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// This member is not the leader; the leader's id and address if known.
+    #[error("not the group's leader (leader: {0:?})")]
+    NotLeader(Option<(MemberId, String)>),
+    /// The member stopped (a storage error, or shut down).
+    #[error("the replica stopped: {0}")]
+    Stopped(String),
+    /// Opening the member's stores or its listener failed.
+    #[error("cannot start the replica: {0}")]
+    Start(String),
+}
+
+/// Timing of a group (defaults suit a LAN and a loaded two-core test machine).
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// Leader heartbeat period; also Raft's AppendEntries timeout.
+    pub heartbeat: Duration,
+    /// A follower that hears nothing for a random time in this range stands for election.
+    pub election: (Duration, Duration),
+    /// Log entries after which a snapshot is taken.
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind a snapshot, for followers only a little behind.
+    pub keep_behind_snapshot: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat: Duration::from_millis(150),
+            election: (Duration::from_millis(600), Duration::from_millis(1200)),
+            snapshot_every: 20_000,
+            keep_behind_snapshot: 5_000,
+        }
+    }
+}
+
+impl Timing {
+    fn config(&self) -> Result<Config, GroupError> {
+        let c = Config {
+            cluster_name: "plusfs".into(),
+            heartbeat_interval: self.heartbeat.as_millis() as u64,
+            election_timeout_min: self.election.0.as_millis() as u64,
+            election_timeout_max: self.election.1.as_millis() as u64,
+            install_snapshot_timeout: 10_000,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every),
+            max_in_snapshot_log_to_keep: self.keep_behind_snapshot,
+            ..Default::default()
+        };
+        c.validate().map_err(|e| GroupError::Start(e.to_string()))
+    }
+}
+
+/// One member of a replica group, running.
+pub struct Group {
+    /// The member's id.
+    pub id: MemberId,
+    raft: Raft,
+    sm_db: Arc<rocksdb::DB>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Group {
+    /// Starts member `id`: its log under `dir/log`, its store `store` (the state machine),
+    /// serving Raft messages on `listener`.
+    pub async fn start(
+        id: MemberId,
+        dir: &Path,
+        store: Arc<rocksdb::DB>,
+        listener: tokio::net::TcpListener,
+        timing: &Timing,
+    ) -> Result<Group, GroupError> {
+        let config = Arc::new(timing.config()?);
+        let log = log::LogStore::open(&dir.join("log")).map_err(|e| GroupError::Start(e.to_string()))?;
+        let sm = sm::StateMachine::open(store.clone(), &dir.join("snapshot"))
+            .map_err(|e| GroupError::Start(e.to_string()))?;
+        let raft = Raft::new(id, config, net::Network::default(), log, sm)
+            .await
+            .map_err(|e| GroupError::Start(e.to_string()))?;
+        let server = tokio::spawn(net::serve(listener, raft.clone()));
+        Ok(Group { id, raft, sm_db: store, server })
+    }
+
+    /// Makes a new group of `members` (id → address). Call once, on one member, when the
+    /// group is first created; a group that already has members answers `Ok` and stays as
+    /// it is.
+    pub async fn initialize(&self, members: &BTreeMap<MemberId, String>) -> Result<(), GroupError> {
+        let nodes: BTreeMap<MemberId, BasicNode> =
+            members.iter().map(|(id, addr)| (*id, BasicNode::new(addr.clone()))).collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(GroupError::Start(e.to_string())),
+        }
+    }
+
+    /// Appends `batch` to the group's log and returns once this member (the leader) has
+    /// applied it: a quorum holds it durably.
+    pub async fn write(&self, batch: Vec<u8>) -> Result<(), GroupError> {
+        match self.raft.client_write(Command { batch }).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f)),
+            Err(e) => Err(GroupError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Waits until this member may serve a linearizable read: it is the leader, a quorum
+    /// still says so, and it has applied everything committed before the call.
+    pub async fn read_barrier(&self) -> Result<(), GroupError> {
+        use openraft::error::CheckIsLeaderError;
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(not_leader(f)),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
+                Err(GroupError::NotLeader(None)).inspect_err(|_| tracing::debug!(?q, "no quorum for a read"))
+            }
+            Err(e) => Err(GroupError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Waits up to `limit` for this member to have applied the log up to `index`.
+    pub async fn wait_applied(&self, index: u64, limit: Duration) -> bool {
+        self.raft.wait(Some(limit)).applied_index_at_least(Some(index), "applied").await.is_ok()
+    }
+
+    /// The member's view of its group.
+    pub fn status(&self) -> GroupStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let last_log = m.last_log_index;
+        let lag = m.replication.as_ref().map(|r| {
+            r.iter()
+                .map(|(id, matched)| (*id, last_log.unwrap_or(0).saturating_sub(matched.map_or(0, |l| l.index))))
+                .collect()
+        });
+        GroupStatus {
+            id: m.id,
+            state: format!("{:?}", m.state).to_lowercase(),
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log,
+            applied: m.last_applied.map(|l| l.index),
+            voters: m.membership_config.membership().voter_ids().collect(),
+            learners: m.membership_config.membership().learner_ids().collect(),
+            lag,
+        }
+    }
+
+    /// Whether this member leads its group now.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// The store this member applies to.
+    pub fn store(&self) -> &Arc<rocksdb::DB> {
+        &self.sm_db
+    }
+
+    /// A bridge that makes a store (this member's, when it leads) write through the group.
+    pub fn replicator(&self) -> replicator::StoreReplicator {
+        replicator::StoreReplicator::new(self.raft.clone())
+    }
+
+    /// The Raft handle (membership changes, snapshots, metrics).
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Stops the member: no more messages served or sent. Its stores stay as they are.
+    pub async fn stop(self) {
+        self.server.abort();
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+fn not_leader(f: ForwardToLeader<MemberId, BasicNode>) -> GroupError {
+    GroupError::NotLeader(f.leader_id.zip(f.leader_node.map(|n| n.addr)))
+}
+
+/// A member's view of its group (`cluster status`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub id: MemberId,
+    /// leader, follower, candidate, learner or shutdown.
+    pub state: String,
+    pub leader: Option<MemberId>,
+    pub term: u64,
+    pub last_log: Option<u64>,
+    pub applied: Option<u64>,
+    pub voters: Vec<MemberId>,
+    pub learners: Vec<MemberId>,
+    /// On the leader: entries each other member is behind.
+    pub lag: Option<BTreeMap<MemberId, u64>>,
+}

@@ -1,0 +1,196 @@
+//! Raft's messages between the members of a group, over TCP: a request is a length, a
+//! kind byte and the postcard-encoded message; the reply is a length and the encoded
+//! `Result` of the receiving member's Raft. Connections are pooled per address and opened
+//! on first use (Raft asks for a client on every linearizable read).
+
+use crate::{MemberId, Raft, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const APPEND: u8 = 1;
+const VOTE: u8 = 2;
+const SNAPSHOT: u8 = 3;
+/// Largest message accepted (snapshot chunks are a few MiB).
+const MAX_FRAME: usize = 256 << 20;
+/// How long connecting to a member may take before it counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+type Pool = Arc<Mutex<HashMap<String, Vec<TcpStream>>>>;
+
+/// Opens clients to the other members (one pool of connections for all).
+#[derive(Clone, Default)]
+pub struct Network {
+    pool: Pool,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: MemberId, node: &BasicNode) -> Peer {
+        Peer { target, addr: node.addr.clone(), pool: self.pool.clone() }
+    }
+}
+
+/// A client of one member.
+pub struct Peer {
+    target: MemberId,
+    addr: String,
+    pool: Pool,
+}
+
+/// Why a call failed before the member answered.
+enum CallError {
+    Connect(std::io::Error),
+    Io(std::io::Error),
+}
+
+impl Peer {
+    async fn connection(&self) -> Result<TcpStream, CallError> {
+        if let Some(s) = self.pool.lock().expect("pool").get_mut(&self.addr).and_then(Vec::pop) {
+            return Ok(s);
+        }
+        let s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| CallError::Connect(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))?
+            .map_err(CallError::Connect)?;
+        let _ = s.set_nodelay(true);
+        Ok(s)
+    }
+
+    /// Sends one message and reads the answer. A connection goes back to the pool only
+    /// after a whole exchange (a call cut short by Raft's timeout drops it).
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(&self, kind: u8, req: &Req) -> Result<Resp, CallError> {
+        let body = postcard::to_allocvec(req).map_err(|e| CallError::Io(std::io::Error::other(e)))?;
+        let mut s = self.connection().await?;
+        let mut frame = Vec::with_capacity(5 + body.len());
+        frame.extend_from_slice(&((body.len() + 1) as u32).to_be_bytes());
+        frame.push(kind);
+        frame.extend_from_slice(&body);
+        s.write_all(&frame).await.map_err(CallError::Io)?;
+        let reply = read_frame(&mut s).await.map_err(CallError::Io)?;
+        let out = postcard::from_bytes(&reply).map_err(|e| CallError::Io(std::io::Error::other(e)))?;
+        self.pool.lock().expect("pool").entry(self.addr.clone()).or_default().push(s);
+        Ok(out)
+    }
+
+    async fn rpc<Req: Serialize, Resp: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+        &self,
+        kind: u8,
+        req: &Req,
+    ) -> Result<Resp, RPCError<MemberId, BasicNode, RaftError<MemberId, E>>> {
+        match self.call::<Req, Result<Resp, RaftError<MemberId, E>>>(kind, req).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Err(CallError::Connect(e)) => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(CallError::Io(e)) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<MemberId>, RPCError<MemberId, BasicNode, RaftError<MemberId>>> {
+        self.rpc(APPEND, &rpc).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<MemberId>,
+        RPCError<MemberId, BasicNode, RaftError<MemberId, InstallSnapshotError>>,
+    > {
+        self.rpc(SNAPSHOT, &rpc).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<MemberId>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<MemberId>, RPCError<MemberId, BasicNode, RaftError<MemberId>>> {
+        self.rpc(VOTE, &rpc).await
+    }
+
+    fn backoff(&self) -> openraft::network::Backoff {
+        // After `Unreachable`: try again soon, so a restarted member rejoins quickly.
+        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(200)))
+    }
+}
+
+async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("frame of {len} bytes")));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf).await?;
+    Ok(buf)
+}
+
+/// Serves the Raft messages of other members on `listener`, until the task is aborted;
+/// aborting it also closes every connection it accepted (a stopped member must not go on
+/// answering through them).
+pub async fn serve(listener: TcpListener, raft: Raft) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((s, peer)) = accepted else { continue };
+                let raft = raft.clone();
+                conns.spawn(async move {
+                    if let Err(e) = serve_conn(s, raft).await {
+                        tracing::debug!(%peer, cause = %e, "replica connection closed");
+                    }
+                });
+            }
+            Some(_) = conns.join_next() => {}
+        }
+    }
+}
+
+async fn serve_conn(mut s: TcpStream, raft: Raft) -> std::io::Result<()> {
+    let _ = s.set_nodelay(true);
+    loop {
+        let frame = match read_frame(&mut s).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Some((&kind, body)) = frame.split_first() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "empty frame"));
+        };
+        let bad = |e: postcard::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
+        let reply = match kind {
+            APPEND => encode(&raft.append_entries(postcard::from_bytes(body).map_err(bad)?).await),
+            VOTE => encode(&raft.vote(postcard::from_bytes(body).map_err(bad)?).await),
+            SNAPSHOT => encode(&raft.install_snapshot(postcard::from_bytes(body).map_err(bad)?).await),
+            k => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unknown message kind {k}"))),
+        }?;
+        let mut out = Vec::with_capacity(4 + reply.len());
+        out.extend_from_slice(&(reply.len() as u32).to_be_bytes());
+        out.extend_from_slice(&reply);
+        s.write_all(&out).await?;
+    }
+}
+
+fn encode<T: Serialize>(v: &T) -> std::io::Result<Vec<u8>> {
+    postcard::to_allocvec(v).map_err(std::io::Error::other)
+}
