@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model venv clean
+.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -130,6 +130,10 @@ bench-model: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/model_calibrate.sh
 	$(BIN) sim placement
 	$(BIN) sim rates --calibration bench/out/network/calibration.jsonl --network bench/out/network/raw.jsonl
+
+## bench-replica: what replication costs at the store (R=1/R=3 groups vs a plain store) and a 1,000,000-entry snapshot catch-up
+bench-replica: venv
+	CARGO="$(CARGO)" PYTHON=$(VENV)/bin/python scripts/replica_bench.sh
 
 clean:
 	$(CARGO) clean

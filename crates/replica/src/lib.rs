@@ -39,11 +39,12 @@ use std::time::Duration;
 /// A member's id within its group (unique in the group, stable across restarts).
 pub type MemberId = u64;
 
-/// One log entry's command: a store write batch (RocksDB's encoding).
+/// One log entry's command: store write batches (RocksDB's encoding), applied in order.
+/// A leader puts every batch waiting at that moment into one entry (one log write, one
+/// fsync on each member).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Command {
-    #[serde(with = "serde_bytes")]
-    pub batch: Vec<u8>,
+    pub batches: Vec<serde_bytes::ByteBuf>,
 }
 
 /// What applying an entry answers (nothing: a batch either applies or the member stops).
@@ -165,7 +166,7 @@ impl Group {
     /// Appends `batch` to the group's log and returns once this member (the leader) has
     /// applied it: a quorum holds it durably.
     pub async fn write(&self, batch: Vec<u8>) -> Result<(), GroupError> {
-        match self.raft.client_write(Command { batch }).await {
+        match self.raft.client_write(Command { batches: vec![batch.into()] }).await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f)),
             Err(e) => Err(GroupError::Stopped(e.to_string())),

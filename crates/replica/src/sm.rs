@@ -129,17 +129,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut out = Vec::new();
         for e in entries {
-            let mut b = match &e.payload {
-                EntryPayload::Normal(cmd) => WriteBatch::from_data(&cmd.batch),
-                _ => WriteBatch::default(),
+            let mut writes: Vec<WriteBatch> = match &e.payload {
+                EntryPayload::Normal(cmd) => cmd.batches.iter().map(|b| WriteBatch::from_data(b)).collect(),
+                _ => Vec::new(),
             };
+            if writes.is_empty() {
+                writes.push(WriteBatch::default());
+            }
+            // The entry's position goes with its last batch. A crash before that write
+            // replays the whole entry: a batch applied again over its own result changes
+            // nothing, so the store still ends as after this entry.
+            let last = writes.last_mut().expect("one write");
             if let EntryPayload::Membership(m) = &e.payload {
                 self.membership = StoredMembership::new(Some(e.log_id), m.clone());
-                b.put(MEMBERSHIP, encode(&self.membership)?);
+                last.put(MEMBERSHIP, encode(&self.membership)?);
             }
-            b.put(APPLIED, encode(&Some(e.log_id))?);
-            // Not synced: the log is the durable record, replayed from here after a crash.
-            self.db.write_opt(b, &WriteOptions::default()).map_err(sm_err)?;
+            last.put(APPLIED, encode(&Some(e.log_id))?);
+            for b in writes {
+                // Not synced: the log is the durable record, replayed from here after a crash.
+                self.db.write_opt(b, &WriteOptions::default()).map_err(sm_err)?;
+            }
             self.applied = Some(e.log_id);
             out.push(Applied);
         }
