@@ -9,6 +9,7 @@ CARGO=${CARGO:-cargo}
 RUNS=${RUNS:-3}
 COUNT=${COUNT:-4000}
 ENTRIES=${ENTRIES:-1000000}
+KILLS=${KILLS:-20}
 OUT=${OUT:-bench/out}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
@@ -18,6 +19,6 @@ raw="$OUT/replica.jsonl"
 : > "$raw"
 for run in $(seq 1 "$RUNS"); do
   echo "== run $run" >&2
-  "$bin" --count "$COUNT" --entries "$ENTRIES" | sed "s/^{/{\"run\":$run,/" >> "$raw"
+  "$bin" --count "$COUNT" --entries "$ENTRIES" --kills "$KILLS" | sed "s/^{/{\"run\":$run,/" >> "$raw"
 done
 "$PYTHON" scripts/replica_report.py "$raw"

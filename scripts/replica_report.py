@@ -10,9 +10,12 @@ def main(path: str) -> None:
     rows = [json.loads(line) for line in open(path) if line.startswith("{")]
     writes: dict[tuple[str, int], list[dict]] = defaultdict(list)
     catch_up = []
+    failover = []
     for r in rows:
         if r["case"] == "snapshot catch-up":
             catch_up.append(r)
+        elif r["case"] == "failover":
+            failover.append(r)
         else:
             writes[(r["case"], r["entries_per_batch"])].append(r)
     runs = max((r["run"] for r in rows), default=0)
@@ -30,6 +33,15 @@ def main(path: str) -> None:
         size = statistics.median(r["snapshot_bytes"] for r in catch_up)
         n = catch_up[0]["entries"]
         print(f"\nA new member catching up from a snapshot of {n:,} entries ({size / 2**20:.0f} MiB): {secs:.2f} s.")
+    if failover:
+        p50 = [r["p50_s"] for r in failover]
+        p99 = [r["p99_s"] for r in failover]
+        kills = failover[0]["kills"]
+        print(
+            f"\nFailover (leader of 3 stopped, until a write succeeds), {kills} kills per run: "
+            f"p50 {statistics.median(p50):.2f} s, p99 {statistics.median(p99):.2f} s "
+            f"(per run p50 {', '.join(f'{x:.2f}' for x in p50)}; p99 {', '.join(f'{x:.2f}' for x in p99)})."
+        )
 
 
 if __name__ == "__main__":

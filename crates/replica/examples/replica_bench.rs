@@ -4,7 +4,9 @@
 //! members share the machine's cores. Then the time a new member takes to catch up from a
 //! snapshot of a store of `--entries` entries.
 //!
-//!     cargo run --release -p plusfs-replica --example replica_bench -- [--count 4000] [--entries 1000000]
+//! Last, the failover time: the leader of a three-member group stopped `--kills` times.
+//!
+//!     cargo run --release -p plusfs-replica --example replica_bench -- [--count 4000] [--entries 1000000] [--kills 20]
 
 use openraft::BasicNode;
 use plusfs_proto::Inode;
@@ -134,6 +136,70 @@ async fn catch_up(entries: u64) {
     }
 }
 
+/// Stops the leader of a three-member group `kills` times; each time, the time until a
+/// write succeeds through a new leader. The stopped member then restarts from its stores.
+async fn failover(kills: usize) {
+    let root = tempfile::tempdir().unwrap();
+    let timing = Timing::default();
+    let mut m = group(root.path(), 3, &timing).await;
+    let addrs: BTreeMap<MemberId, String> = m
+        .groups
+        .iter()
+        .map(|g| {
+            (g.id, g.raft().metrics().borrow().membership_config.membership().get_node(&g.id).unwrap().addr.clone())
+        })
+        .collect();
+    let mut times = Vec::new();
+    for k in 0..kills {
+        let at = m.groups.iter().position(|g| g.is_leader()).expect("a leader");
+        let old = m.groups.remove(at);
+        let old_store = m.stores.remove(at);
+        let id = old.id;
+        let t0 = Instant::now();
+        // Like a crash: the member stops answering at once.
+        old.stop().await;
+        drop(old_store);
+        let mut n = 0u64;
+        loop {
+            if let Some(g) = m.groups.iter().find(|g| g.is_leader()) {
+                let mut b = rocksdb::WriteBatch::default();
+                b.put(format!("failover{k}-{n}"), b"v");
+                if let Ok(Ok(())) = tokio::time::timeout(Duration::from_millis(500), g.write(b.data().to_vec())).await {
+                    break;
+                }
+            }
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        times.push(t0.elapsed().as_secs_f64());
+        // The stopped member comes back and catches up before the next kill.
+        let dir = root.path().join(format!("m{id}"));
+        let store = loop {
+            match RocksStore::open(&dir.join("store"), false) {
+                Ok(s) => break Arc::new(s),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let l = TcpListener::bind(&addrs[&id]).await.unwrap();
+        let g = Group::start(id, &dir, store.db().clone(), l, &timing).await.unwrap();
+        let last = m.groups.iter().find(|g| g.is_leader()).map(|g| g.status().last_log.unwrap()).unwrap();
+        assert!(g.wait_applied(last, Duration::from_secs(30)).await);
+        m.groups.push(g);
+        m.stores.push(store);
+    }
+    times.sort_by(f64::total_cmp);
+    let pct = |p: f64| times[((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1];
+    println!(
+        "{{\"case\":\"failover\",\"kills\":{kills},\"p50_s\":{:.3},\"p99_s\":{:.3},\"max_s\":{:.3}}}",
+        pct(0.5),
+        pct(0.99),
+        times[times.len() - 1]
+    );
+    for g in m.groups {
+        g.stop().await;
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let count = arg("--count", 4000);
@@ -148,5 +214,9 @@ async fn main() {
     }
     if entries > 0 {
         catch_up(entries).await;
+    }
+    let kills = arg("--kills", 20) as usize;
+    if kills > 0 {
+        failover(kills).await;
     }
 }

@@ -96,8 +96,8 @@ pub struct Timing {
 impl Default for Timing {
     fn default() -> Self {
         Timing {
-            heartbeat: Duration::from_millis(150),
-            election: (Duration::from_millis(600), Duration::from_millis(1200)),
+            heartbeat: Duration::from_millis(100),
+            election: (Duration::from_millis(400), Duration::from_millis(800)),
             snapshot_every: 20_000,
             keep_behind_snapshot: 5_000,
         }
