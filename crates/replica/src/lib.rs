@@ -12,6 +12,7 @@
 //! - [`sm`]: the state machine: the member's store, and snapshots of it for members that
 //!   join or fell too far behind.
 //! - [`net`]: Raft's messages between members, over TCP.
+//! - [`check`]: members' stores compared (digests at the same log position).
 //! - [`replicator`]: the bridge from a leader's store (`plusfs_store::Replicator`) to the
 //!   group's log.
 //!
@@ -22,6 +23,7 @@
 // return the same type rather than box it and convert back at every trait method.
 #![allow(clippy::result_large_err)]
 
+pub mod check;
 pub mod log;
 pub mod net;
 pub mod replicator;

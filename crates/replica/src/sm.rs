@@ -24,7 +24,7 @@ type Membership = StoredMembership<MemberId, BasicNode>;
 
 /// Keys of the replica's own state inside the store: they begin with a zero byte, which no
 /// key of the store's engine does.
-const APPLIED: &[u8] = b"\0replica:applied";
+pub(crate) const APPLIED: &[u8] = b"\0replica:applied";
 const MEMBERSHIP: &[u8] = b"\0replica:membership";
 
 fn sm_err(e: impl std::fmt::Display) -> SErr {

@@ -4,7 +4,7 @@
 //! catches up from a snapshot.
 
 use openraft::{BasicNode, ChangeMembers};
-use plusfs_replica::{Group, GroupError, MemberId, Timing};
+use plusfs_replica::{check, Group, GroupError, MemberId, Timing};
 use rocksdb::{Options, WriteBatch, DB};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -199,6 +199,15 @@ async fn a_dead_member_is_replaced_by_one_that_catches_up_from_a_snapshot() {
     assert!(root.join("m4/snapshot/current").exists(), "it caught up from a snapshot");
     let st = leader(&groups).await.status();
     assert_eq!(st.voters.iter().copied().collect::<BTreeSet<_>>(), voters);
+    // The members compare equal; a change made behind the group's back shows as divergence.
+    let digests = || groups.iter().map(|g| (g.id, check::digest(g.store()).unwrap())).collect::<BTreeMap<_, _>>();
+    let same = match check::compare(&digests()) {
+        check::Verdict::Same(d) => d,
+        other => panic!("members differ after catching up: {other:?}"),
+    };
+    assert_eq!(same.keys, 320, "every write counted once");
+    new.store().put(b"a00007", b"tampered").unwrap();
+    assert!(matches!(check::compare(&digests()), check::Verdict::Diverged(_)), "the tampered member is found");
     for g in groups {
         g.stop().await;
     }
