@@ -41,12 +41,13 @@ use std::time::Duration;
 /// A member's id within its group (unique in the group, stable across restarts).
 pub type MemberId = u64;
 
-/// One log entry's command: store write batches (RocksDB's encoding), applied in order.
-/// A leader puts every batch waiting at that moment into one entry (one log write, one
-/// fsync on each member).
+/// One log entry's command: one store write batch (RocksDB's encoding). A leader merges
+/// every batch waiting at that moment into one (one log write and fsync on each member,
+/// applied atomically).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Command {
-    pub batches: Vec<serde_bytes::ByteBuf>,
+    #[serde(with = "serde_bytes")]
+    pub batch: Vec<u8>,
 }
 
 /// What applying an entry answers (nothing: a batch either applies or the member stops).
@@ -114,6 +115,8 @@ impl Timing {
             election_timeout_min: self.election.0.as_millis() as u64,
             election_timeout_max: self.election.1.as_millis() as u64,
             install_snapshot_timeout: 10_000,
+            // With `net::APPEND_BUDGET`, an AppendEntries fits the heartbeat (its timeout).
+            max_payload_entries: 64,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.keep_behind_snapshot,
             ..Default::default()
@@ -168,7 +171,7 @@ impl Group {
     /// Appends `batch` to the group's log and returns once this member (the leader) has
     /// applied it: a quorum holds it durably.
     pub async fn write(&self, batch: Vec<u8>) -> Result<(), GroupError> {
-        match self.raft.client_write(Command { batches: vec![batch.into()] }).await {
+        match self.raft.client_write(Command { batch }).await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f)),
             Err(e) => Err(GroupError::Stopped(e.to_string())),

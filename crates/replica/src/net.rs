@@ -4,7 +4,9 @@
 //! on first use (Raft asks for a client on every linearizable read).
 
 use crate::{MemberId, Raft, TypeConfig};
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -24,6 +26,9 @@ const VOTE: u8 = 2;
 const SNAPSHOT: u8 = 3;
 /// Largest message accepted (snapshot chunks are a few MiB).
 const MAX_FRAME: usize = 256 << 20;
+/// Most bytes of entries sent in one AppendEntries when there is more than one: Raft
+/// allows it one heartbeat period, and a follower that is behind must still catch up.
+pub const APPEND_BUDGET: usize = 4 << 20;
 /// How long connecting to a member may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -71,13 +76,12 @@ impl Peer {
 
     /// Sends one message and reads the answer. A connection goes back to the pool only
     /// after a whole exchange (a call cut short by Raft's timeout drops it).
-    async fn call<Req: Serialize, Resp: DeserializeOwned>(&self, kind: u8, req: &Req) -> Result<Resp, CallError> {
-        let body = postcard::to_allocvec(req).map_err(|e| CallError::Io(std::io::Error::other(e)))?;
+    async fn call<Resp: DeserializeOwned>(&self, kind: u8, body: &[u8]) -> Result<Resp, CallError> {
         let mut s = self.connection().await?;
         let mut frame = Vec::with_capacity(5 + body.len());
         frame.extend_from_slice(&((body.len() + 1) as u32).to_be_bytes());
         frame.push(kind);
-        frame.extend_from_slice(&body);
+        frame.extend_from_slice(body);
         s.write_all(&frame).await.map_err(CallError::Io)?;
         let reply = read_frame(&mut s).await.map_err(CallError::Io)?;
         let out = postcard::from_bytes(&reply).map_err(|e| CallError::Io(std::io::Error::other(e)))?;
@@ -85,12 +89,12 @@ impl Peer {
         Ok(out)
     }
 
-    async fn rpc<Req: Serialize, Resp: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+    async fn rpc<Resp: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
         &self,
         kind: u8,
-        req: &Req,
+        body: &[u8],
     ) -> Result<Resp, RPCError<MemberId, BasicNode, RaftError<MemberId, E>>> {
-        match self.call::<Req, Result<Resp, RaftError<MemberId, E>>>(kind, req).await {
+        match self.call::<Result<Resp, RaftError<MemberId, E>>>(kind, body).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
             Err(CallError::Connect(e)) => Err(RPCError::Unreachable(Unreachable::new(&e))),
@@ -105,7 +109,14 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<MemberId>, RPCError<MemberId, BasicNode, RaftError<MemberId>>> {
-        self.rpc(APPEND, &rpc).await
+        let body = encode_rpc(&rpc)?;
+        let n = rpc.entries.len();
+        if n > 1 && body.len() > APPEND_BUDGET {
+            // Too much for one message: Raft sends fewer entries at a time.
+            let hint = (n as u64 * APPEND_BUDGET as u64 / body.len() as u64).max(1);
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint)));
+        }
+        self.rpc(APPEND, &body).await
     }
 
     async fn install_snapshot(
@@ -116,7 +127,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         InstallSnapshotResponse<MemberId>,
         RPCError<MemberId, BasicNode, RaftError<MemberId, InstallSnapshotError>>,
     > {
-        self.rpc(SNAPSHOT, &rpc).await
+        self.rpc(SNAPSHOT, &encode_rpc(&rpc)?).await
     }
 
     async fn vote(
@@ -124,13 +135,18 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<MemberId>,
         _option: RPCOption,
     ) -> Result<VoteResponse<MemberId>, RPCError<MemberId, BasicNode, RaftError<MemberId>>> {
-        self.rpc(VOTE, &rpc).await
+        self.rpc(VOTE, &encode_rpc(&rpc)?).await
     }
 
     fn backoff(&self) -> openraft::network::Backoff {
         // After `Unreachable`: try again soon, so a restarted member rejoins quickly.
         openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(200)))
     }
+}
+
+/// A message's encoding (a failure is a local one, reported as a network error).
+fn encode_rpc<T: Serialize, E: std::error::Error>(v: &T) -> Result<Vec<u8>, RPCError<MemberId, BasicNode, E>> {
+    postcard::to_allocvec(v).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))
 }
 
 async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {

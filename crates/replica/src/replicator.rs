@@ -1,77 +1,194 @@
 //! The bridge from a store to its group: a leader's [`RocksStore`](plusfs_store::RocksStore)
 //! hands each batch to [`StoreReplicator`], which appends it to the group's log in the
 //! order it came and answers once the batch is committed and applied here. Batches are
-//! pipelined, and all those waiting when an entry is made go into that entry, so they
-//! share its log write and fsync on every member.
+//! pipelined, and all those waiting when an entry is made are merged into that entry, so
+//! they share its log write and fsync on every member and apply atomically.
+//!
+//! Once an entry fails, the replicator fails every later batch: a later one must never
+//! commit without an earlier one. Its failure answers say the outcome is unknown, since an
+//! entry a quorum already holds may still commit under the next leader (the owner of the
+//! store gives up its role, as a server that loses its group's leadership does).
 
 use crate::{Command, Raft};
 use openraft::error::ClientWriteError;
 use plusfs_store::{Replicator, StoreError};
+use rocksdb::{WriteBatch, WriteBatchIterator};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
-type Pending = (Vec<u8>, oneshot::Sender<Result<(), StoreError>>);
+type Done = oneshot::Sender<Result<(), StoreError>>;
+type Pending = (Vec<u8>, Done);
 
-/// Most store batches put into one log entry.
-const MAX_PER_ENTRY: usize = 512;
-
-fn answer_all(dones: Vec<oneshot::Sender<Result<(), StoreError>>>, r: impl Fn() -> Result<(), StoreError>) {
-    for d in dones {
-        let _ = d.send(r());
-    }
-}
+/// Most bytes of batches merged into one entry (a bigger batch is an entry of its own).
+const MAX_ENTRY_BYTES: usize = 1 << 20;
 
 /// Feeds a store's batches into a group's log, in order.
 pub struct StoreReplicator {
     tx: mpsc::UnboundedSender<Pending>,
+    failed: Arc<AtomicBool>,
+}
+
+/// Copies the puts and deletes of raw batches into one batch, counting them.
+struct Merge {
+    into: WriteBatch,
+    copied: usize,
+}
+
+impl WriteBatchIterator for Merge {
+    fn put(&mut self, key: Box<[u8]>, value: Box<[u8]>) {
+        self.into.put(key, value);
+        self.copied += 1;
+    }
+    fn delete(&mut self, key: Box<[u8]>) {
+        self.into.delete(key);
+        self.copied += 1;
+    }
+}
+
+/// One batch holding `raws` in order, or why not (a batch with operations other than
+/// put and delete, which the store never writes).
+fn merge(mut raws: Vec<Vec<u8>>) -> Result<Vec<u8>, String> {
+    if raws.len() == 1 {
+        return Ok(raws.pop().expect("one"));
+    }
+    let mut m = Merge { into: WriteBatch::default(), copied: 0 };
+    for raw in &raws {
+        let b = WriteBatch::from_data(raw);
+        let before = m.copied;
+        b.iterate(&mut m);
+        if m.copied - before != b.len() {
+            return Err("a store batch holds operations other than put and delete".into());
+        }
+    }
+    Ok(m.into.data().to_vec())
+}
+
+fn unknown(cause: &str) -> StoreError {
+    StoreError::Replica(format!("outcome unknown, this member no longer writes: {cause}"))
+}
+
+fn answer_all(dones: Vec<Done>, r: impl Fn() -> Result<(), StoreError>) {
+    for d in dones {
+        let _ = d.send(r());
+    }
 }
 
 impl StoreReplicator {
     /// Starts the task that appends batches to `raft`'s log.
     pub fn new(raft: Raft) -> StoreReplicator {
         let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        let failed = Arc::new(AtomicBool::new(false));
+        let flag = failed.clone();
         tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                // Every batch waiting now goes into one entry (group commit), in order.
-                let mut batches = vec![first.0.into()];
-                let mut dones = vec![first.1];
-                while batches.len() < MAX_PER_ENTRY {
+            let mut next: Option<Pending> = None;
+            loop {
+                let Some(first) = next.take().or(rx.recv().await) else { return };
+                let (mut raws, mut dones, mut bytes) = (vec![first.0], vec![first.1], 0);
+                bytes += raws[0].len();
+                while bytes < MAX_ENTRY_BYTES {
                     match rx.try_recv() {
+                        Ok(p) if bytes + p.0.len() > MAX_ENTRY_BYTES => {
+                            next = Some(p);
+                            break;
+                        }
                         Ok((b, d)) => {
-                            batches.push(b.into());
+                            bytes += b.len();
+                            raws.push(b);
                             dones.push(d);
                         }
                         Err(_) => break,
                     }
                 }
-                // Awaited one by one: entries enter the log in commit order.
-                let answer = match raft.client_write_ff(Command { batches }).await {
-                    Ok(answer) => answer,
+                if flag.load(Ordering::Acquire) {
+                    answer_all(dones, || Err(unknown("an earlier batch failed")));
+                    continue;
+                }
+                let batch = match merge(raws) {
+                    Ok(b) => b,
                     Err(e) => {
-                        answer_all(dones, || Err(StoreError::Replica(e.to_string())));
+                        answer_all(dones, || Err(StoreError::Replica(e.clone())));
                         continue;
                     }
                 };
+                // Awaited one by one: entries enter the log in commit order.
+                let answer = match raft.client_write_ff(Command { batch }).await {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        flag.store(true, Ordering::Release);
+                        answer_all(dones, || Err(unknown(&e.to_string())));
+                        continue;
+                    }
+                };
+                let flag = flag.clone();
                 tokio::spawn(async move {
                     let r = match answer.await {
                         Ok(Ok(_)) => Ok(()),
                         Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
-                            Err(format!("not the leader (leader: {:?})", f.leader_id))
+                            Err(format!("leadership lost (leader: {:?})", f.leader_id))
                         }
                         Ok(Err(e)) => Err(e.to_string()),
                         Err(_) => Err("the replica stopped".to_string()),
                     };
-                    answer_all(dones, || r.clone().map_err(StoreError::Replica));
+                    if r.is_err() {
+                        flag.store(true, Ordering::Release);
+                    }
+                    answer_all(dones, || r.clone().map_err(|e| unknown(&e)));
                 });
             }
         });
-        StoreReplicator { tx }
+        StoreReplicator { tx, failed }
+    }
+
+    /// Whether a batch failed: the store behind this replicator writes no more.
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 }
 
 impl Replicator for StoreReplicator {
-    fn replicate(&self, batch: Vec<u8>, done: oneshot::Sender<Result<(), StoreError>>) {
+    fn replicate(&self, batch: Vec<u8>, done: Done) {
         if let Err(mpsc::error::SendError((_, done))) = self.tx.send((batch, done)) {
             let _ = done.send(Err(StoreError::Closed));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(f: impl FnOnce(&mut WriteBatch)) -> Vec<u8> {
+        let mut b = WriteBatch::default();
+        f(&mut b);
+        b.data().to_vec()
+    }
+
+    #[test]
+    fn merged_batches_apply_as_the_batches_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = rocksdb::DB::open_default(dir.path()).unwrap();
+        let one = raw(|b| {
+            b.put(b"a", b"1");
+            b.put(b"b", b"1");
+        });
+        let two = raw(|b| {
+            b.delete(b"a");
+            b.put(b"b", b"2");
+            b.put(b"c", b"2");
+        });
+        let merged = merge(vec![one, two]).unwrap();
+        assert_eq!(WriteBatch::from_data(&merged).len(), 5);
+        db.write(WriteBatch::from_data(&merged)).unwrap();
+        assert_eq!(db.get(b"a").unwrap(), None);
+        assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(db.get(b"c").unwrap().as_deref(), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn a_batch_with_other_operations_is_refused_not_cut_short() {
+        let ranged = raw(|b| b.delete_range(b"a", b"z"));
+        let plain = raw(|b| b.put(b"k", b"v"));
+        assert!(merge(vec![plain, ranged]).is_err());
     }
 }

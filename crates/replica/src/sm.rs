@@ -17,7 +17,7 @@ use rocksdb::{IteratorMode, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 type SErr = StorageError<MemberId>;
 type Membership = StoredMembership<MemberId, BasicNode>;
@@ -43,10 +43,15 @@ struct SnapshotFile {
     data: Vec<u8>,
 }
 
+/// The log position of the snapshot file on disk, shared by the state machine and the
+/// builders that run beside it: the file is only ever replaced by a newer snapshot.
+type Saved = Arc<Mutex<Option<LogId<MemberId>>>>;
+
 /// A member's state machine over the store `db`.
 pub struct StateMachine {
     db: Arc<DB>,
     dir: PathBuf,
+    saved: Saved,
     applied: Option<LogId<MemberId>>,
     membership: Membership,
     builds: u64,
@@ -65,7 +70,24 @@ impl StateMachine {
             Some(v) => postcard::from_bytes(&v).map_err(|e| format!("bad membership: {e}"))?,
             None => Membership::default(),
         };
-        Ok(StateMachine { db, dir: dir.to_path_buf(), applied, membership, builds: 0 })
+        let saved = match std::fs::read(dir.join("current")) {
+            Ok(b) => {
+                postcard::from_bytes::<SnapshotFile>(&b)
+                    .map_err(|e| format!("bad snapshot file: {e}"))?
+                    .meta
+                    .last_log_id
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("cannot read the snapshot file: {e}")),
+        };
+        Ok(StateMachine {
+            db,
+            dir: dir.to_path_buf(),
+            saved: Arc::new(Mutex::new(saved)),
+            applied,
+            membership,
+            builds: 0,
+        })
     }
 
     /// Every key and value of the store (with the replica's own keys), as one blob.
@@ -83,11 +105,16 @@ impl StateMachine {
     }
 }
 
-/// Writes `file` as the member's current snapshot, durably.
-fn save_snapshot(path: &Path, file: &SnapshotFile) -> Result<(), SErr> {
+/// Writes `file` as the member's current snapshot, durably, unless the one on disk is
+/// newer (a build and an install may finish in either order). Returns whether it did.
+fn save_snapshot(path: &Path, saved: &Saved, file: &SnapshotFile) -> Result<bool, SErr> {
     use std::io::Write;
+    let mut on_disk = saved.lock().expect("snapshot position");
+    if on_disk.is_some() && *on_disk > file.meta.last_log_id {
+        return Ok(false);
+    }
     let bytes = encode(file)?;
-    let tmp = path.with_extension("tmp");
+    let tmp = path.with_extension(format!("{}.tmp", file.meta.snapshot_id));
     let mut f = std::fs::File::create(&tmp).map_err(snap_err)?;
     f.write_all(&bytes).map_err(snap_err)?;
     f.sync_all().map_err(snap_err)?;
@@ -95,7 +122,8 @@ fn save_snapshot(path: &Path, file: &SnapshotFile) -> Result<(), SErr> {
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(snap_err)?;
     }
-    Ok(())
+    *on_disk = file.meta.last_log_id;
+    Ok(true)
 }
 
 /// Builds a snapshot from a dump taken between two applies.
@@ -103,14 +131,16 @@ pub struct Builder {
     meta: SnapshotMeta<MemberId, BasicNode>,
     data: Result<Vec<u8>, String>,
     path: PathBuf,
+    saved: Saved,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
         let data = std::mem::replace(&mut self.data, Err("snapshot already built".into())).map_err(snap_err)?;
         let file = SnapshotFile { meta: self.meta.clone(), data };
-        save_snapshot(&self.path, &file)?;
-        tracing::info!(snapshot = %file.meta.snapshot_id, bytes = file.data.len(), "snapshot taken");
+        if save_snapshot(&self.path, &self.saved, &file)? {
+            tracing::info!(snapshot = %file.meta.snapshot_id, bytes = file.data.len(), "snapshot taken");
+        }
         Ok(Snapshot { meta: file.meta, snapshot: Box::new(Cursor::new(file.data)) })
     }
 }
@@ -129,26 +159,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut out = Vec::new();
         for e in entries {
-            let mut writes: Vec<WriteBatch> = match &e.payload {
-                EntryPayload::Normal(cmd) => cmd.batches.iter().map(|b| WriteBatch::from_data(b)).collect(),
-                _ => Vec::new(),
+            let mut b = match &e.payload {
+                EntryPayload::Normal(cmd) => WriteBatch::from_data(&cmd.batch),
+                _ => WriteBatch::default(),
             };
-            if writes.is_empty() {
-                writes.push(WriteBatch::default());
-            }
-            // The entry's position goes with its last batch. A crash before that write
-            // replays the whole entry: a batch applied again over its own result changes
-            // nothing, so the store still ends as after this entry.
-            let last = writes.last_mut().expect("one write");
             if let EntryPayload::Membership(m) = &e.payload {
                 self.membership = StoredMembership::new(Some(e.log_id), m.clone());
-                last.put(MEMBERSHIP, encode(&self.membership)?);
+                b.put(MEMBERSHIP, encode(&self.membership)?);
             }
-            last.put(APPLIED, encode(&Some(e.log_id))?);
-            for b in writes {
-                // Not synced: the log is the durable record, replayed from here after a crash.
-                self.db.write_opt(b, &WriteOptions::default()).map_err(sm_err)?;
-            }
+            // The entry and its position in one write: the store is always the state after
+            // a prefix of the log.
+            b.put(APPLIED, encode(&Some(e.log_id))?);
+            // Not synced: the log is the durable record, replayed from here after a crash
+            // (and the store is flushed before any snapshot lets the log be purged).
+            self.db.write_opt(b, &WriteOptions::default()).map_err(sm_err)?;
             self.applied = Some(e.log_id);
             out.push(Applied);
         }
@@ -160,9 +184,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let last = self.applied;
         let id = format!("{}-{}-{}", last.map_or(0, |l| l.leader_id.term), last.map_or(0, |l| l.index), self.builds);
         let meta = SnapshotMeta { last_log_id: last, last_membership: self.membership.clone(), snapshot_id: id };
-        // Taken here, between applies: consistent. An error fails the build.
-        let data = self.dump().map_err(|e| e.to_string());
-        Builder { meta, data, path: self.snapshot_path() }
+        // The store is made durable first: the log up to this position may be purged once
+        // the snapshot exists, and applies are not synced.
+        let data = match self.db.flush_wal(true) {
+            // Taken here, between applies: consistent. An error fails the build.
+            Ok(()) => self.dump().map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cannot flush the store before a snapshot: {e}")),
+        };
+        Builder { meta, data, path: self.snapshot_path(), saved: self.saved.clone() }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, SErr> {
@@ -176,6 +205,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), SErr> {
         let data = snapshot.into_inner();
         let kvs: Vec<(Vec<u8>, Vec<u8>)> = decode(&data)?;
+        // The file first: once the store says it is at this position, the snapshot behind
+        // it must exist for members that will need it.
+        let file = SnapshotFile { meta: meta.clone(), data };
+        save_snapshot(&self.snapshot_path(), &self.saved, &file)?;
         let mut b = WriteBatch::default();
         for kv in self.db.iterator(IteratorMode::Start) {
             let (k, _) = kv.map_err(sm_err)?;
@@ -191,7 +224,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.db.write_opt(b, &sync).map_err(sm_err)?;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        save_snapshot(&self.snapshot_path(), &SnapshotFile { meta: meta.clone(), data })?;
         tracing::info!(snapshot = %meta.snapshot_id, keys = kvs.len(), "snapshot installed");
         Ok(())
     }
@@ -205,5 +237,35 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         let file: SnapshotFile = decode(&bytes)?;
         Ok(Some(Snapshot { meta: file.meta, snapshot: Box::new(Cursor::new(file.data)) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn file(index: u64, data: &[u8]) -> SnapshotFile {
+        let last = Some(LogId::new(CommittedLeaderId::new(1, 1), index));
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: Membership::default(),
+            snapshot_id: format!("s{index}"),
+        };
+        SnapshotFile { meta, data: data.to_vec() }
+    }
+
+    #[test]
+    fn the_snapshot_file_is_only_replaced_by_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("current");
+        let saved: Saved = Arc::default();
+        assert!(save_snapshot(&path, &saved, &file(10, b"ten")).unwrap());
+        // A build that finished after an install of a newer snapshot does not win.
+        assert!(save_snapshot(&path, &saved, &file(20, b"twenty")).unwrap());
+        assert!(!save_snapshot(&path, &saved, &file(15, b"fifteen")).unwrap());
+        let on_disk: SnapshotFile = decode(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!((on_disk.meta.last_log_id.unwrap().index, on_disk.data.as_slice()), (20, &b"twenty"[..]));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
     }
 }
