@@ -20,21 +20,36 @@ const PUSH_KEEP: Duration = Duration::from_secs(30);
 /// A pushed answer and when it arrived.
 type Pushed = (Instant, Result<ParentPerms, WireError>);
 
+/// Most unclaimed answers kept: beyond, a push is dropped (its participant asks instead).
+const MAX_KEPT: usize = 65_536;
+
 /// Parents' permissions pushed here by Cx coordinators, by operation and parent path,
 /// until the operation's participant half takes them.
 #[derive(Default)]
 pub(crate) struct PermsInbox {
-    slots: Mutex<HashMap<(OpId, String), Pushed>>,
+    slots: Mutex<Slots>,
     arrived: Notify,
 }
 
+#[derive(Default)]
+struct Slots {
+    map: HashMap<(OpId, String), Pushed>,
+    /// When unclaimed answers were last forgotten (at most once a second).
+    swept: Option<Instant>,
+}
+
 impl PermsInbox {
-    /// Files a pushed answer (and forgets answers nobody claimed in time).
+    /// Files a pushed answer (and, once a second, forgets answers nobody claimed in time).
     pub(crate) fn put(&self, op: OpId, path: String, answer: Result<ParentPerms, WireError>) {
         let now = Instant::now();
         let mut slots = self.slots.lock().expect("perms inbox");
-        slots.retain(|_, (at, _)| now.duration_since(*at) < PUSH_KEEP);
-        slots.insert((op, path), (now, answer));
+        if slots.swept.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            slots.map.retain(|_, (at, _)| now.duration_since(*at) < PUSH_KEEP);
+            slots.swept = Some(now);
+        }
+        if slots.map.len() < MAX_KEPT {
+            slots.map.insert((op, path), (now, answer));
+        }
         drop(slots);
         self.arrived.notify_waiters();
     }
@@ -47,7 +62,7 @@ impl PermsInbox {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some((_, answer)) = self.slots.lock().expect("perms inbox").remove(&key) {
+            if let Some((_, answer)) = self.slots.lock().expect("perms inbox").map.remove(&key) {
                 return Some(answer);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
