@@ -30,9 +30,10 @@ pub struct ServerArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum SyncArg {
-    /// WAL written before each reply: survives a process crash.
+    /// WAL written before each reply: survives a process crash, NOT a power loss or kernel
+    /// crash (what the OS had not yet written back is lost, acknowledged or not).
     Os,
-    /// WAL also fsynced (group commit): survives a machine crash.
+    /// WAL also fsynced before each reply (group commit): survives a power loss.
     Always,
 }
 
@@ -45,7 +46,9 @@ pub enum ClusterCmd {
         servers: Option<usize>,
         #[arg(long)]
         data: PathBuf,
-        /// Durability setting of a new cluster.
+        /// Durability setting of a new cluster: `os` (default, fastest) loses recent
+        /// acknowledged operations on a power loss; choose `always` where machines can
+        /// lose power.
         #[arg(long, value_enum, default_value = "os")]
         sync: SyncArg,
         /// Huge-directory threshold of a new cluster: entries above which a directory is
