@@ -26,6 +26,13 @@ pub struct ServerArgs {
     /// server on a private network listens behind its delaying proxy).
     #[arg(long)]
     listen: Option<String>,
+    /// For a replicated server: which member of its replica group this process is.
+    #[arg(long)]
+    member: Option<u64>,
+    /// Create the replica group of a new cluster (its lowest member does it; a group that
+    /// exists is left as it is). `cluster up` passes it on a new cluster's first start.
+    #[arg(long)]
+    bootstrap: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -89,6 +96,12 @@ pub enum ClusterCmd {
         /// Client hosts of a --netns cluster (namespaces c0, c1, …).
         #[arg(long, default_value_t = 2, requires = "netns")]
         clients: usize,
+        /// Members of each server's replica group in a new cluster (1: unreplicated). With
+        /// 3 a server keeps serving after the loss of any one member: an acknowledged
+        /// change is in the logs of a majority of its members (fsynced there unless --sync
+        /// os), and one of them takes over within about a second.
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
         #[command(flatten)]
         shape: crate::netns::ShapeArgs,
     },
@@ -117,19 +130,19 @@ pub enum ClusterCmd {
 /// Runs one server until SIGTERM or SIGINT.
 pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
     let map = crate::load_map(cluster.as_ref())?;
-    let config = ServerConfig { id: a.id, map, data_dir: a.data };
+    let config = ServerConfig { id: a.id, map, data_dir: a.data, member: a.member, bootstrap: a.bootstrap };
     let rt = match a.threads {
         Some(0) => anyhow::bail!("--threads must be at least 1"),
         Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
         Some(n) => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?,
         None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
     };
-    rt.block_on(async move {
+    let exit = rt.block_on(async move {
         let listener = match &a.listen {
             Some(addr) => tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|source| plusfs_server::StartError::Listen { addr: addr.clone(), source })?,
-            None => plusfs_server::bind(&config.map, config.id).await?,
+            None => plusfs_server::bind(&config.map, config.id, config.member).await?,
         };
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -140,9 +153,26 @@ pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
             tracing::info!("shutting down");
             let _ = tx.send(true);
         });
-        plusfs_server::run(config, listener, rx).await?;
-        Ok(())
-    })
+        anyhow::Ok(plusfs_server::run(config, listener, rx).await?)
+    })?;
+    match exit {
+        plusfs_server::Exit::Stopped => Ok(()),
+        plusfs_server::Exit::Deposed(_) => {
+            // Start afresh as a follower: same process (and pid file), same arguments,
+            // without creating the group again.
+            drop(rt);
+            restart_self()
+        }
+    }
+}
+
+/// Replaces this process by a fresh run of the same command (without `--bootstrap`).
+fn restart_self() -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find this program to restart it")?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|a| a != "--bootstrap").collect();
+    let e = std::process::Command::new(exe).args(args).exec();
+    Err(anyhow::anyhow!("cannot restart as a follower: {e}"))
 }
 
 pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
@@ -162,6 +192,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             detach,
             netns,
             clients,
+            replicas,
             shape,
         } => {
             if shape.any() && !netns {
@@ -184,7 +215,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             up(
                 servers,
                 data,
-                &ClusterSettings { sync, hugedirs, data: data_settings, txn, netns, ..Default::default() },
+                &ClusterSettings { sync, hugedirs, data: data_settings, txn, netns, replicas, ..Default::default() },
                 detach,
             )
         }
@@ -363,6 +394,14 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
     for l in ops_lines {
         println!("{l}");
     }
+    let (group_lines, groups_up) = rt.block_on(crate::groups::status_lines(&map));
+    if !group_lines.is_empty() {
+        println!("replica groups:");
+        for l in group_lines {
+            println!("  {l}");
+        }
+    }
+    failed |= !groups_up;
     if !hugedirs.is_empty() {
         println!("distributed directories:");
         hugedirs.sort_by(|a, b| a.path.cmp(&b.path));

@@ -8,6 +8,7 @@ mod data;
 mod engine_bench;
 mod files;
 mod fsck;
+mod groups;
 mod largefile;
 mod mount;
 mod netns;

@@ -59,7 +59,7 @@ pub fn run(c: SimCmd) -> Result<ExitCode> {
 }
 
 fn map_of(n: u32) -> ClusterMap {
-    ClusterMap::with_servers((0..n).map(|id| ServerEntry { id, address: format!("sim:{id}"), weight: 1.0 }).collect())
+    ClusterMap::with_servers((0..n).map(|id| ServerEntry::new(id, format!("sim:{id}"), 1.0)).collect())
 }
 
 /// The synthetic directory paths placed for `n` servers (`per_server` each).

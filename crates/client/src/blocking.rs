@@ -239,7 +239,7 @@ mod tests {
 
     /// A map of one server nobody listens on.
     fn unreachable_map() -> ClusterMap {
-        ClusterMap::with_servers(vec![ServerEntry { id: 0, address: "127.0.0.1:1".into(), weight: 1.0 }])
+        ClusterMap::with_servers(vec![ServerEntry::new(0, "127.0.0.1:1".into(), 1.0)])
     }
 
     /// Runs a task that needs the runtime's workers and timers.

@@ -7,6 +7,8 @@
 //! DIR/server-N/          server N's store
 //! DIR/server-N.log       its log
 //! DIR/server-N.pid       its process id while it runs
+//! DIR/server-N-mK/       with `--replicas`: member K of server N's replica group
+//! DIR/server-N-mK.log    (and .pid), instead of the three above
 //! DIR/netns.toml         with `--netns`: the private network (plusfs_netns)
 //! DIR/proxy-N.pid        with `--netns`: the delaying proxy in front of server N
 //! ```
@@ -17,7 +19,7 @@
 use anyhow::{bail, Context, Result};
 use plusfs_client::{Client, ClientOptions};
 use plusfs_netns::{Net, NsHandle};
-use plusfs_placement::{ClusterMap, HugedirSettings, ServerEntry, SyncMode};
+use plusfs_placement::{ClusterMap, HugedirSettings, MemberEntry, ServerEntry, SyncMode};
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -32,7 +34,8 @@ pub struct LocalCluster {
     exe: PathBuf,
     data: PathBuf,
     map: ClusterMap,
-    children: Vec<(u32, Child)>,
+    /// Server processes by name (`server-N`, or `server-N-mK` for members).
+    children: Vec<(String, Child)>,
     /// The private network, if the cluster has one.
     net: Option<Net>,
     /// The delaying proxies this value started (with a private network).
@@ -49,6 +52,26 @@ pub struct ClusterSettings {
     pub delegations: plusfs_placement::DelegSettings,
     /// Servers and client hosts in network namespaces (`cluster up --netns`).
     pub netns: Option<NetSettings>,
+    /// Members of each server slot's replica group (0 or 1: unreplicated).
+    pub replicas: usize,
+}
+
+/// Name of the process (and of its data directory, log and pid file) of server `id`, or
+/// of its member `member`.
+pub fn proc_name(id: u32, member: Option<u64>) -> String {
+    match member {
+        Some(m) => format!("server-{id}-m{m}"),
+        None => format!("server-{id}"),
+    }
+}
+
+/// The processes of server slot `s`: its members', or its own.
+fn procs_of(s: &ServerEntry) -> Vec<Option<u64>> {
+    if s.members.is_empty() {
+        vec![None]
+    } else {
+        s.members.iter().map(|m| Some(m.id)).collect()
+    }
 }
 
 /// The private network of a new cluster.
@@ -72,6 +95,21 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
         .collect::<Result<Vec<_>>>()?;
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+/// Server slots `ids`, each a group of `replicas` members on loopback (a client and a Raft
+/// port each).
+fn replicated_servers(ids: &[u32], replicas: usize) -> Result<Vec<ServerEntry>> {
+    let mut ports = free_ports(ids.len() * replicas * 2)?.into_iter();
+    let mut next = || ports.next().map(|p| format!("127.0.0.1:{p}")).expect("enough ports");
+    Ok(ids
+        .iter()
+        .map(|&id| {
+            let members: Vec<MemberEntry> =
+                (0..replicas as u64).map(|m| MemberEntry { id: m, address: next(), raft: next() }).collect();
+            ServerEntry { id, address: members[0].address.clone(), weight: 1.0, members }
+        })
+        .collect())
 }
 
 impl LocalCluster {
@@ -110,26 +148,29 @@ impl LocalCluster {
                 bail!("--servers must be between 1 and 1000");
             }
             let ids: Vec<u32> = (0..servers as u32).collect();
+            if settings.replicas > 1 && settings.netns.is_some() {
+                bail!("--replicas with --netns is not supported yet: replicate on loopback, or use --netns alone");
+            }
+            if settings.replicas > 7 {
+                bail!("--replicas must be at most 7");
+            }
             let servers = match &settings.netns {
                 Some(ns) => {
                     plusfs_netns::require_root()?;
                     let planned = Net::plan(&data, &ids, ns.clients.max(1), ns.shape)?;
                     let servers = ids
                         .iter()
-                        .map(|&id| ServerEntry {
-                            id,
-                            address: planned.server_address(id).expect("planned"),
-                            weight: 1.0,
-                        })
+                        .map(|&id| ServerEntry::new(id, planned.server_address(id).expect("planned"), 1.0))
                         .collect();
                     planned.save(&data)?;
                     net = Some(planned);
                     servers
                 }
+                None if settings.replicas > 1 => replicated_servers(&ids, settings.replicas)?,
                 None => free_ports(servers)?
                     .into_iter()
                     .zip(0u32..)
-                    .map(|(port, id)| ServerEntry { id, address: format!("127.0.0.1:{port}"), weight: 1.0 })
+                    .map(|(port, id)| ServerEntry::new(id, format!("127.0.0.1:{port}"), 1.0))
                     .collect(),
             };
             let map = ClusterMap {
@@ -150,14 +191,17 @@ impl LocalCluster {
     /// Starts every server and waits until all answer.
     pub fn up(exe: &Path, data: &Path, servers: Option<usize>, settings: &ClusterSettings) -> Result<LocalCluster> {
         let mut c = LocalCluster::prepare(exe, data, servers, settings)?;
-        for id in c.ids() {
-            let pid_file = c.data.join(format!("server-{id}.pid"));
-            let running = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok());
-            if running.is_some_and(alive) {
-                bail!(
-                    "the cluster in {} is already running (server {id}); `plusfs cluster down` first",
-                    c.data.display()
-                );
+        for s in &c.map.servers {
+            for m in procs_of(s) {
+                let pid_file = c.data.join(format!("{}.pid", proc_name(s.id, m)));
+                let running = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok());
+                if running.is_some_and(alive) {
+                    bail!(
+                        "the cluster in {} is already running (server {}); `plusfs cluster down` first",
+                        c.data.display(),
+                        s.id
+                    );
+                }
             }
         }
         if let Some(net) = &c.net {
@@ -220,8 +264,9 @@ impl LocalCluster {
         self.map.servers.iter().map(|s| s.id).collect()
     }
 
-    /// Starts server `id` as a child process (in its own process group, so a terminal's
-    /// Ctrl-C reaches only the command that started it).
+    /// Starts server `id` (every member of a replicated one) as child processes, each in
+    /// its own process group, so a terminal's Ctrl-C reaches only the command that started
+    /// it.
     pub fn start(&mut self, id: u32) -> Result<()> {
         self.start_with_env(id, &[])
     }
@@ -229,9 +274,25 @@ impl LocalCluster {
     /// Starts server `id` with extra environment variables (fault-injection tests set
     /// `PLUSFS_FAILPOINT`).
     pub fn start_with_env(&mut self, id: u32, env: &[(&str, &str)]) -> Result<()> {
-        let dir = self.data.join(format!("server-{id}"));
+        let s = self.map.server(id).with_context(|| format!("no server {id} in the map"))?.clone();
+        for m in procs_of(&s) {
+            self.start_proc(id, m, env)?;
+        }
+        Ok(())
+    }
+
+    /// Starts member `member` of replicated server `id`.
+    pub fn start_member(&mut self, id: u32, member: u64) -> Result<()> {
+        self.start_proc(id, Some(member), &[])
+    }
+
+    fn start_proc(&mut self, id: u32, member: Option<u64>, env: &[(&str, &str)]) -> Result<()> {
+        let name = proc_name(id, member);
+        let dir = self.data.join(&name);
+        // A replica group is made on the first start of its members, never again.
+        let bootstrap = member.is_some() && !dir.exists();
         fs::create_dir_all(&dir)?;
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("server-{id}.log")))?;
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("{name}.log")))?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("server")
             .arg("--cluster")
@@ -245,6 +306,12 @@ impl LocalCluster {
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0);
+        if let Some(m) = member {
+            cmd.arg("--member").arg(m.to_string());
+        }
+        if bootstrap {
+            cmd.arg("--bootstrap");
+        }
         // In its namespace, behind its proxy; the handle stays open until the spawn.
         let mut handle = None;
         if let Some(net) = &self.net {
@@ -256,9 +323,9 @@ impl LocalCluster {
         }
         let child = cmd.spawn().with_context(|| format!("cannot start {}", self.exe.display()))?;
         drop(handle);
-        fs::write(self.data.join(format!("server-{id}.pid")), child.id().to_string())?;
-        self.children.retain(|(i, _)| *i != id);
-        self.children.push((id, child));
+        fs::write(self.data.join(format!("{name}.pid")), child.id().to_string())?;
+        self.children.retain(|(n, _)| *n != name);
+        self.children.push((name, child));
         Ok(())
     }
 
@@ -272,13 +339,16 @@ impl LocalCluster {
                 if ping(&self.map, s.id, from.as_deref())? {
                     break;
                 }
-                if let Some((_, child)) = self.children.iter_mut().find(|(i, _)| *i == s.id) {
-                    if let Some(status) = child.try_wait()? {
-                        bail!(
-                            "server {} exited ({status}) during start-up; see {}",
-                            s.id,
-                            self.data.join(format!("server-{}.log", s.id)).display()
-                        );
+                for m in procs_of(&s) {
+                    let name = proc_name(s.id, m);
+                    if let Some((_, child)) = self.children.iter_mut().find(|(n, _)| *n == name) {
+                        if let Some(status) = child.try_wait()? {
+                            bail!(
+                                "server {} exited ({status}) during start-up; see {}",
+                                s.id,
+                                self.data.join(format!("{name}.log")).display()
+                            );
+                        }
                     }
                 }
                 if Instant::now() > deadline {
@@ -290,14 +360,28 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Process id of server `id`, if this cluster object started it and it runs.
+    /// Process id of server `id` (its first member's, if replicated), if this cluster
+    /// object started it and it runs.
     pub fn pid(&self, id: u32) -> Option<u32> {
-        self.children.iter().find(|(i, _)| *i == id).map(|(_, c)| c.id())
+        let name = proc_name(id, self.map.server(id)?.members.first().map(|m| m.id));
+        self.children.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
     }
 
-    /// Kills server `id` with SIGKILL (a crash) and reaps it.
+    /// Process id of member `member` of server `id`, if this cluster object started it.
+    pub fn member_pid(&self, id: u32, member: u64) -> Option<u32> {
+        let name = proc_name(id, Some(member));
+        self.children.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
+    }
+
+    /// Kills server `id` (every member of a replicated one) with SIGKILL (a crash) and
+    /// reaps it.
     pub fn kill(&mut self, id: u32) -> Result<()> {
         self.signal_and_reap(id, libc::SIGKILL)
+    }
+
+    /// Kills member `member` of server `id` with SIGKILL and reaps it.
+    pub fn kill_member(&mut self, id: u32, member: u64) -> Result<()> {
+        self.signal_and_reap_proc(&proc_name(id, Some(member)), libc::SIGKILL)
     }
 
     /// Stops server `id` with SIGTERM and waits for it.
@@ -306,11 +390,19 @@ impl LocalCluster {
     }
 
     fn signal_and_reap(&mut self, id: u32, sig: i32) -> Result<()> {
-        if let Some(pos) = self.children.iter().position(|(i, _)| *i == id) {
+        let Some(s) = self.map.server(id).cloned() else { return Ok(()) };
+        for m in procs_of(&s) {
+            self.signal_and_reap_proc(&proc_name(id, m), sig)?;
+        }
+        Ok(())
+    }
+
+    fn signal_and_reap_proc(&mut self, name: &str, sig: i32) -> Result<()> {
+        if let Some(pos) = self.children.iter().position(|(n, _)| n == name) {
             let (_, mut child) = self.children.remove(pos);
             send_signal(child.id(), sig);
             child.wait()?;
-            let _ = fs::remove_file(self.data.join(format!("server-{id}.pid")));
+            let _ = fs::remove_file(self.data.join(format!("{name}.pid")));
         }
         Ok(())
     }
@@ -419,21 +511,23 @@ pub fn down(data: &Path, grace: Duration) -> Result<usize> {
 fn stop_servers(data: &Path, map: &ClusterMap, grace: Duration) -> Result<usize> {
     let mut stopped = 0;
     for s in &map.servers {
-        let pid_file = data.join(format!("server-{}.pid", s.id));
-        let Ok(text) = fs::read_to_string(&pid_file) else { continue };
-        let pid: u32 = text.trim().parse().with_context(|| format!("bad pid in {}", pid_file.display()))?;
-        if alive(pid) {
-            send_signal(pid, libc::SIGTERM);
-            let deadline = Instant::now() + grace;
-            while alive(pid) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        for m in procs_of(s) {
+            let pid_file = data.join(format!("{}.pid", proc_name(s.id, m)));
+            let Ok(text) = fs::read_to_string(&pid_file) else { continue };
+            let pid: u32 = text.trim().parse().with_context(|| format!("bad pid in {}", pid_file.display()))?;
             if alive(pid) {
-                send_signal(pid, libc::SIGKILL);
+                send_signal(pid, libc::SIGTERM);
+                let deadline = Instant::now() + grace;
+                while alive(pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if alive(pid) {
+                    send_signal(pid, libc::SIGKILL);
+                }
+                stopped += 1;
             }
-            stopped += 1;
+            let _ = fs::remove_file(&pid_file);
         }
-        let _ = fs::remove_file(&pid_file);
     }
     Ok(stopped)
 }

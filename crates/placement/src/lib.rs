@@ -21,6 +21,47 @@ pub struct ServerEntry {
     /// Relative share of directory objects (default 1.0).
     #[serde(default = "default_weight")]
     pub weight: f64,
+    /// The members of this server slot's replica group (none: one unreplicated server at
+    /// `address`). Whichever member leads serves the slot; the others redirect to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberEntry>,
+}
+
+/// One member of a replicated server slot (`[[servers.members]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberEntry {
+    /// Member id within its group (stable; never reused for another member).
+    pub id: u64,
+    /// `host:port` where the member serves clients and peers (when it leads).
+    pub address: String,
+    /// `host:port` where the member exchanges Raft messages with the other members.
+    pub raft: String,
+}
+
+impl ServerEntry {
+    /// An unreplicated server.
+    pub fn new(id: u32, address: String, weight: f64) -> ServerEntry {
+        ServerEntry { id, address, weight, members: Vec::new() }
+    }
+
+    /// The addresses a client may find this slot at: its members' (the leader among them),
+    /// or its one address.
+    pub fn addresses(&self) -> Vec<String> {
+        if self.members.is_empty() {
+            vec![self.address.clone()]
+        } else {
+            self.members.iter().map(|m| m.address.clone()).collect()
+        }
+    }
+
+    fn member_address_is_foreign(&self) -> bool {
+        !self.members.iter().any(|m| m.address == self.address)
+    }
+
+    /// The member with id `id`.
+    pub fn member(&self, id: u64) -> Option<&MemberEntry> {
+        self.members.iter().find(|m| m.id == id)
+    }
 }
 
 fn default_weight() -> f64 {
@@ -354,13 +395,34 @@ impl ClusterMap {
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(MapError::Invalid("duplicate server id".into()));
         }
-        let mut addrs: Vec<&str> = self.servers.iter().map(|s| s.address.as_str()).collect();
+        let mut addrs: Vec<&str> = self
+            .servers
+            .iter()
+            .flat_map(|s| {
+                let own = s.members.is_empty().then_some(s.address.as_str());
+                let members = s.members.iter().flat_map(|m| [m.address.as_str(), m.raft.as_str()]);
+                own.into_iter().chain(members)
+            })
+            .collect();
         addrs.sort_unstable();
         if let Some(w) = addrs.windows(2).find(|w| w[0] == w[1]) {
             return Err(MapError::Invalid(format!("two servers have the address {}", w[0])));
         }
         if ids.iter().any(|&id| id >= u16::MAX as u32) {
             return Err(MapError::Invalid("server ids must be below 65535".into()));
+        }
+        for s in &self.servers {
+            let mut ids: Vec<u64> = s.members.iter().map(|m| m.id).collect();
+            ids.sort_unstable();
+            if ids.windows(2).any(|w| w[0] == w[1]) {
+                return Err(MapError::Invalid(format!("server {} has two members with the same id", s.id)));
+            }
+            if !s.members.is_empty() && s.member_address_is_foreign() {
+                return Err(MapError::Invalid(format!(
+                    "server {}'s address {} is not one of its members' addresses",
+                    s.id, s.address
+                )));
+            }
         }
         if let Some(s) = self.servers.iter().find(|s| !(s.weight > 0.0 && s.weight.is_finite())) {
             return Err(MapError::Invalid(format!("server {} has weight {}", s.id, s.weight)));
@@ -453,7 +515,7 @@ mod tests {
     use super::*;
 
     fn servers(n: u32) -> Vec<ServerEntry> {
-        (0..n).map(|id| ServerEntry { id, address: format!("127.0.0.1:{}", 7000 + id), weight: 1.0 }).collect()
+        (0..n).map(|id| ServerEntry::new(id, format!("127.0.0.1:{}", 7000 + id), 1.0)).collect()
     }
 
     fn dirs() -> impl Iterator<Item = String> {

@@ -88,3 +88,37 @@ pub struct FsckData {
     /// Records the files whose inodes live here use: server, record id.
     pub pieces: Vec<(ServerId, u64)>,
 }
+
+/// A replica-group member's view of its group (`cluster status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct GroupInfo {
+    /// The server slot the group keeps.
+    pub server: ServerId,
+    /// The answering member.
+    pub member: u64,
+    /// leader, follower, candidate, learner or shutdown.
+    pub state: String,
+    /// The leader this member knows of.
+    pub leader: Option<u64>,
+    pub term: u64,
+    /// Index of the member's last log entry, and of the last one it applied.
+    pub last_log: Option<u64>,
+    pub applied: Option<u64>,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// On the leader: entries each other member is behind.
+    pub lag: Vec<(u64, u64)>,
+    /// Whether the member serves the slot now (it leads and has taken over).
+    pub serving: bool,
+}
+
+/// A member's store summed up at its applied log position (`fsck --replicas`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct StoreDigest {
+    pub member: u64,
+    /// The log index the store reflects.
+    pub applied: u64,
+    /// xxh3 of the store's keys and values in key order.
+    pub digest: u64,
+    pub keys: u64,
+}

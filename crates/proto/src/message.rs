@@ -9,7 +9,7 @@
 //! part of the wire format: new variants go at the end, and a new field means a new
 //! protocol version.
 
-use crate::admin::{FsckData, ServerStatus};
+use crate::admin::{FsckData, GroupInfo, ServerStatus, StoreDigest};
 use crate::attr::{Attr, Dirents, SetAttr, Statfs, XattrOp};
 use crate::batch::{BatchOp, BatchReply, FileRead, FileWrite, Semantics};
 use crate::cred::Cred;
@@ -345,6 +345,12 @@ pub enum Request {
         path: String,
         answer: Result<ParentPerms, WireError>,
     },
+    /// A replica-group member's view of its group (`cluster status`). Every member answers
+    /// it, leading or not.
+    GroupStatus,
+    /// A member's store summed up at its applied log position (`fsck --replicas`). Every
+    /// member answers it.
+    GroupDigest,
 }
 
 impl Request {
@@ -408,6 +414,8 @@ impl Request {
             CommitWrite { .. } => 54,
             Probe { .. } => 55,
             CxPerms { .. } => 56,
+            GroupStatus => 57,
+            GroupDigest => 58,
         }
     }
 
@@ -472,6 +480,8 @@ impl Request {
                 | AllocInos { .. }
                 | DirPerms { .. }
                 | CxPerms { .. }
+                | GroupStatus
+                | GroupDigest
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | Layout { .. }
@@ -483,7 +493,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 57] = [
+pub const OPCODE_NAMES: [&str; 59] = [
     "invalid",
     "ping",
     "mkdir",
@@ -541,6 +551,8 @@ pub const OPCODE_NAMES: [&str; 57] = [
     "commit_write",
     "probe",
     "cx_perms",
+    "group_status",
+    "group_digest",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -614,6 +626,16 @@ pub enum Reply {
         attr: Attr,
         pieces: Vec<Piece>,
     },
+    /// This member of a replicated server slot does not lead its group: ask the member at
+    /// `leader` (its client address; `None` while no leader is known). Nothing was done.
+    /// The transport follows it; callers never see it.
+    Redirect {
+        leader: Option<String>,
+    },
+    /// A member's view of its group (`GroupStatus`).
+    Group(GroupInfo),
+    /// A member's store summed up (`GroupDigest`).
+    Digest(StoreDigest),
 }
 
 /// What a response body holds.

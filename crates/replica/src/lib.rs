@@ -132,6 +132,36 @@ pub struct Group {
     raft: Raft,
     sm_db: Arc<rocksdb::DB>,
     server: tokio::task::JoinHandle<()>,
+    /// When a quorum last acknowledged this member as leader (see [`Group::quorum_acked_within`]).
+    acked: Arc<AckClock>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+/// The instant of the last quorum acknowledgement of this member as leader, as openraft's
+/// metrics report it (nanoseconds after `base`; 0: none, or not leading).
+struct AckClock {
+    base: std::time::Instant,
+    at: std::sync::atomic::AtomicU64,
+}
+
+impl AckClock {
+    /// Follows the metrics: every report gives the time since the acknowledgement; the
+    /// instant computed from it is, if anything, later than the true one by the delay of
+    /// this task's wake-up, which the lease's margin (see `quorum_acked_within`) covers.
+    async fn follow(
+        self: Arc<Self>,
+        mut rx: tokio::sync::watch::Receiver<openraft::metrics::RaftDataMetrics<MemberId>>,
+    ) {
+        use std::sync::atomic::Ordering;
+        while rx.changed().await.is_ok() {
+            let since = rx.borrow().millis_since_quorum_ack;
+            let at = since
+                .and_then(|ms| self.base.elapsed().checked_sub(Duration::from_millis(ms)))
+                .map_or(0, |d| d.as_nanos() as u64 + 1);
+            self.at.store(at, Ordering::Release);
+        }
+        self.at.store(0, Ordering::Release);
+    }
 }
 
 impl Group {
@@ -152,7 +182,9 @@ impl Group {
             .await
             .map_err(|e| GroupError::Start(e.to_string()))?;
         let server = tokio::spawn(net::serve(listener, raft.clone()));
-        Ok(Group { id, raft, sm_db: store, server })
+        let acked = Arc::new(AckClock { base: std::time::Instant::now(), at: Default::default() });
+        let watcher = tokio::spawn(acked.clone().follow(raft.data_metrics()));
+        Ok(Group { id, raft, sm_db: store, server, acked, watcher })
     }
 
     /// Makes a new group of `members` (id → address). Call once, on one member, when the
@@ -219,6 +251,51 @@ impl Group {
         }
     }
 
+    /// Whether this member leads and a quorum acknowledged it less than `d` ago. With `d`
+    /// below the election timeout's minimum, no other member can have been elected since
+    /// (a follower refuses votes for the maximum election timeout after it last heard from
+    /// its leader), so the member may serve reads from its own store: a leader lease.
+    pub fn quorum_acked_within(&self, d: Duration) -> bool {
+        let at = self.acked.at.load(std::sync::atomic::Ordering::Acquire);
+        if at == 0 {
+            return false;
+        }
+        let now = self.acked.base.elapsed().as_nanos() as u64;
+        now.saturating_sub(at - 1) < d.as_nanos() as u64 && self.is_leader()
+    }
+
+    /// Waits until this member no longer leads in `term`: it stepped down, saw a higher
+    /// term, or no quorum acknowledged it for `silence` (it may be cut off from the
+    /// others: it can no longer commit, so it stops serving). Returns why.
+    pub async fn deposed(&self, term: u64, silence: Duration) -> String {
+        let mut rx = self.raft.metrics();
+        loop {
+            {
+                let m = rx.borrow_and_update();
+                if m.state != ServerState::Leader || m.current_term != term {
+                    return format!("now {:?} in term {}", m.state, m.current_term).to_lowercase();
+                }
+            }
+            if !self.quorum_acked_within(silence) && self.acked.at.load(std::sync::atomic::Ordering::Acquire) != 0 {
+                return format!("no quorum acknowledged it for {} ms", silence.as_millis());
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return "the replica stopped".into() },
+                _ = tokio::time::sleep(silence / 4) => {}
+            }
+        }
+    }
+
+    /// Returns once this member leads its group.
+    pub async fn until_leader(&self) {
+        let mut rx = self.raft.metrics();
+        while rx.borrow_and_update().state != ServerState::Leader {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Whether this member leads its group now.
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader
@@ -242,6 +319,7 @@ impl Group {
     /// Stops the member: no more messages served or sent. Its stores stay as they are.
     pub async fn stop(self) {
         self.server.abort();
+        self.watcher.abort();
         let _ = self.raft.shutdown().await;
     }
 }

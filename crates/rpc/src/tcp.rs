@@ -1,21 +1,56 @@
 //! The TCP transport: `per_server` pipelined connections to each server of a cluster map,
 //! opened lazily and reopened after a failure.
+//!
+//! A replicated server slot has several members, one of which leads and serves; the
+//! others answer `Redirect` with the leader's address (or none while an election runs).
+//! The transport keeps, per slot, the member it believes leads, follows redirects, and
+//! moves on to the next member when one cannot be reached — a request that never reached
+//! a member, or that a member refused with a redirect, was not applied, so resending it is
+//! always safe. It gives up after [`FAILOVER_WAIT`] without a leader.
 
 use crate::conn::{CallError, Connection};
 use crate::counters::Counters;
 use crate::transport::Transport;
 use futures::future::BoxFuture;
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Cred, Request, Response, ServerId};
+use plusfs_proto::{Cred, Reply, Request, Response, ServerId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
+/// How long a call waits for a replicated slot to present a leader (an election after the
+/// leader's loss takes 0.4–0.8 s plus the members' restarts) before it fails with EIO.
+pub const FAILOVER_WAIT: Duration = Duration::from_secs(10);
+
+/// Pause before asking the members again once each was tried and none leads.
+const NO_LEADER_PAUSE: Duration = Duration::from_millis(50);
+
 struct Slot {
-    addr: String,
+    /// The member addresses (one for an unreplicated server).
+    addrs: Vec<String>,
+    /// Index in `addrs` of the member believed to lead.
+    leader: AtomicUsize,
     conns: Vec<Mutex<Option<Arc<Connection>>>>,
     next: AtomicUsize,
+}
+
+impl Slot {
+    fn leader_addr(&self) -> (usize, &str) {
+        let i = self.leader.load(Ordering::Relaxed) % self.addrs.len();
+        (i, &self.addrs[i])
+    }
+
+    /// After member `from` failed or redirected: believe `to` (an address) leads, or the
+    /// next member if `to` is unknown. Returns whether a known leader was named.
+    fn move_on(&self, from: usize, to: Option<&str>) -> bool {
+        let named = to.and_then(|a| self.addrs.iter().position(|x| x == a));
+        let next = named.unwrap_or((from + 1) % self.addrs.len());
+        // Only the first caller to see `from` fail moves the slot on.
+        let _ = self.leader.compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed);
+        named.is_some()
+    }
 }
 
 /// Connections to every server of a cluster map.
@@ -32,29 +67,74 @@ impl TcpTransport {
             .iter()
             .map(|s| {
                 let conns = (0..per_server.max(1)).map(|_| Mutex::new(None)).collect();
-                (s.id, Slot { addr: s.address.clone(), conns, next: AtomicUsize::new(0) })
+                let addrs = s.addresses();
+                let first = addrs.iter().position(|a| *a == s.address).unwrap_or(0);
+                let slot = Slot { addrs, leader: AtomicUsize::new(first), conns, next: AtomicUsize::new(0) };
+                (s.id, slot)
             })
             .collect();
         TcpTransport { slots, counters }
     }
 
-    async fn connection(&self, server: ServerId) -> Result<Arc<Connection>, CallError> {
-        let slot = self.slots.get(&server).ok_or_else(|| CallError::Connect {
+    fn slot(&self, server: ServerId) -> Result<&Slot, CallError> {
+        self.slots.get(&server).ok_or_else(|| CallError::Connect {
             addr: format!("server {server}"),
             reason: "not in the cluster map".into(),
-        })?;
+        })
+    }
+
+    /// A connection to `addr` from the slot's pool (reopened if it broke or went to
+    /// another member).
+    async fn connection(&self, slot: &Slot, addr: &str) -> Result<Arc<Connection>, CallError> {
         let i = slot.next.fetch_add(1, Ordering::Relaxed) % slot.conns.len();
         let mut guard = slot.conns[i].lock().await;
         if let Some(c) = guard.as_ref() {
-            if c.is_alive() {
+            if c.is_alive() && c.addr() == addr {
                 return Ok(c.clone());
             }
         }
-        let c = Arc::new(Connection::connect(&slot.addr, self.counters.clone()).await?);
+        let c = Arc::new(Connection::connect(addr, self.counters.clone()).await?);
         *guard = Some(c.clone());
         Ok(c)
     }
+
+    /// One call to a replicated slot: to the member believed to lead, following redirects
+    /// and passing over members that cannot be reached, for at most [`FAILOVER_WAIT`].
+    async fn send_to_group(&self, server: ServerId, slot: &Slot, cred: &Cred, req: &Request) -> Attempt {
+        let deadline = Instant::now() + FAILOVER_WAIT;
+        let mut misses = 0;
+        loop {
+            let (i, addr) = slot.leader_addr();
+            let answer = match self.connection(slot, addr).await {
+                Ok(c) => c.call(cred, req).await,
+                Err(e) => Err(e),
+            };
+            let named = match answer {
+                Ok(Ok(Reply::Redirect { leader })) => slot.move_on(i, leader.as_deref()),
+                Err(CallError::Connect { .. }) => slot.move_on(i, None),
+                Err(e @ CallError::Broken { .. }) => {
+                    // It may have been applied: the caller decides on a resend, which goes
+                    // to the next member.
+                    slot.move_on(i, None);
+                    return Err(e);
+                }
+                other => return other,
+            };
+            misses += 1;
+            if Instant::now() > deadline {
+                return Err(CallError::Connect {
+                    addr: format!("server {server} ({})", slot.addrs.join(", ")),
+                    reason: format!("no member leads its replica group (waited {} s)", FAILOVER_WAIT.as_secs()),
+                });
+            }
+            if !named && misses % slot.addrs.len() == 0 {
+                tokio::time::sleep(NO_LEADER_PAUSE).await;
+            }
+        }
+    }
 }
+
+type Attempt = Result<Response, CallError>;
 
 impl Transport for TcpTransport {
     fn send<'a>(
@@ -63,6 +143,12 @@ impl Transport for TcpTransport {
         cred: &'a Cred,
         req: &'a Request,
     ) -> BoxFuture<'a, Result<Response, CallError>> {
-        Box::pin(async move { self.connection(server).await?.call(cred, req).await })
+        Box::pin(async move {
+            let slot = self.slot(server)?;
+            if slot.addrs.len() == 1 {
+                return self.connection(slot, &slot.addrs[0]).await?.call(cred, req).await;
+            }
+            self.send_to_group(server, slot, cred, req).await
+        })
     }
 }

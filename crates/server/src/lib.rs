@@ -14,8 +14,10 @@ mod dispatch;
 pub mod engine;
 mod failpoint;
 mod filedata;
+mod front;
 mod hugedir;
 mod links;
+mod member;
 mod metrics;
 mod namespace;
 mod net;
@@ -27,6 +29,7 @@ mod twopc;
 mod xattr;
 
 pub use failpoint::{FailAction, Failpoint, Failpoints};
+pub use front::{Front, Member};
 pub use osd::Osd;
 pub use plusfs_rpc::Pool;
 
@@ -47,6 +50,11 @@ pub struct ServerConfig {
     pub map: ClusterMap,
     /// Directory holding this server's store.
     pub data_dir: PathBuf,
+    /// For a replicated slot: which of its members this process is.
+    pub member: Option<u64>,
+    /// Create the slot's replica group (a new cluster's first start; its lowest member
+    /// does it). A group that exists stays as it is.
+    pub bootstrap: bool,
 }
 
 /// Why a server could not start.
@@ -60,17 +68,51 @@ pub enum StartError {
     Data { path: String, source: plusfs_data::DataError },
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
+    #[error("server {server} has no member {member} in the cluster map")]
+    UnknownMember { server: ServerId, member: u64 },
+    #[error("server {0} is replicated: start it as one of its members (--member)")]
+    MemberNeeded(ServerId),
+    #[error("replica group of server {server}: {source}")]
+    Group { server: ServerId, source: plusfs_replica::GroupError },
+}
+
+/// How a server process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// Asked to stop.
+    Stopped,
+    /// This member led its slot and no longer does (why): its in-memory state may be
+    /// behind the new leader's, so the process starts afresh as a follower.
+    Deposed(String),
 }
 
 /// Opens a server's stores, recovers unfinished transactions and Cx operations, resumes
 /// redistributions and starts its background tasks. Calls to other servers go through
 /// `peers`. The returned server answers [`Osd::handle`]; [`run`] puts it on the network.
 pub async fn open(config: &ServerConfig, peers: Pool, failpoints: Arc<Failpoints>) -> Result<Arc<Osd>, StartError> {
-    let store_err = |source| StartError::Store { path: config.data_dir.display().to_string(), source };
     config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
+    let store = open_store(config)?;
+    open_over(config, store, peers, failpoints).await
+}
+
+fn store_error(config: &ServerConfig) -> impl Fn(plusfs_store::StoreError) -> StartError + '_ {
+    move |source| StartError::Store { path: config.data_dir.display().to_string(), source }
+}
+
+fn open_store(config: &ServerConfig) -> Result<Arc<RocksStore>, StartError> {
     let always = config.map.sync == plusfs_placement::SyncMode::Always;
-    let store: Arc<dyn DirStore> =
-        Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_err)?);
+    Ok(Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_error(config))?))
+}
+
+/// [`open`] over an opened store (a replicated one, once this member leads).
+async fn open_over(
+    config: &ServerConfig,
+    store: Arc<RocksStore>,
+    peers: Pool,
+    failpoints: Arc<Failpoints>,
+) -> Result<Arc<Osd>, StartError> {
+    let store_err = store_error(config);
+    let always = config.map.sync == plusfs_placement::SyncMode::Always;
     let data_dir = config.data_dir.join("data");
     let data_opts = plusfs_data::DataOptions {
         sync: always,
@@ -79,33 +121,43 @@ pub async fn open(config: &ServerConfig, peers: Pool, failpoints: Arc<Failpoints
     };
     let data = plusfs_data::DataStore::open(&data_dir, data_opts)
         .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
+    let store: Arc<dyn DirStore> = store;
     let osd =
-        Osd::open(config.id, config.map.clone(), store, Arc::new(data), peers, failpoints).await.map_err(store_err)?;
-    osd.recover().await.map_err(store_err)?;
+        Osd::open(config.id, config.map.clone(), store, Arc::new(data), peers, failpoints).await.map_err(&store_err)?;
+    osd.recover().await.map_err(&store_err)?;
     osd.start_cx();
-    osd.recover_cx().map_err(store_err)?;
-    osd.resume_distributions().map_err(store_err)?;
+    osd.recover_cx().map_err(&store_err)?;
+    osd.resume_distributions().map_err(&store_err)?;
     osd.spawn_compactor();
     Ok(osd)
 }
 
 /// Opens the server (see [`open`]; peers over TCP, failpoints from `PLUSFS_FAILPOINT`) and
-/// serves `listener` until `shutdown` is true.
+/// serves `listener` until `shutdown` is true. A member of a replicated slot (see
+/// [`member::run`]) serves only while it leads.
 pub async fn run(
     config: ServerConfig,
     listener: TcpListener,
     shutdown: watch::Receiver<bool>,
-) -> Result<(), StartError> {
+) -> Result<Exit, StartError> {
+    let entry = config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
+    if !entry.members.is_empty() {
+        return member::run(config, listener, shutdown).await;
+    }
     let peers = Pool::new(&config.map, 2, 0);
     let osd = open(&config, peers, Arc::default()).await?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");
-    net::serve(listener, osd, shutdown).await;
+    net::serve(listener, Front::serving(osd), shutdown).await;
     tracing::info!(id = config.id, "server stopped");
-    Ok(())
+    Ok(Exit::Stopped)
 }
 
-/// Binds the address the cluster map gives server `id`.
-pub async fn bind(map: &ClusterMap, id: ServerId) -> Result<TcpListener, StartError> {
-    let addr = map.server(id).ok_or(StartError::UnknownId(id))?.address.clone();
+/// Binds the address the cluster map gives server `id` (its member `member`'s, if given).
+pub async fn bind(map: &ClusterMap, id: ServerId, member: Option<u64>) -> Result<TcpListener, StartError> {
+    let entry = map.server(id).ok_or(StartError::UnknownId(id))?;
+    let addr = match member {
+        Some(m) => entry.member(m).ok_or(StartError::UnknownMember { server: id, member: m })?.address.clone(),
+        None => entry.address.clone(),
+    };
     TcpListener::bind(&addr).await.map_err(|source| StartError::Listen { addr, source })
 }

@@ -5,7 +5,7 @@
 //! in one vectored write (file data from the buffers it was read into). A malformed frame or a wrong protocol version ends only its connection
 //! (after an `EPROTO` reply where a reply can be addressed).
 
-use crate::osd::Osd;
+use crate::front::Front;
 use plusfs_proto::io::{send_queued, FrameReader, ReadError};
 use plusfs_proto::{decode_request, encode_response, DecodeError, Errno, OutFrame, Response, WireError, HEADER_LEN};
 use std::sync::atomic::Ordering;
@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 /// Serves connections from `listener` until `shutdown` turns true, then waits for the
 /// requests in flight.
-pub async fn serve(listener: TcpListener, osd: Arc<Osd>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(listener: TcpListener, osd: Arc<Front>, mut shutdown: watch::Receiver<bool>) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -38,7 +38,7 @@ pub async fn serve(listener: TcpListener, osd: Arc<Osd>, mut shutdown: watch::Re
     while conns.join_next().await.is_some() {}
 }
 
-async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Receiver<bool>) {
+async fn connection(stream: TcpStream, osd: Arc<Front>, mut shutdown: watch::Receiver<bool>) {
     stream.set_nodelay(true).ok();
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let (rd, mut wr) = stream.into_split();
@@ -47,7 +47,7 @@ async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Recei
     let writer = tokio::spawn(async move {
         // A write error ends the writer; replies queued after it are dropped.
         let _ = send_queued(&mut rx, &mut wr, |n| {
-            m.metrics.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+            m.metrics().bytes_out.fetch_add(n as u64, Ordering::Relaxed);
         })
         .await;
     });
@@ -71,8 +71,8 @@ async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Recei
                 break;
             }
         };
-        osd.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
-        osd.metrics.bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
+        osd.metrics().msgs_in.fetch_add(1, Ordering::Relaxed);
+        osd.metrics().bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
         match decode_request(&frame) {
             Ok(call) => {
@@ -96,13 +96,13 @@ async fn connection(stream: TcpStream, osd: Arc<Osd>, mut shutdown: watch::Recei
     let _ = writer.await;
 }
 
-fn send(osd: &Osd, tx: &mpsc::UnboundedSender<OutFrame>, id: u64, opcode: u16, resp: &Response) {
+fn send(osd: &Front, tx: &mpsc::UnboundedSender<OutFrame>, id: u64, opcode: u16, resp: &Response) {
     let result = encode_response(id, opcode, resp).or_else(|e| {
         let too_big = Err(WireError::new(Errno::EMSGSIZE, format!("reply too large: {e}")));
         encode_response(id, opcode, &too_big)
     });
     if let Ok(frame) = result {
-        osd.metrics.msgs_out.fetch_add(1, Ordering::Relaxed);
+        osd.metrics().msgs_out.fetch_add(1, Ordering::Relaxed);
         let _ = tx.send(frame);
     }
 }

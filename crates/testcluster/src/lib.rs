@@ -92,8 +92,7 @@ impl TestCluster {
             path: std::env::temp_dir().display().to_string(),
             source: plusfs_store::StoreError::Engine(format!("cannot create a temporary directory: {e}")),
         })?;
-        let servers =
-            (0..opts.servers as u32).map(|id| ServerEntry { id, address: format!("sim:{id}"), weight: 1.0 }).collect();
+        let servers = (0..opts.servers as u32).map(|id| ServerEntry::new(id, format!("sim:{id}"), 1.0)).collect();
         let txn = TxnSettings {
             protocol: opts.protocol,
             commit_timeout_ms: opts.commit_timeout.as_millis() as u64,
@@ -113,8 +112,13 @@ impl TestCluster {
             .servers
             .iter()
             .map(|s| {
-                let config =
-                    ServerConfig { id: s.id, map: map.clone(), data_dir: dir.path().join(format!("server-{}", s.id)) };
+                let config = ServerConfig {
+                    id: s.id,
+                    map: map.clone(),
+                    data_dir: dir.path().join(format!("server-{}", s.id)),
+                    member: None,
+                    bootstrap: false,
+                };
                 let node = Node {
                     config,
                     failpoints: Arc::default(),

@@ -1,0 +1,140 @@
+//! What the network side of a server hands each request to.
+//!
+//! An unreplicated server serves every request at once. A member of a replicated server
+//! slot serves only while it leads its replica group and has taken over (its engine opened
+//! over the replicated store, unfinished cross-server operations recovered); until then,
+//! and on followers, every request is answered with `Redirect` to the leader the member
+//! knows of, which the transport follows. Group requests (`GroupStatus`, `GroupDigest`)
+//! are answered by every member.
+//!
+//! Reads on the leader are linearizable by a leader lease: a quorum acknowledged this
+//! leader less than [`Member::lease`] ago, and followers refuse to elect anyone else for
+//! the election timeout after they last heard from it, so no other leader can have
+//! committed anything since. Once the lease has run out, a request first waits for a
+//! read-index round (`Group::read_barrier`): a quorum confirms the leader again.
+
+use crate::metrics::Metrics;
+use crate::osd::Osd;
+use plusfs_placement::ClusterMap;
+use plusfs_proto::{Cred, GroupInfo, Reply, Request, Response, ServerId, StoreDigest, WireError};
+use plusfs_replica::Group;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Longest wait for a read-index round before a member gives up and redirects.
+const BARRIER_WAIT: Duration = Duration::from_secs(1);
+
+/// The member side of a replicated server slot.
+pub struct Member {
+    /// The slot the group keeps.
+    pub server: ServerId,
+    /// The group, as this member runs it.
+    pub group: Group,
+    /// The cluster map (members' client addresses).
+    pub map: ClusterMap,
+    /// How long after a quorum's acknowledgement the leader serves without asking again.
+    pub lease: Duration,
+}
+
+impl Member {
+    /// The client address of the leader this member knows of.
+    fn leader_address(&self) -> Option<String> {
+        let leader = self.group.status().leader?;
+        Some(self.map.server(self.server)?.member(leader)?.address.clone())
+    }
+
+    fn info(&self, serving: bool) -> GroupInfo {
+        let s = self.group.status();
+        GroupInfo {
+            server: self.server,
+            member: s.id,
+            state: s.state,
+            leader: s.leader,
+            term: s.term,
+            last_log: s.last_log,
+            applied: s.applied,
+            voters: s.voters,
+            learners: s.learners,
+            lag: s.lag.map(|l| l.into_iter().collect()).unwrap_or_default(),
+            serving,
+        }
+    }
+
+    async fn digest(&self) -> Response {
+        let db = self.group.store().clone();
+        let d = tokio::task::spawn_blocking(move || plusfs_replica::check::digest(&db))
+            .await
+            .map_err(|e| WireError::new(plusfs_proto::Errno::EIO, format!("digest task failed: {e}")))?
+            .map_err(|e| WireError::new(plusfs_proto::Errno::EIO, format!("cannot sum up the store: {e}")))?;
+        Ok(Reply::Digest(StoreDigest { member: self.group.id, applied: d.applied, digest: d.digest, keys: d.keys }))
+    }
+
+    /// Whether a quorum acknowledged this member as leader within the lease.
+    fn lease_holds(&self) -> bool {
+        self.group.quorum_acked_within(self.lease)
+    }
+}
+
+/// The receiver of a server's requests.
+pub struct Front {
+    osd: OnceLock<Arc<Osd>>,
+    member: Option<Arc<Member>>,
+    /// Counters of messages and bytes (the engine's once it serves).
+    idle_metrics: Metrics,
+}
+
+impl Front {
+    /// A front that serves `osd` (an unreplicated server).
+    pub fn serving(osd: Arc<Osd>) -> Arc<Front> {
+        let f = Front { osd: OnceLock::new(), member: None, idle_metrics: Metrics::default() };
+        let _ = f.osd.set(osd);
+        Arc::new(f)
+    }
+
+    /// A front for a member of a replicated slot that does not serve yet.
+    pub fn member(member: Arc<Member>) -> Arc<Front> {
+        Arc::new(Front { osd: OnceLock::new(), member: Some(member), idle_metrics: Metrics::default() })
+    }
+
+    /// Starts serving `osd` (this member took over its slot).
+    pub fn take_over(&self, osd: Arc<Osd>) {
+        let _ = self.osd.set(osd);
+    }
+
+    /// The server, once it serves.
+    pub fn osd(&self) -> Option<&Arc<Osd>> {
+        self.osd.get()
+    }
+
+    /// Message and byte counters.
+    pub fn metrics(&self) -> &Metrics {
+        self.osd.get().map_or(&self.idle_metrics, |o| &o.metrics)
+    }
+
+    /// Answers one request made by `cred`.
+    pub async fn handle(&self, cred: Cred, req: Request) -> Response {
+        if let Some(m) = &self.member {
+            match req {
+                Request::GroupStatus => return Ok(Reply::Group(m.info(self.osd.get().is_some()))),
+                Request::GroupDigest => return m.digest().await,
+                _ => {}
+            }
+            if self.osd.get().is_none() || !self.confirmed(m).await {
+                return Ok(Reply::Redirect { leader: m.leader_address() });
+            }
+        }
+        match self.osd.get() {
+            Some(osd) => osd.handle(cred, req).await,
+            None => Ok(Reply::Redirect { leader: None }),
+        }
+    }
+
+    /// Whether this member may serve now: its lease holds, or a read-index round confirms
+    /// it still leads.
+    async fn confirmed(&self, m: &Member) -> bool {
+        if m.lease_holds() {
+            return true;
+        }
+        matches!(tokio::time::timeout(BARRIER_WAIT, m.group.read_barrier()).await, Ok(Ok(())))
+    }
+}
