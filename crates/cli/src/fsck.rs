@@ -20,7 +20,26 @@ use plusfs_client::Client;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub async fn run(client: &Client) -> Result<ExitCode> {
+/// `plusfs fsck` options.
+#[derive(clap::Args)]
+pub struct FsckArgs {
+    /// Also compare the members of every replica group: at the same log position their
+    /// stores and the file data the stores refer to must be equal (checksums). Run it on
+    /// a quiet cluster; members still applying are compared again for a few seconds.
+    #[arg(long)]
+    replicas: bool,
+}
+
+pub async fn run(client: &Client, args: FsckArgs) -> Result<ExitCode> {
+    let namespace = namespace(client).await?;
+    if !args.replicas {
+        return Ok(namespace);
+    }
+    let replicas = crate::groups::check_replicas(client.map()).await;
+    Ok(if replicas && namespace == ExitCode::SUCCESS { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn namespace(client: &Client) -> Result<ExitCode> {
     let scans = scan_settled(client, Duration::from_secs(10)).await?;
     let pending: u64 = scans.iter().map(|(_, d)| d.pending_tx).sum();
     if pending > 0 {

@@ -88,3 +88,82 @@ fn lag_text(lag: &[(u64, u64)]) -> String {
     let parts: Vec<String> = lag.iter().map(|(m, n)| format!("{m}:{n}")).collect();
     format!(" lag={}", parts.join(","))
 }
+
+/// What a comparison of one group's members found.
+enum Agreement {
+    /// Every member at the same position with the same store and file data.
+    Same(StoreDigest),
+    /// Members at the same position that differ.
+    Diverged(String),
+    /// Members at different positions (still applying), or a member that did not answer.
+    Unsettled(String),
+}
+
+fn compare(digests: &[(u64, Result<StoreDigest, String>)]) -> Agreement {
+    let mut ok = Vec::new();
+    for (id, d) in digests {
+        match d {
+            Ok(d) => ok.push(*d),
+            Err(e) => return Agreement::Unsettled(format!("member {id} did not answer: {e}")),
+        }
+    }
+    let describe = |d: &StoreDigest| {
+        format!(
+            "member {} at {}: store {:016x} ({} keys), data {:016x} ({} records, {} bytes)",
+            d.member, d.applied, d.digest, d.keys, d.data_digest, d.data_records, d.data_bytes
+        )
+    };
+    for a in &ok {
+        for b in ok.iter().filter(|b| b.applied == a.applied) {
+            if (a.digest, a.data_digest) != (b.digest, b.data_digest) {
+                return Agreement::Diverged(format!("{}; {}", describe(a), describe(b)));
+            }
+        }
+    }
+    if ok.iter().any(|d| d.applied != ok[0].applied) {
+        let all: Vec<String> = ok.iter().map(describe).collect();
+        return Agreement::Unsettled(format!("members at different positions: {}", all.join("; ")));
+    }
+    Agreement::Same(ok[0])
+}
+
+/// `fsck --replicas`: compares the members of every replicated slot of `map`, printing one
+/// line per slot. Returns whether all agree.
+pub async fn check_replicas(map: &ClusterMap) -> bool {
+    let mut all_same = true;
+    let groups: Vec<&ServerEntry> = map.servers.iter().filter(|s| !s.members.is_empty()).collect();
+    if groups.is_empty() {
+        println!("fsck --replicas: the cluster has no replica groups");
+        return true;
+    }
+    for s in groups {
+        let mut verdict = compare(&digests(s).await);
+        for _ in 0..20 {
+            if !matches!(verdict, Agreement::Unsettled(_)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            verdict = compare(&digests(s).await);
+        }
+        match verdict {
+            Agreement::Same(d) => println!(
+                "fsck --replicas: server {}: {} members agree at log index {} ({} keys, {} data records, {} bytes)",
+                s.id,
+                s.members.len(),
+                d.applied,
+                d.keys,
+                d.data_records,
+                d.data_bytes
+            ),
+            Agreement::Diverged(why) => {
+                all_same = false;
+                println!("fsck --replicas: server {}: DIVERGED: {why}", s.id);
+            }
+            Agreement::Unsettled(why) => {
+                all_same = false;
+                println!("fsck --replicas: server {}: not comparable: {why}", s.id);
+            }
+        }
+    }
+    all_same
+}

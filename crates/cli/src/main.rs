@@ -78,8 +78,9 @@ enum Cmd {
     /// Cross-server operation benchmark (mkdir, update- or read-dominated mixes) under
     /// the cluster's protocol: throughput, mean/p99 latency, messages per operation.
     Xbench(xbench::XbenchArgs),
-    /// Check the namespace invariants of a cluster.
-    Fsck,
+    /// Check the namespace invariants of a cluster (and, with --replicas, that the members
+    /// of every replica group hold the same store and file data).
+    Fsck(fsck::FsckArgs),
     /// A cluster's private network (`cluster up --netns`): run commands on its hosts,
     /// partition, heal, shape its links.
     #[command(subcommand)]
@@ -154,7 +155,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Put(a) => data::put(&client, a).await,
                     Cmd::Get(a) => data::get(&client, a).await,
                     Cmd::Cat(a) => data::cat(&client, a).await,
-                    Cmd::Fsck => fsck::run(&client).await?,
+                    Cmd::Fsck(a) => fsck::run(&client, a).await?,
                     Cmd::Server(_)
                     | Cmd::Cluster(_)
                     | Cmd::Bench(_)

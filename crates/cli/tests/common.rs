@@ -91,10 +91,10 @@ impl TestCluster {
 
     /// Fails if any server log has an ERROR line.
     pub fn assert_no_errors_logged(&self) {
-        for id in self.cluster.ids() {
-            let log = std::fs::read_to_string(self.cluster.data().join(format!("server-{id}.log"))).unwrap_or_default();
+        for path in self.cluster.logs() {
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
             let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
-            assert!(errors.is_empty(), "server {id} logged errors:\n{}", errors.join("\n"));
+            assert!(errors.is_empty(), "{} has errors:\n{}", path.display(), errors.join("\n"));
         }
     }
 }

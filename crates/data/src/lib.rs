@@ -24,6 +24,7 @@
 
 mod compact;
 mod record;
+pub mod replica;
 
 pub use compact::{
     candidates, collect_garbage, compact, compact_segments, live_bytes, CompactStats, Live, LiveIndex, Move,
@@ -61,11 +62,15 @@ pub struct DataOptions {
     /// store's file system, so the metadata store beside it never runs out (compaction,
     /// which frees space, may use the reserve). Default 64 MiB.
     pub reserve_bytes: u64,
+    /// The store is one member's copy of a replicated server slot (see [`replica`]): its
+    /// segments may have holes where records of later log entries were placed first, so
+    /// opening it never cuts a segment's tail, and appends start a new segment.
+    pub replica: bool,
 }
 
 impl Default for DataOptions {
     fn default() -> Self {
-        DataOptions { segment_bytes: 64 << 20, sync: false, reserve_bytes: 64 << 20 }
+        DataOptions { segment_bytes: 64 << 20, sync: false, reserve_bytes: 64 << 20, replica: false }
     }
 }
 
@@ -98,7 +103,7 @@ impl DataError {
     }
 }
 
-fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> DataError {
+pub(crate) fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> DataError {
     let path = path.display().to_string();
     move |source| DataError::Io { op, path, source }
 }
@@ -171,11 +176,11 @@ pub const LARGE_EXTENT: u32 = 512 << 10;
 /// Longest read that merges several extents.
 pub const MAX_MERGED_READ: u64 = 8 << 20;
 
-fn segment_name(id: u32) -> String {
+pub(crate) fn segment_name(id: u32) -> String {
     format!("seg-{id:08}.pack")
 }
 
-fn parse_segment_name(name: &str) -> Option<u32> {
+pub(crate) fn parse_segment_name(name: &str) -> Option<u32> {
     name.strip_prefix("seg-")?.strip_suffix(".pack")?.parse().ok()
 }
 
@@ -196,20 +201,27 @@ impl DataStore {
         let active_id = ids.last().copied().unwrap_or(1);
         let path = dir.join(segment_name(active_id));
         let file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(io("open", &path))?;
-        let len = record::valid_length(&file, active_id).map_err(io("scan", &path))?;
         let on_disk = file.metadata().map_err(io("stat", &path))?.len();
+        let len =
+            if opts.replica { on_disk } else { record::valid_length(&file, active_id).map_err(io("scan", &path))? };
         if len < on_disk {
             tracing::warn!(segment = active_id, cut = on_disk - len, "cutting a torn tail off the active segment");
             file.set_len(len).map_err(io("truncate", &path))?;
             file.sync_data().map_err(io("sync", &path))?;
         }
-        Ok(DataStore {
+        let replica = opts.replica;
+        let store = DataStore {
             dir: dir.to_path_buf(),
             opts,
             active: Mutex::new(Active { id: active_id, file: Arc::new(file), len }),
             sealed: RwLock::new(sealed),
             stats: Mutex::default(),
-        })
+        };
+        if replica && len > 0 {
+            // Appends never follow a hole or another leader's unfinished records.
+            store.seal_active()?;
+        }
+        Ok(store)
     }
 
     /// Appends `bufs` contiguously (one record each, `owner` recorded in every header) with

@@ -4,7 +4,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 
 fn small_segments(dir: &Path, bytes: u64) -> DataStore {
-    DataStore::open(dir, DataOptions { segment_bytes: bytes, sync: false, reserve_bytes: 0 }).unwrap()
+    DataStore::open(dir, DataOptions { segment_bytes: bytes, sync: false, reserve_bytes: 0, replica: false }).unwrap()
 }
 
 fn data(seed: u64, len: usize) -> Vec<u8> {

@@ -54,6 +54,8 @@ pub struct ClusterSettings {
     pub netns: Option<NetSettings>,
     /// Members of each server slot's replica group (0 or 1: unreplicated).
     pub replicas: usize,
+    /// Replica group timing and snapshots.
+    pub replication: plusfs_placement::ReplicationSettings,
 }
 
 /// Name of the process (and of its data directory, log and pid file) of server `id`, or
@@ -180,6 +182,7 @@ impl LocalCluster {
                 data: settings.data.clone(),
                 txn: settings.txn.clone(),
                 delegations: settings.delegations.clone(),
+                replication: settings.replication.clone(),
                 servers,
             };
             plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
@@ -373,6 +376,28 @@ impl LocalCluster {
         self.children.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
     }
 
+    /// Each member of replicated server `id` and its view of the group (`None`: it did
+    /// not answer).
+    pub fn group_views(&self, id: u32) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
+        group_views(self.map.server(id).with_context(|| format!("no server {id} in the map"))?)
+    }
+
+    /// The member of replicated server `id` that serves it now, if one does.
+    pub fn serving_member(&self, id: u32) -> Result<Option<u64>> {
+        Ok(self.group_views(id)?.into_iter().find(|(_, g)| g.as_ref().is_some_and(|g| g.serving)).map(|(m, _)| m))
+    }
+
+    /// Log files of every server process (members' for replicated servers).
+    pub fn logs(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for s in &self.map.servers {
+            for m in procs_of(s) {
+                out.push(self.data.join(format!("{}.log", proc_name(s.id, m))));
+            }
+        }
+        out
+    }
+
     /// Kills server `id` (every member of a replicated one) with SIGKILL (a crash) and
     /// reaps it.
     pub fn kill(&mut self, id: u32) -> Result<()> {
@@ -448,6 +473,32 @@ impl Drop for LocalCluster {
             }
         }
     }
+}
+
+/// Asks each member of replicated server `s` for its view of the group, on a private
+/// runtime and thread: (member, its answer or `None` if it did not answer within 2 s).
+fn group_views(s: &ServerEntry) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
+    let members = s.members.clone();
+    std::thread::spawn(move || -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        Ok(rt.block_on(async {
+            let mut out = Vec::new();
+            for m in members {
+                let ask = async {
+                    let counters = std::sync::Arc::new(plusfs_rpc::Counters::default());
+                    let c = plusfs_rpc::Connection::connect(&m.address, counters).await.ok()?;
+                    match c.call(&plusfs_proto::Cred::server(), &plusfs_proto::Request::GroupStatus).await {
+                        Ok(Ok(plusfs_proto::Reply::Group(g))) => Some(g),
+                        _ => None,
+                    }
+                };
+                out.push((m.id, tokio::time::timeout(Duration::from_secs(2), ask).await.ok().flatten()));
+            }
+            out
+        }))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("group status thread panicked"))?
 }
 
 /// One ping of server `id` on a private runtime and thread (moved into namespace `from`

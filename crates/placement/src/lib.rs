@@ -262,6 +262,52 @@ impl Default for TxnSettings {
     }
 }
 
+/// Replica group settings (`[replication]`; only servers with `members` use them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicationSettings {
+    /// Leader heartbeat period in ms (default 100).
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_ms: u64,
+    /// A follower that hears no leader for a random time between these (ms) stands for
+    /// election (default 400–800). A leader serves reads without asking its followers
+    /// for three quarters of the minimum after they last acknowledged it.
+    #[serde(default = "default_election_min")]
+    pub election_min_ms: u64,
+    #[serde(default = "default_election_max")]
+    pub election_max_ms: u64,
+    /// Log entries after which a member snapshots its store (default 20,000); a member
+    /// further behind than the log kept catches up from a snapshot.
+    #[serde(default = "default_snapshot_every")]
+    pub snapshot_every: u64,
+}
+
+fn default_heartbeat() -> u64 {
+    100
+}
+
+fn default_election_min() -> u64 {
+    400
+}
+
+fn default_election_max() -> u64 {
+    800
+}
+
+fn default_snapshot_every() -> u64 {
+    20_000
+}
+
+impl Default for ReplicationSettings {
+    fn default() -> Self {
+        ReplicationSettings {
+            heartbeat_ms: default_heartbeat(),
+            election_min_ms: default_election_min(),
+            election_max_ms: default_election_max(),
+            snapshot_every: default_snapshot_every(),
+        }
+    }
+}
+
 /// Directory delegation settings (`[delegations]`, `docs/semantics.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DelegSettings {
@@ -342,6 +388,9 @@ pub struct ClusterMap {
     /// Directory delegation settings.
     #[serde(default)]
     pub delegations: DelegSettings,
+    /// Replica group settings.
+    #[serde(default)]
+    pub replication: ReplicationSettings,
     pub servers: Vec<ServerEntry>,
 }
 
@@ -366,6 +415,7 @@ impl ClusterMap {
             data: DataSettings::default(),
             txn: TxnSettings::default(),
             delegations: DelegSettings::default(),
+            replication: ReplicationSettings::default(),
             servers,
         }
     }
@@ -439,6 +489,17 @@ impl ClusterMap {
         }
         if self.txn.commit_timeout_ms == 0 || self.txn.commit_threshold == 0 {
             return Err(MapError::Invalid("txn.commit_timeout_ms and txn.commit_threshold must be positive".into()));
+        }
+        let r = &self.replication;
+        if r.heartbeat_ms == 0 || r.election_min_ms <= r.heartbeat_ms * 2 || r.election_max_ms <= r.election_min_ms {
+            return Err(MapError::Invalid(
+                "replication: heartbeat_ms must be positive, election_min_ms above twice it, election_max_ms above \
+                 election_min_ms"
+                    .into(),
+            ));
+        }
+        if r.snapshot_every < 100 {
+            return Err(MapError::Invalid("replication.snapshot_every must be at least 100".into()));
         }
         if self.txn.max_log_bytes < 64 << 10 {
             return Err(MapError::Invalid("txn.max_log_bytes must be at least 64 KiB".into()));
@@ -565,6 +626,7 @@ mod tests {
             data: DataSettings::default(),
             txn: TxnSettings::default(),
             delegations: DelegSettings::default(),
+            replication: ReplicationSettings::default(),
             servers: servers(3),
         };
         let text = m.to_toml();

@@ -121,4 +121,9 @@ pub struct StoreDigest {
     /// xxh3 of the store's keys and values in key order.
     pub digest: u64,
     pub keys: u64,
+    /// xxh3 of the stored bytes of every file-data record the store refers to, in place
+    /// order, and how many records and bytes.
+    pub data_digest: u64,
+    pub data_records: u64,
+    pub data_bytes: u64,
 }

@@ -49,14 +49,14 @@ async fn group(root: &Path, n: u64, timing: &Timing) -> Members {
     for (id, l) in ls {
         let dir = root.join(format!("m{id}"));
         let store = Arc::new(RocksStore::open(&dir.join("store"), false).unwrap());
-        groups.push(Group::start(id, &dir, store.db().clone(), l, timing).await.unwrap());
+        groups.push(Group::start(id, &dir, store.db().clone(), None, l, timing).await.unwrap());
         stores.push(store);
     }
     groups[0].initialize(&addrs).await.unwrap();
     while !groups[0].is_leader() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    stores[0].replicate_through(Arc::new(groups[0].replicator())).unwrap();
+    stores[0].replicate_through(Arc::new(groups[0].replicator()), None).unwrap();
     Members { groups, stores }
 }
 
@@ -118,7 +118,7 @@ async fn catch_up(entries: u64) {
     let addr = l.local_addr().unwrap().to_string();
     let dir = root.path().join("m4");
     let store = Arc::new(RocksStore::open(&dir.join("store"), false).unwrap());
-    let new = Group::start(4 as MemberId, &dir, store.db().clone(), l, &timing).await.unwrap();
+    let new = Group::start(4 as MemberId, &dir, store.db().clone(), None, l, &timing).await.unwrap();
     let t0 = Instant::now();
     m.groups[0].raft().add_learner(4, BasicNode::new(addr), true).await.unwrap();
     let last = m.groups[0].status().last_log.unwrap();
@@ -181,7 +181,7 @@ async fn failover(kills: usize) {
             }
         };
         let l = TcpListener::bind(&addrs[&id]).await.unwrap();
-        let g = Group::start(id, &dir, store.db().clone(), l, &timing).await.unwrap();
+        let g = Group::start(id, &dir, store.db().clone(), None, l, &timing).await.unwrap();
         let last = m.groups.iter().find(|g| g.is_leader()).map(|g| g.status().last_log.unwrap()).unwrap();
         assert!(g.wait_applied(last, Duration::from_secs(30)).await);
         m.groups.push(g);

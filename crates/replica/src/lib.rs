@@ -48,6 +48,20 @@ pub type MemberId = u64;
 pub struct Command {
     #[serde(with = "serde_bytes")]
     pub batch: Vec<u8>,
+    /// The file data the batch refers to, as the leader stored it: the other members
+    /// place it in their data stores at the same segments and offsets (see [`DataSink`]).
+    #[serde(default)]
+    pub data: Vec<plusfs_store::DataPiece>,
+}
+
+/// A member's data store as its state machine sees it: where entries' file data is placed
+/// and where a snapshot finds the file data of the store it copies.
+pub trait DataSink: Send + Sync + 'static {
+    /// Writes `pieces` at their segments and offsets (durably if the cluster syncs).
+    fn place(&self, pieces: &[plusfs_store::DataPiece]) -> Result<(), String>;
+    /// The stored bytes of every record the member's store refers to (for a snapshot
+    /// taken now, between two applies).
+    fn gather(&self) -> Result<Vec<plusfs_store::DataPiece>, String>;
 }
 
 /// What applying an entry answers (nothing: a batch either applies or the member stops).
@@ -165,18 +179,20 @@ impl AckClock {
 }
 
 impl Group {
-    /// Starts member `id`: its log under `dir/log`, its store `store` (the state machine),
-    /// serving Raft messages on `listener`.
+    /// Starts member `id`: its log under `dir/log`, its store `store` (the state machine)
+    /// and its file data `data` (if the store refers to any), serving Raft messages on
+    /// `listener`.
     pub async fn start(
         id: MemberId,
         dir: &Path,
         store: Arc<rocksdb::DB>,
+        data: Option<Arc<dyn DataSink>>,
         listener: tokio::net::TcpListener,
         timing: &Timing,
     ) -> Result<Group, GroupError> {
         let config = Arc::new(timing.config()?);
         let log = log::LogStore::open(&dir.join("log")).map_err(|e| GroupError::Start(e.to_string()))?;
-        let sm = sm::StateMachine::open(store.clone(), &dir.join("snapshot"))
+        let sm = sm::StateMachine::open(id, store.clone(), data, &dir.join("snapshot"))
             .map_err(|e| GroupError::Start(e.to_string()))?;
         let raft = Raft::new(id, config, net::Network::default(), log, sm)
             .await
@@ -203,7 +219,7 @@ impl Group {
     /// Appends `batch` to the group's log and returns once this member (the leader) has
     /// applied it: a quorum holds it durably.
     pub async fn write(&self, batch: Vec<u8>) -> Result<(), GroupError> {
-        match self.raft.client_write(Command { batch }).await {
+        match self.raft.client_write(Command { batch, data: Vec::new() }).await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f)),
             Err(e) => Err(GroupError::Stopped(e.to_string())),

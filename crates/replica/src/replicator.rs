@@ -11,16 +11,29 @@
 
 use crate::{Command, Raft};
 use openraft::error::ClientWriteError;
-use plusfs_store::{Replicator, StoreError};
+use plusfs_store::{DataPiece, Replicator, StoreError};
 use rocksdb::{WriteBatch, WriteBatchIterator};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 type Done = oneshot::Sender<Result<(), StoreError>>;
-type Pending = (Vec<u8>, Done);
+/// A batch waiting for the log: its raw RocksDB encoding, the file data it refers to, and
+/// where to answer.
+struct Pending {
+    raw: Vec<u8>,
+    data: Vec<DataPiece>,
+    done: Done,
+}
 
-/// Most bytes of batches merged into one entry (a bigger batch is an entry of its own).
+impl Pending {
+    fn bytes(&self) -> usize {
+        self.raw.len() + self.data.iter().map(|p| p.bytes.len()).sum::<usize>()
+    }
+}
+
+/// Most bytes of batches (and their file data) merged into one entry (a bigger batch is an
+/// entry of its own).
 const MAX_ENTRY_BYTES: usize = 1 << 20;
 
 /// Feeds a store's batches into a group's log, in order.
@@ -84,18 +97,19 @@ impl StoreReplicator {
             let mut next: Option<Pending> = None;
             loop {
                 let Some(first) = next.take().or(rx.recv().await) else { return };
-                let (mut raws, mut dones, mut bytes) = (vec![first.0], vec![first.1], 0);
-                bytes += raws[0].len();
+                let mut bytes = first.bytes();
+                let (mut raws, mut data, mut dones) = (vec![first.raw], first.data, vec![first.done]);
                 while bytes < MAX_ENTRY_BYTES {
                     match rx.try_recv() {
-                        Ok(p) if bytes + p.0.len() > MAX_ENTRY_BYTES => {
+                        Ok(p) if bytes + p.bytes() > MAX_ENTRY_BYTES => {
                             next = Some(p);
                             break;
                         }
-                        Ok((b, d)) => {
-                            bytes += b.len();
-                            raws.push(b);
-                            dones.push(d);
+                        Ok(p) => {
+                            bytes += p.bytes();
+                            raws.push(p.raw);
+                            data.extend(p.data);
+                            dones.push(p.done);
                         }
                         Err(_) => break,
                     }
@@ -112,7 +126,7 @@ impl StoreReplicator {
                     }
                 };
                 // Awaited one by one: entries enter the log in commit order.
-                let answer = match raft.client_write_ff(Command { batch }).await {
+                let answer = match raft.client_write_ff(Command { batch, data }).await {
                     Ok(answer) => answer,
                     Err(e) => {
                         flag.store(true, Ordering::Release);
@@ -147,9 +161,9 @@ impl StoreReplicator {
 }
 
 impl Replicator for StoreReplicator {
-    fn replicate(&self, batch: Vec<u8>, done: Done) {
-        if let Err(mpsc::error::SendError((_, done))) = self.tx.send((batch, done)) {
-            let _ = done.send(Err(StoreError::Closed));
+    fn replicate(&self, raw: Vec<u8>, data: Vec<DataPiece>, done: Done) {
+        if let Err(mpsc::error::SendError(p)) = self.tx.send(Pending { raw, data, done }) {
+            let _ = p.done.send(Err(StoreError::Closed));
         }
     }
 }

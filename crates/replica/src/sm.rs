@@ -2,17 +2,25 @@
 //! together with the entry's log position (and, for membership entries, the membership) in
 //! one RocksDB write, so the store always is the state after a prefix of the log.
 //!
-//! Snapshots are the store's whole key space, taken between two applies (so they are
-//! consistent), kept in one file (written to a temporary name, fsynced, renamed) for
-//! members that join or fell behind the log's purge point.
+//! An entry's file data (the records its batch starts to use) is placed in the member's
+//! data store first, at the segments and offsets the leader gave it, unless this member
+//! proposed the entry: then its data store has them already (written before the batch was
+//! proposed).
+//!
+//! Snapshots are the store's whole key space and the stored bytes of every record it
+//! refers to, taken between two applies (so they are consistent), kept in one file
+//! (written to a temporary name, fsynced, renamed) for members that join or fell behind
+//! the log's purge point. They are held in memory whole: fine for the slots of test
+//! clusters, not for terabytes of file data.
 
 use crate::log::{decode, encode};
-use crate::{Applied, MemberId, TypeConfig};
+use crate::{Applied, DataSink, MemberId, TypeConfig};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
     StorageIOError, StoredMembership,
 };
+use plusfs_store::DataPiece;
 use rocksdb::{IteratorMode, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
@@ -47,9 +55,19 @@ struct SnapshotFile {
 /// builders that run beside it: the file is only ever replaced by a newer snapshot.
 type Saved = Arc<Mutex<Option<LogId<MemberId>>>>;
 
+/// What a snapshot's data holds: every key and value of the store, and the file data it
+/// refers to.
+#[derive(Serialize, Deserialize, Default)]
+struct Contents {
+    kvs: Vec<(Vec<u8>, Vec<u8>)>,
+    pieces: Vec<DataPiece>,
+}
+
 /// A member's state machine over the store `db`.
 pub struct StateMachine {
+    id: MemberId,
     db: Arc<DB>,
+    data: Option<Arc<dyn DataSink>>,
     dir: PathBuf,
     saved: Saved,
     applied: Option<LogId<MemberId>>,
@@ -58,8 +76,14 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    /// Opens the state machine over `db`, keeping snapshots in `dir`.
-    pub fn open(db: Arc<DB>, dir: &Path) -> Result<StateMachine, String> {
+    /// Opens the state machine of member `id` over `db` and its file data `data`, keeping
+    /// snapshots in `dir`.
+    pub fn open(
+        id: MemberId,
+        db: Arc<DB>,
+        data: Option<Arc<dyn DataSink>>,
+        dir: &Path,
+    ) -> Result<StateMachine, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let get = |k: &[u8]| db.get(k).map_err(|e| format!("cannot read the replica's state: {e}"));
         let applied = match get(APPLIED)? {
@@ -81,7 +105,9 @@ impl StateMachine {
             Err(e) => return Err(format!("cannot read the snapshot file: {e}")),
         };
         Ok(StateMachine {
+            id,
             db,
+            data,
             dir: dir.to_path_buf(),
             saved: Arc::new(Mutex::new(saved)),
             applied,
@@ -90,14 +116,28 @@ impl StateMachine {
         })
     }
 
-    /// Every key and value of the store (with the replica's own keys), as one blob.
+    /// Every key and value of the store (with the replica's own keys) and the file data
+    /// it refers to, as one blob.
     fn dump(&self) -> Result<Vec<u8>, SErr> {
         let mut kvs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for kv in self.db.iterator(IteratorMode::Start) {
             let (k, v) = kv.map_err(snap_err)?;
             kvs.push((k.into_vec(), v.into_vec()));
         }
-        encode(&kvs)
+        let pieces = match &self.data {
+            Some(d) => d.gather().map_err(snap_err)?,
+            None => Vec::new(),
+        };
+        encode(&Contents { kvs, pieces })
+    }
+
+    /// Places the file data of entry `e`, unless this member proposed it.
+    fn place(&self, e: &Entry<TypeConfig>) -> Result<(), SErr> {
+        let (EntryPayload::Normal(cmd), Some(sink)) = (&e.payload, &self.data) else { return Ok(()) };
+        if cmd.data.is_empty() || e.log_id.leader_id.node_id == self.id {
+            return Ok(());
+        }
+        sink.place(&cmd.data).map_err(sm_err)
     }
 
     fn snapshot_path(&self) -> PathBuf {
@@ -159,6 +199,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut out = Vec::new();
         for e in entries {
+            self.place(&e)?;
             let mut b = match &e.payload {
                 EntryPayload::Normal(cmd) => WriteBatch::from_data(&cmd.batch),
                 _ => WriteBatch::default(),
@@ -204,7 +245,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), SErr> {
         let data = snapshot.into_inner();
-        let kvs: Vec<(Vec<u8>, Vec<u8>)> = decode(&data)?;
+        let Contents { kvs, pieces } = decode(&data)?;
+        // File data before the store that refers to it.
+        if let Some(sink) = &self.data {
+            sink.place(&pieces).map_err(sm_err)?;
+        }
         // The file first: once the store says it is at this position, the snapshot behind
         // it must exist for members that will need it.
         let file = SnapshotFile { meta: meta.clone(), data };

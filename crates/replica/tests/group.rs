@@ -32,7 +32,7 @@ async fn start(id: MemberId, root: &Path, addr: &str, timing: &Timing) -> Group 
     let dir = root.join(format!("m{id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let listener = TcpListener::bind(addr).await.expect("the member's address is free");
-    Group::start(id, &dir, open_store(&dir.join("store")), listener, timing).await.expect("member starts")
+    Group::start(id, &dir, open_store(&dir.join("store")), None, listener, timing).await.expect("member starts")
 }
 
 /// Three free loopback addresses.

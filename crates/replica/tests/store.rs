@@ -43,12 +43,12 @@ async fn engine_batches_reach_every_member_and_only_the_leader_writes() {
     for (id, l) in listeners {
         let dir = root.path().join(format!("m{id}"));
         let store = Arc::new(RocksStore::open(&dir.join("store"), false).unwrap());
-        let group = Group::start(id, &dir, store.db().clone(), l, &Timing::default()).await.unwrap();
+        let group = Group::start(id, &dir, store.db().clone(), None, l, &Timing::default()).await.unwrap();
         members.push(Member { group, store });
     }
     members[0].group.initialize(&addrs).await.unwrap();
     let lead = leader(&members).await;
-    lead.store.replicate_through(Arc::new(lead.group.replicator())).unwrap();
+    lead.store.replicate_through(Arc::new(lead.group.replicator()), None).unwrap();
     // Many batches in flight at once (pipelined), as a busy server commits them.
     let mut pending = Vec::new();
     for i in 0..200u64 {
@@ -78,7 +78,7 @@ async fn engine_batches_reach_every_member_and_only_the_leader_writes() {
     }
     // A follower's store that is made to write through the group is refused: it does not lead.
     let follower = members.iter().find(|m| !m.group.is_leader()).unwrap();
-    follower.store.replicate_through(Arc::new(follower.group.replicator())).unwrap();
+    follower.store.replicate_through(Arc::new(follower.group.replicator()), None).unwrap();
     let mut b = Batch::new();
     b.put_dir("/nope", &DirObject::new(7, 0o755, 0, 0));
     let e = commit(follower.store.as_ref(), b).await.expect_err("a follower does not write");

@@ -34,6 +34,8 @@ pub struct Member {
     pub map: ClusterMap,
     /// How long after a quorum's acknowledgement the leader serves without asking again.
     pub lease: Duration,
+    /// The member's file data, as the group's state machine sees it.
+    pub data: Arc<dyn plusfs_replica::DataSink>,
 }
 
 impl Member {
@@ -61,12 +63,29 @@ impl Member {
     }
 
     async fn digest(&self) -> Response {
-        let db = self.group.store().clone();
-        let d = tokio::task::spawn_blocking(move || plusfs_replica::check::digest(&db))
-            .await
-            .map_err(|e| WireError::new(plusfs_proto::Errno::EIO, format!("digest task failed: {e}")))?
-            .map_err(|e| WireError::new(plusfs_proto::Errno::EIO, format!("cannot sum up the store: {e}")))?;
-        Ok(Reply::Digest(StoreDigest { member: self.group.id, applied: d.applied, digest: d.digest, keys: d.keys }))
+        let (db, data, member) = (self.group.store().clone(), self.data.clone(), self.group.id);
+        let eio = |what: &str, e: String| WireError::new(plusfs_proto::Errno::EIO, format!("{what}: {e}"));
+        let summed = tokio::task::spawn_blocking(move || {
+            let store = plusfs_replica::check::digest(&db).map_err(|e| eio("cannot sum up the store", e))?;
+            let pieces = data.gather().map_err(|e| eio("cannot sum up the file data", e))?;
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            for p in &pieces {
+                h.update(&p.segment.to_le_bytes());
+                h.update(&p.offset.to_le_bytes());
+                h.update(&p.bytes);
+            }
+            Ok::<_, WireError>(StoreDigest {
+                member,
+                applied: store.applied,
+                digest: store.digest,
+                keys: store.keys,
+                data_digest: h.digest(),
+                data_records: pieces.len() as u64,
+                data_bytes: pieces.iter().map(|p| p.bytes.len() as u64).sum(),
+            })
+        });
+        let d = summed.await.map_err(|e| eio("digest task failed", e.to_string()))??;
+        Ok(Reply::Digest(d))
     }
 
     /// Whether a quorum acknowledged this member as leader within the lease.

@@ -23,6 +23,7 @@ mod namespace;
 mod net;
 mod osd;
 mod pushed;
+mod replica_data;
 mod serial;
 mod turns;
 mod twopc;
@@ -92,7 +93,8 @@ pub enum Exit {
 pub async fn open(config: &ServerConfig, peers: Pool, failpoints: Arc<Failpoints>) -> Result<Arc<Osd>, StartError> {
     config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
     let store = open_store(config)?;
-    open_over(config, store, peers, failpoints).await
+    let data = open_data(config, false)?;
+    open_over(config, store, data, peers, failpoints).await
 }
 
 fn store_error(config: &ServerConfig) -> impl Fn(plusfs_store::StoreError) -> StartError + '_ {
@@ -104,26 +106,31 @@ fn open_store(config: &ServerConfig) -> Result<Arc<RocksStore>, StartError> {
     Ok(Arc::new(RocksStore::open(&config.data_dir.join("store"), always).map_err(store_error(config))?))
 }
 
-/// [`open`] over an opened store (a replicated one, once this member leads).
+/// The server's data store (`replica`: one member's copy of a replicated slot's).
+fn open_data(config: &ServerConfig, replica: bool) -> Result<Arc<plusfs_data::DataStore>, StartError> {
+    let data_dir = config.data_dir.join("data");
+    let data_opts = plusfs_data::DataOptions {
+        sync: config.map.sync == plusfs_placement::SyncMode::Always,
+        reserve_bytes: config.map.data.reserve_bytes,
+        segment_bytes: config.map.data.segment_bytes,
+        replica,
+    };
+    let data = plusfs_data::DataStore::open(&data_dir, data_opts)
+        .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
+    Ok(Arc::new(data))
+}
+
+/// [`open`] over opened stores (a replicated one, once this member leads).
 async fn open_over(
     config: &ServerConfig,
     store: Arc<RocksStore>,
+    data: Arc<plusfs_data::DataStore>,
     peers: Pool,
     failpoints: Arc<Failpoints>,
 ) -> Result<Arc<Osd>, StartError> {
     let store_err = store_error(config);
-    let always = config.map.sync == plusfs_placement::SyncMode::Always;
-    let data_dir = config.data_dir.join("data");
-    let data_opts = plusfs_data::DataOptions {
-        sync: always,
-        reserve_bytes: config.map.data.reserve_bytes,
-        segment_bytes: config.map.data.segment_bytes,
-    };
-    let data = plusfs_data::DataStore::open(&data_dir, data_opts)
-        .map_err(|e| StartError::Data { path: data_dir.display().to_string(), source: e })?;
     let store: Arc<dyn DirStore> = store;
-    let osd =
-        Osd::open(config.id, config.map.clone(), store, Arc::new(data), peers, failpoints).await.map_err(&store_err)?;
+    let osd = Osd::open(config.id, config.map.clone(), store, data, peers, failpoints).await.map_err(&store_err)?;
     osd.recover().await.map_err(&store_err)?;
     osd.start_cx();
     osd.recover_cx().map_err(&store_err)?;

@@ -7,13 +7,14 @@
 //! then makes its store write through the group and opens the engine over it exactly as a
 //! restarting server does: unfinished two-phase commits, Cx operations and redistributions
 //! are recovered from the replicated store, on whichever member leads. From then on it
-//! serves. When it stops leading (a higher term, or no quorum acknowledged it for
-//! [`SILENCE`]: it is cut off) it ends with [`Exit::Deposed`]; the process then starts
+//! serves. When it stops leading (a higher term, or no quorum acknowledged it for twice
+//! the longest election timeout: it is cut off) it ends with [`Exit::Deposed`]; the process then starts
 //! afresh as a follower, so no in-memory state of its reign (locks, pending Cx operations,
 //! delegations) outlives it.
 
 use crate::front::{Front, Member};
-use crate::{net, open_over, open_store, Exit, ServerConfig, StartError};
+use crate::replica_data::{Sink, Source};
+use crate::{net, open_data, open_over, open_store, Exit, ServerConfig, StartError};
 use plusfs_replica::{Group, Timing};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,14 +22,22 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// How long after a quorum's acknowledgement a leader serves without confirming again:
-/// well under the election timeout's minimum (400 ms), the margin covering the delay of
-/// the acknowledgement's report.
-const LEASE: Duration = Duration::from_millis(300);
-
-/// A leader that no quorum acknowledged for this long stops serving: twice the election
-/// timeout's maximum, so a loaded machine's late heartbeats do not depose a healthy one.
-const SILENCE: Duration = Duration::from_millis(1600);
+/// The group's timing from the map's `[replication]`, and two durations derived from it:
+/// the lease (how long after a quorum's acknowledgement a leader serves without
+/// confirming again: three quarters of the election timeout's minimum, the margin covering
+/// the delay of the acknowledgement's report), and the silence after which a leader no
+/// quorum acknowledged stops serving (twice the election timeout's maximum, so a loaded
+/// machine's late heartbeats do not depose a healthy one).
+fn timing(map: &plusfs_placement::ClusterMap) -> (Timing, Duration, Duration) {
+    let r = &map.replication;
+    let timing = Timing {
+        heartbeat: Duration::from_millis(r.heartbeat_ms),
+        election: (Duration::from_millis(r.election_min_ms), Duration::from_millis(r.election_max_ms)),
+        snapshot_every: r.snapshot_every,
+        keep_behind_snapshot: (r.snapshot_every / 4).max(50),
+    };
+    (timing, Duration::from_millis(r.election_min_ms * 3 / 4), Duration::from_millis(r.election_max_ms * 2))
+}
 
 /// Runs member `config.member` of replicated server `config.id`: serves `listener` (as
 /// leader, or with redirects) until `shutdown`, or until it is deposed.
@@ -45,20 +54,25 @@ pub async fn run(
     let raft_listener =
         TcpListener::bind(&me.raft).await.map_err(|source| StartError::Listen { addr: me.raft.clone(), source })?;
     let group_err = |source| StartError::Group { server, source };
-    let group =
-        Group::start(id, &config.data_dir.join("replica"), store.db().clone(), raft_listener, &Timing::default())
-            .await
-            .map_err(group_err)?;
+    let always = config.map.sync == plusfs_placement::SyncMode::Always;
+    let sink = Arc::new(Sink { dir: config.data_dir.join("data"), store: store.clone(), sync: always });
+    let dir = config.data_dir.join("replica");
+    let (timing, lease, silence) = timing(&config.map);
+    let group = Group::start(id, &dir, store.db().clone(), Some(sink.clone()), raft_listener, &timing)
+        .await
+        .map_err(group_err)?;
     // A new group is made once, by its lowest member, when the cluster is created.
     if config.bootstrap && entry.members.iter().map(|m| m.id).min() == Some(id) {
         let members: BTreeMap<u64, String> = entry.members.iter().map(|m| (m.id, m.raft.clone())).collect();
         group.initialize(&members).await.map_err(group_err)?;
     }
-    let member = Arc::new(Member { server, group, map: config.map.clone(), lease: LEASE });
+    let member = Arc::new(Member { server, group, map: config.map.clone(), lease, data: sink.clone() });
     let front = Front::member(member.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
     let serving = tokio::spawn(net::serve(listener, front.clone(), shutdown.clone()));
-    let exit = lead(&config, store, &member, &front, shutdown).await;
+    let collector = tokio::spawn(collect_while_following(sink, front.clone()));
+    let exit = lead(&config, store, &member, &front, shutdown, silence).await;
+    collector.abort();
     match &exit {
         Ok(Exit::Deposed(why)) => tracing::warn!(server, member = id, why, "no longer leads; restarting as a follower"),
         Ok(Exit::Stopped) => {
@@ -79,6 +93,7 @@ async fn lead(
     member: &Member,
     front: &Front,
     mut shutdown: watch::Receiver<bool>,
+    silence: Duration,
 ) -> Result<Exit, StartError> {
     let group = &member.group;
     let term = loop {
@@ -94,9 +109,13 @@ async fn lead(
         }
     };
     let store_err = |source| StartError::Store { path: config.data_dir.display().to_string(), source };
-    store.replicate_through(Arc::new(group.replicator())).map_err(store_err)?;
+    // Every record placed so far is in place: the data store opens over them and appends
+    // from a new segment.
+    let data = open_data(config, true)?;
+    let source = Arc::new(Source(data.clone()));
+    store.replicate_through(Arc::new(group.replicator()), Some(source)).map_err(store_err)?;
     let peers = crate::Pool::new(&config.map, 2, 0);
-    let osd = match open_over(config, store, peers, Arc::default()).await {
+    let osd = match open_over(config, store, data, peers, Arc::default()).await {
         Ok(osd) => osd,
         Err(e) => return Ok(Exit::Deposed(format!("the take-over failed: {e}"))),
     };
@@ -104,6 +123,27 @@ async fn lead(
     tracing::info!(server = config.id, member = group.id, term, "leads its replica group: serving");
     tokio::select! {
         _ = shutdown.changed() => Ok(Exit::Stopped),
-        why = group.deposed(term, SILENCE) => Ok(Exit::Deposed(why)),
+        why = group.deposed(term, silence) => Ok(Exit::Deposed(why)),
+    }
+}
+
+/// How often a member that does not lead deletes the data segments nothing refers to.
+const COLLECT_EVERY: Duration = Duration::from_secs(30);
+
+/// Deletes unreferenced data segments while this member follows (a leader's compaction
+/// deletes its own).
+async fn collect_while_following(sink: Arc<Sink>, front: Arc<Front>) {
+    loop {
+        tokio::time::sleep(COLLECT_EVERY).await;
+        if front.osd().is_some() {
+            return;
+        }
+        let s = sink.clone();
+        match tokio::task::spawn_blocking(move || s.collect()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::debug!(segments = n, "deleted data segments nothing refers to"),
+            Ok(Err(e)) => tracing::warn!(cause = %e, "cannot collect data segments"),
+            Err(_) => return,
+        }
     }
 }

@@ -172,7 +172,24 @@ pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
 /// store (by the replica group's state machine). Calls come in commit order, and a
 /// replicator keeps it.
 pub trait Replicator: Send + Sync + 'static {
-    fn replicate(&self, batch: Vec<u8>, done: oneshot::Sender<Result<(), StoreError>>);
+    fn replicate(&self, batch: Vec<u8>, data: Vec<DataPiece>, done: oneshot::Sender<Result<(), StoreError>>);
+}
+
+/// Stored file data a replicated batch refers to: the bytes at `offset` of data segment
+/// `segment`, exactly as the leader's data store holds them (record headers included), so
+/// every member has them at the same place.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DataPiece {
+    pub segment: u32,
+    pub offset: u64,
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
+}
+
+/// Where a replicated store finds the file data its batches refer to (the server's data
+/// store): for every record a batch starts using (`PutSegRef`), its stored bytes.
+pub trait DataSource: Send + Sync + 'static {
+    fn pieces(&self, batch: &Batch) -> Result<Vec<DataPiece>, StoreError>;
 }
 
 /// What an OSD+ server needs from its directory-object store.

@@ -1,6 +1,6 @@
 //! The RocksDB engine of [`DirStore`](crate::DirStore).
 
-use crate::{Batch, BatchOp, Commit, DirStore, LogKind, Replicator, StoreError, StoreStats};
+use crate::{Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreStats};
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::de::DeserializeOwned;
@@ -10,20 +10,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;
 
-/// RocksDB-backed store. With `sync = os` a batch is written to the WAL in the caller's
-/// thread before `submit` returns; with `sync = always` batches go to a committer thread
-/// that merges every batch waiting into one write and one fsync (group commit).
 /// A batch waiting for the committer thread, with the channel that reports its outcome.
 type Queued = (Batch, oneshot::Sender<Result<(), StoreError>>);
 
 /// A raw key-value pair from a scan.
 type Kv = (Box<[u8]>, Box<[u8]>);
 
+/// Where a replicated store's batches go, and where the file data they refer to is read.
+type Replication = (Arc<dyn Replicator>, Option<Arc<dyn DataSource>>);
+
+/// RocksDB-backed store. With `sync = os` a batch is written to the WAL in the caller's
+/// thread before `submit` returns; with `sync = always` batches go to a committer thread
+/// that merges every batch waiting into one write and one fsync (group commit). A replica
+/// group's member hands its batches to the group instead (`replicate_through`).
 pub struct RocksStore {
     db: Arc<DB>,
     committer: Option<mpsc::Sender<Queued>>,
-    /// Set when the store is one member's copy of a replica group's state.
-    replicator: std::sync::OnceLock<Arc<dyn Replicator>>,
+    /// Set when the store is one member's copy of a replica group's state (with where the
+    /// file data its batches refer to is read).
+    replicator: std::sync::OnceLock<Replication>,
     stats: Arc<Counters>,
     format: Format,
 }
@@ -224,9 +229,29 @@ impl RocksStore {
     }
 
     /// From now on, batches go to `r` (the replica group this store is a copy of) instead
-    /// of being written here; the group writes them when they commit. Set once.
-    pub fn replicate_through(&self, r: Arc<dyn Replicator>) -> Result<(), StoreError> {
-        self.replicator.set(r).map_err(|_| StoreError::Replica("the store already has a replicator".into()))
+    /// of being written here, with the file data they refer to read from `data`; the group
+    /// writes them when they commit. Set once.
+    pub fn replicate_through(
+        &self,
+        r: Arc<dyn Replicator>,
+        data: Option<Arc<dyn DataSource>>,
+    ) -> Result<(), StoreError> {
+        self.replicator.set((r, data)).map_err(|_| StoreError::Replica("the store already has a replicator".into()))
+    }
+
+    /// Every file-data record's place: (segment, offset, record id), by place (a replica's
+    /// snapshot copies their bytes).
+    pub fn all_seg_refs(&self) -> Result<Vec<(u32, u64, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(b"G") {
+            let (k, v) = item?;
+            let bad = || StoreError::Corrupt { key: format!("{k:?}"), reason: "bad segment reference".into() };
+            let seg = <[u8; 4]>::try_from(k.get(1..5).ok_or_else(bad)?).map_err(|_| bad())?;
+            let off = <[u8; 8]>::try_from(k.get(5..).ok_or_else(bad)?).map_err(|_| bad())?;
+            let id = <[u8; 8]>::try_from(&v[..]).map_err(|_| bad())?;
+            out.push((u32::from_be_bytes(seg), u64::from_be_bytes(off), u64::from_be_bytes(id)));
+        }
+        Ok(out)
     }
 
     fn write_now(&self, batch: &Batch) -> Result<(), StoreError> {
@@ -468,10 +493,20 @@ impl DirStore for RocksStore {
     fn submit(&self, batch: Batch) -> Commit {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        if let Some(r) = self.replicator.get() {
+        if let Some((r, source)) = self.replicator.get() {
+            let pieces = match source {
+                Some(s) => match s.pieces(&batch) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return rx;
+                    }
+                },
+                None => Vec::new(),
+            };
             let mut wb = WriteBatch::default();
             to_write_batch(self.format, &batch, &mut wb);
-            r.replicate(wb.data().to_vec(), tx);
+            r.replicate(wb.data().to_vec(), pieces, tx);
             return rx;
         }
         match &self.committer {

@@ -105,6 +105,7 @@ impl TestCluster {
             data: Default::default(),
             txn,
             delegations: Default::default(),
+            replication: Default::default(),
             servers,
         };
         let net = Arc::new(SimNet::new(opts.seed));

@@ -1,0 +1,108 @@
+//! File data of a replicated server slot, between the engine's data store and the replica
+//! group (see `plusfs_data::replica`).
+//!
+//! - [`Source`] (the leader): for each store batch that starts using records (an index
+//!   entry `PutSegRef` with its `PutRecord`), the records' stored bytes, which travel in
+//!   the batch's log entry.
+//! - [`Sink`] (every member): places the records of entries other members proposed, and
+//!   gathers every record the store refers to for a snapshot.
+//!
+//! Carrying the bytes in the log writes them twice on the leader (segment and log) but
+//! lets Raft do what a separate data path would have to redo: order, retries, catch-up of
+//! a member that was down, and agreement on which records exist.
+
+use crate::engine::records::RecordLoc;
+use plusfs_data::{replica, DataStore};
+use plusfs_store::{Batch, BatchOp, DataPiece, DataSource, RocksStore, StoreError};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A segment written less than this long ago is never collected on a member that does not
+/// lead (its index entries may be applied just after its bytes).
+const QUIET: Duration = Duration::from_secs(60);
+
+fn bad(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Replica(format!("cannot read file data to replicate: {e}"))
+}
+
+fn decode_loc(value: &[u8]) -> Result<RecordLoc, String> {
+    postcard::from_bytes(value).map_err(|e| format!("bad record index entry: {e}"))
+}
+
+/// The leader's data store, read for the records each batch starts using.
+pub struct Source(pub Arc<DataStore>);
+
+impl DataSource for Source {
+    fn pieces(&self, batch: &Batch) -> Result<Vec<DataPiece>, StoreError> {
+        let locs: HashMap<u64, &[u8]> = batch
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                BatchOp::PutRecord(id, v) => Some((*id, v.as_slice())),
+                _ => None,
+            })
+            .collect();
+        let mut out = Vec::new();
+        for op in &batch.ops {
+            let BatchOp::PutSegRef(segment, offset, id) = op else { continue };
+            let value = locs.get(id).ok_or_else(|| bad(format!("record {id} has no index entry in its batch")))?;
+            let loc = decode_loc(value).map_err(bad)?;
+            if (loc.extent.segment, loc.extent.offset) != (*segment, *offset) {
+                return Err(bad(format!("record {id}'s index entries disagree on its place")));
+            }
+            let (start, bytes) = self.0.read_stored(&loc.extent).map_err(bad)?;
+            out.push(DataPiece { segment: *segment, offset: start, bytes });
+        }
+        Ok(out)
+    }
+}
+
+/// One member's data directory as its replica group's state machine sees it.
+pub struct Sink {
+    /// The member's data directory (`DIR/data`).
+    pub dir: PathBuf,
+    /// The member's store (the same RocksDB the group applies to).
+    pub store: Arc<RocksStore>,
+    /// Make placed records durable before the entry counts as applied.
+    pub sync: bool,
+}
+
+impl Sink {
+    /// Deletes the segments no index entry refers to any more (on a member that does not
+    /// lead; the leader's compaction deletes its own). Returns how many.
+    pub fn collect(&self) -> Result<u32, String> {
+        use plusfs_store::DirStore;
+        let referred = |seg| {
+            self.store.seg_refs(seg).map(|r| !r.is_empty()).map_err(|e| plusfs_data::DataError::Corrupt {
+                segment: seg,
+                offset: 0,
+                reason: e.to_string(),
+            })
+        };
+        replica::collect(&self.dir, QUIET, referred).map_err(|e| e.to_string())
+    }
+}
+
+impl plusfs_replica::DataSink for Sink {
+    fn place(&self, pieces: &[DataPiece]) -> Result<(), String> {
+        let tuples: Vec<(u32, u64, &[u8])> = pieces.iter().map(|p| (p.segment, p.offset, p.bytes.as_slice())).collect();
+        replica::place(&self.dir, &tuples, self.sync).map_err(|e| e.to_string())
+    }
+
+    fn gather(&self) -> Result<Vec<DataPiece>, String> {
+        use plusfs_store::DirStore;
+        let refs = self.store.all_seg_refs().map_err(|e| e.to_string())?;
+        let ids: Vec<u64> = refs.iter().map(|r| r.2).collect();
+        let values = self.store.get_records(&ids).map_err(|e| e.to_string())?;
+        let mut out = Vec::with_capacity(refs.len());
+        for ((segment, _, id), value) in refs.into_iter().zip(values) {
+            let value = value.ok_or_else(|| format!("record {id} is referred to but has no index entry"))?;
+            let loc = decode_loc(&value)?;
+            let (offset, bytes) = replica::read_stored_at(&self.dir, &loc.extent).map_err(|e| e.to_string())?;
+            out.push(DataPiece { segment, offset, bytes });
+        }
+        Ok(out)
+    }
+}
