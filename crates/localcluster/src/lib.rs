@@ -40,6 +40,9 @@ pub struct LocalCluster {
     net: Option<Net>,
     /// The delaying proxies this value started (with a private network).
     proxies: Vec<(u32, Child)>,
+    /// The map was made by this value: replica groups are created on the first start of
+    /// their members (never again: a member whose data is lost must not found a group).
+    new_cluster: bool,
 }
 
 /// Cluster-wide settings written into a new cluster map.
@@ -128,6 +131,7 @@ impl LocalCluster {
         let data = data.canonicalize()?;
         let path = map_path(&data);
         let mut net = Net::load(&data)?;
+        let new_cluster = !path.exists();
         let map = if path.exists() {
             let map = ClusterMap::load(&path)?;
             if settings.netns.is_some() && net.is_none() {
@@ -188,7 +192,15 @@ impl LocalCluster {
             plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
             map
         };
-        Ok(LocalCluster { exe: exe.to_path_buf(), data, map, children: Vec::new(), net, proxies: Vec::new() })
+        Ok(LocalCluster {
+            exe: exe.to_path_buf(),
+            data,
+            map,
+            children: Vec::new(),
+            net,
+            proxies: Vec::new(),
+            new_cluster,
+        })
     }
 
     /// Starts every server and waits until all answer.
@@ -219,6 +231,7 @@ impl LocalCluster {
             c.start(id)?;
         }
         c.wait_ready(Duration::from_secs(30))?;
+        c.new_cluster = false;
         Ok(c)
     }
 
@@ -292,8 +305,8 @@ impl LocalCluster {
     fn start_proc(&mut self, id: u32, member: Option<u64>, env: &[(&str, &str)]) -> Result<()> {
         let name = proc_name(id, member);
         let dir = self.data.join(&name);
-        // A replica group is made on the first start of its members, never again.
-        let bootstrap = member.is_some() && !dir.exists();
+        // A replica group is made on the first start of a new cluster's members.
+        let bootstrap = self.new_cluster && member.is_some() && !dir.exists();
         fs::create_dir_all(&dir)?;
         let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("{name}.log")))?;
         let mut cmd = Command::new(&self.exe);

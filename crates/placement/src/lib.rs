@@ -279,6 +279,12 @@ pub struct ReplicationSettings {
     /// further behind than the log kept catches up from a snapshot.
     #[serde(default = "default_snapshot_every")]
     pub snapshot_every: u64,
+    /// Members fsync their log before an entry counts (default true): an acknowledged
+    /// change is on the disks of a majority. `false` keeps it in a majority's page caches
+    /// only: it survives the crash or loss of a minority of machines, not a power loss of
+    /// a majority at once.
+    #[serde(default = "default_true")]
+    pub fsync_log: bool,
 }
 
 fn default_heartbeat() -> u64 {
@@ -304,6 +310,7 @@ impl Default for ReplicationSettings {
             election_min_ms: default_election_min(),
             election_max_ms: default_election_max(),
             snapshot_every: default_snapshot_every(),
+            fsync_log: true,
         }
     }
 }

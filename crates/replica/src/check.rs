@@ -18,6 +18,15 @@ pub struct Digest {
     pub keys: u64,
 }
 
+/// The log index the store `db` reflects now (0 before any entry).
+pub fn applied(db: &DB) -> Result<u64, String> {
+    let applied: Option<openraft::LogId<u64>> = match db.get(crate::sm::APPLIED).map_err(|e| e.to_string())? {
+        Some(v) => postcard::from_bytes(&v).map_err(|e| format!("bad applied position: {e}"))?,
+        None => None,
+    };
+    Ok(applied.map_or(0, |l| l.index))
+}
+
 /// Sums up the store `db` as of one snapshot.
 pub fn digest(db: &DB) -> Result<Digest, String> {
     let snap = db.snapshot();

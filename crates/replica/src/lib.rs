@@ -57,8 +57,12 @@ pub struct Command {
 /// A member's data store as its state machine sees it: where entries' file data is placed
 /// and where a snapshot finds the file data of the store it copies.
 pub trait DataSink: Send + Sync + 'static {
-    /// Writes `pieces` at their segments and offsets (durably if the cluster syncs).
-    fn place(&self, pieces: &[plusfs_store::DataPiece]) -> Result<(), String>;
+    /// Writes `pieces`, the file data of an entry that member `proposer` proposed as
+    /// leader in `term`, at their segments and offsets (durably if the cluster syncs).
+    /// A member that proposed the entry in its current reign has them already and may
+    /// skip them; after a restart it must not (its own appends may not have survived).
+    /// Snapshots' data comes with `proposer` `None`.
+    fn place(&self, pieces: &[plusfs_store::DataPiece], proposer: Option<(MemberId, u64)>) -> Result<(), String>;
     /// The stored bytes of every record the member's store refers to (for a snapshot
     /// taken now, between two applies).
     fn gather(&self) -> Result<Vec<plusfs_store::DataPiece>, String>;
@@ -108,6 +112,9 @@ pub struct Timing {
     pub snapshot_every: u64,
     /// Entries kept in the log behind a snapshot, for followers only a little behind.
     pub keep_behind_snapshot: u64,
+    /// Log appends are fsynced before they count (default); without, an acknowledged
+    /// write is in a quorum's page caches only.
+    pub fsync_log: bool,
 }
 
 impl Default for Timing {
@@ -117,6 +124,7 @@ impl Default for Timing {
             election: (Duration::from_millis(400), Duration::from_millis(800)),
             snapshot_every: 20_000,
             keep_behind_snapshot: 5_000,
+            fsync_log: true,
         }
     }
 }
@@ -162,16 +170,24 @@ impl AckClock {
     /// Follows the metrics: every report gives the time since the acknowledgement; the
     /// instant computed from it is, if anything, later than the true one by the delay of
     /// this task's wake-up, which the lease's margin (see `quorum_acked_within`) covers.
+    ///
+    /// While the member leads, reports come at least every heartbeat. A longer gap since
+    /// the last one means this process (or its Raft core) was paused, and the report that
+    /// ends it may be stale: it is not trusted, and the lease waits for the next.
     async fn follow(
         self: Arc<Self>,
         mut rx: tokio::sync::watch::Receiver<openraft::metrics::RaftDataMetrics<MemberId>>,
+        pause: Duration,
     ) {
         use std::sync::atomic::Ordering;
+        let mut last_wake = self.base.elapsed();
         while rx.changed().await.is_ok() {
-            let since = rx.borrow().millis_since_quorum_ack;
-            let at = since
-                .and_then(|ms| self.base.elapsed().checked_sub(Duration::from_millis(ms)))
-                .map_or(0, |d| d.as_nanos() as u64 + 1);
+            let now = self.base.elapsed();
+            let paused = now.saturating_sub(last_wake) > pause;
+            last_wake = now;
+            let since = rx.borrow().millis_since_quorum_ack.filter(|_| !paused);
+            let at =
+                since.and_then(|ms| now.checked_sub(Duration::from_millis(ms))).map_or(0, |d| d.as_nanos() as u64 + 1);
             self.at.store(at, Ordering::Release);
         }
         self.at.store(0, Ordering::Release);
@@ -191,15 +207,17 @@ impl Group {
         timing: &Timing,
     ) -> Result<Group, GroupError> {
         let config = Arc::new(timing.config()?);
-        let log = log::LogStore::open(&dir.join("log")).map_err(|e| GroupError::Start(e.to_string()))?;
-        let sm = sm::StateMachine::open(id, store.clone(), data, &dir.join("snapshot"))
+        let log =
+            log::LogStore::open(&dir.join("log"), timing.fsync_log).map_err(|e| GroupError::Start(e.to_string()))?;
+        let sm = sm::StateMachine::open(store.clone(), data, &dir.join("snapshot"))
             .map_err(|e| GroupError::Start(e.to_string()))?;
         let raft = Raft::new(id, config, net::Network::default(), log, sm)
             .await
             .map_err(|e| GroupError::Start(e.to_string()))?;
         let server = tokio::spawn(net::serve(listener, raft.clone()));
         let acked = Arc::new(AckClock { base: std::time::Instant::now(), at: Default::default() });
-        let watcher = tokio::spawn(acked.clone().follow(raft.data_metrics()));
+        // Three heartbeats without a report: a pause.
+        let watcher = tokio::spawn(acked.clone().follow(raft.data_metrics(), timing.heartbeat * 3));
         Ok(Group { id, raft, sm_db: store, server, acked, watcher })
     }
 
@@ -330,6 +348,14 @@ impl Group {
     /// The Raft handle (membership changes, snapshots, metrics).
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// Stops the member in place (also while others hold it): no more messages served or
+    /// sent, and writes waiting for a commit fail. Its stores stay as they are.
+    pub async fn halt(&self) {
+        self.server.abort();
+        self.watcher.abort();
+        let _ = self.raft.shutdown().await;
     }
 
     /// Stops the member: no more messages served or sent. Its stores stay as they are.

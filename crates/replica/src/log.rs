@@ -1,6 +1,7 @@
 //! The Raft log of one member, with its vote, commit point and purge point, in a RocksDB
 //! of its own. Keys: `l` + big-endian index → entry; `m:vote`, `m:committed`, `m:purged`.
-//! Every write is synced before Raft is told it is durable.
+//! Every write is synced before Raft is told it is durable (appends unless the operator
+//! opted out, `Timing::fsync_log`).
 
 use crate::{MemberId, TypeConfig};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -51,15 +52,18 @@ fn synced() -> WriteOptions {
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    /// Appends are fsynced (unless the operator opted out: then they are written to the
+    /// OS only, and survive a process crash but not a power loss of a quorum).
+    fsync_appends: bool,
 }
 
 impl LogStore {
     /// Opens (or creates) the log in `dir`.
-    pub fn open(dir: &Path) -> Result<LogStore, String> {
+    pub fn open(dir: &Path, fsync_appends: bool) -> Result<LogStore, String> {
         let mut o = Options::default();
         o.create_if_missing(true);
         let db = DB::open(&o, dir).map_err(|e| format!("cannot open the Raft log {}: {e}", dir.display()))?;
-        Ok(LogStore { db: Arc::new(db) })
+        Ok(LogStore { db: Arc::new(db), fsync_appends })
     }
 
     fn meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, SErr> {
@@ -154,7 +158,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for e in entries {
             b.put(log_key(e.log_id.index), encode(&e)?);
         }
-        let r = self.db.write_opt(b, &synced());
+        let r = match self.fsync_appends {
+            true => self.db.write_opt(b, &synced()),
+            false => self.db.write(b),
+        };
         let io = r.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string()));
         callback.log_io_completed(io);
         r.map_err(write_err)

@@ -77,6 +77,24 @@ fn merge(mut raws: Vec<Vec<u8>>) -> Result<Vec<u8>, String> {
     Ok(m.into.data().to_vec())
 }
 
+/// Splits `data` into whole-piece groups of at most [`MAX_ENTRY_BYTES`] (a piece larger
+/// than that alone): all groups but the last, and the last (to travel with the batch).
+fn split_data(data: Vec<DataPiece>) -> (Vec<Vec<DataPiece>>, Vec<DataPiece>) {
+    let mut groups: Vec<Vec<DataPiece>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for p in data {
+        let last = groups.last_mut().expect("a group");
+        if !last.is_empty() && bytes + p.bytes.len() > MAX_ENTRY_BYTES {
+            groups.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += p.bytes.len();
+        groups.last_mut().expect("a group").push(p);
+    }
+    let last = groups.pop().expect("a group");
+    (groups, last)
+}
+
 fn unknown(cause: &str) -> StoreError {
     StoreError::Replica(format!("outcome unknown, this member no longer writes: {cause}"))
 }
@@ -125,15 +143,28 @@ impl StoreReplicator {
                         continue;
                     }
                 };
-                // Awaited one by one: entries enter the log in commit order.
-                let answer = match raft.client_write_ff(Command { batch, data }).await {
-                    Ok(answer) => answer,
-                    Err(e) => {
-                        flag.store(true, Ordering::Release);
-                        answer_all(dones, || Err(unknown(&e.to_string())));
-                        continue;
+                // File data beyond one entry's worth goes first, in entries of its own (a
+                // member must store and acknowledge an entry within one heartbeat); placing
+                // data is idempotent and records nothing refers to are collected.
+                let (head, data) = split_data(data);
+                let mut entries: Vec<Command> =
+                    head.into_iter().map(|d| Command { batch: Vec::new(), data: d }).collect();
+                entries.push(Command { batch, data });
+                // Awaited one by one: entries enter the log in commit order. Only the last
+                // one's answer matters: it commits after the others.
+                let mut answer = None;
+                for cmd in entries {
+                    match raft.client_write_ff(cmd).await {
+                        Ok(a) => answer = Some(a),
+                        Err(e) => {
+                            flag.store(true, Ordering::Release);
+                            answer = None;
+                            answer_all(std::mem::take(&mut dones), || Err(unknown(&e.to_string())));
+                            break;
+                        }
                     }
-                };
+                }
+                let Some(answer) = answer else { continue };
                 let flag = flag.clone();
                 tokio::spawn(async move {
                     let r = match answer.await {
@@ -197,6 +228,17 @@ mod tests {
         assert_eq!(db.get(b"a").unwrap(), None);
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
         assert_eq!(db.get(b"c").unwrap().as_deref(), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn large_file_data_is_split_into_entries_of_at_most_a_mib() {
+        let piece = |n: usize| DataPiece { segment: 1, offset: 0, bytes: vec![0; n] };
+        let (head, last) = split_data(vec![piece(600 << 10), piece(600 << 10), piece(2 << 20), piece(10)]);
+        let sizes: Vec<Vec<usize>> = head.iter().map(|g| g.iter().map(|p| p.bytes.len()).collect()).collect();
+        assert_eq!(sizes, vec![vec![600 << 10], vec![600 << 10], vec![2 << 20]]);
+        assert_eq!(last.len(), 1);
+        let (head, last) = split_data(Vec::new());
+        assert!(head.is_empty() && last.is_empty());
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! An entry's file data (the records its batch starts to use) is placed in the member's
 //! data store first, at the segments and offsets the leader gave it, unless this member
-//! proposed the entry: then its data store has them already (written before the batch was
-//! proposed).
+//! proposed the entry in its current reign: then its data store has them already (written
+//! before the batch was proposed).
 //!
 //! Snapshots are the store's whole key space and the stored bytes of every record it
 //! refers to, taken between two applies (so they are consistent), kept in one file
@@ -65,7 +65,6 @@ struct Contents {
 
 /// A member's state machine over the store `db`.
 pub struct StateMachine {
-    id: MemberId,
     db: Arc<DB>,
     data: Option<Arc<dyn DataSink>>,
     dir: PathBuf,
@@ -76,14 +75,9 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    /// Opens the state machine of member `id` over `db` and its file data `data`, keeping
-    /// snapshots in `dir`.
-    pub fn open(
-        id: MemberId,
-        db: Arc<DB>,
-        data: Option<Arc<dyn DataSink>>,
-        dir: &Path,
-    ) -> Result<StateMachine, String> {
+    /// Opens the state machine over `db` and its file data `data`, keeping snapshots in
+    /// `dir`.
+    pub fn open(db: Arc<DB>, data: Option<Arc<dyn DataSink>>, dir: &Path) -> Result<StateMachine, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let get = |k: &[u8]| db.get(k).map_err(|e| format!("cannot read the replica's state: {e}"));
         let applied = match get(APPLIED)? {
@@ -105,7 +99,6 @@ impl StateMachine {
             Err(e) => return Err(format!("cannot read the snapshot file: {e}")),
         };
         Ok(StateMachine {
-            id,
             db,
             data,
             dir: dir.to_path_buf(),
@@ -131,13 +124,14 @@ impl StateMachine {
         encode(&Contents { kvs, pieces })
     }
 
-    /// Places the file data of entry `e`, unless this member proposed it.
+    /// Places the file data of entry `e` (its sink skips what it wrote itself as leader).
     fn place(&self, e: &Entry<TypeConfig>) -> Result<(), SErr> {
         let (EntryPayload::Normal(cmd), Some(sink)) = (&e.payload, &self.data) else { return Ok(()) };
-        if cmd.data.is_empty() || e.log_id.leader_id.node_id == self.id {
+        if cmd.data.is_empty() {
             return Ok(());
         }
-        sink.place(&cmd.data).map_err(sm_err)
+        let proposer = (e.log_id.leader_id.node_id, e.log_id.leader_id.term);
+        sink.place(&cmd.data, Some(proposer)).map_err(sm_err)
     }
 
     fn snapshot_path(&self) -> PathBuf {
@@ -248,7 +242,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let Contents { kvs, pieces } = decode(&data)?;
         // File data before the store that refers to it.
         if let Some(sink) = &self.data {
-            sink.place(&pieces).map_err(sm_err)?;
+            sink.place(&pieces, None).map_err(sm_err)?;
         }
         // The file first: once the store says it is at this position, the snapshot behind
         // it must exist for members that will need it.

@@ -39,9 +39,11 @@ pub struct Member {
 }
 
 impl Member {
-    /// The client address of the leader this member knows of.
+    /// The client address of the leader this member knows of, if it is another member
+    /// (a member that leads but does not serve yet names none: asking it again soon is
+    /// all a client can do).
     fn leader_address(&self) -> Option<String> {
-        let leader = self.group.status().leader?;
+        let leader = self.group.status().leader.filter(|&l| l != self.group.id)?;
         Some(self.map.server(self.server)?.member(leader)?.address.clone())
     }
 
@@ -66,23 +68,33 @@ impl Member {
         let (db, data, member) = (self.group.store().clone(), self.data.clone(), self.group.id);
         let eio = |what: &str, e: String| WireError::new(plusfs_proto::Errno::EIO, format!("{what}: {e}"));
         let summed = tokio::task::spawn_blocking(move || {
-            let store = plusfs_replica::check::digest(&db).map_err(|e| eio("cannot sum up the store", e))?;
-            let pieces = data.gather().map_err(|e| eio("cannot sum up the file data", e))?;
-            let mut h = xxhash_rust::xxh3::Xxh3::new();
-            for p in &pieces {
-                h.update(&p.segment.to_le_bytes());
-                h.update(&p.offset.to_le_bytes());
-                h.update(&p.bytes);
+            // The store is summed from a snapshot, the file data live: both belong to the
+            // same log position only if nothing was applied meanwhile (else: again).
+            for _ in 0..5 {
+                let store = plusfs_replica::check::digest(&db).map_err(|e| eio("cannot sum up the store", e))?;
+                let pieces = data.gather().map_err(|e| eio("cannot sum up the file data", e))?;
+                if plusfs_replica::check::applied(&db).map_err(|e| eio("cannot read the log position", e))?
+                    != store.applied
+                {
+                    continue;
+                }
+                let mut h = xxhash_rust::xxh3::Xxh3::new();
+                for p in &pieces {
+                    h.update(&p.segment.to_le_bytes());
+                    h.update(&p.offset.to_le_bytes());
+                    h.update(&p.bytes);
+                }
+                return Ok(StoreDigest {
+                    member,
+                    applied: store.applied,
+                    digest: store.digest,
+                    keys: store.keys,
+                    data_digest: h.digest(),
+                    data_records: pieces.len() as u64,
+                    data_bytes: pieces.iter().map(|p| p.bytes.len() as u64).sum(),
+                });
             }
-            Ok::<_, WireError>(StoreDigest {
-                member,
-                applied: store.applied,
-                digest: store.digest,
-                keys: store.keys,
-                data_digest: h.digest(),
-                data_records: pieces.len() as u64,
-                data_bytes: pieces.iter().map(|p| p.bytes.len() as u64).sum(),
-            })
+            Err(eio("cannot sum up the member", "it kept applying entries; try again when it is quiet".into()))
         });
         let d = summed.await.map_err(|e| eio("digest task failed", e.to_string()))??;
         Ok(Reply::Digest(d))

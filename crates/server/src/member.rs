@@ -35,6 +35,7 @@ fn timing(map: &plusfs_placement::ClusterMap) -> (Timing, Duration, Duration) {
         election: (Duration::from_millis(r.election_min_ms), Duration::from_millis(r.election_max_ms)),
         snapshot_every: r.snapshot_every,
         keep_behind_snapshot: (r.snapshot_every / 4).max(50),
+        fsync_log: r.fsync_log,
     };
     (timing, Duration::from_millis(r.election_min_ms * 3 / 4), Duration::from_millis(r.election_max_ms * 2))
 }
@@ -55,7 +56,14 @@ pub async fn run(
         TcpListener::bind(&me.raft).await.map_err(|source| StartError::Listen { addr: me.raft.clone(), source })?;
     let group_err = |source| StartError::Group { server, source };
     let always = config.map.sync == plusfs_placement::SyncMode::Always;
-    let sink = Arc::new(Sink { dir: config.data_dir.join("data"), store: store.clone(), sync: always });
+    let sink = Arc::new(Sink {
+        turn: Default::default(),
+        member: id,
+        leading: Default::default(),
+        dir: config.data_dir.join("data"),
+        store: store.clone(),
+        sync: always,
+    });
     let dir = config.data_dir.join("replica");
     let (timing, lease, silence) = timing(&config.map);
     let group = Group::start(id, &dir, store.db().clone(), Some(sink.clone()), raft_listener, &timing)
@@ -70,18 +78,18 @@ pub async fn run(
     let front = Front::member(member.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
     let serving = tokio::spawn(net::serve(listener, front.clone(), shutdown.clone()));
-    let collector = tokio::spawn(collect_while_following(sink, front.clone()));
-    let exit = lead(&config, store, &member, &front, shutdown, silence).await;
-    collector.abort();
+    let collector = tokio::spawn(collect_while_following(sink.clone()));
+    let exit = lead(&config, store, &member, (&sink, collector), &front, (shutdown, silence)).await;
     match &exit {
         Ok(Exit::Deposed(why)) => tracing::warn!(server, member = id, why, "no longer leads; restarting as a follower"),
-        Ok(Exit::Stopped) => {
-            let _ = serving.await;
-        }
+        Ok(Exit::Stopped) => {}
         Err(e) => tracing::error!(server, member = id, cause = %e, "member failed"),
     }
-    if let Ok(m) = Arc::try_unwrap(member) {
-        m.group.stop().await;
+    // Raft first: requests waiting for a commit that will not come fail, so the requests
+    // in flight end.
+    member.group.halt().await;
+    if exit.as_ref().is_ok_and(|e| *e == Exit::Stopped) {
+        let _ = serving.await;
     }
     exit
 }
@@ -91,9 +99,9 @@ async fn lead(
     config: &ServerConfig,
     store: Arc<plusfs_store::RocksStore>,
     member: &Member,
+    (sink, collector): (&Arc<Sink>, tokio::task::JoinHandle<()>),
     front: &Front,
-    mut shutdown: watch::Receiver<bool>,
-    silence: Duration,
+    (mut shutdown, silence): (watch::Receiver<bool>, Duration),
 ) -> Result<Exit, StartError> {
     let group = &member.group;
     let term = loop {
@@ -103,15 +111,25 @@ async fn lead(
         }
         let term = group.status().term;
         // Everything committed before this term is applied here before anything is served.
-        match group.read_barrier().await {
-            Ok(()) => break term,
-            Err(e) => tracing::debug!(cause = %e, "lead lost before the take-over"),
+        match tokio::time::timeout(silence, group.read_barrier()).await {
+            Ok(Ok(())) if group.is_leader() && group.status().term == term => break term,
+            Ok(Ok(())) => tracing::debug!("lead lost before the take-over"),
+            Ok(Err(e)) => tracing::debug!(cause = %e, "lead lost before the take-over"),
+            Err(_) => tracing::debug!("no quorum confirmed the lead before the take-over"),
         }
+        tokio::time::sleep(silence / 8).await;
     };
+    // No more collection of this member's segments: its compaction takes over. One that
+    // runs now is waited for.
+    collector.abort();
+    let s = sink.clone();
+    let _ = tokio::task::spawn_blocking(move || drop(s.turn.lock())).await;
     let store_err = |source| StartError::Store { path: config.data_dir.display().to_string(), source };
     // Every record placed so far is in place: the data store opens over them and appends
     // from a new segment.
     let data = open_data(config, true)?;
+    // From now on, entries of this term carry records this data store appended.
+    sink.leading.store(term, std::sync::atomic::Ordering::Release);
     let source = Arc::new(Source(data.clone()));
     store.replicate_through(Arc::new(group.replicator()), Some(source)).map_err(store_err)?;
     let peers = crate::Pool::new(&config.map, 2, 0);
@@ -131,13 +149,10 @@ async fn lead(
 const COLLECT_EVERY: Duration = Duration::from_secs(30);
 
 /// Deletes unreferenced data segments while this member follows (a leader's compaction
-/// deletes its own).
-async fn collect_while_following(sink: Arc<Sink>, front: Arc<Front>) {
+/// deletes its own); aborted at the take-over.
+async fn collect_while_following(sink: Arc<Sink>) {
     loop {
         tokio::time::sleep(COLLECT_EVERY).await;
-        if front.osd().is_some() {
-            return;
-        }
         let s = sink.clone();
         match tokio::task::spawn_blocking(move || s.collect()).await {
             Ok(Ok(0)) => {}

@@ -61,6 +61,14 @@ impl DataSource for Source {
 
 /// One member's data directory as its replica group's state machine sees it.
 pub struct Sink {
+    /// Held while records are placed and while segments are collected, so a collection
+    /// never deletes a segment an apply is writing.
+    pub turn: std::sync::Mutex<()>,
+    /// This member's id.
+    pub member: u64,
+    /// The term in which this process took over as leader (0: it does not lead): entries
+    /// it proposed in that term carry records its data store already holds.
+    pub leading: std::sync::atomic::AtomicU64,
     /// The member's data directory (`DIR/data`).
     pub dir: PathBuf,
     /// The member's store (the same RocksDB the group applies to).
@@ -81,12 +89,18 @@ impl Sink {
                 reason: e.to_string(),
             })
         };
+        let _turn = self.turn.lock().expect("sink turn");
         replica::collect(&self.dir, QUIET, referred).map_err(|e| e.to_string())
     }
 }
 
 impl plusfs_replica::DataSink for Sink {
-    fn place(&self, pieces: &[DataPiece]) -> Result<(), String> {
+    fn place(&self, pieces: &[DataPiece], proposer: Option<(u64, u64)>) -> Result<(), String> {
+        let leading = self.leading.load(std::sync::atomic::Ordering::Acquire);
+        if leading != 0 && proposer == Some((self.member, leading)) {
+            return Ok(());
+        }
+        let _turn = self.turn.lock().expect("sink turn");
         let tuples: Vec<(u32, u64, &[u8])> = pieces.iter().map(|p| (p.segment, p.offset, p.bytes.as_slice())).collect();
         replica::place(&self.dir, &tuples, self.sync).map_err(|e| e.to_string())
     }
@@ -97,9 +111,12 @@ impl plusfs_replica::DataSink for Sink {
         let ids: Vec<u64> = refs.iter().map(|r| r.2).collect();
         let values = self.store.get_records(&ids).map_err(|e| e.to_string())?;
         let mut out = Vec::with_capacity(refs.len());
-        for ((segment, _, id), value) in refs.into_iter().zip(values) {
+        for ((segment, offset, id), value) in refs.into_iter().zip(values) {
             let value = value.ok_or_else(|| format!("record {id} is referred to but has no index entry"))?;
             let loc = decode_loc(&value)?;
+            if (loc.extent.segment, loc.extent.offset) != (segment, offset) {
+                continue; // a stale reference (compaction moved the record): not live here
+            }
             let (offset, bytes) = replica::read_stored_at(&self.dir, &loc.extent).map_err(|e| e.to_string())?;
             out.push(DataPiece { segment, offset, bytes });
         }
