@@ -131,9 +131,11 @@ bench-model: build venv
 	$(BIN) sim placement
 	$(BIN) sim rates --calibration bench/out/network/calibration.jsonl --network bench/out/network/raw.jsonl
 
-## bench-replica: what replication costs at the store (R=1/R=3 groups vs a plain store) and a 1,000,000-entry snapshot catch-up
-bench-replica: venv
+## bench-replica: what replication costs at the store (R=1/R=3 groups vs a plain store) and a 1,000,000-entry snapshot catch-up;
+## then through servers (--replicas 3 vs 1: create/stat/unlink, Cx update mix, 4 KiB BFO writes, CPU per op; failover over 20 kills)
+bench-replica: build venv
 	CARGO="$(CARGO)" PYTHON=$(VENV)/bin/python scripts/replica_bench.sh
+	CARGO="$(CARGO)" PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python RUNS=3 scripts/replica_servers_bench.sh
 
 clean:
 	$(CARGO) clean

@@ -98,8 +98,9 @@ pub enum ClusterCmd {
         clients: usize,
         /// Members of each server's replica group in a new cluster (1: unreplicated). With
         /// 3 a server keeps serving after the loss of any one member: an acknowledged
-        /// change is in the logs of a majority of its members (fsynced there unless --sync
-        /// os), and one of them takes over within about a second.
+        /// change, file contents included, is in the Raft logs of a majority of its members,
+        /// fsynced there whatever --sync says (the map's `[replication] fsync_log = false`
+        /// opts out), and another member takes over within about 1.5 s.
         #[arg(long, default_value_t = 1)]
         replicas: usize,
         #[command(flatten)]

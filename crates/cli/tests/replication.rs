@@ -223,3 +223,26 @@ async fn a_changed_member_store_shows_as_divergence() {
     assert_ne!(code, 0, "divergence must fail fsck --replicas:\n{out}");
     assert!(out.contains("DIVERGED"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_files_larger_than_a_log_entry_survives_a_failover() {
+    let mut tc = replicated(1);
+    let c = tc.client();
+    c.mkdir("/bfo", 0o755).await.unwrap();
+    // 48 files of 64 KiB in one batch: 3 MiB of file data, more than one log entry holds.
+    let files: Vec<plusfs_client::NewFile> =
+        (0..48).map(|i| plusfs_client::NewFile::new(format!("/bfo/f{i}"), common::bytes(i, 64 << 10))).collect();
+    for r in c.batch_write(files).await {
+        r.unwrap();
+    }
+    let victim = leader(&tc, 0);
+    tc.cluster.kill_member(0, victim).unwrap();
+    assert_ne!(leader(&tc, 0), victim);
+    for i in 0..48u64 {
+        let got = c.read_all(&format!("/bfo/f{i}")).await.unwrap();
+        assert_eq!(common::digest(&got), common::digest(&common::bytes(i, 64 << 10)), "/bfo/f{i}");
+    }
+    tc.cluster.start_member(0, victim).unwrap();
+    let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
+    assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
+}

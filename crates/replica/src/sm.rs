@@ -195,7 +195,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for e in entries {
             self.place(&e)?;
             let mut b = match &e.payload {
-                EntryPayload::Normal(cmd) => WriteBatch::from_data(&cmd.batch),
+                // A data-only entry (file data ahead of its batch) has no batch.
+                EntryPayload::Normal(cmd) if !cmd.batch.is_empty() => WriteBatch::from_data(&cmd.batch),
                 _ => WriteBatch::default(),
             };
             if let EntryPayload::Membership(m) = &e.payload {
