@@ -120,6 +120,27 @@ pub enum ClusterCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Replace a member of a replicated server (dead or alive) by a new one: the new member
+    /// joins, catches up from the others (a snapshot if needed), then takes the old one's
+    /// vote; the map is updated. With --data (a local cluster) the new member's process is
+    /// started on free loopback ports unless addresses are given, and the old one stopped.
+    Replace {
+        /// The replicated server whose member is replaced.
+        #[arg(long)]
+        group: u32,
+        /// The member to replace.
+        #[arg(long)]
+        member: u64,
+        /// Where the new member serves clients (host:port).
+        #[arg(long)]
+        address: Option<String>,
+        /// Where the new member exchanges Raft messages (host:port).
+        #[arg(long)]
+        raft: Option<String>,
+        /// Data directory of a local cluster (instead of --cluster).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
     /// Reclaim the space of deleted and overwritten file data on every server now.
     Compact {
         /// Compact data segments whose live share is at most this percentage.
@@ -236,6 +257,9 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             }
         }
         ClusterCmd::Compact { live_percent } => compact(crate::load_map(cluster.as_ref())?, live_percent),
+        ClusterCmd::Replace { group, member, address, raft, data } => {
+            crate::groups::replace(group, member, (address, raft), data, cluster)
+        }
     }
 }
 

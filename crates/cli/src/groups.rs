@@ -2,9 +2,12 @@
 //! slot asked directly (not through the leader), for `cluster status` and
 //! `fsck --replicas`.
 
-use plusfs_placement::{ClusterMap, ServerEntry};
+use anyhow::{bail, Context, Result};
+use plusfs_placement::{ClusterMap, MemberEntry, ServerEntry};
 use plusfs_proto::{GroupInfo, Reply, Request, StoreDigest};
 use plusfs_rpc::{Connection, Counters};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -166,4 +169,102 @@ pub async fn check_replicas(map: &ClusterMap) -> bool {
         }
     }
     all_same
+}
+
+/// `cluster replace`: member `old` of replicated server `group` replaced by a new member
+/// at `addrs` (client, Raft); with `data`, in the local cluster there.
+pub fn replace(
+    group: u32,
+    old: u64,
+    addrs: (Option<String>, Option<String>),
+    data: Option<PathBuf>,
+    cluster: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let Some(data) = data else {
+        let map = crate::load_map(cluster.as_ref())?;
+        let (Some(address), Some(raft)) = addrs else {
+            bail!("give the new member's --address and --raft (or --data DIR for a local cluster)");
+        };
+        let new = next_member(&map, group, old, address, raft)?;
+        let path = cluster.expect("a map was loaded");
+        let map = with_member(map, group, new.clone())?;
+        plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
+        println!(
+            "map updated; start the new member now: plusfs server --cluster {} --id {group} --member {} --data DIR",
+            path.display(),
+            new.id
+        );
+        let map = swap_in(&map, group, old, &new)?;
+        plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
+        println!("member {old} of server {group} replaced by member {}", new.id);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let exe = std::env::current_exe()?;
+    let mut local = plusfs_localcluster::LocalCluster::prepare(&exe, &data, None, &Default::default())?;
+    let fresh = local.new_member(group)?;
+    let (address, raft) = (addrs.0.unwrap_or(fresh.address), addrs.1.unwrap_or(fresh.raft));
+    let new = next_member(local.map(), group, old, address, raft)?;
+    local.set_map(with_member(local.map().clone(), group, new.clone())?)?;
+    local.start_member(group, new.id)?;
+    println!("started member {} of server {group} at {} (Raft {})", new.id, new.address, new.raft);
+    let map = match swap_in(local.map(), group, old, &new) {
+        Ok(m) => m,
+        Err(e) => {
+            local.detach();
+            return Err(e);
+        }
+    };
+    local.set_map(map)?;
+    if local.stop_member_by_pid(group, old, Duration::from_secs(10))? {
+        println!("stopped member {old}");
+    }
+    println!(
+        "member {old} of server {group} replaced by member {}; its data in {} is no longer used",
+        new.id,
+        data.join(plusfs_localcluster::proc_name(group, Some(old))).display()
+    );
+    local.detach();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The new member's entry (the next id of the group), after checking `old` is a member.
+fn next_member(map: &ClusterMap, group: u32, old: u64, address: String, raft: String) -> Result<MemberEntry> {
+    let s = map.server(group).with_context(|| format!("no server {group} in the map"))?;
+    if s.members.is_empty() {
+        bail!("server {group} is not replicated: it has no members to replace");
+    }
+    s.member(old).with_context(|| format!("server {group} has no member {old}"))?;
+    let id = s.members.iter().map(|m| m.id).max().unwrap_or(0) + 1;
+    Ok(MemberEntry { id, address, raft })
+}
+
+/// `map` with `new` added to `group`'s members (a new epoch).
+fn with_member(mut map: ClusterMap, group: u32, new: MemberEntry) -> Result<ClusterMap> {
+    let s = map.servers.iter_mut().find(|s| s.id == group).context("no such server")?;
+    s.members.push(new);
+    map.epoch += 1;
+    map.validate()?;
+    Ok(map)
+}
+
+/// Asks `group`'s leader to replace `old` by `new` (waiting while `new` catches up), and
+/// returns the map without `old` (a new epoch).
+fn swap_in(map: &ClusterMap, group: u32, old: u64, new: &MemberEntry) -> Result<ClusterMap> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let client = {
+        let _g = rt.enter();
+        plusfs_client::Client::new(map.clone(), plusfs_client::ClientOptions::default())
+    };
+    println!("member {} catching up and joining the voters ...", new.id);
+    let req = Request::GroupReplace { remove: old, add: new.id, raft: new.raft.clone(), client: new.address.clone() };
+    rt.block_on(client.call_server(group, &req)).map_err(|e| anyhow::anyhow!("replacing member {old}: {e}"))?;
+    let mut map = map.clone();
+    let s = map.servers.iter_mut().find(|s| s.id == group).context("no such server")?;
+    s.members.retain(|m| m.id != old);
+    if !s.members.iter().any(|m| m.address == s.address) {
+        s.address = s.members[0].address.clone();
+    }
+    map.epoch += 1;
+    map.validate()?;
+    Ok(map)
 }

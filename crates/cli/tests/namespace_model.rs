@@ -1,7 +1,7 @@
 //! Model tests with shrinking against real server processes: generated sequences of
 //! namespace operations (hard links, exchanges, huge directories, renames of whole
-//! subtrees) run on 4-server clusters of `plusfs server` processes, one cluster per commit
-//! protocol (cx, 2pc, serial), and are checked against the reference model of
+//! subtrees) run on 4-server clusters of `plusfs server` processes (and on 2 servers of
+//! three replica-group members each), one cluster per commit protocol (cx, 2pc, serial), and are checked against the reference model of
 //! `plusfs_testcluster::model` errno by errno, with the whole tree, every directory's
 //! distribution and fsck compared after each case. Each case works below a directory of
 //! its own, so the cases of one protocol share its cluster. A failure is shrunk and
@@ -27,12 +27,14 @@ use tokio::runtime::Runtime;
 /// Process clusters by protocol, started when a case first needs one.
 struct Clusters {
     servers: usize,
+    /// Members of each server's replica group (1: unreplicated).
+    replicas: usize,
     started: RefCell<HashMap<&'static str, TestCluster>>,
 }
 
 impl Clusters {
-    fn new(servers: usize) -> Clusters {
-        Clusters { servers, started: RefCell::default() }
+    fn new(servers: usize, replicas: usize) -> Clusters {
+        Clusters { servers, replicas, started: RefCell::default() }
     }
 
     /// A new client of the cluster running `protocol`.
@@ -40,7 +42,8 @@ impl Clusters {
         let mut started = self.started.borrow_mut();
         let cluster = started.entry(protocol.name()).or_insert_with(|| {
             let txn = TxnSettings { protocol, ..TxnSettings::default() };
-            TestCluster::start_settings(self.servers, &ClusterSettings { txn, ..ClusterSettings::default() })
+            let settings = ClusterSettings { txn, replicas: self.replicas, ..ClusterSettings::default() };
+            TestCluster::start_settings(self.servers, &settings)
         });
         cluster.client()
     }
@@ -71,10 +74,11 @@ fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
-/// Runs `cases` generated cases of up to 40 steps on clusters of `servers` processes.
-fn model_test(name: &str, servers: usize, cases: u32) {
+/// Runs `cases` generated cases of up to 40 steps on clusters of `servers` servers of
+/// `replicas` member processes each.
+fn model_test(name: &str, (servers, replicas): (usize, usize), cases: u32) {
     let rt = runtime();
-    let clusters = Clusters::new(servers);
+    let clusters = Clusters::new(servers, replicas);
     let tally = Tally::default();
     let next = AtomicUsize::new(0);
     let started = Instant::now();
@@ -96,12 +100,18 @@ fn model_test(name: &str, servers: usize, cases: u32) {
 
 #[test]
 fn namespace_matches_model() {
-    model_test("namespace_matches_model", 4, 16);
+    model_test("namespace_matches_model", (4, 1), 16);
+}
+
+/// The same on replicated servers: every server a group of three member processes.
+#[test]
+fn namespace_matches_model_on_replicated_servers() {
+    model_test("namespace_matches_model_on_replicated_servers", (2, 3), 8);
 }
 
 #[test]
 fn namespace_matches_model_on_one_server() {
-    model_test("namespace_matches_model_on_one_server", 1, 8);
+    model_test("namespace_matches_model_on_one_server", (1, 1), 8);
 }
 
 /// A random operation of the model's kinds on the small shared tree.

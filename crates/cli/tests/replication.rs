@@ -15,6 +15,10 @@ fn replicated(servers: usize) -> TestCluster {
     TestCluster::start_settings(servers, &ClusterSettings { replicas: 3, ..Default::default() })
 }
 
+fn replicated_with(servers: usize, settings: ClusterSettings) -> TestCluster {
+    TestCluster::start_settings(servers, &ClusterSettings { replicas: 3, ..settings })
+}
+
 /// True when the error leaves the outcome unknown (the request may have been applied by
 /// a leader that died before answering).
 fn unknown(e: Errno) -> bool {
@@ -56,9 +60,11 @@ struct Acks {
     rename: Option<Result<(), Errno>>,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_leaders_mid_workload_loses_nothing_acknowledged() {
-    let mut tc = replicated(2);
+/// mkdirs (cross-server: under Cx or 2PC), creates with contents and renames, while the
+/// serving member of the busiest group is killed twice.
+async fn kill_leaders_mid_workload(protocol: plusfs_placement::TxnProtocol) {
+    let txn = plusfs_placement::TxnSettings { protocol, ..Default::default() };
+    let mut tc = replicated_with(2, ClusterSettings { txn, ..Default::default() });
     let c = tc.client();
     // `/` and everything directly below it live on its home: the busiest group.
     let busiest = tc.cluster.map().home_of_dir("/");
@@ -111,6 +117,7 @@ async fn killing_leaders_mid_workload_loses_nothing_acknowledged() {
     }
     // Operations went on after the last failover.
     let after = spans.iter().filter(|&&(start, _, ok)| ok && start > kills[1].1).count();
+    eprintln!("{protocol:?}: {after} operations after the last failover");
     assert!(after > 5, "only {after} operations succeeded after the last failover");
     let failed =
         acks.values().filter(|a| [&a.mkdir, &a.file, &a.rename].iter().any(|r| matches!(r, Some(Err(_))))).count();
@@ -160,47 +167,120 @@ async fn killing_leaders_mid_workload_loses_nothing_acknowledged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_whose_data_is_lost_is_rebuilt_by_the_others() {
-    // Snapshots every 100 entries, so the lost member's catch-up needs one.
+async fn killing_leaders_mid_cx_workload_loses_nothing_acknowledged() {
+    kill_leaders_mid_workload(plusfs_placement::TxnProtocol::Cx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_leaders_mid_2pc_workload_loses_nothing_acknowledged() {
+    kill_leaders_mid_workload(plusfs_placement::TxnProtocol::TwoPhase).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_during_batch_creates_and_a_redistribution_loses_nothing() {
+    use plusfs_proto::{BatchOp, Semantics, Threshold};
+    let threshold = plusfs_placement::ThresholdSetting::Entries(300);
+    let hugedirs = plusfs_placement::HugedirSettings { threshold, width: 0 };
+    let mut tc = replicated_with(2, ClusterSettings { hugedirs, ..Default::default() });
+    let c = tc.client();
+    c.mkdir_with("/h", 0o755, Threshold::Cluster, 0).await.unwrap();
+    let home = tc.cluster.map().home_of_dir("/h");
+    let c2 = c.clone();
+    let workload = tokio::spawn(async move {
+        let mut acked = Vec::new();
+        let mut spans = Vec::new();
+        for k in 0..60 {
+            let names: Vec<String> = (0..25).map(|j| format!("f{k}-{j}")).collect();
+            let t = Instant::now();
+            let r = c2.batch(BatchOp::Create { exclusive: true }, "/h", &names, 0o644, Semantics::PerformAll).await;
+            spans.push((t, Instant::now()));
+            if let Ok(outcomes) = r {
+                for (n, o) in names.iter().zip(outcomes) {
+                    if o.into_result().is_ok() {
+                        acked.push(n.clone());
+                    }
+                }
+            }
+        }
+        (acked, spans)
+    });
+    // The directory crosses its threshold after 12 batches; the kill comes around then.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let victim = leader(&tc, home);
+    let killed = Instant::now();
+    tc.cluster.kill_member(home, victim).unwrap();
+    let next = leader(&tc, home);
+    assert_ne!(next, victim);
+    let took_over = Instant::now();
+    let (acked, spans) = workload.await.unwrap();
+    assert!(spans.iter().any(|&(s, e)| s <= took_over && e > killed), "no batch met the kill");
+    assert!(acked.len() > 1000, "only {} creates acknowledged", acked.len());
+    let st = c.statv("/h", &acked, Semantics::PerformAll).await.unwrap();
+    let missing: Vec<(&String, &Result<plusfs_proto::Attr, Errno>)> =
+        acked.iter().zip(&st).filter(|(_, o)| o.is_err()).collect();
+    assert!(missing.is_empty(), "acknowledged creates missing: {missing:?}");
+    let dist = c.distribution("/h").await.unwrap();
+    assert_eq!(dist.state, plusfs_proto::DistState::Distributed, "the redistribution finished");
+    tc.cluster.start_member(home, victim).unwrap();
+    tc.assert_fsck_clean();
+    let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
+    assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_data_is_lost_is_replaced_by_a_new_one() {
+    // Snapshots every 100 entries, so the new member's catch-up needs one.
     let replication = plusfs_placement::ReplicationSettings { snapshot_every: 100, ..Default::default() };
-    let mut tc = TestCluster::start_settings(1, &ClusterSettings { replicas: 3, replication, ..Default::default() });
+    let mut tc = replicated_with(1, ClusterSettings { replication, ..Default::default() });
     let c = tc.client();
     for i in 0..40 {
         c.mkdir(&format!("/m{i}"), 0o755).await.unwrap();
         write_new(&c, &format!("/m{i}/f"), &content(i)).await.unwrap();
     }
     let lead = leader(&tc, 0);
-    let victim = (0..3u64).find(|&m| m != lead).unwrap();
-    tc.cluster.kill_member(0, victim).unwrap();
-    let dir = tc.cluster.data().join(format!("server-0-m{victim}"));
-    std::fs::remove_dir_all(&dir).unwrap();
+    let lost = (0..3u64).find(|&m| m != lead).unwrap();
+    tc.cluster.kill_member(0, lost).unwrap();
+    std::fs::remove_dir_all(tc.cluster.data().join(format!("server-0-m{lost}"))).unwrap();
     // Writes go on with two members, past a snapshot and the log it lets go.
     for i in 40..160 {
         c.mkdir(&format!("/m{i}"), 0o755).await.unwrap();
         write_new(&c, &format!("/m{i}/f"), &content(i)).await.unwrap();
     }
-    tc.cluster.start_member(0, victim).unwrap();
+    let data = tc.cluster.data().to_str().unwrap().to_string();
+    let (code, out, err) =
+        tc.cli(&["cluster", "replace", "--group", "0", "--member", &lost.to_string(), "--data", &data]);
+    assert_eq!(code, 0, "cluster replace:\n{out}\n{err}");
+    tc.cluster.reload_map().unwrap();
+    let members: Vec<u64> = tc.cluster.map().server(0).unwrap().members.iter().map(|m| m.id).collect();
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert!(!members.contains(&lost) && members.contains(&3), "member 3 replaced member {lost}: {members:?}");
     let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
     assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
     assert!(out.contains("3 members agree"), "{out}");
-    let log = std::fs::read_to_string(tc.cluster.data().join(format!("server-0-m{victim}.log"))).unwrap();
-    assert!(log.contains("snapshot installed"), "the rebuilt member caught up without a snapshot:\n{log}");
-    // The rebuilt member can lead: the others are stopped in turn until it does.
-    for other in (0..3u64).filter(|&m| m != victim) {
-        if leader(&tc, 0) == victim {
+    // The new member can lead: whoever else leads is killed (and restarted) until it does.
+    for _ in 0..12 {
+        let now = leader(&tc, 0);
+        if now == 3 {
             break;
         }
-        tc.cluster.kill_member(0, other).unwrap();
+        tc.cluster.kill_member(0, now).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while leader(&tc, 0) == other && Instant::now() < deadline {
+        while tc.cluster.serving_member(0).unwrap().is_none_or(|m| m == now) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        tc.cluster.start_member(0, other).unwrap();
+        tc.cluster.start_member(0, now).unwrap();
     }
+    assert_eq!(leader(&tc, 0), 3);
+    // A client that knows only the old map finds the new leader by redirects.
     for i in 0..160 {
         assert_eq!(c.read_all(&format!("/m{i}/f")).await.unwrap(), content(i), "/m{i}/f");
     }
     tc.assert_fsck_clean();
+    // Its log is written by a background thread: read once it has had time.
+    let log = std::fs::read_to_string(tc.cluster.data().join("server-0-m3.log")).unwrap();
+    assert!(log.contains("snapshot installed"), "the new member caught up without a snapshot:\n{log}");
+    // The new member's process was started by the command, not by this test.
+    tc.cluster.stop_member_by_pid(0, 3, Duration::from_secs(10)).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

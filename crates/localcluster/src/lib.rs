@@ -389,6 +389,60 @@ impl LocalCluster {
         self.children.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
     }
 
+    /// A new member for replicated server `id` on free loopback ports, with the next id.
+    pub fn new_member(&self, id: u32) -> Result<MemberEntry> {
+        let s = self.map.server(id).with_context(|| format!("no server {id} in the map"))?;
+        anyhow::ensure!(!s.members.is_empty(), "server {id} is not replicated");
+        let ports = free_ports(2)?;
+        let next = s.members.iter().map(|m| m.id).max().unwrap_or(0) + 1;
+        Ok(MemberEntry {
+            id: next,
+            address: format!("127.0.0.1:{}", ports[0]),
+            raft: format!("127.0.0.1:{}", ports[1]),
+        })
+    }
+
+    /// Reads the cluster map file again (after a command changed it).
+    pub fn reload_map(&mut self) -> Result<()> {
+        self.map = ClusterMap::load(&self.map_file())?;
+        Ok(())
+    }
+
+    /// Replaces the cluster map (its file written durably first).
+    pub fn set_map(&mut self, map: ClusterMap) -> Result<()> {
+        map.validate()?;
+        plusfs_netns::write_durably(&self.map_file(), map.to_toml().as_bytes())?;
+        self.map = map;
+        Ok(())
+    }
+
+    /// Stops member `member` of server `id` from its pid file, whoever started it
+    /// (SIGTERM, then SIGKILL after `grace`). Returns whether it was running.
+    pub fn stop_member_by_pid(&mut self, id: u32, member: u64, grace: Duration) -> Result<bool> {
+        let name = proc_name(id, Some(member));
+        if self.children.iter().any(|(n, _)| *n == name) {
+            self.signal_and_reap_proc(&name, libc::SIGTERM)?;
+            return Ok(true);
+        }
+        let pid_file = self.data.join(format!("{name}.pid"));
+        let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok()) else {
+            return Ok(false);
+        };
+        let running = alive(pid);
+        if running {
+            send_signal(pid, libc::SIGTERM);
+            let deadline = Instant::now() + grace;
+            while alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(pid) {
+                send_signal(pid, libc::SIGKILL);
+            }
+        }
+        let _ = fs::remove_file(&pid_file);
+        Ok(running)
+    }
+
     /// Each member of replicated server `id` and its view of the group (`None`: it did
     /// not answer).
     pub fn group_views(&self, id: u32) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {

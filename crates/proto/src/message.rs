@@ -351,6 +351,15 @@ pub enum Request {
     /// A member's store summed up at its applied log position (`fsck --replicas`). Every
     /// member answers it.
     GroupDigest,
+    /// To the leader of a replicated slot (`cluster replace`): member `remove` is replaced
+    /// by the new member `add`, reached at `raft` by the other members and at `client` by
+    /// clients. Answered once `add` has caught up and the voters changed.
+    GroupReplace {
+        remove: u64,
+        add: u64,
+        raft: String,
+        client: String,
+    },
 }
 
 impl Request {
@@ -416,6 +425,7 @@ impl Request {
             CxPerms { .. } => 56,
             GroupStatus => 57,
             GroupDigest => 58,
+            GroupReplace { .. } => 59,
         }
     }
 
@@ -482,6 +492,7 @@ impl Request {
                 | CxPerms { .. }
                 | GroupStatus
                 | GroupDigest
+                | GroupReplace { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | Layout { .. }
@@ -493,7 +504,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 59] = [
+pub const OPCODE_NAMES: [&str; 60] = [
     "invalid",
     "ping",
     "mkdir",
@@ -553,6 +564,7 @@ pub const OPCODE_NAMES: [&str; 59] = [
     "cx_perms",
     "group_status",
     "group_digest",
+    "group_replace",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).

@@ -8,8 +8,8 @@
 //!
 //!     cargo run --release -p plusfs-replica --example replica_bench -- [--count 4000] [--entries 1000000] [--kills 20]
 
-use openraft::BasicNode;
 use plusfs_proto::Inode;
+use plusfs_replica::Node;
 use plusfs_replica::{Group, MemberId, Timing};
 use plusfs_store::{Batch, DirStore, RocksStore};
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ async fn group(root: &Path, n: u64, timing: &Timing) -> Members {
         groups.push(Group::start(id, &dir, store.db().clone(), None, l, timing).await.unwrap());
         stores.push(store);
     }
-    groups[0].initialize(&addrs).await.unwrap();
+    groups[0].initialize(&plusfs_replica::raft_nodes(&addrs)).await.unwrap();
     while !groups[0].is_leader() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -120,7 +120,7 @@ async fn catch_up(entries: u64) {
     let store = Arc::new(RocksStore::open(&dir.join("store"), false).unwrap());
     let new = Group::start(4 as MemberId, &dir, store.db().clone(), None, l, &timing).await.unwrap();
     let t0 = Instant::now();
-    m.groups[0].raft().add_learner(4, BasicNode::new(addr), true).await.unwrap();
+    m.groups[0].raft().add_learner(4, Node::new(addr, ""), true).await.unwrap();
     let last = m.groups[0].status().last_log.unwrap();
     assert!(new.wait_applied(last, Duration::from_secs(600)).await);
     let secs = t0.elapsed().as_secs_f64();
@@ -146,7 +146,7 @@ async fn failover(kills: usize) {
         .groups
         .iter()
         .map(|g| {
-            (g.id, g.raft().metrics().borrow().membership_config.membership().get_node(&g.id).unwrap().addr.clone())
+            (g.id, g.raft().metrics().borrow().membership_config.membership().get_node(&g.id).unwrap().raft.clone())
         })
         .collect();
     let mut times = Vec::new();

@@ -30,7 +30,7 @@ pub mod replicator;
 pub mod sm;
 
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
-use openraft::{BasicNode, Config, ServerState};
+use openraft::{Config, ServerState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -68,6 +68,32 @@ pub trait DataSink: Send + Sync + 'static {
     fn gather(&self) -> Result<Vec<plusfs_store::DataPiece>, String>;
 }
 
+/// A member as its group knows it: where its Raft messages go, and where it serves
+/// clients once it leads (what a member names in a redirect). Kept in the group's
+/// membership, so a member added later is found by clients that never saw it in a map.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub raft: String,
+    pub client: String,
+}
+
+impl Node {
+    pub fn new(raft: impl Into<String>, client: impl Into<String>) -> Node {
+        Node { raft: raft.into(), client: client.into() }
+    }
+}
+
+/// Nodes of members that serve no clients (tests, benchmarks): Raft addresses only.
+pub fn raft_nodes(addrs: &BTreeMap<MemberId, String>) -> BTreeMap<MemberId, Node> {
+    addrs.iter().map(|(id, a)| (*id, Node::new(a.clone(), ""))).collect()
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (clients at {})", self.raft, self.client)
+    }
+}
+
 /// What applying an entry answers (nothing: a batch either applies or the member stops).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Applied;
@@ -78,7 +104,7 @@ openraft::declare_raft_types!(
         D = Command,
         R = Applied,
         NodeId = MemberId,
-        Node = BasicNode,
+        Node = Node,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
@@ -221,13 +247,10 @@ impl Group {
         Ok(Group { id, raft, sm_db: store, server, acked, watcher })
     }
 
-    /// Makes a new group of `members` (id → address). Call once, on one member, when the
-    /// group is first created; a group that already has members answers `Ok` and stays as
-    /// it is.
-    pub async fn initialize(&self, members: &BTreeMap<MemberId, String>) -> Result<(), GroupError> {
-        let nodes: BTreeMap<MemberId, BasicNode> =
-            members.iter().map(|(id, addr)| (*id, BasicNode::new(addr.clone()))).collect();
-        match self.raft.initialize(nodes).await {
+    /// Makes a new group of `members`. Call once, on one member, when the group is first
+    /// created; a group that already has members answers `Ok` and stays as it is.
+    pub async fn initialize(&self, members: &BTreeMap<MemberId, Node>) -> Result<(), GroupError> {
+        match self.raft.initialize(members.clone()).await {
             Ok(()) => Ok(()),
             Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
             Err(e) => Err(GroupError::Start(e.to_string())),
@@ -320,6 +343,30 @@ impl Group {
         }
     }
 
+    /// The client address of the leader this member knows of, from the group's
+    /// membership (empty if the member was added without one).
+    pub fn leader_client(&self) -> Option<(MemberId, String)> {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&leader)?.clone();
+        Some((leader, node.client))
+    }
+
+    /// Replaces member `remove` by the new member `add` (`node`): `add` joins as a
+    /// learner and catches up (from a snapshot if the log it needs is gone), then the
+    /// voters become the old ones without `remove` and with `add`. Call on the leader.
+    /// Repeating a replacement that happened is harmless.
+    pub async fn replace(&self, remove: MemberId, add: MemberId, node: Node) -> Result<(), GroupError> {
+        let fail = |e: String| GroupError::Stopped(e);
+        self.raft.add_learner(add, node, true).await.map_err(|e| fail(format!("adding member {add}: {e}")))?;
+        let mut voters: std::collections::BTreeSet<MemberId> =
+            self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
+        voters.remove(&remove);
+        voters.insert(add);
+        self.raft.change_membership(voters, false).await.map_err(|e| fail(format!("changing the voters: {e}")))?;
+        Ok(())
+    }
+
     /// Returns once this member leads its group.
     pub async fn until_leader(&self) {
         let mut rx = self.raft.metrics();
@@ -366,8 +413,8 @@ impl Group {
     }
 }
 
-fn not_leader(f: ForwardToLeader<MemberId, BasicNode>) -> GroupError {
-    GroupError::NotLeader(f.leader_id.zip(f.leader_node.map(|n| n.addr)))
+fn not_leader(f: ForwardToLeader<MemberId, Node>) -> GroupError {
+    GroupError::NotLeader(f.leader_id.zip(f.leader_node.map(|n| n.raft)))
 }
 
 /// A member's view of its group (`cluster status`).

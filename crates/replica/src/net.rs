@@ -3,6 +3,7 @@
 //! `Result` of the receiving member's Raft. Connections are pooled per address and opened
 //! on first use (Raft asks for a client on every linearizable read).
 
+use crate::Node;
 use crate::{MemberId, Raft, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
@@ -12,7 +13,6 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -43,8 +43,8 @@ pub struct Network {
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
-    async fn new_client(&mut self, target: MemberId, node: &BasicNode) -> Peer {
-        Peer { target, addr: node.addr.clone(), pool: self.pool.clone() }
+    async fn new_client(&mut self, target: MemberId, node: &Node) -> Peer {
+        Peer { target, addr: node.raft.clone(), pool: self.pool.clone() }
     }
 }
 
@@ -93,7 +93,7 @@ impl Peer {
         &self,
         kind: u8,
         body: &[u8],
-    ) -> Result<Resp, RPCError<MemberId, BasicNode, RaftError<MemberId, E>>> {
+    ) -> Result<Resp, RPCError<MemberId, Node, RaftError<MemberId, E>>> {
         match self.call::<Result<Resp, RaftError<MemberId, E>>>(kind, body).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
@@ -108,7 +108,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<MemberId>, RPCError<MemberId, BasicNode, RaftError<MemberId>>> {
+    ) -> Result<AppendEntriesResponse<MemberId>, RPCError<MemberId, Node, RaftError<MemberId>>> {
         let body = encode_rpc(&rpc)?;
         let n = rpc.entries.len();
         if n > 1 && body.len() > APPEND_BUDGET {
@@ -123,10 +123,8 @@ impl RaftNetwork<TypeConfig> for Peer {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<MemberId>,
-        RPCError<MemberId, BasicNode, RaftError<MemberId, InstallSnapshotError>>,
-    > {
+    ) -> Result<InstallSnapshotResponse<MemberId>, RPCError<MemberId, Node, RaftError<MemberId, InstallSnapshotError>>>
+    {
         self.rpc(SNAPSHOT, &encode_rpc(&rpc)?).await
     }
 
@@ -134,7 +132,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         &mut self,
         rpc: VoteRequest<MemberId>,
         _option: RPCOption,
-    ) -> Result<VoteResponse<MemberId>, RPCError<MemberId, BasicNode, RaftError<MemberId>>> {
+    ) -> Result<VoteResponse<MemberId>, RPCError<MemberId, Node, RaftError<MemberId>>> {
         self.rpc(VOTE, &encode_rpc(&rpc)?).await
     }
 
@@ -145,7 +143,7 @@ impl RaftNetwork<TypeConfig> for Peer {
 }
 
 /// A message's encoding (a failure is a local one, reported as a network error).
-fn encode_rpc<T: Serialize, E: std::error::Error>(v: &T) -> Result<Vec<u8>, RPCError<MemberId, BasicNode, E>> {
+fn encode_rpc<T: Serialize, E: std::error::Error>(v: &T) -> Result<Vec<u8>, RPCError<MemberId, Node, E>> {
     postcard::to_allocvec(v).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))
 }
 

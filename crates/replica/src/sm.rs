@@ -14,11 +14,11 @@
 //! clusters, not for terabytes of file data.
 
 use crate::log::{decode, encode};
-use crate::{Applied, DataSink, MemberId, TypeConfig};
+use crate::{Applied, DataSink, MemberId, Node, TypeConfig};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership,
+    Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
+    StoredMembership,
 };
 use plusfs_store::DataPiece;
 use rocksdb::{IteratorMode, WriteBatch, WriteOptions, DB};
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 type SErr = StorageError<MemberId>;
-type Membership = StoredMembership<MemberId, BasicNode>;
+type Membership = StoredMembership<MemberId, Node>;
 
 /// Keys of the replica's own state inside the store: they begin with a zero byte, which no
 /// key of the store's engine does.
@@ -46,7 +46,7 @@ fn snap_err(e: impl std::fmt::Display) -> SErr {
 /// What a snapshot file holds.
 #[derive(Serialize, Deserialize)]
 struct SnapshotFile {
-    meta: SnapshotMeta<MemberId, BasicNode>,
+    meta: SnapshotMeta<MemberId, Node>,
     #[serde(with = "serde_bytes")]
     data: Vec<u8>,
 }
@@ -162,7 +162,7 @@ fn save_snapshot(path: &Path, saved: &Saved, file: &SnapshotFile) -> Result<bool
 
 /// Builds a snapshot from a dump taken between two applies.
 pub struct Builder {
-    meta: SnapshotMeta<MemberId, BasicNode>,
+    meta: SnapshotMeta<MemberId, Node>,
     data: Result<Vec<u8>, String>,
     path: PathBuf,
     saved: Saved,
@@ -236,7 +236,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<MemberId, BasicNode>,
+        meta: &SnapshotMeta<MemberId, Node>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), SErr> {
         let data = snapshot.into_inner();

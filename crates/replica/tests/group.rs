@@ -3,7 +3,8 @@
 //! no acknowledgement without a quorum, and a dead member replaced by a new one that
 //! catches up from a snapshot.
 
-use openraft::{BasicNode, ChangeMembers};
+use openraft::ChangeMembers;
+use plusfs_replica::Node;
 use plusfs_replica::{check, Group, GroupError, MemberId, Timing};
 use rocksdb::{Options, WriteBatch, DB};
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,7 +104,7 @@ async fn three(root: &Path, timing: &Timing) -> (Vec<Group>, BTreeMap<MemberId, 
     for (id, addr) in &members {
         groups.push(start(*id, root, addr, timing).await);
     }
-    groups[0].initialize(&members).await.unwrap();
+    groups[0].initialize(&plusfs_replica::raft_nodes(&members)).await.unwrap();
     (groups, members)
 }
 
@@ -189,7 +190,7 @@ async fn a_dead_member_is_replaced_by_one_that_catches_up_from_a_snapshot() {
     let addr = addresses(1).await.remove(0);
     groups.push(start(4, &root, &addr, &timing).await);
     let l = leader(&groups).await;
-    l.raft().add_learner(4, BasicNode::new(addr), true).await.expect("the learner catches up");
+    l.raft().add_learner(4, Node::new(addr, ""), true).await.expect("the learner catches up");
     let voters: BTreeSet<MemberId> = groups.iter().map(|g| g.id).collect();
     l.raft().change_membership(ChangeMembers::ReplaceAllVoters(voters.clone()), false).await.unwrap();
     write_all(&groups, keys("b", 20)).await;

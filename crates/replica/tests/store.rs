@@ -46,7 +46,7 @@ async fn engine_batches_reach_every_member_and_only_the_leader_writes() {
         let group = Group::start(id, &dir, store.db().clone(), None, l, &Timing::default()).await.unwrap();
         members.push(Member { group, store });
     }
-    members[0].group.initialize(&addrs).await.unwrap();
+    members[0].group.initialize(&plusfs_replica::raft_nodes(&addrs)).await.unwrap();
     let lead = leader(&members).await;
     lead.store.replicate_through(Arc::new(lead.group.replicator()), None).unwrap();
     // Many batches in flight at once (pipelined), as a busy server commits them.

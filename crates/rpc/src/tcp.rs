@@ -28,8 +28,13 @@ pub const FAILOVER_WAIT: Duration = Duration::from_secs(10);
 const NO_LEADER_PAUSE: Duration = Duration::from_millis(50);
 
 struct Slot {
-    /// The member addresses (one for an unreplicated server).
-    addrs: Vec<String>,
+    /// The member addresses (one for an unreplicated server); a redirect to a member the
+    /// map did not list (one added since) adds it.
+    addrs: std::sync::RwLock<Vec<String>>,
+    /// Whether the slot is replicated (redirects and member failover apply).
+    replicated: bool,
+    /// The address of an unreplicated server (its only one).
+    fixed: String,
     /// Index in `addrs` of the member believed to lead.
     leader: AtomicUsize,
     conns: Vec<Mutex<Option<Arc<Connection>>>>,
@@ -37,16 +42,28 @@ struct Slot {
 }
 
 impl Slot {
-    fn leader_addr(&self) -> (usize, &str) {
-        let i = self.leader.load(Ordering::Relaxed) % self.addrs.len();
-        (i, &self.addrs[i])
+    fn leader_addr(&self) -> (usize, String) {
+        let addrs = self.addrs.read().expect("member addresses");
+        let i = self.leader.load(Ordering::Relaxed) % addrs.len();
+        (i, addrs[i].clone())
+    }
+
+    fn len(&self) -> usize {
+        self.addrs.read().expect("member addresses").len()
     }
 
     /// After member `from` failed or redirected: believe `to` (an address) leads, or the
-    /// next member if `to` is unknown. Returns whether a known leader was named.
+    /// next member if `to` is unknown. Returns whether a leader was named.
     fn move_on(&self, from: usize, to: Option<&str>) -> bool {
-        let named = to.and_then(|a| self.addrs.iter().position(|x| x == a));
-        let next = named.unwrap_or((from + 1) % self.addrs.len());
+        let mut addrs = self.addrs.write().expect("member addresses");
+        let named = to.map(|a| match addrs.iter().position(|x| x == a) {
+            Some(i) => i,
+            None => {
+                addrs.push(a.to_string());
+                addrs.len() - 1
+            }
+        });
+        let next = named.unwrap_or((from + 1) % addrs.len());
         // Only the first caller to see `from` fail moves the slot on.
         let _ = self.leader.compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed);
         named.is_some()
@@ -69,7 +86,14 @@ impl TcpTransport {
                 let conns = (0..per_server.max(1)).map(|_| Mutex::new(None)).collect();
                 let addrs = s.addresses();
                 let first = addrs.iter().position(|a| *a == s.address).unwrap_or(0);
-                let slot = Slot { addrs, leader: AtomicUsize::new(first), conns, next: AtomicUsize::new(0) };
+                let slot = Slot {
+                    addrs: std::sync::RwLock::new(addrs),
+                    replicated: !s.members.is_empty(),
+                    fixed: s.address.clone(),
+                    leader: AtomicUsize::new(first),
+                    conns,
+                    next: AtomicUsize::new(0),
+                };
                 (s.id, slot)
             })
             .collect();
@@ -105,7 +129,7 @@ impl TcpTransport {
         let mut misses = 0;
         loop {
             let (i, addr) = slot.leader_addr();
-            let answer = match self.connection(slot, addr).await {
+            let answer = match self.connection(slot, &addr).await {
                 Ok(c) => c.call(cred, req).await,
                 Err(e) => Err(e),
             };
@@ -123,11 +147,11 @@ impl TcpTransport {
             misses += 1;
             if Instant::now() > deadline {
                 return Err(CallError::Connect {
-                    addr: format!("server {server} ({})", slot.addrs.join(", ")),
+                    addr: format!("server {server} ({})", slot.addrs.read().expect("member addresses").join(", ")),
                     reason: format!("no member leads its replica group (waited {} s)", FAILOVER_WAIT.as_secs()),
                 });
             }
-            if !named && misses % slot.addrs.len() == 0 {
+            if !named && misses % slot.len() == 0 {
                 tokio::time::sleep(NO_LEADER_PAUSE).await;
             }
         }
@@ -145,8 +169,8 @@ impl Transport for TcpTransport {
     ) -> BoxFuture<'a, Result<Response, CallError>> {
         Box::pin(async move {
             let slot = self.slot(server)?;
-            if slot.addrs.len() == 1 {
-                return self.connection(slot, &slot.addrs[0]).await?.call(cred, req).await;
+            if !slot.replicated {
+                return self.connection(slot, &slot.fixed).await?.call(cred, req).await;
             }
             self.send_to_group(server, slot, cred, req).await
         })

@@ -139,7 +139,7 @@ impl Osd {
                 self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
                 Ok(Reply::Done)
             }
-            GroupStatus | GroupDigest => {
+            GroupStatus | GroupDigest | GroupReplace { .. } => {
                 Err(err(Errno::EINVAL, format!("server {} is not replicated: it has no replica group", self.id)))
             }
             // An empty path (from a peer): this server's data store.

@@ -43,7 +43,10 @@ impl Member {
     /// (a member that leads but does not serve yet names none: asking it again soon is
     /// all a client can do).
     fn leader_address(&self) -> Option<String> {
-        let leader = self.group.status().leader.filter(|&l| l != self.group.id)?;
+        let (leader, client) = self.group.leader_client().filter(|(l, _)| *l != self.group.id)?;
+        if !client.is_empty() {
+            return Some(client);
+        }
         Some(self.map.server(self.server)?.member(leader)?.address.clone())
     }
 
@@ -152,6 +155,16 @@ impl Front {
             }
             if self.osd.get().is_none() || !self.confirmed(m).await {
                 return Ok(Reply::Redirect { leader: m.leader_address() });
+            }
+            if let Request::GroupReplace { remove, add, raft, client } = req {
+                tracing::info!(remove, add, %raft, %client, "replacing a member");
+                let node = plusfs_replica::Node::new(raft, client);
+                return match m.group.replace(remove, add, node).await {
+                    Ok(()) => Ok(Reply::Done),
+                    Err(e) => {
+                        Err(WireError::new(plusfs_proto::Errno::EIO, format!("cannot replace member {remove}: {e}")))
+                    }
+                };
             }
         }
         match self.osd.get() {

@@ -71,7 +71,8 @@ pub async fn run(
         .map_err(group_err)?;
     // A new group is made once, by its lowest member, when the cluster is created.
     if config.bootstrap && entry.members.iter().map(|m| m.id).min() == Some(id) {
-        let members: BTreeMap<u64, String> = entry.members.iter().map(|m| (m.id, m.raft.clone())).collect();
+        let members: BTreeMap<u64, plusfs_replica::Node> =
+            entry.members.iter().map(|m| (m.id, plusfs_replica::Node::new(&m.raft, &m.address))).collect();
         group.initialize(&members).await.map_err(group_err)?;
     }
     let member = Arc::new(Member { server, group, map: config.map.clone(), lease, data: sink.clone() });
