@@ -122,6 +122,10 @@ async fn kill_leaders_mid_workload(protocol: plusfs_placement::TxnProtocol) {
     let failed =
         acks.values().filter(|a| [&a.mkdir, &a.file, &a.rename].iter().any(|r| matches!(r, Some(Err(_))))).count();
     eprintln!("{} iterations, {failed} with a failed step", acks.len());
+    // Creates (exactly-once across failover) and writes (idempotent) never fail: a request
+    // in flight at the kill is resent to the next leader and gets its first answer.
+    let file_failures: Vec<_> = acks.iter().filter(|(_, a)| matches!(a.file, Some(Err(_)))).collect();
+    assert!(file_failures.is_empty(), "creates or writes failed across a failover: {file_failures:?}");
 
     tc.assert_fsck_clean();
     let c = tc.client();
@@ -325,4 +329,51 @@ async fn a_batch_of_files_larger_than_a_log_entry_survives_a_failover() {
     tc.cluster.start_member(0, victim).unwrap();
     let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
     assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
+}
+
+/// Sends `req` straight to the member serving server 0 (no resends, no redirects).
+async fn to_leader(tc: &TestCluster, req: &plusfs_proto::Request) -> plusfs_proto::Response {
+    let m = leader(tc, 0);
+    let addr = tc.cluster.map().server(0).unwrap().member(m).unwrap().address.clone();
+    let conn = plusfs_rpc::Connection::connect(&addr, Default::default()).await.unwrap();
+    conn.call(&plusfs_proto::Cred::server(), req).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_request_gets_its_first_answer_also_from_the_next_leader() {
+    use plusfs_proto::{FileKind, Reply, Request};
+    let mut tc = replicated(1);
+    let c = tc.client();
+    c.mkdir("/once", 0o755).await.unwrap();
+    let create = |seq| Request::Once {
+        client: 42,
+        seq,
+        op: Box::new(Request::Create {
+            path: "/once/f".into(),
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            exclusive: true,
+            rdev: 0,
+            access: 0,
+        }),
+    };
+    let first = to_leader(&tc, &create(1)).await;
+    assert!(matches!(first, Ok(Reply::Attr(_))), "{first:?}");
+    // The same request again: its first answer, not EEXIST.
+    assert_eq!(to_leader(&tc, &create(1)).await, first);
+    // A new request (another sequence number) runs: EEXIST.
+    let again = to_leader(&tc, &create(2)).await;
+    assert_eq!(again.unwrap_err().errno, Errno::EEXIST);
+    let unlink = Request::Once { client: 42, seq: 3, op: Box::new(Request::Unlink { path: "/once/f".into() }) };
+    assert_eq!(to_leader(&tc, &unlink).await, Ok(Reply::Done));
+    // The leader dies; the next one has the answers in its table.
+    let victim = leader(&tc, 0);
+    tc.cluster.kill_member(0, victim).unwrap();
+    assert_ne!(leader(&tc, 0), victim);
+    assert_eq!(to_leader(&tc, &create(1)).await, first, "the create's first answer, from the new leader");
+    assert_eq!(to_leader(&tc, &unlink).await, Ok(Reply::Done), "not ENOENT");
+    assert_eq!(c.lstat("/once/f").await.unwrap_err().errno, Errno::ENOENT, "the unlink ran once, the create once");
+    tc.cluster.start_member(0, victim).unwrap();
 }

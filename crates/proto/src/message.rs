@@ -360,6 +360,14 @@ pub enum Request {
         raft: String,
         client: String,
     },
+    /// A request that is not idempotent (`op`), to a replicated slot, with the sender's
+    /// id and a sequence number: the slot keeps its answer in a replicated table, so a
+    /// resend after a leader change gets the first answer instead of running `op` again.
+    Once {
+        client: u64,
+        seq: u64,
+        op: Box<Request>,
+    },
 }
 
 impl Request {
@@ -426,6 +434,7 @@ impl Request {
             GroupStatus => 57,
             GroupDigest => 58,
             GroupReplace { .. } => 59,
+            Once { .. } => 60,
         }
     }
 
@@ -434,7 +443,7 @@ impl Request {
     pub fn payload(&self) -> Option<&Payload> {
         match self {
             Request::Write { data, .. } | Request::DataPut { data, .. } | Request::Probe { data, .. } => Some(data),
-            Request::Shard { op, .. } | Request::OnInode { op, .. } => op.payload(),
+            Request::Shard { op, .. } | Request::OnInode { op, .. } | Request::Once { op, .. } => op.payload(),
             _ => None,
         }
     }
@@ -443,7 +452,7 @@ impl Request {
     pub fn payload_mut(&mut self) -> Option<&mut Payload> {
         match self {
             Request::Write { data, .. } | Request::DataPut { data, .. } | Request::Probe { data, .. } => Some(data),
-            Request::Shard { op, .. } | Request::OnInode { op, .. } => op.payload_mut(),
+            Request::Shard { op, .. } | Request::OnInode { op, .. } | Request::Once { op, .. } => op.payload_mut(),
             _ => None,
         }
     }
@@ -493,6 +502,7 @@ impl Request {
                 | GroupStatus
                 | GroupDigest
                 | GroupReplace { .. }
+                | Once { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | Layout { .. }
@@ -504,7 +514,7 @@ impl Request {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 60] = [
+pub const OPCODE_NAMES: [&str; 61] = [
     "invalid",
     "ping",
     "mkdir",
@@ -565,6 +575,7 @@ pub const OPCODE_NAMES: [&str; 60] = [
     "group_status",
     "group_digest",
     "group_replace",
+    "once",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).

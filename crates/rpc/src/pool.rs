@@ -17,6 +17,21 @@ pub struct Pool {
     counters: Arc<Counters>,
     retries: u32,
     backoff: Duration,
+    /// This pool's id and next sequence number in replicated slots' exactly-once tables.
+    once_id: u64,
+    once_seq: std::sync::atomic::AtomicU64,
+}
+
+/// A random id for a pool's exactly-once requests (no two pools of a cluster share one,
+/// in practice: 64 bits from the process, the time and a per-process counter).
+fn random_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(COUNT.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
 }
 
 /// First wait before a resend (doubled for each further one).
@@ -28,13 +43,13 @@ impl Pool {
     pub fn new(map: &ClusterMap, per_server: usize, retries: u32) -> Pool {
         let counters = Arc::<Counters>::default();
         let tcp = TcpTransport::new(map, per_server, counters.clone());
-        Pool { transport: Arc::new(tcp), counters, retries, backoff: BACKOFF }
+        Pool::with_transport(Arc::new(tcp), counters, retries)
     }
 
     /// A pool over another transport (an in-process test cluster's links), counting in
     /// `counters` what the transport counts there.
     pub fn with_transport(transport: Arc<dyn Transport>, counters: Arc<Counters>, retries: u32) -> Pool {
-        Pool { transport, counters, retries, backoff: BACKOFF }
+        Pool { transport, counters, retries, backoff: BACKOFF, once_id: random_id(), once_seq: Default::default() }
     }
 
     /// Sets the first wait before a resend (100 ms unless set; a simulated network's
@@ -58,9 +73,21 @@ impl Pool {
     /// Sends `req`, made by `cred`, to `server`. Idempotent requests are resent after a
     /// transport failure (with a short back-off); others report the failure, since they
     /// may have been applied.
+    ///
+    /// To a replicated slot, a request that is not idempotent goes as `Once` (this pool's
+    /// id and a new sequence number): the slot answers a resend with the first answer, so
+    /// it is resent like an idempotent one, also after its leader died.
     pub async fn call_as(&self, server: ServerId, cred: &Cred, req: &Request) -> Result<Response, CallError> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         crate::counters::count_task_request();
+        let once;
+        let req = if !req.is_idempotent() && self.transport.replicated(server) {
+            let seq = self.once_seq.fetch_add(1, Ordering::Relaxed);
+            once = Request::Once { client: self.once_id, seq, op: Box::new(req.clone()) };
+            &once
+        } else {
+            req
+        };
         let mut attempt = 0;
         loop {
             match self.transport.send(server, cred, req).await {

@@ -175,4 +175,8 @@ impl Transport for TcpTransport {
             self.send_to_group(server, slot, cred, req).await
         })
     }
+
+    fn replicated(&self, server: ServerId) -> bool {
+        self.slots.get(&server).is_some_and(|s| s.replicated)
+    }
 }

@@ -13,4 +13,9 @@ pub trait Transport: Send + Sync + 'static {
         cred: &'a Cred,
         req: &'a Request,
     ) -> BoxFuture<'a, Result<Response, CallError>>;
+
+    /// Whether `server` is a replicated slot (whose leader may change under a request).
+    fn replicated(&self, _server: ServerId) -> bool {
+        false
+    }
 }

@@ -139,6 +139,7 @@ impl Osd {
                 self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
                 Ok(Reply::Done)
             }
+            Once { .. } => Err(err(Errno::EINVAL, "an exactly-once request cannot be nested")),
             GroupStatus | GroupDigest | GroupReplace { .. } => {
                 Err(err(Errno::EINVAL, format!("server {} is not replicated: it has no replica group", self.id)))
             }

@@ -36,6 +36,8 @@ pub struct Member {
     pub lease: Duration,
     /// The member's file data, as the group's state machine sees it.
     pub data: Arc<dyn plusfs_replica::DataSink>,
+    /// The member's store (the exactly-once table is read from it).
+    pub store: Arc<plusfs_store::RocksStore>,
 }
 
 impl Member {
@@ -167,9 +169,13 @@ impl Front {
                 };
             }
         }
-        match self.osd.get() {
-            Some(osd) => osd.handle(cred, req).await,
-            None => Ok(Reply::Redirect { leader: None }),
+        match (self.osd.get(), req) {
+            (Some(osd), Request::Once { client, seq, op }) => match &self.member {
+                Some(m) => crate::once::handle(osd, &m.store, cred, (client, seq), *op).await,
+                None => osd.handle(cred, *op).await,
+            },
+            (Some(osd), req) => osd.handle(cred, req).await,
+            (None, _) => Ok(Reply::Redirect { leader: None }),
         }
     }
 

@@ -21,6 +21,7 @@ mod member;
 mod metrics;
 mod namespace;
 mod net;
+mod once;
 mod osd;
 mod pushed;
 mod replica_data;

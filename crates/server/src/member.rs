@@ -75,7 +75,8 @@ pub async fn run(
             entry.members.iter().map(|m| (m.id, plusfs_replica::Node::new(&m.raft, &m.address))).collect();
         group.initialize(&members).await.map_err(group_err)?;
     }
-    let member = Arc::new(Member { server, group, map: config.map.clone(), lease, data: sink.clone() });
+    let member =
+        Arc::new(Member { server, group, map: config.map.clone(), lease, data: sink.clone(), store: store.clone() });
     let front = Front::member(member.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
     let serving = tokio::spawn(net::serve(listener, front.clone(), shutdown.clone()));
@@ -138,12 +139,15 @@ async fn lead(
         Ok(osd) => osd,
         Err(e) => return Ok(Exit::Deposed(format!("the take-over failed: {e}"))),
     };
-    front.take_over(osd);
+    front.take_over(osd.clone());
+    let expiry = tokio::spawn(crate::once::expire(osd, member.store.clone()));
     tracing::info!(server = config.id, member = group.id, term, "leads its replica group: serving");
-    tokio::select! {
+    let exit = tokio::select! {
         _ = shutdown.changed() => Ok(Exit::Stopped),
         why = group.deposed(term, silence) => Ok(Exit::Deposed(why)),
-    }
+    };
+    expiry.abort();
+    exit
 }
 
 /// How often a member that does not lead deletes the data segments nothing refers to.

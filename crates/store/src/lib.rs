@@ -68,6 +68,40 @@ impl LogKind {
     }
 }
 
+/// The request a server is carrying out under a replicated slot's exactly-once table
+/// (`Request::Once`): every batch the request's task submits records that it was applied.
+#[derive(Debug)]
+pub struct OnceId {
+    pub client: u64,
+    pub seq: u64,
+    /// Set once a batch of the request was submitted with the mark.
+    pub marked: std::cell::Cell<bool>,
+}
+
+tokio::task_local! {
+    /// Set (by the server) while a `Once` request runs.
+    pub static ONCE: OnceId;
+}
+
+/// What the exactly-once table holds for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnceState {
+    /// A batch of the request committed; its answer was not recorded (its leader died).
+    Applied,
+    /// Its answer (an encoded `Response`).
+    Answered(Vec<u8>),
+}
+
+/// The value of an exactly-once record: a tag, the time in seconds since the epoch (for
+/// expiry), and the encoded answer if any.
+pub fn once_value(answer: Option<&[u8]>) -> Vec<u8> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut v = vec![u8::from(answer.is_some())];
+    v.extend_from_slice(&now.to_be_bytes());
+    v.extend_from_slice(answer.unwrap_or_default());
+    v
+}
+
 /// One change inside a [`Batch`].
 #[derive(Debug, Clone)]
 pub enum BatchOp {
@@ -86,6 +120,9 @@ pub enum BatchOp {
     DelRecord(u64),
     PutSegRef(u32, u64, u64),
     DelSegRef(u32, u64),
+    /// An exactly-once record (client, sequence, [`once_value`]).
+    PutOnce(u64, u64, Vec<u8>),
+    DelOnce(u64, u64),
 }
 
 /// Changes applied atomically, in order (a later change of the same key wins).

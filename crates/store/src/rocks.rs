@@ -108,6 +108,13 @@ fn seg_ref_key(segment: u32, offset: u64) -> Vec<u8> {
     k
 }
 
+fn once_key(client: u64, seq: u64) -> Vec<u8> {
+    let mut k = vec![b'Q'];
+    k.extend_from_slice(&client.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
 fn counter_key(name: &str) -> Vec<u8> {
     let mut k = vec![b'M'];
     k.extend_from_slice(name.as_bytes());
@@ -197,6 +204,8 @@ fn to_write_batch(format: Format, batch: &Batch, wb: &mut WriteBatch) {
             BatchOp::DelRecord(id) => wb.delete(record_key(*id)),
             BatchOp::PutSegRef(seg, off, id) => wb.put(seg_ref_key(*seg, *off), id.to_be_bytes()),
             BatchOp::DelSegRef(seg, off) => wb.delete(seg_ref_key(*seg, *off)),
+            BatchOp::PutOnce(c, s, v) => wb.put(once_key(*c, *s), v),
+            BatchOp::DelOnce(c, s) => wb.delete(once_key(*c, *s)),
         }
     }
 }
@@ -237,6 +246,32 @@ impl RocksStore {
         data: Option<Arc<dyn DataSource>>,
     ) -> Result<(), StoreError> {
         self.replicator.set((r, data)).map_err(|_| StoreError::Replica("the store already has a replicator".into()))
+    }
+
+    /// What the exactly-once table holds for request `seq` of `client`.
+    pub fn get_once(&self, client: u64, seq: u64) -> Result<Option<crate::OnceState>, StoreError> {
+        let Some(v) = self.db.get(once_key(client, seq)).map_err(engine)? else { return Ok(None) };
+        match v.first() {
+            Some(0) => Ok(Some(crate::OnceState::Applied)),
+            Some(1) if v.len() >= 9 => Ok(Some(crate::OnceState::Answered(v[9..].to_vec()))),
+            _ => Err(StoreError::Corrupt { key: "exactly-once record".into(), reason: "bad tag".into() }),
+        }
+    }
+
+    /// The exactly-once records written before `secs` (seconds since the epoch).
+    pub fn once_older_than(&self, secs: u64) -> Result<Vec<(u64, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(b"Q") {
+            let (k, v) = item?;
+            let (Ok(c), Ok(s), Some(t)) = (<[u8; 8]>::try_from(&k[1..9]), <[u8; 8]>::try_from(&k[9..]), v.get(1..9))
+            else {
+                continue;
+            };
+            if u64::from_be_bytes(t.try_into().expect("8 bytes")) < secs {
+                out.push((u64::from_be_bytes(c), u64::from_be_bytes(s)));
+            }
+        }
+        Ok(out)
     }
 
     /// Every file-data record's place: (segment, offset, record id), by place (a replica's
@@ -494,6 +529,12 @@ impl DirStore for RocksStore {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Some((r, source)) = self.replicator.get() {
+            let mut batch = batch;
+            // A batch of an exactly-once request records that the request was applied.
+            let _ = crate::ONCE.try_with(|id| {
+                batch.ops.push(BatchOp::PutOnce(id.client, id.seq, crate::once_value(None)));
+                id.marked.set(true);
+            });
             let pieces = match source {
                 Some(s) => match s.pieces(&batch) {
                     Ok(p) => p,
