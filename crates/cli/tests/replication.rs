@@ -4,6 +4,7 @@
 //! is lost is rebuilt by the others; members compare equal (`fsck --replicas`).
 
 mod common;
+mod mounts;
 
 use common::TestCluster;
 use plusfs_localcluster::ClusterSettings;
@@ -376,4 +377,59 @@ async fn a_resent_request_gets_its_first_answer_also_from_the_next_leader() {
     assert_eq!(to_leader(&tc, &unlink).await, Ok(Reply::Done), "not ENOENT");
     assert_eq!(c.lstat("/once/f").await.unwrap_err().errno, Errno::ENOENT, "the unlink ran once, the create once");
     tc.cluster.start_member(0, victim).unwrap();
+}
+
+/// A tree of `dirs` directories of `files` small files each, under `root`.
+fn make_tree(root: &std::path::Path, dirs: usize, files: usize) {
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..files {
+            std::fs::write(dir.join(format!("f{f}")), content(d * files + f)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn tar_x_through_the_mount_goes_on_across_leader_kills() {
+    if !mounts::fuse_available() {
+        return;
+    }
+    let mut tc = replicated(2);
+    let m = mounts::Mount::new(&tc);
+    let local = tempfile::tempdir().unwrap();
+    make_tree(&local.path().join("tree"), 40, 60);
+    let archive = local.path().join("tree.tar");
+    mounts::sh(&format!("tar cf {} -C {} tree", archive.display(), local.path().display()));
+    // Both groups hold parts of the tree; one group's serving member dies while tar runs.
+    let home = tc.cluster.map().home_of_dir("/x");
+    std::fs::create_dir(m.path().join("x")).unwrap();
+    let mut tar = std::process::Command::new("tar")
+        .arg("xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(m.path().join("x"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut kills = 0;
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(600));
+        if tar.try_wait().unwrap().is_some() {
+            break;
+        }
+        let victim = leader(&tc, home);
+        tc.cluster.kill_member(home, victim).unwrap();
+        assert_ne!(leader(&tc, home), victim);
+        tc.cluster.start_member(home, victim).unwrap();
+        kills += 1;
+    }
+    assert!(kills >= 1, "tar finished before any kill: the test did not test a failover");
+    let out = tar.wait_with_output().unwrap();
+    assert!(out.status.success(), "tar x failed across {kills} failovers: {}", String::from_utf8_lossy(&out.stderr));
+    mounts::sh(&format!("diff -r {} {}", local.path().join("tree").display(), m.path().join("x/tree").display()));
+    drop(m);
+    tc.assert_fsck_clean();
+    let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
+    assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
 }
