@@ -257,6 +257,10 @@ async fn a_member_whose_data_is_lost_is_replaced_by_a_new_one() {
     assert_eq!(code, 0, "cluster replace:\n{out}\n{err}");
     tc.cluster.reload_map().unwrap();
     let members: Vec<u64> = tc.cluster.map().server(0).unwrap().members.iter().map(|m| m.id).collect();
+    // Asking for the same replacement again changes nothing.
+    let node = tc.cluster.map().server(0).unwrap().member(3).cloned().unwrap();
+    let again = plusfs_proto::Request::GroupReplace { remove: lost, add: 3, raft: node.raft, client: node.address };
+    assert_eq!(c.call_server(0, &again).await.unwrap(), plusfs_proto::Reply::Done);
     assert_eq!(members.len(), 3, "{members:?}");
     assert!(!members.contains(&lost) && members.contains(&3), "member 3 replaced member {lost}: {members:?}");
     let (code, out, err) = tc.cli(&["fsck", "--replicas"]);

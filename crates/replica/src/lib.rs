@@ -355,15 +355,37 @@ impl Group {
     /// Replaces member `remove` by the new member `add` (`node`): `add` joins as a
     /// learner and catches up (from a snapshot if the log it needs is gone), then the
     /// voters become the old ones without `remove` and with `add`. Call on the leader.
-    /// Repeating a replacement that happened is harmless.
-    pub async fn replace(&self, remove: MemberId, add: MemberId, node: Node) -> Result<(), GroupError> {
+    /// A learner that has not caught up within `wait` is removed again and the call fails.
+    /// Asking again once it happened (`remove` gone, `add` a voter) is harmless; asking to
+    /// remove a member that is not a voter otherwise fails.
+    pub async fn replace(&self, remove: MemberId, add: MemberId, node: Node, wait: Duration) -> Result<(), GroupError> {
         let fail = |e: String| GroupError::Stopped(e);
-        self.raft.add_learner(add, node, true).await.map_err(|e| fail(format!("adding member {add}: {e}")))?;
-        let mut voters: std::collections::BTreeSet<MemberId> =
-            self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
-        voters.remove(&remove);
-        voters.insert(add);
-        self.raft.change_membership(voters, false).await.map_err(|e| fail(format!("changing the voters: {e}")))?;
+        let voters = || -> std::collections::BTreeSet<MemberId> {
+            self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+        };
+        let now = voters();
+        if !now.contains(&remove) {
+            return match now.contains(&add) {
+                true => Ok(()),
+                false => Err(fail(format!("member {remove} is not a voter of the group"))),
+            };
+        }
+        match tokio::time::timeout(wait, self.raft.add_learner(add, node, true)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(fail(format!("adding member {add}: {e}"))),
+            Err(_) => {
+                let gone = openraft::ChangeMembers::RemoveNodes([add].into());
+                let _ = self.raft.change_membership(gone, false).await;
+                return Err(fail(format!(
+                    "member {add} did not catch up within {} s; it was removed again",
+                    wait.as_secs()
+                )));
+            }
+        }
+        let mut target = voters();
+        target.remove(&remove);
+        target.insert(add);
+        self.raft.change_membership(target, false).await.map_err(|e| fail(format!("changing the voters: {e}")))?;
         Ok(())
     }
 

@@ -192,6 +192,10 @@ impl StoreReplicator {
 }
 
 impl Replicator for StoreReplicator {
+    fn has_failed(&self) -> bool {
+        StoreReplicator::has_failed(self)
+    }
+
     fn replicate(&self, raw: Vec<u8>, data: Vec<DataPiece>, done: Done) {
         if let Err(mpsc::error::SendError(p)) = self.tx.send(Pending { raw, data, done }) {
             let _ = p.done.send(Err(StoreError::Closed));

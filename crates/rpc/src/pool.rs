@@ -75,13 +75,15 @@ impl Pool {
     /// may have been applied.
     ///
     /// To a replicated slot, a request that is not idempotent goes as `Once` (this pool's
-    /// id and a new sequence number): the slot answers a resend with the first answer, so
-    /// it is resent like an idempotent one, also after its leader died.
+    /// id and a new sequence number; not from a pool that never resends): the slot answers
+    /// a resend with the first answer, so it is resent like an idempotent one, also after
+    /// its leader died.
     pub async fn call_as(&self, server: ServerId, cred: &Cred, req: &Request) -> Result<Response, CallError> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         crate::counters::count_task_request();
         let once;
-        let req = if !req.is_idempotent() && self.transport.replicated(server) {
+        // Without resends (servers' calls to their peers), the table would only cost.
+        let req = if self.retries > 0 && !req.is_idempotent() && self.transport.replicated(server) {
             let seq = self.once_seq.fetch_add(1, Ordering::Relaxed);
             once = Request::Once { client: self.once_id, seq, op: Box::new(req.clone()) };
             &once

@@ -21,6 +21,9 @@ use plusfs_replica::Group;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// Longest wait for a new member to catch up in `cluster replace`.
+const REPLACE_WAIT: Duration = Duration::from_secs(600);
+
 /// Longest wait for a read-index round before a member gives up and redirects.
 const BARRIER_WAIT: Duration = Duration::from_secs(1);
 
@@ -38,6 +41,8 @@ pub struct Member {
     pub data: Arc<dyn plusfs_replica::DataSink>,
     /// The member's store (the exactly-once table is read from it).
     pub store: Arc<plusfs_store::RocksStore>,
+    /// The exactly-once requests running here.
+    pub running: crate::once::Running,
 }
 
 impl Member {
@@ -161,7 +166,7 @@ impl Front {
             if let Request::GroupReplace { remove, add, raft, client } = req {
                 tracing::info!(remove, add, %raft, %client, "replacing a member");
                 let node = plusfs_replica::Node::new(raft, client);
-                return match m.group.replace(remove, add, node).await {
+                return match m.group.replace(remove, add, node, REPLACE_WAIT).await {
                     Ok(()) => Ok(Reply::Done),
                     Err(e) => {
                         Err(WireError::new(plusfs_proto::Errno::EIO, format!("cannot replace member {remove}: {e}")))
@@ -171,7 +176,7 @@ impl Front {
         }
         match (self.osd.get(), req) {
             (Some(osd), Request::Once { client, seq, op }) => match &self.member {
-                Some(m) => crate::once::handle(osd, &m.store, cred, (client, seq), *op).await,
+                Some(m) => crate::once::handle(osd, (&m.store, &m.running), cred, (client, seq), *op).await,
                 None => osd.handle(cred, *op).await,
             },
             (Some(osd), req) => osd.handle(cred, req).await,

@@ -75,8 +75,15 @@ pub async fn run(
             entry.members.iter().map(|m| (m.id, plusfs_replica::Node::new(&m.raft, &m.address))).collect();
         group.initialize(&members).await.map_err(group_err)?;
     }
-    let member =
-        Arc::new(Member { server, group, map: config.map.clone(), lease, data: sink.clone(), store: store.clone() });
+    let member = Arc::new(Member {
+        server,
+        group,
+        map: config.map.clone(),
+        lease,
+        data: sink.clone(),
+        store: store.clone(),
+        running: Default::default(),
+    });
     let front = Front::member(member.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
     let serving = tokio::spawn(net::serve(listener, front.clone(), shutdown.clone()));

@@ -2,50 +2,91 @@
 //!
 //! A client sends each request that is not idempotent to a replicated slot with its id and
 //! a sequence number. While the request runs, every store batch it submits also records
-//! that it was applied (`ONCE` in `plusfs_store`), atomically with its effects; once it is
-//! answered, the answer itself is recorded (not waited for). A resend — after its
-//! connection broke, typically because the leader died — then gets:
+//! that it was applied (`ONCE` in `plusfs_store`), atomically with its effects (inode and
+//! record number reservations excepted: `plusfs_store::unmarked`); once it is answered,
+//! the answer itself is recorded (not waited for). A resend — after its connection broke,
+//! typically because the leader died — then gets:
+//! - the first run's answer, if that run is still going on here (it is waited for);
 //! - the recorded answer, if there is one;
 //! - if only the mark is there (the leader died between its effects and the record of
-//!   its answer): an answer rebuilt from the state for operations on one server (create,
-//!   symlink, unlink: what succeeding would have answered), and `EIO` "outcome unknown"
-//!   for the others;
+//!   its answer): for a create, symlink or unlink (also in a shard), the state decides —
+//!   done if its effect is there, else it runs; `EIO` "outcome unknown" for the others;
 //! - otherwise nothing of it was applied, and it runs.
 //!
+//! A member whose replication failed (it lost its lead) answers nothing itself: the
+//! client is redirected and resends to the next leader, which knows what was applied.
 //! Records expire after [`KEEP`]: a resend comes within seconds.
 
 use crate::osd::Osd;
 use plusfs_proto::{Cred, Errno, Reply, Request, Response, WireError};
-use plusfs_store::{commit, Batch, BatchOp, OnceId, OnceState, ONCE};
-use std::sync::Arc;
+use plusfs_store::{commit, Batch, BatchOp, OnceId, OnceState, RocksStore, ONCE};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// How long a request's record is kept.
 const KEEP: Duration = Duration::from_secs(600);
 /// How often expired records are deleted.
 const EXPIRE_EVERY: Duration = Duration::from_secs(60);
+/// Records deleted per batch (one log entry each).
+const EXPIRE_BATCH: usize = 1000;
 
 fn eio(msg: String) -> WireError {
     WireError::new(Errno::EIO, msg)
 }
 
-/// Serves `op`, request `seq` of `client`, at most once.
+/// The `Once` requests running on this member, so a resend that arrives while its first
+/// run goes on waits for that run's answer instead of running again.
+#[derive(Default)]
+pub struct Running(Mutex<HashMap<(u64, u64), FirstAnswer>>);
+
+/// Where the answer of a request's first run appears.
+type FirstAnswer = watch::Receiver<Option<Response>>;
+
+/// Serves `op`, request `seq` of `client`, at most once, with `table` the member's store.
 pub(crate) async fn handle(
     osd: &Arc<Osd>,
-    table: &plusfs_store::RocksStore,
+    (table, running): (&RocksStore, &Running),
     cred: Cred,
     (client, seq): (u64, u64),
     op: Request,
 ) -> Response {
+    let key = (client, seq);
+    let first = running.0.lock().expect("running requests").get(&key).cloned();
+    if let Some(mut rx) = first {
+        return match rx.wait_for(Option::is_some).await {
+            Ok(answer) => answer.clone().expect("an answer"),
+            Err(_) => Err(eio("the first run of this request ended without an answer".into())),
+        };
+    }
+    let (tx, rx) = watch::channel(None);
+    running.0.lock().expect("running requests").insert(key, rx);
+    let answer = run(osd, table, cred, key, op).await;
+    let _ = tx.send(Some(answer.clone()));
+    running.0.lock().expect("running requests").remove(&key);
+    if table.replication_failed() {
+        // This member lost its lead meanwhile: what it did may or may not commit. The next
+        // leader knows; the client resends there.
+        return Ok(Reply::Redirect { leader: None });
+    }
+    answer
+}
+
+async fn run(osd: &Arc<Osd>, table: &RocksStore, cred: Cred, (client, seq): (u64, u64), op: Request) -> Response {
     match table.get_once(client, seq) {
         Ok(Some(OnceState::Answered(bytes))) => {
             return postcard::from_bytes(&bytes).map_err(|e| eio(format!("bad recorded answer: {e}")))?;
         }
-        Ok(Some(OnceState::Applied)) => return rebuilt(osd, cred, op).await,
+        Ok(Some(OnceState::Applied)) => {
+            if let Some(answer) = settled(osd, &cred, &op).await {
+                return answer;
+            }
+        }
         Ok(None) => {}
         Err(e) => return Err(eio(format!("cannot read the exactly-once table: {e}"))),
     }
-    let id = OnceId { client, seq, marked: Default::default() };
+    let id = OnceId::new(client, seq);
     let (answer, marked) = ONCE
         .scope(id, async {
             let answer = osd.handle(cred, op).await;
@@ -53,7 +94,7 @@ pub(crate) async fn handle(
         })
         .await;
     // Nothing applied: a resend may run it again. Otherwise the answer is recorded,
-    // without waiting (if it is lost with the leader, a resend rebuilds it).
+    // without waiting (if it is lost with the leader, a resend settles it from the state).
     if marked {
         if let Ok(bytes) = postcard::to_allocvec(&answer) {
             let mut b = Batch::new();
@@ -69,26 +110,44 @@ pub(crate) async fn handle(
     answer
 }
 
-/// The answer to a request that was applied but whose answer was lost.
-async fn rebuilt(osd: &Arc<Osd>, cred: Cred, op: Request) -> Response {
+/// The answer to a request that was applied (at least in part) but whose answer was lost,
+/// or `None` if the state shows its effect is not there, so it is to run.
+async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> {
     let unknown = |what: &str| {
-        Err(eio(format!("{what}: applied by a leader that died before answering; its outcome is not known here")))
+        Some(Err(eio(format!("{what}: applied by a leader that died before answering; its outcome is not known here"))))
     };
-    match op {
+    // A request for a distributed directory's shard is settled in the same shard.
+    let (inner, incarnation) = match op {
+        Request::Shard { incarnation, op } => (op.as_ref(), Some(*incarnation)),
+        other => (other, None),
+    };
+    let stat = |path: &str| {
+        let stat = Request::Stat { path: path.to_string() };
+        match incarnation {
+            Some(incarnation) => Request::Shard { incarnation, op: Box::new(stat) },
+            None => stat,
+        }
+    };
+    match inner {
         Request::Create { path, .. } | Request::Symlink { path, .. } => {
-            match osd.handle(cred, Request::Stat { path: path.clone() }).await {
-                Ok(a @ Reply::Attr(_)) => Ok(a),
-                _ => unknown(&path),
+            match osd.handle(cred.clone(), stat(path)).await {
+                Ok(a @ Reply::Attr(_)) => Some(Ok(a)),
+                Err(e) if e.errno == Errno::ENOENT => None,
+                _ => unknown(path),
             }
         }
-        Request::Unlink { .. } => Ok(Reply::Done),
+        Request::Unlink { path } => match osd.handle(cred.clone(), stat(path)).await {
+            Err(e) if e.errno == Errno::ENOENT => Some(Ok(Reply::Done)),
+            Ok(_) => None,
+            _ => unknown(path),
+        },
         other => unknown(other.name()),
     }
 }
 
 /// Deletes the records older than [`KEEP`], every [`EXPIRE_EVERY`], while this member
 /// leads.
-pub(crate) async fn expire(osd: Arc<Osd>, store: Arc<plusfs_store::RocksStore>) {
+pub(crate) async fn expire(osd: Arc<Osd>, store: Arc<RocksStore>) {
     loop {
         tokio::time::sleep(EXPIRE_EVERY).await;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -99,13 +158,13 @@ pub(crate) async fn expire(osd: Arc<Osd>, store: Arc<plusfs_store::RocksStore>) 
                 continue;
             }
         };
-        if old.is_empty() {
-            continue;
-        }
-        let mut b = Batch::new();
-        b.ops.extend(old.iter().map(|&(c, s)| BatchOp::DelOnce(c, s)));
-        if let Err(e) = commit(osd.store.as_ref(), b).await {
-            tracing::warn!(cause = %e, "cannot delete expired exactly-once records");
+        for chunk in old.chunks(EXPIRE_BATCH) {
+            let mut b = Batch::new();
+            b.ops.extend(chunk.iter().map(|&(c, s)| BatchOp::DelOnce(c, s)));
+            if let Err(e) = commit(osd.store.as_ref(), b).await {
+                tracing::warn!(cause = %e, "cannot delete expired exactly-once records");
+                break;
+            }
         }
     }
 }

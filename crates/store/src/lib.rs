@@ -76,6 +76,22 @@ pub struct OnceId {
     pub seq: u64,
     /// Set once a batch of the request was submitted with the mark.
     pub marked: std::cell::Cell<bool>,
+    /// Batches submitted now are not the request's own effects (see [`unmarked`]).
+    off: bool,
+}
+
+impl OnceId {
+    /// The id of request `seq` of `client`.
+    pub fn new(client: u64, seq: u64) -> OnceId {
+        OnceId { client, seq, marked: Default::default(), off: false }
+    }
+}
+
+/// Runs `f` without marking its batches as the current exactly-once request's: for writes
+/// a request makes that are not its effect (reservations of inode or record numbers), so
+/// a mark always means the request's effect was applied.
+pub async fn unmarked<F: std::future::Future>(f: F) -> F::Output {
+    ONCE.scope(OnceId { client: 0, seq: 0, marked: Default::default(), off: true }, f).await
 }
 
 tokio::task_local! {
@@ -210,6 +226,10 @@ pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
 /// replicator keeps it.
 pub trait Replicator: Send + Sync + 'static {
     fn replicate(&self, batch: Vec<u8>, data: Vec<DataPiece>, done: oneshot::Sender<Result<(), StoreError>>);
+    /// Whether a batch failed, so this store writes no more (its member lost its lead).
+    fn has_failed(&self) -> bool {
+        false
+    }
 }
 
 /// Stored file data a replicated batch refers to: the bytes at `offset` of data segment

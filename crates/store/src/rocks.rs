@@ -248,6 +248,12 @@ impl RocksStore {
         self.replicator.set((r, data)).map_err(|_| StoreError::Replica("the store already has a replicator".into()))
     }
 
+    /// Whether this store writes through a replica group whose replication failed (its
+    /// member lost its lead).
+    pub fn replication_failed(&self) -> bool {
+        self.replicator.get().is_some_and(|(r, _)| r.has_failed())
+    }
+
     /// What the exactly-once table holds for request `seq` of `client`.
     pub fn get_once(&self, client: u64, seq: u64) -> Result<Option<crate::OnceState>, StoreError> {
         let Some(v) = self.db.get(once_key(client, seq)).map_err(engine)? else { return Ok(None) };
@@ -532,8 +538,10 @@ impl DirStore for RocksStore {
             let mut batch = batch;
             // A batch of an exactly-once request records that the request was applied.
             let _ = crate::ONCE.try_with(|id| {
-                batch.ops.push(BatchOp::PutOnce(id.client, id.seq, crate::once_value(None)));
-                id.marked.set(true);
+                if !id.off {
+                    batch.ops.push(BatchOp::PutOnce(id.client, id.seq, crate::once_value(None)));
+                    id.marked.set(true);
+                }
             });
             let pieces = match source {
                 Some(s) => match s.pieces(&batch) {

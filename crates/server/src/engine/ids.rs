@@ -50,7 +50,8 @@ impl IdAllocator {
                 let upto = seq.max(reserved) + BLOCK;
                 let mut b = Batch::new();
                 b.put_counter(self.counter, upto);
-                commit(store, b).await?;
+                // Not the effect of the request that needed the number.
+                plusfs_store::unmarked(commit(store, b)).await?;
                 self.reserved.store(upto, Ordering::Release);
             }
         }
