@@ -90,13 +90,14 @@ pub enum NetnsCmd {
         #[arg(long)]
         data: Option<PathBuf>,
     },
-    /// (Internal) the delaying proxy in front of server SERVER; `cluster up --netns` starts it.
+    /// (Internal) the delaying proxy in front of the server on host HOST (`s0`, `s0m1`);
+    /// `cluster up --netns` starts it.
     #[command(hide = true)]
     Proxy {
         #[arg(long)]
         data: PathBuf,
         #[arg(long)]
-        server: u32,
+        host: String,
     },
 }
 
@@ -177,11 +178,11 @@ pub fn run(c: NetnsCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        NetnsCmd::Proxy { data, server } => {
+        NetnsCmd::Proxy { data, host } => {
             let net = load(&data)?;
-            let listen = net.server_address(server).with_context(|| format!("no server {server}"))?;
+            let listen = net.host_address(&host).with_context(|| format!("no host {host}"))?;
             let to = format!("127.0.0.1:{}", plusfs_netns::INNER_PORT);
-            plusfs_netns::proxy::run(listen.parse()?, to.parse()?, &data.canonicalize()?, server)?;
+            plusfs_netns::proxy::run(listen.parse()?, to.parse()?, &data.canonicalize()?, &host)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -468,3 +468,56 @@ fn five_percent_loss_under_a_mixed_workload_loses_nothing_acknowledged() {
     let (code, out, err) = on_host(&tc, "c1", &["fsck"]);
     assert_eq!(code, 0, "{out}\n{err}");
 }
+
+#[test]
+fn a_leader_cut_off_from_its_group_stops_serving_and_clients_follow_the_new_one() {
+    if !root_or_skip() {
+        return;
+    }
+    let netns = Some(NetSettings { clients: 1, shape: LinkShape::default() });
+    let tc = TestCluster::start_settings(1, &ClusterSettings { netns, replicas: 3, ..Default::default() });
+    let serving = |tc: &TestCluster| tc.cluster.serving_member(0).unwrap();
+    let old = serving(&tc).expect("a member serves");
+    with_client(&tc, "c0", |c| Box::pin(async move { c.mkdir("/before", 0o755).await.unwrap() }));
+    // The serving member is cut off from its group and from the client.
+    let cut = format!("s0m{old}");
+    let rest: Vec<String> = tc.cluster.net().unwrap().names().into_iter().filter(|n| *n != cut).collect();
+    let (code, out, err) = on_host(
+        &tc,
+        "c0",
+        &["netns", "partition", "--data", tc.cluster.data().to_str().unwrap(), &cut, "|", &rest.join(",")],
+    );
+    assert_eq!(code, 0, "partition: {out}{err}");
+    let started = Instant::now();
+    let results = with_client(&tc, "c0", |c| {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            for i in 0..10 {
+                out.push(c.mkdir(&format!("/after{i}"), 0o755).await.map(|_| ()).map_err(|e| e.to_string()));
+            }
+            out
+        })
+    });
+    let took = started.elapsed();
+    assert!(results.iter().all(Result::is_ok), "operations failed while a new leader took over: {results:?}");
+    assert!(took < Duration::from_secs(15), "the client took {took:?} to follow the new leader");
+    eprintln!("the client followed the new leader in {took:?}");
+    let new = serving(&tc).expect("a new member serves");
+    assert_ne!(new, old, "another member leads");
+    // The old leader can no longer acknowledge anything: it stopped serving on its own.
+    let log = std::fs::read_to_string(tc.cluster.data().join(format!("server-0-m{old}.log"))).unwrap();
+    assert!(log.contains("no longer leads"), "the cut-off leader did not step down");
+    let (code, out, err) = on_host(&tc, "c0", &["netns", "heal", "--data", tc.cluster.data().to_str().unwrap()]);
+    assert_eq!(code, 0, "heal: {out}{err}");
+    // After the heal the old leader catches up: the members agree and every directory is there.
+    let map = tc.cluster.map_file();
+    let (code, out, err) = on_host(&tc, "c0", &["--cluster", map.to_str().unwrap(), "fsck", "--replicas"]);
+    assert_eq!(code, 0, "fsck --replicas: {out}{err}");
+    with_client(&tc, "c0", |c| {
+        Box::pin(async move {
+            for p in ["/before".to_string()].into_iter().chain((0..10).map(|i| format!("/after{i}"))) {
+                c.lstat(&p).await.unwrap_or_else(|e| panic!("{p}: {e}"));
+            }
+        })
+    });
+}

@@ -11,6 +11,7 @@
 //! DIR/server-N-mK.log    (and .pid), instead of the three above
 //! DIR/netns.toml         with `--netns`: the private network (plusfs_netns)
 //! DIR/proxy-N.pid        with `--netns`: the delaying proxy in front of server N
+//!                        (proxy-N-mK.pid: in front of its member K)
 //! ```
 //! With a private network each server runs in its own network namespace behind its
 //! delaying proxy, at the address the map gives it; this process reaches them (to wait
@@ -38,8 +39,8 @@ pub struct LocalCluster {
     children: Vec<(String, Child)>,
     /// The private network, if the cluster has one.
     net: Option<Net>,
-    /// The delaying proxies this value started (with a private network).
-    proxies: Vec<(u32, Child)>,
+    /// The delaying proxies this value started (with a private network), by name.
+    proxies: Vec<(String, Child)>,
     /// The map was made by this value: replica groups are created on the first start of
     /// their members (never again: a member whose data is lost must not found a group).
     new_cluster: bool,
@@ -68,6 +69,12 @@ pub fn proc_name(id: u32, member: Option<u64>) -> String {
         Some(m) => format!("server-{id}-m{m}"),
         None => format!("server-{id}"),
     }
+}
+
+/// Name of the delaying proxy (and of its log and pid file) in front of server `id`, or of
+/// its member `member`.
+fn proxy_name(id: u32, member: Option<u64>) -> String {
+    format!("proxy-{}", proc_name(id, member).trim_start_matches("server-"))
 }
 
 /// The processes of server slot `s`: its members', or its own.
@@ -100,6 +107,26 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
         .collect::<Result<Vec<_>>>()?;
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+/// Server `id` on the private network `net`: on its own host, or a group of `replicas`
+/// members on theirs (Raft on [`plusfs_netns::RAFT_PORT`] of each).
+fn host_servers(net: &Net, id: u32, replicas: usize) -> ServerEntry {
+    if replicas <= 1 {
+        return ServerEntry::new(id, net.server_address(id).expect("planned"), 1.0);
+    }
+    let members: Vec<MemberEntry> = (0..replicas as u64)
+        .map(|k| {
+            let host = plusfs_netns::host_name(id, Some(k));
+            let ip = net.member(&host).expect("planned").addr;
+            MemberEntry {
+                id: k,
+                address: net.host_address(&host).expect("planned"),
+                raft: format!("{ip}:{}", plusfs_netns::RAFT_PORT),
+            }
+        })
+        .collect();
+    ServerEntry { id, address: members[0].address.clone(), weight: 1.0, members }
 }
 
 /// Server slots `ids`, each a group of `replicas` members on loopback (a client and a Raft
@@ -154,20 +181,15 @@ impl LocalCluster {
                 bail!("--servers must be between 1 and 1000");
             }
             let ids: Vec<u32> = (0..servers as u32).collect();
-            if settings.replicas > 1 && settings.netns.is_some() {
-                bail!("--replicas with --netns is not supported yet: replicate on loopback, or use --netns alone");
-            }
             if settings.replicas > 7 {
                 bail!("--replicas must be at most 7");
             }
             let servers = match &settings.netns {
                 Some(ns) => {
                     plusfs_netns::require_root()?;
-                    let planned = Net::plan(&data, &ids, ns.clients.max(1), ns.shape)?;
-                    let servers = ids
-                        .iter()
-                        .map(|&id| ServerEntry::new(id, planned.server_address(id).expect("planned"), 1.0))
-                        .collect();
+                    let replicas = settings.replicas.max(1);
+                    let planned = Net::plan(&data, &ids, replicas, ns.clients.max(1), ns.shape)?;
+                    let servers = ids.iter().map(|&id| host_servers(&planned, id, replicas)).collect();
                     planned.save(&data)?;
                     net = Some(planned);
                     servers
@@ -223,8 +245,10 @@ impl LocalCluster {
             // Rules and links start afresh: whatever a crash left is removed first.
             plusfs_netns::destroy_namespaces(&c.data)?;
             net.create()?;
-            for id in c.ids() {
-                c.start_proxy(id)?;
+            for s in c.map.servers.clone() {
+                for m in procs_of(&s) {
+                    c.start_proxy(s.id, m)?;
+                }
             }
         }
         for id in c.ids() {
@@ -240,13 +264,16 @@ impl LocalCluster {
         self.net.as_ref()
     }
 
-    /// Starts the delaying proxy in front of server `id` in its namespace.
-    fn start_proxy(&mut self, id: u32) -> Result<()> {
+    /// Starts the delaying proxy in front of server `id` (its member `member`) in its
+    /// namespace.
+    fn start_proxy(&mut self, id: u32, member: Option<u64>) -> Result<()> {
         let net = self.net.as_ref().expect("a private network");
-        let ns = &net.member(&format!("s{id}")).with_context(|| format!("server {id} has no namespace"))?.ns;
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("proxy-{id}.log")))?;
+        let host = plusfs_netns::host_name(id, member);
+        let ns = &net.member(&host).with_context(|| format!("no host {host} in the network"))?.ns;
+        let name = proxy_name(id, member);
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("{name}.log")))?;
         let mut cmd = Command::new(&self.exe);
-        cmd.args(["netns", "proxy", "--server", &id.to_string(), "--data"])
+        cmd.args(["netns", "proxy", "--host", &host, "--data"])
             .arg(&self.data)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -254,9 +281,9 @@ impl LocalCluster {
             .process_group(0);
         let handle = NsHandle::open(ns)?;
         handle.apply(&mut cmd);
-        let child = cmd.spawn().with_context(|| format!("cannot start the proxy of server {id}"))?;
-        fs::write(self.data.join(format!("proxy-{id}.pid")), child.id().to_string())?;
-        self.proxies.push((id, child));
+        let child = cmd.spawn().with_context(|| format!("cannot start the proxy of host {host}"))?;
+        fs::write(self.data.join(format!("{name}.pid")), child.id().to_string())?;
+        self.proxies.push((name, child));
         Ok(())
     }
 
@@ -331,7 +358,8 @@ impl LocalCluster {
         // In its namespace, behind its proxy; the handle stays open until the spawn.
         let mut handle = None;
         if let Some(net) = &self.net {
-            let ns = &net.member(&format!("s{id}")).with_context(|| format!("server {id} has no namespace"))?.ns;
+            let host = plusfs_netns::host_name(id, member);
+            let ns = &net.member(&host).with_context(|| format!("no host {host} in the network"))?.ns;
             cmd.arg("--listen").arg(format!("127.0.0.1:{}", plusfs_netns::INNER_PORT));
             let h = NsHandle::open(ns)?;
             h.apply(&mut cmd);
@@ -446,7 +474,8 @@ impl LocalCluster {
     /// Each member of replicated server `id` and its view of the group (`None`: it did
     /// not answer).
     pub fn group_views(&self, id: u32) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
-        group_views(self.map.server(id).with_context(|| format!("no server {id} in the map"))?)
+        let from = self.net.as_ref().and_then(|n| n.clients().next().map(|c| c.ns.clone()));
+        group_views(self.map.server(id).with_context(|| format!("no server {id} in the map"))?, from.as_deref())
     }
 
     /// The member of replicated server `id` that serves it now, if one does.
@@ -514,10 +543,10 @@ impl LocalCluster {
     }
 
     fn stop_network(&mut self) -> Result<()> {
-        for (id, mut p) in self.proxies.drain(..) {
+        for (name, mut p) in self.proxies.drain(..) {
             send_signal(p.id(), libc::SIGKILL);
             let _ = p.wait();
-            let _ = fs::remove_file(self.data.join(format!("proxy-{id}.pid")));
+            let _ = fs::remove_file(self.data.join(format!("{name}.pid")));
         }
         if self.net.is_some() {
             plusfs_netns::destroy_namespaces(&self.data)?;
@@ -543,10 +572,15 @@ impl Drop for LocalCluster {
 }
 
 /// Asks each member of replicated server `s` for its view of the group, on a private
-/// runtime and thread: (member, its answer or `None` if it did not answer within 2 s).
-fn group_views(s: &ServerEntry) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
+/// runtime and thread (moved into namespace `from` if given): (member, its answer or
+/// `None` if it did not answer within 2 s).
+fn group_views(s: &ServerEntry, from: Option<&str>) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
     let members = s.members.clone();
+    let from = from.map(NsHandle::open).transpose()?;
     std::thread::spawn(move || -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
+        if let Some(ns) = from {
+            ns.enter().context("cannot enter the client namespace")?;
+        }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         Ok(rt.block_on(async {
             let mut out = Vec::new();
@@ -614,12 +648,14 @@ pub fn down(data: &Path, grace: Duration) -> Result<usize> {
     let map = ClusterMap::load(&map_path(data)).with_context(|| format!("no cluster in {}", data.display()))?;
     let stopped = stop_servers(data, &map, grace)?;
     for s in &map.servers {
-        let pid_file = data.join(format!("proxy-{}.pid", s.id));
-        if let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok()) {
-            if alive(pid) {
-                send_signal(pid, libc::SIGKILL);
+        for m in procs_of(s) {
+            let pid_file = data.join(format!("{}.pid", proxy_name(s.id, m)));
+            if let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok()) {
+                if alive(pid) {
+                    send_signal(pid, libc::SIGKILL);
+                }
+                let _ = fs::remove_file(&pid_file);
             }
-            let _ = fs::remove_file(&pid_file);
         }
     }
     plusfs_netns::destroy_namespaces(data)?;

@@ -30,13 +30,25 @@ use std::path::{Path, PathBuf};
 pub const SERVER_PORT: u16 = 7000;
 /// Port a server listens on inside its namespace, behind its proxy.
 pub const INNER_PORT: u16 = 7001;
+/// Port a replica-group member exchanges Raft messages on (not through the proxy: those
+/// links are not delayed).
+pub const RAFT_PORT: u16 = 7100;
+
+/// The host name of server `id`, or of its replica-group member `member`.
+pub fn host_name(id: u32, member: Option<u64>) -> String {
+    match member {
+        Some(k) => format!("s{id}m{k}"),
+        None => format!("s{id}"),
+    }
+}
 /// Name of the state file in a cluster's data directory.
 pub const STATE_FILE: &str = "netns.toml";
 
 /// One host of the private network.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Member {
-    /// `s<ID>` for server ID, `c<K>` for client host K.
+    /// `s<ID>` for server ID (`s<ID>m<K>` for member K of a replicated one), `c<K>` for
+    /// client host K.
     pub name: String,
     /// Its network namespace.
     pub ns: String,
@@ -81,23 +93,39 @@ pub fn tag_for(data: &Path) -> String {
 }
 
 impl Net {
-    /// Plans the network of the cluster in `data`: `servers` servers, `clients` client hosts.
-    pub fn plan(data: &Path, servers: &[u32], clients: usize, shape: LinkShape) -> Result<Net> {
-        if servers.iter().any(|&id| id >= 250) || clients > 250 {
-            bail!("a private network holds at most 250 servers (ids 0-249) and 250 client hosts");
+    /// Plans the network of the cluster in `data`: `servers` servers (each a host, or
+    /// `replicas` hosts, one per member, when more than 1), `clients` client hosts.
+    pub fn plan(data: &Path, servers: &[u32], replicas: usize, clients: usize, shape: LinkShape) -> Result<Net> {
+        if servers.iter().any(|&id| id >= 250) || clients > 250 || replicas > 7 {
+            bail!("a private network holds at most 250 servers (ids 0-249) of at most 7 members, and 250 client hosts");
         }
         let tag = tag_for(data);
         let member =
             |name: String, addr: Ipv4Addr| Member { ns: format!("plusfs-{tag}-{name}"), name, addr, delay: None };
-        let mut members: Vec<Member> =
-            servers.iter().map(|&id| member(format!("s{id}"), Ipv4Addr::new(10, 213, 1, id as u8 + 1))).collect();
+        let mut members: Vec<Member> = Vec::new();
+        for &id in servers {
+            if replicas > 1 {
+                for k in 0..replicas as u64 {
+                    let addr = Ipv4Addr::new(10, 213, 10 + k as u8, id as u8 + 1);
+                    members.push(member(host_name(id, Some(k)), addr));
+                }
+            } else {
+                members.push(member(host_name(id, None), Ipv4Addr::new(10, 213, 1, id as u8 + 1)));
+            }
+        }
         members.extend((0..clients).map(|k| member(format!("c{k}"), Ipv4Addr::new(10, 213, 2, k as u8 + 1))));
         Ok(Net { hub: format!("plusfs-{tag}-hub"), tag, shape, members })
     }
 
-    /// The public address of server `id` (what the cluster map says).
+    /// The public address of server `id`'s host (what the cluster map says), or of host
+    /// `name`'s server (`s0m1`).
     pub fn server_address(&self, id: u32) -> Option<String> {
-        self.member(&format!("s{id}")).map(|m| format!("{}:{SERVER_PORT}", m.addr))
+        self.host_address(&host_name(id, None))
+    }
+
+    /// The public address of the server on host `name`.
+    pub fn host_address(&self, name: &str) -> Option<String> {
+        self.member(name).map(|m| format!("{}:{SERVER_PORT}", m.addr))
     }
 
     /// The member called `name` (`s0`, `c1`, …).
@@ -210,9 +238,9 @@ impl Net {
         self.save(data)
     }
 
-    /// The one-way delay and jitter in µs on server `id`'s link.
-    pub fn delay_of(&self, id: u32) -> (u64, u64) {
-        self.member(&format!("s{id}")).and_then(|m| m.delay).unwrap_or((self.shape.delay_us, self.shape.jitter_us))
+    /// The one-way delay and jitter in µs on the link of host `name`.
+    pub fn delay_of(&self, name: &str) -> (u64, u64) {
+        self.member(name).and_then(|m| m.delay).unwrap_or((self.shape.delay_us, self.shape.jitter_us))
     }
 
     /// Cuts traffic between every two members of different `groups` (names like `s0`,
@@ -374,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_plan_names_and_addresses_every_member() {
-        let net = Net::plan(Path::new("/tmp/c1"), &[0, 1, 2], 2, LinkShape::default()).unwrap();
+        let net = Net::plan(Path::new("/tmp/c1"), &[0, 1, 2], 1, 2, LinkShape::default()).unwrap();
         assert_eq!(net.names(), ["s0", "s1", "s2", "c0", "c1"]);
         assert_eq!(net.server_address(2).unwrap(), "10.213.1.3:7000");
         assert_eq!(net.member("c1").unwrap().addr, Ipv4Addr::new(10, 213, 2, 2));
@@ -382,7 +410,10 @@ mod tests {
         assert_ne!(tag_for(Path::new("/tmp/c1")), tag_for(Path::new("/tmp/c2")));
         let back: Net = toml::from_str(&toml::to_string(&net).unwrap()).unwrap();
         assert_eq!(back, net);
-        assert!(Net::plan(Path::new("/x"), &[250], 0, LinkShape::default()).is_err());
+        assert!(Net::plan(Path::new("/x"), &[250], 1, 0, LinkShape::default()).is_err());
+        let replicated = Net::plan(Path::new("/tmp/c1"), &[0, 1], 3, 1, LinkShape::default()).unwrap();
+        assert_eq!(replicated.names(), ["s0m0", "s0m1", "s0m2", "s1m0", "s1m1", "s1m2", "c0"]);
+        assert_eq!(replicated.host_address("s1m2").unwrap(), "10.213.12.2:7000");
     }
 
     #[test]

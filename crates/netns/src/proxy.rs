@@ -38,14 +38,15 @@ impl Delay {
     }
 }
 
-/// Serves connections on `listen`, forwarding them to `to`, with the delay of server
-/// `server`'s link in the network whose state is in `data` (watched for changes). Runs
+/// Serves connections on `listen`, forwarding them to `to`, with the delay of host
+/// `host`'s link in the network whose state is in `data` (watched for changes). Runs
 /// until the process is killed.
-pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path, server: u32) -> Result<()> {
+pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path, host: &str) -> Result<()> {
     let delay = Arc::new(Delay::default());
-    load_delay(data, server, &delay);
+    load_delay(data, host, &delay);
     let (watched, d) = (data.join(STATE_FILE), delay.clone());
-    std::thread::Builder::new().name("watch".into()).spawn(move || watch(&watched, server, &d))?;
+    let h = host.to_string();
+    std::thread::Builder::new().name("watch".into()).spawn(move || watch(&watched, &h, &d))?;
     let listener = TcpListener::bind(listen).with_context(|| format!("proxy cannot listen on {listen}"))?;
     tracing::info!(%listen, %to, "delaying proxy ready");
     for conn in listener.incoming() {
@@ -60,16 +61,16 @@ pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path, server: u32) -> Resu
     Ok(())
 }
 
-fn load_delay(data: &Path, server: u32, delay: &Delay) {
+fn load_delay(data: &Path, host: &str, delay: &Delay) {
     if let Ok(Some(net)) = Net::load(data) {
-        let (d, j) = net.delay_of(server);
+        let (d, j) = net.delay_of(host);
         delay.delay_ns.store(d * 1000, Ordering::Relaxed);
         delay.jitter_ns.store(j.min(d) * 1000, Ordering::Relaxed);
     }
 }
 
 /// Re-reads the delay whenever the state file changes (checked every 200 ms).
-fn watch(path: &PathBuf, server: u32, delay: &Delay) {
+fn watch(path: &PathBuf, host: &str, delay: &Delay) {
     let mtime = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
     let mut seen = mtime(path);
     loop {
@@ -77,7 +78,7 @@ fn watch(path: &PathBuf, server: u32, delay: &Delay) {
         let now = mtime(path);
         if now != seen {
             seen = now;
-            load_delay(path.parent().unwrap_or(Path::new(".")), server, delay);
+            load_delay(path.parent().unwrap_or(Path::new(".")), host, delay);
             tracing::info!(delay_ns = delay.delay_ns.load(Ordering::Relaxed), "link delay changed");
         }
     }

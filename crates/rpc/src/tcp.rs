@@ -24,6 +24,10 @@ use tokio::sync::Mutex;
 /// leader's loss takes 0.4–0.8 s plus the members' restarts) before it fails with EIO.
 pub const FAILOVER_WAIT: Duration = Duration::from_secs(10);
 
+/// How long a member may leave a request that can be resent unanswered before it is
+/// resent to another member (a leader cut off from its group stops leading within 1.6 s).
+const MEMBER_SILENCE: Duration = Duration::from_secs(5);
+
 /// Pause before asking the members again once each was tried and none leads.
 const NO_LEADER_PAUSE: Duration = Duration::from_millis(50);
 
@@ -130,6 +134,18 @@ impl TcpTransport {
         loop {
             let (i, addr) = slot.leader_addr();
             let answer = match self.connection(slot, &addr).await {
+                // A member cut off from the network answers nothing and refuses nothing:
+                // a request that may be resent is given up on it after a while (the member
+                // stops leading by then, and another one leads). A resend that reaches the
+                // same leader waits for the first run's answer (exactly-once table).
+                Ok(c) if req.is_idempotent() => match tokio::time::timeout(MEMBER_SILENCE, c.call(cred, req)).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        slot.move_on(i, None);
+                        let reason = format!("no answer within {} s", MEMBER_SILENCE.as_secs());
+                        return Err(CallError::Broken { addr, reason });
+                    }
+                },
                 Ok(c) => c.call(cred, req).await,
                 Err(e) => Err(e),
             };
