@@ -258,6 +258,9 @@ async fn a_member_whose_data_is_lost_is_replaced_by_a_new_one() {
     let (code, out, err) =
         tc.cli(&["cluster", "replace", "--group", "0", "--member", &lost.to_string(), "--data", &data]);
     assert_eq!(code, 0, "cluster replace:\n{out}\n{err}");
+    // The new member's process was started by the command, not by this test: it is
+    // stopped when the test ends, also if it fails.
+    let _new_member = KillOnDrop(std::fs::read_to_string(tc.cluster.data().join("server-0-m3.pid")).unwrap());
     tc.cluster.reload_map().unwrap();
     let members: Vec<u64> = tc.cluster.map().server(0).unwrap().members.iter().map(|m| m.id).collect();
     // Asking for the same replacement again changes nothing.
@@ -291,8 +294,21 @@ async fn a_member_whose_data_is_lost_is_replaced_by_a_new_one() {
     // Its log is written by a background thread: read once it has had time.
     let log = std::fs::read_to_string(tc.cluster.data().join("server-0-m3.log")).unwrap();
     assert!(log.contains("snapshot installed"), "the new member caught up without a snapshot:\n{log}");
-    // The new member's process was started by the command, not by this test.
-    tc.cluster.stop_member_by_pid(0, 3, Duration::from_secs(10)).unwrap();
+}
+
+/// Kills the process whose pid it holds (as text) when dropped.
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(pid) = self.0.trim().parse::<i32>() {
+            #[allow(unsafe_code)]
+            // SAFETY: kill(2) of a process this test's command started; no memory is touched.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
