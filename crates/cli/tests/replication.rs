@@ -456,3 +456,47 @@ fn tar_x_through_the_mount_goes_on_across_leader_kills() {
     let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
     assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_during_bfo_batch_writes_loses_no_acknowledged_file() {
+    let mut tc = replicated(1);
+    let c = tc.client();
+    c.mkdir("/w", 0o755).await.unwrap();
+    let c2 = c.clone();
+    let workload = tokio::spawn(async move {
+        let mut acked = Vec::new();
+        let mut spans = Vec::new();
+        for k in 0..40u64 {
+            let files: Vec<plusfs_client::NewFile> = (0..16)
+                .map(|j| plusfs_client::NewFile::new(format!("/w/b{k}-{j}"), common::bytes(k * 100 + j, 32 << 10)))
+                .collect();
+            let t = Instant::now();
+            let results = c2.batch_write(files).await;
+            spans.push((t, Instant::now()));
+            for (j, r) in results.into_iter().enumerate() {
+                match r {
+                    Ok(_) => acked.push((k, j as u64)),
+                    Err(e) => panic!("batch {k} file {j} failed across the failover: {e}"),
+                }
+            }
+        }
+        (acked, spans)
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let victim = leader(&tc, 0);
+    let killed = Instant::now();
+    tc.cluster.kill_member(0, victim).unwrap();
+    assert_ne!(leader(&tc, 0), victim);
+    let took_over = Instant::now();
+    let (acked, spans) = workload.await.unwrap();
+    assert!(spans.iter().any(|&(s, e)| s <= took_over && e > killed), "no batch met the kill");
+    assert_eq!(acked.len(), 40 * 16, "every file of every batch acknowledged");
+    for (k, j) in acked {
+        let got = c.read_all(&format!("/w/b{k}-{j}")).await.unwrap();
+        assert_eq!(common::digest(&got), common::digest(&common::bytes(k * 100 + j, 32 << 10)), "/w/b{k}-{j}");
+    }
+    tc.cluster.start_member(0, victim).unwrap();
+    tc.assert_fsck_clean();
+    let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
+    assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
+}
