@@ -500,3 +500,75 @@ async fn a_leader_killed_during_bfo_batch_writes_loses_no_acknowledged_file() {
     let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
     assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
 }
+
+/// Writes an exactly-once mark without an answer for request `seq` of `client` into every
+/// member's store of server 0 (all stopped), as a leader that died between a request's
+/// effects and the record of its answer leaves it.
+fn mark_applied(tc: &mut TestCluster, client: u64, seq: u64) {
+    let members: Vec<u64> = tc.cluster.map().server(0).unwrap().members.iter().map(|m| m.id).collect();
+    tc.cluster.stop(0).unwrap();
+    for m in &members {
+        let db = rocksdb::DB::open_default(tc.cluster.data().join(format!("server-0-m{m}/store"))).unwrap();
+        let mut key = vec![b'Q'];
+        key.extend_from_slice(&client.to_be_bytes());
+        key.extend_from_slice(&seq.to_be_bytes());
+        db.put(key, plusfs_store::once_value(None)).unwrap();
+    }
+    tc.cluster.start(0).unwrap();
+    tc.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
+    use plusfs_proto::{Reply, Request};
+    let mut tc = replicated(1);
+    let c = tc.client();
+    c.mkdir("/done", 0o755).await.unwrap();
+    c.mkdir("/gone", 0o755).await.unwrap();
+    for seq in 1..=4 {
+        mark_applied(&mut tc, 7, seq);
+    }
+    let once = |seq, op| Request::Once { client: 7, seq, op: Box::new(op) };
+    // Applied (the directory is there): its attributes, not EEXIST.
+    let made = to_leader(
+        &tc,
+        &once(
+            1,
+            Request::Mkdir {
+                path: "/done".into(),
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                threshold: plusfs_proto::Threshold::Cluster,
+                width: 0,
+            },
+        ),
+    )
+    .await;
+    assert!(matches!(made, Ok(Reply::Attr(_))), "mkdir of an existing directory, marked applied: {made:?}");
+    // Marked, but its effect is not there (undone by recovery): it runs.
+    let fresh = to_leader(
+        &tc,
+        &once(
+            2,
+            Request::Mkdir {
+                path: "/fresh".into(),
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                threshold: plusfs_proto::Threshold::Cluster,
+                width: 0,
+            },
+        ),
+    )
+    .await;
+    assert!(matches!(fresh, Ok(Reply::Attr(_))), "{fresh:?}");
+    c.lstat("/fresh").await.expect("the marked mkdir ran");
+    // An rmdir whose directory is gone was applied: done, not ENOENT.
+    c.rmdir("/gone").await.unwrap();
+    assert_eq!(to_leader(&tc, &once(3, Request::Rmdir { path: "/gone".into() })).await, Ok(Reply::Done));
+    // What the state cannot tell (an exchange) is reported as unknown.
+    let unknown = to_leader(&tc, &once(4, Request::Exchange { a: "/done".into(), b: "/fresh".into() })).await;
+    assert_eq!(unknown.unwrap_err().errno, Errno::EIO);
+    tc.assert_fsck_clean();
+}

@@ -9,8 +9,10 @@
 //! - the first run's answer, if that run is still going on here (it is waited for);
 //! - the recorded answer, if there is one;
 //! - if only the mark is there (the leader died between its effects and the record of
-//!   its answer): for a create, symlink or unlink (also in a shard), the state decides —
-//!   done if its effect is there, else it runs; `EIO` "outcome unknown" for the others;
+//!   its answer): for a create, symlink or unlink (also in a shard), and a mkdir, rmdir,
+//!   rename or link (over two servers: recovery settles them first), the state decides —
+//!   done if its effect is there, else it runs; `EIO` "outcome unknown" for the others
+//!   (appends, exchanges, xattr changes, batches);
 //! - otherwise nothing of it was applied, and it runs.
 //!
 //! A member whose replication failed (it lost its lead) answers nothing itself: the
@@ -132,17 +134,53 @@ async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> 
         Request::Create { path, .. } | Request::Symlink { path, .. } => {
             match osd.handle(cred.clone(), stat(path)).await {
                 Ok(a @ Reply::Attr(_)) => Some(Ok(a)),
-                Err(e) if e.errno == Errno::ENOENT => None,
+                Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => None,
                 _ => unknown(path),
             }
         }
         Request::Unlink { path } => match osd.handle(cred.clone(), stat(path)).await {
+            Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => Some(Ok(Reply::Done)),
+            Ok(_) => None,
+            _ => unknown(path),
+        },
+        // Operations over two servers (2PC): the new leader's recovery finishes or undoes
+        // them, and a look at an object they hold waits for that outcome; then the state
+        // tells whether they were applied.
+        Request::Mkdir { path, .. } if incarnation.is_none() => match dir_stat(osd, path).await {
+            Ok(a @ Reply::Attr(_)) => Some(Ok(a)),
+            Err(e) if e.errno == Errno::ENOENT => None,
+            _ => unknown(path),
+        },
+        Request::Rmdir { path } if incarnation.is_none() => match dir_stat(osd, path).await {
             Err(e) if e.errno == Errno::ENOENT => Some(Ok(Reply::Done)),
             Ok(_) => None,
             _ => unknown(path),
         },
+        // A rename is done once its source is gone here.
+        Request::Rename { src, .. } if incarnation.is_none() => match osd.handle(cred.clone(), stat(src)).await {
+            Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => Some(Ok(Reply::Done)),
+            Ok(_) => None,
+            _ => unknown(src),
+        },
+        // A link is done once its new entry exists (asked here: its parent's home may be
+        // another server, which answers it as unknown).
+        Request::Link { dst, .. } if incarnation.is_none() => match osd.handle(cred.clone(), stat(dst)).await {
+            Ok(_) => Some(Ok(Reply::Done)),
+            Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => None,
+            _ => unknown(dst),
+        },
         other => unknown(other.name()),
     }
+}
+
+/// The attributes of the directory object at `path`, from its home (here or a peer).
+async fn dir_stat(osd: &Arc<Osd>, path: &str) -> Response {
+    let req = Request::DirStat { path: path.to_string() };
+    let home = osd.map.home_of_dir(path);
+    if home == osd.id {
+        return osd.handle(Cred::server(), req).await;
+    }
+    osd.peers.call(home, &req).await.map_err(|e| eio(format!("cannot ask the home of '{path}': {e}")))?
 }
 
 /// Deletes the records older than [`KEEP`], every [`EXPIRE_EVERY`], while this member
