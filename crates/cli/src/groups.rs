@@ -26,32 +26,36 @@ pub async fn ask(addr: &str, req: &Request) -> Result<Reply, String> {
     tokio::time::timeout(MEMBER_WAIT, call).await.unwrap_or_else(|_| Err(format!("no answer from {addr}")))
 }
 
-/// Every member's view of slot `s`'s group, by member id (an error: the member is down).
-pub async fn infos(s: &ServerEntry) -> Vec<(u64, Result<GroupInfo, String>)> {
+/// Every member of slot `s` asked `req`, its reply taken apart by `want` (`None`: an
+/// unexpected reply), by member id (an error: the member is down or answered otherwise).
+async fn ask_all<T>(s: &ServerEntry, req: &Request, want: fn(Reply) -> Option<T>) -> Vec<(u64, Result<T, String>)> {
     let mut out = Vec::new();
     for m in &s.members {
-        let r = match ask(&m.address, &Request::GroupStatus).await {
-            Ok(Reply::Group(g)) => Ok(g),
-            Ok(other) => Err(format!("unexpected answer {other:?}")),
-            Err(e) => Err(e),
-        };
+        let r = ask(&m.address, req).await.and_then(|reply| {
+            let text = format!("unexpected answer {reply:?}");
+            want(reply).ok_or(text)
+        });
         out.push((m.id, r));
     }
     out
 }
 
+/// Every member's view of slot `s`'s group, by member id (an error: the member is down).
+pub async fn infos(s: &ServerEntry) -> Vec<(u64, Result<GroupInfo, String>)> {
+    ask_all(s, &Request::GroupStatus, |r| match r {
+        Reply::Group(g) => Some(g),
+        _ => None,
+    })
+    .await
+}
+
 /// Every member's store digest of slot `s`, by member id.
 pub async fn digests(s: &ServerEntry) -> Vec<(u64, Result<StoreDigest, String>)> {
-    let mut out = Vec::new();
-    for m in &s.members {
-        let r = match ask(&m.address, &Request::GroupDigest).await {
-            Ok(Reply::Digest(d)) => Ok(d),
-            Ok(other) => Err(format!("unexpected answer {other:?}")),
-            Err(e) => Err(e),
-        };
-        out.push((m.id, r));
-    }
-    out
+    ask_all(s, &Request::GroupDigest, |r| match r {
+        Reply::Digest(d) => Some(d),
+        _ => None,
+    })
+    .await
 }
 
 /// Lines of `cluster status` for the replicated slots of `map` (none if there are none),

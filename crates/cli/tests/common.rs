@@ -119,3 +119,46 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
 pub fn digest(b: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(b)
 }
+
+/// True when the error leaves the outcome unknown (the request may have been applied by a
+/// server that died before answering).
+pub fn outcome_unknown(e: plusfs_proto::Errno) -> bool {
+    use plusfs_proto::Errno;
+    matches!(e, Errno::EIO | Errno::ECONNRESET | Errno::EPROTO)
+}
+
+/// The kind of the entry at `path`, `None` if it does not exist (any other error fails).
+pub async fn kind_of(c: &Client, path: &str) -> Option<plusfs_proto::FileKind> {
+    match c.lstat(path).await {
+        Ok(a) => Some(a.kind),
+        Err(e) if e.errno == plusfs_proto::Errno::ENOENT => None,
+        Err(e) => panic!("stat {path}: {e}"),
+    }
+}
+
+/// Where directory `/d{i}` of a mkdir-then-rename-to-`/r{i}` workload is, checked against
+/// what was acknowledged: `"d"`, `"r"`, or `None` when its mkdir was not acknowledged.
+pub async fn renamed_dir_home(
+    c: &Client,
+    i: usize,
+    mkdir_acked: bool,
+    rename: Option<Result<(), plusfs_proto::Errno>>,
+) -> Option<&'static str> {
+    use plusfs_proto::FileKind;
+    let (d, r) = (kind_of(c, &format!("/d{i}")).await, kind_of(c, &format!("/r{i}")).await);
+    match rename {
+        Some(Ok(())) => {
+            assert_eq!((d, r), (None, Some(FileKind::Dir)), "/d{i} acknowledged renamed to /r{i}");
+            Some("r")
+        }
+        Some(Err(e)) if !outcome_unknown(e) && mkdir_acked => {
+            assert_eq!((d, r), (Some(FileKind::Dir), None), "/d{i}: rename refused with {e:?}");
+            Some("d")
+        }
+        _ if mkdir_acked => {
+            assert!(d.is_some() != r.is_some(), "/d{i} acknowledged: exactly one of d/r must exist");
+            Some(if d.is_some() { "d" } else { "r" })
+        }
+        _ => None,
+    }
+}

@@ -15,11 +15,6 @@ struct Acks {
     rename: Option<Result<(), Errno>>,
 }
 
-/// True when the error leaves the outcome unknown (the request may have been applied).
-fn unknown(e: Errno) -> bool {
-    matches!(e, Errno::EIO | Errno::ECONNRESET | Errno::EPROTO)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_dash_nine_loses_nothing_acknowledged() {
     let mut cluster = TestCluster::start(4);
@@ -75,37 +70,11 @@ async fn kill_dash_nine_loses_nothing_acknowledged() {
     }
     cluster.assert_fsck_clean();
     let c = cluster.client();
-    let exists = |p: String| {
-        let c = c.clone();
-        async move {
-            match c.lstat(&p).await {
-                Ok(a) => Some(a.kind),
-                Err(e) if e.errno == Errno::ENOENT => None,
-                Err(e) => panic!("stat {p}: {e}"),
-            }
-        }
-    };
     let mut checked = 0;
     for (i, a) in &acks {
-        let d = exists(format!("/d{i}")).await;
-        let r = exists(format!("/r{i}")).await;
-        let home = match a.rename {
-            Some(Ok(())) => {
-                assert_eq!((d, r), (None, Some(FileKind::Dir)), "/d{i} acknowledged renamed to /r{i}");
-                Some("r")
-            }
-            Some(Err(e)) if !unknown(e) && a.mkdir == Some(true) => {
-                assert_eq!((d, r), (Some(FileKind::Dir), None), "/d{i}: rename refused with {e:?}");
-                Some("d")
-            }
-            _ if a.mkdir == Some(true) => {
-                assert!(d.is_some() != r.is_some(), "/d{i} acknowledged: exactly one of d/r must exist");
-                Some(if d.is_some() { "d" } else { "r" })
-            }
-            _ => None,
-        };
+        let home = common::renamed_dir_home(&c, *i, a.mkdir == Some(true), a.rename).await;
         if let (Some(h), Some(true)) = (home, a.sub) {
-            assert_eq!(exists(format!("/{h}{i}/s")).await, Some(FileKind::Dir), "/{h}{i}/s acknowledged");
+            assert_eq!(common::kind_of(&c, &format!("/{h}{i}/s")).await, Some(FileKind::Dir), "/{h}{i}/s acknowledged");
             checked += 1;
         }
     }

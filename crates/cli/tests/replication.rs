@@ -8,7 +8,7 @@ mod mounts;
 
 use common::TestCluster;
 use plusfs_localcluster::ClusterSettings;
-use plusfs_proto::{Errno, FileKind};
+use plusfs_proto::Errno;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -18,12 +18,6 @@ fn replicated(servers: usize) -> TestCluster {
 
 fn replicated_with(servers: usize, settings: ClusterSettings) -> TestCluster {
     TestCluster::start_settings(servers, &ClusterSettings { replicas: 3, ..settings })
-}
-
-/// True when the error leaves the outcome unknown (the request may have been applied by
-/// a leader that died before answering).
-fn unknown(e: Errno) -> bool {
-    matches!(e, Errno::EIO | Errno::ECONNRESET | Errno::EPROTO)
 }
 
 /// The member serving replicated server `id`, waiting up to 10 s for one.
@@ -133,34 +127,9 @@ async fn kill_leaders_mid_workload(protocol: plusfs_placement::TxnProtocol) {
 
     tc.assert_fsck_clean();
     let c = tc.client();
-    let kind = |p: String| {
-        let c = c.clone();
-        async move {
-            match c.lstat(&p).await {
-                Ok(a) => Some(a.kind),
-                Err(e) if e.errno == Errno::ENOENT => None,
-                Err(e) => panic!("stat {p}: {e}"),
-            }
-        }
-    };
     let mut files_checked = 0;
     for (i, a) in &acks {
-        let (d, r) = (kind(format!("/d{i}")).await, kind(format!("/r{i}")).await);
-        let home = match (&a.mkdir, &a.rename) {
-            (_, Some(Ok(()))) => {
-                assert_eq!((d, r), (None, Some(FileKind::Dir)), "/d{i} acknowledged renamed to /r{i}");
-                Some("r")
-            }
-            (Some(Ok(())), Some(Err(e))) if !unknown(*e) => {
-                assert_eq!((d, r), (Some(FileKind::Dir), None), "/d{i}: rename refused with {e:?}");
-                Some("d")
-            }
-            (Some(Ok(())), _) => {
-                assert!(d.is_some() != r.is_some(), "/d{i} acknowledged: exactly one of d/r must exist");
-                Some(if d.is_some() { "d" } else { "r" })
-            }
-            _ => None,
-        };
+        let home = common::renamed_dir_home(&c, *i, matches!(a.mkdir, Some(Ok(()))), a.rename).await;
         if let (Some(h), Some(Ok(()))) = (home, &a.file) {
             let got = c.read_all(&format!("/{h}{i}/f")).await.unwrap_or_else(|e| panic!("/{h}{i}/f: {e}"));
             assert_eq!(got, content(*i), "/{h}{i}/f holds what was acknowledged");
@@ -529,39 +498,19 @@ async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
         mark_applied(&mut tc, 7, seq);
     }
     let once = |seq, op| Request::Once { client: 7, seq, op: Box::new(op) };
+    let mkdir = |path: &str| Request::Mkdir {
+        path: path.into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        threshold: plusfs_proto::Threshold::Cluster,
+        width: 0,
+    };
     // Applied (the directory is there): its attributes, not EEXIST.
-    let made = to_leader(
-        &tc,
-        &once(
-            1,
-            Request::Mkdir {
-                path: "/done".into(),
-                mode: 0o755,
-                uid: 0,
-                gid: 0,
-                threshold: plusfs_proto::Threshold::Cluster,
-                width: 0,
-            },
-        ),
-    )
-    .await;
+    let made = to_leader(&tc, &once(1, mkdir("/done"))).await;
     assert!(matches!(made, Ok(Reply::Attr(_))), "mkdir of an existing directory, marked applied: {made:?}");
     // Marked, but its effect is not there (undone by recovery): it runs.
-    let fresh = to_leader(
-        &tc,
-        &once(
-            2,
-            Request::Mkdir {
-                path: "/fresh".into(),
-                mode: 0o755,
-                uid: 0,
-                gid: 0,
-                threshold: plusfs_proto::Threshold::Cluster,
-                width: 0,
-            },
-        ),
-    )
-    .await;
+    let fresh = to_leader(&tc, &once(2, mkdir("/fresh"))).await;
     assert!(matches!(fresh, Ok(Reply::Attr(_))), "{fresh:?}");
     c.lstat("/fresh").await.expect("the marked mkdir ran");
     // An rmdir whose directory is gone was applied: done, not ENOENT.

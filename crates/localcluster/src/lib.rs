@@ -456,17 +456,7 @@ impl LocalCluster {
         let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok()) else {
             return Ok(false);
         };
-        let running = alive(pid);
-        if running {
-            send_signal(pid, libc::SIGTERM);
-            let deadline = Instant::now() + grace;
-            while alive(pid) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if alive(pid) {
-                send_signal(pid, libc::SIGKILL);
-            }
-        }
+        let running = terminate(pid, grace);
         let _ = fs::remove_file(&pid_file);
         Ok(running)
     }
@@ -662,6 +652,23 @@ pub fn down(data: &Path, grace: Duration) -> Result<usize> {
     Ok(stopped)
 }
 
+/// Stops process `pid` if it runs: SIGTERM, then SIGKILL after `grace`. Returns whether
+/// it was running.
+fn terminate(pid: u32, grace: Duration) -> bool {
+    if !alive(pid) {
+        return false;
+    }
+    send_signal(pid, libc::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if alive(pid) {
+        send_signal(pid, libc::SIGKILL);
+    }
+    true
+}
+
 fn stop_servers(data: &Path, map: &ClusterMap, grace: Duration) -> Result<usize> {
     let mut stopped = 0;
     for s in &map.servers {
@@ -669,15 +676,7 @@ fn stop_servers(data: &Path, map: &ClusterMap, grace: Duration) -> Result<usize>
             let pid_file = data.join(format!("{}.pid", proc_name(s.id, m)));
             let Ok(text) = fs::read_to_string(&pid_file) else { continue };
             let pid: u32 = text.trim().parse().with_context(|| format!("bad pid in {}", pid_file.display()))?;
-            if alive(pid) {
-                send_signal(pid, libc::SIGTERM);
-                let deadline = Instant::now() + grace;
-                while alive(pid) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                if alive(pid) {
-                    send_signal(pid, libc::SIGKILL);
-                }
+            if terminate(pid, grace) {
                 stopped += 1;
             }
             let _ = fs::remove_file(&pid_file);

@@ -346,10 +346,11 @@ impl Group {
     /// The client address of the leader this member knows of, from the group's
     /// membership (empty if the member was added without one).
     pub fn leader_client(&self) -> Option<(MemberId, String)> {
-        let m = self.raft.metrics().borrow().clone();
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
         let leader = m.current_leader?;
-        let node = m.membership_config.membership().get_node(&leader)?.clone();
-        Some((leader, node.client))
+        let client = m.membership_config.membership().get_node(&leader)?.client.clone();
+        Some((leader, client))
     }
 
     /// Replaces member `remove` by the new member `add` (`node`): `add` joins as a
