@@ -132,7 +132,8 @@ pub enum GroupError {
 pub struct Timing {
     /// Leader heartbeat period; also Raft's AppendEntries timeout.
     pub heartbeat: Duration,
-    /// A follower that hears nothing for a random time in this range stands for election.
+    /// A follower that hears nothing for a random time in this range stands for election
+    /// (followers refuse to vote for the range's maximum after they last heard a leader).
     pub election: (Duration, Duration),
     /// Log entries after which a snapshot is taken.
     pub snapshot_every: u64,

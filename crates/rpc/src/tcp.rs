@@ -20,8 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
-/// How long a call waits for a replicated slot to present a leader (an election after the
-/// leader's loss takes 0.4–0.8 s plus the members' restarts) before it fails with EIO.
+/// How long a call waits for a replicated slot to present a leader (a new leader serves
+/// about 1.5 s after the old one's loss: the followers keep its lease, then elect, then the
+/// new one takes over) before it fails with EIO.
 pub const FAILOVER_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a member may leave a request that can be resent unanswered before it is
