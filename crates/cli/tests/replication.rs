@@ -494,7 +494,11 @@ async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
     let c = tc.client();
     c.mkdir("/done", 0o755).await.unwrap();
     c.mkdir("/gone", 0o755).await.unwrap();
-    for seq in 1..=4 {
+    for path in ["/ex1", "/ex2"] {
+        c.create(path, 0o644, true).await.unwrap();
+        c.write(path, 0, path.as_bytes()).await.unwrap();
+    }
+    for seq in 1..=5 {
         mark_applied(&mut tc, 7, seq);
     }
     let once = |seq, op| Request::Once { client: 7, seq, op: Box::new(op) };
@@ -516,8 +520,94 @@ async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
     // An rmdir whose directory is gone was applied: done, not ENOENT.
     c.rmdir("/gone").await.unwrap();
     assert_eq!(to_leader(&tc, &once(3, Request::Rmdir { path: "/gone".into() })).await, Ok(Reply::Done));
-    // What the state cannot tell (an exchange) is reported as unknown.
-    let unknown = to_leader(&tc, &once(4, Request::Exchange { a: "/done".into(), b: "/fresh".into() })).await;
-    assert_eq!(unknown.unwrap_err().errno, Errno::EIO);
+    // An exchange records its answer with its commit decision: marked without one, the
+    // recovery undid it, and it runs.
+    let ex = to_leader(&tc, &once(4, Request::Exchange { a: "/ex1".into(), b: "/ex2".into() })).await;
+    assert_eq!(ex, Ok(Reply::Done));
+    assert_eq!(c.read_all("/ex1").await.unwrap(), b"/ex2", "the marked exchange ran");
+    // What the state cannot tell (a batch of mkdirs) is reported as unknown.
+    let mkdirs = Request::Batch {
+        op: plusfs_proto::BatchOp::Mkdir,
+        dir: "/done".into(),
+        names: vec!["m".into()],
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        semantics: plusfs_proto::Semantics::PerformAll,
+    };
+    assert_eq!(to_leader(&tc, &once(5, mkdirs)).await.unwrap_err().errno, Errno::EIO);
     tc.assert_fsck_clean();
+}
+
+/// How many times members of server `id` aborted at failpoint `point` (their logs).
+fn failpoint_hits(tc: &TestCluster, id: u32, point: &str) -> usize {
+    let line = format!("failpoint {point} reached");
+    tc.cluster
+        .logs()
+        .iter()
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("server-{id}-m"))))
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default().matches(&line).count())
+        .sum()
+}
+
+/// Restarts every member of server `id`, each set to abort once it applied an
+/// exactly-once request, before the answer is recorded on its own or sent.
+fn arm_answer_failpoint(tc: &mut TestCluster, id: u32) {
+    tc.cluster.stop(id).unwrap();
+    tc.cluster.start_with_env(id, &[("PLUSFS_FAILPOINT", "once_before_answer_record")]).unwrap();
+    tc.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_whose_leader_died_right_after_applying_them_take_effect_once() {
+    use plusfs_proto::{BatchOp, Semantics};
+    let mut tc = replicated(2);
+    let c = tc.client();
+    let map = tc.cluster.map().clone();
+    let on = |prefix: &str, id| (0..).map(|i| format!("/{prefix}{i}")).find(|p| map.home_of_dir(p) == id).unwrap();
+    let (a, b) = (on("a", 0), on("b", 1));
+    c.mkdir(&a, 0o755).await.unwrap();
+    c.mkdir(&b, 0o755).await.unwrap();
+    for (path, body) in
+        [(format!("{a}/f"), "base"), (format!("{a}/x"), "x"), (format!("{a}/y"), "y"), (format!("{b}/z"), "z")]
+    {
+        c.create(&path, 0o644, true).await.unwrap();
+        c.write(&path, 0, body.as_bytes()).await.unwrap();
+    }
+    // A hard link in b's server to a's file: appends through it go to a's server.
+    c.link(&format!("{a}/f"), &format!("{b}/g")).await.unwrap();
+    let names: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
+    let mut hits = 0;
+    for step in 0..6 {
+        arm_answer_failpoint(&mut tc, 0);
+        let r = match step {
+            0 => c.append(&format!("{a}/f"), b"+1").await.map(|at| assert_eq!(at.size, 6)),
+            1 => c.setxattr(&format!("{a}/f"), "user.k", b"v", true, false).await,
+            2 => c.exchange(&format!("{a}/x"), &format!("{a}/y")).await,
+            3 => c.exchange(&format!("{a}/x"), &format!("{b}/z")).await,
+            4 => c
+                .batch(BatchOp::Create { exclusive: true }, &a, &names, 0o644, Semantics::PerformAll)
+                .await
+                .map(|outs| assert!(outs.iter().all(|o| matches!(o, plusfs_client::Outcome::Done(_))), "{outs:?}")),
+            _ => c.append(&format!("{b}/g"), b"+2").await.map(|at| assert_eq!(at.size, 8)),
+        };
+        r.unwrap_or_else(|e| panic!("step {step} across the failover: {e}"));
+        hits += 1;
+        assert_eq!(failpoint_hits(&tc, 0, "once_before_answer_record"), hits, "step {step}: the leader died");
+    }
+    tc.cluster.stop(0).unwrap();
+    tc.cluster.start(0).unwrap();
+    tc.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    // Each took effect exactly once.
+    assert_eq!(c.read_all(&format!("{a}/f")).await.unwrap(), b"base+1+2");
+    assert_eq!(c.getxattr(&format!("{a}/f"), "user.k").await.unwrap(), b"v");
+    assert_eq!(c.read_all(&format!("{a}/y")).await.unwrap(), b"x");
+    assert_eq!(c.read_all(&format!("{a}/x")).await.unwrap(), b"z");
+    assert_eq!(c.read_all(&format!("{b}/z")).await.unwrap(), b"y");
+    for n in &names {
+        c.lstat(&format!("{a}/{n}")).await.unwrap();
+    }
+    tc.assert_fsck_clean();
+    let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
+    assert_eq!(code, 0, "fsck --replicas:\n{out}\n{err}");
 }

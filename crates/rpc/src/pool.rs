@@ -64,6 +64,11 @@ impl Pool {
         &self.counters
     }
 
+    /// True when `server` is a replicated slot (a group whose leader may change).
+    pub fn replicated(&self, server: ServerId) -> bool {
+        self.transport.replicated(server)
+    }
+
     /// Sends `req` to `server` as a server ([`Cred::server`], which peers trust): what
     /// servers send each other when no caller's permissions are to be checked.
     pub async fn call(&self, server: ServerId, req: &Request) -> Result<Response, CallError> {

@@ -281,6 +281,15 @@ impl Osd {
         let remote = self.drop_unused(&gone, &Default::default(), &mut batch)?;
         if !batch.is_empty() {
             host.save(&mut batch, dir);
+            // Recorded with the batch for a resend; when the directory is due for
+            // distribution, as being distributed (the client then sends the rest anew).
+            let mut recorded = results.reply.clone();
+            if over {
+                let mut info = self.dist_info(dir, &host.obj);
+                info.state = plusfs_proto::DistState::Distributing;
+                recorded.dist = Some(info);
+            }
+            crate::once::answer_with_next_batch(&Ok(Reply::Batch(recorded)));
             self.apply(batch).await?;
         }
         drop(gate);

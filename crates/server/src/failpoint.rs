@@ -16,7 +16,9 @@
 //! `cx_after_result` (a server logged its Result record, before answering), `cx_before_vote`
 //! (a coordinator about to send VOTE), `cx_after_vote` (a participant voted, before
 //! replying), `cx_after_commit_record` (a coordinator logged its decisions, before
-//! COMMIT-REQ); `data_after_append` (file data appended, before its index is committed).
+//! COMMIT-REQ); `data_after_append` (file data appended, before its index is committed);
+//! `once_before_answer_record` (an exactly-once request took effect on a replicated slot,
+//! before its answer is recorded on its own or sent).
 //! Process-only (reached in synchronous code): `compaction_before_switch`,
 //! `compaction_after_switch` (data compaction), `cx_during_recovery` (a restarted server
 //! loaded its Cx log, before resuming). Unarmed, checking costs two loads.

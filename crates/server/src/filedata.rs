@@ -166,11 +166,13 @@ impl Osd {
         let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
         t.save(&mut b);
         self.failpoints.hit("data_after_append").await;
+        let answer = Ok(Reply::Attr(Attr::of_inode(&t.inode)));
+        crate::once::answer_with_next_batch(&answer);
         self.apply(b).await?;
         stored.clear();
         drop(gate);
         self.drop_remote(remote).await;
-        Ok(Reply::Attr(Attr::of_inode(&t.inode)))
+        answer
     }
 
     /// `Layout`: the attributes of the regular file at `p` and its pieces that hold bytes

@@ -23,6 +23,12 @@ use crate::twopc::{add_part, still_distributing, Parts, DISTRIBUTING_WAIT};
 use plusfs_proto::DistributionWait;
 use plusfs_proto::{Cred, Errno, FileKind, Ino, Inode, Replace, Reply, Request, Response, ServerId, SubOp, WireError};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a forwarded exactly-once request is resent while its slot fails over.
+const FORWARD_FAILOVER: Duration = Duration::from_secs(20);
+/// The pause between such resends.
+const FORWARD_RESEND_PAUSE: Duration = Duration::from_millis(100);
 
 /// The outcome of [`Osd::find`].
 #[allow(clippy::large_enum_variant)] // short-lived, returned once per request
@@ -83,9 +89,26 @@ impl Osd {
     /// Sends entry request `op` of caller `c` to the home of shared inode `ino` (which
     /// checks `c`'s permissions on the inode).
     pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request, c: &Cred) -> Response {
-        match self.peers.call_as(home, c, &Request::OnInode { ino, op: Box::new(op) }).await {
-            Ok(r) => r,
-            Err(e) => Err(err(e.errno(), format!("inode server {home}: {e}"))),
+        let mut req = Request::OnInode { ino, op: Box::new(op) };
+        // Part of an exactly-once request: the inode's slot answers a resend (ours, after
+        // a failover of either slot) from its own table, under the same id, so it is
+        // resent across a failover of that slot like an idempotent request.
+        let mut resend_until = None;
+        if let Some((client, seq)) = plusfs_store::current_once().filter(|_| !req.is_idempotent()) {
+            if self.peers.replicated(home) {
+                req = Request::Once { client, seq, op: Box::new(req) };
+                resend_until = Some(std::time::Instant::now() + FORWARD_FAILOVER);
+            }
+        }
+        loop {
+            match self.peers.call_as(home, c, &req).await {
+                Ok(r) => return r,
+                Err(e) if e.is_transport() && resend_until.is_some_and(|t| std::time::Instant::now() < t) => {
+                    tracing::debug!(home, cause = %e, "resending a forwarded exactly-once request");
+                    tokio::time::sleep(FORWARD_RESEND_PAUSE).await;
+                }
+                Err(e) => return Err(err(e.errno(), format!("inode server {home}: {e}"))),
+            }
         }
     }
 

@@ -11,9 +11,17 @@
 //! - if only the mark is there (the leader died between its effects and the record of
 //!   its answer): for a create, symlink or unlink (also in a shard), and a mkdir, rmdir,
 //!   rename or link (over two servers: recovery settles them first), the state decides —
-//!   done if its effect is there, else it runs; `EIO` "outcome unknown" for the others
-//!   (appends, exchanges, xattr changes, batches);
+//!   done if its effect is there, else it runs; an exchange runs again (its answer is
+//!   recorded with its commit decision, so a mark without it means the new leader's
+//!   recovery undid it); `EIO` "outcome unknown" for the rest (batches of mkdirs, and
+//!   create or unlink batches that went entry by entry);
 //! - otherwise nothing of it was applied, and it runs.
+//!
+//! Requests whose answer is known before their last batch — appends, xattr changes,
+//! create and unlink batches, exchanges — record it in that batch ([`answer_with_next_batch`],
+//! [`answer_at_commit`]), atomically with their effects, so no window is left for them.
+//! A request the server forwards to another slot (an append to a hard-linked file's
+//! inode home) goes there under the same id, so that slot's table answers its resend.
 //!
 //! A member whose replication failed (it lost its lead) answers nothing itself: the
 //! client is redirected and resends to the next leader, which knows what was applied.
@@ -89,15 +97,19 @@ async fn run(osd: &Arc<Osd>, table: &RocksStore, cred: Cred, (client, seq): (u64
         Err(e) => return Err(eio(format!("cannot read the exactly-once table: {e}"))),
     }
     let id = OnceId::new(client, seq);
-    let (answer, marked) = ONCE
+    let (answer, marked, answered) = ONCE
         .scope(id, async {
             let answer = osd.handle(cred, op).await;
-            (answer, ONCE.with(|id| id.marked.get()))
+            ONCE.with(|id| (answer, id.marked.get(), id.answered.get()))
         })
         .await;
-    // Nothing applied: a resend may run it again. Otherwise the answer is recorded,
-    // without waiting (if it is lost with the leader, a resend settles it from the state).
     if marked {
+        osd.failpoints.hit("once_before_answer_record").await;
+    }
+    // Nothing applied: a resend may run it again. Recorded with its effects: done.
+    // Otherwise the answer is recorded, without waiting (if it is lost with the leader, a
+    // resend settles it from the state).
+    if marked && !answered {
         if let Ok(bytes) = postcard::to_allocvec(&answer) {
             let mut b = Batch::new();
             b.ops.push(BatchOp::PutOnce(client, seq, plusfs_store::once_value(Some(&bytes))));
@@ -169,8 +181,23 @@ async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> 
             Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => None,
             _ => unknown(dst),
         },
+        // Its answer goes with its commit decision (or its one local batch): marked
+        // without it, the new leader's recovery aborted it.
+        Request::Exchange { .. } => None,
         other => unknown(other.name()),
     }
+}
+
+/// Records `answer` with the next batch the current exactly-once request (if any)
+/// submits: for a request whose next batch is its last.
+pub(crate) fn answer_with_next_batch(answer: &Response) {
+    plusfs_store::answer_with_next_batch(|| postcard::to_allocvec(answer).ok());
+}
+
+/// Records `answer` at the current exactly-once request's commit point (see
+/// [`plusfs_store::commit_point`]).
+pub(crate) fn answer_at_commit(answer: &Response) {
+    plusfs_store::answer_at_commit(|| postcard::to_allocvec(answer).ok());
 }
 
 /// The attributes of the directory object at `path`, from its home (here or a peer).

@@ -417,6 +417,7 @@ impl Osd {
         swap_payloads(&parts, self.swap_out(&ops)?, &mut payloads);
         let payload = payloads.remove(&self.id).unwrap_or_default();
         let (batch, remote) = self.commit_batch(&prepared, &payload)?;
+        plusfs_store::commit_point();
         self.apply(batch).await?;
         drop(guard);
         self.drop_remote(remote).await;
@@ -468,6 +469,7 @@ impl Osd {
         swap_payloads(parts, swapped, &mut payloads);
         rec.state = CoordState::Committing;
         rec.payloads = parts.iter().map(|(s, _)| (*s, payloads.remove(s).unwrap_or_default())).collect();
+        plusfs_store::commit_point();
         self.log_coord(txid, &rec).await?;
         self.failpoints.hit("coordinator_after_commit_record").await;
         self.clone().finish(txid, rec).await;
@@ -485,6 +487,8 @@ impl Osd {
         if a == b {
             return Ok(Reply::Done);
         }
+        // Recorded with the commit decision: a resend after a failover then knows.
+        crate::once::answer_at_commit(&Ok(Reply::Done));
         let mut at = (self.map.home_of_dir(bdir), None);
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;

@@ -94,6 +94,7 @@ impl Osd {
             t.inode.ctime = Timespec::now();
             let mut b = Batch::new();
             t.save(&mut b);
+            crate::once::answer_with_next_batch(&Ok(reply.clone()));
             self.apply(b).await?;
         }
         Ok(reply)
@@ -111,6 +112,7 @@ impl Osd {
             d.ctime = Timespec::now();
             let mut b = Batch::new();
             b.put_dir(p, &d);
+            crate::once::answer_with_next_batch(&Ok(reply.clone()));
             self.apply(b).await?;
         }
         Ok(reply)

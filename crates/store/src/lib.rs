@@ -76,6 +76,12 @@ pub struct OnceId {
     pub seq: u64,
     /// Set once a batch of the request was submitted with the mark.
     pub marked: std::cell::Cell<bool>,
+    /// Set once a batch recorded the request's answer along with its effects.
+    pub answered: std::cell::Cell<bool>,
+    /// The answer to record at the request's commit point (see [`answer_at_commit`]).
+    pending: std::cell::RefCell<Option<Vec<u8>>>,
+    /// The answer the next batch records (see [`commit_point`]).
+    armed: std::cell::RefCell<Option<Vec<u8>>>,
     /// Batches submitted now are not the request's own effects (see [`unmarked`]).
     off: bool,
 }
@@ -83,7 +89,28 @@ pub struct OnceId {
 impl OnceId {
     /// The id of request `seq` of `client`.
     pub fn new(client: u64, seq: u64) -> OnceId {
-        OnceId { client, seq, marked: Default::default(), off: false }
+        OnceId::with(client, seq, false)
+    }
+
+    fn with(client: u64, seq: u64, off: bool) -> OnceId {
+        OnceId {
+            client,
+            seq,
+            marked: Default::default(),
+            answered: Default::default(),
+            pending: Default::default(),
+            armed: Default::default(),
+            off,
+        }
+    }
+
+    /// The answer the batch being submitted records, if the request armed one.
+    pub(crate) fn take_armed(&self) -> Option<Vec<u8>> {
+        let answer = self.armed.borrow_mut().take();
+        if answer.is_some() {
+            self.answered.set(true);
+        }
+        answer
     }
 }
 
@@ -91,7 +118,42 @@ impl OnceId {
 /// a request makes that are not its effect (reservations of inode or record numbers), so
 /// a mark always means the request's effect was applied.
 pub async fn unmarked<F: std::future::Future>(f: F) -> F::Output {
-    ONCE.scope(OnceId { client: 0, seq: 0, marked: Default::default(), off: true }, f).await
+    ONCE.scope(OnceId::with(0, 0, true), f).await
+}
+
+/// The (client, sequence) of the exactly-once request this task carries out, if any.
+pub fn current_once() -> Option<(u64, u64)> {
+    ONCE.try_with(|id| (!id.off).then_some((id.client, id.seq))).ok().flatten()
+}
+
+/// Has the current exactly-once request (if any) record `answer` — its encoded response,
+/// made only if there is such a request — at its commit point: the batch it submits after
+/// [`commit_point`]. A resend then gets this answer even if the leader dies right after
+/// that batch, before the answer could be recorded on its own.
+pub fn answer_at_commit(answer: impl FnOnce() -> Option<Vec<u8>>) {
+    let _ = ONCE.try_with(|id| {
+        if !id.off {
+            *id.pending.borrow_mut() = answer();
+        }
+    });
+}
+
+/// The next batch the current exactly-once request submits is its commit point: the one
+/// whose commit decides that the request took effect. It records the request's answer if
+/// one was given to [`answer_at_commit`].
+pub fn commit_point() {
+    let _ = ONCE.try_with(|id| {
+        if let Some(answer) = id.pending.borrow_mut().take() {
+            *id.armed.borrow_mut() = Some(answer);
+        }
+    });
+}
+
+/// [`answer_at_commit`] and [`commit_point`] at once, for a request whose next batch is
+/// its only one.
+pub fn answer_with_next_batch(answer: impl FnOnce() -> Option<Vec<u8>>) {
+    answer_at_commit(answer);
+    commit_point();
 }
 
 tokio::task_local! {

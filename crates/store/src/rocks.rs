@@ -538,8 +538,11 @@ impl DirStore for RocksStore {
             let mut batch = batch;
             // A batch of an exactly-once request records that the request was applied.
             let _ = crate::ONCE.try_with(|id| {
-                if !id.off {
-                    batch.ops.push(BatchOp::PutOnce(id.client, id.seq, crate::once_value(None)));
+                // Once its answer is recorded (at its commit point), what follows (delivering
+                // a decision) leaves the record as it is.
+                if !id.off && !id.answered.get() {
+                    let answer = id.take_armed();
+                    batch.ops.push(BatchOp::PutOnce(id.client, id.seq, crate::once_value(answer.as_deref())));
                     id.marked.set(true);
                 }
             });
