@@ -103,6 +103,12 @@ pub enum ClusterCmd {
         /// opts out), and another member takes over within about 1.5 s.
         #[arg(long, default_value_t = 1)]
         replicas: usize,
+        /// Plain TCP and no certificates: anyone who reaches a server may act as any uid
+        /// (for benchmarks and comparisons). By default the cluster gets a CA in DIR/certs,
+        /// servers and clients authenticate each other with mutual TLS, and the map names
+        /// the admin identity clients present unless PLUSFS_IDENTITY names another.
+        #[arg(long)]
+        insecure: bool,
         #[command(flatten)]
         shape: crate::netns::ShapeArgs,
     },
@@ -152,7 +158,8 @@ pub enum ClusterCmd {
 /// Runs one server until SIGTERM or SIGINT.
 pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
     let map = crate::load_map(cluster.as_ref())?;
-    let config = ServerConfig { id: a.id, map, data_dir: a.data, member: a.member, bootstrap: a.bootstrap };
+    let config =
+        ServerConfig { id: a.id, map, data_dir: a.data, member: a.member, bootstrap: a.bootstrap, map_path: cluster };
     let rt = match a.threads {
         Some(0) => anyhow::bail!("--threads must be at least 1"),
         Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
@@ -215,6 +222,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             netns,
             clients,
             replicas,
+            insecure,
             shape,
         } => {
             if shape.any() && !netns {
@@ -237,7 +245,16 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             up(
                 servers,
                 data,
-                &ClusterSettings { sync, hugedirs, data: data_settings, txn, netns, replicas, ..Default::default() },
+                &ClusterSettings {
+                    sync,
+                    hugedirs,
+                    data: data_settings,
+                    txn,
+                    netns,
+                    replicas,
+                    insecure,
+                    ..Default::default()
+                },
                 detach,
             )
         }

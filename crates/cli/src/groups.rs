@@ -3,7 +3,7 @@
 //! `fsck --replicas`.
 
 use anyhow::{bail, Context, Result};
-use plusfs_placement::{ClusterMap, MemberEntry, ServerEntry};
+use plusfs_placement::{ClusterMap, MemberEntry, ServerEntry, TlsSettings};
 use plusfs_proto::{GroupInfo, Reply, Request, StoreDigest};
 use plusfs_rpc::{Connection, Counters};
 use std::path::PathBuf;
@@ -15,9 +15,9 @@ use std::time::Duration;
 const MEMBER_WAIT: Duration = Duration::from_secs(3);
 
 /// Sends `req` to the member at `addr` and returns its reply (an error names the member).
-pub async fn ask(addr: &str, req: &Request) -> Result<Reply, String> {
+pub async fn ask(tls: &TlsSettings, addr: &str, req: &Request) -> Result<Reply, String> {
     let call = async {
-        let c = Connection::connect(addr, Arc::new(Counters::default())).await.map_err(|e| e.to_string())?;
+        let c = Connection::connect_to(addr, Arc::new(Counters::default()), tls).await.map_err(|e| e.to_string())?;
         match c.call(&plusfs_proto::Cred::server(), req).await.map_err(|e| e.to_string())? {
             Ok(r) => Ok(r),
             Err(e) => Err(e.to_string()),
@@ -28,10 +28,14 @@ pub async fn ask(addr: &str, req: &Request) -> Result<Reply, String> {
 
 /// Every member of slot `s` asked `req`, its reply taken apart by `want` (`None`: an
 /// unexpected reply), by member id (an error: the member is down or answered otherwise).
-async fn ask_all<T>(s: &ServerEntry, req: &Request, want: fn(Reply) -> Option<T>) -> Vec<(u64, Result<T, String>)> {
+async fn ask_all<T>(
+    (tls, s): (&TlsSettings, &ServerEntry),
+    req: &Request,
+    want: fn(Reply) -> Option<T>,
+) -> Vec<(u64, Result<T, String>)> {
     let mut out = Vec::new();
     for m in &s.members {
-        let r = ask(&m.address, req).await.and_then(|reply| {
+        let r = ask(tls, &m.address, req).await.and_then(|reply| {
             let text = format!("unexpected answer {reply:?}");
             want(reply).ok_or(text)
         });
@@ -41,8 +45,8 @@ async fn ask_all<T>(s: &ServerEntry, req: &Request, want: fn(Reply) -> Option<T>
 }
 
 /// Every member's view of slot `s`'s group, by member id (an error: the member is down).
-pub async fn infos(s: &ServerEntry) -> Vec<(u64, Result<GroupInfo, String>)> {
-    ask_all(s, &Request::GroupStatus, |r| match r {
+pub async fn infos(tls: &TlsSettings, s: &ServerEntry) -> Vec<(u64, Result<GroupInfo, String>)> {
+    ask_all((tls, s), &Request::GroupStatus, |r| match r {
         Reply::Group(g) => Some(g),
         _ => None,
     })
@@ -50,8 +54,8 @@ pub async fn infos(s: &ServerEntry) -> Vec<(u64, Result<GroupInfo, String>)> {
 }
 
 /// Every member's store digest of slot `s`, by member id.
-pub async fn digests(s: &ServerEntry) -> Vec<(u64, Result<StoreDigest, String>)> {
-    ask_all(s, &Request::GroupDigest, |r| match r {
+pub async fn digests(tls: &TlsSettings, s: &ServerEntry) -> Vec<(u64, Result<StoreDigest, String>)> {
+    ask_all((tls, s), &Request::GroupDigest, |r| match r {
         Reply::Digest(d) => Some(d),
         _ => None,
     })
@@ -64,7 +68,7 @@ pub async fn status_lines(map: &ClusterMap) -> (Vec<String>, bool) {
     let mut lines = Vec::new();
     let mut all_up = true;
     for s in map.servers.iter().filter(|s| !s.members.is_empty()) {
-        for (id, info) in infos(s).await {
+        for (id, info) in infos(&map.tls, s).await {
             let addr = s.member(id).map(|m| m.address.as_str()).unwrap_or("?");
             match info {
                 Ok(g) => lines.push(format!(
@@ -144,13 +148,13 @@ pub async fn check_replicas(map: &ClusterMap) -> bool {
         return true;
     }
     for s in groups {
-        let mut verdict = compare(&digests(s).await);
+        let mut verdict = compare(&digests(&map.tls, s).await);
         for _ in 0..20 {
             if !matches!(verdict, Agreement::Unsettled(_)) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
-            verdict = compare(&digests(s).await);
+            verdict = compare(&digests(&map.tls, s).await);
         }
         match verdict {
             Agreement::Same(d) => println!(
@@ -239,7 +243,7 @@ fn next_member(map: &ClusterMap, group: u32, old: u64, address: String, raft: St
     }
     s.member(old).with_context(|| format!("server {group} has no member {old}"))?;
     let id = s.members.iter().map(|m| m.id).max().unwrap_or(0) + 1;
-    Ok(MemberEntry { id, address, raft })
+    Ok(MemberEntry { id, address, raft, metrics: None })
 }
 
 /// `map` with `new` added to `group`'s members (a new epoch).

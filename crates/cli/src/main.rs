@@ -2,6 +2,7 @@
 //! Everything here parses flags and prints; the work is done by the library crates.
 
 mod bench;
+mod cert;
 mod cluster;
 mod cp;
 mod data;
@@ -89,6 +90,9 @@ enum Cmd {
     /// fitted to measured runs, validated, extrapolated.
     #[command(subcommand)]
     Sim(sim::SimCmd),
+    /// The cluster CA and the identities it issues (mutual TLS).
+    #[command(subcommand)]
+    Cert(cert::CertCmd),
 }
 
 /// Keeps large buffers (the 1-4 MiB frames and records of file data) in the heap: glibc
@@ -129,6 +133,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Netns(c) => netns::run(c, cluster),
         Cmd::Sim(c) => sim::run(c),
+        Cmd::Cert(c) => cert::run(c, cluster).map(|_| ExitCode::SUCCESS),
         Cmd::Cp(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async move {
@@ -164,6 +169,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     | Cmd::Umount(_)
                     | Cmd::Netns(_)
                     | Cmd::Sim(_)
+                    | Cmd::Cert(_)
                     | Cmd::Cp(_) => {
                         unreachable!("handled above")
                     }

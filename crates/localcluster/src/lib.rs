@@ -20,7 +20,7 @@
 use anyhow::{bail, Context, Result};
 use plusfs_client::{Client, ClientOptions};
 use plusfs_netns::{Net, NsHandle};
-use plusfs_placement::{ClusterMap, HugedirSettings, MemberEntry, ServerEntry, SyncMode};
+use plusfs_placement::{ClusterMap, HugedirSettings, MemberEntry, ServerEntry, SyncMode, TlsSettings};
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -60,6 +60,9 @@ pub struct ClusterSettings {
     pub replicas: usize,
     /// Replica group timing and snapshots.
     pub replication: plusfs_placement::ReplicationSettings,
+    /// Plain TCP, any peer trusted (`cluster up --insecure`); otherwise a new cluster gets
+    /// a CA and certificates (see [`make_certs`]).
+    pub insecure: bool,
 }
 
 /// Name of the process (and of its data directory, log and pid file) of server `id`, or
@@ -123,10 +126,11 @@ fn host_servers(net: &Net, id: u32, replicas: usize) -> ServerEntry {
                 id: k,
                 address: net.host_address(&host).expect("planned"),
                 raft: format!("{ip}:{}", plusfs_netns::RAFT_PORT),
+                metrics: None,
             }
         })
         .collect();
-    ServerEntry { id, address: members[0].address.clone(), weight: 1.0, members }
+    ServerEntry { id, address: members[0].address.clone(), weight: 1.0, members, metrics: None }
 }
 
 /// Server slots `ids`, each a group of `replicas` members on loopback (a client and a Raft
@@ -137,12 +141,34 @@ fn replicated_servers(ids: &[u32], replicas: usize) -> Result<Vec<ServerEntry>> 
     Ok(ids
         .iter()
         .map(|&id| {
-            let members: Vec<MemberEntry> =
-                (0..replicas as u64).map(|m| MemberEntry { id: m, address: next(), raft: next() }).collect();
-            ServerEntry { id, address: members[0].address.clone(), weight: 1.0, members }
+            let members: Vec<MemberEntry> = (0..replicas as u64)
+                .map(|m| MemberEntry { id: m, address: next(), raft: next(), metrics: None })
+                .collect();
+            ServerEntry { id, address: members[0].address.clone(), weight: 1.0, members, metrics: None }
         })
         .collect())
 }
+
+/// Makes a new cluster's CA in `data/certs/ca` and its identities: `server` (every server
+/// presents it) and `admin` (the default identity of clients that use the map); returns
+/// the map's `[tls]`.
+pub fn make_certs(data: &Path) -> Result<TlsSettings> {
+    use plusfs_tls::{Authority, Identity, Role, Validity};
+    let certs = data.join("certs");
+    let ca = Authority::create(&certs.join("ca"))?;
+    for (name, role) in [("server", Role::Server), ("admin", Role::Admin)] {
+        ca.issue(&Identity { name: name.into(), role }, Validity::days(CERT_DAYS), &certs.join(name))?;
+    }
+    Ok(TlsSettings {
+        ca: Some(certs.join("ca").join("ca.pem")),
+        identity: Some(certs.join("admin")),
+        server_identity: Some(certs.join("server")),
+        revoked: Vec::new(),
+    })
+}
+
+/// How long the certificates of a new local cluster are valid.
+const CERT_DAYS: u32 = 365;
 
 impl LocalCluster {
     /// Creates a new cluster map for `servers` servers (default [`DEFAULT_SERVERS`]) in
@@ -209,6 +235,7 @@ impl LocalCluster {
                 txn: settings.txn.clone(),
                 delegations: settings.delegations.clone(),
                 replication: settings.replication.clone(),
+                tls: if settings.insecure { TlsSettings::default() } else { make_certs(&data)? },
                 servers,
             };
             plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
@@ -427,6 +454,7 @@ impl LocalCluster {
             id: next,
             address: format!("127.0.0.1:{}", ports[0]),
             raft: format!("127.0.0.1:{}", ports[1]),
+            metrics: None,
         })
     }
 
@@ -465,7 +493,8 @@ impl LocalCluster {
     /// not answer).
     pub fn group_views(&self, id: u32) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
         let from = self.net.as_ref().and_then(|n| n.clients().next().map(|c| c.ns.clone()));
-        group_views(self.map.server(id).with_context(|| format!("no server {id} in the map"))?, from.as_deref())
+        let s = self.map.server(id).with_context(|| format!("no server {id} in the map"))?;
+        group_views((&self.map.tls, s), from.as_deref())
     }
 
     /// The member of replicated server `id` that serves it now, if one does.
@@ -564,8 +593,12 @@ impl Drop for LocalCluster {
 /// Asks each member of replicated server `s` for its view of the group, on a private
 /// runtime and thread (moved into namespace `from` if given): (member, its answer or
 /// `None` if it did not answer within 2 s).
-fn group_views(s: &ServerEntry, from: Option<&str>) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
+fn group_views(
+    (tls, s): (&TlsSettings, &ServerEntry),
+    from: Option<&str>,
+) -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
     let members = s.members.clone();
+    let tls = tls.clone();
     let from = from.map(NsHandle::open).transpose()?;
     std::thread::spawn(move || -> Result<Vec<(u64, Option<plusfs_proto::GroupInfo>)>> {
         if let Some(ns) = from {
@@ -577,7 +610,7 @@ fn group_views(s: &ServerEntry, from: Option<&str>) -> Result<Vec<(u64, Option<p
             for m in members {
                 let ask = async {
                     let counters = std::sync::Arc::new(plusfs_rpc::Counters::default());
-                    let c = plusfs_rpc::Connection::connect(&m.address, counters).await.ok()?;
+                    let c = plusfs_rpc::Connection::connect_to(&m.address, counters, &tls).await.ok()?;
                     match c.call(&plusfs_proto::Cred::server(), &plusfs_proto::Request::GroupStatus).await {
                         Ok(Ok(plusfs_proto::Reply::Group(g))) => Some(g),
                         _ => None,

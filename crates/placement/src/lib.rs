@@ -7,7 +7,7 @@
 //! longest straw wins, so adding a server moves only the keys it now wins (about 1/N).
 
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use thiserror::Error;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
@@ -25,6 +25,10 @@ pub struct ServerEntry {
     /// `address`). Whichever member leads serves the slot; the others redirect to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberEntry>,
+    /// `host:port` where the server serves Prometheus metrics over HTTP (`/metrics`), if
+    /// it does (replicated slots: each member's own, in `members`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// One member of a replicated server slot (`[[servers.members]]`).
@@ -36,12 +40,15 @@ pub struct MemberEntry {
     pub address: String,
     /// `host:port` where the member exchanges Raft messages with the other members.
     pub raft: String,
+    /// `host:port` where the member serves Prometheus metrics, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 impl ServerEntry {
     /// An unreplicated server.
     pub fn new(id: u32, address: String, weight: f64) -> ServerEntry {
-        ServerEntry { id, address, weight, members: Vec::new() }
+        ServerEntry { id, address, weight, members: Vec::new(), metrics: None }
     }
 
     /// The addresses a client may find this slot at: its members' (the leader among them),
@@ -262,6 +269,41 @@ impl Default for TxnSettings {
     }
 }
 
+/// Mutual TLS (`[tls]`). Without `ca` connections are plain TCP and any peer may claim
+/// any uid (`cluster up --insecure`). Relative paths are relative to the map's directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsSettings {
+    /// The cluster CA's certificate (PEM), which every end checks its peer's against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    /// The identity directory (`cert.pem`, `key.pem`) a client presents unless
+    /// `PLUSFS_IDENTITY` names another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<PathBuf>,
+    /// The identity directory servers present (to clients and to each other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_identity: Option<PathBuf>,
+    /// Serial numbers (hex) of revoked certificates: servers refuse them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<String>,
+}
+
+impl TlsSettings {
+    /// True when connections are plain TCP.
+    pub fn is_insecure(&self) -> bool {
+        self.ca.is_none()
+    }
+
+    /// Makes relative paths relative to `base` (the map file's directory).
+    fn resolve(&mut self, base: &Path) {
+        for p in [&mut self.ca, &mut self.identity, &mut self.server_identity].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+}
+
 /// Replica group settings (`[replication]`; only servers with `members` use them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicationSettings {
@@ -398,6 +440,9 @@ pub struct ClusterMap {
     /// Replica group settings.
     #[serde(default)]
     pub replication: ReplicationSettings,
+    /// Mutual TLS settings (none: plain TCP, an `--insecure` cluster).
+    #[serde(default, skip_serializing_if = "TlsSettings::is_insecure")]
+    pub tls: TlsSettings,
     pub servers: Vec<ServerEntry>,
 }
 
@@ -423,6 +468,7 @@ impl ClusterMap {
             txn: TxnSettings::default(),
             delegations: DelegSettings::default(),
             replication: ReplicationSettings::default(),
+            tls: TlsSettings::default(),
             servers,
         }
     }
@@ -431,9 +477,10 @@ impl ClusterMap {
     pub fn load(path: &Path) -> Result<ClusterMap, MapError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| MapError::Read { path: path.display().to_string(), source })?;
-        let map: ClusterMap =
+        let mut map: ClusterMap =
             toml::from_str(&text).map_err(|source| MapError::Parse { path: path.display().to_string(), source })?;
         map.validate()?;
+        map.tls.resolve(path.parent().unwrap_or(Path::new(".")));
         Ok(map)
     }
 
@@ -634,6 +681,7 @@ mod tests {
             txn: TxnSettings::default(),
             delegations: DelegSettings::default(),
             replication: ReplicationSettings::default(),
+            tls: TlsSettings::default(),
             servers: servers(3),
         };
         let text = m.to_toml();

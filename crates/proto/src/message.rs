@@ -462,6 +462,30 @@ impl Request {
         opcode_name(self.opcode())
     }
 
+    /// Who may send the request: anyone whose credential its identity allows, admins
+    /// only, or the cluster's servers only (requests they send each other).
+    pub fn privilege(&self) -> Privilege {
+        use Request::*;
+        match self {
+            TxPrepare { .. }
+            | TxCommit { .. }
+            | TxAbort { .. }
+            | ShardImport { .. }
+            | CxVote { .. }
+            | CxDecide { .. }
+            | CxUrge { .. }
+            | OnInode { .. }
+            | DirPerms { .. }
+            | CxPerms { .. } => Privilege::Server,
+            Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest => Privilege::Admin,
+            // Changing a directory's distribution policy (`plusfs hugedir`); without values
+            // it only applies the current policy (a new directory distributed from birth).
+            SetPolicy { threshold, width, .. } if threshold.is_some() || width.is_some() => Privilege::Admin,
+            Shard { op, .. } | Once { op, .. } => op.privilege(),
+            _ => Privilege::Any,
+        }
+    }
+
     /// True when sending the request twice has the same effect as once, so a client may
     /// resend it after a broken connection.
     pub fn is_idempotent(&self) -> bool {
@@ -511,6 +535,17 @@ impl Request {
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
     }
+}
+
+/// Who may send a request (see [`Request::privilege`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privilege {
+    /// Any authenticated client, within its identity's uids and gids.
+    Any,
+    /// Admin identities (and servers).
+    Admin,
+    /// The cluster's servers only.
+    Server,
 }
 
 /// Names of the opcodes, indexed by opcode.

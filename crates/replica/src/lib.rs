@@ -233,15 +233,28 @@ impl Group {
         listener: tokio::net::TcpListener,
         timing: &Timing,
     ) -> Result<Group, GroupError> {
+        Group::start_with(id, dir, (store, data), listener, timing, None).await
+    }
+
+    /// [`Group::start`], its Raft messages over TLS with `tls` (none: plain TCP).
+    pub async fn start_with(
+        id: MemberId,
+        dir: &Path,
+        (store, data): (Arc<rocksdb::DB>, Option<Arc<dyn DataSink>>),
+        listener: tokio::net::TcpListener,
+        timing: &Timing,
+        tls: Option<net::RaftTls>,
+    ) -> Result<Group, GroupError> {
         let config = Arc::new(timing.config()?);
         let log =
             log::LogStore::open(&dir.join("log"), timing.fsync_log).map_err(|e| GroupError::Start(e.to_string()))?;
         let sm = sm::StateMachine::open(store.clone(), data, &dir.join("snapshot"))
             .map_err(|e| GroupError::Start(e.to_string()))?;
-        let raft = Raft::new(id, config, net::Network::default(), log, sm)
+        let server_tls = tls.as_ref().map(|t| t.server.clone());
+        let raft = Raft::new(id, config, net::Network::new(tls), log, sm)
             .await
             .map_err(|e| GroupError::Start(e.to_string()))?;
-        let server = tokio::spawn(net::serve(listener, raft.clone()));
+        let server = tokio::spawn(net::serve(listener, raft.clone(), server_tls));
         let acked = Arc::new(AckClock { base: std::time::Instant::now(), at: Default::default() });
         // Three heartbeats without a report: a pause.
         let watcher = tokio::spawn(acked.clone().follow(raft.data_metrics(), timing.heartbeat * 3));

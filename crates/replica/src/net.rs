@@ -1,7 +1,8 @@
-//! Raft's messages between the members of a group, over TCP: a request is a length, a
-//! kind byte and the postcard-encoded message; the reply is a length and the encoded
-//! `Result` of the receiving member's Raft. Connections are pooled per address and opened
-//! on first use (Raft asks for a client on every linearizable read).
+//! Raft's messages between the members of a group, over TCP (mutual TLS when the cluster
+//! uses it: both ends present the server identity, and a member only answers servers): a
+//! request is a length, a kind byte and the postcard-encoded message; the reply is a length
+//! and the encoded `Result` of the receiving member's Raft. Connections are pooled per
+//! address and opened on first use (Raft asks for a client on every linearizable read).
 
 use crate::Node;
 use crate::{MemberId, Raft, TypeConfig};
@@ -18,7 +19,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const APPEND: u8 = 1;
@@ -32,19 +33,39 @@ pub const APPEND_BUDGET: usize = 4 << 20;
 /// How long connecting to a member may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-type Pool = Arc<Mutex<HashMap<String, Vec<TcpStream>>>>;
+/// A byte stream between members: plain TCP or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<S: AsyncRead + AsyncWrite + Send + Unpin> Stream for S {}
+
+type Pool = Arc<Mutex<HashMap<String, Vec<Box<dyn Stream>>>>>;
+
+/// Both TLS ends of a member (its server identity).
+#[derive(Clone)]
+pub struct RaftTls {
+    pub client: Arc<plusfs_tls::ClientTls>,
+    pub server: Arc<plusfs_tls::ServerTls>,
+}
 
 /// Opens clients to the other members (one pool of connections for all).
 #[derive(Clone, Default)]
 pub struct Network {
     pool: Pool,
+    tls: Option<RaftTls>,
+}
+
+impl Network {
+    /// A network over TLS with `tls` (none: plain TCP).
+    pub fn new(tls: Option<RaftTls>) -> Network {
+        Network { pool: Pool::default(), tls }
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: MemberId, node: &Node) -> Peer {
-        Peer { target, addr: node.raft.clone(), pool: self.pool.clone() }
+        let tls = self.tls.as_ref().map(|t| t.client.clone());
+        Peer { target, addr: node.raft.clone(), pool: self.pool.clone(), tls }
     }
 }
 
@@ -53,6 +74,7 @@ pub struct Peer {
     target: MemberId,
     addr: String,
     pool: Pool,
+    tls: Option<Arc<plusfs_tls::ClientTls>>,
 }
 
 /// Why a call failed before the member answered.
@@ -62,16 +84,26 @@ enum CallError {
 }
 
 impl Peer {
-    async fn connection(&self) -> Result<TcpStream, CallError> {
+    async fn connection(&self) -> Result<Box<dyn Stream>, CallError> {
         if let Some(s) = self.pool.lock().expect("pool").get_mut(&self.addr).and_then(Vec::pop) {
             return Ok(s);
         }
+        let timed_out = || CallError::Connect(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"));
         let s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| CallError::Connect(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))?
+            .map_err(|_| timed_out())?
             .map_err(CallError::Connect)?;
         let _ = s.set_nodelay(true);
-        Ok(s)
+        match &self.tls {
+            None => Ok(Box::new(s)),
+            Some(tls) => {
+                let s = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(s))
+                    .await
+                    .map_err(|_| timed_out())?
+                    .map_err(CallError::Connect)?;
+                Ok(Box::new(s))
+            }
+        }
     }
 
     /// Sends one message and reads the answer. A connection goes back to the pool only
@@ -147,7 +179,7 @@ fn encode_rpc<T: Serialize, E: std::error::Error>(v: &T) -> Result<Vec<u8>, RPCE
     postcard::to_allocvec(v).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))
 }
 
-async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+async fn read_frame<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
     let len = u32::from_be_bytes(len) as usize;
@@ -162,15 +194,30 @@ async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 /// Serves the Raft messages of other members on `listener`, until the task is aborted;
 /// aborting it also closes every connection it accepted (a stopped member must not go on
 /// answering through them).
-pub async fn serve(listener: TcpListener, raft: Raft) {
+pub async fn serve(listener: TcpListener, raft: Raft, tls: Option<Arc<plusfs_tls::ServerTls>>) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((s, peer)) = accepted else { continue };
-                let raft = raft.clone();
+                let (raft, tls) = (raft.clone(), tls.clone());
                 conns.spawn(async move {
-                    if let Err(e) = serve_conn(s, raft).await {
+                    let _ = s.set_nodelay(true);
+                    let served = match tls {
+                        None => serve_conn(s, raft).await,
+                        Some(tls) => match tls.accept(s).await {
+                            Ok((s, id)) if id.is_server() => serve_conn(s, raft).await,
+                            Ok((_, id)) => {
+                                tracing::warn!(%peer, identity = %id, "Raft connection refused: not a server");
+                                Ok(())
+                            }
+                            Err(e) => {
+                                tracing::warn!(%peer, cause = %e, "Raft connection refused");
+                                Ok(())
+                            }
+                        },
+                    };
+                    if let Err(e) = served {
                         tracing::debug!(%peer, cause = %e, "replica connection closed");
                     }
                 });
@@ -180,8 +227,7 @@ pub async fn serve(listener: TcpListener, raft: Raft) {
     }
 }
 
-async fn serve_conn(mut s: TcpStream, raft: Raft) -> std::io::Result<()> {
-    let _ = s.set_nodelay(true);
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, raft: Raft) -> std::io::Result<()> {
     loop {
         let frame = match read_frame(&mut s).await {
             Ok(f) => f,

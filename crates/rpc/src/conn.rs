@@ -3,11 +3,13 @@
 use crate::counters::Counters;
 use plusfs_proto::io::{send_queued, FrameReader};
 use plusfs_proto::{decode_response, encode_request, Cred, Errno, OutFrame, Request, Response};
+use plusfs_tls::ClientTls;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -53,8 +55,29 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` and starts the reader and writer tasks.
+    /// Connects to `addr` over plain TCP and starts the reader and writer tasks.
     pub async fn connect(addr: &str, counters: Arc<Counters>) -> Result<Connection, CallError> {
+        Connection::connect_with(addr, counters, None).await
+    }
+
+    /// Connects to `addr` of a cluster whose map has `tls` settings (over TLS, presenting
+    /// this process's identity, if they ask for it).
+    pub async fn connect_to(
+        addr: &str,
+        counters: Arc<Counters>,
+        tls: &plusfs_placement::TlsSettings,
+    ) -> Result<Connection, CallError> {
+        let end = crate::secure::client_tls(tls).map_err(|reason| CallError::Connect { addr: addr.into(), reason })?;
+        Connection::connect_with(addr, counters, end.as_deref()).await
+    }
+
+    /// Connects to `addr`, over TLS with `tls` (mutual: `tls` presents this process's
+    /// identity), and starts the reader and writer tasks.
+    pub async fn connect_with(
+        addr: &str,
+        counters: Arc<Counters>,
+        tls: Option<&ClientTls>,
+    ) -> Result<Connection, CallError> {
         let limit = transport_timeout();
         let stream = match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
@@ -66,7 +89,19 @@ impl Connection {
         };
         stream.set_nodelay(true).ok();
         detect_dead_peers(&stream, limit);
-        let (rd, mut wr) = stream.into_split();
+        let (rd, mut wr) = match tls {
+            None => split(stream),
+            Some(tls) => match tokio::time::timeout(limit, tls.connect(stream)).await {
+                Ok(Ok(s)) => split(s),
+                Ok(Err(e)) => {
+                    return Err(CallError::Connect { addr: addr.to_string(), reason: format!("TLS handshake: {e}") })
+                }
+                Err(_) => {
+                    let reason = format!("no TLS handshake within {} ms", limit.as_millis());
+                    return Err(CallError::Connect { addr: addr.to_string(), reason });
+                }
+            },
+        };
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let (outbox, mut rx) = mpsc::unbounded_channel::<OutFrame>();
@@ -198,6 +233,15 @@ fn detect_dead_peers(stream: &TcpStream, limit: Duration) {
         tracing::debug!(cause = %e, "cannot set TCP keep-alive and user timeout");
     }
 }
+
+/// The two halves of a connection's byte stream, boxed so plain and TLS streams look alike.
+fn split<S: AsyncRead + AsyncWrite + Send + 'static>(s: S) -> (BoxRead, BoxWrite) {
+    let (rd, wr) = tokio::io::split(s);
+    (Box::new(rd), Box::new(wr))
+}
+
+type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 fn fail_all(alive: &AtomicBool, pending: &Pending, addr: &str, reason: &str) {
     alive.store(false, Ordering::Release);

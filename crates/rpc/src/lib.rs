@@ -9,11 +9,13 @@
 mod conn;
 mod counters;
 mod pool;
+mod secure;
 mod tcp;
 mod transport;
 
 pub use conn::{transport_timeout, CallError, Connection};
 pub use counters::{counting, Counters, CountersSnapshot};
 pub use pool::Pool;
+pub use secure::{client_tls, identity_dir, set_process_identity};
 pub use tcp::TcpTransport;
 pub use transport::Transport;

@@ -14,6 +14,7 @@ use crate::transport::Transport;
 use futures::future::BoxFuture;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Cred, Reply, Request, Response, ServerId};
+use plusfs_tls::ClientTls;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -79,6 +80,8 @@ impl Slot {
 pub struct TcpTransport {
     slots: HashMap<ServerId, Slot>,
     counters: Arc<Counters>,
+    /// The TLS client end (none: plain TCP), or why it could not be loaded.
+    tls: Result<Option<Arc<ClientTls>>, String>,
 }
 
 impl TcpTransport {
@@ -102,7 +105,7 @@ impl TcpTransport {
                 (s.id, slot)
             })
             .collect();
-        TcpTransport { slots, counters }
+        TcpTransport { slots, counters, tls: crate::secure::client_tls(&map.tls) }
     }
 
     fn slot(&self, server: ServerId) -> Result<&Slot, CallError> {
@@ -122,7 +125,8 @@ impl TcpTransport {
                 return Ok(c.clone());
             }
         }
-        let c = Arc::new(Connection::connect(addr, self.counters.clone()).await?);
+        let tls = self.tls.as_ref().map_err(|e| CallError::Connect { addr: addr.to_string(), reason: e.clone() })?;
+        let c = Arc::new(Connection::connect_with(addr, self.counters.clone(), tls.as_deref()).await?);
         *guard = Some(c.clone());
         Ok(c)
     }

@@ -25,6 +25,7 @@ mod once;
 mod osd;
 mod pushed;
 mod replica_data;
+pub mod security;
 mod serial;
 mod turns;
 mod twopc;
@@ -57,6 +58,8 @@ pub struct ServerConfig {
     /// Create the slot's replica group (a new cluster's first start; its lowest member
     /// does it). A group that exists stays as it is.
     pub bootstrap: bool,
+    /// The cluster map's file, re-read for certificate revocations (none: never re-read).
+    pub map_path: Option<PathBuf>,
 }
 
 /// Why a server could not start.
@@ -76,6 +79,8 @@ pub enum StartError {
     MemberNeeded(ServerId),
     #[error("replica group of server {server}: {source}")]
     Group { server: ServerId, source: plusfs_replica::GroupError },
+    #[error("TLS: {0}")]
+    Tls(#[from] plusfs_tls::CertError),
 }
 
 /// How a server process ended.
@@ -149,15 +154,26 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Exit, StartError> {
     let entry = config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
+    let security = secure(&config)?;
     if !entry.members.is_empty() {
-        return member::run(config, listener, shutdown).await;
+        return member::run(config, listener, security, shutdown).await;
     }
     let peers = Pool::new(&config.map, 2, 0);
     let osd = open(&config, peers, Arc::default()).await?;
-    tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "server ready");
-    net::serve(listener, Front::serving(osd), shutdown).await;
+    tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), tls = security.is_some(), "server ready");
+    net::serve(listener, Front::serving(osd), security, shutdown).await;
     tracing::info!(id = config.id, "server stopped");
     Ok(Exit::Stopped)
+}
+
+/// The server's TLS end, if the cluster uses TLS; this process then presents the server
+/// identity to its peers too.
+fn secure(config: &ServerConfig) -> Result<Option<Arc<security::Security>>, StartError> {
+    let security = security::Security::from_map(&config.map, config.map_path.as_deref())?;
+    if let (Some(_), Some(dir)) = (&security, &config.map.tls.server_identity) {
+        plusfs_rpc::set_process_identity(dir.clone());
+    }
+    Ok(security.map(Arc::new))
 }
 
 /// Binds the address the cluster map gives server `id` (its member `member`'s, if given).

@@ -45,6 +45,7 @@ fn timing(map: &plusfs_placement::ClusterMap) -> (Timing, Duration, Duration) {
 pub async fn run(
     config: ServerConfig,
     listener: TcpListener,
+    security: Option<Arc<crate::security::Security>>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Exit, StartError> {
     let server = config.id;
@@ -66,7 +67,17 @@ pub async fn run(
     });
     let dir = config.data_dir.join("replica");
     let (timing, lease, silence) = timing(&config.map);
-    let group = Group::start(id, &dir, store.db().clone(), Some(sink.clone()), raft_listener, &timing)
+    let raft_tls = match &security {
+        None => None,
+        Some(s) => {
+            let client = plusfs_rpc::client_tls(&config.map.tls)
+                .map_err(|reason| plusfs_tls::CertError::Bad { path: dir.clone(), reason })?
+                .expect("a cluster with TLS");
+            Some(plusfs_replica::net::RaftTls { client, server: s.server_tls() })
+        }
+    };
+    let sink_dyn: Arc<dyn plusfs_replica::DataSink> = sink.clone();
+    let group = Group::start_with(id, &dir, (store.db().clone(), Some(sink_dyn)), raft_listener, &timing, raft_tls)
         .await
         .map_err(group_err)?;
     // A new group is made once, by its lowest member, when the cluster is created.
@@ -86,7 +97,7 @@ pub async fn run(
     });
     let front = Front::member(member.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
-    let serving = tokio::spawn(net::serve(listener, front.clone(), shutdown.clone()));
+    let serving = tokio::spawn(net::serve(listener, front.clone(), security, shutdown.clone()));
     let collector = tokio::spawn(collect_while_following(sink.clone()));
     let exit = lead(&config, store, &member, (&sink, collector), &front, (shutdown, silence)).await;
     match &exit {

@@ -12,6 +12,14 @@ pub struct Metrics {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub tx_started: AtomicU64,
+    /// Connections open now.
+    pub connections: AtomicU64,
+    /// TLS handshakes that admitted a peer, and connections refused (handshake failed,
+    /// timed out, revoked certificate).
+    pub tls_handshakes: AtomicU64,
+    pub tls_refusals: AtomicU64,
+    /// Requests refused because the peer's identity does not allow them.
+    pub refused_requests: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -23,6 +31,10 @@ impl Default for Metrics {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             tx_started: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            tls_handshakes: AtomicU64::new(0),
+            tls_refusals: AtomicU64::new(0),
+            refused_requests: AtomicU64::new(0),
         }
     }
 }

@@ -6,24 +6,32 @@
 //! (after an `EPROTO` reply where a reply can be addressed).
 
 use crate::front::Front;
+use crate::security::{self, Security};
 use plusfs_proto::io::{send_queued, FrameReader, ReadError};
 use plusfs_proto::{decode_request, encode_response, DecodeError, Errno, OutFrame, Response, WireError, HEADER_LEN};
+use plusfs_tls::Identity;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-/// Serves connections from `listener` until `shutdown` turns true, then waits for the
-/// requests in flight.
-pub async fn serve(listener: TcpListener, osd: Arc<Front>, mut shutdown: watch::Receiver<bool>) {
+/// Serves connections from `listener` (over TLS with `security`) until `shutdown` turns
+/// true, then waits for the requests in flight.
+pub async fn serve(
+    listener: TcpListener,
+    osd: Arc<Front>,
+    security: Option<Arc<Security>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     tracing::debug!(%peer, "connection accepted");
-                    conns.spawn(connection(stream, osd.clone(), shutdown.clone()));
+                    conns.spawn(admit(stream, osd.clone(), security.clone(), shutdown.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(cause = %e, "accept failed");
@@ -38,10 +46,36 @@ pub async fn serve(listener: TcpListener, osd: Arc<Front>, mut shutdown: watch::
     while conns.join_next().await.is_some() {}
 }
 
-async fn connection(stream: TcpStream, osd: Arc<Front>, mut shutdown: watch::Receiver<bool>) {
+/// Runs the TLS handshake of a new connection (if the cluster uses TLS), then serves it.
+async fn admit(stream: TcpStream, osd: Arc<Front>, security: Option<Arc<Security>>, shutdown: watch::Receiver<bool>) {
     stream.set_nodelay(true).ok();
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    let (rd, mut wr) = stream.into_split();
+    let Some(security) = security else {
+        return connection(stream, (peer, None), osd, shutdown).await;
+    };
+    match security.accept(stream).await {
+        Ok((tls, identity)) => {
+            osd.metrics().tls_handshakes.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, %identity, "TLS connection admitted");
+            connection(tls, (peer, Some(identity)), osd, shutdown).await
+        }
+        Err(e) => {
+            osd.metrics().tls_refusals.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, cause = %e, "connection refused");
+        }
+    }
+}
+
+async fn connection<S>(
+    stream: S,
+    (peer, identity): (String, Option<Identity>),
+    osd: Arc<Front>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (rd, mut wr) = tokio::io::split(stream);
+    let _open = OpenConnection::count(&osd);
     let (tx, mut rx) = mpsc::unbounded_channel::<OutFrame>();
     let m = osd.clone();
     let writer = tokio::spawn(async move {
@@ -76,9 +110,21 @@ async fn connection(stream: TcpStream, osd: Arc<Front>, mut shutdown: watch::Rec
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
         match decode_request(&frame) {
             Ok(call) => {
+                let cred = match &identity {
+                    None => call.cred,
+                    Some(identity) => match security::admit(identity, call.cred, &call.request) {
+                        Ok(cred) => cred,
+                        Err(e) => {
+                            osd.metrics().refused_requests.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, cause = %e.message, "request refused");
+                            send(&osd, &tx, id, opcode, &Err(e));
+                            continue;
+                        }
+                    },
+                };
                 let (osd, tx) = (osd.clone(), tx.clone());
                 inflight.spawn(async move {
-                    let resp = osd.handle(call.cred, call.request).await;
+                    let resp = osd.handle(cred, call.request).await;
                     send(&osd, &tx, id, opcode, &resp);
                 });
             }
@@ -94,6 +140,22 @@ async fn connection(stream: TcpStream, osd: Arc<Front>, mut shutdown: watch::Rec
     while inflight.join_next().await.is_some() {}
     drop(tx);
     let _ = writer.await;
+}
+
+/// Counts a connection as open while it lives.
+struct OpenConnection(Arc<Front>);
+
+impl OpenConnection {
+    fn count(osd: &Arc<Front>) -> OpenConnection {
+        osd.metrics().connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(osd.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.metrics().connections.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn send(osd: &Front, tx: &mpsc::UnboundedSender<OutFrame>, id: u64, opcode: u16, resp: &Response) {

@@ -106,6 +106,7 @@ impl TestCluster {
             txn,
             delegations: Default::default(),
             replication: Default::default(),
+            tls: Default::default(),
             servers,
         };
         let net = Arc::new(SimNet::new(opts.seed));
@@ -119,6 +120,7 @@ impl TestCluster {
                     data_dir: dir.path().join(format!("server-{}", s.id)),
                     member: None,
                     bootstrap: false,
+                    map_path: None,
                 };
                 let node = Node {
                     config,

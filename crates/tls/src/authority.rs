@@ -151,13 +151,8 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), CertError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp).map_err(io(&tmp))?;
     f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io(path))?;
     let dir = path.parent().unwrap_or(Path::new("."));

@@ -68,7 +68,7 @@ fn load_roots(ca: &Path) -> Result<Arc<rustls::RootCertStore>, CertError> {
 }
 
 /// Where a process finds its TLS material: the cluster CA and its own identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TlsFiles {
     pub ca: PathBuf,
     pub identity: PathBuf,
@@ -92,7 +92,10 @@ impl ClientTls {
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
             .map_err(|e| bad(&files.identity, e))?;
-        Ok(ClientTls { connector: tokio_rustls::TlsConnector::from(Arc::new(config)), identity: files.identity.clone() })
+        Ok(ClientTls {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            identity: files.identity.clone(),
+        })
     }
 
     /// The identity directory this end presents.
@@ -131,7 +134,8 @@ impl ServerTls {
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain, key)
             .map_err(|e| bad(&files.identity, e))?;
-        let tls = ServerTls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), revoked: Default::default() };
+        let tls =
+            ServerTls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), revoked: Default::default() };
         tls.set_revoked(revoked);
         Ok(tls)
     }
@@ -204,7 +208,11 @@ mod tests {
     }
 
     fn user() -> Identity {
-        let role = Role::User { uids: Ranges::parse("1000").unwrap(), gids: Ranges::parse("1000").unwrap(), root: RootClaim::Squash };
+        let role = Role::User {
+            uids: Ranges::parse("1000").unwrap(),
+            gids: Ranges::parse("1000").unwrap(),
+            root: RootClaim::Squash,
+        };
         Identity { name: "alice".into(), role }
     }
 

@@ -162,9 +162,8 @@ impl Identity {
     pub fn from_uri(name: &str, uri: &str) -> Result<Identity, IdentityError> {
         let bad = || IdentityError::Uri(uri.to_string());
         let query = uri.strip_prefix(URI_PREFIX).ok_or_else(bad)?;
-        let field = |key: &str| {
-            query.split('&').find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
-        };
+        let field =
+            |key: &str| query.split('&').find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v));
         let role = match field("role").ok_or_else(bad)? {
             "server" => Role::Server,
             "admin" => Role::Admin,
@@ -200,8 +199,11 @@ mod tests {
     use super::*;
 
     fn user(root: RootClaim) -> Identity {
-        let role =
-            Role::User { uids: Ranges::parse("1000-1999").unwrap(), gids: Ranges::parse("1000-1999,50").unwrap(), root };
+        let role = Role::User {
+            uids: Ranges::parse("1000-1999").unwrap(),
+            gids: Ranges::parse("1000-1999,50").unwrap(),
+            root,
+        };
         Identity { name: "alice".into(), role }
     }
 

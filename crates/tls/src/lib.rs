@@ -9,3 +9,4 @@ pub mod identity;
 pub use authority::{Authority, CertError, Issued, Validity, SERVER_NAME};
 pub use config::{identity_of, serial_of_file, ClientTls, Refused, ServerTls, TlsFiles, HANDSHAKE_TIMEOUT};
 pub use identity::{Identity, Ranges, Refusal, Role, RootClaim, NOBODY};
+pub use tokio_rustls;
