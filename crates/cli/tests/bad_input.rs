@@ -147,7 +147,7 @@ fn assert_still_serving(cluster: &TestCluster) {
 
 #[test]
 fn garbage_on_the_socket_closes_only_that_connection() {
-    let cluster = TestCluster::start(2);
+    let cluster = TestCluster::start_insecure(2);
     // Random bytes.
     let mut s = raw(&cluster);
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -203,7 +203,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
 
 #[test]
 fn wrong_protocol_version_gets_a_clear_error() {
-    let cluster = TestCluster::start(1);
+    let cluster = TestCluster::start_insecure(1);
     let mut buf = encode_request(3, &Cred::server(), &Request::Ping).unwrap().to_bytes();
     buf[6] = 99; // version byte
     let mut s = raw(&cluster);

@@ -36,6 +36,11 @@ impl TestCluster {
         Self::start_with(n, SyncMode::Os)
     }
 
+    /// Starts `n` servers without TLS (plain TCP: tests that write raw frames).
+    pub fn start_insecure(n: usize) -> TestCluster {
+        Self::start_settings(n, &ClusterSettings { insecure: true, ..Default::default() })
+    }
+
     pub fn start_with(n: usize, sync: SyncMode) -> TestCluster {
         Self::start_settings(n, &ClusterSettings { sync, ..Default::default() })
     }

@@ -188,7 +188,11 @@ impl fmt::Display for Identity {
             Role::Server => write!(f, "{} (server)", self.name),
             Role::Admin => write!(f, "{} (admin)", self.name),
             Role::User { uids, gids, root } => {
-                write!(f, "{} (uids {uids}, gids {gids}, root {:?})", self.name, root)
+                let root = match root {
+                    RootClaim::Squash => "root squashed",
+                    RootClaim::Refuse => "root refused",
+                };
+                write!(f, "{} (uids {uids}, gids {gids}, {root})", self.name)
             }
         }
     }

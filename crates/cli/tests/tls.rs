@@ -1,0 +1,196 @@
+//! Mutual TLS and identities on a real cluster: connections without a valid certificate of
+//! the cluster CA are refused without harm to the server or other connections; a user
+//! identity acts only within its uid and gid ranges, its root squashed or refused; admin
+//! and server-only requests need their role.
+
+mod common;
+
+use common::TestCluster;
+use plusfs_client::{Client, ClientOptions};
+use plusfs_proto::{Cred, Errno, Reply, Request};
+use plusfs_rpc::{Connection, Counters};
+use plusfs_tls::{Authority, ClientTls, Identity, Ranges, Role, RootClaim, TlsFiles, Validity};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The cluster CA of `tc` (the one `cluster up` made).
+fn cluster_ca(tc: &TestCluster) -> Authority {
+    Authority::load(&tc.cluster.data().join("certs/ca")).unwrap()
+}
+
+fn user(name: &str, root: RootClaim) -> Identity {
+    let role =
+        Role::User { uids: Ranges::parse("1000-1999").unwrap(), gids: Ranges::parse("1000-1999").unwrap(), root };
+    Identity { name: name.into(), role }
+}
+
+/// A client of `tc` that presents the identity in `dir`.
+fn client_as(tc: &TestCluster, dir: &Path) -> Client {
+    let mut map = tc.cluster.map().clone();
+    map.tls.identity = Some(dir.to_path_buf());
+    Client::new(map, ClientOptions { retries: 2, ..Default::default() })
+}
+
+/// One `Ping` over a new connection to server 0 presenting `identity` (a directory).
+async fn ping_as(tc: &TestCluster, ca: &Path, identity: &Path) -> Result<(), String> {
+    let tls = ClientTls::load(&TlsFiles { ca: ca.to_path_buf(), identity: identity.to_path_buf() })
+        .map_err(|e| e.to_string())?;
+    let addr = &tc.cluster.map().servers[0].address;
+    let c =
+        Connection::connect_with(addr, Arc::new(Counters::default()), Some(&tls)).await.map_err(|e| e.to_string())?;
+    match c.call(&Cred::server(), &Request::Ping).await.map_err(|e| e.to_string())? {
+        Ok(Reply::Pong { .. }) => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// Sends `bytes` on a plain TCP connection to server 0 and reads until it is closed.
+fn raw_exchange(tc: &TestCluster, bytes: &[u8]) -> Vec<u8> {
+    let mut s = std::net::TcpStream::connect(&tc.cluster.map().servers[0].address).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+fn refusals_logged(tc: &TestCluster) -> usize {
+    tc.cluster
+        .logs()
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default().matches("connection refused").count())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_a_valid_certificate_are_refused_and_others_go_on() {
+    let tc = TestCluster::start(2);
+    let t = tempfile::tempdir().unwrap();
+    let ca_pem = tc.cluster.map().tls.ca.clone().expect("a cluster with TLS by default");
+    let admin = tc.client();
+    admin.mkdir("/kept", 0o755).await.unwrap();
+    let ca = cluster_ca(&tc);
+    ca.issue(&user("alice", RootClaim::Squash), Validity::days(1), &t.path().join("alice")).unwrap();
+    ping_as(&tc, &ca_pem, &t.path().join("alice")).await.expect("a valid identity gets in");
+
+    // Another CA's certificate.
+    let other = Authority::create(&t.path().join("other-ca")).unwrap();
+    other.issue(&user("eve", RootClaim::Squash), Validity::days(1), &t.path().join("eve")).unwrap();
+    let eve = ping_as(&tc, &ca_pem, &t.path().join("eve")).await.unwrap_err();
+    assert!(eve.contains("TLS") || eve.contains("lost") || eve.contains("closed"), "{eve}");
+    // An expired one of the right CA.
+    let now = time::OffsetDateTime::now_utc();
+    let old = Validity { not_before: now - time::Duration::days(3), not_after: now - time::Duration::days(1) };
+    ca.issue(&user("old", RootClaim::Squash), old, &t.path().join("old")).unwrap();
+    ping_as(&tc, &ca_pem, &t.path().join("old")).await.expect_err("an expired certificate is refused");
+    // No certificate at all: a TLS client that presents none.
+    let roots = {
+        let mut r = plusfs_tls::tokio_rustls::rustls::RootCertStore::empty();
+        r.add(first_der(&std::fs::read(&ca_pem).unwrap()).into()).unwrap();
+        r
+    };
+    let config = plusfs_tls::tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+        plusfs_tls::tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(&tc.cluster.map().servers[0].address).await.unwrap();
+    let connector = plusfs_tls::tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = plusfs_tls::tokio_rustls::rustls::pki_types::ServerName::try_from(plusfs_tls::SERVER_NAME).unwrap();
+    let anonymous = async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = connector.connect(name, tcp).await?;
+        let frame = plusfs_proto::encode_request(1, &Cred::server(), &Request::Ping).unwrap().to_bytes();
+        s.write_all(&frame).await?;
+        let mut buf = [0u8; 1];
+        s.read_exact(&mut buf).await
+    };
+    assert!(anonymous.await.is_err(), "a client without a certificate must get no answer");
+    // Garbage, and a plain-text request, instead of a handshake: closed without an answer.
+    assert!(raw_exchange(&tc, b"GET / HTTP/1.0\r\n\r\n garbage garbage").iter().all(|&b| b != b'P'));
+    let plain = plusfs_proto::encode_request(1, &Cred::server(), &Request::Ping).unwrap().to_bytes();
+    let answer = raw_exchange(&tc, &plain);
+    assert!(plusfs_proto::Frame::parse(bytes::Bytes::from(answer)).is_err(), "no plusfs frame in plain text");
+    // Revoked after issue: refused from the next connection on.
+    let (code, out, err) = tc.cli(&["cert", "revoke", "--cert", t.path().join("alice/cert.pem").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let revoked = ping_as(&tc, &ca_pem, &t.path().join("alice")).await.unwrap_err();
+    assert!(!revoked.is_empty());
+    // The server is unharmed and so is the admitted client.
+    admin.lstat("/kept").await.expect("the first client goes on");
+    admin.mkdir("/after", 0o755).await.unwrap();
+    assert!(refusals_logged(&tc) >= 6, "every refusal is logged: {}", refusals_logged(&tc));
+    tc.assert_fsck_clean();
+}
+
+/// The DER of the first certificate in PEM text `pem`.
+fn first_der(pem: &[u8]) -> Vec<u8> {
+    use plusfs_tls::tokio_rustls::rustls::pki_types::pem::PemObject;
+    plusfs_tls::tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(pem).unwrap().to_vec()
+}
+
+fn identity_dir(tc: &TestCluster, t: &Path, id: Identity) -> PathBuf {
+    let dir = t.join(&id.name);
+    cluster_ca(tc).issue(&id, Validity::days(1), &dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identities_bound_the_uids_a_client_may_claim() {
+    let tc = TestCluster::start(2);
+    let t = tempfile::tempdir().unwrap();
+    let admin = tc.client();
+    admin.mkdir("/home", 0o777).await.unwrap();
+    admin.chmod("/home", 0o1777).await.unwrap();
+    let alice = client_as(&tc, &identity_dir(&tc, t.path(), user("alice", RootClaim::Squash)));
+    let bob = client_as(&tc, &identity_dir(&tc, t.path(), user("bob", RootClaim::Refuse)));
+
+    // Within the ranges: acts as the claimed uid.
+    let a = alice.as_caller(Cred::new(1500, 1500, vec![]));
+    a.mkdir("/home/a", 0o755).await.unwrap();
+    a.create("/home/a/f", 0o644, true).await.unwrap();
+    assert_eq!(admin.lstat("/home/a/f").await.unwrap().uid, 1500);
+    // Outside them: EACCES, nothing made.
+    let outside = alice.as_caller(Cred::new(2500, 1500, vec![]));
+    assert_eq!(outside.mkdir("/home/x", 0o755).await.unwrap_err().errno, Errno::EACCES);
+    let bad_gid = alice.as_caller(Cred::new(1500, 7, vec![]));
+    assert_eq!(bad_gid.create("/home/y", 0o644, true).await.unwrap_err().errno, Errno::EACCES);
+    assert_eq!(admin.lstat("/home/x").await.unwrap_err().errno, Errno::ENOENT);
+    assert_eq!(admin.lstat("/home/y").await.unwrap_err().errno, Errno::ENOENT);
+    // Root squashed to nobody: what it makes is nobody's, and root's files stay closed.
+    let root = alice.as_caller(Cred::server());
+    root.mkdir("/home/r", 0o755).await.unwrap();
+    root.create("/home/r/f", 0o644, true).await.unwrap();
+    assert_eq!(admin.lstat("/home/r").await.unwrap().uid, plusfs_tls::NOBODY);
+    assert_eq!(admin.lstat("/home/r/f").await.unwrap().uid, plusfs_tls::NOBODY);
+    admin.mkdir("/private", 0o700).await.unwrap();
+    assert_eq!(root.mkdir("/private/z", 0o755).await.unwrap_err().errno, Errno::EACCES);
+    // Root refused outright for an identity without squash.
+    assert_eq!(bob.as_caller(Cred::server()).mkdir("/home/b", 0o755).await.unwrap_err().errno, Errno::EPERM);
+
+    // Admin and server-only requests need their role.
+    let policy = alice.as_caller(Cred::new(1500, 1500, vec![]));
+    let e = policy.set_policy("/home/a", Some(plusfs_proto::Threshold::Entries(10)), None).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EPERM, "{e}");
+    let server_only = Request::TxAbort { txid: 1 };
+    let e = alice.call_server(0, &server_only).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EPERM, "{e}");
+    let alice_dir = t.path().join("alice");
+    for args in [&["cluster", "compact"][..], &["fsck"][..]] {
+        let out = std::process::Command::new(common::exe())
+            .args(args)
+            .env("PLUSFS_CLUSTER", tc.cluster.map_file())
+            .env("PLUSFS_IDENTITY", &alice_dir)
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success() && said.contains("admin identity"), "{args:?}: {said}");
+    }
+    let (code, out, err) = tc.cli(&["cluster", "compact"]);
+    assert_eq!(code, 0, "the cluster's admin identity may: {out}{err}");
+    tc.assert_fsck_clean();
+}
