@@ -93,6 +93,8 @@ pub async fn send_queued<W: AsyncWrite + Unpin>(
         }
         sent(batch.iter().map(OutFrame::len).sum());
         write_frames(w, &batch).await?;
+        // A TLS stream may keep the last records it could not send yet until flushed.
+        w.flush().await?;
         batch.clear();
     }
     Ok(())

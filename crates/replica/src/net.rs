@@ -115,6 +115,8 @@ impl Peer {
         frame.push(kind);
         frame.extend_from_slice(body);
         s.write_all(&frame).await.map_err(CallError::Io)?;
+        // TLS may hold back records until flushed.
+        s.flush().await.map_err(CallError::Io)?;
         let reply = read_frame(&mut s).await.map_err(CallError::Io)?;
         let out = postcard::from_bytes(&reply).map_err(|e| CallError::Io(std::io::Error::other(e)))?;
         self.pool.lock().expect("pool").entry(self.addr.clone()).or_default().push(s);
@@ -248,6 +250,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, raft: Raft) -> 
         out.extend_from_slice(&(reply.len() as u32).to_be_bytes());
         out.extend_from_slice(&reply);
         s.write_all(&out).await?;
+        s.flush().await?;
     }
 }
 
