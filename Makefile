@@ -83,10 +83,10 @@ ctest:
 ## ruff, and the `plusfs` module (so `import plusfs` works in it)
 venv: venv-base pymodule
 venv-base: $(VENV)/.done
-$(VENV)/.done: python/dmetabench/pyproject.toml | deps
+$(VENV)/.done: python/dmetabench/pyproject.toml Makefile | deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet matplotlib mpi4py pytest ruff maturin
+	$(VENV)/bin/pip install --quiet matplotlib mpi4py pytest ruff maturin prometheus-client
 	$(VENV)/bin/pip install --quiet -e python/dmetabench
 	touch $@
 

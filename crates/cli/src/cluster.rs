@@ -109,6 +109,10 @@ pub enum ClusterCmd {
         /// the admin identity clients present unless PLUSFS_IDENTITY names another.
         #[arg(long)]
         insecure: bool,
+        /// No metrics endpoints. By default every server process serves Prometheus metrics
+        /// on a port of its host (`metrics` in the map, shown by `cluster status`).
+        #[arg(long)]
+        no_metrics: bool,
         #[command(flatten)]
         shape: crate::netns::ShapeArgs,
     },
@@ -223,6 +227,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             clients,
             replicas,
             insecure,
+            no_metrics,
             shape,
         } => {
             if shape.any() && !netns {
@@ -253,6 +258,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
                     netns,
                     replicas,
                     insecure,
+                    no_metrics,
                     ..Default::default()
                 },
                 detach,
@@ -402,6 +408,19 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                     "server {} data: {} records in {} segments, {} bytes",
                     s.id, st.data_records, st.data_segments, st.data_bytes
                 ));
+                let metrics: Vec<&str> = s
+                    .metrics
+                    .iter()
+                    .chain(s.members.iter().filter_map(|m| m.metrics.as_ref()))
+                    .map(String::as_str)
+                    .collect();
+                if !metrics.is_empty() {
+                    ops_lines.push(format!(
+                        "server {} metrics: http://{}/metrics",
+                        s.id,
+                        metrics.join("/metrics http://")
+                    ));
+                }
                 if st.cx_executed > 0 || st.cx_pending > 0 {
                     ops_lines.push(format!(
                         "server {} cx: executed={} committed={} aborted={} rounds={} immediate={} invalidated={} \

@@ -14,6 +14,7 @@ mod largefile;
 mod mount;
 mod netns;
 mod sim;
+mod top;
 mod xbench;
 
 use anyhow::{Context, Result};
@@ -93,6 +94,9 @@ enum Cmd {
     /// The cluster CA and the identities it issues (mutual TLS).
     #[command(subcommand)]
     Cert(cert::CertCmd),
+    /// Every server's operations per second and p99 latency, refreshed each second (from
+    /// the servers' metrics endpoints).
+    Top(top::TopArgs),
 }
 
 /// Keeps large buffers (the 1-4 MiB frames and records of file data) in the heap: glibc
@@ -134,6 +138,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Netns(c) => netns::run(c, cluster),
         Cmd::Sim(c) => sim::run(c),
         Cmd::Cert(c) => cert::run(c, cluster).map(|_| ExitCode::SUCCESS),
+        Cmd::Top(a) => top::run(a, cluster).map(|_| ExitCode::SUCCESS),
         Cmd::Cp(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async move {
@@ -170,6 +175,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     | Cmd::Netns(_)
                     | Cmd::Sim(_)
                     | Cmd::Cert(_)
+                    | Cmd::Top(_)
                     | Cmd::Cp(_) => {
                         unreachable!("handled above")
                     }

@@ -34,7 +34,8 @@ pub struct MountArgs {
     /// `nodeleg` (no directory delegations: every change goes to the servers at once),
     /// `max_background=N` (requests in flight, default 64), `workers=N` (threads serving
     /// requests, default 2), `readahead=KIB` (the kernel's read-ahead, default 8192; 0
-    /// keeps the kernel's 128 KiB).
+    /// keeps the kernel's 128 KiB), `metrics=HOST:PORT` (serve Prometheus histograms of
+    /// the FUSE operations there).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -66,6 +67,10 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             Some(("workers", v)) => {
                 s.workers = v.parse().ok().filter(|n| (1..=64).contains(n)).context("workers must be 1 to 64")?
             }
+            Some(("metrics", v)) => {
+                v.parse::<std::net::SocketAddr>().with_context(|| format!("metrics={v}: expected HOST:PORT"))?;
+                s.metrics = Some(v.to_string());
+            }
             Some(("ttl", v)) => {
                 let secs: f64 = v.parse().with_context(|| format!("ttl '{v}' is not a number of seconds"))?;
                 if !(0.0..=3600.0).contains(&secs) {
@@ -75,7 +80,8 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             }
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
-                 writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readahead=KIB)"
+                 writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readahead=KIB, \
+                 metrics=HOST:PORT)"
             ),
         }
     }

@@ -328,7 +328,7 @@ async fn a_batch_of_files_larger_than_a_log_entry_survives_a_failover() {
 async fn to_leader(tc: &TestCluster, req: &plusfs_proto::Request) -> plusfs_proto::Response {
     let m = leader(tc, 0);
     let addr = tc.cluster.map().server(0).unwrap().member(m).unwrap().address.clone();
-    let conn = plusfs_rpc::Connection::connect(&addr, Default::default()).await.unwrap();
+    let conn = plusfs_rpc::Connection::connect_to(&addr, Default::default(), &tc.cluster.map().tls).await.unwrap();
     conn.call(&plusfs_proto::Cred::server(), req).await.unwrap()
 }
 

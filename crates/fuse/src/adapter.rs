@@ -157,6 +157,14 @@ impl PlusFs {
             let _in_runtime = rt.enter();
             Arc::new(MountCore::with_ttl(client, settings.ttl))
         };
+        if let Some(addr) = &settings.metrics {
+            let registry = plusfs_metrics::prometheus::Registry::new();
+            core.observe_into(&registry);
+            let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
+            let refresh: plusfs_metrics::Refresh = Arc::new(|| Box::pin(async {}));
+            rt.spawn(plusfs_metrics::serve(listener, registry, refresh));
+            tracing::info!(addr, "mount metrics endpoint ready");
+        }
         Ok(PlusFs { core, rt, settings: settings.clone(), callers: Callers::default() })
     }
 

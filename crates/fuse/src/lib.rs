@@ -56,6 +56,9 @@ pub struct MountSettings {
     /// 0 keeps the kernel's 128 KiB). FUSE offers a file system at most the block
     /// layer's default; the mount raises it through sysfs once it is up (needs root).
     pub readahead_kib: u32,
+    /// Serve Prometheus metrics (FUSE-operation latency histograms) on this `host:port`
+    /// (`-o metrics=ADDR`).
+    pub metrics: Option<String>,
 }
 
 impl Default for MountSettings {
@@ -72,6 +75,7 @@ impl Default for MountSettings {
             default_permissions: true,
             delegations: true,
             readahead_kib: 8192,
+            metrics: None,
         }
     }
 }

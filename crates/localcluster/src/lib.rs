@@ -63,6 +63,9 @@ pub struct ClusterSettings {
     /// Plain TCP, any peer trusted (`cluster up --insecure`); otherwise a new cluster gets
     /// a CA and certificates (see [`make_certs`]).
     pub insecure: bool,
+    /// No metrics endpoints (`cluster up --no-metrics`); otherwise every server process
+    /// gets one (`metrics` in the map).
+    pub no_metrics: bool,
 }
 
 /// Name of the process (and of its data directory, log and pid file) of server `id`, or
@@ -132,6 +135,32 @@ fn host_servers(net: &Net, id: u32, replicas: usize) -> ServerEntry {
         .collect();
     ServerEntry { id, address: members[0].address.clone(), weight: 1.0, members, metrics: None }
 }
+
+/// Gives every server process of `servers` a metrics address on its own host: a free
+/// port on loopback, [`METRICS_PORT`] on a private network's hosts.
+fn assign_metrics(servers: &mut [ServerEntry], private: bool) -> Result<()> {
+    let procs: usize = servers.iter().map(|s| s.members.len().max(1)).sum();
+    let mut ports = if private { Vec::new() } else { free_ports(procs)? }.into_iter();
+    let mut addr = |client: &str| -> String {
+        let host = client.rsplit_once(':').map_or(client, |(h, _)| h);
+        match ports.next() {
+            Some(p) => format!("{host}:{p}"),
+            None => format!("{host}:{METRICS_PORT}"),
+        }
+    };
+    for s in servers {
+        if s.members.is_empty() {
+            s.metrics = Some(addr(&s.address));
+        }
+        for m in &mut s.members {
+            m.metrics = Some(addr(&m.address));
+        }
+    }
+    Ok(())
+}
+
+/// The metrics port of a server process on a private network's host.
+pub const METRICS_PORT: u16 = 7200;
 
 /// Server slots `ids`, each a group of `replicas` members on loopback (a client and a Raft
 /// port each).
@@ -210,7 +239,7 @@ impl LocalCluster {
             if settings.replicas > 7 {
                 bail!("--replicas must be at most 7");
             }
-            let servers = match &settings.netns {
+            let mut servers = match &settings.netns {
                 Some(ns) => {
                     plusfs_netns::require_root()?;
                     let replicas = settings.replicas.max(1);
@@ -227,6 +256,9 @@ impl LocalCluster {
                     .map(|(port, id)| ServerEntry::new(id, format!("127.0.0.1:{port}"), 1.0))
                     .collect(),
             };
+            if !settings.no_metrics {
+                assign_metrics(&mut servers, settings.netns.is_some())?;
+            }
             let map = ClusterMap {
                 epoch: 1,
                 sync: settings.sync,
@@ -448,13 +480,14 @@ impl LocalCluster {
     pub fn new_member(&self, id: u32) -> Result<MemberEntry> {
         let s = self.map.server(id).with_context(|| format!("no server {id} in the map"))?;
         anyhow::ensure!(!s.members.is_empty(), "server {id} is not replicated");
-        let ports = free_ports(2)?;
+        let ports = free_ports(3)?;
         let next = s.members.iter().map(|m| m.id).max().unwrap_or(0) + 1;
+        let with_metrics = s.members.iter().any(|m| m.metrics.is_some());
         Ok(MemberEntry {
             id: next,
             address: format!("127.0.0.1:{}", ports[0]),
             raft: format!("127.0.0.1:{}", ports[1]),
-            metrics: None,
+            metrics: with_metrics.then(|| format!("127.0.0.1:{}", ports[2])),
         })
     }
 

@@ -457,6 +457,14 @@ impl Request {
         }
     }
 
+    /// The operation an exactly-once wrapper carries (the request itself otherwise).
+    pub fn inner(&self) -> &Request {
+        match self {
+            Request::Once { op, .. } => op.inner(),
+            other => other,
+        }
+    }
+
     /// Short lower-case name of the operation, used by counters and logs.
     pub fn name(&self) -> &'static str {
         opcode_name(self.opcode())

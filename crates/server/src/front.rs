@@ -13,7 +13,8 @@
 //! committed anything since. Once the lease has run out, a request first waits for a
 //! read-index round (`Group::read_barrier`): a quorum confirms the leader again.
 
-use crate::metrics::Metrics;
+use crate::exporter::Exporter;
+use crate::metrics::{Metrics, NetCounters};
 use crate::osd::Osd;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Cred, GroupInfo, Reply, Request, Response, ServerId, StoreDigest, WireError};
@@ -122,23 +123,48 @@ pub struct Front {
     member: Option<Arc<Member>>,
     /// Counters of messages and bytes (the engine's once it serves).
     idle_metrics: Metrics,
+    /// Connection and TLS counters.
+    net: NetCounters,
+    /// The process's Prometheus registry (request latencies are observed into it).
+    exporter: Exporter,
 }
 
 impl Front {
     /// A front that serves `osd` (an unreplicated server).
     pub fn serving(osd: Arc<Osd>) -> Arc<Front> {
-        let f = Front { osd: OnceLock::new(), member: None, idle_metrics: Metrics::default() };
-        let _ = f.osd.set(osd);
+        let f = Front::new(None);
+        f.take_over(osd);
         Arc::new(f)
     }
 
     /// A front for a member of a replicated slot that does not serve yet.
     pub fn member(member: Arc<Member>) -> Arc<Front> {
-        Arc::new(Front { osd: OnceLock::new(), member: Some(member), idle_metrics: Metrics::default() })
+        Arc::new(Front::new(Some(member)))
+    }
+
+    fn new(member: Option<Arc<Member>>) -> Front {
+        Front {
+            osd: OnceLock::new(),
+            member,
+            idle_metrics: Metrics::default(),
+            net: NetCounters::default(),
+            exporter: Exporter::new(),
+        }
+    }
+
+    /// Connection and TLS counters.
+    pub fn net(&self) -> &NetCounters {
+        &self.net
+    }
+
+    /// The process's metrics registry.
+    pub fn exporter(&self) -> &Exporter {
+        &self.exporter
     }
 
     /// Starts serving `osd` (this member took over its slot).
     pub fn take_over(&self, osd: Arc<Osd>) {
+        self.exporter.take_store(osd.store.latency_histograms());
         let _ = self.osd.set(osd);
     }
 

@@ -11,7 +11,9 @@ mod cx;
 mod deleg;
 mod dirperms;
 mod dispatch;
+mod endpoint;
 pub mod engine;
+pub mod exporter;
 mod failpoint;
 mod filedata;
 mod front;
@@ -161,7 +163,12 @@ pub async fn run(
     let peers = Pool::new(&config.map, 2, 0);
     let osd = open(&config, peers, Arc::default()).await?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), tls = security.is_some(), "server ready");
-    net::serve(listener, Front::serving(osd), security, shutdown).await;
+    let front = Front::serving(osd);
+    let metrics = endpoint::start(entry.metrics.as_deref(), &front).await?;
+    net::serve(listener, front, security, shutdown).await;
+    if let Some(m) = metrics {
+        m.abort();
+    }
     tracing::info!(id = config.id, "server stopped");
     Ok(Exit::Stopped)
 }

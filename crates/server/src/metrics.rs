@@ -12,6 +12,12 @@ pub struct Metrics {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub tx_started: AtomicU64,
+}
+
+/// Counters of a server process's connections (kept by its network side, whether or not
+/// it serves yet).
+#[derive(Default)]
+pub struct NetCounters {
     /// Connections open now.
     pub connections: AtomicU64,
     /// TLS handshakes that admitted a peer, and connections refused (handshake failed,
@@ -20,6 +26,12 @@ pub struct Metrics {
     pub tls_refusals: AtomicU64,
     /// Requests refused because the peer's identity does not allow them.
     pub refused_requests: AtomicU64,
+}
+
+impl NetCounters {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
 }
 
 impl Default for Metrics {
@@ -31,10 +43,6 @@ impl Default for Metrics {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             tx_started: AtomicU64::new(0),
-            connections: AtomicU64::new(0),
-            tls_handshakes: AtomicU64::new(0),
-            tls_refusals: AtomicU64::new(0),
-            refused_requests: AtomicU64::new(0),
         }
     }
 }

@@ -55,12 +55,12 @@ async fn admit(stream: TcpStream, osd: Arc<Front>, security: Option<Arc<Security
     };
     match security.accept(stream).await {
         Ok((tls, identity)) => {
-            osd.metrics().tls_handshakes.fetch_add(1, Ordering::Relaxed);
+            osd.net().tls_handshakes.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, %identity, "TLS connection admitted");
             connection(tls, (peer, Some(identity)), osd, shutdown).await
         }
         Err(e) => {
-            osd.metrics().tls_refusals.fetch_add(1, Ordering::Relaxed);
+            osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%peer, cause = %e, "connection refused");
         }
     }
@@ -115,7 +115,7 @@ async fn connection<S>(
                     Some(identity) => match security::admit(identity, call.cred, &call.request) {
                         Ok(cred) => cred,
                         Err(e) => {
-                            osd.metrics().refused_requests.fetch_add(1, Ordering::Relaxed);
+                            osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);
                             tracing::debug!(%peer, cause = %e.message, "request refused");
                             send(&osd, &tx, id, opcode, &Err(e));
                             continue;
@@ -124,7 +124,9 @@ async fn connection<S>(
                 };
                 let (osd, tx) = (osd.clone(), tx.clone());
                 inflight.spawn(async move {
+                    let (op, started) = (call.request.inner().name(), std::time::Instant::now());
                     let resp = osd.handle(cred, call.request).await;
+                    osd.exporter().observe(op, started.elapsed());
                     send(&osd, &tx, id, opcode, &resp);
                 });
             }
@@ -147,14 +149,14 @@ struct OpenConnection(Arc<Front>);
 
 impl OpenConnection {
     fn count(osd: &Arc<Front>) -> OpenConnection {
-        osd.metrics().connections.fetch_add(1, Ordering::Relaxed);
+        osd.net().connections.fetch_add(1, Ordering::Relaxed);
         OpenConnection(osd.clone())
     }
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.metrics().connections.fetch_sub(1, Ordering::Relaxed);
+        self.0.net().connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

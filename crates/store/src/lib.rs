@@ -350,6 +350,10 @@ pub trait DirStore: Send + Sync + 'static {
     fn submit(&self, batch: Batch) -> Commit;
     /// Activity counters.
     fn stats(&self) -> StoreStats;
+    /// Latency histograms of the engine's writes, for a metrics registry (none by default).
+    fn latency_histograms(&self) -> Vec<plusfs_metrics::prometheus::Histogram> {
+        Vec::new()
+    }
 }
 
 /// Submits `batch` and waits until it is durable.

@@ -1,6 +1,7 @@
 //! The RocksDB engine of [`DirStore`](crate::DirStore).
 
 use crate::{Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreStats};
+use plusfs_metrics::prometheus::{Histogram, HistogramOpts};
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::de::DeserializeOwned;
@@ -50,11 +51,29 @@ pub const RECORD_VERSION: u8 = 2;
 /// Key of the store's format number.
 const FORMAT_KEY: &[u8] = b"M__format";
 
-#[derive(Default)]
 struct Counters {
     batches: AtomicU64,
     writes: AtomicU64,
     syncs: AtomicU64,
+    /// Time of an engine write without fsync, and of one with (group commit).
+    write_seconds: Histogram,
+    fsync_seconds: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        let hist = |name: &str, help: &str| {
+            let opts = HistogramOpts::new(name, help).buckets(plusfs_metrics::latency_buckets());
+            Histogram::with_opts(opts).expect("valid histogram")
+        };
+        Counters {
+            batches: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            write_seconds: hist("plusfs_store_write_seconds", "Time of a store write (WAL, no fsync)."),
+            fsync_seconds: hist("plusfs_store_fsync_seconds", "Time of a store write with its WAL fsync."),
+        }
+    }
 }
 
 fn engine(e: rocksdb::Error) -> StoreError {
@@ -301,6 +320,7 @@ impl RocksStore {
         let mut wo = WriteOptions::default();
         wo.set_sync(false);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        let _timer = self.stats.write_seconds.start_timer();
         self.db.write_opt(wb, &wo).map_err(engine)
     }
 
@@ -376,7 +396,9 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::S
                 }
                 let mut wo = WriteOptions::default();
                 wo.set_sync(true);
+                let timer = stats.fsync_seconds.start_timer();
                 let result = db.write_opt(wb, &wo).map_err(engine);
+                timer.observe_duration();
                 stats.writes.fetch_add(1, Ordering::Relaxed);
                 stats.syncs.fetch_add(1, Ordering::Relaxed);
                 for (_, done) in group {
@@ -572,6 +594,10 @@ impl DirStore for RocksStore {
             }
         }
         rx
+    }
+
+    fn latency_histograms(&self) -> Vec<Histogram> {
+        vec![self.stats.write_seconds.clone(), self.stats.fsync_seconds.clone()]
     }
 
     fn stats(&self) -> StoreStats {

@@ -76,6 +76,8 @@ pub struct MountCore {
     next_fh: AtomicU64,
     /// [`ORPHANS`] exists with its mode (made on first need).
     orphans_ready: std::sync::atomic::AtomicBool,
+    /// FUSE-operation latencies, once a metrics endpoint serves them.
+    latencies: std::sync::OnceLock<plusfs_metrics::Latencies>,
 }
 
 /// The errno an application sees. A server that cannot be reached after the client's
@@ -122,7 +124,18 @@ impl MountCore {
             open_files: Mutex::default(),
             next_fh: AtomicU64::new(1),
             orphans_ready: std::sync::atomic::AtomicBool::new(false),
+            latencies: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Observes the latency of every operation into `registry`
+    /// (`plusfs_fuse_request_duration_seconds{op}`), from now on.
+    pub fn observe_into(&self, registry: &plusfs_metrics::prometheus::Registry) {
+        let _ = self.latencies.set(plusfs_metrics::Latencies::new(
+            registry,
+            "plusfs_fuse_request_duration_seconds",
+            "Time to answer a FUSE request that reached the mount's core, by operation.",
+        ));
     }
 
     /// The client of the mount's owner.
@@ -135,7 +148,11 @@ impl MountCore {
     pub async fn counted<T>(&self, op: &'static str, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
         let start = std::time::Instant::now();
         let (r, requests) = plusfs_client::counting(fut).await;
-        self.stats.record(op, requests, start.elapsed().as_micros() as u64, r.is_ok());
+        let took = start.elapsed();
+        self.stats.record(op, requests, took.as_micros() as u64, r.is_ok());
+        if let Some(l) = self.latencies.get() {
+            l.observe(op, took);
+        }
         r
     }
 

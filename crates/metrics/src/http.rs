@@ -1,0 +1,82 @@
+//! The `/metrics` endpoint: a minimal HTTP/1.x responder (one request per connection), so a
+//! process needs no web framework to be scraped.
+
+use futures::future::BoxFuture;
+use prometheus::{Encoder, Registry, TextEncoder};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Brings values kept elsewhere into the registry before each scrape.
+pub type Refresh = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// How long a scraper may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest request head read.
+const MAX_HEAD: usize = 8192;
+
+/// Serves `registry` on `listener` until the task is dropped: `GET /metrics` answers the
+/// text format (after `refresh`), anything else 404 or 405.
+pub async fn serve(listener: TcpListener, registry: Registry, refresh: Refresh) {
+    loop {
+        let (s, peer) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(cause = %e, "metrics endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (registry, refresh) = (registry.clone(), refresh.clone());
+        tokio::spawn(async move {
+            if let Err(e) = answer(s, &registry, &refresh).await {
+                tracing::debug!(%peer, cause = %e, "metrics request failed");
+            }
+        });
+    }
+}
+
+async fn answer(mut s: TcpStream, registry: &Registry, refresh: &Refresh) -> std::io::Result<()> {
+    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut s))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request"))??;
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, body, kind) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => {
+            refresh().await;
+            let mut out = Vec::new();
+            let encoder = TextEncoder::new();
+            encoder.encode(&registry.gather(), &mut out).map_err(std::io::Error::other)?;
+            ("200 OK", out, encoder.format_type().to_string())
+        }
+        ("GET", _) => ("404 Not Found", b"only /metrics is served\n".to_vec(), "text/plain".to_string()),
+        _ => ("405 Method Not Allowed", b"GET /metrics\n".to_vec(), "text/plain".to_string()),
+    };
+    let header = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(header.as_bytes()).await?;
+    s.write_all(&body).await?;
+    s.shutdown().await
+}
+
+/// The request head (up to the blank line), as text.
+async fn read_head(s: &mut TcpStream) -> std::io::Result<String> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > MAX_HEAD {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "request head too large"));
+        }
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
