@@ -25,8 +25,12 @@ def plusfs_bin() -> str:
 def cluster():
     data = Path(tempfile.mkdtemp(prefix="plusfs-metrics-"))
     exe = plusfs_bin()
-    subprocess.run([exe, "cluster", "up", "--servers", "2", "--data", str(data), "--detach"], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [exe, "cluster", "up", "--servers", "2", "--data", str(data), "--detach"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         yield exe, data / "cluster.toml"
     finally:
@@ -55,8 +59,9 @@ def test_every_endpoint_parses_and_histograms_are_consistent(cluster):
     before = [scrape(a) for a in addrs]
     env = dict(os.environ, PLUSFS_CLUSTER=str(map_file))
     subprocess.run([exe, "mkdir", "/p"], check=True, env=env, capture_output=True, timeout=60)
-    subprocess.run([exe, "touch"] + [f"/p/f{i}" for i in range(30)], check=True, env=env,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [exe, "touch"] + [f"/p/f{i}" for i in range(30)], check=True, env=env, capture_output=True, timeout=60
+    )
     after = [scrape(a) for a in addrs]
     moved = 0.0
     for fams in after:
