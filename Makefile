@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica venv clean
+.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -136,6 +136,11 @@ bench-model: build venv
 bench-replica: build venv
 	CARGO="$(CARGO)" PYTHON=$(VENV)/bin/python scripts/replica_bench.sh
 	CARGO="$(CARGO)" PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python RUNS=3 scripts/replica_servers_bench.sh
+
+## bench-security: what mutual TLS and the metrics endpoints cost: create/stat/unlink
+## (unbatched, batched) and `plusfs cp` in and out, insecure vs TLS vs TLS without metrics
+bench-security: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python RUNS=3 scripts/security_bench.sh
 
 clean:
 	$(CARGO) clean
