@@ -65,6 +65,25 @@ enum Place {
     Cluster(Client, String),
 }
 
+/// `rel` below local directory `base`, or `base` itself for the root entry (`rel` empty:
+/// the source or destination is the file being copied).
+fn local_at(base: &Path, rel: &str) -> PathBuf {
+    if rel.is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(rel)
+    }
+}
+
+/// `rel` below cluster directory `base`, or `base` itself for the root entry.
+fn cluster_at(base: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        base.to_string()
+    } else {
+        plusfs_proto::path::join(base, rel)
+    }
+}
+
 impl Place {
     fn join(&self, rel: &str) -> Place {
         match self {
@@ -394,14 +413,14 @@ async fn unfinished(dst: &Place, files: Vec<Entry>) -> Vec<Entry> {
         Place::Local(base) => files
             .into_iter()
             .filter(|e| {
-                !std::fs::symlink_metadata(base.join(&e.rel))
+                !std::fs::symlink_metadata(local_at(&base, &e.rel))
                     .is_ok_and(|m| m.is_file() && same(e, m.len(), ts(m.mtime(), m.mtime_nsec())))
             })
             .collect(),
         Place::Cluster(c, base) => {
             let mut by_dir: std::collections::BTreeMap<String, Vec<Entry>> = Default::default();
             for e in files {
-                let p = plusfs_proto::path::join(base, &e.rel);
+                let p = cluster_at(base, &e.rel);
                 let dir = plusfs_proto::path::split(&p).map_or("/".to_string(), |s| s.0.to_string());
                 by_dir.entry(dir).or_default().push(e);
             }
@@ -489,7 +508,7 @@ async fn pipeline(src: &Place, dst: &Place, batches: Vec<Vec<Entry>>, root: bool
 async fn read_batch(src: &Place, batch: &[Entry]) -> Vec<Result<Vec<u8>, String>> {
     match src {
         Place::Local(root) => {
-            let paths: Vec<PathBuf> = batch.iter().map(|e| root.join(&e.rel)).collect();
+            let paths: Vec<PathBuf> = batch.iter().map(|e| local_at(root, &e.rel)).collect();
             tokio::task::spawn_blocking(move || {
                 paths.iter().map(|p| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))).collect()
             })
@@ -497,7 +516,7 @@ async fn read_batch(src: &Place, batch: &[Entry]) -> Vec<Result<Vec<u8>, String>
             .unwrap_or_else(|e| vec![Err(e.to_string()); batch.len()])
         }
         Place::Cluster(c, root) => {
-            let paths: Vec<String> = batch.iter().map(|e| plusfs_proto::path::join(root, &e.rel)).collect();
+            let paths: Vec<String> = batch.iter().map(|e| cluster_at(root, &e.rel)).collect();
             c.batch_read(&paths, plusfs_client::DEFAULT_READ_BUFFER)
                 .await
                 .into_iter()
@@ -514,7 +533,7 @@ async fn write_batch(dst: &Place, files: Vec<(Entry, Vec<u8>)>, root: bool) -> u
             let new: Vec<NewFile> = files
                 .into_iter()
                 .map(|(e, data)| NewFile {
-                    path: plusfs_proto::path::join(base, &e.rel),
+                    path: cluster_at(base, &e.rel),
                     data,
                     mode: e.mode,
                     owner: root.then_some((e.uid, e.gid)),
@@ -531,7 +550,7 @@ async fn write_batch(dst: &Place, files: Vec<(Entry, Vec<u8>)>, root: bool) -> u
                 let mut failed = 0;
                 let mut written = Vec::with_capacity(files.len());
                 for (e, d) in &files {
-                    let p = base.join(&e.rel);
+                    let p = local_at(&base, &e.rel);
                     match std::fs::write(&p, d) {
                         Ok(()) => written.push((p, e)),
                         Err(err) => {

@@ -116,3 +116,19 @@ fn an_interrupted_copy_is_finished_by_running_it_again() {
     plusfs(&cluster, &["cp", "-r", "-q", "plusfs:/c", back.to_str().unwrap()]);
     assert_eq!(describe(&src), describe(&back));
 }
+
+#[test]
+fn a_single_file_is_copied_in_and_out_like_cp() {
+    let cluster = TestCluster::start(2);
+    let t = tempfile::tempdir().unwrap();
+    let body: Vec<u8> = (0..(3u32 << 20) + 17).map(|i| (i % 251) as u8).collect();
+    std::fs::write(t.path().join("one"), &body).unwrap();
+    plusfs(&cluster, &["cp", "-q", t.path().join("one").to_str().unwrap(), "plusfs:/one"]);
+    plusfs(&cluster, &["mkdir", "/d"]);
+    // Into an existing directory: the file keeps its name.
+    plusfs(&cluster, &["cp", "-q", t.path().join("one").to_str().unwrap(), "plusfs:/d"]);
+    plusfs(&cluster, &["cp", "-q", "plusfs:/d/one", t.path().join("back").to_str().unwrap()]);
+    assert_eq!(std::fs::read(t.path().join("back")).unwrap(), body);
+    plusfs(&cluster, &["cp", "-q", "plusfs:/one", t.path().to_str().unwrap()]);
+    assert_eq!(std::fs::read(t.path().join("one")).unwrap(), body);
+}
