@@ -9,14 +9,17 @@ from collections import defaultdict
 
 def rate(row):
     """Operations per second of a `plusfs bench` line, or MiB/s of a copy."""
-    return row.get("mib_per_sec", row.get("ops_per_sec", row.get("ops_s", row.get("ops_per_s", 0.0))))
+    if row["case"].startswith("cp"):
+        return row["mib_per_sec"]
+    return row.get("ops_per_sec", row.get("ops_s", row.get("ops_per_s", 0.0)))
 
 
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
     cells = defaultdict(list)
     for r in rows:
-        cells[(r["case"], r.get("batch", 1) if "mib_per_sec" not in r else "-", r["mode"])].append(rate(r))
+        batch = "-" if r["case"].startswith("cp") else r.get("batch", 1)
+        cells[(r["case"], batch, r["mode"])].append(rate(r))
     print("| workload | batch | insecure | TLS | TLS / insecure | TLS, no metrics | metrics on / off |")
     print("|---|---|---|---|---|---|---|")
     keys = sorted({(c, b) for (c, b, _) in cells}, key=lambda k: (str(k[1]), k[0]))
