@@ -413,7 +413,7 @@ async fn unfinished(dst: &Place, files: Vec<Entry>) -> Vec<Entry> {
         Place::Local(base) => files
             .into_iter()
             .filter(|e| {
-                !std::fs::symlink_metadata(local_at(&base, &e.rel))
+                !std::fs::symlink_metadata(local_at(base, &e.rel))
                     .is_ok_and(|m| m.is_file() && same(e, m.len(), ts(m.mtime(), m.mtime_nsec())))
             })
             .collect(),

@@ -73,6 +73,8 @@ async fn servers_serve_metrics_that_move_with_operations() {
     for _ in 0..40 {
         conn.call(&Cred::server(), &Request::Stat { path: "/m".into() }).await.unwrap().ok();
     }
+    // A scrape brings the status in at most every 0.5 s.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     let after = scrape(&addr);
     let count = r#"plusfs_request_duration_seconds_count{op="stat"}"#;
     let moved = get(&after, count) - get(&before, count);

@@ -498,7 +498,8 @@ async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
         c.create(path, 0o644, true).await.unwrap();
         c.write(path, 0, path.as_bytes()).await.unwrap();
     }
-    for seq in 1..=5 {
+    c.mkdir("/done/pre", 0o755).await.unwrap();
+    for seq in 1..=6 {
         mark_applied(&mut tc, 7, seq);
     }
     let once = |seq, op| Request::Once { client: 7, seq, op: Box::new(op) };
@@ -525,17 +526,25 @@ async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
     let ex = to_leader(&tc, &once(4, Request::Exchange { a: "/ex1".into(), b: "/ex2".into() })).await;
     assert_eq!(ex, Ok(Reply::Done));
     assert_eq!(c.read_all("/ex1").await.unwrap(), b"/ex2", "the marked exchange ran");
-    // What the state cannot tell (a batch of mkdirs) is reported as unknown.
+    // A batch of mkdirs: the directory that exists is done, the missing one is made.
     let mkdirs = Request::Batch {
         op: plusfs_proto::BatchOp::Mkdir,
         dir: "/done".into(),
-        names: vec!["m".into()],
+        names: vec!["pre".into(), "new".into()],
         mode: 0o755,
         uid: 0,
         gid: 0,
-        semantics: plusfs_proto::Semantics::PerformAll,
+        semantics: plusfs_proto::Semantics::StopOnFailure,
     };
-    assert_eq!(to_leader(&tc, &once(5, mkdirs)).await.unwrap_err().errno, Errno::EIO);
+    match to_leader(&tc, &once(5, mkdirs)).await {
+        Ok(Reply::Batch(b)) => assert_eq!((b.errnos, b.attrs.len()), (vec![Errno::OK, Errno::OK], 2)),
+        other => panic!("marked batch of mkdirs: {other:?}"),
+    }
+    c.lstat("/done/new").await.expect("the missing directory was made");
+    // What the state cannot tell (an exclusive xattr set) is reported as unknown.
+    let set = plusfs_proto::XattrOp::Set { name: "user.x".into(), value: b"1".to_vec(), create: true, replace: false };
+    let xattr = Request::Xattr { path: "/ex1".into(), op: set };
+    assert_eq!(to_leader(&tc, &once(6, xattr)).await.unwrap_err().errno, Errno::EIO);
     tc.assert_fsck_clean();
 }
 

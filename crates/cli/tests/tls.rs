@@ -74,6 +74,9 @@ async fn connections_without_a_valid_certificate_are_refused_and_others_go_on() 
     let ca = cluster_ca(&tc);
     ca.issue(&user("alice", RootClaim::Squash), Validity::days(1), &t.path().join("alice")).unwrap();
     ping_as(&tc, &ca_pem, &t.path().join("alice")).await.expect("a valid identity gets in");
+    // A client of alice's that keeps its connections open across the revocation below.
+    let alice = client_as(&tc, &t.path().join("alice")).as_caller(Cred::new(1500, 1500, vec![]));
+    alice.lstat("/kept").await.expect("alice may look");
 
     // Another CA's certificate.
     let other = Authority::create(&t.path().join("other-ca")).unwrap();
@@ -120,6 +123,13 @@ async fn connections_without_a_valid_certificate_are_refused_and_others_go_on() 
     assert_eq!(code, 0, "{out}{err}");
     let revoked = ping_as(&tc, &ca_pem, &t.path().join("alice")).await.unwrap_err();
     assert!(!revoked.is_empty());
+    // Connections made before the revocation are closed at their next request (servers
+    // look at the map every 2 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alice.lstat("/kept").await.is_ok() {
+        assert!(std::time::Instant::now() < deadline, "a revoked identity's open connection still serves");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // The server is unharmed and so is the admitted client.
     admin.lstat("/kept").await.expect("the first client goes on");
     admin.mkdir("/after", 0o755).await.unwrap();
@@ -179,6 +189,34 @@ async fn identities_bound_the_uids_a_client_may_claim() {
     let server_only = Request::TxAbort { txid: 1 };
     let e = alice.call_server(0, &server_only).await.unwrap_err();
     assert_eq!(e.errno, Errno::EPERM, "{e}");
+    // What requests carry inside is bounded too: a delegation flush's callers, a client-driven
+    // sub-operation's inode (only new directories), data records by number.
+    let flush = Request::DelegFlush {
+        dir: "/home".into(),
+        id: 1,
+        seq: 1,
+        creds: vec![Cred::server()],
+        ops: vec![],
+        release: false,
+    };
+    assert_eq!(
+        bob.as_caller(Cred::new(1500, 1500, vec![])).call_server(0, &flush).await.unwrap_err().errno,
+        Errno::EPERM
+    );
+    let setuid_root = plusfs_proto::Inode::new(1, plusfs_proto::FileKind::File, 0o4755, 0, 0);
+    let forged = Request::SubExec {
+        ops: vec![plusfs_proto::SubOp::InsertEntry {
+            dir: "/home".into(),
+            name: "evil".into(),
+            inode: setuid_root,
+            replace: plusfs_proto::Replace::Never,
+            shard: None,
+        }],
+    };
+    assert_eq!(a.call_server(0, &forged).await.unwrap_err().errno, Errno::EPERM);
+    assert_eq!(admin.lstat("/home/evil").await.unwrap_err().errno, Errno::ENOENT);
+    let drop = Request::DataDrop { records: vec![1, 2, 3] };
+    assert_eq!(a.call_server(0, &drop).await.unwrap_err().errno, Errno::EPERM);
     let alice_dir = t.path().join("alice");
     for args in [&["cluster", "compact"][..], &["fsck"][..]] {
         let out = std::process::Command::new(common::exe())

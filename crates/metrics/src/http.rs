@@ -11,6 +11,11 @@ use tokio::net::{TcpListener, TcpStream};
 /// Brings values kept elsewhere into the registry before each scrape.
 pub type Refresh = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// Scrapes answered at once; more connections wait.
+const CONCURRENT: usize = 4;
+/// A refresh serves the scrapes of this long (a burst of scrapes costs one).
+const REFRESH_EVERY: Duration = Duration::from_millis(500);
+
 /// How long a scraper may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request head read.
@@ -19,6 +24,8 @@ const MAX_HEAD: usize = 8192;
 /// Serves `registry` on `listener` until the task is dropped: `GET /metrics` answers the
 /// text format (after `refresh`), anything else 404 or 405.
 pub async fn serve(listener: TcpListener, registry: Registry, refresh: Refresh) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT));
+    let last = Arc::new(tokio::sync::Mutex::new(None::<std::time::Instant>));
     loop {
         let (s, peer) = match listener.accept().await {
             Ok(a) => a,
@@ -28,16 +35,29 @@ pub async fn serve(listener: TcpListener, registry: Registry, refresh: Refresh) 
                 continue;
             }
         };
-        let (registry, refresh) = (registry.clone(), refresh.clone());
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let (registry, refresh, last) = (registry.clone(), refresh.clone(), last.clone());
         tokio::spawn(async move {
-            if let Err(e) = answer(s, &registry, &refresh).await {
+            let fresh = async {
+                let mut last = last.lock().await;
+                if last.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+                    refresh().await;
+                    *last = Some(std::time::Instant::now());
+                }
+            };
+            if let Err(e) = answer(s, &registry, fresh).await {
                 tracing::debug!(%peer, cause = %e, "metrics request failed");
             }
+            drop(slot);
         });
     }
 }
 
-async fn answer(mut s: TcpStream, registry: &Registry, refresh: &Refresh) -> std::io::Result<()> {
+async fn answer(
+    mut s: TcpStream,
+    registry: &Registry,
+    refresh: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
     let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut s))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request"))??;
@@ -46,7 +66,7 @@ async fn answer(mut s: TcpStream, registry: &Registry, refresh: &Refresh) -> std
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, body, kind) = match (method, path.split('?').next().unwrap_or("")) {
         ("GET", "/metrics") => {
-            refresh().await;
+            refresh.await;
             let mut out = Vec::new();
             let encoder = TextEncoder::new();
             encoder.encode(&registry.gather(), &mut out).map_err(std::io::Error::other)?;

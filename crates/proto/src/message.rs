@@ -457,10 +457,10 @@ impl Request {
         }
     }
 
-    /// The operation an exactly-once wrapper carries (the request itself otherwise).
+    /// The operation inside exactly-once and shard wrappers (the request itself otherwise).
     pub fn inner(&self) -> &Request {
         match self {
-            Request::Once { op, .. } => op.inner(),
+            Request::Once { op, .. } | Request::Shard { op, .. } => op.inner(),
             other => other,
         }
     }
@@ -485,7 +485,12 @@ impl Request {
             | OnInode { .. }
             | DirPerms { .. }
             | CxPerms { .. } => Privilege::Server,
-            Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest => Privilege::Admin,
+            // Dropping data records by number (a client drops what a failed direct write of
+            // its own left; a user's records wait for fsck instead of trusting the number).
+            Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | DataDrop { .. } => Privilege::Admin,
+            Mkdir { threshold, width, .. } if *threshold != crate::Threshold::Cluster || *width != 0 => {
+                Privilege::Admin
+            }
             // Changing a directory's distribution policy (`plusfs hugedir`); without values
             // it only applies the current policy (a new directory distributed from birth).
             SetPolicy { threshold, width, .. } if threshold.is_some() || width.is_some() => Privilege::Admin,

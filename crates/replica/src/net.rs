@@ -208,8 +208,8 @@ pub async fn serve(listener: TcpListener, raft: Raft, tls: Option<Arc<plusfs_tls
                     let served = match tls {
                         None => serve_conn(s, raft).await,
                         Some(tls) => match tls.accept(s).await {
-                            Ok((s, id)) if id.is_server() => serve_conn(s, raft).await,
-                            Ok((_, id)) => {
+                            Ok((s, id, _)) if id.is_server() => serve_conn(s, raft).await,
+                            Ok((_, id, _)) => {
                                 tracing::warn!(%peer, identity = %id, "Raft connection refused: not a server");
                                 Ok(())
                             }

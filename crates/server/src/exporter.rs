@@ -63,6 +63,8 @@ pub struct Exporter {
     connections: IntGauge,
     replica: [IntGauge; 3],
     lag: IntGaugeVec,
+    /// Entries per storing server of the directories being (re)distributed now.
+    spreading: IntGaugeVec,
     /// Whether an endpoint serves the registry (latencies are observed only then).
     enabled: std::sync::atomic::AtomicBool,
 }
@@ -99,7 +101,18 @@ impl Exporter {
         )
         .expect("valid gauge");
         r.register(Box::new(lag.clone())).expect("a new metric name");
+        let spreading = IntGaugeVec::new(
+            Opts::new(
+                "plusfs_hugedir_distributing_entries",
+                "Entries on each storing server of the directories homed here that are being (re)distributed now \
+                 (their progress).",
+            ),
+            &["server"],
+        )
+        .expect("valid gauge");
+        r.register(Box::new(spreading.clone())).expect("a new metric name");
         Exporter {
+            spreading,
             totals: TOTALS.iter().map(|(n, h, _)| (*n, counter(&r, n, h))).collect(),
             levels: LEVELS.iter().map(|(n, h, _)| (*n, gauge(&r, n, h))).collect(),
             net: [
@@ -152,6 +165,16 @@ impl Exporter {
         }
         for (op, n) in &s.ops {
             set_total(&self.ops.with_label_values(&[op.as_str()]), *n);
+        }
+        let mut spreading: HashMap<u32, u64> = HashMap::new();
+        for h in s.hugedirs.iter().filter(|h| h.state == DistState::Distributing) {
+            for (server, n) in &h.entries {
+                *spreading.entry(*server).or_default() += n;
+            }
+        }
+        self.spreading.reset();
+        for (server, n) in spreading {
+            self.spreading.with_label_values(&[server.to_string().as_str()]).set(n as i64);
         }
     }
 

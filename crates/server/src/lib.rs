@@ -180,7 +180,11 @@ fn secure(config: &ServerConfig) -> Result<Option<Arc<security::Security>>, Star
     if let (Some(_), Some(dir)) = (&security, &config.map.tls.server_identity) {
         plusfs_rpc::set_process_identity(dir.clone());
     }
-    Ok(security.map(Arc::new))
+    let security = security.map(Arc::new);
+    if let Some(s) = &security {
+        s.watch();
+    }
+    Ok(security)
 }
 
 /// Binds the address the cluster map gives server `id` (its member `member`'s, if given).

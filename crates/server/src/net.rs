@@ -47,17 +47,27 @@ pub async fn serve(
 }
 
 /// Runs the TLS handshake of a new connection (if the cluster uses TLS), then serves it.
-async fn admit(stream: TcpStream, osd: Arc<Front>, security: Option<Arc<Security>>, shutdown: watch::Receiver<bool>) {
+async fn admit(
+    stream: TcpStream,
+    osd: Arc<Front>,
+    security: Option<Arc<Security>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     stream.set_nodelay(true).ok();
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let Some(security) = security else {
-        return connection(stream, (peer, None), osd, shutdown).await;
+        return connection(stream, Peer { addr: peer, identity: None }, osd, shutdown).await;
     };
-    match security.accept(stream).await {
-        Ok((tls, identity)) => {
+    let accepted = tokio::select! {
+        a = security.accept(stream) => a,
+        _ = shutdown.changed() => return,
+    };
+    match accepted {
+        Ok((tls, identity, serial)) => {
             osd.net().tls_handshakes.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, %identity, "TLS connection admitted");
-            connection(tls, (peer, Some(identity)), osd, shutdown).await
+            let peer = Peer { addr: peer, identity: Some((identity, serial, security)) };
+            connection(tls, peer, osd, shutdown).await
         }
         Err(e) => {
             osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
@@ -66,16 +76,20 @@ async fn admit(stream: TcpStream, osd: Arc<Front>, security: Option<Arc<Security
     }
 }
 
-async fn connection<S>(
-    stream: S,
-    (peer, identity): (String, Option<Identity>),
-    osd: Arc<Front>,
-    mut shutdown: watch::Receiver<bool>,
-) where
+/// Who is at the other end of a connection: its address and, over TLS, its identity, its
+/// certificate's serial number and the server's TLS end (which knows revocations).
+struct Peer {
+    addr: String,
+    identity: Option<(Identity, String, Arc<Security>)>,
+}
+
+async fn connection<S>(stream: S, who: Peer, osd: Arc<Front>, mut shutdown: watch::Receiver<bool>)
+where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (rd, mut wr) = tokio::io::split(stream);
     let _open = OpenConnection::count(&osd);
+    let peer = who.addr;
     let (tx, mut rx) = mpsc::unbounded_channel::<OutFrame>();
     let m = osd.clone();
     let writer = tokio::spawn(async move {
@@ -109,10 +123,17 @@ async fn connection<S>(
         osd.metrics().bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
         match decode_request(&frame) {
-            Ok(call) => {
-                let cred = match &identity {
+            Ok(mut call) => {
+                if let Some((identity, serial, security)) = &who.identity {
+                    if security.is_revoked(serial) {
+                        osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%peer, %identity, serial, "certificate revoked: closing its connection");
+                        break;
+                    }
+                }
+                let cred = match &who.identity {
                     None => call.cred,
-                    Some(identity) => match security::admit(identity, call.cred, &call.request) {
+                    Some((identity, ..)) => match security::admit(identity, call.cred, &mut call.request) {
                         Ok(cred) => cred,
                         Err(e) => {
                             osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);
@@ -126,7 +147,10 @@ async fn connection<S>(
                 inflight.spawn(async move {
                     let (op, started) = (call.request.inner().name(), std::time::Instant::now());
                     let resp = osd.handle(cred, call.request).await;
-                    osd.exporter().observe(op, started.elapsed());
+                    // A follower's redirect is not a served request.
+                    if !matches!(resp, Ok(plusfs_proto::Reply::Redirect { .. })) {
+                        osd.exporter().observe(op, started.elapsed());
+                    }
                     send(&osd, &tx, id, opcode, &resp);
                 });
             }

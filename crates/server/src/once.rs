@@ -13,8 +13,9 @@
 //!   rename or link (over two servers: recovery settles them first), the state decides —
 //!   done if its effect is there, else it runs; an exchange runs again (its answer is
 //!   recorded with its commit decision, so a mark without it means the new leader's
-//!   recovery undid it); `EIO` "outcome unknown" for the rest (batches of mkdirs, and
-//!   create or unlink batches that went entry by entry);
+//!   recovery undid it); a batch of mkdirs answers the directories that exist as done and
+//!   makes the others; `EIO` "outcome unknown" for the rest (create or unlink batches
+//!   that went entry by entry, as they do for hard links);
 //! - otherwise nothing of it was applied, and it runs.
 //!
 //! Requests whose answer is known before their last batch — appends, xattr changes,
@@ -28,7 +29,7 @@
 //! Records expire after [`KEEP`]: a resend comes within seconds.
 
 use crate::osd::Osd;
-use plusfs_proto::{Cred, Errno, Reply, Request, Response, WireError};
+use plusfs_proto::{BatchReply, Cred, Errno, Reply, Request, Response, WireError};
 use plusfs_store::{commit, Batch, BatchOp, OnceId, OnceState, RocksStore, ONCE};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -184,6 +185,9 @@ async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> 
         // Its answer goes with its commit decision (or its one local batch): marked
         // without it, the new leader's recovery aborted it.
         Request::Exchange { .. } => None,
+        Request::Batch { op: plusfs_proto::BatchOp::Mkdir, dir, names, .. } if incarnation.is_none() => {
+            settle_mkdirs(osd, cred, inner, (dir, names)).await
+        }
         other => unknown(other.name()),
     }
 }
@@ -198,6 +202,67 @@ pub(crate) fn answer_with_next_batch(answer: &Response) {
 /// [`plusfs_store::commit_point`]).
 pub(crate) fn answer_at_commit(answer: &Response) {
     plusfs_store::answer_at_commit(|| postcard::to_allocvec(answer).ok());
+}
+
+/// A batch of mkdirs applied at least in part: the directories that exist are done (their
+/// attributes), the others are made now by the same batch for just them (under
+/// stop-on-failure the first run made a prefix of the names; under perform-all it made all
+/// or none); the answers merge in the names' order. `None` (run it whole) if none exists.
+async fn settle_mkdirs(
+    osd: &Arc<Osd>,
+    cred: &Cred,
+    req: &Request,
+    (dir, names): (&str, &[String]),
+) -> Option<Response> {
+    let mut found = Vec::with_capacity(names.len());
+    for name in names {
+        let path = plusfs_proto::path::join(dir, name);
+        found.push(match dir_stat(osd, &path).await {
+            Ok(Reply::Attr(a)) => Some(a),
+            Err(e) if e.errno == Errno::ENOENT => None,
+            _ => {
+                return Some(Err(eio(format!(
+                    "{path}: a batch of mkdirs applied by a leader that died; its outcome is not known here"
+                ))))
+            }
+        });
+    }
+    if found.iter().all(Option::is_none) {
+        return None;
+    }
+    let missing: Vec<String> = names.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(n, _)| n.clone()).collect();
+    let mut rest = match missing.is_empty() {
+        true => BatchReply { errnos: Vec::new(), attrs: Vec::new(), dist: None },
+        false => {
+            let Request::Batch { op, dir, mode, uid, gid, semantics, .. } = req.clone() else { return None };
+            let again = Request::Batch { op, dir, names: missing, mode, uid, gid, semantics };
+            match osd.handle(cred.clone(), again).await {
+                Ok(Reply::Batch(b)) => b,
+                other => return Some(other),
+            }
+        }
+    };
+    let mut merged = BatchReply { errnos: Vec::new(), attrs: Vec::new(), dist: None };
+    let (mut rest_errnos, mut rest_attrs) = (rest.errnos.drain(..), rest.attrs.drain(..));
+    for f in found {
+        match f {
+            Some(a) => {
+                merged.errnos.push(Errno::OK);
+                merged.attrs.push(a);
+            }
+            None => match rest_errnos.next() {
+                Some(e) => {
+                    merged.errnos.push(e);
+                    if e == Errno::OK {
+                        merged.attrs.extend(rest_attrs.next());
+                    }
+                }
+                // Not performed (an earlier entry failed under stop-on-failure).
+                None => break,
+            },
+        }
+    }
+    Some(Ok(Reply::Batch(merged)))
 }
 
 /// The attributes of the directory object at `path`, from its home (here or a peer).

@@ -7,7 +7,7 @@
 //! squashed or refused; admin and server-only requests refused to users.
 
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Cred, Errno, Privilege, Request, WireError};
+use plusfs_proto::{Cred, Errno, FileKind, Privilege, Request, SubOp, WireError};
 use plusfs_tls::{Identity, Refused, ServerTls, TlsFiles};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,9 @@ pub struct Security {
     map_path: Option<PathBuf>,
     seen: Mutex<Option<SystemTime>>,
 }
+
+/// How often a server looks for a newer revocation list in its map file.
+const REVOCATION_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The TLS stream of an admitted connection.
 pub type Stream = plusfs_tls::tokio_rustls::server::TlsStream<TcpStream>;
@@ -44,10 +47,31 @@ impl Security {
         self.tls.clone()
     }
 
-    /// Runs the handshake of a new connection: its peer's identity, or why it is refused.
-    pub async fn accept(&self, stream: TcpStream) -> Result<(Stream, Identity), Refused> {
+    /// Runs the handshake of a new connection: its peer's identity and certificate serial
+    /// number, or why it is refused.
+    pub async fn accept(&self, stream: TcpStream) -> Result<(Stream, Identity, String), Refused> {
         self.reload_revocations();
         self.tls.accept(stream).await
+    }
+
+    /// True when certificate `serial` was revoked (connections made before are closed at
+    /// their next request).
+    pub fn is_revoked(&self, serial: &str) -> bool {
+        self.tls.is_revoked(serial)
+    }
+
+    /// Re-reads the map's revocation list every [`REVOCATION_CHECK`] while the server runs.
+    pub fn watch(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REVOCATION_CHECK).await;
+                match me.upgrade() {
+                    Some(s) => s.reload_revocations(),
+                    None => return,
+                }
+            }
+        });
     }
 
     /// Takes the revocation list of the map file if it changed since last seen.
@@ -75,8 +99,10 @@ fn modified(path: &Path) -> Option<SystemTime> {
 
 /// The credential request `req`, claiming `cred`, runs with for a peer of `identity`; or
 /// the refusal (`EPERM` for admin and server requests and for root, `EACCES` for other ids
-/// outside the identity's ranges).
-pub fn admit(identity: &Identity, cred: Cred, req: &Request) -> Result<Cred, WireError> {
+/// outside the identity's ranges). Credentials a request carries inside (a delegation
+/// flush's) are bounded the same way, and a user's client-driven Cx may only make and
+/// remove directories.
+pub fn admit(identity: &Identity, cred: Cred, req: &mut Request) -> Result<Cred, WireError> {
     let op = req.name();
     match req.privilege() {
         Privilege::Server if !identity.is_server() => {
@@ -90,11 +116,57 @@ pub fn admit(identity: &Identity, cred: Cred, req: &Request) -> Result<Cred, Wir
         }
         _ => {}
     }
-    identity.admit(cred).map_err(|r| {
-        let errno = match r {
-            plusfs_tls::Refusal::Root { .. } => Errno::EPERM,
-            _ => Errno::EACCES,
-        };
-        WireError::new(errno, format!("{op}: {r}"))
-    })
+    let bound = |c: Cred| {
+        identity.admit(c).map_err(|r| {
+            let errno = match r {
+                plusfs_tls::Refusal::Root { .. } => Errno::EPERM,
+                _ => Errno::EACCES,
+            };
+            WireError::new(errno, format!("{op}: {r}"))
+        })
+    };
+    if !identity.is_admin() {
+        inner_creds(req, &bound)?;
+        user_subops(req).map_err(|what| {
+            WireError::new(Errno::EPERM, format!("{op}: {what} is for the cluster's servers only ({identity})"))
+        })?;
+    }
+    bound(cred)
+}
+
+/// Bounds the credentials a request carries for other callers (a delegation flush's).
+fn inner_creds(req: &mut Request, bound: &impl Fn(Cred) -> Result<Cred, WireError>) -> Result<(), WireError> {
+    match req {
+        Request::DelegFlush { creds, .. } => {
+            for c in creds.iter_mut() {
+                *c = bound(c.clone())?;
+            }
+            Ok(())
+        }
+        Request::Shard { op, .. } | Request::Once { op, .. } => inner_creds(op, bound),
+        _ => Ok(()),
+    }
+}
+
+/// A user's client sends sub-operations itself only for a Cx mkdir or rmdir: a directory
+/// entry of a new directory (no file data, no shared inode), its object (without an
+/// ancestry, which the server fills in), and their removal. Anything else is refused.
+fn user_subops(req: &Request) -> Result<(), &'static str> {
+    let ops = match req {
+        Request::CxExec { ops, .. } | Request::SubExec { ops } => ops,
+        Request::Shard { op, .. } | Request::Once { op, .. } => return user_subops(op),
+        _ => return Ok(()),
+    };
+    for o in ops {
+        match o {
+            SubOp::InsertEntry { inode, .. }
+                if inode.kind == FileKind::Dir && inode.pieces.is_empty() && inode.link_home.is_none() => {}
+            SubOp::CreateDir { object, .. } if object.ancestry.is_none() => {}
+            SubOp::RemoveEntry { .. } | SubOp::RemoveDir { .. } => {}
+            SubOp::InsertEntry { .. } => return Err("an entry other than a new directory's"),
+            SubOp::CreateDir { .. } => return Err("a directory object with its ancestry"),
+            _ => return Err("this sub-operation"),
+        }
+    }
+    Ok(())
 }

@@ -145,9 +145,9 @@ impl ServerTls {
         *self.revoked.write().expect("revoked list") = revoked.iter().map(|s| s.to_ascii_lowercase()).collect();
     }
 
-    /// Runs the handshake over `stream` and checks the peer's certificate: its identity,
-    /// or why the connection is refused.
-    pub async fn accept<S>(&self, stream: S) -> Result<(tokio_rustls::server::TlsStream<S>, Identity), Refused>
+    /// Runs the handshake over `stream` and checks the peer's certificate: its identity
+    /// and serial number, or why the connection is refused.
+    pub async fn accept<S>(&self, stream: S) -> Result<(tokio_rustls::server::TlsStream<S>, Identity, String), Refused>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -159,10 +159,15 @@ impl ServerTls {
         let der = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
         let der = der.ok_or_else(|| Refused::NoIdentity("no certificate".into()))?;
         let (identity, serial) = identity_of(&der).map_err(Refused::NoIdentity)?;
-        if self.revoked.read().expect("revoked list").contains(&serial) {
+        if self.is_revoked(&serial) {
             return Err(Refused::Revoked { name: identity.name, serial });
         }
-        Ok((tls, identity))
+        Ok((tls, identity, serial))
+    }
+
+    /// True when certificate `serial` (hex) is on the revocation list.
+    pub fn is_revoked(&self, serial: &str) -> bool {
+        self.revoked.read().expect("revoked list").contains(serial)
     }
 }
 
@@ -227,7 +232,7 @@ mod tests {
             let mut buf = [0u8; 4];
             s.read_exact(&mut buf).await.map(|_| buf)
         });
-        let (mut s, id) = server.accept(b).await.map_err(|e| e.to_string())?;
+        let (mut s, id, _) = server.accept(b).await.map_err(|e| e.to_string())?;
         let mut buf = [0u8; 4];
         s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
         s.write_all(b"pong").await.map_err(|e| e.to_string())?;
