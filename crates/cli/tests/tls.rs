@@ -217,6 +217,15 @@ async fn identities_bound_the_uids_a_client_may_claim() {
     assert_eq!(admin.lstat("/home/evil").await.unwrap_err().errno, Errno::ENOENT);
     let drop = Request::DataDrop { records: vec![1, 2, 3] };
     assert_eq!(a.call_server(0, &drop).await.unwrap_err().errno, Errno::EPERM);
+    let get = Request::DataGet { ranges: vec![(1, 0, 4096)] };
+    assert_eq!(a.call_server(0, &get).await.unwrap_err().errno, Errno::EPERM);
+    // A user's large I/O is relayed by the file's server instead.
+    let big: Vec<u8> = (0..(5u32 << 20) + 3).map(|i| (i % 253) as u8).collect();
+    a.create("/home/a/big", 0o600, true).await.unwrap();
+    a.write("/home/a/big", 0, &big).await.unwrap();
+    assert_eq!(a.read_all("/home/a/big").await.unwrap(), big);
+    let outsider = alice.as_caller(Cred::new(1600, 1600, vec![]));
+    assert_eq!(outsider.read_all("/home/a/big").await.unwrap_err().errno, Errno::EACCES);
     let alice_dir = t.path().join("alice");
     for args in [&["cluster", "compact"][..], &["fsck"][..]] {
         let out = std::process::Command::new(common::exe())

@@ -48,6 +48,9 @@ impl Client {
     /// stores starts: the chunked part of the file, when at least [`DIRECT_WRITE_MIN`]
     /// bytes long.
     pub(crate) fn direct_write_from(&self, offset: u64, len: usize) -> Option<u64> {
+        if !self.opts.direct_io {
+            return None;
+        }
         let from = offset.max(self.map().data.small_file_bytes);
         let end = offset + len as u64;
         (end >= from + DIRECT_WRITE_MIN as u64).then_some(from)
@@ -55,7 +58,7 @@ impl Client {
 
     /// Whether a read of `len` bytes fetches the pieces from their servers itself.
     pub(crate) fn reads_directly(&self, len: usize) -> bool {
-        len >= DIRECT_READ_MIN
+        self.opts.direct_io && len >= DIRECT_READ_MIN
     }
 
     /// Stores `data` (bytes at `offset`, all at or beyond `small_file_bytes`) on the data

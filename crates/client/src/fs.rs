@@ -34,6 +34,16 @@ fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
     FsError::new(op, raw, e.errno).with_detail(e.reason)
 }
 
+/// Whether this process presents an identity that may name data records itself (direct
+/// I/O): any on an insecure cluster, an admin or server one on a cluster with TLS.
+fn trusted_identity(map: &ClusterMap) -> bool {
+    if map.tls.is_insecure() {
+        return true;
+    }
+    let Some(dir) = plusfs_rpc::identity_dir(&map.tls) else { return false };
+    plusfs_tls::serial_of_file(&dir.join("cert.pem")).is_ok_and(|(id, _)| id.is_admin())
+}
+
 impl Client {
     /// A client for the cluster in `map`. Connections open on first use.
     pub fn new(map: ClusterMap, opts: ClientOptions) -> Client {
@@ -42,7 +52,8 @@ impl Client {
     }
 
     /// A client whose calls go through `pool` (an in-process test cluster's transport).
-    pub fn with_pool(map: ClusterMap, opts: ClientOptions, pool: Arc<Pool>) -> Client {
+    pub fn with_pool(map: ClusterMap, mut opts: ClientOptions, pool: Arc<Pool>) -> Client {
+        opts.direct_io &= trusted_identity(&map);
         let session = rand::random::<u64>() | 1;
         let caller = Cred { session, ..Cred::new(opts.uid, opts.gid, opts.groups.clone()) };
         let map = Arc::new(map);

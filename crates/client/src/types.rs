@@ -31,6 +31,11 @@ pub struct ClientOptions {
     /// Records (of at most 1 MiB) a large read or write has in flight at once between
     /// this client and the data servers (default 16).
     pub io_window: usize,
+    /// Large reads and writes go straight to the data servers (default true). A client
+    /// presenting a user identity never does: data records are named by number, so only
+    /// trusted identities (admin, server) may ask for them; its large I/O is relayed by
+    /// the file's server, which checks permissions.
+    pub direct_io: bool,
 }
 
 impl Default for ClientOptions {
@@ -47,6 +52,7 @@ impl Default for ClientOptions {
             path_max: plusfs_proto::path::MAX_PATH_LEN,
             delegations: false,
             io_window: 16,
+            direct_io: true,
         }
     }
 }

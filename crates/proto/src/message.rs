@@ -485,9 +485,11 @@ impl Request {
             | OnInode { .. }
             | DirPerms { .. }
             | CxPerms { .. } => Privilege::Server,
-            // Dropping data records by number (a client drops what a failed direct write of
-            // its own left; a user's records wait for fsck instead of trusting the number).
-            Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | DataDrop { .. } => Privilege::Admin,
+            Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest => Privilege::Admin,
+            // Data records by number (direct I/O): trusted clients only, since a number
+            // says nothing of whose file it is; users' large I/O is relayed by the file's
+            // server, which checks permissions.
+            DataPut { .. } | DataGet { .. } | DataDrop { .. } | CommitWrite { .. } => Privilege::Admin,
             Mkdir { threshold, width, .. } if *threshold != crate::Threshold::Cluster || *width != 0 => {
                 Privilege::Admin
             }
