@@ -73,7 +73,7 @@ impl Client {
         (threshold, width): (Threshold, u32),
     ) -> Result<Attr, FsError> {
         const OP: &str = "create directory";
-        if self.map().txn.protocol == TxnProtocol::TwoPhase {
+        if self.map().txn.protocol == TxnProtocol::TwoPhase || !self.trusted {
             let req = Request::Mkdir { path: p.into(), mode, uid: self.opts.uid, gid: self.opts.gid, threshold, width };
             return match self.entry_rpc(OP, raw, parent, name, req).await?.0 {
                 Reply::Attr(a) => Ok(a),
@@ -122,7 +122,7 @@ impl Client {
         const OP: &str = "remove directory";
         let two_phase =
             || async { self.entry_rpc(OP, raw, parent, name, Request::Rmdir { path: p.into() }).await.map(drop) };
-        if self.map().txn.protocol == TxnProtocol::TwoPhase {
+        if self.map().txn.protocol == TxnProtocol::TwoPhase || !self.trusted {
             return two_phase().await;
         }
         let participant =

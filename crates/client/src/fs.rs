@@ -28,6 +28,8 @@ pub struct Client {
     pub(crate) delegs: Option<Arc<crate::deleg::Delegations>>,
     /// Paths seen to be directories (`lstat` asks their home at once).
     dir_hints: Arc<crate::dirhints::DirHints>,
+    /// Whether this client may drive Cx itself (see [`ClientOptions::direct_io`]).
+    pub(crate) trusted: bool,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -53,7 +55,9 @@ impl Client {
 
     /// A client whose calls go through `pool` (an in-process test cluster's transport).
     pub fn with_pool(map: ClusterMap, mut opts: ClientOptions, pool: Arc<Pool>) -> Client {
-        opts.direct_io &= trusted_identity(&map);
+        let trusted = trusted_identity(&map);
+        opts.direct_io &= trusted;
+        opts.delegations &= trusted;
         let session = rand::random::<u64>() | 1;
         let caller = Cred { session, ..Cred::new(opts.uid, opts.gid, opts.groups.clone()) };
         let map = Arc::new(map);
@@ -69,6 +73,7 @@ impl Client {
             caller,
             delegs,
             dir_hints: Arc::default(),
+            trusted,
         }
     }
 

@@ -31,10 +31,13 @@ pub struct ClientOptions {
     /// Records (of at most 1 MiB) a large read or write has in flight at once between
     /// this client and the data servers (default 16).
     pub io_window: usize,
-    /// Large reads and writes go straight to the data servers (default true). A client
-    /// presenting a user identity never does: data records are named by number, so only
-    /// trusted identities (admin, server) may ask for them; its large I/O is relayed by
-    /// the file's server, which checks permissions.
+    /// Large reads and writes go straight to the data servers (default true).
+    ///
+    /// A client presenting a user identity (mutual TLS) uses only requests its servers
+    /// check in full: no direct I/O (data records are named by number), no client-driven
+    /// Cx (its mkdir and rmdir go to the parent's server, which runs them), no
+    /// delegations (their write-back carries what the holder did). Only trusted identities
+    /// (admin, server) may send those.
     pub direct_io: bool,
 }
 

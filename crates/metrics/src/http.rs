@@ -16,6 +16,9 @@ const CONCURRENT: usize = 4;
 /// A refresh serves the scrapes of this long (a burst of scrapes costs one).
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
+/// Longest a refresh may take (a slow status answer leaves the values as they were).
+const REFRESH_LIMIT: Duration = Duration::from_secs(2);
+
 /// How long a scraper may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request head read.
@@ -35,20 +38,29 @@ pub async fn serve(listener: TcpListener, registry: Registry, refresh: Refresh) 
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let slot = slots.clone().try_acquire_owned().ok();
         let (registry, refresh, last) = (registry.clone(), refresh.clone(), last.clone());
         tokio::spawn(async move {
+            let Some(_slot) = slot else {
+                // Busy: say so at once rather than hold the accept loop.
+                let _ = tokio::time::timeout(REQUEST_TIMEOUT, busy(s)).await;
+                return;
+            };
+            // One refresh at a time, at most every REFRESH_EVERY, bounded in time; a scrape
+            // that finds one running serves the values it has.
             let fresh = async {
-                let mut last = last.lock().await;
-                if last.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
-                    refresh().await;
-                    *last = Some(std::time::Instant::now());
+                if let Ok(mut last) = last.try_lock() {
+                    if last.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+                        let _ = tokio::time::timeout(REFRESH_LIMIT, refresh()).await;
+                        *last = Some(std::time::Instant::now());
+                    }
                 }
             };
-            if let Err(e) = answer(s, &registry, fresh).await {
-                tracing::debug!(%peer, cause = %e, "metrics request failed");
+            match tokio::time::timeout(REQUEST_TIMEOUT * 3, answer(s, &registry, fresh)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(%peer, cause = %e, "metrics request failed"),
+                Err(_) => tracing::debug!(%peer, "metrics request timed out"),
             }
-            drop(slot);
         });
     }
 }
@@ -81,6 +93,16 @@ async fn answer(
     );
     s.write_all(header.as_bytes()).await?;
     s.write_all(&body).await?;
+    s.shutdown().await
+}
+
+/// Answers a scraper that came while every slot is taken.
+async fn busy(mut s: TcpStream) -> std::io::Result<()> {
+    let body = b"busy: too many scrapes at once\n";
+    let head =
+        format!("HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    s.write_all(head.as_bytes()).await?;
+    s.write_all(body).await?;
     s.shutdown().await
 }
 

@@ -490,6 +490,16 @@ impl Request {
             // says nothing of whose file it is; users' large I/O is relayed by the file's
             // server, which checks permissions.
             DataPut { .. } | DataGet { .. } | DataDrop { .. } | CommitWrite { .. } => Privilege::Admin,
+            // Client-driven Cx and delegations: the client decides what the servers apply
+            // (sub-operations, inode numbers, a holder's write-back), so trusted clients only;
+            // a user's mkdir and rmdir go to the parent's server, which runs them itself.
+            CxExec { .. }
+            | SubExec { .. }
+            | CxLaunch { .. }
+            | AllocInos { .. }
+            | DelegAcquire { .. }
+            | DelegFlush { .. }
+            | DelegWait { .. } => Privilege::Admin,
             Mkdir { threshold, width, .. } if *threshold != crate::Threshold::Cluster || *width != 0 => {
                 Privilege::Admin
             }

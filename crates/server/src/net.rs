@@ -123,7 +123,7 @@ where
         osd.metrics().bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
         match decode_request(&frame) {
-            Ok(mut call) => {
+            Ok(call) => {
                 if let Some((identity, serial, security)) = &who.identity {
                     if security.is_revoked(serial) {
                         osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
@@ -133,7 +133,7 @@ where
                 }
                 let cred = match &who.identity {
                     None => call.cred,
-                    Some((identity, ..)) => match security::admit(identity, call.cred, &mut call.request) {
+                    Some((identity, ..)) => match security::admit(identity, call.cred, &call.request) {
                         Ok(cred) => cred,
                         Err(e) => {
                             osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);

@@ -205,9 +205,10 @@ pub(crate) fn answer_at_commit(answer: &Response) {
 }
 
 /// A batch of mkdirs applied at least in part: the directories that exist are done (their
-/// attributes), the others are made now by the same batch for just them (under
-/// stop-on-failure the first run made a prefix of the names; under perform-all it made all
-/// or none); the answers merge in the names' order. `None` (run it whole) if none exists.
+/// attributes; one that existed before the batch, which its first run answered `EEXIST`,
+/// is answered as made, as for a single mkdir), the others are made now by the same batch
+/// for just them; the answers merge in the names' order. `None` (run it whole) if none
+/// exists.
 async fn settle_mkdirs(
     osd: &Arc<Osd>,
     cred: &Cred,

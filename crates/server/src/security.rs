@@ -7,7 +7,7 @@
 //! squashed or refused; admin and server-only requests refused to users.
 
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Cred, Errno, FileKind, Privilege, Request, SubOp, WireError};
+use plusfs_proto::{Cred, Errno, Privilege, Request, WireError};
 use plusfs_tls::{Identity, Refused, ServerTls, TlsFiles};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -99,10 +99,10 @@ fn modified(path: &Path) -> Option<SystemTime> {
 
 /// The credential request `req`, claiming `cred`, runs with for a peer of `identity`; or
 /// the refusal (`EPERM` for admin and server requests and for root, `EACCES` for other ids
-/// outside the identity's ranges). Credentials a request carries inside (a delegation
-/// flush's) are bounded the same way, and a user's client-driven Cx may only make and
-/// remove directories.
-pub fn admit(identity: &Identity, cred: Cred, req: &mut Request) -> Result<Cred, WireError> {
+/// outside the identity's ranges). Requests that let a client decide what servers apply
+/// (client-driven Cx, delegations, data records by number) are admin requests
+/// (`Request::privilege`), so a user's requests are all checked in full by the servers.
+pub fn admit(identity: &Identity, cred: Cred, req: &Request) -> Result<Cred, WireError> {
     let op = req.name();
     match req.privilege() {
         Privilege::Server if !identity.is_server() => {
@@ -116,57 +116,11 @@ pub fn admit(identity: &Identity, cred: Cred, req: &mut Request) -> Result<Cred,
         }
         _ => {}
     }
-    let bound = |c: Cred| {
-        identity.admit(c).map_err(|r| {
-            let errno = match r {
-                plusfs_tls::Refusal::Root { .. } => Errno::EPERM,
-                _ => Errno::EACCES,
-            };
-            WireError::new(errno, format!("{op}: {r}"))
-        })
-    };
-    if !identity.is_admin() {
-        inner_creds(req, &bound)?;
-        user_subops(req).map_err(|what| {
-            WireError::new(Errno::EPERM, format!("{op}: {what} is for the cluster's servers only ({identity})"))
-        })?;
-    }
-    bound(cred)
-}
-
-/// Bounds the credentials a request carries for other callers (a delegation flush's).
-fn inner_creds(req: &mut Request, bound: &impl Fn(Cred) -> Result<Cred, WireError>) -> Result<(), WireError> {
-    match req {
-        Request::DelegFlush { creds, .. } => {
-            for c in creds.iter_mut() {
-                *c = bound(c.clone())?;
-            }
-            Ok(())
-        }
-        Request::Shard { op, .. } | Request::Once { op, .. } => inner_creds(op, bound),
-        _ => Ok(()),
-    }
-}
-
-/// A user's client sends sub-operations itself only for a Cx mkdir or rmdir: a directory
-/// entry of a new directory (no file data, no shared inode), its object (without an
-/// ancestry, which the server fills in), and their removal. Anything else is refused.
-fn user_subops(req: &Request) -> Result<(), &'static str> {
-    let ops = match req {
-        Request::CxExec { ops, .. } | Request::SubExec { ops } => ops,
-        Request::Shard { op, .. } | Request::Once { op, .. } => return user_subops(op),
-        _ => return Ok(()),
-    };
-    for o in ops {
-        match o {
-            SubOp::InsertEntry { inode, .. }
-                if inode.kind == FileKind::Dir && inode.pieces.is_empty() && inode.link_home.is_none() => {}
-            SubOp::CreateDir { object, .. } if object.ancestry.is_none() => {}
-            SubOp::RemoveEntry { .. } | SubOp::RemoveDir { .. } => {}
-            SubOp::InsertEntry { .. } => return Err("an entry other than a new directory's"),
-            SubOp::CreateDir { .. } => return Err("a directory object with its ancestry"),
-            _ => return Err("this sub-operation"),
-        }
-    }
-    Ok(())
+    identity.admit(cred).map_err(|r| {
+        let errno = match r {
+            plusfs_tls::Refusal::Root { .. } => Errno::EPERM,
+            _ => Errno::EACCES,
+        };
+        WireError::new(errno, format!("{op}: {r}"))
+    })
 }
