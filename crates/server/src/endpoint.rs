@@ -2,7 +2,6 @@
 //! names, answered from the front's registry after bringing its status in.
 
 use crate::front::Front;
-use crate::StartError;
 use plusfs_proto::{Cred, Reply, Request};
 use std::sync::Arc;
 
@@ -18,11 +17,17 @@ async fn refresh(front: &Front) {
     }
 }
 
-/// Starts the metrics endpoint of this process if the map gives it an address.
-pub async fn start(addr: Option<&str>, front: &Arc<Front>) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
-    let Some(addr) = addr else { return Ok(None) };
-    let task = spawn(addr, front.clone()).await.map_err(|source| StartError::Listen { addr: addr.into(), source })?;
-    Ok(Some(task))
+/// Starts the metrics endpoint of this process if the map gives it an address. A port
+/// that cannot be had costs the metrics, not the server: it serves on, with a warning.
+pub async fn start(addr: Option<&str>, front: &Arc<Front>) -> Option<tokio::task::JoinHandle<()>> {
+    let addr = addr?;
+    match spawn(addr, front.clone()).await {
+        Ok(task) => Some(task),
+        Err(e) => {
+            tracing::warn!(addr, cause = %e, "no metrics endpoint: cannot listen there");
+            None
+        }
+    }
 }
 
 /// Serves `front`'s metrics on `addr` in the background.

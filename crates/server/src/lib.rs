@@ -164,7 +164,7 @@ pub async fn run(
     let osd = open(&config, peers, Arc::default()).await?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), tls = security.is_some(), "server ready");
     let front = Front::serving(osd);
-    let metrics = endpoint::start(entry.metrics.as_deref(), &front).await?;
+    let metrics = endpoint::start(entry.metrics.as_deref(), &front).await;
     net::serve(listener, front, security, shutdown).await;
     if let Some(m) = metrics {
         m.abort();

@@ -97,7 +97,7 @@ pub async fn run(
     });
     let front = Front::member(member.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
-    let metrics = crate::endpoint::start(me.metrics.as_deref(), &front).await?;
+    let metrics = crate::endpoint::start(me.metrics.as_deref(), &front).await;
     let serving = tokio::spawn(net::serve(listener, front.clone(), security, shutdown.clone()));
     let collector = tokio::spawn(collect_while_following(sink.clone()));
     let exit = lead(&config, store, &member, (&sink, collector), &front, (shutdown, silence)).await;
