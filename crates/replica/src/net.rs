@@ -206,9 +206,9 @@ pub async fn serve(listener: TcpListener, raft: Raft, tls: Option<Arc<plusfs_tls
                 conns.spawn(async move {
                     let _ = s.set_nodelay(true);
                     let served = match tls {
-                        None => serve_conn(s, raft).await,
+                        None => serve_conn(s, raft, None).await,
                         Some(tls) => match tls.accept(s).await {
-                            Ok((s, id, _)) if id.is_server() => serve_conn(s, raft).await,
+                            Ok((s, id, serial)) if id.is_server() => serve_conn(s, raft, Some((&tls, &serial))).await,
                             Ok((_, id, _)) => {
                                 tracing::warn!(%peer, identity = %id, "Raft connection refused: not a server");
                                 Ok(())
@@ -229,13 +229,25 @@ pub async fn serve(listener: TcpListener, raft: Raft, tls: Option<Arc<plusfs_tls
     }
 }
 
-async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, raft: Raft) -> std::io::Result<()> {
+/// Serves one member's connection; over TLS, `cert` is the server end and the peer's
+/// certificate serial, checked against the revocation list before each message.
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    raft: Raft,
+    cert: Option<(&plusfs_tls::ServerTls, &str)>,
+) -> std::io::Result<()> {
     loop {
         let frame = match read_frame(&mut s).await {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         };
+        if let Some((tls, serial)) = cert {
+            if tls.is_revoked(serial) {
+                tracing::warn!(serial, "Raft peer's certificate revoked: closing its connection");
+                return Ok(());
+            }
+        }
         let Some((&kind, body)) = frame.split_first() else {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "empty frame"));
         };
