@@ -55,11 +55,6 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` over plain TCP and starts the reader and writer tasks.
-    pub async fn connect(addr: &str, counters: Arc<Counters>) -> Result<Connection, CallError> {
-        Connection::connect_with(addr, counters, None).await
-    }
-
     /// Connects to `addr` of a cluster whose map has `tls` settings (over TLS, presenting
     /// this process's identity, if they ask for it).
     pub async fn connect_to(

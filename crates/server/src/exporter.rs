@@ -139,11 +139,14 @@ impl Exporter {
         self.enabled.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Records that a request for `op` took `took`, if an endpoint serves the registry.
+    /// True while an endpoint serves the registry: requests are to be timed.
+    pub fn timing(&self) -> bool {
+        self.enabled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records that a request for `op` took `took`.
     pub fn observe(&self, op: &'static str, took: std::time::Duration) {
-        if self.enabled.load(std::sync::atomic::Ordering::Relaxed) {
-            self.latencies.observe(op, took);
-        }
+        self.latencies.observe(op, took);
     }
 
     /// Registers a store's latency histograms (once: the store a server opens).

@@ -124,15 +124,13 @@ where
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
         match decode_request(&frame) {
             Ok(call) => {
-                if let Some((identity, serial, security)) = &who.identity {
-                    if security.is_revoked(serial) {
+                let cred = match &who.identity {
+                    None => call.cred,
+                    Some((identity, serial, security)) if security.is_revoked(serial) => {
                         osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(%peer, %identity, serial, "certificate revoked: closing its connection");
                         break;
                     }
-                }
-                let cred = match &who.identity {
-                    None => call.cred,
                     Some((identity, ..)) => match security::admit(identity, call.cred, &call.request) {
                         Ok(cred) => cred,
                         Err(e) => {
@@ -145,10 +143,14 @@ where
                 };
                 let (osd, tx) = (osd.clone(), tx.clone());
                 inflight.spawn(async move {
-                    let (op, started) = (call.request.inner().name(), std::time::Instant::now());
+                    // Timed only while an endpoint serves the metrics.
+                    let timed =
+                        osd.exporter().timing().then(|| (call.request.inner().name(), std::time::Instant::now()));
                     let resp = osd.handle(cred, call.request).await;
                     // A follower's redirect is not a served request.
-                    if !matches!(resp, Ok(plusfs_proto::Reply::Redirect { .. })) {
+                    if let Some((op, started)) =
+                        timed.filter(|_| !matches!(resp, Ok(plusfs_proto::Reply::Redirect { .. })))
+                    {
                         osd.exporter().observe(op, started.elapsed());
                     }
                     send(&osd, &tx, id, opcode, &resp);
