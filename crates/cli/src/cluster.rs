@@ -151,6 +151,54 @@ pub enum ClusterCmd {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// Add a server: the map service makes a new epoch and the directory objects (and
+    /// file data) it now homes move to it in the background, at the pace of the map's
+    /// `[rebalance]` settings. With --data (a local cluster) the server is started on a
+    /// free loopback port.
+    Add {
+        /// Where the new server serves (host:port); a local cluster picks a free port.
+        #[arg(long)]
+        address: Option<String>,
+        /// Its share of objects relative to the others (default 1).
+        #[arg(long, default_value_t = 1.0)]
+        weight: f64,
+        /// Data directory of a local cluster (instead of --cluster).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Wait until the cluster is balanced, with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Drain a server: weight 0, so every object it holds moves to the others (then
+    /// `cluster remove` may take it out).
+    Drain {
+        #[arg(long)]
+        server: u32,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Wait until it is empty, with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Change a server's weight (its share of objects); objects move accordingly.
+    Reweight {
+        #[arg(long)]
+        server: u32,
+        #[arg(long)]
+        weight: f64,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Take a drained server out of the map (refused while it holds anything); a local
+    /// cluster's server process is stopped.
+    Remove {
+        #[arg(long)]
+        server: u32,
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
     /// Reclaim the space of deleted and overwritten file data on every server now.
     Compact {
         /// Compact data segments whose live share is at most this percentage.
@@ -274,11 +322,26 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
                 Some(d) => plusfs_localcluster::map_path(&d),
                 None => cluster.context("pass --data DIR or --cluster FILE")?,
             };
+            // The map service's map (the file may be older); the file's if it is down.
+            let map = crate::elastic::Admin::open(&file)?.current().or_else(|_| ClusterMap::load(&file))?;
             match json {
-                true => status_json(ClusterMap::load(&file)?),
-                false => status(ClusterMap::load(&file)?),
+                true => status_json(map),
+                false => status(map),
             }
         }
+        ClusterCmd::Add { address, weight, data, wait } => {
+            crate::elastic::add(address, weight, data.as_deref(), cluster.as_ref(), wait)
+        }
+        ClusterCmd::Drain { server, data, wait } => {
+            crate::elastic::reweight(server, 0.0, data.as_deref(), cluster.as_ref(), wait)
+        }
+        ClusterCmd::Reweight { server, weight, data, wait } => {
+            if !(weight >= 0.0 && weight.is_finite()) {
+                anyhow::bail!("--weight must be a finite number of at least 0");
+            }
+            crate::elastic::reweight(server, weight, data.as_deref(), cluster.as_ref(), wait)
+        }
+        ClusterCmd::Remove { server, data } => crate::elastic::remove(server, data.as_deref(), cluster.as_ref()),
         ClusterCmd::Compact { live_percent } => compact(crate::load_map(cluster.as_ref())?, live_percent),
         ClusterCmd::Replace { group, member, address, raft, data } => {
             crate::groups::replace(group, member, (address, raft), data, cluster)
@@ -365,6 +428,7 @@ fn status_json(map: ClusterMap) -> Result<ExitCode> {
 
 fn status(map: ClusterMap) -> Result<ExitCode> {
     let (rt, client) = admin_client(&map)?;
+    println!("{}", crate::elastic::epoch_line(&map));
     println!(
         "{:>3} {:<21} {:>9} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>5}",
         "id",
@@ -408,6 +472,7 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                     "server {} data: {} records in {} segments, {} bytes",
                     s.id, st.data_records, st.data_segments, st.data_bytes
                 ));
+                ops_lines.push(crate::elastic::placement_line(s, &st));
                 let metrics: Vec<&str> = s
                     .metrics
                     .iter()

@@ -35,7 +35,7 @@ pub async fn run(client: &Client, args: FsckArgs) -> Result<ExitCode> {
     if !args.replicas {
         return Ok(namespace);
     }
-    let replicas = crate::groups::check_replicas(client.map()).await;
+    let replicas = crate::groups::check_replicas(&client.map()).await;
     Ok(if replicas && namespace == ExitCode::SUCCESS { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 

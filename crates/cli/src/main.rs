@@ -6,6 +6,7 @@ mod cert;
 mod cluster;
 mod cp;
 mod data;
+mod elastic;
 mod engine_bench;
 mod files;
 mod fsck;

@@ -65,7 +65,7 @@ impl Engine {
     fn forked_from(parent: &Engine, workers: usize) -> std::io::Result<Engine> {
         let old = &parent.client;
         Engine::build(workers, || {
-            let (map, opts) = (old.map().clone(), old.opts.clone());
+            let (map, opts) = (ClusterMap::clone(&old.map()), old.opts.clone());
             let pool = Arc::new(Pool::new(&map, opts.conns_per_server, opts.retries));
             let mut client = Client::with_pool(map, opts, pool);
             client.fds = old.fds.clone();

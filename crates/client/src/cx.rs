@@ -150,11 +150,15 @@ impl Client {
         raw: &str,
         dir: &str,
         name: &str,
-        participant: Side,
+        mut participant: Side,
         coordinator_op: impl Fn(Option<u64>) -> SubOp,
     ) -> Result<Option<Attr>, FsError> {
         let mut waiting = crate::routing::distribution_wait();
         for attempt in 0..MAX_ATTEMPTS {
+            // A newer map (learnt from a refusal) may home the directory elsewhere.
+            if let Some(SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. }) = participant.ops.first() {
+                participant.server = self.home(path);
+            }
             let (server, shard) = self.locate(dir, name);
             let coordinator = Side { server, ops: vec![coordinator_op(shard)] };
             let ended = match self.map().txn.protocol {

@@ -14,7 +14,8 @@ use std::sync::Arc;
 /// The async client. Cheap to clone; clones share connections and counters.
 #[derive(Clone)]
 pub struct Client {
-    map: Arc<ClusterMap>,
+    /// The cluster map, shared by the client's clones and replaced by a newer epoch.
+    map: Arc<std::sync::RwLock<Arc<ClusterMap>>>,
     pub(crate) pool: Arc<Pool>,
     pub(crate) opts: ClientOptions,
     pub(crate) fds: Arc<crate::fds::FdTable>,
@@ -62,6 +63,8 @@ impl Client {
         let caller = Cred { session, ..Cred::new(opts.uid, opts.gid, opts.groups.clone()) };
         let map = Arc::new(map);
         let delegs = opts.delegations.then(|| crate::deleg::Delegations::new(pool.clone(), map.clone(), session));
+        let map = Arc::new(std::sync::RwLock::new(map));
+        crate::epochs::follow(&map, &pool);
         Client {
             map,
             pool,
@@ -135,9 +138,9 @@ impl Client {
         &self.caller
     }
 
-    /// The cluster map in use.
-    pub fn map(&self) -> &ClusterMap {
-        &self.map
+    /// The cluster map in use (the newest this client has learnt of).
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.read().expect("cluster map").clone()
     }
 
     /// Messages, bytes and requests sent so far by this client (and its clones).
@@ -147,7 +150,7 @@ impl Client {
 
     /// Home server of the directory object at normalised `dir` (Eq. 1).
     pub fn home(&self, dir: &str) -> ServerId {
-        self.map.home_of_dir(dir)
+        self.map().home_of_dir(dir)
     }
 
     /// Sends `req` to `server` as this client's caller, after the queued work of the
@@ -706,7 +709,7 @@ impl Client {
     /// Totals over all servers (`statfs(2)`).
     pub async fn statfs(&self) -> Result<Statfs, FsError> {
         let mut total = Statfs::default();
-        for s in &self.map.servers {
+        for s in &self.map().servers {
             match self.call_server(s.id, &Request::Statfs).await? {
                 Reply::Statfs(st) => {
                     total.dir_objects += st.dir_objects;
@@ -721,7 +724,7 @@ impl Client {
     /// Counters of one server.
     pub async fn server_status(&self, server: ServerId) -> Result<ServerStatus, FsError> {
         match self.call_server(server, &Request::Status).await? {
-            Reply::Status(s) => Ok(s),
+            Reply::Status(s) => Ok(*s),
             other => Err(unexpected("status", &other)),
         }
     }
@@ -737,7 +740,7 @@ impl Client {
     /// Waits until every server answers a ping, or the deadline passes.
     pub async fn wait_ready(&self, timeout: std::time::Duration) -> Result<(), FsError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        for s in &self.map.servers {
+        for s in &self.map().servers {
             loop {
                 match self.call_server(s.id, &Request::Ping).await {
                     Ok(_) => break,

@@ -17,6 +17,7 @@ mod delegated;
 mod direct;
 mod dirhints;
 mod dist;
+mod epochs;
 mod error;
 mod fds;
 mod file;

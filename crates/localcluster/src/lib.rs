@@ -108,7 +108,8 @@ pub fn map_path(data: &Path) -> PathBuf {
 
 /// `n` distinct free loopback ports. The listeners stay open until all are chosen, so the
 /// kernel cannot hand out the same port twice.
-fn free_ports(n: usize) -> Result<Vec<u16>> {
+/// `n` loopback ports free at the time of the call.
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     let listeners = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
         .collect::<Result<Vec<_>>>()?;
@@ -269,6 +270,8 @@ impl LocalCluster {
                 replication: settings.replication.clone(),
                 tls: if settings.insecure { TlsSettings::default() } else { make_certs(&data)? },
                 servers,
+                migration: None,
+                rebalance: Default::default(),
             };
             plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
             map
@@ -733,6 +736,17 @@ fn terminate(pid: u32, grace: Duration) -> bool {
         send_signal(pid, libc::SIGKILL);
     }
     true
+}
+
+/// Stops unreplicated server `id` of the cluster in `data` from its pid file (SIGTERM, then
+/// SIGKILL after `grace`). Returns whether it was running.
+pub fn stop_server(data: &Path, id: u32, grace: Duration) -> Result<bool> {
+    let pid_file = data.join(format!("{}.pid", proc_name(id, None)));
+    let Ok(text) = fs::read_to_string(&pid_file) else { return Ok(false) };
+    let pid: u32 = text.trim().parse().with_context(|| format!("bad pid in {}", pid_file.display()))?;
+    let was = terminate(pid, grace);
+    let _ = fs::remove_file(&pid_file);
+    Ok(was)
 }
 
 fn stop_servers(data: &Path, map: &ClusterMap, grace: Duration) -> Result<usize> {

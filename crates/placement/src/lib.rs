@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
+mod change;
+pub use change::{MapChange, Migration};
+
 /// One server of the cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerEntry {
@@ -417,6 +420,40 @@ impl Default for DelegSettings {
     }
 }
 
+/// The pace of migration (`[rebalance]`): each server moves at most `objects_per_sec`
+/// directory objects and `mib_per_sec` MiB of file data a second to their new homes, in
+/// hand-overs of `batch` objects, so client work keeps most of the capacity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebalanceSettings {
+    #[serde(default = "default_objects_per_sec")]
+    pub objects_per_sec: u32,
+    #[serde(default = "default_mib_per_sec")]
+    pub mib_per_sec: u32,
+    #[serde(default = "default_rebalance_batch")]
+    pub batch: u32,
+}
+
+fn default_objects_per_sec() -> u32 {
+    4000
+}
+fn default_mib_per_sec() -> u32 {
+    200
+}
+fn default_rebalance_batch() -> u32 {
+    64
+}
+
+impl Default for RebalanceSettings {
+    fn default() -> RebalanceSettings {
+        RebalanceSettings {
+            objects_per_sec: default_objects_per_sec(),
+            mib_per_sec: default_mib_per_sec(),
+            batch: default_rebalance_batch(),
+        }
+    }
+}
+
 /// The cluster map file (`cluster.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -443,7 +480,14 @@ pub struct ClusterMap {
     /// Mutual TLS settings (none: plain TCP, an `--insecure` cluster).
     #[serde(default, skip_serializing_if = "TlsSettings::is_insecure")]
     pub tls: TlsSettings,
+    /// How fast objects move to new homes after a change of the server set.
+    #[serde(default)]
+    pub rebalance: RebalanceSettings,
     pub servers: Vec<ServerEntry>,
+    /// The move of objects to the homes this epoch gives them, while it lasts (none: every
+    /// object is at its home).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<Migration>,
 }
 
 /// Why a cluster map is unusable.
@@ -469,7 +513,9 @@ impl ClusterMap {
             delegations: DelegSettings::default(),
             replication: ReplicationSettings::default(),
             tls: TlsSettings::default(),
+            rebalance: RebalanceSettings::default(),
             servers,
+            migration: None,
         }
     }
 
@@ -481,6 +527,14 @@ impl ClusterMap {
             toml::from_str(&text).map_err(|source| MapError::Parse { path: path.display().to_string(), source })?;
         map.validate()?;
         map.tls.resolve(path.parent().unwrap_or(Path::new(".")));
+        Ok(map)
+    }
+
+    /// Parses and validates a map sent as TOML text (certificate paths left as given).
+    pub fn from_toml(text: &str) -> Result<ClusterMap, MapError> {
+        let map: ClusterMap =
+            toml::from_str(text).map_err(|source| MapError::Parse { path: "(received map)".into(), source })?;
+        map.validate()?;
         Ok(map)
     }
 
@@ -528,8 +582,11 @@ impl ClusterMap {
                 )));
             }
         }
-        if let Some(s) = self.servers.iter().find(|s| !(s.weight > 0.0 && s.weight.is_finite())) {
+        if let Some(s) = self.servers.iter().find(|s| !(s.weight >= 0.0 && s.weight.is_finite())) {
             return Err(MapError::Invalid(format!("server {} has weight {}", s.id, s.weight)));
+        }
+        if !self.servers.iter().any(|s| s.weight > 0.0) {
+            return Err(MapError::Invalid("every server has weight 0: nothing could be placed".into()));
         }
         if self.data.chunk_bytes == 0 || self.data.chunk_bytes > 64 << 20 {
             return Err(MapError::Invalid("data.chunk_bytes must be between 1 and 64 MiB".into()));
@@ -555,6 +612,12 @@ impl ClusterMap {
         if r.snapshot_every < 100 {
             return Err(MapError::Invalid("replication.snapshot_every must be at least 100".into()));
         }
+        let rb = &self.rebalance;
+        if rb.objects_per_sec == 0 || rb.mib_per_sec == 0 || rb.batch == 0 || rb.batch > 1024 {
+            return Err(MapError::Invalid(
+                "rebalance: objects_per_sec and mib_per_sec must be positive, batch between 1 and 1024".into(),
+            ));
+        }
         if self.txn.max_log_bytes < 64 << 10 {
             return Err(MapError::Invalid("txn.max_log_bytes must be at least 64 KiB".into()));
         }
@@ -578,12 +641,22 @@ impl ClusterMap {
         straw2(&self.servers, path_hash(path))
     }
 
+    /// While a migration runs: the home `path` had before this epoch, if it was another
+    /// server than now (the server a new home takes the object from).
+    pub fn previous_home_of_dir(&self, path: &str) -> Option<u32> {
+        let m = self.migration.as_ref()?;
+        let before = straw2(&m.before, path_hash(path));
+        (before != self.home_of_dir(path)).then_some(before)
+    }
+
     /// The server holding chunk `chunk` of the file with inode `ino` (CRUSH over the pair).
     pub fn chunk_server(&self, ino: u64, chunk: u64) -> u32 {
-        let mut key = [0u8; 16];
-        key[..8].copy_from_slice(&ino.to_le_bytes());
-        key[8..].copy_from_slice(&chunk.to_le_bytes());
-        straw2(&self.servers, xxh3_64(&key))
+        straw2(&self.servers, chunk_key(ino, chunk))
+    }
+
+    /// While a migration runs: where chunk `chunk` of `ino` was placed before this epoch.
+    pub fn previous_chunk_server(&self, ino: u64, chunk: u64) -> Option<u32> {
+        self.migration.as_ref().map(|m| straw2(&m.before, chunk_key(ino, chunk)))
     }
 
     /// The storing set of a directory distributed while at `path`: the `width` servers
@@ -592,11 +665,18 @@ impl ClusterMap {
     pub fn storing_set(&self, path: &str, width: u32) -> Vec<u32> {
         let key = path_hash(path);
         let mut ranked: Vec<(f64, u32)> =
-            self.servers.iter().map(|s| (straw2_draw(key, s.id, s.weight), s.id)).collect();
+            self.servers.iter().filter(|s| s.weight > 0.0).map(|s| (straw2_draw(key, s.id, s.weight), s.id)).collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let n = if width == 0 { ranked.len() } else { (width as usize).min(ranked.len()) };
         ranked.into_iter().take(n).map(|(_, id)| id).collect()
     }
+}
+
+fn chunk_key(ino: u64, chunk: u64) -> u64 {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&ino.to_le_bytes());
+    key[8..].copy_from_slice(&chunk.to_le_bytes());
+    xxh3_64(&key)
 }
 
 /// The placement hash of a full path name.
@@ -682,7 +762,9 @@ mod tests {
             delegations: DelegSettings::default(),
             replication: ReplicationSettings::default(),
             tls: TlsSettings::default(),
+            rebalance: RebalanceSettings::default(),
             servers: servers(3),
+            migration: None,
         };
         let text = m.to_toml();
         let back: ClusterMap = toml::from_str(&text).unwrap();

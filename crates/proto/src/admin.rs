@@ -60,6 +60,35 @@ pub struct ServerStatus {
     pub deleg_recalls: u64,
     pub deleg_revoked: u64,
     pub deleg_flushes: u64,
+    /// Shared inodes (of hard-linked files) held here.
+    pub inodes: u64,
+    /// The server's weight in the map it works with, in thousandths.
+    pub weight_milli: u64,
+    /// Whether the map it works with moves objects to new homes.
+    pub migrating: bool,
+    /// This server's part of the running migration, if one runs.
+    pub migration: Option<MigrationReport>,
+    /// Requests this server forwarded to their directory's home under a newer epoch.
+    pub forwarded: u64,
+}
+
+/// One server's part of a migration (`cluster status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MigrationReport {
+    /// The epoch objects move away from.
+    pub from_epoch: u64,
+    /// Directory objects handed over to new homes, and taken over from old homes.
+    pub objects_moved: u64,
+    pub objects_taken: u64,
+    /// Entries that came with the objects taken over.
+    pub entries_taken: u64,
+    /// File-data bytes moved to other servers.
+    pub bytes_moved: u64,
+    /// Objects and file-data bytes still to move away from here (last count).
+    pub objects_left: u64,
+    pub bytes_left: u64,
+    /// Milliseconds since this server's walker started on the migration.
+    pub millis: u64,
 }
 
 /// Everything `fsck` needs from one server.

@@ -37,17 +37,27 @@ impl DecodeError {
     }
 }
 
-/// Encodes a request frame: `req` made by `cred` (the body is a [`Call`]).
+/// Encodes a request frame: `req` made by `cred` (the body is a [`Call`]), with no epoch hint.
 pub fn encode_request(request_id: u64, cred: &Cred, req: &Request) -> Result<OutFrame, FrameError> {
+    encode_request_at(request_id, 0, cred, req)
+}
+
+/// Encodes a request frame from a sender whose cluster map is at `epoch`.
+pub fn encode_request_at(request_id: u64, epoch: u64, cred: &Cred, req: &Request) -> Result<OutFrame, FrameError> {
     let body = postcard::to_allocvec(&(cred, req)).expect("in-memory encoding cannot fail");
-    let header = Header { version: PROTOCOL_VERSION, flags: 0, opcode: req.opcode(), request_id };
+    let header = Header { version: PROTOCOL_VERSION, flags: 0, opcode: req.opcode(), epoch: epoch as u16, request_id };
     out_frame(header, &body, req.payload())
 }
 
-/// Encodes a response frame for the request with `request_id` and `opcode`.
+/// Encodes a response frame for the request with `request_id` and `opcode`, with no epoch hint.
 pub fn encode_response(request_id: u64, opcode: u16, resp: &Response) -> Result<OutFrame, FrameError> {
+    encode_response_at(request_id, 0, opcode, resp)
+}
+
+/// Encodes a response frame from a server whose cluster map is at `epoch`.
+pub fn encode_response_at(request_id: u64, epoch: u64, opcode: u16, resp: &Response) -> Result<OutFrame, FrameError> {
     let body = postcard::to_allocvec(resp).expect("in-memory encoding cannot fail");
-    let header = Header { version: PROTOCOL_VERSION, flags: FLAG_RESPONSE, opcode, request_id };
+    let header = Header { version: PROTOCOL_VERSION, flags: FLAG_RESPONSE, opcode, epoch: epoch as u16, request_id };
     out_frame(header, &body, response_payload(resp))
 }
 

@@ -7,7 +7,7 @@
 //!      6    1 version    PROTOCOL_VERSION
 //!      7    1 flags      bit 0: response; bit 1: a payload follows the body
 //!      8    2 opcode     u16 big-endian
-//!     10    2 reserved   must be zero
+//!     10    2 epoch      u16 big-endian: the low 16 bits of the sender's map epoch
 //!     12    8 request id u64 big-endian, echoed in the response
 //!     20    … body       postcard-encoded message
 //!      …    … payload    the message's bulk bytes (with flag bit 1), up to the frame's end
@@ -22,7 +22,7 @@ use thiserror::Error;
 /// Identifies plusfs frames; anything else on the socket is refused at once.
 pub const MAGIC: u16 = 0x5046;
 /// The protocol version this build speaks. Peers with another version get `EPROTO`.
-pub const PROTOCOL_VERSION: u8 = 12;
+pub const PROTOCOL_VERSION: u8 = 13;
 /// Bytes from the start of a frame to its body.
 pub const HEADER_LEN: usize = 20;
 /// Hard upper bound of one frame, length prefix included (16 MiB).
@@ -38,7 +38,17 @@ pub struct Header {
     pub version: u8,
     pub flags: u8,
     pub opcode: u16,
+    /// The low 16 bits of the sender's cluster-map epoch: a receiver that sees a newer one
+    /// fetches the map (see [`epoch_is_newer`]).
+    pub epoch: u16,
     pub request_id: u64,
+}
+
+/// Whether the epoch hint `hint` is newer than the epoch `mine` (serial-number arithmetic
+/// on 16 bits, RFC 1982: newer if at most 32,767 ahead). Hint 0 says nothing.
+pub fn epoch_is_newer(hint: u16, mine: u64) -> bool {
+    let ahead = hint.wrapping_sub(mine as u16);
+    hint != 0 && ahead != 0 && ahead < 0x8000
 }
 
 /// One decoded frame: header and still-encoded body.
@@ -57,8 +67,6 @@ pub enum FrameError {
     TooLarge(usize),
     #[error("frame length {0} is shorter than the header")]
     TooShort(usize),
-    #[error("reserved header bits are set")]
-    Reserved,
 }
 
 impl Frame {
@@ -98,11 +106,9 @@ impl Frame {
         let version = src.get_u8();
         let flags = src.get_u8();
         let opcode = src.get_u16();
-        if src.get_u16() != 0 {
-            return Err(FrameError::Reserved);
-        }
+        let epoch = src.get_u16();
         let request_id = src.get_u64();
-        Ok(Frame { header: Header { version, flags, opcode, request_id }, body: src })
+        Ok(Frame { header: Header { version, flags, opcode, epoch, request_id }, body: src })
     }
 
     /// Appends the encoded frame to `dst`.
@@ -123,7 +129,7 @@ impl Frame {
         dst.put_u8(header.version);
         dst.put_u8(header.flags);
         dst.put_u16(header.opcode);
-        dst.put_u16(0);
+        dst.put_u16(header.epoch);
         dst.put_u64(header.request_id);
         dst.put_slice(body);
         Ok(())
@@ -180,7 +186,7 @@ mod tests {
 
     #[test]
     fn roundtrip_and_check() {
-        let h = Header { version: 1, flags: 1, opcode: 7, request_id: 42 };
+        let h = Header { version: 1, flags: 1, opcode: 7, epoch: 3, request_id: 42 };
         let mut buf = BytesMut::new();
         Frame::encode_into(&h, b"xyz", &mut buf).unwrap();
         assert_eq!(buf.len(), HEADER_LEN + 3);

@@ -107,7 +107,7 @@ mod tests {
     use bytes::Bytes;
 
     fn frame(id: u64, payload: Vec<Bytes>) -> OutFrame {
-        let header = Header { version: 1, flags: 2, opcode: 3, request_id: id };
+        let header = Header { version: 1, flags: 2, opcode: 3, epoch: 0, request_id: id };
         let mut head = BytesMut::new();
         let len = payload.iter().map(Bytes::len).sum();
         Frame::encode_head(&header, b"body", len, &mut head).unwrap();

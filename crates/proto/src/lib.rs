@@ -21,6 +21,7 @@ pub mod hugedir;
 pub mod ids;
 pub mod io;
 pub mod message;
+pub mod migrate;
 pub mod path;
 pub mod payload;
 pub mod peer;
@@ -38,7 +39,7 @@ pub use errno::Errno;
 pub use error::WireError;
 pub use filedata::{Piece, MAX_FILE_SIZE, MAX_RECORD};
 pub use frame::{
-    Frame, FrameError, Header, OutFrame, FLAG_PAYLOAD, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN,
+    epoch_is_newer, Frame, FrameError, Header, OutFrame, FLAG_PAYLOAD, FLAG_RESPONSE, HEADER_LEN, MAGIC, MAX_FRAME_LEN,
     PROTOCOL_VERSION,
 };
 pub use hugedir::{DistInfo, DistReport, DistState, Distribution, DistributionWait, Threshold};

@@ -368,6 +368,39 @@ pub enum Request {
         seq: u64,
         op: Box<Request>,
     },
+    /// The cluster map this server holds (answered as TOML text, `Reply::Map`).
+    MapGet,
+    /// To the map service (server 0): apply `change` (a `plusfs_placement::MapChange` as
+    /// TOML text) and answer the new map.
+    MapChange {
+        change: String,
+    },
+    /// From the map service to every server: a new map (TOML text).
+    MapPush {
+        map: String,
+    },
+    /// From an object's old home to its new one: take these directory objects (the new
+    /// home pulls them with `MigrateOut`).
+    MigrateIn {
+        paths: Vec<String>,
+    },
+    /// From a new home to the old one: hand over these directory objects. The old home
+    /// stops serving each and answers its object with the first entries (`Reply::Moved`).
+    MigrateOut {
+        paths: Vec<String>,
+    },
+    /// The next entries of a handed-over directory (its inode `ino`) after `after`.
+    MigrateEntries {
+        path: String,
+        ino: Ino,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// From a new home to the old one: these objects are stored at their new home; the
+    /// old home drops its copies.
+    MigrateDone {
+        paths: Vec<String>,
+    },
 }
 
 impl Request {
@@ -435,6 +468,13 @@ impl Request {
             GroupDigest => 58,
             GroupReplace { .. } => 59,
             Once { .. } => 60,
+            MapGet => 61,
+            MapChange { .. } => 62,
+            MapPush { .. } => 63,
+            MigrateIn { .. } => 64,
+            MigrateOut { .. } => 65,
+            MigrateEntries { .. } => 66,
+            MigrateDone { .. } => 67,
         }
     }
 
@@ -484,8 +524,13 @@ impl Request {
             | CxUrge { .. }
             | OnInode { .. }
             | DirPerms { .. }
-            | CxPerms { .. } => Privilege::Server,
-            Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest => Privilege::Admin,
+            | CxPerms { .. }
+            | MapPush { .. }
+            | MigrateIn { .. }
+            | MigrateOut { .. }
+            | MigrateEntries { .. }
+            | MigrateDone { .. } => Privilege::Server,
+            Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | MapChange { .. } => Privilege::Admin,
             // Data records by number (direct I/O): trusted clients only, since a number
             // says nothing of whose file it is; users' large I/O is relayed by the file's
             // server, which checks permissions.
@@ -552,6 +597,12 @@ impl Request {
                 | GroupDigest
                 | GroupReplace { .. }
                 | Once { .. }
+                | MapGet
+                | MapPush { .. }
+                | MigrateIn { .. }
+                | MigrateOut { .. }
+                | MigrateEntries { .. }
+                | MigrateDone { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | Layout { .. }
@@ -574,7 +625,7 @@ pub enum Privilege {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 61] = [
+pub const OPCODE_NAMES: [&str; 68] = [
     "invalid",
     "ping",
     "mkdir",
@@ -636,6 +687,13 @@ pub const OPCODE_NAMES: [&str; 61] = [
     "group_digest",
     "group_replace",
     "once",
+    "map_get",
+    "map_change",
+    "map_push",
+    "migrate_in",
+    "migrate_out",
+    "migrate_entries",
+    "migrate_done",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -659,7 +717,7 @@ pub enum Reply {
     Dirents(Dirents),
     Target(String),
     Statfs(Statfs),
-    Status(ServerStatus),
+    Status(Box<ServerStatus>),
     Fsck(FsckData),
     Vote(Vote),
     Batch(BatchReply),
@@ -719,6 +777,10 @@ pub enum Reply {
     Group(GroupInfo),
     /// A member's store summed up (`GroupDigest`).
     Digest(StoreDigest),
+    /// A cluster map as TOML text (`MapGet`, `MapChange`).
+    Map(String),
+    /// Directory objects handed over (`MigrateOut`, `MigrateEntries`).
+    Moved(Vec<crate::migrate::MovedDir>),
 }
 
 /// What a response body holds.

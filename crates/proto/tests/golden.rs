@@ -265,6 +265,13 @@ fn requests() -> Vec<Request> {
         Request::GroupDigest,
         Request::GroupReplace { remove: 2, add: 3, raft: "10.0.0.3:7100".into(), client: "10.0.0.3:7000".into() },
         Request::Once { client: 0x1234, seq: 9, op: Box::new(Request::Unlink { path: "/d/f".into() }) },
+        Request::MapGet,
+        Request::MapChange { change: "[Reweight]\nid = 1\nweight = 0.0\n".into() },
+        Request::MapPush { map: "epoch = 2\n".into() },
+        Request::MigrateIn { paths: vec!["/a".into(), "/b".into()] },
+        Request::MigrateOut { paths: vec!["/a".into()] },
+        Request::MigrateEntries { path: "/a".into(), ino: 7, after: Some("f".into()), limit: 100 },
+        Request::MigrateDone { paths: vec!["/a".into()] },
     ]
 }
 
@@ -285,7 +292,7 @@ fn responses() -> Vec<Response> {
         })),
         Ok(Reply::Target("/t".into())),
         Ok(Reply::Statfs(Statfs { dir_objects: 1, entries: 2 })),
-        Ok(Reply::Status(ServerStatus { id: 1, ops: vec![("mkdir".into(), 3)], ..Default::default() })),
+        Ok(Reply::Status(Box::new(ServerStatus { id: 1, ops: vec![("mkdir".into(), 3)], ..Default::default() }))),
         Ok(Reply::Fsck(FsckData {
             dirs: vec![("/".into(), 1)],
             subdirs: vec![(1, "a".into(), 7)],
@@ -367,6 +374,13 @@ fn responses() -> Vec<Response> {
             data_records: 3,
             data_bytes: 4096,
         })),
+        Ok(Reply::Map("epoch = 2\n".into())),
+        Ok(Reply::Moved(vec![plusfs_proto::migrate::MovedDir::new(
+            "/a".into(),
+            Some(dir_object()),
+            vec![("f".into(), inode())],
+            true,
+        )])),
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),

@@ -2,7 +2,7 @@
 
 use crate::counters::Counters;
 use plusfs_proto::io::{send_queued, FrameReader};
-use plusfs_proto::{decode_response, encode_request, Cred, Errno, OutFrame, Request, Response};
+use plusfs_proto::{decode_response, encode_request_at, Cred, Errno, OutFrame, Request, Response};
 use plusfs_tls::ClientTls;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -123,6 +123,7 @@ impl Connection {
                     Ok(Some(frame)) => {
                         rcounters.msgs_in.fetch_add(1, Ordering::Relaxed);
                         rcounters.bytes_in.fetch_add((frame.body.len() + 20) as u64, Ordering::Relaxed);
+                        rcounters.epochs.note_hint(frame.header.epoch);
                         let id = frame.header.request_id;
                         let result = decode_response(&frame).map_err(|e| CallError::Protocol {
                             addr: raddr.clone(),
@@ -179,10 +180,8 @@ impl Connection {
             return Err(broken());
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = encode_request(id, cred, req).map_err(|e| CallError::Protocol {
-            addr: self.addr.clone(),
-            reason: e.to_string(),
-            errno: Errno::EMSGSIZE,
+        let frame = encode_request_at(id, self.counters.epochs.current(), cred, req).map_err(|e| {
+            CallError::Protocol { addr: self.addr.clone(), reason: e.to_string(), errno: Errno::EMSGSIZE }
         })?;
         let (tx, rx) = oneshot::channel();
         self.pending.lock().expect("pending lock").insert(id, tx);

@@ -35,6 +35,8 @@ pub struct Counters {
     pub bytes_out: AtomicU64,
     pub bytes_in: AtomicU64,
     pub retries: AtomicU64,
+    /// The map epoch calls carry, and hints of a newer one their answers carried.
+    pub epochs: crate::epoch::EpochWatch,
 }
 
 /// A copy of [`Counters`] at one moment.

@@ -8,6 +8,7 @@
 
 mod conn;
 mod counters;
+mod epoch;
 mod pool;
 mod secure;
 mod tcp;
@@ -15,6 +16,7 @@ mod transport;
 
 pub use conn::{transport_timeout, CallError, Connection};
 pub use counters::{counting, Counters, CountersSnapshot};
+pub use epoch::EpochWatch;
 pub use pool::Pool;
 pub use secure::{client_tls, identity_dir, set_process_identity};
 pub use tcp::TcpTransport;

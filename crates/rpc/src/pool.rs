@@ -64,6 +64,11 @@ impl Pool {
         &self.counters
     }
 
+    /// Routes with `map` from now on (servers it adds are reachable).
+    pub fn learn_map(&self, map: &ClusterMap) {
+        self.transport.learn_map(map);
+    }
+
     /// True when `server` is a replicated slot (a group whose leader may change).
     pub fn replicated(&self, server: ServerId) -> bool {
         self.transport.replicated(server)

@@ -76,9 +76,25 @@ impl Slot {
     }
 }
 
+fn new_slot(s: &plusfs_placement::ServerEntry, per_server: usize) -> Slot {
+    let conns = (0..per_server.max(1)).map(|_| Mutex::new(None)).collect();
+    let addrs = s.addresses();
+    let first = addrs.iter().position(|a| *a == s.address).unwrap_or(0);
+    Slot {
+        addrs: std::sync::RwLock::new(addrs),
+        replicated: !s.members.is_empty(),
+        fixed: s.address.clone(),
+        leader: AtomicUsize::new(first),
+        conns,
+        next: AtomicUsize::new(0),
+    }
+}
+
 /// Connections to every server of a cluster map.
 pub struct TcpTransport {
-    slots: HashMap<ServerId, Slot>,
+    /// Per server slot; servers a newer map adds join ([`Transport::learn_map`]).
+    slots: std::sync::RwLock<HashMap<ServerId, Arc<Slot>>>,
+    per_server: usize,
     counters: Arc<Counters>,
     /// The TLS client end (none: plain TCP), or why it could not be loaded.
     tls: Result<Option<Arc<ClientTls>>, String>,
@@ -87,29 +103,18 @@ pub struct TcpTransport {
 impl TcpTransport {
     /// Connections to the servers of `map`, `per_server` each, counted in `counters`.
     pub fn new(map: &ClusterMap, per_server: usize, counters: Arc<Counters>) -> TcpTransport {
-        let slots = map
-            .servers
-            .iter()
-            .map(|s| {
-                let conns = (0..per_server.max(1)).map(|_| Mutex::new(None)).collect();
-                let addrs = s.addresses();
-                let first = addrs.iter().position(|a| *a == s.address).unwrap_or(0);
-                let slot = Slot {
-                    addrs: std::sync::RwLock::new(addrs),
-                    replicated: !s.members.is_empty(),
-                    fixed: s.address.clone(),
-                    leader: AtomicUsize::new(first),
-                    conns,
-                    next: AtomicUsize::new(0),
-                };
-                (s.id, slot)
-            })
-            .collect();
-        TcpTransport { slots, counters, tls: crate::secure::client_tls(&map.tls) }
+        let slots = map.servers.iter().map(|s| (s.id, Arc::new(new_slot(s, per_server)))).collect();
+        counters.epochs.set_current(map.epoch);
+        TcpTransport {
+            slots: std::sync::RwLock::new(slots),
+            per_server,
+            counters,
+            tls: crate::secure::client_tls(&map.tls),
+        }
     }
 
-    fn slot(&self, server: ServerId) -> Result<&Slot, CallError> {
-        self.slots.get(&server).ok_or_else(|| CallError::Connect {
+    fn slot(&self, server: ServerId) -> Result<Arc<Slot>, CallError> {
+        self.slots.read().expect("slots").get(&server).cloned().ok_or_else(|| CallError::Connect {
             addr: format!("server {server}"),
             reason: "not in the cluster map".into(),
         })
@@ -191,13 +196,27 @@ impl Transport for TcpTransport {
         Box::pin(async move {
             let slot = self.slot(server)?;
             if !slot.replicated {
-                return self.connection(slot, &slot.fixed).await?.call(cred, req).await;
+                return self.connection(&slot, &slot.fixed).await?.call(cred, req).await;
             }
-            self.send_to_group(server, slot, cred, req).await
+            self.send_to_group(server, &slot, cred, req).await
         })
     }
 
     fn replicated(&self, server: ServerId) -> bool {
-        self.slots.get(&server).is_some_and(|s| s.replicated)
+        self.slots.read().expect("slots").get(&server).is_some_and(|s| s.replicated)
+    }
+
+    fn learn_map(&self, map: &ClusterMap) {
+        let mut slots = self.slots.write().expect("slots");
+        for s in &map.servers {
+            let known = slots.get(&s.id).is_some_and(|k| k.fixed == s.address);
+            if !known {
+                slots.insert(s.id, Arc::new(new_slot(s, self.per_server)));
+            }
+        }
+        slots.retain(|id, _| {
+            map.server(*id).is_some() || map.migration.as_ref().is_some_and(|m| m.before.iter().any(|b| b.id == *id))
+        });
+        self.counters.epochs.set_current(map.epoch);
     }
 }

@@ -18,4 +18,8 @@ pub trait Transport: Send + Sync + 'static {
     fn replicated(&self, _server: ServerId) -> bool {
         false
     }
+
+    /// A newer cluster map: connections to servers it adds become possible, the ones to
+    /// servers it no longer lists are closed.
+    fn learn_map(&self, _map: &plusfs_placement::ClusterMap) {}
 }

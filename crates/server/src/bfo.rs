@@ -67,7 +67,7 @@ impl Osd {
         let mut errnos = vec![Errno::OK; files.len()];
         let mut todo: Vec<(usize, Option<Inode>)> = Vec::new();
         let mut seen = HashSet::new();
-        let small = self.map.data.small_file_bytes;
+        let small = self.map().data.small_file_bytes;
         for (i, f) in files.iter().enumerate() {
             let e = match (&found[i], check_name(&f.name)) {
                 (_, Err(e)) => e.errno,

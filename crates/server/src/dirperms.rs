@@ -109,7 +109,7 @@ impl Osd {
         wait: Duration,
         cx: Option<CxSide>,
     ) -> OpResult<ParentPerms> {
-        if let Some((op, coordinator)) = cx.filter(|(_, co)| self.map.home_of_dir(parent) == *co) {
+        if let Some((op, coordinator)) = cx.filter(|(_, co)| self.map().home_of_dir(parent) == *co) {
             match self.pushed_perms.take(op, parent, PUSH_WAIT).await {
                 Some(answer) => return answer,
                 None => tracing::debug!(%op, coordinator, parent, "no pushed permissions; asking"),
@@ -127,10 +127,10 @@ impl Osd {
         }
         for sub in ops {
             let SubOp::InsertEntry { dir, name, inode, replace: Replace::Never, .. } = sub else { continue };
-            if inode.kind != FileKind::Dir || self.map.home_of_dir(dir) != self.id {
+            if inode.kind != FileKind::Dir || self.map().home_of_dir(dir) != self.id {
                 continue;
             }
-            if self.map.home_of_dir(&plusfs_proto::path::join(dir, name)) != peer {
+            if self.map().home_of_dir(&plusfs_proto::path::join(dir, name)) != peer {
                 continue;
             }
             let (osd, path) = (self.clone(), dir.clone());
@@ -152,7 +152,7 @@ impl Osd {
     /// operations on it have ended, as for any read), asking again for `wait` while the
     /// home cannot be reached.
     async fn parent_perms(self: &Arc<Self>, dir: &str, wait: Duration) -> OpResult<ParentPerms> {
-        let home = self.map.home_of_dir(dir);
+        let home = self.map().home_of_dir(dir);
         let req = Request::DirPerms { path: dir.into() };
         if home == self.id && self.locks.tx_count() > 0 {
             self.locks.settle(&[(dir.to_string(), Scope::object_only())], true).await;
@@ -215,7 +215,7 @@ impl Osd {
     /// server (the peers' trusted credential: the caller was checked here).
     async fn reancestry(self: &Arc<Self>, p: &str, old: &DirObject, new: &DirObject) -> OpResult<()> {
         let mut parts = Parts::new();
-        for s in &self.map.servers {
+        for s in &self.map().servers {
             let op = SubOp::Reancestry {
                 root: p.to_string(),
                 old: old.search_perm(),

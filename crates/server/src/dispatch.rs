@@ -3,6 +3,7 @@
 use crate::engine::attrs::NewNode;
 use crate::engine::errors::{eio, err};
 use crate::engine::host::Via;
+use crate::migrate::{target_dir, Placed};
 use crate::osd::Osd;
 use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response};
 use std::sync::Arc;
@@ -14,6 +15,30 @@ impl Osd {
     /// Serves one request made by `cred`.
     pub async fn handle(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
         self.metrics.count_op(req.opcode());
+        match self.place(&req).await {
+            Ok(Placed::Forward(home)) => return self.forward_to_home(home, &cred, req).await,
+            Ok(Placed::Here) => {}
+            Err(e) => return Err(e),
+        }
+        // A map adopted while the request runs may move its directory away: an error
+        // then may come from the move, and the request is served at the new home.
+        let before = self.map().epoch;
+        let again = (target_dir(&req).is_some()).then(|| req.clone());
+        let resp = self.handle_here(cred.clone(), req).await;
+        match (resp, again) {
+            (Err(e), Some(req)) if self.map().epoch != before => {
+                let home = target_dir(&req).map(|d| self.map().home_of_dir(d)).unwrap_or(self.id);
+                if home != self.id {
+                    return self.forward_to_home(home, &cred, req).await;
+                }
+                Err(e)
+            }
+            (resp, _) => resp,
+        }
+    }
+
+    /// Serves a request that belongs to this server.
+    async fn handle_here(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
         if self.locks.tx_count() > 0 {
             // A client must not see objects a pending Cx operation changes before it commits.
             let scopes = crate::cx::request_scopes(&req);
@@ -96,7 +121,7 @@ impl Osd {
             other if via != Via::Home => {
                 Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard or inode", other.name())))
             }
-            Ping => Ok(Reply::Pong { server: self.id, epoch: self.map.epoch }),
+            Ping => Ok(Reply::Pong { server: self.id, epoch: self.map().epoch }),
             DirSetAttr { path, set } => self.dir_set_attr(&path, &set, c).await,
             Statfs => self.statfs(),
             Status => self.status().await,
@@ -143,6 +168,13 @@ impl Osd {
             GroupStatus | GroupDigest | GroupReplace { .. } => {
                 Err(err(Errno::EINVAL, format!("server {} is not replicated: it has no replica group", self.id)))
             }
+            MapGet => Ok(Reply::Map(self.map().to_toml())),
+            MapChange { change } => self.change_map(&change).await,
+            MapPush { map } => self.pushed_map(&map),
+            MigrateIn { paths } => self.migrate_in(&paths).await,
+            MigrateOut { paths } => self.migrate_out(&paths).await,
+            MigrateEntries { path, ino, after, limit } => self.migrate_entries(&path, ino, after.as_deref(), limit),
+            MigrateDone { paths } => self.migrate_done(&paths).await,
             // An empty path (from a peer): this server's data store.
             Fsync { .. } => self.fsync_data().await,
         }

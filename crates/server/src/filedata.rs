@@ -211,7 +211,7 @@ impl Osd {
             return Err(err(Errno::ESTALE, format!("'{p}' is another file than the one written")));
         }
         let end = committed_end(p, offset, len, &pieces)?;
-        if let Some(q) = pieces.iter().find(|q| !self.map.servers.iter().any(|s| s.id == q.server)) {
+        if let Some(q) = pieces.iter().find(|q| !self.map().servers.iter().any(|s| s.id == q.server)) {
             return Err(err(Errno::EINVAL, format!("'{p}': a committed piece names unknown server {}", q.server)));
         }
         let before = records(&t.inode.pieces);
@@ -263,8 +263,8 @@ impl Osd {
 
     /// Splits `[off, end)` by where its bytes go: (file offset, server, range).
     fn placement(&self, ino: Ino, off: u64, end: u64) -> Vec<(u64, ServerId, (u64, u64))> {
-        let small = self.map.data.small_file_bytes;
-        let chunk = self.map.data.chunk_bytes;
+        let small = self.map().data.small_file_bytes;
+        let chunk = self.map().data.chunk_bytes;
         let mut out = Vec::new();
         let mut at = off;
         while at < end {
@@ -272,7 +272,7 @@ impl Osd {
                 (self.id, end.min(small))
             } else {
                 let idx = at / chunk;
-                (self.map.chunk_server(ino, idx), end.min((idx + 1) * chunk))
+                (self.map().chunk_server(ino, idx), end.min((idx + 1) * chunk))
             };
             out.push((at, server, (at, stop)));
             at = stop;
@@ -288,7 +288,7 @@ impl Osd {
 
     /// [`Self::put_local`] of records already cut (at most [`MAX_RECORD`] bytes each),
     /// shared with the blocking task, not copied, and appended with one write.
-    async fn put_local_parts(
+    pub(crate) async fn put_local_parts(
         self: &Arc<Self>,
         owner: Ino,
         at: u64,
@@ -313,7 +313,13 @@ impl Osd {
     }
 
     /// Stores `bytes` on another server (`DataPut`, one record per request, in parallel).
-    async fn put_remote(self: &Arc<Self>, server: ServerId, owner: Ino, at: u64, bytes: Bytes) -> OpResult<Vec<Piece>> {
+    pub(crate) async fn put_remote(
+        self: &Arc<Self>,
+        server: ServerId,
+        owner: Ino,
+        at: u64,
+        bytes: Bytes,
+    ) -> OpResult<Vec<Piece>> {
         let parts = records_of(&bytes);
         let puts = parts.iter().map(|part| {
             let req = Request::DataPut { owner, data: part.clone().into() };
@@ -451,7 +457,7 @@ impl Osd {
             extents.push(loc.extent);
         }
         let data = self.data.clone();
-        let gap = self.map.data.merge_gap_bytes;
+        let gap = self.map().data.merge_gap_bytes;
         let records = blocking(move || data.read_many(&extents, gap)).await?;
         let mut out = Vec::with_capacity(ranges.len());
         for (rec, &(_, skip, len)) in records.into_iter().zip(ranges) {

@@ -174,6 +174,19 @@ impl Front {
     }
 
     /// Message and byte counters.
+    /// The epoch of the map the server works with (0 while it does not serve).
+    pub fn epoch(&self) -> u64 {
+        self.osd.get().map_or(0, |o| o.peers.counters().epochs.current())
+    }
+
+    /// A frame carried the epoch hint `hint`: a newer one makes the server fetch the map
+    /// before its next request.
+    pub fn note_epoch(&self, hint: u16) {
+        if let Some(o) = self.osd.get() {
+            o.peers.counters().epochs.note_hint(hint);
+        }
+    }
+
     pub fn metrics(&self) -> &Metrics {
         self.osd.get().map_or(&self.idle_metrics, |o| &o.metrics)
     }

@@ -90,8 +90,8 @@ impl Osd {
                 DistState::Distributed => return Ok(Some(self.dist_info(dir, &d))),
                 DistState::Nondistributed if !self.over_threshold(&d) => return Ok(None),
                 DistState::Nondistributed => {
-                    let width = if d.dist.width == 0 { self.map.hugedirs.width } else { d.dist.width };
-                    d.dist.set = self.map.storing_set(dir, width);
+                    let width = if d.dist.width == 0 { self.map().hugedirs.width } else { d.dist.width };
+                    d.dist.set = self.map().storing_set(dir, width);
                     d.dist.state = DistState::Distributing;
                     let mut b = Batch::new();
                     b.put_dir(dir, &d);

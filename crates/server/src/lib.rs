@@ -21,6 +21,7 @@ mod hugedir;
 mod links;
 mod member;
 mod metrics;
+mod migrate;
 mod namespace;
 mod net;
 mod once;
@@ -143,6 +144,7 @@ async fn open_over(
     osd.start_cx();
     osd.recover_cx().map_err(&store_err)?;
     osd.resume_distributions().map_err(&store_err)?;
+    osd.join_map().await;
     osd.spawn_compactor();
     Ok(osd)
 }

@@ -145,7 +145,7 @@ impl Osd {
         // redirect is the client's to follow (the loop below follows the destination's).
         self.host(sdir, via)?;
         // The new entry goes to the home of `ddir`, or where its distribution says.
-        let mut at = (self.map.home_of_dir(ddir), None);
+        let mut at = (self.map().home_of_dir(ddir), None);
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
         while changes < 3 {

@@ -254,9 +254,10 @@ impl Osd {
         let segments = self.data.segments();
         let io = self.data.stats();
         let (cx_pending, cx_log_bytes, cx_log_peak) = self.cx.gauges();
-        Ok(Reply::Status(ServerStatus {
+        let map = self.map();
+        Ok(Reply::Status(Box::new(ServerStatus {
             id: self.id,
-            epoch: self.map.epoch,
+            epoch: map.epoch,
             dir_objects,
             entries,
             ops: m.ops(),
@@ -292,7 +293,12 @@ impl Osd {
             deleg_recalls: self.delegs.counters.recalls.load(std::sync::atomic::Ordering::Relaxed),
             deleg_revoked: self.delegs.counters.revoked.load(std::sync::atomic::Ordering::Relaxed),
             deleg_flushes: self.delegs.counters.flushes.load(std::sync::atomic::Ordering::Relaxed),
-        }))
+            inodes: self.store.all_inodes().map_err(eio)?.len() as u64,
+            weight_milli: map.server(self.id).map_or(0, |s| (s.weight * 1000.0).round() as u64),
+            migrating: map.migrating(),
+            migration: self.migration.report(map.migration.as_ref().map(|m| m.from_epoch)),
+            forwarded: self.migration.forwarded.load(std::sync::atomic::Ordering::Relaxed),
+        })))
     }
 
     pub(crate) fn fsck_scan(&self) -> Response {

@@ -8,7 +8,7 @@
 use crate::front::Front;
 use crate::security::{self, Security};
 use plusfs_proto::io::{send_queued, FrameReader, ReadError};
-use plusfs_proto::{decode_request, encode_response, DecodeError, Errno, OutFrame, Response, WireError, HEADER_LEN};
+use plusfs_proto::{decode_request, encode_response_at, DecodeError, Errno, OutFrame, Response, WireError, HEADER_LEN};
 use plusfs_tls::Identity;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -122,6 +122,7 @@ where
         osd.metrics().msgs_in.fetch_add(1, Ordering::Relaxed);
         osd.metrics().bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
         let (id, opcode) = (frame.header.request_id, frame.header.opcode);
+        osd.note_epoch(frame.header.epoch);
         match decode_request(&frame) {
             Ok(call) => {
                 let cred = match &who.identity {
@@ -187,9 +188,10 @@ impl Drop for OpenConnection {
 }
 
 fn send(osd: &Front, tx: &mpsc::UnboundedSender<OutFrame>, id: u64, opcode: u16, resp: &Response) {
-    let result = encode_response(id, opcode, resp).or_else(|e| {
+    let epoch = osd.epoch();
+    let result = encode_response_at(id, epoch, opcode, resp).or_else(|e| {
         let too_big = Err(WireError::new(Errno::EMSGSIZE, format!("reply too large: {e}")));
-        encode_response(id, opcode, &too_big)
+        encode_response_at(id, epoch, opcode, &too_big)
     });
     if let Ok(frame) = result {
         osd.metrics().msgs_out.fetch_add(1, Ordering::Relaxed);

@@ -269,7 +269,7 @@ async fn settle_mkdirs(
 /// The attributes of the directory object at `path`, from its home (here or a peer).
 async fn dir_stat(osd: &Arc<Osd>, path: &str) -> Response {
     let req = Request::DirStat { path: path.to_string() };
-    let home = osd.map.home_of_dir(path);
+    let home = osd.map().home_of_dir(path);
     if home == osd.id {
         return osd.handle(Cred::server(), req).await;
     }

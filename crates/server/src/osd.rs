@@ -35,6 +35,14 @@ pub struct Osd {
     pub(crate) delegs: Arc<crate::deleg::table::DelegTable>,
     /// Parents' permissions pushed by Cx coordinators for new subdirectories here.
     pub(crate) pushed_perms: crate::pushed::PermsInbox,
+    /// The running migration's counters (`migrate`).
+    pub(crate) migration: crate::migrate::Progress,
+    /// Pulls of directory objects under way, one per path.
+    pub(crate) pulls: crate::migrate::Pulls,
+    /// Held while the map is fetched from (or changed at) the map service.
+    pub(crate) map_fetch: tokio::sync::Mutex<()>,
+    /// Whether the migration walker runs.
+    pub(crate) walker_running: std::sync::atomic::AtomicBool,
 }
 
 impl std::ops::Deref for Osd {
@@ -67,6 +75,10 @@ impl Osd {
             cx: Cx::default(),
             delegs: Arc::default(),
             pushed_perms: Default::default(),
+            migration: Default::default(),
+            pulls: Default::default(),
+            map_fetch: Default::default(),
+            walker_running: Default::default(),
         });
         osd.load_delegations()?;
         let weak = Arc::downgrade(&osd);
@@ -76,7 +88,9 @@ impl Osd {
                 osd.ensure_distributing(&dir);
             }
         });
-        if osd.map.home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
+        // Only a new cluster makes `/`: a server that becomes its home later takes it over.
+        let new_cluster = osd.map().epoch <= 1 && !osd.map().migrating();
+        if new_cluster && osd.map().home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
             let mut root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
             root.ancestry = Some(plusfs_proto::Ancestry::root(root.search_perm()));
             let mut b = Batch::new();

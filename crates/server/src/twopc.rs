@@ -131,7 +131,7 @@ impl Osd {
         if policy.0.resolve(self.cluster_threshold()) == Threshold::Entries(0) {
             // Distributed from creation: its home distributes it now.
             let req = Request::SetPolicy { path: p.to_string(), threshold: None, width: None };
-            if let Err(e) = self.peer_call(self.map.home_of_dir(p), req, &Cred::server()).await {
+            if let Err(e) = self.peer_call(self.map().home_of_dir(p), req, &Cred::server()).await {
                 tracing::warn!(path = p, cause = %e.message, "cannot distribute a new directory yet");
             }
         }
@@ -170,7 +170,7 @@ impl Osd {
             };
             add_part(&mut parts, self.id, entry);
             attrs.push(Attr::of_dir(&object));
-            add_part(&mut parts, self.map.home_of_dir(&path), SubOp::CreateDir { path, object });
+            add_part(&mut parts, self.map().home_of_dir(&path), SubOp::CreateDir { path, object });
         }
         self.run(parts, c).await?;
         Ok(attrs)
@@ -191,7 +191,7 @@ impl Osd {
             let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
             add_part(&mut parts, self.id, remove);
             let remove_dir = SubOp::RemoveDir { path: p.into(), ino: e.ino, shards: shards.to_vec() };
-            add_part(&mut parts, self.map.home_of_dir(p), remove_dir);
+            add_part(&mut parts, self.map().home_of_dir(p), remove_dir);
             for &s in shards {
                 add_part(&mut parts, s, SubOp::RemoveShard { path: p.into(), ino: e.ino });
             }
@@ -222,8 +222,12 @@ impl Osd {
         if src == dst {
             return Ok(Reply::Done);
         }
-        let mut at =
-            DstAt { server: self.map.home_of_dir(ddir), shard: None, replaced_shards: Vec::new(), replaced_link: None };
+        let mut at = DstAt {
+            server: self.map().home_of_dir(ddir),
+            shard: None,
+            replaced_shards: Vec::new(),
+            replaced_link: None,
+        };
         if ddir == sdir {
             at.server = self.id;
             if let Via::Shard(inc) = via {
@@ -306,13 +310,13 @@ impl Osd {
             add_part(&mut parts, dst_home, insert);
             if let Replace::Dir(old) = replace {
                 let remove_dir = SubOp::RemoveDir { path: dst.into(), ino: old, shards: at.replaced_shards.clone() };
-                add_part(&mut parts, self.map.home_of_dir(dst), remove_dir);
+                add_part(&mut parts, self.map().home_of_dir(dst), remove_dir);
                 for &s in &at.replaced_shards {
                     add_part(&mut parts, s, SubOp::RemoveShard { path: dst.into(), ino: old });
                 }
             }
             let rebase = self.rebase_of(sdir, ddir, c).await?;
-            for s in &self.map.servers {
+            for s in &self.map().servers {
                 let export = SubOp::ExportSubtree { root: src.into(), new_root: dst.into(), rebase: rebase.clone() };
                 add_part(&mut parts, s.id, export);
             }
@@ -326,10 +330,12 @@ impl Osd {
     async fn rebase_of(self: &Arc<Self>, sdir: &str, ddir: &str, c: &Cred) -> OpResult<Option<(Ancestry, Ancestry)>> {
         let mut get = Vec::new();
         for d in [sdir, ddir] {
-            get.push(match self.peer_call(self.map.home_of_dir(d), Request::DirPerms { path: d.into() }, c).await? {
-                Reply::DirPerms { ancestry, .. } => ancestry,
-                other => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
-            });
+            get.push(
+                match self.peer_call(self.map().home_of_dir(d), Request::DirPerms { path: d.into() }, c).await? {
+                    Reply::DirPerms { ancestry, .. } => ancestry,
+                    other => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+                },
+            );
         }
         let to = get.pop().flatten();
         Ok(get.pop().flatten().zip(to))
@@ -384,6 +390,9 @@ impl Osd {
                 }
                 Err(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
                     attempt += 1;
+                    // A participant may have refused because a newer map homes a
+                    // directory elsewhere: plan the next attempt with that map.
+                    self.refresh_if_stale().await;
                     let wait = rand::thread_rng().gen_range(1..=(2u64 << attempt.min(6)));
                     tokio::time::sleep(Duration::from_millis(wait)).await;
                 }
@@ -489,7 +498,7 @@ impl Osd {
         }
         // Recorded with the commit decision: a resend after a failover then knows.
         crate::once::answer_at_commit(&Ok(Reply::Done));
-        let mut at = (self.map.home_of_dir(bdir), None);
+        let mut at = (self.map().home_of_dir(bdir), None);
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
         while changes < 3 {
@@ -536,7 +545,7 @@ impl Osd {
             }
             dump.object.ancestry = rebase_ancestry(dump.object.ancestry.take(), anc.as_ref());
             dump.path = rebase(&dump.path, &root, &new_root);
-            out.entry(self.map.home_of_dir(&dump.path)).or_default().imports.push(dump);
+            out.entry(self.map().home_of_dir(&dump.path)).or_default().imports.push(dump);
         }
         out
     }

@@ -14,6 +14,9 @@
 //! P <txid: u64 BE>              -> bytes       participant log records
 //! X <id: u64 BE>                 -> bytes       Cx log records
 //! L <id: u64 BE>                 -> bytes       directory delegations granted here
+//! O <path hash: u64 BE>         -> bytes       migration outbox: objects handed to their new home
+//! Y <path hash: u64 BE>         -> bytes       migration receipts: objects taken over here
+//! K <id: u64 BE>                -> bytes       map service records (0: the cluster map)
 //! R <record: u64 BE>            -> bytes       file-data records here (their extent, owner)
 //! G <segment: u32 BE> <off: u64 BE> -> u64 BE  record at that place (compaction's index)
 //! ```
@@ -55,6 +58,14 @@ pub enum LogKind {
     Cx,
     /// Directory delegations granted here, keyed by delegation id.
     Deleg,
+    /// Directory objects handed to their new home and not yet confirmed stored there,
+    /// keyed by the path's hash (migration outbox).
+    Outbox,
+    /// Directory objects taken over from their old home during the running migration,
+    /// keyed by the path's hash (so a late hand-over of the same object is not taken twice).
+    Receipt,
+    /// Cluster-wide records kept by the map service (id 0: the cluster map).
+    Meta,
 }
 
 impl LogKind {
@@ -64,6 +75,9 @@ impl LogKind {
             LogKind::Participant => b'P',
             LogKind::Cx => b'X',
             LogKind::Deleg => b'L',
+            LogKind::Outbox => b'O',
+            LogKind::Receipt => b'Y',
+            LogKind::Meta => b'K',
         }
     }
 }

@@ -108,6 +108,8 @@ impl TestCluster {
             replication: Default::default(),
             tls: Default::default(),
             servers,
+            migration: None,
+            rebalance: Default::default(),
         };
         let net = Arc::new(SimNet::new(opts.seed));
         let nodes = map

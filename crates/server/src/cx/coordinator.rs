@@ -7,8 +7,8 @@ impl Osd {
     // ----- commitment (coordinator) ---------------------------------------------------
 
     pub(super) async fn commit_loop(self: Arc<Self>) {
-        let timeout = Duration::from_millis(self.map.txn.commit_timeout_ms);
-        let threshold = self.map.txn.commit_threshold as usize;
+        let timeout = Duration::from_millis(self.map().txn.commit_timeout_ms);
+        let threshold = self.map().txn.commit_threshold as usize;
         let mut last = Instant::now();
         loop {
             let _ = tokio::time::timeout_at((last + timeout).into(), self.cx.kick.notified()).await;

@@ -284,7 +284,7 @@ impl Osd {
         self.cx.counters.executed.fetch_add(1, Ordering::Relaxed);
         self.cx.changed.notify_waiters();
         if role == CxRole::Coordinator
-            && (ready || self.cx.coordinator_ready() >= self.map.txn.commit_threshold as usize)
+            && (ready || self.cx.coordinator_ready() >= self.map().txn.commit_threshold as usize)
         {
             self.cx.kick.notify_one();
         }
@@ -307,7 +307,7 @@ impl Osd {
 
     /// Blocks while the log holds `more` bytes too many, committing what is pending.
     async fn wait_for_log_space(self: &Arc<Self>, more: u64) {
-        let max = self.map.txn.max_log_bytes;
+        let max = self.map().txn.max_log_bytes;
         loop {
             let notified = self.cx.changed.notified();
             tokio::pin!(notified);

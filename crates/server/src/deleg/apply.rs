@@ -66,7 +66,7 @@ impl Osd {
         ops: Vec<DelegOp>,
         b: &mut Batch,
     ) -> OpResult<Replayed> {
-        let small = self.map.data.small_file_bytes;
+        let small = self.map().data.small_file_bytes;
         let (ops, extents) = self.append_contents(ops, small).await?;
         let mut extents = extents.into_iter();
         let mut ov = Overlay { osd: self, dir_ino: host.obj.ino, entries: HashMap::new() };

@@ -81,7 +81,7 @@ impl Osd {
     }
 
     fn recall_timeout(&self) -> Duration {
-        self.map.delegations.recall_timeout()
+        self.map().delegations.recall_timeout()
     }
 
     /// Ends delegations whose holders did not answer a recall in time.
@@ -101,7 +101,7 @@ impl Osd {
     /// `via` addresses it: its home object, or this server's shard of it when distributed).
     pub(crate) async fn deleg_acquire(self: &Arc<Self>, dir: &str, read: bool, via: Via, cred: &Cred) -> Response {
         check_dir_path(dir)?;
-        if !self.map.delegations.enabled || cred.session == 0 {
+        if !self.map().delegations.enabled || cred.session == 0 {
             return Err(err(Errno::EAGAIN, format!("delegations are off for '{dir}'")));
         }
         let id = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
@@ -149,7 +149,7 @@ impl Osd {
             Some(_) => err(Errno::EAGAIN, format!("'{dir}' is distributed: its shards are delegated")),
             None => e,
         })?;
-        let max = self.map.delegations.max_entries;
+        let max = self.map().delegations.max_entries;
         if self.over_threshold(&host.obj) || host.obj.entries > max {
             return Err(err(Errno::EAGAIN, format!("'{dir}' has too many entries to delegate")));
         }

@@ -99,7 +99,7 @@ impl Engine {
 
     /// The cluster's threshold (`[hugedirs] threshold`).
     pub(crate) fn cluster_threshold(&self) -> Threshold {
-        match self.map.hugedirs.threshold_entries() {
+        match self.map().hugedirs.threshold_entries() {
             Some(n) => Threshold::Entries(n),
             None => Threshold::Never,
         }

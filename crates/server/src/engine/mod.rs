@@ -30,7 +30,8 @@ use tokio::sync::mpsc;
 /// One server's state.
 pub struct Engine {
     pub id: ServerId,
-    pub map: Arc<ClusterMap>,
+    /// The cluster map, replaced when a newer epoch arrives ([`Engine::map`]).
+    map_cell: std::sync::RwLock<Arc<ClusterMap>>,
     pub store: Arc<dyn DirStore>,
     pub locks: Arc<LockTable>,
     pub metrics: Metrics,
@@ -65,7 +66,7 @@ impl Engine {
             txids: IdAllocator::load(store.as_ref(), "next_txid", id)?,
             records: IdAllocator::load(store.as_ref(), "next_record", id)?,
             id,
-            map: Arc::new(map),
+            map_cell: std::sync::RwLock::new(Arc::new(map)),
             store,
             locks: Arc::default(),
             metrics: Metrics::default(),
@@ -73,6 +74,21 @@ impl Engine {
             data_gate: tokio::sync::RwLock::new(()),
             distribution_wanted,
         })
+    }
+
+    /// The cluster map this server works with now.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map_cell.read().expect("map cell").clone()
+    }
+
+    /// Replaces the map by `map` if it is newer; answers whether it was.
+    pub(crate) fn install_map(&self, map: ClusterMap) -> bool {
+        let mut cell = self.map_cell.write().expect("map cell");
+        if map.epoch <= cell.epoch {
+            return false;
+        }
+        *cell = Arc::new(map);
+        true
     }
 
     /// Asks the redistribution protocol to finish distributing `dir`.

@@ -73,6 +73,18 @@ impl Engine {
             .collect()
     }
 
+    /// A directory at or below `root` this server has handed to its new home without the
+    /// new home having confirmed it (a transaction over the subtree waits for it).
+    fn handed_over_within(&self, root: &str) -> OpResult<Option<String>> {
+        for (_, raw) in self.store.log_records(plusfs_store::LogKind::Outbox).map_err(eio)? {
+            let Ok((p, _)) = postcard::from_bytes::<(String, plusfs_proto::DirObject)>(&raw) else { continue };
+            if plusfs_proto::path::is_within(&p, root) {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
+    }
+
     /// Locks and checks `ops` for caller `c`. Returns the held busy locks and the prepared
     /// record; the transactions waited for are added to `blockers`.
     pub(crate) async fn check_subops(
@@ -119,6 +131,9 @@ impl Engine {
                     self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
                 if again != exported || shards_within(root)? != reshards {
                     continue; // an object appeared or vanished between scan and lock
+                }
+                if let Some(p) = self.handed_over_within(root)? {
+                    return Err(err(Errno::EBUSY, format!("'{p}' is moving to its new home")));
                 }
                 if let Some((p, d)) = self
                     .store

@@ -1,0 +1,322 @@
+//! `plusfs cluster add | drain | reweight | remove`: changing the server set of a running
+//! cluster through its map service (server 0), and following the migration that moves
+//! objects to their new homes.
+
+use anyhow::{bail, Context, Result};
+use plusfs_client::{Client, ClientOptions};
+use plusfs_placement::{ClusterMap, MapChange};
+use plusfs_proto::{Reply, Request, ServerStatus};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// The server that keeps the cluster map.
+const KEEPER: u32 = 0;
+
+/// The cluster map file: `DIR/cluster.toml` of a local cluster, else `--cluster`.
+pub fn map_file(data: Option<&Path>, cluster: Option<&PathBuf>) -> Result<PathBuf> {
+    match data {
+        Some(d) => Ok(plusfs_localcluster::map_path(d)),
+        None => cluster.cloned().context("pass --data DIR (a local cluster) or --cluster FILE"),
+    }
+}
+
+/// An admin connection to the cluster whose map file is `file`.
+pub struct Admin {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    file: PathBuf,
+    local_tls: plusfs_placement::TlsSettings,
+}
+
+impl Admin {
+    /// Connects with the map in `file`.
+    pub fn open(file: &Path) -> Result<Admin> {
+        let map = ClusterMap::load(file)?;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client = {
+            let _g = rt.enter();
+            Client::new(map.clone(), ClientOptions { retries: 2, ..Default::default() })
+        };
+        Ok(Admin { rt, client, file: file.to_path_buf(), local_tls: map.tls })
+    }
+
+    /// The map the map service holds now; the file is brought up to date with it.
+    pub fn current(&self) -> Result<ClusterMap> {
+        let reply = self.rt.block_on(self.client.call_server(KEEPER, &Request::MapGet))?;
+        self.adopt(reply)
+    }
+
+    /// Asks the map service for `change`; answers (and writes to the file) the new map.
+    pub fn change(&self, change: &MapChange) -> Result<ClusterMap> {
+        let req = Request::MapChange { change: change.to_text() };
+        let reply = self.rt.block_on(self.client.call_server(KEEPER, &req))?;
+        self.adopt(reply)
+    }
+
+    fn adopt(&self, reply: Reply) -> Result<ClusterMap> {
+        let Reply::Map(text) = reply else { bail!("the map service answered {reply:?}") };
+        let mut map = ClusterMap::from_toml(&text)?;
+        map.tls = self.local_tls.clone();
+        let on_file = ClusterMap::load(&self.file).map(|m| m.epoch).unwrap_or(0);
+        if map.epoch > on_file {
+            plusfs_netns::write_durably(&self.file, map.to_toml().as_bytes())?;
+        }
+        Ok(map)
+    }
+
+    /// The status of every server of `map` (and of the servers a migration moves objects
+    /// away from), in id order; errors for servers that do not answer.
+    pub fn statuses(&self, map: &ClusterMap) -> Vec<(u32, Result<ServerStatus, String>)> {
+        let mut ids: Vec<u32> = map.servers.iter().map(|s| s.id).collect();
+        if let Some(m) = &map.migration {
+            ids.extend(m.before.iter().map(|s| s.id));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .map(|id| (id, self.rt.block_on(self.client.server_status(id)).map_err(|e| e.to_string())))
+            .collect()
+    }
+}
+
+/// `cluster add`: a new server at `address` (for a local cluster, on a free loopback port,
+/// its process started with data under DIR/server-N).
+pub fn add(
+    address: Option<String>,
+    weight: f64,
+    data: Option<&Path>,
+    cluster: Option<&PathBuf>,
+    wait: bool,
+) -> Result<ExitCode> {
+    let file = map_file(data, cluster)?;
+    let admin = Admin::open(&file)?;
+    let before = admin.current()?;
+    let (address, metrics) = match (address, data) {
+        (Some(a), _) => (a, None),
+        (None, Some(d)) => {
+            if plusfs_netns::Net::load(d)?.is_some() {
+                bail!("{} holds a cluster on a private network: adding servers to it is not supported", d.display());
+            }
+            let ports = plusfs_localcluster::free_ports(2)?;
+            let metrics = before.servers.iter().any(|s| s.metrics.is_some()).then(|| format!("127.0.0.1:{}", ports[1]));
+            (format!("127.0.0.1:{}", ports[0]), metrics)
+        }
+        (None, None) => bail!("pass --address HOST:PORT, or --data DIR to start the server on this machine"),
+    };
+    if before.servers.iter().any(|s| !s.members.is_empty()) {
+        bail!("the cluster's servers are replica groups: adding one is not supported yet (add unreplicated clusters' servers)");
+    }
+    let map = admin.change(&MapChange::Add { address: address.clone(), weight, metrics })?;
+    let id = map.servers.iter().find(|s| s.address == address).map(|s| s.id).context("the new map lacks the server")?;
+    println!("server {id} added at {address} with weight {weight} (epoch {})", map.epoch);
+    if let Some(d) = data {
+        let exe = std::env::current_exe()?;
+        let mut lc = plusfs_localcluster::LocalCluster::prepare(&exe, d, None, &Default::default())?;
+        lc.start(id)?;
+        lc.wait_ready(Duration::from_secs(30))?;
+        lc.detach();
+        println!(
+            "server {id} started (log: {})",
+            d.join(format!("{}.log", plusfs_localcluster::proc_name(id, None))).display()
+        );
+    } else {
+        println!("start it with: plusfs server --cluster {} --id {id} --data DIR", file.display());
+    }
+    finish(&admin, wait)
+}
+
+/// `cluster reweight` (and `drain`: weight 0).
+pub fn reweight(
+    server: u32,
+    weight: f64,
+    data: Option<&Path>,
+    cluster: Option<&PathBuf>,
+    wait: bool,
+) -> Result<ExitCode> {
+    let admin = Admin::open(&map_file(data, cluster)?)?;
+    let map = admin.change(&MapChange::Reweight { id: server, weight })?;
+    match weight {
+        0.0 => println!("server {server} is draining (epoch {}): its objects move to other servers", map.epoch),
+        w => println!("server {server} has weight {w} (epoch {})", map.epoch),
+    }
+    finish(&admin, wait)
+}
+
+/// `cluster remove`: a drained server leaves the map (a local one's process is stopped).
+pub fn remove(server: u32, data: Option<&Path>, cluster: Option<&PathBuf>) -> Result<ExitCode> {
+    let admin = Admin::open(&map_file(data, cluster)?)?;
+    let map = admin.change(&MapChange::Remove { id: server })?;
+    println!("server {server} removed (epoch {})", map.epoch);
+    if let Some(d) = data {
+        if plusfs_localcluster::stop_server(d, server, Duration::from_secs(10))? {
+            println!("server {server} stopped");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn finish(admin: &Admin, wait: bool) -> Result<ExitCode> {
+    if !wait {
+        println!("objects move in the background: `plusfs cluster status` shows the progress");
+        return Ok(ExitCode::SUCCESS);
+    }
+    follow(admin, Duration::from_secs(3600))
+}
+
+/// Totals of a migration over every server's report.
+#[derive(Default)]
+struct Totals {
+    moved: u64,
+    left: u64,
+    bytes: u64,
+    down: usize,
+}
+
+fn totals(statuses: &[(u32, Result<ServerStatus, String>)]) -> Totals {
+    let mut t = Totals::default();
+    for (_, st) in statuses {
+        match st {
+            Ok(s) => {
+                if let Some(m) = &s.migration {
+                    t.moved += m.objects_moved;
+                    t.left += m.objects_left;
+                    t.bytes += m.bytes_moved;
+                }
+            }
+            Err(_) => t.down += 1,
+        }
+    }
+    t
+}
+
+/// Waits until the migration ends, drawing a progress bar (objects moved and left, rate,
+/// ETA); gives up after `limit`.
+pub fn follow(admin: &Admin, limit: Duration) -> Result<ExitCode> {
+    let started = Instant::now();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut last_line = Instant::now() - Duration::from_secs(10);
+    let mut last = Totals::default();
+    loop {
+        let map = admin.current()?;
+        if !map.migrating() {
+            let secs = started.elapsed().as_secs_f64();
+            if tty {
+                println!();
+            }
+            println!(
+                "balanced at epoch {} after {secs:.1} s ({} directory objects and {:.1} MiB of file data moved while \
+                 watched)",
+                map.epoch,
+                last.moved,
+                last.bytes as f64 / (1 << 20) as f64
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        let t = totals(&admin.statuses(&map));
+        let line = progress_line(&t, started.elapsed());
+        if tty {
+            print!("\r{line}");
+            std::io::stdout().flush().ok();
+        } else if last_line.elapsed() >= Duration::from_secs(2) {
+            println!("{line}");
+            last_line = Instant::now();
+        }
+        last = t;
+        if started.elapsed() > limit {
+            println!();
+            bail!("the migration did not end within {limit:?}; it goes on in the background");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn progress_line(t: &Totals, elapsed: Duration) -> String {
+    let total = (t.moved + t.left).max(1);
+    let frac = t.moved as f64 / total as f64;
+    let width = 30;
+    let filled = ((frac * width as f64) as usize).min(width);
+    let rate = t.moved as f64 / elapsed.as_secs_f64().max(0.001);
+    let eta = if rate > 0.0 { format!("{:.0} s", t.left as f64 / rate) } else { "?".into() };
+    let down = if t.down > 0 { format!(", {} servers not answering", t.down) } else { String::new() };
+    format!(
+        "[{}{}] {:>3.0}% {} moved, {} left, {:.1} MiB data, {:.0} objects/s, ETA {eta}{down}   ",
+        "#".repeat(filled),
+        ".".repeat(width - filled),
+        frac * 100.0,
+        t.moved,
+        t.left,
+        t.bytes as f64 / (1 << 20) as f64,
+        rate
+    )
+}
+
+/// `cluster status`'s first line: the epoch, and the migration under way if any.
+pub fn epoch_line(map: &ClusterMap) -> String {
+    match &map.migration {
+        None => format!("epoch {}: every object is at its home", map.epoch),
+        Some(m) => {
+            let waiting: Vec<String> = map
+                .servers
+                .iter()
+                .chain(&m.before)
+                .map(|s| s.id)
+                .filter(|id| !m.done.contains(id))
+                .map(|id| id.to_string())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            format!(
+                "epoch {}: objects are moving from the placement of epoch {} (servers still moving: {})",
+                map.epoch,
+                m.from_epoch,
+                waiting.join(" ")
+            )
+        }
+    }
+}
+
+/// One server's weight, fill and migration progress for `cluster status`.
+pub fn placement_line(s: &plusfs_placement::ServerEntry, st: &ServerStatus) -> String {
+    let mut line = format!(
+        "server {} placement: weight {} epoch {} dir objects {} data {:.1} MiB forwarded {}",
+        s.id,
+        s.weight,
+        st.epoch,
+        st.dir_objects,
+        st.data_bytes as f64 / (1 << 20) as f64,
+        st.forwarded
+    );
+    if let Some(m) = &st.migration {
+        let secs = m.millis as f64 / 1000.0;
+        let rate = if secs > 0.0 { m.objects_moved as f64 / secs } else { 0.0 };
+        let eta = if rate > 0.0 { format!("{:.0} s", m.objects_left as f64 / rate) } else { "-".into() };
+        line += &format!(
+            "; migrating: moved {} objects ({:.1} MiB data), took {} objects ({} entries), left {} objects \
+             ({:.1} MiB), {rate:.0} objects/s, ETA {eta}",
+            m.objects_moved,
+            m.bytes_moved as f64 / (1 << 20) as f64,
+            m.objects_taken,
+            m.entries_taken,
+            m.objects_left,
+            m.bytes_left as f64 / (1 << 20) as f64
+        );
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_line_shows_fraction_and_eta() {
+        let t = Totals { moved: 50, left: 50, bytes: 1 << 20, down: 0 };
+        let l = progress_line(&t, Duration::from_secs(5));
+        assert!(l.contains(" 50%"), "{l}");
+        assert!(l.contains("10 objects/s"), "{l}");
+        assert!(l.contains("ETA 5 s"), "{l}");
+        assert!(l.contains("1.0 MiB"), "{l}");
+    }
+}

@@ -1,0 +1,222 @@
+//! Changes of the server set: each makes a new epoch, and the objects whose home it
+//! changes move while [`Migration`] lasts (an elastic cluster, CRUSH's promise that only
+//! what must move moves).
+
+use crate::{ClusterMap, MapError, ServerEntry};
+use serde::{Deserialize, Serialize};
+
+/// The move of objects from the placement of epoch `from_epoch` to the current one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Migration {
+    /// The epoch whose placement objects move away from.
+    pub from_epoch: u64,
+    /// The servers (with their weights) of that placement.
+    pub before: Vec<ServerEntry>,
+    /// Servers that have handed every directory object they held to its new home (the
+    /// first stage; file-data chunks move once every server is past it).
+    #[serde(default)]
+    pub dirs_done: Vec<u32>,
+    /// Servers that have also moved every file-data chunk of their files.
+    #[serde(default)]
+    pub done: Vec<u32>,
+}
+
+impl Migration {
+    /// Every server taking part: the current ones and those objects move away from.
+    pub fn servers<'a>(&'a self, map: &'a ClusterMap) -> impl Iterator<Item = u32> + 'a {
+        let mut ids: Vec<u32> = map.servers.iter().chain(&self.before).map(|s| s.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+    }
+
+    /// Whether every server has handed over its directory objects.
+    pub fn dirs_settled(&self, map: &ClusterMap) -> bool {
+        self.servers(map).all(|id| self.dirs_done.contains(&id))
+    }
+}
+
+/// One change an administrator asks of the map service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum MapChange {
+    /// A new unreplicated server at `address` (its id: the next unused one).
+    Add { address: String, weight: f64, metrics: Option<String> },
+    /// Server `id` gets `weight` (0: drain it).
+    Reweight { id: u32, weight: f64 },
+    /// Server `id` leaves; allowed only once it is drained and holds nothing.
+    Remove { id: u32 },
+    /// Server `id` has handed over its directory objects for the running migration.
+    DirsDone { id: u32, from_epoch: u64 },
+    /// Server `id` has handed over everything it held for the running migration.
+    Done { id: u32, from_epoch: u64 },
+}
+
+impl MapChange {
+    /// The change as TOML text (how it crosses the wire).
+    pub fn to_text(&self) -> String {
+        toml::to_string(self).expect("a map change serialises")
+    }
+
+    /// A change from its TOML text.
+    pub fn from_text(text: &str) -> Result<MapChange, MapError> {
+        toml::from_str(text).map_err(|e| MapError::Invalid(format!("bad map change: {e}")))
+    }
+}
+
+impl ClusterMap {
+    /// Whether objects are still moving to the homes of this epoch.
+    pub fn migrating(&self) -> bool {
+        self.migration.is_some()
+    }
+
+    /// The map after `change`, at the next epoch (or this map again for a `Done` that
+    /// changes nothing). Placement changes are refused while a migration runs: an object
+    /// is then always at its home of this epoch or of the one before.
+    pub fn apply_change(&self, change: &MapChange) -> Result<ClusterMap, MapError> {
+        let invalid = |m: String| Err(MapError::Invalid(m));
+        let mut next = self.clone();
+        match change {
+            MapChange::DirsDone { id, from_epoch } | MapChange::Done { id, from_epoch } => {
+                let final_stage = matches!(change, MapChange::Done { .. });
+                let Some(m) = next.migration.as_mut() else { return Ok(next) };
+                let list = if final_stage { &mut m.done } else { &mut m.dirs_done };
+                if m.from_epoch != *from_epoch || list.contains(id) {
+                    return Ok(next);
+                }
+                list.push(*id);
+                list.sort_unstable();
+                if final_stage && !m.dirs_done.contains(id) {
+                    return Err(MapError::Invalid(format!("server {id} reports done before its directories")));
+                }
+                let m = next.migration.as_ref().expect("migrating");
+                if m.servers(self).all(|s| m.done.contains(&s)) {
+                    next.migration = None;
+                }
+                next.epoch += 1;
+                return Ok(next);
+            }
+            _ if self.migrating() => {
+                let m = self.migration.as_ref().expect("migrating");
+                return invalid(format!(
+                    "objects are still moving to the homes of epoch {} (from epoch {}); wait until the migration \
+                     ends (`plusfs cluster status`)",
+                    self.epoch, m.from_epoch
+                ));
+            }
+            MapChange::Add { address, weight, metrics } => {
+                let id = self.servers.iter().map(|s| s.id + 1).max().unwrap_or(0);
+                let mut s = ServerEntry::new(id, address.clone(), *weight);
+                s.metrics = metrics.clone();
+                next.servers.push(s);
+            }
+            MapChange::Reweight { id, weight } => {
+                let Some(s) = next.servers.iter_mut().find(|s| s.id == *id) else {
+                    return invalid(format!("no server {id} in the cluster map"));
+                };
+                if s.weight == *weight {
+                    return invalid(format!("server {id} already has weight {weight}"));
+                }
+                s.weight = *weight;
+            }
+            MapChange::Remove { id } => {
+                let Some(s) = self.server(*id) else { return invalid(format!("no server {id} in the cluster map")) };
+                if s.weight != 0.0 {
+                    return invalid(format!(
+                        "server {id} has weight {}: drain it first (`plusfs cluster drain --server {id}`)",
+                        s.weight
+                    ));
+                }
+                next.servers.retain(|s| s.id != *id);
+                next.epoch += 1;
+                next.validate()?;
+                // Nothing moves: a drained server's objects have all left it.
+                return Ok(next);
+            }
+        }
+        next.epoch += 1;
+        next.validate()?;
+        next.migration = Some(Migration {
+            from_epoch: self.epoch,
+            before: self.servers.clone(),
+            dirs_done: Vec::new(),
+            done: Vec::new(),
+        });
+        Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(n: u32) -> ClusterMap {
+        ClusterMap::with_servers((0..n).map(|i| ServerEntry::new(i, format!("127.0.0.1:{}", 7000 + i), 1.0)).collect())
+    }
+
+    #[test]
+    fn add_starts_a_migration_that_ends_when_every_server_is_done() {
+        let m = map(2);
+        let add = MapChange::Add { address: "127.0.0.1:7002".into(), weight: 1.0, metrics: None };
+        let m2 = m.apply_change(&add).unwrap();
+        assert_eq!(m2.epoch, 2);
+        assert_eq!(m2.servers[2].id, 2);
+        assert!(m2.migrating());
+        // No second change while objects move.
+        assert!(m2.apply_change(&MapChange::Reweight { id: 0, weight: 2.0 }).is_err());
+        let mut cur = m2;
+        assert!(cur.apply_change(&MapChange::Done { id: 0, from_epoch: 1 }).is_err(), "directories come first");
+        for id in 0..3 {
+            cur = cur.apply_change(&MapChange::DirsDone { id, from_epoch: 1 }).unwrap();
+            assert_eq!(cur.migration.as_ref().unwrap().dirs_settled(&cur), id == 2);
+        }
+        for id in 0..3 {
+            cur = cur.apply_change(&MapChange::Done { id, from_epoch: 1 }).unwrap();
+        }
+        assert!(!cur.migrating());
+        assert_eq!(cur.epoch, 8);
+        // A late or repeated report changes nothing.
+        assert_eq!(cur.apply_change(&MapChange::Done { id: 1, from_epoch: 1 }).unwrap(), cur);
+        // Paths that moved moved to the new server, and their previous home is known.
+        let moved: Vec<String> =
+            (0..1000).map(|i| format!("/d{i}")).filter(|p| m.home_of_dir(p) != cur.home_of_dir(p)).collect();
+        assert!(moved.iter().all(|p| cur.home_of_dir(p) == 2));
+    }
+
+    #[test]
+    fn changes_cross_the_wire_as_text() {
+        for c in [
+            MapChange::Add { address: "h:1".into(), weight: 2.0, metrics: Some("h:2".into()) },
+            MapChange::Add { address: "h:1".into(), weight: 1.0, metrics: None },
+            MapChange::Reweight { id: 3, weight: 0.0 },
+            MapChange::Remove { id: 3 },
+            MapChange::Done { id: 1, from_epoch: 9 },
+            MapChange::DirsDone { id: 1, from_epoch: 9 },
+        ] {
+            assert_eq!(MapChange::from_text(&c.to_text()).unwrap(), c);
+        }
+        let m = map(2).apply_change(&MapChange::Reweight { id: 1, weight: 0.5 }).unwrap();
+        assert_eq!(ClusterMap::from_toml(&m.to_toml()).unwrap(), m);
+    }
+
+    #[test]
+    fn remove_needs_a_drained_server() {
+        let m = map(3);
+        assert!(m.apply_change(&MapChange::Remove { id: 1 }).is_err());
+        let drained = m.apply_change(&MapChange::Reweight { id: 1, weight: 0.0 }).unwrap();
+        assert_eq!(drained.previous_home_of_dir("/x").is_some(), m.home_of_dir("/x") == 1);
+        assert!((0..500).all(|i| drained.home_of_dir(&format!("/d{i}")) != 1));
+        let mut cur = drained;
+        for id in 0..3 {
+            cur = cur.apply_change(&MapChange::DirsDone { id, from_epoch: 1 }).unwrap();
+        }
+        for id in 0..3 {
+            cur = cur.apply_change(&MapChange::Done { id, from_epoch: 1 }).unwrap();
+        }
+        let removed = cur.apply_change(&MapChange::Remove { id: 1 }).unwrap();
+        assert_eq!(removed.servers.len(), 2);
+        assert!(!removed.migrating());
+        assert!(cur.apply_change(&MapChange::Reweight { id: 9, weight: 1.0 }).is_err());
+        let all_zero = map(1).apply_change(&MapChange::Reweight { id: 0, weight: 0.0 });
+        assert!(all_zero.is_err());
+    }
+}

@@ -1,0 +1,269 @@
+//! The map service and how every server follows it.
+//!
+//! Server 0 keeps the cluster map (in its store, so a replicated slot 0 keeps it in its
+//! Raft log, as Ceph's monitors keep theirs): `MapChange` applies an administrator's
+//! change there, stores the next epoch and pushes it to every server (`MapPush`). Any
+//! server that sees a newer epoch hint in a frame, or starts, fetches the map from server
+//! 0 (`MapGet`) before it serves the next request. Each process keeps its own `[tls]`
+//! section: certificate paths are local facts.
+
+use crate::engine::errors::{eio, err, OpResult};
+use crate::osd::Osd;
+use plusfs_placement::{ClusterMap, MapChange};
+use plusfs_proto::{Cred, Errno, Reply, Request, Response, ServerId};
+use plusfs_store::{Batch, LogKind};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The server that keeps the cluster map.
+pub const KEEPER: ServerId = 0;
+
+/// How long a server waits for the map service when it fetches the map.
+const FETCH_WAIT: Duration = Duration::from_secs(3);
+
+fn parse_map(text: &str) -> OpResult<ClusterMap> {
+    ClusterMap::from_toml(text).map_err(|e| err(Errno::EINVAL, e.to_string()))
+}
+
+impl Osd {
+    /// Adopts `map` if it is newer than this server's (keeping the local `[tls]`), and
+    /// acts on it: connections to new servers, this server's walker for a migration, the
+    /// receipts of a finished one dropped.
+    pub(crate) fn adopt_map(self: &Arc<Self>, mut map: ClusterMap) -> bool {
+        let old = self.map();
+        map.tls = old.tls.clone();
+        let (epoch, migrating) = (map.epoch, map.migrating());
+        let finished = old.migrating() && !migrating;
+        self.peers.learn_map(&map);
+        if !self.install_map(map) {
+            return false;
+        }
+        tracing::info!(epoch, migrating, "cluster map installed");
+        if migrating {
+            self.start_walker();
+        }
+        if finished {
+            let osd = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = osd.drop_receipts().await {
+                    tracing::warn!(cause = %e.message, "cannot drop the receipts of the finished migration");
+                }
+            });
+        }
+        true
+    }
+
+    /// Fetches the map from the map service if a peer spoke of a newer epoch (one fetch
+    /// at a time; the others wait for it).
+    pub(crate) async fn refresh_if_stale(self: &Arc<Self>) {
+        if !self.peers.counters().epochs.is_stale() {
+            return;
+        }
+        let _one = self.map_fetch.lock().await;
+        if self.peers.counters().epochs.is_stale() {
+            self.fetch_map().await;
+        }
+    }
+
+    /// Asks the map service for the map and adopts it if newer.
+    pub(crate) async fn fetch_map(self: &Arc<Self>) {
+        if self.id == KEEPER {
+            // The keeper's map is the newest there is; a newer hint came from a stale
+            // store (a member that lost its log): nothing to fetch.
+            self.peers.counters().epochs.set_current(self.map().epoch);
+            return;
+        }
+        let got = tokio::time::timeout(FETCH_WAIT, self.peers.call(KEEPER, &Request::MapGet)).await;
+        match got {
+            Ok(Ok(Ok(Reply::Map(text)))) => match parse_map(&text) {
+                Ok(map) => {
+                    if !self.adopt_map(map) {
+                        self.peers.counters().epochs.set_current(self.map().epoch);
+                    }
+                }
+                Err(e) => tracing::warn!(cause = %e.message, "the map service sent a bad map"),
+            },
+            other => tracing::debug!(?other, "cannot fetch the cluster map from the map service"),
+        }
+    }
+
+    /// At start: the keeper loads the map it keeps, the others fetch it from the keeper
+    /// (proceeding with the file's if it cannot be reached); the walker resumes a
+    /// migration.
+    pub(crate) async fn join_map(self: &Arc<Self>) {
+        if self.id == KEEPER {
+            if let Err(e) = self.load_kept_map().await {
+                tracing::error!(cause = %e.message, "cannot load the kept cluster map");
+            }
+        } else {
+            self.fetch_map().await;
+        }
+        self.peers.counters().epochs.set_current(self.map().epoch);
+        if self.map().migrating() {
+            self.start_walker();
+        }
+    }
+
+    /// On the keeper at start: the stored map if it is newer than the file's, else the
+    /// file's stored.
+    pub(crate) async fn load_kept_map(self: &Arc<Self>) -> OpResult<()> {
+        if self.id != KEEPER {
+            return Ok(());
+        }
+        if let Some(raw) = self.store.get_log(LogKind::Meta, 0).map_err(eio)? {
+            let text = String::from_utf8(raw).map_err(|_| err(Errno::EIO, "stored cluster map is not UTF-8"))?;
+            let kept = parse_map(&text)?;
+            if kept.epoch >= self.map().epoch {
+                self.adopt_map(kept);
+                return Ok(());
+            }
+        }
+        self.keep(&self.map()).await
+    }
+
+    async fn keep(&self, map: &ClusterMap) -> OpResult<()> {
+        let mut b = Batch::new();
+        let mut stored = map.clone();
+        stored.tls = Default::default();
+        b.put_log(LogKind::Meta, 0, stored.to_toml().into_bytes());
+        self.apply(b).await
+    }
+
+    /// `MapChange` on the keeper: applies `change` (TOML of a [`MapChange`]), stores the
+    /// next epoch, pushes it to every server and answers it.
+    pub(crate) async fn change_map(self: &Arc<Self>, change: &str) -> Response {
+        if self.id != KEEPER {
+            return Err(err(
+                Errno::EINVAL,
+                format!("server {} does not keep the cluster map; server {KEEPER} does", self.id),
+            ));
+        }
+        let change = MapChange::from_text(change).map_err(|e| err(Errno::EINVAL, e.to_string()))?;
+        let _one = self.map_fetch.lock().await;
+        let current = self.map();
+        if let MapChange::Remove { id } | MapChange::Reweight { id, .. } = change {
+            if id == KEEPER && !matches!(change, MapChange::Reweight { weight, .. } if weight > 0.0) {
+                return Err(err(
+                    Errno::EPERM,
+                    format!("server {KEEPER} keeps the cluster map: it cannot be drained or removed"),
+                ));
+            }
+        }
+        if let MapChange::Remove { id } = change {
+            self.check_drained(id).await?;
+        }
+        if let MapChange::Reweight { id, weight: 0.0 } = change {
+            self.check_drainable(id).await?;
+        }
+        let next = current.apply_change(&change).map_err(|e| err(Errno::EINVAL, e.to_string()))?;
+        if next.epoch == current.epoch {
+            return Ok(Reply::Map(next.to_toml()));
+        }
+        self.keep(&next).await?;
+        tracing::info!(epoch = next.epoch, ?change, "cluster map changed");
+        self.adopt_map(next.clone());
+        self.push_map(&next);
+        Ok(Reply::Map(next.to_toml()))
+    }
+
+    async fn status_of(self: &Arc<Self>, id: ServerId) -> OpResult<plusfs_proto::ServerStatus> {
+        match self.peers.call(id, &Request::Status).await {
+            Ok(Ok(Reply::Status(s))) => Ok(*s),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(other)) => Err(err(Errno::EIO, format!("server {id} answered status with {other:?}"))),
+            Err(e) => Err(err(Errno::EIO, format!("cannot ask server {id} what it holds: {e}"))),
+        }
+    }
+
+    /// Refuses to drain server `id` while it holds what draining cannot move yet: parts
+    /// of huge directories (their storing sets are fixed) and shared inodes of hard links
+    /// (their home is part of every link).
+    async fn check_drainable(self: &Arc<Self>, id: ServerId) -> OpResult<()> {
+        let status = self.status_of(id).await?;
+        if !status.shards.is_empty() || status.inodes > 0 {
+            return Err(err(
+                Errno::EBUSY,
+                format!(
+                    "server {id} stores parts of {} distributed directories and {} hard-linked inodes, which \
+                     draining cannot move",
+                    status.shards.len(),
+                    status.inodes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses to remove server `id` unless it holds nothing.
+    async fn check_drained(self: &Arc<Self>, id: ServerId) -> OpResult<()> {
+        let status = self.status_of(id).await?;
+        let held = status.dir_objects + status.shards.len() as u64 + status.data_records + status.inodes;
+        if held > 0 {
+            return Err(err(
+                Errno::EBUSY,
+                format!(
+                    "server {id} still holds {} directory objects, {} shards, {} data records and {} shared inodes: \
+                     drain it first",
+                    status.dir_objects,
+                    status.shards.len(),
+                    status.data_records,
+                    status.inodes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sends `map` to every other server (in the background; those that miss it fetch it
+    /// when a frame tells them of it).
+    fn push_map(self: &Arc<Self>, map: &ClusterMap) {
+        let text = map.to_toml();
+        let mut targets: Vec<ServerId> = map.servers.iter().map(|s| s.id).collect();
+        if let Some(m) = &map.migration {
+            targets.extend(m.before.iter().map(|s| s.id));
+        }
+        targets.sort_unstable();
+        targets.dedup();
+        for id in targets.into_iter().filter(|&id| id != self.id) {
+            let (osd, text) = (self.clone(), text.clone());
+            tokio::spawn(async move {
+                let req = Request::MapPush { map: text };
+                if let Err(e) = osd.peers.call(id, &req).await {
+                    tracing::debug!(server = id, cause = %e, "map push not delivered");
+                }
+            });
+        }
+    }
+
+    /// `MapPush` from the keeper.
+    pub(crate) fn pushed_map(self: &Arc<Self>, text: &str) -> Response {
+        let map = parse_map(text)?;
+        self.adopt_map(map);
+        Ok(Reply::Done)
+    }
+
+    /// Tells the map service this server has handed over its directory objects (or, with
+    /// `all`, everything) for the migration from `from_epoch`.
+    pub(crate) async fn report_done(self: &Arc<Self>, from_epoch: u64, all: bool) -> OpResult<()> {
+        let change = match all {
+            false => MapChange::DirsDone { id: self.id, from_epoch },
+            true => MapChange::Done { id: self.id, from_epoch },
+        };
+        let text = change.to_text();
+        let resp = if self.id == KEEPER {
+            self.change_map(&text).await
+        } else {
+            self.peers
+                .call_as(KEEPER, &Cred::server(), &Request::MapChange { change: text })
+                .await
+                .map_err(|e| err(e.errno(), format!("cannot reach the map service: {e}")))?
+        };
+        match resp? {
+            Reply::Map(text) => {
+                self.adopt_map(parse_map(&text)?);
+                Ok(())
+            }
+            other => Err(err(Errno::EIO, format!("the map service answered {other:?}"))),
+        }
+    }
+}

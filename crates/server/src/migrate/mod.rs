@@ -1,0 +1,417 @@
+//! Directory objects move to the homes a new map epoch gives them (an elastic cluster).
+//!
+//! Authority over a directory lies with its home under the newest epoch. A server that
+//! gets a request about a directory homed elsewhere forwards it there (the caller learns
+//! the newer epoch from the answer's frame); sub-operations of cross-server operations
+//! are refused with EBUSY instead, and their coordinators plan again with the new map. A
+//! home that lacks a directory the migration brings it pulls the object before serving
+//! anything about it (`MigrateOut`): the old home takes the directory's locks (refusing
+//! while a transaction holds them), moves the object from what it serves into its outbox
+//! in one store write and answers it with its first entries; the new home fetches the
+//! rest (`MigrateEntries`), checks every checksum, and stores entries, then the object
+//! with a receipt; the old home then drops its copy (`MigrateDone`). Each server's walker
+//! (`walker.rs`) asks new homes to pull what it still holds. A crash anywhere is resumed
+//! from the outbox (the old home answers from it) and the receipts (a new home never
+//! takes an object twice).
+
+mod data;
+pub(crate) mod keeper;
+mod route;
+mod walker;
+
+pub(crate) use route::{target_dir, Placed};
+
+use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::locks::Scope;
+use crate::osd::Osd;
+use plusfs_proto::migrate::MovedDir;
+use plusfs_proto::{DirObject, DistState, Errno, Inode, Reply, Request, Response, ServerId};
+use plusfs_store::{Batch, LogKind};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Entries a hand-over carries per message.
+const ENTRIES_PER_MESSAGE: usize = 8192;
+/// How long a new home keeps asking an old home that refuses (a transaction holds the
+/// directory) before it gives the caller EBUSY.
+const PULL_PATIENCE: Duration = Duration::from_secs(20);
+
+/// Counters of the running migration on this server (`cluster status`).
+#[derive(Default)]
+pub(crate) struct Progress {
+    /// Directory objects (and their entries) this server handed over / took over.
+    pub objects_out: AtomicU64,
+    pub objects_in: AtomicU64,
+    pub entries_in: AtomicU64,
+    /// Bytes of file data moved to other servers.
+    pub bytes_out: AtomicU64,
+    /// Objects still to hand over, as the walker last counted them.
+    pub objects_left: AtomicU64,
+    /// Bytes of file data still to move, as the walker last counted them.
+    pub bytes_left: AtomicU64,
+    /// Requests forwarded to their directory's home under a newer epoch.
+    pub forwarded: AtomicU64,
+    /// When the walker started on the running migration (its epoch).
+    started: Mutex<Option<(u64, Instant)>>,
+}
+
+impl Progress {
+    /// The report for `cluster status`.
+    pub(crate) fn report(&self, epoch: Option<u64>) -> Option<plusfs_proto::MigrationReport> {
+        let from = epoch?;
+        let started = self.started.lock().expect("progress").filter(|(e, _)| *e == from).map(|(_, t)| t);
+        Some(plusfs_proto::MigrationReport {
+            from_epoch: from,
+            objects_moved: self.objects_out.load(Ordering::Relaxed),
+            objects_taken: self.objects_in.load(Ordering::Relaxed),
+            entries_taken: self.entries_in.load(Ordering::Relaxed),
+            bytes_moved: self.bytes_out.load(Ordering::Relaxed),
+            objects_left: self.objects_left.load(Ordering::Relaxed),
+            bytes_left: self.bytes_left.load(Ordering::Relaxed),
+            millis: started.map_or(0, |t| t.elapsed().as_millis() as u64),
+        })
+    }
+
+    fn start(&self, epoch: u64) {
+        let mut s = self.started.lock().expect("progress");
+        if s.is_none_or(|(e, _)| e != epoch) {
+            *s = Some((epoch, Instant::now()));
+        }
+    }
+}
+
+/// Per-path single flight of pulls, so concurrent requests pull a directory once.
+#[derive(Default)]
+pub(crate) struct Pulls(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Pulls {
+    fn gate(&self, path: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.0.lock().expect("pulls");
+        if m.len() > 4096 {
+            m.retain(|_, g| Arc::strong_count(g) > 1);
+        }
+        m.entry(path.to_string()).or_default().clone()
+    }
+}
+
+/// The key of a path in the outbox and receipt logs.
+fn path_key(path: &str) -> u64 {
+    plusfs_placement::path_hash(path)
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
+}
+
+/// A path with its ancestors' objects: what a hand-over locks (as a shard import does), so
+/// a transaction moving or re-ancestrying a subtree above it cannot interleave.
+fn with_ancestors(path: &str) -> Vec<(String, Scope)> {
+    let mut wanted = vec![(path.to_string(), Scope::Whole)];
+    let mut p = path;
+    while let Some((parent, _)) = plusfs_proto::path::split(p) {
+        wanted.push((parent.to_string(), Scope::object_only()));
+        p = parent;
+    }
+    wanted
+}
+
+impl Osd {
+    /// The object at `path` this server handed over and still keeps in its outbox.
+    pub(crate) fn outbox(&self, path: &str) -> OpResult<Option<DirObject>> {
+        let Some(raw) = self.store.get_log(LogKind::Outbox, path_key(path)).map_err(eio)? else { return Ok(None) };
+        let (p, obj): (String, DirObject) =
+            postcard::from_bytes(&raw).map_err(|e| err(Errno::EIO, format!("outbox record of '{path}': {e}")))?;
+        Ok((p == path).then_some(obj))
+    }
+
+    /// Whether this server took over the object at `path` during the running migration.
+    fn has_receipt(&self, path: &str) -> OpResult<bool> {
+        let Some(raw) = self.store.get_log(LogKind::Receipt, path_key(path)).map_err(eio)? else { return Ok(false) };
+        let (p, _): (String, u64) =
+            postcard::from_bytes(&raw).map_err(|e| err(Errno::EIO, format!("receipt of '{path}': {e}")))?;
+        Ok(p == path)
+    }
+
+    /// Paths in this server's outbox (handed over, not yet confirmed).
+    pub(crate) fn outbox_paths(&self) -> OpResult<Vec<String>> {
+        let recs = self.store.log_records(LogKind::Outbox).map_err(eio)?;
+        Ok(recs
+            .into_iter()
+            .filter_map(|(_, raw)| postcard::from_bytes::<(String, DirObject)>(&raw).ok())
+            .map(|r| r.0)
+            .collect())
+    }
+
+    /// Makes sure every directory of `paths` that the running migration brings here is
+    /// here: pulls those missing from their previous home.
+    pub(crate) async fn pull_in(self: &Arc<Self>, paths: &[String]) -> OpResult<()> {
+        let map = self.map();
+        let mut by_old: HashMap<ServerId, Vec<String>> = HashMap::new();
+        for p in paths {
+            if map.home_of_dir(p) != self.id {
+                continue;
+            }
+            let Some(old) = map.previous_home_of_dir(p) else { continue };
+            if self.store.get_dir(p).map_err(eio)?.is_some() || self.has_receipt(p)? {
+                continue;
+            }
+            by_old.entry(old).or_default().push(p.clone());
+        }
+        for (old, mut wanted) in by_old {
+            wanted.sort();
+            wanted.dedup();
+            for chunk in wanted.chunks(map.rebalance.batch as usize) {
+                self.pull_from(old, chunk).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pulls `paths` from their old home `old`, each once (concurrent pulls of a path wait
+    /// for the first), retrying while the old home refuses.
+    async fn pull_from(self: &Arc<Self>, old: ServerId, paths: &[String]) -> OpResult<()> {
+        let gates: Vec<_> = paths.iter().map(|p| self.pulls.gate(p)).collect();
+        let mut held = Vec::with_capacity(gates.len());
+        for g in &gates {
+            held.push(g.lock().await);
+        }
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let mut missing = Vec::new();
+            for p in paths {
+                if self.store.get_dir(p).map_err(eio)?.is_none() && !self.has_receipt(p)? {
+                    missing.push(p.clone());
+                }
+            }
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let moved = match self
+                .peer_call(old, Request::MigrateOut { paths: missing.clone() }, &plusfs_proto::Cred::server())
+                .await
+            {
+                Ok(Reply::Moved(m)) => m,
+                Ok(other) => return Err(err(Errno::EIO, format!("server {old} answered a hand-over with {other:?}"))),
+                Err(e) if e.errno == Errno::EBUSY => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            let taken: Vec<String> = moved.iter().map(|m| m.path.clone()).collect();
+            if !moved.is_empty() {
+                self.import(old, moved).await?;
+                self.finish_handover(old, taken.clone());
+            }
+            if taken.len() == missing.len() {
+                return Ok(());
+            }
+            if started.elapsed() > PULL_PATIENCE {
+                return Err(err(Errno::EBUSY, format!("'{}' is still moving here from server {old}", missing[0])));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Tells the old home its copies of `paths` may go (in the background; its walker
+    /// asks again if this is lost).
+    fn finish_handover(self: &Arc<Self>, old: ServerId, paths: Vec<String>) {
+        let osd = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = osd.peer_call(old, Request::MigrateDone { paths }, &plusfs_proto::Cred::server()).await {
+                tracing::debug!(old, cause = %e.message, "hand-over confirmation not delivered; the walker repeats it");
+            }
+        });
+    }
+
+    /// Stores handed-over objects: every message's checksum checked, their entries
+    /// written first (fetching the rest from the old home; invisible until their object
+    /// is), then, under the objects' and their ancestors' locks, the objects with their
+    /// receipts in one write.
+    async fn import(self: &Arc<Self>, old: ServerId, moved: Vec<MovedDir>) -> OpResult<()> {
+        let mut entries_total = 0u64;
+        for m in &moved {
+            check_intact(m)?;
+            if let Some(obj) = &m.object {
+                entries_total += self.store_entries(old, m, obj.ino).await?;
+            }
+        }
+        let mut wanted: Vec<(String, Scope)> = moved.iter().flat_map(|m| with_ancestors(&m.path)).collect();
+        wanted.sort();
+        wanted.dedup();
+        let _g = self
+            .locks
+            .lock(&wanted, None, true)
+            .await
+            .map_err(|c| err(Errno::EIO, format!("unexpected conflict with transaction {}", c.0)))?;
+        let mut last = Batch::new();
+        for m in &moved {
+            let Some(obj) = &m.object else { continue };
+            last.put_dir(&m.path, obj);
+            last.put_log(LogKind::Receipt, path_key(&m.path), encode(&(&m.path, obj.incarnation)));
+        }
+        self.failpoints.hit("migrate_before_import").await;
+        self.apply(last).await?;
+        let objects = moved.iter().filter(|m| m.object.is_some()).count() as u64;
+        self.migration.objects_in.fetch_add(objects, Ordering::Relaxed);
+        self.migration.entries_in.fetch_add(entries_total, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes the entries of one handed-over directory (their travelling data copied
+    /// here first): those that came with it, then page after page from the old home.
+    /// Returns how many.
+    async fn store_entries(self: &Arc<Self>, old: ServerId, m: &MovedDir, ino: u64) -> OpResult<u64> {
+        let mut count = 0;
+        let mut page = m.entries.clone();
+        let (mut more, mut after) = (m.more, m.entries.last().map(|e| e.0.clone()));
+        loop {
+            self.bring_data(old, &mut page).await?;
+            let mut b = Batch::new();
+            for (name, inode) in &page {
+                b.put_entry(ino, name, inode);
+            }
+            self.apply(b).await?;
+            count += page.len() as u64;
+            if !more {
+                return Ok(count);
+            }
+            let req = Request::MigrateEntries {
+                path: m.path.clone(),
+                ino,
+                after: after.clone(),
+                limit: ENTRIES_PER_MESSAGE as u32,
+            };
+            let next = match self.peer_call(old, req, &plusfs_proto::Cred::server()).await? {
+                Reply::Moved(mut v) if v.len() == 1 => v.remove(0),
+                other => return Err(err(Errno::EIO, format!("server {old} answered entries with {other:?}"))),
+            };
+            check_intact(&next)?;
+            more = next.more && !next.entries.is_empty();
+            after = next.entries.last().map(|e| e.0.clone());
+            page = next.entries;
+        }
+    }
+
+    /// `MigrateOut` on an old home: hands over what it can of `paths` (a path whose
+    /// directory a transaction holds is left out; the new home asks again).
+    pub(crate) async fn migrate_out(self: &Arc<Self>, paths: &[String]) -> Response {
+        let map = self.map();
+        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) == self.id) {
+            return Err(err(Errno::EBUSY, format!("'{p}' is homed here at epoch {}: the maps differ", map.epoch)));
+        }
+        let mut wanted: Vec<(String, Scope)> = paths.iter().flat_map(|p| with_ancestors(p)).collect();
+        wanted.sort();
+        wanted.dedup();
+        let Ok(_g) = self.locks.lock(&wanted, None, false).await else {
+            return Err(err(Errno::EBUSY, "a transaction holds a directory being handed over"));
+        };
+        let mut b = Batch::new();
+        let mut out = Vec::new();
+        let mut budget = ENTRIES_PER_MESSAGE;
+        for p in paths {
+            let (obj, live) = match self.store.get_dir(p).map_err(eio)? {
+                Some(o) => (Some(o), true),
+                None => (self.outbox(p)?, false),
+            };
+            let Some(obj) = obj else {
+                out.push(MovedDir::new(p.clone(), None, Vec::new(), false));
+                continue;
+            };
+            if obj.dist.state == DistState::Distributing {
+                continue; // its redistribution finishes first
+            }
+            let entries = if obj.dist.state == DistState::Nondistributed {
+                let limit = budget.max(1);
+                self.store.list_entries(obj.ino, None, limit + 1).map_err(eio)?
+            } else {
+                Vec::new() // the entries are the shards', which stay where they are
+            };
+            let more = entries.len() > budget.max(1);
+            let entries: Vec<(String, Inode)> = entries.into_iter().take(budget.max(1)).collect();
+            budget = budget.saturating_sub(entries.len());
+            if live {
+                b.del_dir(p);
+                b.put_log(LogKind::Outbox, path_key(p), encode(&(p, &obj)));
+            }
+            out.push(MovedDir::new(p.clone(), Some(obj), entries, more));
+        }
+        if !b.is_empty() {
+            self.apply(b).await?;
+            self.failpoints.hit("migrate_after_outbox").await;
+        }
+        Ok(Reply::Moved(out))
+    }
+
+    /// `MigrateEntries` on an old home: a page of a handed-over directory's entries.
+    pub(crate) fn migrate_entries(&self, path: &str, ino: u64, after: Option<&str>, limit: u32) -> Response {
+        match self.outbox(path)? {
+            Some(obj) if obj.ino == ino && obj.dist.state == DistState::Nondistributed => {}
+            _ => return Err(err(Errno::ENOENT, format!("'{path}' (inode {ino}) is not being handed over from here"))),
+        }
+        let limit = (limit as usize).clamp(1, ENTRIES_PER_MESSAGE);
+        let mut page = self.store.list_entries(ino, after, limit + 1).map_err(eio)?;
+        let more = page.len() > limit;
+        page.truncate(limit);
+        Ok(Reply::Moved(vec![MovedDir::new(path.to_string(), None, page, more)]))
+    }
+
+    /// `MigrateDone` (or the walker, for objects their new home has): drops the outbox
+    /// copies of `paths` and their entries.
+    pub(crate) async fn migrate_done(self: &Arc<Self>, paths: &[String]) -> Response {
+        for p in paths {
+            let Some(obj) = self.outbox(p)? else { continue };
+            if obj.dist.state == DistState::Nondistributed {
+                loop {
+                    let page = self.store.list_entries(obj.ino, None, 16_384).map_err(eio)?;
+                    if page.is_empty() {
+                        break;
+                    }
+                    // The small-file data that travelled goes with the entries.
+                    let gate = self.data_gate.read().await;
+                    let mut b = Batch::new();
+                    self.drop_local(&self.travelled_records(&page), &mut b)?;
+                    for (name, _) in &page {
+                        b.del_entry(obj.ino, name);
+                    }
+                    self.apply(b).await?;
+                    drop(gate);
+                }
+            }
+            let mut b = Batch::new();
+            b.del_log(LogKind::Outbox, path_key(p));
+            self.apply(b).await?;
+            self.migration.objects_out.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Reply::Done)
+    }
+
+    /// `MigrateIn` on a new home: pulls `paths` from the asking old home; answers once
+    /// they are all here (or were taken over before).
+    pub(crate) async fn migrate_in(self: &Arc<Self>, paths: &[String]) -> Response {
+        self.pull_in(paths).await?;
+        Ok(Reply::Done)
+    }
+
+    /// Drops the receipts of a finished migration.
+    pub(crate) async fn drop_receipts(&self) -> OpResult<()> {
+        let recs = self.store.log_records(LogKind::Receipt).map_err(eio)?;
+        for chunk in recs.chunks(4096) {
+            let mut b = Batch::new();
+            for (k, _) in chunk {
+                b.del_log(LogKind::Receipt, *k);
+            }
+            self.apply(b).await?;
+        }
+        Ok(())
+    }
+}
+
+fn check_intact(m: &MovedDir) -> OpResult<()> {
+    if m.is_intact() {
+        Ok(())
+    } else {
+        Err(err(Errno::EIO, format!("hand-over of '{}' arrived damaged (checksum mismatch)", m.path)))
+    }
+}

@@ -1,0 +1,121 @@
+//! Which server a request belongs to under the newest map, and what happens to one that
+//! reached another: forwarded (requests about a directory), refused with EBUSY
+//! (sub-operations of cross-server operations, whose coordinator plans again), or served
+//! after the directories it touches were pulled here.
+
+use crate::engine::errors::{err, OpResult};
+use crate::osd::Osd;
+use plusfs_proto::peer::SubOp;
+use plusfs_proto::{Cred, Errno, Request, Response};
+use std::sync::Arc;
+
+/// The directory whose home a request is addressed to (none: a request addressed to a
+/// server for another reason: a shard, an inode, data records, transactions, status).
+pub(crate) fn target_dir(req: &Request) -> Option<&str> {
+    use Request::*;
+    fn parent(p: &str) -> Option<&str> {
+        plusfs_proto::path::split(p).map(|(d, _)| d)
+    }
+    match req {
+        Mkdir { path, .. }
+        | Rmdir { path }
+        | Create { path, .. }
+        | Open { path, .. }
+        | Stat { path }
+        | Unlink { path }
+        | SetAttr { path, .. }
+        | Symlink { path, .. }
+        | Readlink { path }
+        | Write { path, .. }
+        | Read { path, .. }
+        | Layout { path, .. }
+        | CommitWrite { path, .. }
+        | Xattr { path, .. } => parent(path),
+        Fsync { path } if !path.is_empty() => parent(path),
+        Rename { src, .. } | Link { src, .. } => parent(src),
+        Exchange { a, .. } => parent(a),
+        DirStat { path }
+        | Readdir { path, .. }
+        | DirSetAttr { path, .. }
+        | DirXattr { path, .. }
+        | SetPolicy { path, .. }
+        | DistStatus { path }
+        | DirPerms { path } => Some(path),
+        Batch { dir, .. } | BatchWrite { dir, .. } | BatchRead { dir, .. } | DelegAcquire { dir, .. } => Some(dir),
+        _ => None,
+    }
+}
+
+/// The directories of sub-operations a participant applies (each must be homed here).
+fn subop_dirs(req: &Request) -> Vec<&str> {
+    let ops = match req {
+        Request::TxPrepare { ops, .. } | Request::CxExec { ops, .. } | Request::SubExec { ops } => ops,
+        _ => return Vec::new(),
+    };
+    ops.iter()
+        .filter_map(|o| match o {
+            SubOp::InsertEntry { dir, shard: None, .. }
+            | SubOp::RemoveEntry { dir, shard: None, .. }
+            | SubOp::ShareInode { dir, shard: None, .. }
+            | SubOp::ExchangeEntry { dir, shard: None, .. } => Some(dir.as_str()),
+            SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } => Some(path.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where a request is served.
+pub(crate) enum Placed {
+    /// Here (anything the migration brings here that it touches is here now).
+    Here,
+    /// By server `0`, the home of its directory under the newest map.
+    Forward(plusfs_proto::ServerId),
+}
+
+impl Osd {
+    /// Decides where `req` is served, pulling what it touches here first if the running
+    /// migration brings it here.
+    pub(crate) async fn place(self: &Arc<Self>, req: &Request) -> OpResult<Placed> {
+        self.refresh_if_stale().await;
+        let map = self.map();
+        if let Some(dir) = target_dir(req) {
+            let home = map.home_of_dir(dir);
+            if home != self.id {
+                return Ok(Placed::Forward(home));
+            }
+        }
+        let subs = subop_dirs(req);
+        if let Some(d) = subs.iter().find(|d| map.home_of_dir(d) != self.id) {
+            return Err(err(
+                Errno::EBUSY,
+                format!("'{d}' is homed on server {} at epoch {}", map.home_of_dir(d), map.epoch),
+            ));
+        }
+        if map.migrating() {
+            let mut touched: Vec<String> = plusfs_proto::touch::touched(req).into_iter().map(|t| t.0).collect();
+            touched.extend(subs.iter().map(|d| d.to_string()));
+            if let Request::Rename { dst, .. } | Request::Link { dst, .. } = req {
+                touched.extend(plusfs_proto::path::split(dst).map(|(d, _)| d.to_string()));
+            }
+            if let Request::Exchange { b, .. } = req {
+                touched.extend(plusfs_proto::path::split(b).map(|(d, _)| d.to_string()));
+            }
+            self.pull_in(&touched).await?;
+        }
+        Ok(Placed::Here)
+    }
+
+    /// Serves `req` at `home`, its directory's home, for `cred`.
+    pub(crate) async fn forward_to_home(
+        self: &Arc<Self>,
+        home: plusfs_proto::ServerId,
+        cred: &Cred,
+        req: Request,
+    ) -> Response {
+        self.migration.forwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self.peers.call_as(home, cred, &req).await {
+            Ok(r) => r,
+            Err(e) => Err(err(e.errno(), format!("forwarding to server {home}: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Each server's walker: while a migration runs, it asks the new home of every directory
+//! object this server still holds (served, or handed over but unconfirmed) to take it,
+//! `batch` objects per request at most `objects_per_sec` a second, and tells the map
+//! service; once every server has, it moves the file-data chunks of its files
+//! (`data.rs`) and tells the map service it is done. It runs again from the store after a restart: what it walks is
+//! exactly what is still here.
+
+use crate::engine::errors::{eio, err, OpResult};
+use crate::osd::Osd;
+use plusfs_placement::ClusterMap;
+use plusfs_proto::{Errno, Reply, Request, ServerId};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+impl Osd {
+    /// Starts the walker unless it runs.
+    pub(crate) fn start_walker(self: &Arc<Self>) {
+        if self.walker_running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let osd = self.clone();
+        tokio::spawn(async move {
+            osd.walk().await;
+            osd.walker_running.store(false, Ordering::Release);
+            // A map adopted while the walker was finishing may need it again.
+            if osd.map().migration.as_ref().is_some_and(|m| !m.done.contains(&osd.id)) {
+                osd.start_walker();
+            }
+        });
+    }
+
+    async fn walk(self: &Arc<Self>) {
+        loop {
+            let map = self.map();
+            let Some(m) = map.migration.clone() else { return };
+            if m.done.contains(&self.id) {
+                return;
+            }
+            self.migration.start(m.from_epoch);
+            let dirs = !m.dirs_done.contains(&self.id);
+            let pass = if dirs {
+                self.walk_once(&map).await
+            } else if m.dirs_settled(&map) {
+                self.move_data_once(&map).await.map(|left| left == 0)
+            } else {
+                // Chunks move once every directory is at its new home.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            match pass {
+                Ok(true) => match self.report_done(m.from_epoch, !dirs).await {
+                    Ok(()) => {
+                        let stage = if dirs { "directory objects" } else { "file data" };
+                        tracing::info!(from_epoch = m.from_epoch, stage, "this server's part of the migration is done");
+                    }
+                    Err(e) => {
+                        tracing::warn!(cause = %e.message, "cannot report the migration stage done; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                },
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(cause = %e.message, "migration pass failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    /// What this server still holds that `map` homes elsewhere, by new home.
+    fn to_hand_over(&self, map: &ClusterMap) -> OpResult<BTreeMap<ServerId, Vec<String>>> {
+        let mut by_home: BTreeMap<ServerId, Vec<String>> = BTreeMap::new();
+        for (p, _) in self.store.dirs_within("/").map_err(eio)? {
+            let home = map.home_of_dir(&p);
+            if home != self.id {
+                by_home.entry(home).or_default().push(p);
+            }
+        }
+        for p in self.outbox_paths()? {
+            by_home.entry(map.home_of_dir(&p)).or_default().push(p);
+        }
+        for v in by_home.values_mut() {
+            v.sort();
+            v.dedup();
+        }
+        Ok(by_home)
+    }
+
+    /// One pass over what is here; answers whether nothing was left to move.
+    async fn walk_once(self: &Arc<Self>, map: &ClusterMap) -> OpResult<bool> {
+        let by_home = self.to_hand_over(map)?;
+        let mut left: u64 = by_home.values().map(|v| v.len() as u64).sum();
+        self.migration.objects_left.store(left, Ordering::Relaxed);
+        if left == 0 {
+            return Ok(true);
+        }
+        let pace = &map.rebalance;
+        for (home, paths) in by_home {
+            for chunk in paths.chunks(pace.batch as usize) {
+                if self.map().epoch != map.epoch {
+                    return Ok(false); // plan again with the newer map
+                }
+                let started = Instant::now();
+                let req = Request::MigrateIn { paths: chunk.to_vec() };
+                match self.peers.call(home, &req).await {
+                    Ok(Ok(Reply::Done)) => {
+                        self.migrate_done(chunk).await?;
+                    }
+                    Ok(Ok(other)) => return Err(err(Errno::EIO, format!("server {home} answered {other:?}"))),
+                    Ok(Err(e)) => tracing::debug!(home, cause = %e.message, "hand-over refused for now"),
+                    Err(e) => return Err(err(e.errno(), format!("cannot reach server {home}: {e}"))),
+                }
+                left = left.saturating_sub(chunk.len() as u64);
+                self.migration.objects_left.store(left, Ordering::Relaxed);
+                let due = Duration::from_secs_f64(chunk.len() as f64 / pace.objects_per_sec as f64);
+                if let Some(rest) = due.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(rest).await;
+                }
+            }
+        }
+        Ok(false)
+    }
+}
