@@ -113,6 +113,13 @@ pub enum ClusterCmd {
         /// on a port of its host (`metrics` in the map, shown by `cluster status`).
         #[arg(long)]
         no_metrics: bool,
+        /// Pace of migrations after `cluster add/drain/reweight`: directory objects each
+        /// server moves per second at most.
+        #[arg(long, default_value_t = 4000)]
+        rebalance_objects: u32,
+        /// Pace of migrations: MiB of file data each server moves per second at most.
+        #[arg(long, default_value_t = 200)]
+        rebalance_mib: u32,
         #[command(flatten)]
         shape: crate::netns::ShapeArgs,
     },
@@ -276,6 +283,8 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             replicas,
             insecure,
             no_metrics,
+            rebalance_objects,
+            rebalance_mib,
             shape,
         } => {
             if shape.any() && !netns {
@@ -307,6 +316,11 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
                     replicas,
                     insecure,
                     no_metrics,
+                    rebalance: plusfs_placement::RebalanceSettings {
+                        objects_per_sec: rebalance_objects,
+                        mib_per_sec: rebalance_mib,
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
                 detach,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Client {
     /// The cluster map, shared by the client's clones and replaced by a newer epoch.
-    map: Arc<std::sync::RwLock<Arc<ClusterMap>>>,
+    map: crate::epochs::SharedMap,
     pub(crate) pool: Arc<Pool>,
     pub(crate) opts: ClientOptions,
     pub(crate) fds: Arc<crate::fds::FdTable>,
@@ -63,8 +63,7 @@ impl Client {
         let caller = Cred { session, ..Cred::new(opts.uid, opts.gid, opts.groups.clone()) };
         let map = Arc::new(map);
         let delegs = opts.delegations.then(|| crate::deleg::Delegations::new(pool.clone(), map.clone(), session));
-        let map = Arc::new(std::sync::RwLock::new(map));
-        crate::epochs::follow(&map, &pool);
+        let map = crate::epochs::SharedMap::new(map);
         Client {
             map,
             pool,
@@ -140,7 +139,7 @@ impl Client {
 
     /// The cluster map in use (the newest this client has learnt of).
     pub fn map(&self) -> Arc<ClusterMap> {
-        self.map.read().expect("cluster map").clone()
+        self.map.get()
     }
 
     /// Messages, bytes and requests sent so far by this client (and its clones).
@@ -160,6 +159,7 @@ impl Client {
         server: ServerId,
         req: &Request,
     ) -> Result<plusfs_proto::Response, plusfs_rpc::CallError> {
+        self.map.follow(&self.pool).await;
         if let Some(d) = &self.delegs {
             if let Err(e) = d.before(req).await {
                 let why = format!("delegated work in {} could not be written back first: {e}", e.path);

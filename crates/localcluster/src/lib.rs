@@ -66,6 +66,8 @@ pub struct ClusterSettings {
     /// No metrics endpoints (`cluster up --no-metrics`); otherwise every server process
     /// gets one (`metrics` in the map).
     pub no_metrics: bool,
+    /// The pace of migrations after a change of the server set.
+    pub rebalance: plusfs_placement::RebalanceSettings,
 }
 
 /// Name of the process (and of its data directory, log and pid file) of server `id`, or
@@ -271,7 +273,7 @@ impl LocalCluster {
                 tls: if settings.insecure { TlsSettings::default() } else { make_certs(&data)? },
                 servers,
                 migration: None,
-                rebalance: Default::default(),
+                rebalance: settings.rebalance.clone(),
             };
             plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
             map
@@ -471,6 +473,16 @@ impl LocalCluster {
     pub fn pid(&self, id: u32) -> Option<u32> {
         let name = proc_name(id, self.map.server(id)?.members.first().map(|m| m.id));
         self.children.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
+    }
+
+    /// Whether the process of unreplicated server `id` this cluster object started has
+    /// exited (it is reaped then).
+    pub fn has_exited(&mut self, id: u32) -> Result<bool> {
+        let name = proc_name(id, None);
+        match self.children.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, child)) => Ok(child.try_wait()?.is_some()),
+            None => Ok(true),
+        }
     }
 
     /// Process id of member `member` of server `id`, if this cluster object started it.
@@ -692,7 +704,13 @@ fn send_signal(pid: u32, sig: i32) {
     }
 }
 
-fn alive(pid: u32) -> bool {
+/// Kills process `pid` at once (SIGKILL, as a crash test does).
+pub fn kill_pid(pid: u32) {
+    send_signal(pid, libc::SIGKILL);
+}
+
+/// Whether process `pid` exists (a child that died stays until it is reaped).
+pub fn alive(pid: u32) -> bool {
     #[allow(unsafe_code)]
     // SAFETY: signal 0 only checks that the process exists.
     unsafe {

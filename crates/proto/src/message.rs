@@ -379,10 +379,11 @@ pub enum Request {
     MapPush {
         map: String,
     },
-    /// From an object's old home to its new one: take these directory objects (the new
-    /// home pulls them with `MigrateOut`).
+    /// From the server `from` holding directory objects to their home under the newest
+    /// map: take them (the home pulls them with `MigrateOut`).
     MigrateIn {
         paths: Vec<String>,
+        from: ServerId,
     },
     /// From a new home to the old one: hand over these directory objects. The old home
     /// stops serving each and answers its object with the first entries (`Reply::Moved`).

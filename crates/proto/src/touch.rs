@@ -84,6 +84,9 @@ pub fn touched(req: &Request) -> Vec<(String, Touch, bool)> {
             }
         }
         ShardImport { path, .. } => out.push((path.clone(), Touch::Object, false)),
+        // A directory handed to its new home: delegations on it are recalled first, so
+        // their holders' queued work is in what moves.
+        MigrateOut { paths } => out.extend(paths.iter().map(|p| (p.clone(), Touch::Object, false))),
         _ => {}
     }
     out

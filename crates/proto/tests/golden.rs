@@ -268,7 +268,7 @@ fn requests() -> Vec<Request> {
         Request::MapGet,
         Request::MapChange { change: "[Reweight]\nid = 1\nweight = 0.0\n".into() },
         Request::MapPush { map: "epoch = 2\n".into() },
-        Request::MigrateIn { paths: vec!["/a".into(), "/b".into()] },
+        Request::MigrateIn { paths: vec!["/a".into(), "/b".into()], from: 2 },
         Request::MigrateOut { paths: vec!["/a".into()] },
         Request::MigrateEntries { path: "/a".into(), ino: 7, after: Some("f".into()), limit: 100 },
         Request::MigrateDone { paths: vec!["/a".into()] },

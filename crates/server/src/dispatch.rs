@@ -171,7 +171,7 @@ impl Osd {
             MapGet => Ok(Reply::Map(self.map().to_toml())),
             MapChange { change } => self.change_map(&change).await,
             MapPush { map } => self.pushed_map(&map),
-            MigrateIn { paths } => self.migrate_in(&paths).await,
+            MigrateIn { paths, from } => self.migrate_in(&paths, from).await,
             MigrateOut { paths } => self.migrate_out(&paths).await,
             MigrateEntries { path, ino, after, limit } => self.migrate_entries(&path, ino, after.as_deref(), limit),
             MigrateDone { paths } => self.migrate_done(&paths).await,

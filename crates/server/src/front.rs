@@ -179,6 +179,11 @@ impl Front {
         self.osd.get().map_or(0, |o| o.peers.counters().epochs.current())
     }
 
+    /// Serves `req` from a frame that carried the epoch hint `hint`.
+    pub async fn handle_hinted(&self, cred: Cred, req: Request, hint: u16) -> Response {
+        crate::migrate::SENDER_EPOCH.scope(hint, self.handle(cred, req)).await
+    }
+
     /// A frame carried the epoch hint `hint`: a newer one makes the server fetch the map
     /// before its next request.
     pub fn note_epoch(&self, hint: u16) {

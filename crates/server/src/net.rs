@@ -121,8 +121,8 @@ where
         };
         osd.metrics().msgs_in.fetch_add(1, Ordering::Relaxed);
         osd.metrics().bytes_in.fetch_add((frame.body.len() + HEADER_LEN) as u64, Ordering::Relaxed);
-        let (id, opcode) = (frame.header.request_id, frame.header.opcode);
-        osd.note_epoch(frame.header.epoch);
+        let (id, opcode, hint) = (frame.header.request_id, frame.header.opcode, frame.header.epoch);
+        osd.note_epoch(hint);
         match decode_request(&frame) {
             Ok(call) => {
                 let cred = match &who.identity {
@@ -147,7 +147,7 @@ where
                     // Timed only while an endpoint serves the metrics.
                     let timed =
                         osd.exporter().timing().then(|| (call.request.inner().name(), std::time::Instant::now()));
-                    let resp = osd.handle(cred, call.request).await;
+                    let resp = osd.handle_hinted(cred, call.request, hint).await;
                     // A follower's redirect is not a served request.
                     if let Some((op, started)) =
                         timed.filter(|_| !matches!(resp, Ok(plusfs_proto::Reply::Redirect { .. })))

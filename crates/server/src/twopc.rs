@@ -655,6 +655,7 @@ impl Osd {
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
+        self.hand_over_strays(payload.imports.iter().map(|d| d.path.clone()).collect());
         Ok(Reply::Done)
     }
 

@@ -124,6 +124,23 @@ impl LockTable {
         self.lock_inner(wanted, owners, true, &mut Vec::new()).await.expect("waiting never conflicts")
     }
 
+    /// Every transaction holding locks now (prepared two-phase commits, pending Cx
+    /// operations).
+    pub fn transactions(&self) -> Vec<TxId> {
+        self.inner.lock().expect("lock table").by_tx.keys().copied().collect()
+    }
+
+    /// Whether any of `txs` still holds locks.
+    pub fn any_held(&self, txs: &[TxId]) -> bool {
+        let inner = self.inner.lock().expect("lock table");
+        txs.iter().any(|t| inner.by_tx.contains_key(t))
+    }
+
+    /// Hurries the commitment of transaction `txid` if it is a pending Cx operation.
+    pub fn hurry(&self, txid: TxId) {
+        self.urge(txid, None);
+    }
+
     /// Sets the hook that hurries a conflicting Cx operation (once, at server start).
     pub fn set_urge(&self, hook: UrgeHook) {
         let _ = self.urge.set(hook);

@@ -19,7 +19,7 @@ pub(crate) mod keeper;
 mod route;
 mod walker;
 
-pub(crate) use route::{target_dir, Placed};
+pub(crate) use route::{target_dir, Placed, SENDER_EPOCH};
 
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::locks::Scope;
@@ -387,10 +387,16 @@ impl Osd {
         Ok(Reply::Done)
     }
 
-    /// `MigrateIn` on a new home: pulls `paths` from the asking old home; answers once
-    /// they are all here (or were taken over before).
-    pub(crate) async fn migrate_in(self: &Arc<Self>, paths: &[String]) -> Response {
-        self.pull_in(paths).await?;
+    /// `MigrateIn` on a new home: pulls `paths` from `from`, which holds them; answers
+    /// once they are all here (or were taken over before).
+    pub(crate) async fn migrate_in(self: &Arc<Self>, paths: &[String], from: ServerId) -> Response {
+        let map = self.map();
+        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) != self.id) {
+            return Err(err(Errno::EBUSY, format!("'{p}' is not homed here at epoch {}: the maps differ", map.epoch)));
+        }
+        for chunk in paths.chunks(map.rebalance.batch.max(1) as usize) {
+            self.pull_from(from, chunk).await?;
+        }
         Ok(Reply::Done)
     }
 

@@ -9,6 +9,17 @@ use plusfs_proto::peer::SubOp;
 use plusfs_proto::{Cred, Errno, Request, Response};
 use std::sync::Arc;
 
+tokio::task_local! {
+    /// The epoch hint of the frame the request being served came in (0: none).
+    pub(crate) static SENDER_EPOCH: u16;
+}
+
+/// Whether the request being served was sent by a process whose map is older than `mine`.
+fn sent_with_older_map(mine: u64) -> bool {
+    let hint = SENDER_EPOCH.try_with(|h| *h).unwrap_or(0);
+    hint != 0 && plusfs_proto::epoch_is_newer(mine as u16, hint as u64)
+}
+
 /// The directory whose home a request is addressed to (none: a request addressed to a
 /// server for another reason: a shard, an inode, data records, transactions, status).
 pub(crate) fn target_dir(req: &Request) -> Option<&str> {
@@ -41,7 +52,11 @@ pub(crate) fn target_dir(req: &Request) -> Option<&str> {
         | SetPolicy { path, .. }
         | DistStatus { path }
         | DirPerms { path } => Some(path),
-        Batch { dir, .. } | BatchWrite { dir, .. } | BatchRead { dir, .. } | DelegAcquire { dir, .. } => Some(dir),
+        Batch { dir, .. }
+        | BatchWrite { dir, .. }
+        | BatchRead { dir, .. }
+        | DelegAcquire { dir, .. }
+        | DelegFlush { dir, .. } => Some(dir),
         _ => None,
     }
 }
@@ -80,11 +95,27 @@ impl Osd {
         let map = self.map();
         if let Some(dir) = target_dir(req) {
             let home = map.home_of_dir(dir);
-            if home != self.id {
+            // A delegation's write-back goes where the directory still is: its recall may
+            // be what a hand-over of the directory waits for.
+            let held_here = matches!(req, Request::DelegFlush { .. })
+                && self.store.get_dir(dir).map_err(crate::engine::errors::eio)?.is_some();
+            if home != self.id && !held_here {
                 return Ok(Placed::Forward(home));
             }
         }
         let subs = subop_dirs(req);
+        let planned = matches!(req, Request::TxPrepare { .. } | Request::CxExec { .. } | Request::SubExec { .. });
+        if planned && sent_with_older_map(map.epoch) {
+            // Planned with an older map: it may miss servers objects moved to, or send
+            // objects to old homes. Its coordinator plans again with the new map.
+            return Err(err(
+                Errno::EBUSY,
+                format!(
+                    "the operation was planned with the map of an older epoch; this server is at epoch {}",
+                    map.epoch
+                ),
+            ));
+        }
         if let Some(d) = subs.iter().find(|d| map.home_of_dir(d) != self.id) {
             return Err(err(
                 Errno::EBUSY,

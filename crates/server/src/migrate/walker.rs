@@ -69,6 +69,48 @@ impl Osd {
         }
     }
 
+    /// Hurries every transaction holding locks now and waits (30 s at most) until they
+    /// have all ended.
+    async fn settle_older_transactions(&self) {
+        let older = self.locks.transactions();
+        for t in &older {
+            self.locks.hurry(*t);
+        }
+        let started = Instant::now();
+        while self.locks.any_held(&older) && started.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Hands the directory objects of `paths` that are not homed here to their homes, in
+    /// the background: objects a transaction planned with an older map brought here
+    /// (a directory rename's imports).
+    pub(crate) fn hand_over_strays(self: &Arc<Self>, paths: Vec<String>) {
+        let map = self.map();
+        let mut by_home: BTreeMap<ServerId, Vec<String>> = BTreeMap::new();
+        for p in paths.into_iter().filter(|p| map.home_of_dir(p) != self.id) {
+            by_home.entry(map.home_of_dir(&p)).or_default().push(p);
+        }
+        for (home, paths) in by_home {
+            tracing::info!(home, objects = paths.len(), "handing over objects an older map placed here");
+            let osd = self.clone();
+            tokio::spawn(async move {
+                let mut pause = Duration::from_millis(20);
+                for _ in 0..60 {
+                    let req = Request::MigrateIn { paths: paths.clone(), from: osd.id };
+                    if let Ok(Ok(Reply::Done)) = osd.peers.call(home, &req).await {
+                        if osd.migrate_done(&paths).await.is_ok() {
+                            return;
+                        }
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                tracing::warn!(home, "objects an older map placed here are still here; the next migration moves them");
+            });
+        }
+    }
+
     /// What this server still holds that `map` homes elsewhere, by new home.
     fn to_hand_over(&self, map: &ClusterMap) -> OpResult<BTreeMap<ServerId, Vec<String>>> {
         let mut by_home: BTreeMap<ServerId, Vec<String>> = BTreeMap::new();
@@ -90,7 +132,15 @@ impl Osd {
 
     /// One pass over what is here; answers whether nothing was left to move.
     async fn walk_once(self: &Arc<Self>, map: &ClusterMap) -> OpResult<bool> {
-        let by_home = self.to_hand_over(map)?;
+        let mut by_home = self.to_hand_over(map)?;
+        if by_home.is_empty() {
+            // Operations that began before this server knew the map may still create
+            // objects here when they commit (a Cx participant's object, a prepared
+            // transaction's): they are hurried and waited for, then everything is looked at
+            // once more. Later operations were placed with this map.
+            self.settle_older_transactions().await;
+            by_home = self.to_hand_over(map)?;
+        }
         let mut left: u64 = by_home.values().map(|v| v.len() as u64).sum();
         self.migration.objects_left.store(left, Ordering::Relaxed);
         if left == 0 {
@@ -103,7 +153,7 @@ impl Osd {
                     return Ok(false); // plan again with the newer map
                 }
                 let started = Instant::now();
-                let req = Request::MigrateIn { paths: chunk.to_vec() };
+                let req = Request::MigrateIn { paths: chunk.to_vec(), from: self.id };
                 match self.peers.call(home, &req).await {
                     Ok(Ok(Reply::Done)) => {
                         self.migrate_done(chunk).await?;
