@@ -68,6 +68,9 @@ fn content(i: usize, len: usize) -> Vec<u8> {
     common::bytes(i as u64 * 7919 + 1, len)
 }
 
+/// When the change under test started, and ended (none: still running).
+type Window = Arc<std::sync::Mutex<Option<(Instant, Option<Instant>)>>>;
+
 /// What the workload was told succeeded.
 #[derive(Default)]
 struct Acked {
