@@ -83,14 +83,9 @@ struct Acked {
 /// Creates files (some with a chunk beyond the small-file part), makes directories with
 /// Cx and renames some, and writes BFO batches, until `stop`; notes what succeeded and how
 /// many acknowledgements fell inside `window` (set by the test while the change runs).
-async fn workload(
-    c: Client,
-    stop: Arc<AtomicBool>,
-    window: Arc<std::sync::Mutex<Option<(Instant, Option<Instant>)>>>,
-) -> Acked {
+async fn workload(c: Client, stop: Arc<AtomicBool>, window: Window) -> Acked {
     let mut a = Acked::default();
-    let in_window =
-        |w: &std::sync::Mutex<Option<(Instant, Option<Instant>)>>| matches!(*w.lock().unwrap(), Some((_, None)));
+    let in_window = |w: &Window| matches!(*w.lock().unwrap(), Some((_, None)));
     for i in 0..4000 {
         if stop.load(Ordering::Relaxed) {
             break;
