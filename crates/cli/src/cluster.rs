@@ -33,6 +33,10 @@ pub struct ServerArgs {
     /// exists is left as it is). `cluster up` passes it on a new cluster's first start.
     #[arg(long)]
     bootstrap: bool,
+    /// A new server not yet in the map (needs --listen): it starts, then `plusfs cluster
+    /// add --address ADDR` puts it in and objects move to it.
+    #[arg(long, requires = "listen")]
+    join: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -217,8 +221,15 @@ pub enum ClusterCmd {
 /// Runs one server until SIGTERM or SIGINT.
 pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
     let map = crate::load_map(cluster.as_ref())?;
-    let config =
-        ServerConfig { id: a.id, map, data_dir: a.data, member: a.member, bootstrap: a.bootstrap, map_path: cluster };
+    let config = ServerConfig {
+        id: a.id,
+        map,
+        data_dir: a.data,
+        member: a.member,
+        bootstrap: a.bootstrap,
+        map_path: cluster,
+        join: a.join,
+    };
     let rt = match a.threads {
         Some(0) => anyhow::bail!("--threads must be at least 1"),
         Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,

@@ -66,6 +66,33 @@ impl Admin {
         Ok(map)
     }
 
+    /// The id of the server answering at `address` (a ping through a map naming it).
+    pub fn probe(&self, address: &str) -> Result<u32> {
+        const PROBE: u32 = u16::MAX as u32 - 1;
+        let mut map = ClusterMap::load(&self.file)?;
+        map.servers.push(plusfs_placement::ServerEntry::new(PROBE, address.to_string(), 0.0));
+        let client = {
+            let _g = self.rt.enter();
+            Client::new(map, ClientOptions { retries: 0, ..Default::default() })
+        };
+        match self.rt.block_on(client.call_server(PROBE, &Request::Ping))? {
+            Reply::Pong { server, .. } => Ok(server),
+            other => bail!("{address} answered a ping with {other:?}"),
+        }
+    }
+
+    /// Waits until a server answers at `address`.
+    pub fn wait_answering(&self, address: &str, limit: Duration) -> Result<u32> {
+        let started = Instant::now();
+        loop {
+            match self.probe(address) {
+                Ok(id) => return Ok(id),
+                Err(e) if started.elapsed() > limit => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
     /// The status of every server of `map` (and of the servers a migration moves objects
     /// away from), in id order; errors for servers that do not answer.
     pub fn statuses(&self, map: &ClusterMap) -> Vec<(u32, Result<ServerStatus, String>)> {
@@ -81,8 +108,10 @@ impl Admin {
     }
 }
 
-/// `cluster add`: a new server at `address` (for a local cluster, on a free loopback port,
-/// its process started with data under DIR/server-N).
+/// `cluster add`: a new server. With --data (a local cluster) it is started here on a free
+/// loopback port with the next free id; with --address it must already run there,
+/// started with `plusfs server --join`. Either way it answers before the map names it,
+/// so no request meets a server that is not there yet.
 pub fn add(
     address: Option<String>,
     weight: f64,
@@ -93,37 +122,35 @@ pub fn add(
     let file = map_file(data, cluster)?;
     let admin = Admin::open(&file)?;
     let before = admin.current()?;
-    let (address, metrics) = match (address, data) {
-        (Some(a), _) => (a, None),
+    if before.servers.iter().any(|s| !s.members.is_empty()) {
+        bail!("the cluster's servers are replica groups: adding a server to it is not supported yet");
+    }
+    let (id, address) = match (address, data) {
+        (Some(a), _) => (
+            admin
+                .probe(&a)
+                .with_context(|| format!("no server answers at {a}: start it with `plusfs server --join`"))?,
+            a,
+        ),
         (None, Some(d)) => {
             if plusfs_netns::Net::load(d)?.is_some() {
                 bail!("{} holds a cluster on a private network: adding servers to it is not supported", d.display());
             }
-            let ports = plusfs_localcluster::free_ports(2)?;
-            let metrics = before.servers.iter().any(|s| s.metrics.is_some()).then(|| format!("127.0.0.1:{}", ports[1]));
-            (format!("127.0.0.1:{}", ports[0]), metrics)
+            let id = before.next_server_id();
+            let address = format!("127.0.0.1:{}", plusfs_localcluster::free_ports(1)?[0]);
+            plusfs_localcluster::spawn_joining(&std::env::current_exe()?, d, id, &address)?;
+            admin.wait_answering(&address, Duration::from_secs(30)).with_context(|| {
+                format!(
+                    "the new server did not start; see {}",
+                    d.join(format!("{}.log", plusfs_localcluster::proc_name(id, None))).display()
+                )
+            })?;
+            (id, address)
         }
-        (None, None) => bail!("pass --address HOST:PORT, or --data DIR to start the server on this machine"),
+        (None, None) => bail!("pass --address HOST:PORT (a server started with `plusfs server --join`), or --data DIR"),
     };
-    if before.servers.iter().any(|s| !s.members.is_empty()) {
-        bail!("the cluster's servers are replica groups: adding one is not supported yet (add unreplicated clusters' servers)");
-    }
-    let map = admin.change(&MapChange::Add { address: address.clone(), weight, metrics })?;
-    let id = map.servers.iter().find(|s| s.address == address).map(|s| s.id).context("the new map lacks the server")?;
+    let map = admin.change(&MapChange::Add { id, address: address.clone(), weight, metrics: None })?;
     println!("server {id} added at {address} with weight {weight} (epoch {})", map.epoch);
-    if let Some(d) = data {
-        let exe = std::env::current_exe()?;
-        let mut lc = plusfs_localcluster::LocalCluster::prepare(&exe, d, None, &Default::default())?;
-        lc.start(id)?;
-        lc.wait_ready(Duration::from_secs(30))?;
-        lc.detach();
-        println!(
-            "server {id} started (log: {})",
-            d.join(format!("{}.log", plusfs_localcluster::proc_name(id, None))).display()
-        );
-    } else {
-        println!("start it with: plusfs server --cluster {} --id {id} --data DIR", file.display());
-    }
     finish(&admin, wait)
 }
 

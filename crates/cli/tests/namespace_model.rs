@@ -109,6 +109,61 @@ fn namespace_matches_model_on_replicated_servers() {
     model_test("namespace_matches_model_on_replicated_servers", (2, 3), 8);
 }
 
+/// Across an epoch change: halfway through the cases a server is added to every cluster
+/// (`plusfs cluster add --wait`, in the background) while the next cases run, so their
+/// operations meet directories moving to the new server; each must still match the model.
+#[test]
+fn namespace_matches_model_across_an_epoch_change() {
+    let name = "namespace_matches_model_across_an_epoch_change";
+    let cases = 12;
+    let rt = runtime();
+    let clusters = Clusters::new(3, 1);
+    let tally = Tally::default();
+    let next = AtomicUsize::new(0);
+    let adds = std::sync::Mutex::new(Vec::new());
+    explore::<NoFault>(name, cases, 40, |(world, steps, counter)| {
+        let client = clusters.client(world.setup.protocol);
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        if n == cases as usize / 2 {
+            for cluster in clusters.started.borrow().values() {
+                let (data, map) = (cluster.cluster.data().to_path_buf(), cluster.cluster.map_file());
+                adds.lock().expect("adds").push(std::thread::spawn(move || {
+                    let out = std::process::Command::new(common::exe())
+                        .args(["cluster", "add", "--wait", "--data"])
+                        .arg(&data)
+                        .env("PLUSFS_CLUSTER", map)
+                        .output()
+                        .expect("run cluster add");
+                    (data, out)
+                }));
+            }
+        }
+        let t = rt.block_on(async {
+            let top = top_dir(&client, &world.setup, n).await?;
+            run_exact(&client, &top, &world, &steps, &counter, 10).await
+        })?;
+        tally.lock().expect("tally").add(&t);
+        Ok(())
+    });
+    let added = adds.into_inner().expect("adds");
+    assert!(!added.is_empty(), "no server was added: too few cases ran");
+    for h in added {
+        let (data, out) = h.join().expect("cluster add thread");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        // The added server is stopped with the cluster (whose test value knows only its own).
+        let _ = plusfs_localcluster::down(&data, std::time::Duration::from_secs(5));
+        assert!(out.status.success() && text.contains("balanced at epoch"), "cluster add failed: {text}");
+    }
+    totals_and_logs(name, &tally, &clusters);
+}
+
+fn totals_and_logs(name: &str, tally: &Tally, clusters: &Clusters) {
+    let totals = tally.lock().expect("tally").clone();
+    eprintln!("{name}: {totals:?}");
+    totals.assert_exercised();
+    clusters.assert_no_errors_logged();
+}
+
 #[test]
 fn namespace_matches_model_on_one_server() {
     model_test("namespace_matches_model_on_one_server", (1, 1), 8);

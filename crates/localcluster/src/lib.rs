@@ -273,6 +273,7 @@ impl LocalCluster {
                 tls: if settings.insecure { TlsSettings::default() } else { make_certs(&data)? },
                 servers,
                 migration: None,
+                retired: Vec::new(),
                 rebalance: settings.rebalance.clone(),
             };
             plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
@@ -754,6 +755,30 @@ fn terminate(pid: u32, grace: Duration) -> bool {
         send_signal(pid, libc::SIGKILL);
     }
     true
+}
+
+/// Starts server `id` of the local cluster in `data`, not yet in its map, listening on
+/// `listen` and waiting to be added (`plusfs server --join`); it runs detached, with its
+/// log and pid file where the cluster's other servers have theirs. Returns its pid.
+pub fn spawn_joining(exe: &Path, data: &Path, id: u32, listen: &str) -> Result<u32> {
+    let name = proc_name(id, None);
+    let dir = data.join(&name);
+    fs::create_dir_all(&dir)?;
+    let log = fs::OpenOptions::new().create(true).append(true).open(data.join(format!("{name}.log")))?;
+    let child = Command::new(exe)
+        .arg("server")
+        .arg("--cluster")
+        .arg(map_path(data))
+        .args(["--id", &id.to_string(), "--listen", listen, "--join", "--data"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))?;
+    fs::write(data.join(format!("{name}.pid")), child.id().to_string())?;
+    Ok(child.id())
 }
 
 /// Stops unreplicated server `id` of the cluster in `data` from its pid file (SIGTERM, then

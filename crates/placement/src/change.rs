@@ -39,8 +39,9 @@ impl Migration {
 /// One change an administrator asks of the map service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MapChange {
-    /// A new unreplicated server at `address` (its id: the next unused one).
-    Add { address: String, weight: f64, metrics: Option<String> },
+    /// A new unreplicated server `id` (already running, started with `--join`) at
+    /// `address`.
+    Add { id: u32, address: String, weight: f64, metrics: Option<String> },
     /// Server `id` gets `weight` (0: drain it).
     Reweight { id: u32, weight: f64 },
     /// Server `id` leaves; allowed only once it is drained and holds nothing.
@@ -64,6 +65,11 @@ impl MapChange {
 }
 
 impl ClusterMap {
+    /// The lowest server id never used in this cluster.
+    pub fn next_server_id(&self) -> u32 {
+        self.servers.iter().map(|s| s.id).chain(self.retired.iter().copied()).map(|id| id + 1).max().unwrap_or(0)
+    }
+
     /// Whether objects are still moving to the homes of this epoch.
     pub fn migrating(&self) -> bool {
         self.migration.is_some()
@@ -103,8 +109,15 @@ impl ClusterMap {
                     self.epoch, m.from_epoch
                 ));
             }
-            MapChange::Add { address, weight, metrics } => {
-                let id = self.servers.iter().map(|s| s.id + 1).max().unwrap_or(0);
+            MapChange::Add { id, address, weight, metrics } => {
+                let id = *id;
+                if self.server(id).is_some() || self.retired.contains(&id) {
+                    return invalid(format!(
+                        "server id {id} is or was in use (ids are never reused: inode numbers carry them); the next \
+                         free one is {}",
+                        self.next_server_id()
+                    ));
+                }
                 let mut s = ServerEntry::new(id, address.clone(), *weight);
                 s.metrics = metrics.clone();
                 next.servers.push(s);
@@ -127,6 +140,7 @@ impl ClusterMap {
                     ));
                 }
                 next.servers.retain(|s| s.id != *id);
+                next.retired.push(*id);
                 next.epoch += 1;
                 next.validate()?;
                 // Nothing moves: a drained server's objects have all left it.
@@ -156,7 +170,7 @@ mod tests {
     #[test]
     fn add_starts_a_migration_that_ends_when_every_server_is_done() {
         let m = map(2);
-        let add = MapChange::Add { address: "127.0.0.1:7002".into(), weight: 1.0, metrics: None };
+        let add = MapChange::Add { id: 2, address: "127.0.0.1:7002".into(), weight: 1.0, metrics: None };
         let m2 = m.apply_change(&add).unwrap();
         assert_eq!(m2.epoch, 2);
         assert_eq!(m2.servers[2].id, 2);
@@ -185,8 +199,8 @@ mod tests {
     #[test]
     fn changes_cross_the_wire_as_text() {
         for c in [
-            MapChange::Add { address: "h:1".into(), weight: 2.0, metrics: Some("h:2".into()) },
-            MapChange::Add { address: "h:1".into(), weight: 1.0, metrics: None },
+            MapChange::Add { id: 4, address: "h:1".into(), weight: 2.0, metrics: Some("h:2".into()) },
+            MapChange::Add { id: 5, address: "h:1".into(), weight: 1.0, metrics: None },
             MapChange::Reweight { id: 3, weight: 0.0 },
             MapChange::Remove { id: 3 },
             MapChange::Done { id: 1, from_epoch: 9 },
@@ -214,6 +228,10 @@ mod tests {
         }
         let removed = cur.apply_change(&MapChange::Remove { id: 1 }).unwrap();
         assert_eq!(removed.servers.len(), 2);
+        // A removed server's id is never given again.
+        let again = MapChange::Add { id: 1, address: "127.0.0.1:7009".into(), weight: 1.0, metrics: None };
+        assert!(removed.apply_change(&again).is_err());
+        assert_eq!(removed.next_server_id(), 3);
         assert!(!removed.migrating());
         assert!(cur.apply_change(&MapChange::Reweight { id: 9, weight: 1.0 }).is_err());
         let all_zero = map(1).apply_change(&MapChange::Reweight { id: 0, weight: 0.0 });

@@ -488,6 +488,9 @@ pub struct ClusterMap {
     /// object is at its home).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<Migration>,
+    /// Ids of servers removed from the cluster (never given to another server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<u32>,
 }
 
 /// Why a cluster map is unusable.
@@ -516,6 +519,7 @@ impl ClusterMap {
             rebalance: RebalanceSettings::default(),
             servers,
             migration: None,
+            retired: Vec::new(),
         }
     }
 
@@ -765,6 +769,7 @@ mod tests {
             rebalance: RebalanceSettings::default(),
             servers: servers(3),
             migration: None,
+            retired: Vec::new(),
         };
         let text = m.to_toml();
         let back: ClusterMap = toml::from_str(&text).unwrap();

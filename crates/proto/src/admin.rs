@@ -100,7 +100,8 @@ pub struct FsckData {
     pub subdirs: Vec<(Ino, String, Ino)>,
     /// Entries whose directory object is not on this server: parent inode, name.
     pub orphans: Vec<(Ino, String)>,
-    /// Transactions not yet finished (they may explain transient differences).
+    /// Transactions not yet finished, and directory objects being handed to their new
+    /// home (they may explain transient differences).
     pub pending_tx: u64,
     /// Shards held: path, directory inode, incarnation.
     pub shards: Vec<(String, Ino, u64)>,

@@ -63,6 +63,21 @@ pub struct ServerConfig {
     pub bootstrap: bool,
     /// The cluster map's file, re-read for certificate revocations (none: never re-read).
     pub map_path: Option<PathBuf>,
+    /// The server is not in the map yet: it starts, then `plusfs cluster add` puts it in
+    /// (it serves nothing until the map service's new map names it).
+    pub join: bool,
+}
+
+impl ServerConfig {
+    /// This server's entry in the map (a joining server: an entry of weight 0 until the
+    /// map service adds it).
+    fn entry(&self) -> Result<plusfs_placement::ServerEntry, StartError> {
+        match self.map.server(self.id) {
+            Some(e) => Ok(e.clone()),
+            None if self.join => Ok(plusfs_placement::ServerEntry::new(self.id, String::new(), 0.0)),
+            None => Err(StartError::UnknownId(self.id)),
+        }
+    }
 }
 
 /// Why a server could not start.
@@ -100,7 +115,7 @@ pub enum Exit {
 /// redistributions and starts its background tasks. Calls to other servers go through
 /// `peers`. The returned server answers [`Osd::handle`]; [`run`] puts it on the network.
 pub async fn open(config: &ServerConfig, peers: Pool, failpoints: Arc<Failpoints>) -> Result<Arc<Osd>, StartError> {
-    config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
+    config.entry()?;
     let store = open_store(config)?;
     let data = open_data(config, false)?;
     open_over(config, store, data, peers, failpoints).await
@@ -157,7 +172,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Exit, StartError> {
-    let entry = config.map.server(config.id).ok_or(StartError::UnknownId(config.id))?;
+    let entry = config.entry()?;
     let security = secure(&config)?;
     if !entry.members.is_empty() {
         return member::run(config, listener, security, shutdown).await;

@@ -309,10 +309,15 @@ impl Osd {
             dirs.iter().filter(|(_, d)| d.dist.state != DistState::Distributed).map(|(_, d)| d.ino).collect();
         let shard_of: std::collections::HashMap<u64, (&String, &DirObject)> =
             shards.iter().map(|(p, d)| (d.ino, (p, d))).collect();
+        // Directories handed to their new home and not yet confirmed there: their entries
+        // stay here until then (what the new home imports).
+        let moving: HashSet<u64> =
+            self.outbox_paths()?.iter().filter_map(|p| self.outbox(p).ok().flatten()).map(|d| d.ino).collect();
         let mut data = FsckData {
             dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
             pending_tx: (self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()
-                + self.store.log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()) as u64,
+                + self.store.log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()
+                + moving.len()) as u64,
             shards: shards.iter().map(|(p, d)| (p.clone(), d.ino, d.incarnation)).collect(),
             distributed: dirs
                 .iter()
@@ -329,6 +334,9 @@ impl Osd {
             data.pieces.extend(inode.pieces.iter().map(|q| (q.server, q.record)));
             if let Some(home) = inode.link_home {
                 data.links.push((inode.ino, home));
+            }
+            if moving.contains(&parent) {
+                continue;
             }
             if let Some((path, shard)) = shard_of.get(&parent) {
                 let set = &shard.dist.set;

@@ -109,6 +109,7 @@ impl TestCluster {
             tls: Default::default(),
             servers,
             migration: None,
+            retired: Vec::new(),
             rebalance: Default::default(),
         };
         let net = Arc::new(SimNet::new(opts.seed));
@@ -123,6 +124,7 @@ impl TestCluster {
                     member: None,
                     bootstrap: false,
                     map_path: None,
+                    join: false,
                 };
                 let node = Node {
                     config,
