@@ -282,7 +282,7 @@ fn progress_line(t: &Totals, elapsed: Duration) -> String {
 /// `cluster status`'s first line: the epoch, and the migration under way if any.
 pub fn epoch_line(map: &ClusterMap) -> String {
     match &map.migration {
-        None => format!("epoch {}: every object is at its home", map.epoch),
+        None => format!("epoch {}: every object is at its home (next server id {})", map.epoch, map.next_server_id()),
         Some(m) => {
             let waiting: Vec<String> = map
                 .servers

@@ -62,6 +62,9 @@ pub struct ServerStatus {
     pub deleg_flushes: u64,
     /// Shared inodes (of hard-linked files) held here.
     pub inodes: u64,
+    /// Bytes of the file-data records files use here (`data_bytes` less what compaction
+    /// would reclaim).
+    pub data_live_bytes: u64,
     /// The server's weight in the map it works with, in thousandths.
     pub weight_milli: u64,
     /// Whether the map it works with moves objects to new homes.

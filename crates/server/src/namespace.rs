@@ -294,6 +294,7 @@ impl Osd {
             deleg_revoked: self.delegs.counters.revoked.load(std::sync::atomic::Ordering::Relaxed),
             deleg_flushes: self.delegs.counters.flushes.load(std::sync::atomic::Ordering::Relaxed),
             inodes: self.store.all_inodes().map_err(eio)?.len() as u64,
+            data_live_bytes: self.record_inventory()?.iter().map(|r| r.1).sum(),
             weight_milli: map.server(self.id).map_or(0, |s| (s.weight * 1000.0).round() as u64),
             migrating: map.migrating(),
             migration: self.migration.report(map.migration.as_ref().map(|m| m.from_epoch)),
