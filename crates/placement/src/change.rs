@@ -126,7 +126,9 @@ impl ClusterMap {
                 let Some(s) = next.servers.iter_mut().find(|s| s.id == *id) else {
                     return invalid(format!("no server {id} in the cluster map"));
                 };
-                if s.weight == *weight {
+                // Draining a drained server again moves what reached it since (a write of
+                // a client that still had an older map).
+                if s.weight == *weight && *weight != 0.0 {
                     return invalid(format!("server {id} already has weight {weight}"));
                 }
                 s.weight = *weight;

@@ -116,6 +116,9 @@ pub enum Request {
     TxPrepare {
         txid: TxId,
         ops: Vec<SubOp>,
+        /// The epoch of the map the coordinator planned with (0: unknown); a participant
+        /// with a newer map refuses (EBUSY) and the coordinator plans again.
+        epoch: u64,
     },
     TxCommit {
         txid: TxId,

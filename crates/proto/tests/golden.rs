@@ -128,6 +128,7 @@ fn requests() -> Vec<Request> {
                     gid: 2,
                 },
             ],
+            epoch: 3,
         },
         Request::TxCommit {
             txid: 1,

@@ -24,8 +24,16 @@ impl Osd {
         // then may come from the move, and the request is served at the new home.
         let before = self.map().epoch;
         let again = (target_dir(&req).is_some()).then(|| req.clone());
+        let own: Vec<String> = crate::migrate::subop_dirs(&req).into_iter().map(String::from).collect();
         let resp = self.handle_here(cred.clone(), req).await;
         match (resp, again) {
+            // A sub-operation's own directory handed to its new home meanwhile: its
+            // coordinator plans again (not "no such directory").
+            (Err(e), _)
+                if e.missing_dir.as_ref().is_some_and(|d| own.contains(d) && self.map().home_of_dir(d) != self.id) =>
+            {
+                Err(crate::engine::errors::err(Errno::EBUSY, format!("{} (moved to its new home)", e.message)))
+            }
             (Err(e), Some(req)) if self.map().epoch != before => {
                 let home = target_dir(&req).map(|d| self.map().home_of_dir(d)).unwrap_or(self.id);
                 if home != self.id {
@@ -126,7 +134,7 @@ impl Osd {
             Statfs => self.statfs(),
             Status => self.status().await,
             FsckScan => self.fsck_scan(),
-            TxPrepare { txid, ops } => self.tx_prepare(txid, ops, c).await,
+            TxPrepare { txid, ops, epoch } => self.tx_prepare(txid, ops, epoch, c).await,
             TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
             TxAbort { txid } => self.tx_abort(txid).await,
             req @ (CxExec { .. } | CxVote { .. } | CxDecide { .. } | CxUrge { .. } | CxLaunch { .. }) => {

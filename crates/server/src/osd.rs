@@ -40,7 +40,8 @@ pub struct Osd {
     /// Pulls of directory objects under way, one per path.
     pub(crate) pulls: crate::migrate::Pulls,
     /// Held while the map is fetched from (or changed at) the map service.
-    pub(crate) map_fetch: tokio::sync::Mutex<()>,
+    /// Holds when the map service last failed to answer.
+    pub(crate) map_fetch: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// Whether the migration walker runs.
     pub(crate) walker_running: std::sync::atomic::AtomicBool,
 }

@@ -108,6 +108,11 @@ pub(crate) fn still_distributing(dir: &str) -> WireError {
     err(Errno::EAGAIN, format!("'{dir}' is still being distributed"))
 }
 
+tokio::task_local! {
+    /// The epoch of the map the running attempt of an operation planned with.
+    static PLAN_EPOCH: u64;
+}
+
 impl Osd {
     // ----- client-facing operations -------------------------------------------------
 
@@ -356,7 +361,7 @@ impl Osd {
                 Request::SetPolicy { path, threshold, width } => {
                     Box::pin(self.set_policy(&path, threshold, width)).await
                 }
-                Request::TxPrepare { txid, ops } => self.tx_prepare(txid, ops, c).await,
+                Request::TxPrepare { txid, ops, epoch } => self.tx_prepare(txid, ops, epoch, c).await,
                 Request::TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
                 Request::TxAbort { txid } => self.tx_abort(txid).await,
                 other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
@@ -382,7 +387,9 @@ impl Osd {
         let mut attempt = 0;
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         loop {
-            match op().await {
+            // Each attempt plans with the map it starts with; its transaction carries that
+            // epoch.
+            match PLAN_EPOCH.scope(self.map().epoch, op()).await {
                 Err(e) if e.errno == Errno::EBUSY && is_distributing(&e) => {
                     if !waiting.wait().await {
                         return Err(e);
@@ -446,6 +453,10 @@ impl Osd {
     }
 
     async fn two_phase_commit(self: &Arc<Self>, parts: &Parts, c: &Cred) -> OpResult<()> {
+        let epoch = PLAN_EPOCH.try_with(|e| *e).unwrap_or_else(|_| self.map().epoch);
+        if epoch < self.map().epoch {
+            return Err(err(Errno::EBUSY, "the map changed while the operation was planned"));
+        }
         self.metrics.tx_started.fetch_add(1, Ordering::Relaxed);
         let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
         let participants: Vec<ServerId> = parts.iter().map(|p| p.0).collect();
@@ -454,7 +465,7 @@ impl Osd {
 
         let votes = join_all(parts.iter().map(|(s, ops)| {
             let ops = ops.clone();
-            async move { self.peer_call(*s, Request::TxPrepare { txid, ops }, c).await }
+            async move { self.peer_call(*s, Request::TxPrepare { txid, ops, epoch }, c).await }
         }))
         .await;
         let first_no = votes.iter().find_map(|v| v.as_ref().err().cloned());
@@ -627,7 +638,16 @@ impl Osd {
 
     // ----- participant --------------------------------------------------------------
 
-    pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>, c: &Cred) -> Response {
+    pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>, epoch: u64, c: &Cred) -> Response {
+        let mine = self.map().epoch;
+        if epoch != 0 && epoch < mine {
+            // A transaction over a subtree planned with an older map could miss a server
+            // objects moved to since: its coordinator plans again.
+            return Err(err(
+                Errno::EBUSY,
+                format!("planned with the map of epoch {epoch}; this server is at epoch {mine}"),
+            ));
+        }
         let (guard, prepared) = self.check_subops(txid, &ops, false, &mut Vec::new(), c).await?;
         let exports = self.dump(&prepared.exported)?;
         let mut b = Batch::new();

@@ -20,6 +20,9 @@ pub const KEEPER: ServerId = 0;
 
 /// How long a server waits for the map service when it fetches the map.
 const FETCH_WAIT: Duration = Duration::from_secs(3);
+/// After the map service could not be reached, how long requests go on with the map a
+/// server has before it asks again.
+const FETCH_BACKOFF: Duration = Duration::from_secs(1);
 
 fn parse_map(text: &str) -> OpResult<ClusterMap> {
     ClusterMap::from_toml(text).map_err(|e| err(Errno::EINVAL, e.to_string()))
@@ -34,10 +37,11 @@ impl Osd {
         map.tls = old.tls.clone();
         let (epoch, migrating) = (map.epoch, map.migrating());
         let finished = old.migrating() && !migrating;
-        self.peers.learn_map(&map);
+        let learnt = map.clone();
         if !self.install_map(map) {
             return false;
         }
+        self.peers.learn_map(&learnt);
         tracing::info!(epoch, migrating, "cluster map installed");
         if migrating {
             self.start_walker();
@@ -59,19 +63,24 @@ impl Osd {
         if !self.peers.counters().epochs.is_stale() {
             return;
         }
-        let _one = self.map_fetch.lock().await;
-        if self.peers.counters().epochs.is_stale() {
-            self.fetch_map().await;
+        let mut last_failure = self.map_fetch.lock().await;
+        if !self.peers.counters().epochs.is_stale() {
+            return;
         }
+        if last_failure.is_some_and(|t| t.elapsed() < FETCH_BACKOFF) {
+            return; // the map service was just unreachable: requests go on with this map
+        }
+        *last_failure = (!self.fetch_map().await).then(std::time::Instant::now);
     }
 
-    /// Asks the map service for the map and adopts it if newer.
-    pub(crate) async fn fetch_map(self: &Arc<Self>) {
+    /// Asks the map service for the map and adopts it if newer; answers whether the map
+    /// service answered.
+    pub(crate) async fn fetch_map(self: &Arc<Self>) -> bool {
         if self.id == KEEPER {
             // The keeper's map is the newest there is; a newer hint came from a stale
             // store (a member that lost its log): nothing to fetch.
             self.peers.counters().epochs.set_current(self.map().epoch);
-            return;
+            return true;
         }
         let got = tokio::time::timeout(FETCH_WAIT, self.peers.call(KEEPER, &Request::MapGet)).await;
         match got {
@@ -80,10 +89,17 @@ impl Osd {
                     if !self.adopt_map(map) {
                         self.peers.counters().epochs.set_current(self.map().epoch);
                     }
+                    true
                 }
-                Err(e) => tracing::warn!(cause = %e.message, "the map service sent a bad map"),
+                Err(e) => {
+                    tracing::warn!(cause = %e.message, "the map service sent a bad map");
+                    false
+                }
             },
-            other => tracing::debug!(?other, "cannot fetch the cluster map from the map service"),
+            other => {
+                tracing::warn!(?other, "cannot fetch the cluster map from the map service");
+                false
+            }
         }
     }
 
@@ -101,6 +117,8 @@ impl Osd {
         self.peers.counters().epochs.set_current(self.map().epoch);
         if self.map().migrating() {
             self.start_walker();
+        } else if let Err(e) = self.drop_receipts().await {
+            tracing::warn!(cause = %e.message, "cannot drop the receipts of a finished migration");
         }
     }
 

@@ -19,7 +19,7 @@ pub(crate) mod keeper;
 mod route;
 mod walker;
 
-pub(crate) use route::{target_dir, Placed, SENDER_EPOCH};
+pub(crate) use route::{subop_dirs, target_dir, Placed, SENDER_EPOCH};
 
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::locks::Scope;
@@ -96,6 +96,12 @@ impl Pulls {
     }
 }
 
+/// What a receipt is valid for: the migration running (the epoch it moves from), or, with
+/// none, the current epoch (objects an older map's transaction placed on another server).
+fn receipt_epoch(map: &plusfs_placement::ClusterMap) -> u64 {
+    map.migration.as_ref().map_or(map.epoch, |m| m.from_epoch)
+}
+
 /// The key of a path in the outbox and receipt logs.
 fn path_key(path: &str) -> u64 {
     plusfs_placement::path_hash(path)
@@ -126,12 +132,13 @@ impl Osd {
         Ok((p == path).then_some(obj))
     }
 
-    /// Whether this server took over the object at `path` during the running migration.
+    /// Whether this server took over the object at `path` during the running migration
+    /// (receipts of earlier migrations, kept by a crash, do not count).
     fn has_receipt(&self, path: &str) -> OpResult<bool> {
         let Some(raw) = self.store.get_log(LogKind::Receipt, path_key(path)).map_err(eio)? else { return Ok(false) };
-        let (p, _): (String, u64) =
+        let (p, _, of): (String, u64, u64) =
             postcard::from_bytes(&raw).map_err(|e| err(Errno::EIO, format!("receipt of '{path}': {e}")))?;
-        Ok(p == path)
+        Ok(p == path && of == receipt_epoch(&self.map()))
     }
 
     /// Paths in this server's outbox (handed over, not yet confirmed).
@@ -172,6 +179,11 @@ impl Osd {
     /// Pulls `paths` from their old home `old`, each once (concurrent pulls of a path wait
     /// for the first), retrying while the old home refuses.
     async fn pull_from(self: &Arc<Self>, old: ServerId, paths: &[String]) -> OpResult<()> {
+        // One order for every pull, so two pulls never wait for each other's gates.
+        let mut sorted = paths.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        let paths = &sorted[..];
         let gates: Vec<_> = paths.iter().map(|p| self.pulls.gate(p)).collect();
         let mut held = Vec::with_capacity(gates.len());
         for g in &gates {
@@ -249,7 +261,8 @@ impl Osd {
         for m in &moved {
             let Some(obj) = &m.object else { continue };
             last.put_dir(&m.path, obj);
-            last.put_log(LogKind::Receipt, path_key(&m.path), encode(&(&m.path, obj.incarnation)));
+            let of = receipt_epoch(&self.map());
+            last.put_log(LogKind::Receipt, path_key(&m.path), encode(&(&m.path, obj.incarnation, of)));
         }
         self.failpoints.hit("migrate_before_import").await;
         self.apply(last).await?;
@@ -320,7 +333,11 @@ impl Osd {
                 continue;
             };
             if obj.dist.state == DistState::Distributing {
-                continue; // its redistribution finishes first
+                // Its redistribution finishes first (and is resumed if it stopped).
+                if live {
+                    self.ensure_distributing(p);
+                }
+                continue;
             }
             let entries = if obj.dist.state == DistState::Nondistributed {
                 let limit = budget.max(1);

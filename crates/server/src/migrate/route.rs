@@ -62,7 +62,7 @@ pub(crate) fn target_dir(req: &Request) -> Option<&str> {
 }
 
 /// The directories of sub-operations a participant applies (each must be homed here).
-fn subop_dirs(req: &Request) -> Vec<&str> {
+pub(crate) fn subop_dirs(req: &Request) -> Vec<&str> {
     let ops = match req {
         Request::TxPrepare { ops, .. } | Request::CxExec { ops, .. } | Request::SubExec { ops } => ops,
         _ => return Vec::new(),
@@ -127,6 +127,8 @@ impl Osd {
             touched.extend(subs.iter().map(|d| d.to_string()));
             if let Request::Rename { dst, .. } | Request::Link { dst, .. } = req {
                 touched.extend(plusfs_proto::path::split(dst).map(|(d, _)| d.to_string()));
+                // A directory renamed onto is removed by this server if it is its home.
+                touched.push(dst.clone());
             }
             if let Request::Exchange { b, .. } = req {
                 touched.extend(plusfs_proto::path::split(b).map(|(d, _)| d.to_string()));

@@ -43,7 +43,12 @@ impl Osd {
             let pass = if dirs {
                 self.walk_once(&map).await
             } else if m.dirs_settled(&map) {
-                self.move_data_once(&map).await.map(|left| left == 0)
+                // Objects that reached this server since (a transaction in doubt until now)
+                // go first; then the file data.
+                match self.walk_once(&map).await {
+                    Ok(true) => self.move_data_once(&map).await.map(|left| left == 0),
+                    other => other.map(|_| false),
+                }
             } else {
                 // Chunks move once every directory is at its new home.
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -70,16 +75,20 @@ impl Osd {
     }
 
     /// Hurries every transaction holding locks now and waits (30 s at most) until they
-    /// have all ended.
-    async fn settle_older_transactions(&self) {
+    /// have all ended; answers whether they did.
+    async fn settle_older_transactions(&self) -> bool {
         let older = self.locks.transactions();
         for t in &older {
             self.locks.hurry(*t);
         }
         let started = Instant::now();
-        while self.locks.any_held(&older) && started.elapsed() < Duration::from_secs(30) {
+        while self.locks.any_held(&older) {
+            if started.elapsed() > Duration::from_secs(30) {
+                return false;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        true
     }
 
     /// Hands the directory objects of `paths` that are not homed here to their homes, in
@@ -138,7 +147,9 @@ impl Osd {
             // objects here when they commit (a Cx participant's object, a prepared
             // transaction's): they are hurried and waited for, then everything is looked at
             // once more. Later operations were placed with this map.
-            self.settle_older_transactions().await;
+            if !self.settle_older_transactions().await {
+                return Ok(false); // one is in doubt (its coordinator is away): later
+            }
             by_home = self.to_hand_over(map)?;
         }
         let mut left: u64 = by_home.values().map(|v| v.len() as u64).sum();
