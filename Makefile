@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security venv clean
+.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -141,6 +141,11 @@ bench-replica: build venv
 ## (unbatched, batched) and `plusfs cp` in and out, insecure vs TLS vs TLS without metrics
 bench-security: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python RUNS=3 scripts/security_bench.sh
+
+## bench-elastic: a server added to 4 and to 8 servers, then one drained, under load:
+## fraction of directories and bytes moved, migration rate, time to balanced, load ratio
+bench-elastic: build venv
+	PLUSFS=$(BIN) $(VENV)/bin/python scripts/elastic_bench.py
 
 clean:
 	$(CARGO) clean

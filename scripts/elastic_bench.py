@@ -9,6 +9,7 @@ in the background; a server is added (`plusfs cluster add --wait`), then one is 
 the fraction of directory objects and of file bytes that moved (ideal 1/(N+1) when adding;
 the drained server's share when draining), the time from the command to a balanced map,
 the migration rate, and the load's throughput while objects moved against before.
+PACE="OBJECTS MIB" sets the map's [rebalance] pace.
 
 JSON lines go to OUT/elastic.jsonl; a Markdown table to stdout.
 
@@ -37,6 +38,8 @@ BIG_MIB = int(os.environ.get("BIG_MIB", "8"))
 LOAD_FILES = int(os.environ.get("LOAD_FILES", "300"))
 LOAD_CLIENTS = int(os.environ.get("LOAD_CLIENTS", "4"))
 OUT = Path(os.environ.get("OUT", "bench/out"))
+# The map's [rebalance] pace (objects/s and MiB/s per server; empty: the defaults).
+PACE = os.environ.get("PACE", "").split()
 
 
 def run(*args: str, env: dict | None = None) -> str:
@@ -93,9 +96,22 @@ class Load:
         while not self.stop.is_set() and k < 2000:
             t0 = time.monotonic()
             p = subprocess.run(
-                [PLUSFS, "bench", "create", "unlink", "-n", str(LOAD_FILES), "-c", str(LOAD_CLIENTS), "--unique",
-                 "--dir", f"/load{k % 4}"],
-                capture_output=True, text=True, env=self.env,
+                [
+                    PLUSFS,
+                    "bench",
+                    "create",
+                    "unlink",
+                    "-n",
+                    str(LOAD_FILES),
+                    "-c",
+                    str(LOAD_CLIENTS),
+                    "--unique",
+                    "--dir",
+                    f"/load{k % 4}",
+                ],
+                capture_output=True,
+                text=True,
+                env=self.env,
             )
             t1 = time.monotonic()
             if p.returncode == 0:
@@ -124,7 +140,8 @@ def change(cmd: list[str], data: Path, env: dict) -> tuple[float, str]:
 def measure(n: int, work: Path) -> list[dict]:
     data = work / f"c{n}"
     env = dict(os.environ, PLUSFS_CLUSTER=str(data / "cluster.toml"))
-    run("cluster", "up", "--servers", str(n), "--data", str(data), "--detach")
+    pace = ["--rebalance-objects", PACE[0], "--rebalance-mib", PACE[1]] if PACE else []
+    run("cluster", "up", "--servers", str(n), "--data", str(data), "--detach", *pace)
     results = []
     try:
         src = work / "src"
@@ -147,15 +164,26 @@ def measure(n: int, work: Path) -> list[dict]:
         moved_bytes = after[new_id]["data_live_bytes"]
         steady = load.rate(t_add, t_bal, inside=False)
         during = load.rate(t_add, t_bal, inside=True)
-        results.append({
-            "servers": n, "change": "add", "dir_objects": dirs, "data_bytes": data_bytes,
-            "moved_dirs": moved_dirs, "moved_bytes": moved_bytes,
-            "moved_fraction": moved_dirs / dirs, "moved_bytes_fraction": moved_bytes / max(data_bytes, 1),
-            "ideal": 1 / (n + 1), "seconds": secs,
-            "objects_per_sec": moved_dirs / secs, "mib_per_sec": moved_bytes / secs / (1 << 20),
-            "load_steady": steady, "load_during": during, "load_rounds_during": load.count(t_add, t_bal),
-            "load_ratio": (during / steady) if (during and steady) else None,
-        })
+        results.append(
+            {
+                "servers": n,
+                "change": "add",
+                "dir_objects": dirs,
+                "data_bytes": data_bytes,
+                "moved_dirs": moved_dirs,
+                "moved_bytes": moved_bytes,
+                "moved_fraction": moved_dirs / dirs,
+                "moved_bytes_fraction": moved_bytes / max(data_bytes, 1),
+                "ideal": 1 / (n + 1),
+                "seconds": secs,
+                "objects_per_sec": moved_dirs / secs,
+                "mib_per_sec": moved_bytes / secs / (1 << 20),
+                "load_steady": steady,
+                "load_during": during,
+                "load_rounds_during": load.count(t_add, t_bal),
+                "load_ratio": (during / steady) if (during and steady) else None,
+            }
+        )
         # Drain one of the original servers.
         victim = 1
         held = after[victim]
@@ -166,14 +194,24 @@ def measure(n: int, work: Path) -> list[dict]:
         t_end = time.monotonic()
         load.stop.set()
         load.thread.join()
-        results.append({
-            "servers": n + 1, "change": "drain", "dir_objects": dirs, "moved_dirs": held["dir_objects"],
-            "moved_fraction": held["dir_objects"] / dirs, "moved_bytes": held["data_live_bytes"],
-            "moved_bytes_fraction": held["data_live_bytes"] / max(live, 1), "ideal": 1 / (n + 1), "seconds": secs,
-            "objects_per_sec": held["dir_objects"] / secs, "mib_per_sec": held["data_live_bytes"] / secs / (1 << 20),
-            "load_steady": load.rate(t_dr, t_end, inside=False), "load_during": load.rate(t_dr, t_end, inside=True),
-            "load_rounds_during": load.count(t_dr, t_end),
-        })
+        results.append(
+            {
+                "servers": n + 1,
+                "change": "drain",
+                "dir_objects": dirs,
+                "moved_dirs": held["dir_objects"],
+                "moved_fraction": held["dir_objects"] / dirs,
+                "moved_bytes": held["data_live_bytes"],
+                "moved_bytes_fraction": held["data_live_bytes"] / max(live, 1),
+                "ideal": 1 / (n + 1),
+                "seconds": secs,
+                "objects_per_sec": held["dir_objects"] / secs,
+                "mib_per_sec": held["data_live_bytes"] / secs / (1 << 20),
+                "load_steady": load.rate(t_dr, t_end, inside=False),
+                "load_during": load.rate(t_dr, t_end, inside=True),
+                "load_rounds_during": load.count(t_dr, t_end),
+            }
+        )
         r = results[-1]
         r["load_ratio"] = (r["load_during"] / r["load_steady"]) if (r["load_during"] and r["load_steady"]) else None
         run("cluster", "remove", "--server", str(victim), "--data", str(data), env=env)
@@ -204,8 +242,10 @@ def main() -> None:
                     print(json.dumps(r), file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("| servers | change | dir objects | moved | moved / ideal | bytes moved | time (s) | objects/s | MiB/s "
-          "| load before | load during (rounds) | ratio |")
+    print(
+        "| servers | change | dir objects | moved | moved / ideal | bytes moved | time (s) | objects/s | MiB/s "
+        "| load before | load during (rounds) | ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in all_results:
         print(

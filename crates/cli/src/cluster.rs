@@ -119,10 +119,10 @@ pub enum ClusterCmd {
         no_metrics: bool,
         /// Pace of migrations after `cluster add/drain/reweight`: directory objects each
         /// server moves per second at most.
-        #[arg(long, default_value_t = 4000)]
+        #[arg(long, default_value_t = 1000)]
         rebalance_objects: u32,
         /// Pace of migrations: MiB of file data each server moves per second at most.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 50)]
         rebalance_mib: u32,
         #[command(flatten)]
         shape: crate::netns::ShapeArgs,

@@ -435,10 +435,10 @@ pub struct RebalanceSettings {
 }
 
 fn default_objects_per_sec() -> u32 {
-    4000
+    1000
 }
 fn default_mib_per_sec() -> u32 {
-    200
+    50
 }
 fn default_rebalance_batch() -> u32 {
     64

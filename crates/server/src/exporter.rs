@@ -49,6 +49,23 @@ const LEVELS: &[Total] = &[
     }),
     ("plusfs_hugedir_shards", "Shards of distributed directories held.", |s| s.shards.len() as u64),
     ("plusfs_delegations", "Directory delegations live.", |s| s.delegations),
+    ("plusfs_map_epoch", "Epoch of the cluster map the server works with.", |s| s.epoch),
+    ("plusfs_weight_milli", "The server's weight in the map, in thousandths.", |s| s.weight_milli),
+    ("plusfs_data_live_bytes", "Bytes of the file-data records files use here.", |s| s.data_live_bytes),
+    ("plusfs_migrating", "1 while objects move to the homes of a new epoch.", |s| s.migrating as u64),
+    ("plusfs_migration_objects_moved", "Directory objects handed to new homes in the running migration.", |s| {
+        s.migration.as_ref().map_or(0, |m| m.objects_moved)
+    }),
+    ("plusfs_migration_objects_left", "Directory objects still to hand over (last count).", |s| {
+        s.migration.as_ref().map_or(0, |m| m.objects_left)
+    }),
+    ("plusfs_migration_bytes_moved", "File-data bytes moved in the running migration.", |s| {
+        s.migration.as_ref().map_or(0, |m| m.bytes_moved)
+    }),
+    ("plusfs_migration_bytes_left", "File-data bytes still to move (last count).", |s| {
+        s.migration.as_ref().map_or(0, |m| m.bytes_left)
+    }),
+    ("plusfs_forwarded_requests", "Requests forwarded to their directory's home under a newer epoch.", |s| s.forwarded),
 ];
 
 /// The registry of one server process and the metrics it keeps up to date.
