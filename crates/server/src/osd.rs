@@ -36,9 +36,9 @@ pub struct Osd {
     /// Parents' permissions pushed by Cx coordinators for new subdirectories here.
     pub(crate) pushed_perms: crate::pushed::PermsInbox,
     /// The running migration's counters (`migrate`).
-    pub(crate) migration: crate::migrate::Progress,
+    pub(crate) migration: crate::migrate::state::Progress,
     /// Pulls of directory objects under way, one per path.
-    pub(crate) pulls: crate::migrate::Pulls,
+    pub(crate) pulls: crate::migrate::state::Pulls,
     /// Held while the map is fetched from (or changed at) the map service.
     /// Holds when the map service last failed to answer.
     pub(crate) map_fetch: tokio::sync::Mutex<Option<std::time::Instant>>,

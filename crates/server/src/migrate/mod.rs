@@ -17,6 +17,7 @@
 mod data;
 pub(crate) mod keeper;
 mod route;
+pub(crate) mod state;
 mod walker;
 
 pub(crate) use route::{subop_dirs, target_dir, Placed, SENDER_EPOCH};
@@ -28,8 +29,8 @@ use plusfs_proto::migrate::MovedDir;
 use plusfs_proto::{DirObject, DistState, Errno, Inode, Reply, Request, Response, ServerId};
 use plusfs_store::{Batch, LogKind};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Entries a hand-over carries per message.
@@ -37,64 +38,6 @@ const ENTRIES_PER_MESSAGE: usize = 8192;
 /// How long a new home keeps asking an old home that refuses (a transaction holds the
 /// directory) before it gives the caller EBUSY.
 const PULL_PATIENCE: Duration = Duration::from_secs(20);
-
-/// Counters of the running migration on this server (`cluster status`).
-#[derive(Default)]
-pub(crate) struct Progress {
-    /// Directory objects (and their entries) this server handed over / took over.
-    pub objects_out: AtomicU64,
-    pub objects_in: AtomicU64,
-    pub entries_in: AtomicU64,
-    /// Bytes of file data moved to other servers.
-    pub bytes_out: AtomicU64,
-    /// Objects still to hand over, as the walker last counted them.
-    pub objects_left: AtomicU64,
-    /// Bytes of file data still to move, as the walker last counted them.
-    pub bytes_left: AtomicU64,
-    /// Requests forwarded to their directory's home under a newer epoch.
-    pub forwarded: AtomicU64,
-    /// When the walker started on the running migration (its epoch).
-    started: Mutex<Option<(u64, Instant)>>,
-}
-
-impl Progress {
-    /// The report for `cluster status`.
-    pub(crate) fn report(&self, epoch: Option<u64>) -> Option<plusfs_proto::MigrationReport> {
-        let from = epoch?;
-        let started = self.started.lock().expect("progress").filter(|(e, _)| *e == from).map(|(_, t)| t);
-        Some(plusfs_proto::MigrationReport {
-            from_epoch: from,
-            objects_moved: self.objects_out.load(Ordering::Relaxed),
-            objects_taken: self.objects_in.load(Ordering::Relaxed),
-            entries_taken: self.entries_in.load(Ordering::Relaxed),
-            bytes_moved: self.bytes_out.load(Ordering::Relaxed),
-            objects_left: self.objects_left.load(Ordering::Relaxed),
-            bytes_left: self.bytes_left.load(Ordering::Relaxed),
-            millis: started.map_or(0, |t| t.elapsed().as_millis() as u64),
-        })
-    }
-
-    fn start(&self, epoch: u64) {
-        let mut s = self.started.lock().expect("progress");
-        if s.is_none_or(|(e, _)| e != epoch) {
-            *s = Some((epoch, Instant::now()));
-        }
-    }
-}
-
-/// Per-path single flight of pulls, so concurrent requests pull a directory once.
-#[derive(Default)]
-pub(crate) struct Pulls(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
-
-impl Pulls {
-    fn gate(&self, path: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = self.0.lock().expect("pulls");
-        if m.len() > 4096 {
-            m.retain(|_, g| Arc::strong_count(g) > 1);
-        }
-        m.entry(path.to_string()).or_default().clone()
-    }
-}
 
 /// What a receipt is valid for: the migration running (the epoch it moves from), or, with
 /// none, the current epoch (objects an older map's transaction placed on another server).
