@@ -95,10 +95,14 @@ impl Osd {
         let map = self.map();
         if let Some(dir) = target_dir(req) {
             let home = map.home_of_dir(dir);
-            // A delegation's write-back goes where the directory still is: its recall may
-            // be what a hand-over of the directory waits for.
-            let held_here = matches!(req, Request::DelegFlush { .. })
-                && self.store.get_dir(dir).map_err(crate::engine::errors::eio)?.is_some();
+            // Delegations are served where the directory (or, for a distributed one, the
+            // shard) is: a storing server grants and takes back its shard's, and a recall
+            // may be what a hand-over of the directory waits for.
+            let delegation = matches!(req, Request::DelegFlush { .. } | Request::DelegAcquire { .. });
+            let eio = crate::engine::errors::eio;
+            let held_here = delegation
+                && (self.store.get_dir(dir).map_err(eio)?.is_some()
+                    || self.store.get_shard(dir).map_err(eio)?.is_some());
             if home != self.id && !held_here {
                 return Ok(Placed::Forward(home));
             }
