@@ -108,13 +108,35 @@ pub fn map_path(data: &Path) -> PathBuf {
     data.join("cluster.toml")
 }
 
-/// `n` distinct free loopback ports. The listeners stay open until all are chosen, so the
-/// kernel cannot hand out the same port twice.
-/// `n` loopback ports free at the time of the call.
+/// `n` distinct loopback ports free at the time of the call, chosen at random below the
+/// kernel's ephemeral range: a port from that range (what binding port 0 gives) can be
+/// taken by any outgoing connection's local end before the server that was meant to
+/// listen on it starts, which a busy test suite made happen. The listeners stay open
+/// until all are chosen, so no port is given twice.
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
-        .collect::<Result<Vec<_>>>()?;
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().and_then(|w| w.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.clamp(12_000, 32_768));
+    let mut listeners = Vec::with_capacity(n);
+    let mut tries = 0;
+    while listeners.len() < n {
+        tries += 1;
+        if tries > 20 * n + 200 {
+            // A crowded range: fall back to ports the kernel picks.
+            let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
+            listeners.push(l);
+            continue;
+        }
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(tries as u64);
+        let port = low + (h.finish() % u64::from(high - low)) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
