@@ -312,8 +312,7 @@ impl Osd {
             shards.iter().map(|(p, d)| (d.ino, (p, d))).collect();
         // Directories handed to their new home and not yet confirmed there: their entries
         // stay here until then (what the new home imports).
-        let moving: HashSet<u64> =
-            self.outbox_paths()?.iter().filter_map(|p| self.outbox(p).ok().flatten()).map(|d| d.ino).collect();
+        let moving: HashSet<u64> = self.handed_over()?.into_iter().map(|(_, d)| d.ino).collect();
         let mut data = FsckData {
             dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
             pending_tx: (self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()

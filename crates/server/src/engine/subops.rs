@@ -76,13 +76,14 @@ impl Engine {
     /// A directory at or below `root` this server has handed to its new home without the
     /// new home having confirmed it (a transaction over the subtree waits for it).
     fn handed_over_within(&self, root: &str) -> OpResult<Option<String>> {
-        for (_, raw) in self.store.log_records(plusfs_store::LogKind::Outbox).map_err(eio)? {
-            let Ok((p, _)) = postcard::from_bytes::<(String, plusfs_proto::DirObject)>(&raw) else { continue };
-            if plusfs_proto::path::is_within(&p, root) {
-                return Ok(Some(p));
-            }
-        }
-        Ok(None)
+        Ok(self.handed_over()?.into_iter().map(|(p, _)| p).find(|p| plusfs_proto::path::is_within(p, root)))
+    }
+
+    /// The directory objects this server handed to their new home and keeps until the new
+    /// home confirms them (the migration outbox: path and object).
+    pub(crate) fn handed_over(&self) -> OpResult<Vec<(String, plusfs_proto::DirObject)>> {
+        let recs = self.store.log_records(plusfs_store::LogKind::Outbox).map_err(eio)?;
+        Ok(recs.into_iter().filter_map(|(_, raw)| postcard::from_bytes(&raw).ok()).collect())
     }
 
     /// Locks and checks `ops` for caller `c`. Returns the held busy locks and the prepared

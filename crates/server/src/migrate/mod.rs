@@ -86,12 +86,7 @@ impl Osd {
 
     /// Paths in this server's outbox (handed over, not yet confirmed).
     pub(crate) fn outbox_paths(&self) -> OpResult<Vec<String>> {
-        let recs = self.store.log_records(LogKind::Outbox).map_err(eio)?;
-        Ok(recs
-            .into_iter()
-            .filter_map(|(_, raw)| postcard::from_bytes::<(String, DirObject)>(&raw).ok())
-            .map(|r| r.0)
-            .collect())
+        Ok(self.handed_over()?.into_iter().map(|(p, _)| p).collect())
     }
 
     /// Makes sure every directory of `paths` that the running migration brings here is
