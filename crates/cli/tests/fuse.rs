@@ -401,20 +401,10 @@ fn another_mounts_changes_appear_within_the_ttl_even_after_a_miss() {
     assert!(!a.path().join("own").exists());
 }
 
-/// Runs `cmd` with `sh` as user `uid` (group `uid`, supplementary `groups`); returns
-/// whether it succeeded and its error output.
+/// Runs `cmd` with `sh` as user `uid`: whether it succeeded and its error output.
 fn as_user(uid: u32, groups: &[u32], cmd: &str) -> (bool, String) {
-    let groups = if groups.is_empty() {
-        "--clear-groups".to_string()
-    } else {
-        format!("--groups={}", groups.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
-    };
-    let out = Command::new("setpriv")
-        .args([format!("--reuid={uid}"), format!("--regid={uid}"), groups])
-        .args(["sh", "-c", cmd])
-        .output()
-        .expect("setpriv");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let (ok, _, err) = mounts::as_user(uid, groups, cmd);
+    (ok, err)
 }
 
 #[test]

@@ -340,7 +340,7 @@ impl Filesystem for PlusFs {
         let ttl = self.ttl();
         self.spawn(
             "setattr",
-            move |c| async move { c.setattr(&who, ino.0, set, fh.is_some()).await },
+            move |c| async move { c.setattr(&who, ino.0, set, fh.map(|h| h.0)).await },
             move |r| attr(ttl, r, reply),
         );
     }
@@ -448,7 +448,7 @@ impl Filesystem for PlusFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -460,9 +460,9 @@ impl Filesystem for PlusFs {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let call = move |c: Arc<MountCore>| async move {
             if kill {
-                c.kill_suidgid(ino.0).await?;
+                c.kill_suidgid(ino.0, fh.0).await?;
             }
-            c.write(ino.0, offset, &data, flags.0).await
+            c.write(ino.0, fh.0, offset, &data, flags.0).await
         };
         self.spawn("write", call, move |r| match r {
             Ok(n) => reply.written(n),
@@ -487,8 +487,8 @@ impl Filesystem for PlusFs {
         self.spawn("release", move |c| async move { c.release(ino.0, fh.0).await }, |r| empty(r, reply));
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.spawn("fsync", move |c| async move { c.fsync(ino.0).await }, |r| empty(r, reply));
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.spawn("fsync", move |c| async move { c.fsync(ino.0, fh.0).await }, |r| empty(r, reply));
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -578,7 +578,7 @@ impl Filesystem for PlusFs {
         let (name, ttl) = (name.to_owned(), self.ttl());
         let call = move |c: Arc<MountCore>| async move { c.create(&who, parent.0, &name, mode, umask, flags).await };
         self.spawn("create", call, move |r| match r {
-            Ok(a) => reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(0), FopenFlags::empty()),
+            Ok((a, fh)) => reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(fuse_errno(e)),
         });
     }

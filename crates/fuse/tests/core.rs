@@ -54,8 +54,8 @@ impl Mount {
     /// Creates `name` in `parent` as ALICE with `data`, and closes it.
     fn file(&self, parent: u64, name: &str, data: &[u8]) -> Attr {
         let a =
-            self.run(self.core.create(&ALICE, parent, n(name), 0o644, 0o022, libc::O_CREAT | libc::O_WRONLY)).unwrap();
-        self.run(self.core.write(a.ino, 0, data, libc::O_WRONLY)).unwrap();
+            self.run(self.core.create(&ALICE, parent, n(name), 0o644, 0o022, libc::O_CREAT | libc::O_WRONLY)).unwrap().0;
+        self.run(self.core.write(a.ino, 0, 0, data, libc::O_WRONLY)).unwrap();
         self.run(self.core.flush(a.ino)).unwrap();
         self.run(self.core.release(a.ino, 0)).unwrap();
         a
@@ -129,9 +129,9 @@ fn exchange_and_noreplace_renames() {
 #[test]
 fn an_open_unlinked_file_lives_until_its_last_release() {
     let m = Mount::new();
-    let f = m.run(m.core.create(&ALICE, ROOT, n("tmp"), 0o644, 0, libc::O_CREAT | libc::O_RDWR)).unwrap();
+    let f = m.run(m.core.create(&ALICE, ROOT, n("tmp"), 0o644, 0, libc::O_CREAT | libc::O_RDWR)).unwrap().0;
     m.run(m.core.open(&ALICE, f.ino, libc::O_RDONLY)).unwrap();
-    m.run(m.core.write(f.ino, 0, b"kept", libc::O_RDWR)).unwrap();
+    m.run(m.core.write(f.ino, 0, 0, b"kept", libc::O_RDWR)).unwrap();
 
     m.run(m.core.unlink(&Caller::ROOT, ROOT, n("tmp"))).unwrap();
     assert_eq!(m.run(m.core.lookup(&Caller::ROOT, ROOT, n("tmp"))).unwrap_err(), Errno::ENOENT);
@@ -139,7 +139,7 @@ fn an_open_unlinked_file_lives_until_its_last_release() {
     assert!(m.core.known_path(f.ino).unwrap().starts_with(ORPHANS));
     assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().nlink, 0, "fstat after unlink says 0 links");
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 100)).unwrap(), b"kept", "gathered bytes written before unlink");
-    m.run(m.core.write(f.ino, 4, b", still", libc::O_RDWR)).unwrap();
+    m.run(m.core.write(f.ino, 0, 4, b", still", libc::O_RDWR)).unwrap();
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 100)).unwrap(), b"kept, still");
 
     let fh = m.run(m.core.opendir(&Caller::ROOT, ROOT)).unwrap();
@@ -177,7 +177,7 @@ fn o_trunc_empties_the_file_for_the_caller() {
     assert_eq!(m.run(m.core.open(&BOB, f.ino, trunc)).unwrap_err(), Errno::EACCES, "not writable by others");
     assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().size, 4, "a refused O_TRUNC truncates nothing");
     let others_write = SetAttr { mode: Some(0o666), ..Default::default() };
-    m.run(m.core.setattr(&ALICE, f.ino, others_write, false)).unwrap();
+    m.run(m.core.setattr(&ALICE, f.ino, others_write, None)).unwrap();
     m.run(m.core.open(&BOB, f.ino, libc::O_WRONLY)).unwrap();
     assert_eq!(m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap().size, 4, "no O_TRUNC, no truncation");
     m.run(m.core.release(f.ino, 0)).unwrap();
@@ -187,14 +187,14 @@ fn o_trunc_empties_the_file_for_the_caller() {
     assert_eq!((a.size, a.uid), (0, ALICE.uid), "truncated; the owner is unchanged");
     m.run(m.core.release(f.ino, 0)).unwrap();
 
-    m.run(m.core.write(f.ino, 0, b"again", libc::O_WRONLY)).unwrap();
+    m.run(m.core.write(f.ino, 0, 0, b"again", libc::O_WRONLY)).unwrap();
     m.run(m.core.flush(f.ino)).unwrap();
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
-    let a = m.run(m.core.create(&BOB, ROOT, n("f"), 0o600, 0, flags)).unwrap();
+    let a = m.run(m.core.create(&BOB, ROOT, n("f"), 0o600, 0, flags)).unwrap().0;
     assert_eq!((a.ino, a.size, a.uid), (f.ino, 0, ALICE.uid), "create of an existing file truncates it");
     m.run(m.core.release(f.ino, 0)).unwrap();
 
-    let mine = m.run(m.core.create(&BOB, ROOT, n("bobs"), 0o640, 0, flags)).unwrap();
+    let mine = m.run(m.core.create(&BOB, ROOT, n("bobs"), 0o640, 0, flags)).unwrap().0;
     assert_eq!((mine.uid, mine.gid, mine.mode & 0o7777), (BOB.uid, BOB.gid, 0o640), "created for the caller");
     assert_eq!(m.run(m.core.create(&BOB, ROOT, n("bobs"), 0o640, 0, flags | libc::O_EXCL)).unwrap_err(), Errno::EEXIST);
 }
@@ -204,23 +204,23 @@ fn writes_are_gathered_until_a_call_must_see_them() {
     let m = Mount::new();
     let f = m.file(ROOT, "f", b"");
     m.run(m.core.open(&ALICE, f.ino, libc::O_WRONLY)).unwrap();
-    m.run(m.core.write(f.ino, 0, b"ab", libc::O_WRONLY)).unwrap();
-    m.run(m.core.write(f.ino, 2, b"cd", libc::O_WRONLY)).unwrap();
+    m.run(m.core.write(f.ino, 0, 0, b"ab", libc::O_WRONLY)).unwrap();
+    m.run(m.core.write(f.ino, 0, 2, b"cd", libc::O_WRONLY)).unwrap();
     assert_eq!(m.rt.block_on(m.other().read("/f", 0, 10)).unwrap(), b"", "still gathered");
     let looked_up = m.run(m.core.lookup(&ALICE, ROOT, n("f"))).unwrap();
     assert_eq!(looked_up.size, 4, "a lookup shows the gathered bytes, not the servers' size");
     m.run(m.core.flush(f.ino)).unwrap();
     assert_eq!(m.rt.block_on(m.other().read("/f", 0, 10)).unwrap(), b"abcd", "sent by close");
 
-    m.run(m.core.write(f.ino, 10, b"z", libc::O_WRONLY)).unwrap();
-    m.run(m.core.write(f.ino, 0, b"A", libc::O_WRONLY)).unwrap(); // does not continue: sends "z"
+    m.run(m.core.write(f.ino, 0, 10, b"z", libc::O_WRONLY)).unwrap();
+    m.run(m.core.write(f.ino, 0, 0, b"A", libc::O_WRONLY)).unwrap(); // does not continue: sends "z"
                                                                   // ... in the background (write-behind), without waiting for a flush.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while m.rt.block_on(m.other().stat("/f")).unwrap().size != 11 {
         assert!(std::time::Instant::now() < deadline, "the earlier buffer was not sent");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    m.run(m.core.write(f.ino, 0, b"+", libc::O_WRONLY | libc::O_APPEND)).unwrap();
+    m.run(m.core.write(f.ino, 0, 0, b"+", libc::O_WRONLY | libc::O_APPEND)).unwrap();
     assert_eq!(m.rt.block_on(m.other().read("/f", 0, 20)).unwrap(), b"Abcd\0\0\0\0\0\0z+", "append sends at once");
     m.run(m.core.release(f.ino, 0)).unwrap();
 }
@@ -235,11 +235,11 @@ fn a_failed_background_write_fails_the_next_flush() {
     let block = vec![7u8; 1 << 20];
     let blocks = WRITE_BUFFER / block.len();
     for i in 0..blocks {
-        m.run(m.core.write(f.ino, (i * block.len()) as u64, &block, libc::O_WRONLY)).unwrap();
+        m.run(m.core.write(f.ino, 0, (i * block.len()) as u64, &block, libc::O_WRONLY)).unwrap();
     }
     m.rt.block_on(m.other().unlink("/f")).unwrap();
     // This write does not fit: the full buffer goes out in the background, and fails.
-    m.run(m.core.write(f.ino, WRITE_BUFFER as u64, &block, libc::O_WRONLY)).unwrap();
+    m.run(m.core.write(f.ino, 0, WRITE_BUFFER as u64, &block, libc::O_WRONLY)).unwrap();
     // A read waits for it (and fails to store the last block) without taking the error
     // the close must report.
     assert!(m.run(m.core.read(f.ino, 0, 0, 10)).is_err());
@@ -287,7 +287,7 @@ fn setattr_changes_mode_owner_times_and_size() {
     let m = Mount::new();
     let f = m.file(ROOT, "f", b"");
     m.run(m.core.open(&ALICE, f.ino, libc::O_WRONLY)).unwrap();
-    m.run(m.core.write(f.ino, 0, b"0123456789", libc::O_WRONLY)).unwrap();
+    m.run(m.core.write(f.ino, 0, 0, b"0123456789", libc::O_WRONLY)).unwrap();
     let at = Timespec { sec: 1_000_000, nsec: 5 };
     let set = SetAttr {
         mode: Some(0o600),
@@ -298,11 +298,11 @@ fn setattr_changes_mode_owner_times_and_size() {
         size: Some(3),
     };
     assert_eq!(
-        m.run(m.core.setattr(&ALICE, f.ino, set.clone(), false)).unwrap_err(),
+        m.run(m.core.setattr(&ALICE, f.ino, set.clone(), None)).unwrap_err(),
         Errno::EPERM,
         "only root gives away"
     );
-    let a = m.run(m.core.setattr(&Caller::ROOT, f.ino, set, false)).unwrap();
+    let a = m.run(m.core.setattr(&Caller::ROOT, f.ino, set, None)).unwrap();
     assert_eq!((a.mode & 0o7777, a.uid, a.gid, a.size), (0o600, 3000, 300, 3));
     assert_eq!((a.atime, a.mtime), (at, at));
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 10)).unwrap(), b"012", "gathered bytes were sent before the truncation");
@@ -378,17 +378,17 @@ fn failures_come_back_as_the_right_errno() {
 fn attribute_changes_after_writing_an_open_file_travel_with_its_close() {
     let m = Mount::new();
     let root = Caller::ROOT;
-    let f = m.run(m.core.create(&root, ROOT, n("t"), 0o600, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap();
-    m.run(m.core.write(f.ino, 0, b"tar data", libc::O_WRONLY)).unwrap();
+    let f = m.run(m.core.create(&root, ROOT, n("t"), 0o600, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap().0;
+    m.run(m.core.write(f.ino, 0, 0, b"tar data", libc::O_WRONLY)).unwrap();
     let at = Timespec { sec: 1_000_000, nsec: 0 };
     let before = m.core.client().counters().requests;
     // What tar does as root after the data: chown, chmod, utimens, each answered at once.
     let chown = SetAttr { uid: Some(1000), gid: Some(100), ..Default::default() };
-    let a = m.run(m.core.setattr(&root, f.ino, chown, false)).unwrap();
+    let a = m.run(m.core.setattr(&root, f.ino, chown, None)).unwrap();
     assert_eq!((a.uid, a.gid, a.size), (1000, 100, 8), "the reply counts the gathered bytes");
-    m.run(m.core.setattr(&root, f.ino, SetAttr { mode: Some(0o644), ..Default::default() }, false)).unwrap();
+    m.run(m.core.setattr(&root, f.ino, SetAttr { mode: Some(0o644), ..Default::default() }, None)).unwrap();
     let times = SetAttr { atime: Some(TimeSet::At(at)), mtime: Some(TimeSet::At(at)), ..Default::default() };
-    m.run(m.core.setattr(&root, f.ino, times, false)).unwrap();
+    m.run(m.core.setattr(&root, f.ino, times, None)).unwrap();
     let shown = m.run(m.core.getattr(&Caller::ROOT, f.ino)).unwrap();
     assert_eq!((shown.uid, shown.mode & 0o7777, shown.mtime, shown.size), (1000, 0o644, at, 8));
     assert_eq!(m.core.client().counters().requests, before, "nothing sent before the flush");
@@ -403,10 +403,10 @@ fn attribute_changes_after_writing_an_open_file_travel_with_its_close() {
     m.run(m.core.release(f.ino, 0)).unwrap();
 
     // A change the servers may refuse is sent at once, so its caller gets the error.
-    let g = m.run(m.core.create(&ALICE, ROOT, n("u"), 0o644, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap();
+    let g = m.run(m.core.create(&ALICE, ROOT, n("u"), 0o644, 0, libc::O_CREAT | libc::O_WRONLY)).unwrap().0;
     let before = m.core.client().counters().requests;
     let chown = SetAttr { uid: Some(2000), ..Default::default() };
-    let _ = m.run(m.core.setattr(&ALICE, g.ino, chown, false));
+    let _ = m.run(m.core.setattr(&ALICE, g.ino, chown, None));
     assert!(m.core.client().counters().requests > before, "a user's chown is not held back");
     m.run(m.core.release(g.ino, 0)).unwrap();
 }
@@ -434,4 +434,39 @@ fn the_control_file_counts_operations_and_their_server_requests() {
     let names: Vec<String> = list(&m.core, ROOT, fh, 0, usize::MAX).unwrap().into_iter().map(|e| e.0).collect();
     assert_eq!(names, [".", "..", "d"], "the control file is not listed");
     let _ = d;
+}
+
+/// Reads, writes, truncations and flushes of an open file go to the servers as the
+/// caller that opened the handle, whoever the kernel names later: a file its creator made
+/// read-only stays writable through the creating handle, and bytes written through a
+/// handle whose opener may not write the file are refused at the flush, not stored as the
+/// mount's owner.
+#[test]
+fn io_through_a_handle_is_the_openers() {
+    let m = Mount::new();
+    let flags = libc::O_CREAT | libc::O_RDWR;
+    let (ro, fh) = m.run(m.core.create(&ALICE, ROOT, n("ro"), 0o444, 0, flags)).unwrap();
+    m.run(m.core.write(ro.ino, fh, 0, b"mine", libc::O_RDWR)).unwrap();
+    m.run(m.core.flush(ro.ino)).unwrap();
+    assert_eq!(m.run(m.core.read(ro.ino, fh, 0, 10)).unwrap(), b"mine", "the owner reads through its handle");
+    let shrink = SetAttr { size: Some(2), ..Default::default() };
+    m.run(m.core.setattr(&Caller::ROOT, ro.ino, shrink.clone(), Some(fh))).expect("ftruncate through the handle");
+    m.run(m.core.release(ro.ino, fh)).unwrap();
+    let a = m.rt.block_on(m.other().stat("/ro")).unwrap();
+    assert_eq!((a.size, a.uid, a.mode & 0o7777), (2, ALICE.uid, 0o444));
+    assert_eq!(
+        m.run(m.core.setattr(&ALICE, ro.ino, shrink, None)).unwrap_err(),
+        Errno::EACCES,
+        "truncate(2) by path still needs write permission"
+    );
+
+    // BOB's file, which ALICE may read but not write: a handle ALICE opened for reading
+    // that the kernel (wrongly) writes through must not write as the mount's owner.
+    let (bobs, bob_fh) = m.run(m.core.create(&BOB, ROOT, n("bobs"), 0o644, 0, flags)).unwrap();
+    m.run(m.core.release(bobs.ino, bob_fh)).unwrap();
+    let alice_fh = m.run(m.core.open(&ALICE, bobs.ino, libc::O_RDONLY)).unwrap().fh;
+    m.run(m.core.write(bobs.ino, alice_fh, 0, b"forged", libc::O_RDWR)).unwrap();
+    assert_eq!(m.run(m.core.flush(bobs.ino)).unwrap_err(), Errno::EACCES, "sent as ALICE, refused");
+    m.run(m.core.release(bobs.ino, alice_fh)).ok();
+    assert_eq!(m.rt.block_on(m.other().stat("/bobs")).unwrap().size, 0, "nothing stored");
 }

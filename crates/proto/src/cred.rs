@@ -1,9 +1,10 @@
 //! The caller's credentials every request carries (NFS `AUTH_SYS` style), and the
 //! envelope of a request frame, [`Call`](crate::Call), holds one with the request.
 //!
-//! Servers check permissions against the credential (`docs/semantics.md`). Today they
-//! believe the uid and groups a client claims, as NFS `AUTH_SYS` does; `verifier` is
-//! empty and reserved: a later issue will let servers verify who may claim which uid.
+//! Servers check permissions against the credential (`docs/semantics.md`). On a cluster
+//! with TLS, the connection's identity bounds which uids and gids a request may claim
+//! (`plusfs_tls::Identity::admit`); on an insecure one servers believe the claim, as NFS
+//! `AUTH_SYS` does. `verifier` says whether the call goes through an open descriptor.
 //! Server-to-server requests carry either the original caller's credential (where the
 //! receiver checks something on the caller's behalf: prepares of two-phase commits,
 //! forwarded file requests) or [`Cred::server`], which peers trust.
@@ -17,6 +18,9 @@ pub const MAY_WRITE: u32 = 2;
 /// Execute, or search for a directory (the `x` bit), as `X_OK`.
 pub const MAY_EXEC: u32 = 1;
 
+/// The `verifier` of a request made through an open file descriptor.
+pub const VERIFIER_HANDLE: &[u8] = b"fd";
+
 /// Who makes a request: user, primary group, supplementary groups.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Cred {
@@ -24,8 +28,10 @@ pub struct Cred {
     pub gid: u32,
     /// Supplementary groups (`getgroups(2)`), in any order.
     pub groups: Vec<u32>,
-    /// Reserved for authentication (empty today; not checked): a later issue will let
-    /// servers verify who may claim which uid.
+    /// How the caller acts: empty for a call on a path, [`VERIFIER_HANDLE`] for reads,
+    /// writes and truncations through a descriptor the caller opened (see
+    /// [`Cred::through_handle`]). Who may claim which uid is the connection's identity's
+    /// business (mutual TLS), not this field's.
     pub verifier: Vec<u8>,
     /// The client instance that sends the request (a random number it picks at start; 0
     /// for servers and tools): a directory delegation belongs to one session, and only
@@ -59,6 +65,23 @@ impl Cred {
             mode
         };
         bits & want & 7 == want & 7
+    }
+
+    /// The same caller acting through a descriptor it opened: servers let a file's owner
+    /// read, write and truncate it through one whatever its mode bits say (the rights were
+    /// checked at `open`, and an owner may change the mode anyway). This is how a file
+    /// created `0444` stays writable through the descriptor that created it when the
+    /// mount sends the write as its caller (NFS servers do the same, knfsd's owner
+    /// override).
+    pub fn through_handle(mut self) -> Cred {
+        self.verifier = VERIFIER_HANDLE.to_vec();
+        self
+    }
+
+    /// True when `uid` owns the object and this call goes through an open descriptor
+    /// ([`Cred::through_handle`]): the owner's access needs no mode bits.
+    pub fn owner_through_handle(&self, uid: u32) -> bool {
+        self.uid == uid && self.verifier == VERIFIER_HANDLE
     }
 
     /// True for uid 0, which bypasses permission checks as Linux's `CAP_DAC_OVERRIDE`,

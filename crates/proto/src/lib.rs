@@ -33,7 +33,7 @@ pub use admin::*;
 pub use attr::*;
 pub use batch::*;
 pub use codec::*;
-pub use cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+pub use cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE, VERIFIER_HANDLE};
 pub use deleg::{DelegGrant, DelegOp, Flushed};
 pub use errno::Errno;
 pub use error::WireError;

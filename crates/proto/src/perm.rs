@@ -132,7 +132,7 @@ pub fn check_setattr(cred: &Cred, cur: Owned, set: &SetAttr, path: &str) -> OpRe
     if set.atime.is_some() || set.mtime.is_some() {
         check_owner_or(cred, cur, owner, path)?;
     }
-    if set.size.is_some() && !cur.dir {
+    if set.size.is_some() && !cur.dir && !cred.owner_through_handle(cur.uid) {
         check(cred, cur.mode, cur.uid, cur.gid, MAY_WRITE, path)?;
     }
     if (set.uid.is_some() || set.gid.is_some()) && !cur.dir {

@@ -38,6 +38,12 @@ impl Mount {
 
     /// A mount with `plusfs mount -o` options.
     pub fn with_options(cluster: &TestCluster, options: &[&str]) -> Mount {
+        Mount::with_identity(cluster, options, None)
+    }
+
+    /// A mount with `plusfs mount -o` options presenting the identity in directory
+    /// `identity` (`PLUSFS_IDENTITY`), or the cluster's admin identity for `None`.
+    pub fn with_identity(cluster: &TestCluster, options: &[&str], identity: Option<&Path>) -> Mount {
         let dir = tempfile::tempdir().unwrap();
         // Reachable by other users (the temporary directory is private to root).
         fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -46,7 +52,12 @@ impl Mount {
         if !options.is_empty() {
             args.extend(["-o", &joined]);
         }
-        let (code, out, err) = cluster.cli(&args);
+        let mut cmd = Command::new(exe());
+        cmd.args(&args).env("PLUSFS_CLUSTER", cluster.cluster.map_file());
+        if let Some(id) = identity {
+            cmd.env("PLUSFS_IDENTITY", id);
+        }
+        let (code, out, err) = common::run(&mut cmd);
         assert_eq!(code, 0, "mount failed: {out}{err}");
         let pid = out.rsplit("process ").next().and_then(|t| t.trim().trim_end_matches(')').parse().ok());
         Mount { dir, pid: pid.unwrap_or_else(|| panic!("no process id in `{out}`")) }
@@ -106,6 +117,23 @@ impl Drop for Mount {
 pub fn mounted(p: &Path) -> bool {
     let p = p.to_string_lossy().to_string();
     fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == Some(&p))
+}
+
+/// Runs `cmd` with `sh` as user `uid` (group `uid`, supplementary `groups`); returns
+/// whether it succeeded, its output and its error output.
+pub fn as_user(uid: u32, groups: &[u32], cmd: &str) -> (bool, String, String) {
+    let groups = if groups.is_empty() {
+        "--clear-groups".to_string()
+    } else {
+        format!("--groups={}", groups.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+    };
+    let out = Command::new("setpriv")
+        .args([format!("--reuid={uid}"), format!("--regid={uid}"), groups])
+        .args(["sh", "-c", cmd])
+        .output()
+        .expect("setpriv");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
 /// Runs `cmd` with `sh -c`; fails the test if it fails. Returns its output.

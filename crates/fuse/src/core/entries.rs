@@ -3,6 +3,7 @@
 use super::open_files::ORPHANS;
 use super::stats::{stats_attr, STATS_FILE};
 use super::{errno, Caller, Errno, MountCore, RenameMode};
+use plusfs_client::FsError;
 use plusfs_proto::{Attr, FileKind};
 use std::ffi::OsStr;
 use std::path::Path;
@@ -157,7 +158,7 @@ impl MountCore {
             [inodes.ino_of(&src), inodes.ino_of(&dst)]
         };
         if let Err(e) = self.run(self.as_caller(caller).rename(&src, &dst)).await {
-            self.unkeep(&dst).await;
+            self.unkeep(caller, &dst).await;
             return Err(e);
         }
         self.inodes().renamed(&src, &dst);
@@ -196,7 +197,7 @@ impl MountCore {
         if move_it {
             self.run(self.as_caller(caller).rename(path, &hidden)).await?;
         } else {
-            match self.client().link(path, &hidden).await {
+            match self.as_caller(caller).link(path, &hidden).await {
                 Ok(_) => {}
                 // Not a file (a directory is never kept): replace it as usual.
                 Err(e) if e.errno == Errno::EPERM => return Ok(false),
@@ -208,9 +209,16 @@ impl MountCore {
     }
 
     /// Makes [`ORPHANS`] once per mount: sticky and writable by everyone (as `/tmp`), so
-    /// each caller's unlink moves the file there under their own permissions.
+    /// each caller's unlink moves the file there under their own permissions. A mount
+    /// whose identity may not act as root finds it made by `plusfs cluster up` (or an
+    /// admin's mount) and uses it as it is.
     async fn orphans_dir(&self) -> Result<(), Errno> {
         if self.orphans_ready.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        let sticky_for_all = |a: &Attr| a.kind == FileKind::Dir && a.mode & 0o7777 == 0o1777;
+        if self.client().lstat(ORPHANS).await.is_ok_and(|a| sticky_for_all(&a)) {
+            self.orphans_ready.store(true, std::sync::atomic::Ordering::Release);
             return Ok(());
         }
         match self.client().mkdir(ORPHANS, 0o1777).await {
@@ -222,14 +230,24 @@ impl MountCore {
         Ok(())
     }
 
-    /// Undoes [`MountCore::keep_if_open`]'s link of the file at `path` after the rename
-    /// over it failed: the hidden name goes, the file is no orphan.
-    async fn unkeep(&self, path: &str) {
+    /// Undoes [`MountCore::keep_if_open`]'s link of the file at `path` by `caller` after
+    /// the rename over it failed: the hidden name goes, the file is no orphan.
+    async fn unkeep(&self, caller: &Caller, path: &str) {
         let Some(ino) = self.inodes().ino_of(path) else { return };
         let Some(hidden) = self.open_files().unorphaned(ino) else { return };
-        match self.client().unlink(&hidden).await {
+        match self.remove_orphan(caller, &hidden).await {
             Ok(()) => self.inodes().unlinked(&hidden),
             Err(e) => tracing::warn!(path = hidden, error = %e, "cannot remove a kept name"),
+        }
+    }
+
+    /// Removes the kept name `hidden` as `caller` (who closed the file or made the name),
+    /// or, where the sticky directory forbids that (the caller does not own the file), as
+    /// the mount's owner, which its identity may or may not allow.
+    pub(super) async fn remove_orphan(&self, caller: &Caller, hidden: &str) -> Result<(), FsError> {
+        match self.as_caller(caller).unlink(hidden).await {
+            Err(e) if e.errno == Errno::EPERM || e.errno == Errno::EACCES => self.client().unlink(hidden).await,
+            r => r,
         }
     }
 

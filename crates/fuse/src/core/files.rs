@@ -68,19 +68,23 @@ impl MountCore {
     /// `setattr` (`chmod`, `chown`, `utimens`, `truncate`) for `caller`. On a file open
     /// here, a change the servers accept anyway is held back and sent with the file's next
     /// flush (`attrs.rs`); anything else is sent now, after the gathered writes. A size
-    /// change through an open descriptor (`ftruncate`, `by_handle`) goes as the mount's
-    /// owner: the kernel allows it on descriptors open for writing, whose rights `open`
-    /// checked.
-    pub async fn setattr(&self, caller: &Caller, ino: u64, set: SetAttr, by_handle: bool) -> Result<Attr, Errno> {
+    /// change through an open descriptor (`ftruncate`, handle `fh`) goes as the handle's
+    /// opener, through the handle (`Cred::through_handle`): the kernel allows it on
+    /// descriptors open for writing, whose rights `open` checked.
+    pub async fn setattr(&self, caller: &Caller, ino: u64, set: SetAttr, fh: Option<u64>) -> Result<Attr, Errno> {
         let size_only = SetAttr { size: set.size, ..Default::default() } == set;
-        let caller = if by_handle && set.size.is_some() && size_only { &Caller::ROOT } else { caller };
+        let opener = fh.filter(|_| set.size.is_some() && size_only).map(|fh| self.opener(fh));
+        let caller = opener.as_ref().unwrap_or(caller);
         if let Some(a) = self.hold_back(caller, ino, &set).await? {
             return Ok(self.shown(a));
         }
         self.flush_ino(ino).await?;
         let path = self.path(ino)?;
         let set = self.with_suidgid_killed(ino, &path, set).await?;
-        let client = self.as_caller(caller);
+        let client = match opener {
+            Some(_) => self.through(caller),
+            None => self.as_caller(caller),
+        };
         let a = match self.attrs.kind(ino) == Some(FileKind::Dir) {
             true => self.run(client.setattr_dir(&path, set)).await?,
             false => self.run(client.setattr(&path, set)).await?,
@@ -112,8 +116,13 @@ impl MountCore {
     }
 
     /// A `write` by a caller without `CAP_FSETID` (the kernel's `FUSE_WRITE_KILL_SUIDGID`)
-    /// clears the file's set-user-id and set-group-id bits first, as on Linux.
-    pub async fn kill_suidgid(&self, ino: u64) -> Result<(), Errno> {
+    /// through handle `fh` clears the file's set-user-id and set-group-id bits first, as
+    /// on Linux. The servers clear them with every write of a caller other than root, so
+    /// only a root opener's write needs the change sent here.
+    pub async fn kill_suidgid(&self, ino: u64, fh: u64) -> Result<(), Errno> {
+        if self.opener(fh).uid != 0 {
+            return Ok(());
+        }
         let path = self.path(ino)?;
         let cur = self.current_attr(ino, &path).await?;
         let Some(mode) = killed_suidgid(cur.mode) else { return Ok(()) };
@@ -190,8 +199,9 @@ impl MountCore {
             self.attrs.learnt(&a);
         }
         let keep_cache = a.kind == FileKind::File && self.pages.keep(&a);
-        self.open_files().opened(ino);
-        Ok(Opened { fh: 0, keep_cache })
+        let fh = self.next_id();
+        self.open_files().opened(ino, fh, caller);
+        Ok(Opened { fh, keep_cache })
     }
 
     /// Opens the control file (read only): its reader sees the counts of now.
@@ -212,8 +222,24 @@ impl MountCore {
     }
 
     /// `create`: creates (or with `O_EXCL` in `flags`, only creates) and opens `name` in
-    /// `parent` for `caller`, emptying an existing file for `O_TRUNC`.
+    /// `parent` for `caller`, emptying an existing file for `O_TRUNC`; the attributes and
+    /// the open handle.
     pub async fn create(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, u64), Errno> {
+        let attr = self.create_entry(caller, parent, name, mode, umask, flags).await?;
+        let fh = self.next_id();
+        self.open_files().opened(attr.ino, fh, caller);
+        Ok((attr, fh))
+    }
+
+    async fn create_entry(
         &self,
         caller: &Caller,
         parent: u64,
@@ -232,28 +258,29 @@ impl MountCore {
         }
         self.attrs.stale(parent);
         self.remember(&p, &attr);
-        self.open_files().opened(attr.ino);
         Ok(attr)
     }
 
     /// `read` through handle `fh`: up to `size` bytes at `offset`, after sending the
-    /// file's gathered writes.
+    /// file's gathered writes; as the handle's opener.
     pub async fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         if ino == STATS_INO {
             return Ok(self.stats.read(fh, offset, size));
         }
         self.flush_ino(ino).await?;
         let p = self.path(ino)?;
-        self.run(self.client().read(&p, offset, size as usize)).await
+        self.run(self.through(&self.opener(fh)).read(&p, offset, size as usize)).await
     }
 
-    /// `write` of `data` at `offset`; `flags` are the file's open flags (`O_APPEND`
-    /// writes at the end, at once). Other writes are gathered. Returns the bytes taken.
-    pub async fn write(&self, ino: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32, Errno> {
+    /// `write` of `data` at `offset` through handle `fh`, as its opener; `flags` are the
+    /// file's open flags (`O_APPEND` writes at the end, at once). Other writes are
+    /// gathered. Returns the bytes taken.
+    pub async fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32, Errno> {
         let p = self.path(ino)?;
+        let opener = self.opener(fh);
         if flags & libc::O_APPEND != 0 {
             self.flush_ino(ino).await?;
-            let a = self.run(self.client().append(&p, data)).await?;
+            let a = self.run(self.through(&opener).append(&p, data)).await?;
             self.attrs.learnt(&a);
             return Ok(data.len() as u32);
         }
@@ -261,13 +288,14 @@ impl MountCore {
         let mut pending = slot.lock().await;
         // Cached pages may now hold bytes the servers do not have yet (or never will).
         self.pages.forget(ino);
-        if let Some(earlier) = gather(&mut pending.data, &p, offset, data) {
+        if let Some(earlier) = gather(&mut pending.data, (&opener, &p), offset, data) {
             self.write_behind(&mut pending, ino, earlier).await?;
         }
         Ok(data.len() as u32)
     }
 
-    /// `flush` (each `close`): gathered writes are stored before it returns.
+    /// `flush` (each `close`): gathered writes are stored before it returns (each sent as
+    /// the caller that wrote it).
     pub async fn flush(&self, ino: u64) -> Result<(), Errno> {
         if ino == STATS_INO {
             return Ok(());
@@ -275,11 +303,12 @@ impl MountCore {
         self.flush_reporting(ino).await
     }
 
-    /// `fsync`: gathered writes are sent, and the file is durable when it returns.
-    pub async fn fsync(&self, ino: u64) -> Result<(), Errno> {
+    /// `fsync` through handle `fh`: gathered writes are sent, and the file is durable
+    /// when it returns.
+    pub async fn fsync(&self, ino: u64, fh: u64) -> Result<(), Errno> {
         self.flush_reporting(ino).await?;
         let p = self.path(ino)?;
-        self.run(self.client().fsync(&p)).await
+        self.run(self.through(&self.opener(fh)).fsync(&p)).await
     }
 
     /// `fsyncdir` and the mount's `sync`: every delegated directory's queued work is on
@@ -304,10 +333,11 @@ impl MountCore {
             return Ok(());
         }
         let flushed = self.flush_reporting(ino).await;
-        let orphan = self.open_files().released(ino);
+        let opener = self.opener(fh);
+        let orphan = self.open_files().released(ino, fh);
         self.writes.drop_idle(ino);
         if let Some(hidden) = orphan {
-            match self.client().unlink(&hidden).await {
+            match self.remove_orphan(&opener, &hidden).await {
                 Ok(()) => self.inodes().unlinked(&hidden),
                 Err(e) => tracing::warn!(path = hidden, error = %e, "cannot remove a closed orphan"),
             }

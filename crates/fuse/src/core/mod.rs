@@ -9,8 +9,11 @@
 //! its own, so no request waits for another one's server round trip. Directory listings
 //! are snapshotted at `opendir`; `readdirplus` fills attributes with one batch stat per
 //! storing server. Permissions are the servers' business: every call goes as its
-//! [`Caller`] (uid, gid, supplementary groups), except reads and writes of an open file,
-//! which go as the mount's owner once `open` was allowed.
+//! [`Caller`] (uid, gid, supplementary groups); reads, writes, truncations, flushes and
+//! write-backs of an open file go as the caller that opened the handle (credentials
+//! captured at open, as NFS does), marked as made through a descriptor
+//! (`Cred::through_handle`: a file's owner needs no mode bits for them). The mount's own
+//! credential (root, bounded by its identity) is used only for the mount's bookkeeping.
 //!
 //! Sequential writes are gathered per file into buffers of up to [`WRITE_BUFFER`] bytes
 //! and sent when the buffer is full, when a write does not continue it, and before any
@@ -240,6 +243,18 @@ impl MountCore {
         self.client().as_caller(caller.cred())
     }
 
+    /// The client acting for `caller` through a descriptor it opened (reads, writes,
+    /// truncations and write-backs of an open file; `Cred::through_handle`).
+    fn through(&self, caller: &Caller) -> Client {
+        self.client().as_caller(caller.cred().through_handle())
+    }
+
+    /// The caller that opened handle `fh`; the mount's owner for a handle this mount
+    /// did not hand out (the kernel only passes back handles `open` and `create` gave).
+    fn opener(&self, fh: u64) -> Caller {
+        self.open_files().opener(fh).unwrap_or(Caller::ROOT)
+    }
+
     /// Records that the kernel now knows `a` under `path` (one more lookup).
     fn remember(&self, path: &str, a: &Attr) {
         self.inodes().remember(a.ino, path);
@@ -267,7 +282,7 @@ impl MountCore {
         let mut held = slot.lock().await;
         self.sent(&mut held).await;
         if let Some(p) = held.data.take() {
-            match self.run(self.client().write_bytes(&p.path, p.offset, p.data.into())).await {
+            match self.run(self.through(&p.caller).write_bytes(&p.path, p.offset, p.data.into())).await {
                 Ok(a) => self.learn_sent(&a),
                 Err(e) => {
                     self.pages.forget(ino);
@@ -348,7 +363,7 @@ impl MountCore {
             first = first.and(self.joined(kept.remove(0)).await);
         }
         held.sending = kept;
-        let client = self.client().clone();
+        let client = self.through(&p.caller);
         let path = p.path.clone();
         let task =
             tokio::spawn(async move { client.write_bytes(&p.path, p.offset, p.data.into()).await.map_err(errno) });

@@ -5,7 +5,12 @@
 //! an unlink (or a rename over the file) of a file open here moves (or hard-links) it to
 //! [`ORPHANS`] first, and the last `release` removes that name. Its link count is shown
 //! one lower, so `fstat` after `unlink` says 0. Other mounts' open files are not seen.
+//!
+//! Each open handle also keeps the caller that opened it: reads, writes, flushes and
+//! write-backs through the handle go to the servers as that caller (as NFS clients keep
+//! the opener's credential), whoever the kernel names in the later request.
 
+use super::types::Caller;
 use std::collections::HashMap;
 
 /// Directory holding the files unlinked while open through a mount.
@@ -16,15 +21,25 @@ pub const ORPHANS: &str = "/.plusfs-orphans";
 pub(crate) struct OpenFiles {
     opens: HashMap<u64, u32>,
     orphans: HashMap<u64, String>,
+    /// The caller each open handle was opened by.
+    handles: HashMap<u64, Caller>,
 }
 
 impl OpenFiles {
-    pub fn opened(&mut self, ino: u64) {
+    /// Handle `fh` of `ino` was opened by `caller`.
+    pub fn opened(&mut self, ino: u64, fh: u64, caller: &Caller) {
         *self.opens.entry(ino).or_default() += 1;
+        self.handles.insert(fh, caller.clone());
     }
 
-    /// One handle of `ino` closed; returns its orphan name if that was the last one.
-    pub fn released(&mut self, ino: u64) -> Option<String> {
+    /// The caller that opened handle `fh`, if it is open.
+    pub fn opener(&self, fh: u64) -> Option<Caller> {
+        self.handles.get(&fh).cloned()
+    }
+
+    /// Handle `fh` of `ino` closed; returns its orphan name if that was the last one.
+    pub fn released(&mut self, ino: u64, fh: u64) -> Option<String> {
+        self.handles.remove(&fh);
         let n = self.opens.get_mut(&ino)?;
         *n = n.saturating_sub(1);
         if *n > 0 {
@@ -60,13 +75,16 @@ mod tests {
     #[test]
     fn the_last_release_frees_an_orphan() {
         let mut o = OpenFiles::default();
-        o.opened(7);
-        o.opened(7);
+        let (alice, bob) = (Caller { uid: 1000, gid: 1000, groups: vec![] }, Caller::ROOT);
+        o.opened(7, 1, &alice);
+        o.opened(7, 2, &bob);
         o.orphaned(7, "/.plusfs-orphans/7.1".into());
         assert!(o.is_open(7) && o.is_orphan(7));
-        assert_eq!(o.released(7), None);
-        assert_eq!(o.released(7).as_deref(), Some("/.plusfs-orphans/7.1"));
+        assert_eq!((o.opener(1), o.opener(2)), (Some(alice), Some(bob)), "each handle keeps its opener");
+        assert_eq!(o.released(7, 1), None);
+        assert_eq!(o.opener(1), None);
+        assert_eq!(o.released(7, 2).as_deref(), Some("/.plusfs-orphans/7.1"));
         assert!(!o.is_open(7) && !o.is_orphan(7));
-        assert_eq!(o.released(7), None, "an unknown handle is ignored");
+        assert_eq!(o.released(7, 3), None, "an unknown handle is ignored");
     }
 }

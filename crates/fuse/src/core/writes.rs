@@ -20,6 +20,8 @@ pub const MAX_BEHIND: usize = 8;
 /// Bytes written to a file and not yet sent.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Pending {
+    /// Who wrote them (the opener of the handle they came through): they are sent as it.
+    pub caller: Caller,
     /// The file's path when they were written.
     pub path: String,
     /// Where they go.
@@ -148,18 +150,24 @@ impl Writes {
     }
 }
 
-/// Gathers `data` written at `offset` of a file known as `path` into its slot's bytes.
-/// Returns the bytes it cannot be gathered with (to send now): a buffer it does not
-/// continue or that it would make larger than [`WRITE_BUFFER`]; `data` then starts a new
-/// buffer.
-pub(crate) fn gather(pending: &mut Option<Pending>, path: &str, offset: u64, data: &[u8]) -> Option<Pending> {
+/// Gathers `data` written by `caller` at `offset` of a file known as `path` into its
+/// slot's bytes. Returns the bytes it cannot be gathered with (to send now): a buffer of
+/// another caller, one it does not continue or that it would make larger than
+/// [`WRITE_BUFFER`]; `data` then starts a new buffer.
+pub(crate) fn gather(
+    pending: &mut Option<Pending>,
+    (caller, path): (&Caller, &str),
+    offset: u64,
+    data: &[u8],
+) -> Option<Pending> {
     if let Some(p) = pending {
-        if p.path == path && p.end() == offset && p.data.len() + data.len() <= WRITE_BUFFER {
+        let continues = p.caller == *caller && p.path == path && p.end() == offset;
+        if continues && p.data.len() + data.len() <= WRITE_BUFFER {
             p.data.extend_from_slice(data);
             return None;
         }
     }
-    pending.replace(Pending { path: path.to_string(), offset, data: data.to_vec() })
+    pending.replace(Pending { caller: caller.clone(), path: path.to_string(), offset, data: data.to_vec() })
 }
 
 #[cfg(test)]
@@ -169,19 +177,23 @@ mod tests {
     #[test]
     fn sequential_writes_are_gathered_and_others_hand_back_the_buffer() {
         let mut p = None;
-        assert_eq!(gather(&mut p, "/a", 0, b"ab"), None);
-        assert_eq!(gather(&mut p, "/a", 2, b"cd"), None);
-        let sent = gather(&mut p, "/a", 10, b"x").expect("not a continuation");
-        assert_eq!(sent, Pending { path: "/a".into(), offset: 0, data: b"abcd".to_vec() });
+        let (root, alice) = (Caller::ROOT, Caller { uid: 1000, gid: 1000, groups: vec![] });
+        assert_eq!(gather(&mut p, (&root, "/a"), 0, b"ab"), None);
+        assert_eq!(gather(&mut p, (&root, "/a"), 2, b"cd"), None);
+        let sent = gather(&mut p, (&root, "/a"), 10, b"x").expect("not a continuation");
+        assert_eq!(sent, Pending { caller: root.clone(), path: "/a".into(), offset: 0, data: b"abcd".to_vec() });
+        let theirs = gather(&mut p, (&alice, "/a"), 11, b"y").expect("another caller's bytes go apart");
+        assert_eq!((theirs.caller, theirs.data), (root.clone(), b"x".to_vec()));
         let full = vec![0; WRITE_BUFFER];
-        assert!(gather(&mut p, "/a", 11, &full).is_some(), "a buffer never grows past WRITE_BUFFER");
+        assert!(gather(&mut p, (&alice, "/a"), 12, &full).is_some(), "a buffer never grows past WRITE_BUFFER");
         assert_eq!(p.take().map(|p| p.data.len()), Some(WRITE_BUFFER));
     }
 
     #[tokio::test]
     async fn slots_are_found_by_path_and_dropped_when_idle() {
         let w = Writes::default();
-        w.slot(5).lock().await.data = Some(Pending { path: "/d/a".into(), offset: 0, data: b"x".to_vec() });
+        let p = Pending { caller: Caller::ROOT, path: "/d/a".into(), offset: 0, data: b"x".to_vec() };
+        w.slot(5).lock().await.data = Some(p);
         assert_eq!(w.within("/d").await, vec![5]);
         assert!(w.within("/e").await.is_empty());
         w.drop_idle(5);
