@@ -15,8 +15,10 @@ pub enum CertCmd {
     },
     /// Issue an identity: a directory of cert.pem, key.pem and ca.pem. A client presents
     /// it (PLUSFS_IDENTITY=DIR); its requests may act only as uids and gids in its ranges,
-    /// root as nobody with --root-squash (refused otherwise); --admin may act as anyone and
-    /// run admin commands; --server is for `plusfs server`.
+    /// root as nobody with --root-squash (refused otherwise); --node is for a client
+    /// machine whose mount acts for all its users (the same bounds; --root-allow lets its
+    /// root act as root); --admin may act as anyone and run admin commands; --server is
+    /// for `plusfs server`.
     Issue {
         /// Name of the identity (the certificate's common name, shown in logs).
         #[arg(long)]
@@ -28,8 +30,15 @@ pub enum CertCmd {
         #[arg(long, default_value = "")]
         gids: String,
         /// A claim of root acts as nobody (65534) instead of being refused.
-        #[arg(long, conflicts_with_all = ["admin", "server"])]
+        #[arg(long, conflicts_with_all = ["admin", "server", "root_allow"])]
         root_squash: bool,
+        /// A client machine: a mount presenting it acts for every uid and gid in the
+        /// ranges (one per machine; see docs/operations.md).
+        #[arg(long, conflicts_with_all = ["admin", "server"])]
+        node: bool,
+        /// A node's root acts as root (the site trusts the machine's root).
+        #[arg(long, requires = "node")]
+        root_allow: bool,
         /// An operator: any uid, admin commands.
         #[arg(long, conflicts_with = "server")]
         admin: bool,
@@ -66,17 +75,24 @@ pub fn run(c: CertCmd, cluster: Option<PathBuf>) -> Result<()> {
             Authority::create(&out)?;
             println!("made a cluster CA in {}", out.display());
         }
-        CertCmd::Issue { name, uids, gids, root_squash, admin, server, days, ca, out } => {
+        CertCmd::Issue { name, uids, gids, root_squash, node, root_allow, admin, server, days, ca, out } => {
             let role = match (admin, server) {
                 (true, _) => Role::Admin,
                 (_, true) => Role::Server,
                 _ => {
-                    let root = if root_squash { RootClaim::Squash } else { RootClaim::Refuse };
+                    let root = match (root_squash, root_allow) {
+                        (true, _) => RootClaim::Squash,
+                        (_, true) => RootClaim::Allow,
+                        _ => RootClaim::Refuse,
+                    };
                     let (uids, gids) = (Ranges::parse(&uids)?, Ranges::parse(&gids)?);
                     if uids.0.is_empty() {
-                        bail!("a user identity needs --uids (or --admin)");
+                        bail!("a user or node identity needs --uids (or --admin)");
                     }
-                    Role::User { uids, gids, root }
+                    match node {
+                        true => Role::Node { uids, gids, root },
+                        false => Role::User { uids, gids, root },
+                    }
                 }
             };
             let ca = match ca {

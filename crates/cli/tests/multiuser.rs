@@ -40,14 +40,15 @@ fn homes(tc: &TestCluster, users: &[u32]) -> Mount {
 }
 
 #[test]
-fn a_bounded_identity_mount_stores_what_each_user_writes() {
+fn a_node_identity_mount_stores_what_each_user_writes() {
     if !fuse_available() {
         return;
     }
     let tc = TestCluster::start(3);
     let t = tempfile::tempdir().unwrap();
     std::fs::set_permissions(t.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let id = issue(&tc, t.path(), "machine1", &["--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"]);
+    let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
+    let id = issue(&tc, t.path(), "machine1", &flags);
     let admin = homes(&tc, &[1000, 1001]);
     let m = Mount::with_identity(&tc, &["allow_other"], Some(&id));
     let mnt = m.path();
@@ -98,6 +99,18 @@ fn a_bounded_identity_mount_stores_what_each_user_writes() {
     let meta = std::fs::metadata(admin.path().join("scratch/by-root")).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534, "root squashed to nobody");
     assert_eq!(std::fs::read(admin.path().join("scratch/by-root")).unwrap(), b"r\n");
+    // A file unlinked while open lives on until closed (the squashed root may not make
+    // the orphan directory: the file is kept in its own directory).
+    let keep = mnt.join("home/u1000/kept");
+    let script = format!(
+        "exec 3<>'{0}' && echo still-here >&3 && rm '{0}' && test ! -e '{0}' && cat /proc/self/fd/3 >/dev/null && \
+         exec 3>&- && ls -a '{1}'",
+        keep.display(),
+        mnt.join("home/u1000").display()
+    );
+    let (ok, out, err) = as_user(1000, &[], &script);
+    assert!(ok, "{err}");
+    assert!(!out.contains("kept") && !out.contains(".plusfs-orphan."), "nothing left after the close: {out}");
     // A uid outside the identity's ranges gets nothing.
     let (ok, _, _) = as_user(3000, &[], &format!("ls {}/scratch", mnt.display()));
     assert!(!ok, "uid 3000 is outside the identity's ranges");

@@ -9,6 +9,10 @@
 //! and the tree itself may be deeper: an absolute path inside the cluster may reach
 //! [`MAX_TREE_PATH_LEN`].
 
+/// Directory holding the files unlinked while open through a mount (sticky, writable
+/// by everyone, as `/tmp`), made by `plusfs cluster up` or an admin's mount.
+pub const ORPHANS: &str = "/.plusfs-orphans";
+
 use crate::Errno;
 
 /// Longest path a caller may give one call, in bytes (Linux `PATH_MAX`).

@@ -5,7 +5,10 @@
 //! (a URI, so no private OID is needed). Servers hold `role=server`: they may claim any
 //! credential (they forward their clients' credentials to each other). An `admin` may too,
 //! and may run admin operations. A `user` may claim only uids and gids in its ranges; a
-//! claim of root is squashed to nobody (`root=squash`) or refused (`root=refuse`).
+//! claim of root is squashed to nobody (`root=squash`) or refused (`root=refuse`). A
+//! `node` is what a site gives a client machine whose mount acts for all its users: the
+//! same bounds, and root may also be let through as root (`root=allow`, for machines
+//! whose root the site trusts with the files of every uid); never admin requests.
 
 use plusfs_proto::Cred;
 use std::fmt;
@@ -56,13 +59,25 @@ impl fmt::Display for Ranges {
     }
 }
 
-/// What a user identity's claim of uid 0 becomes.
+/// What a user or node identity's claim of uid 0 becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RootClaim {
     /// Acts as nobody.
     Squash,
     /// Refused with `EPERM`.
     Refuse,
+    /// Acts as root (node identities only).
+    Allow,
+}
+
+impl RootClaim {
+    fn word(self) -> &'static str {
+        match self {
+            RootClaim::Squash => "squash",
+            RootClaim::Refuse => "refuse",
+            RootClaim::Allow => "allow",
+        }
+    }
 }
 
 /// What a certificate's holder may do.
@@ -72,8 +87,11 @@ pub enum Role {
     Server,
     /// An operator: any credential, admin requests.
     Admin,
-    /// A client bounded to `uids` and `gids`.
+    /// A client bounded to `uids` and `gids` (root squashed or refused).
     User { uids: Ranges, gids: Ranges, root: RootClaim },
+    /// A client machine acting for its users: bounded to `uids` and `gids`, root
+    /// squashed, refused or allowed.
+    Node { uids: Ranges, gids: Ranges, root: RootClaim },
 }
 
 /// Why a request's credential is refused.
@@ -119,11 +137,13 @@ impl Identity {
     /// checked against its ranges. Supplementary groups outside the ranges are dropped
     /// (that can only take permissions away).
     pub fn admit(&self, mut cred: Cred) -> Result<Cred, Refusal> {
-        let Role::User { uids, gids, root } = &self.role else {
-            return Ok(cred);
+        let (uids, gids, root) = match &self.role {
+            Role::User { uids, gids, root } | Role::Node { uids, gids, root } => (uids, gids, root),
+            Role::Server | Role::Admin => return Ok(cred),
         };
         if cred.uid == 0 {
             match root {
+                RootClaim::Allow => return Ok(cred),
                 RootClaim::Refuse => return Err(Refusal::Root { name: self.name.clone() }),
                 RootClaim::Squash => {
                     cred.uid = NOBODY;
@@ -149,11 +169,10 @@ impl Identity {
             Role::Server => format!("{URI_PREFIX}role=server"),
             Role::Admin => format!("{URI_PREFIX}role=admin"),
             Role::User { uids, gids, root } => {
-                let root = match root {
-                    RootClaim::Squash => "squash",
-                    RootClaim::Refuse => "refuse",
-                };
-                format!("{URI_PREFIX}role=user&uids={uids}&gids={gids}&root={root}")
+                format!("{URI_PREFIX}role=user&uids={uids}&gids={gids}&root={}", root.word())
+            }
+            Role::Node { uids, gids, root } => {
+                format!("{URI_PREFIX}role=node&uids={uids}&gids={gids}&root={}", root.word())
             }
         }
     }
@@ -164,18 +183,19 @@ impl Identity {
         let query = uri.strip_prefix(URI_PREFIX).ok_or_else(bad)?;
         let field =
             |key: &str| query.split('&').find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v));
+        let uids = || Ranges::parse(field("uids").unwrap_or(""));
+        let gids = || Ranges::parse(field("gids").unwrap_or(""));
+        let root = match field("root") {
+            Some("squash") => RootClaim::Squash,
+            Some("refuse") | None => RootClaim::Refuse,
+            Some("allow") => RootClaim::Allow,
+            Some(_) => return Err(bad()),
+        };
         let role = match field("role").ok_or_else(bad)? {
             "server" => Role::Server,
             "admin" => Role::Admin,
-            "user" => Role::User {
-                uids: Ranges::parse(field("uids").unwrap_or(""))?,
-                gids: Ranges::parse(field("gids").unwrap_or(""))?,
-                root: match field("root") {
-                    Some("squash") => RootClaim::Squash,
-                    Some("refuse") | None => RootClaim::Refuse,
-                    Some(_) => return Err(bad()),
-                },
-            },
+            "user" if root != RootClaim::Allow => Role::User { uids: uids()?, gids: gids()?, root },
+            "node" => Role::Node { uids: uids()?, gids: gids()?, root },
             _ => return Err(bad()),
         };
         Ok(Identity { name: name.to_string(), role })
@@ -187,12 +207,14 @@ impl fmt::Display for Identity {
         match &self.role {
             Role::Server => write!(f, "{} (server)", self.name),
             Role::Admin => write!(f, "{} (admin)", self.name),
-            Role::User { uids, gids, root } => {
+            Role::User { uids, gids, root } | Role::Node { uids, gids, root } => {
+                let role = if matches!(self.role, Role::Node { .. }) { "node, " } else { "" };
                 let root = match root {
                     RootClaim::Squash => "root squashed",
                     RootClaim::Refuse => "root refused",
+                    RootClaim::Allow => "root allowed",
                 };
-                write!(f, "{} (uids {uids}, gids {gids}, {root})", self.name)
+                write!(f, "{} ({role}uids {uids}, gids {gids}, {root})", self.name)
             }
         }
     }
@@ -218,13 +240,37 @@ mod tests {
             user(RootClaim::Refuse),
             Identity { name: "s".into(), role: Role::Server },
             Identity { name: "a".into(), role: Role::Admin },
+            node(RootClaim::Allow),
+            node(RootClaim::Squash),
         ] {
             assert_eq!(Identity::from_uri(&id.name, &id.to_uri()).unwrap(), id);
         }
+        let uri = "plusfs:identity?role=user&uids=1&gids=1&root=allow";
+        assert!(Identity::from_uri("x", uri).is_err(), "only a node may let root through");
         assert!(Identity::from_uri("x", "plusfs:identity?role=god").is_err());
         assert!(Identity::from_uri("x", "https://example").is_err());
         assert!(Ranges::parse("5-3").is_err());
         assert!(Ranges::parse("a").is_err());
+    }
+
+    fn node(root: RootClaim) -> Identity {
+        let role = Role::Node {
+            uids: Ranges::parse("1000-1999").unwrap(),
+            gids: Ranges::parse("1000-1999").unwrap(),
+            root,
+        };
+        Identity { name: "host1".into(), role }
+    }
+
+    #[test]
+    fn nodes_act_for_their_ranges_and_maybe_root_never_admin() {
+        let n = node(RootClaim::Allow);
+        assert!(!n.is_admin() && !n.is_server());
+        assert_eq!(n.admit(Cred::server()).unwrap(), Cred::server(), "root allowed");
+        assert!(matches!(n.admit(Cred::new(2000, 1500, vec![])), Err(Refusal::Uid { uid: 2000, .. })));
+        let squashed = node(RootClaim::Squash).admit(Cred::new(0, 0, vec![])).unwrap();
+        assert_eq!(squashed.uid, NOBODY);
+        assert!(node(RootClaim::Refuse).admit(Cred::server()).is_err());
     }
 
     #[test]

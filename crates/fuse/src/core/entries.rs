@@ -8,6 +8,10 @@ use plusfs_proto::{Attr, FileKind};
 use std::ffi::OsStr;
 use std::path::Path;
 
+/// The name prefix of a file unlinked while open, kept in its own directory when the
+/// mount cannot use [`ORPHANS`].
+pub const SILLY_PREFIX: &str = ".plusfs-orphan.";
+
 /// The kind of node `mknod` makes for the file-type bits of `mode` (0 is a regular file).
 fn node_kind(mode: u32) -> Result<FileKind, Errno> {
     match mode & libc::S_IFMT {
@@ -192,8 +196,17 @@ impl MountCore {
         let Some(ino) = ino.filter(|i| self.open_files().is_open(*i)) else {
             return Ok(false);
         };
-        self.orphans_dir().await?;
-        let hidden = format!("{ORPHANS}/{ino}.{}.{}", std::process::id(), self.next_id());
+        let unique = format!("{ino}.{}.{}", std::process::id(), self.next_id());
+        let hidden = match self.orphans_dir().await {
+            Ok(()) => format!("{ORPHANS}/{unique}"),
+            // A mount that may not make it (its root is squashed) keeps the file next to
+            // itself, as NFS clients do.
+            Err(e) => {
+                tracing::debug!(error = ?e, "no orphan directory: keeping the file in its own directory");
+                let (dir, _) = plusfs_proto::path::split(path).ok_or(Errno::EINVAL)?;
+                plusfs_proto::path::join(dir, &format!("{SILLY_PREFIX}{unique}"))
+            }
+        };
         if move_it {
             self.run(self.as_caller(caller).rename(path, &hidden)).await?;
         } else {
@@ -221,7 +234,14 @@ impl MountCore {
             self.orphans_ready.store(true, std::sync::atomic::Ordering::Release);
             return Ok(());
         }
+        if self.orphans_refused.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Errno::EACCES);
+        }
         match self.client().mkdir(ORPHANS, 0o1777).await {
+            Err(e) if e.errno == Errno::EACCES || e.errno == Errno::EPERM => {
+                self.orphans_refused.store(true, std::sync::atomic::Ordering::Release);
+                return Err(e.errno);
+            }
             Err(e) if e.errno != Errno::EEXIST => return Err(errno(e)),
             _ => {}
         }

@@ -79,6 +79,8 @@ pub struct MountCore {
     next_fh: AtomicU64,
     /// [`ORPHANS`] exists with its mode (made on first need).
     orphans_ready: std::sync::atomic::AtomicBool,
+    /// The mount's identity may not make [`ORPHANS`]: files are kept in their directory.
+    orphans_refused: std::sync::atomic::AtomicBool,
     /// FUSE-operation latencies, once a metrics endpoint serves them.
     latencies: std::sync::OnceLock<plusfs_metrics::Latencies>,
 }
@@ -127,6 +129,7 @@ impl MountCore {
             open_files: Mutex::default(),
             next_fh: AtomicU64::new(1),
             orphans_ready: std::sync::atomic::AtomicBool::new(false),
+            orphans_refused: std::sync::atomic::AtomicBool::new(false),
             latencies: std::sync::OnceLock::new(),
         }
     }

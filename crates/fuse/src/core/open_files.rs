@@ -14,7 +14,7 @@ use super::types::Caller;
 use std::collections::HashMap;
 
 /// Directory holding the files unlinked while open through a mount.
-pub const ORPHANS: &str = "/.plusfs-orphans";
+pub use plusfs_proto::path::ORPHANS;
 
 /// Open counts and orphan names, by inode number.
 #[derive(Default)]
