@@ -1,4 +1,5 @@
-//! File commands: mkdir, touch, stat, ls, rm, rmdir, mv, ln -s, readlink, chmod.
+//! File commands: mkdir, touch, stat, ls, rm, rmdir, mv, ln -s, readlink, chmod, chown,
+//! chgrp.
 //! Messages and exit codes follow coreutils: `plusfs: cannot remove '/x': No such file or
 //! directory`, exit status 1 if any operand failed.
 
@@ -98,6 +99,51 @@ pub struct ChmodArgs {
     mode: u32,
     #[arg(required = true)]
     paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct ChownArgs {
+    /// `OWNER`, `OWNER:GROUP` or `:GROUP`: numbers, or names of this machine's
+    /// `/etc/passwd` and `/etc/group`.
+    owner: String,
+    #[arg(required = true)]
+    paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct ChgrpArgs {
+    /// A group number or a name of this machine's `/etc/group`.
+    group: String,
+    #[arg(required = true)]
+    paths: Vec<String>,
+}
+
+/// The id `name` stands for: a number, or the third field of its line in `table`
+/// (`/etc/passwd` or `/etc/group`).
+fn parse_id(name: &str, table: &str) -> Result<u32, String> {
+    if let Ok(n) = name.parse() {
+        return Ok(n);
+    }
+    let text = std::fs::read_to_string(table).map_err(|e| format!("cannot read {table}: {e}"))?;
+    text.lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&name))
+        .and_then(|f| f.get(2).and_then(|id| id.parse().ok()))
+        .ok_or_else(|| format!("'{name}' is not a number and not in {table}"))
+}
+
+/// `OWNER[:GROUP]` or `:GROUP` as (uid, gid).
+fn parse_owner(spec: &str) -> Result<(Option<u32>, Option<u32>), String> {
+    let (user, group) = match spec.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (spec, None),
+    };
+    let uid = (!user.is_empty()).then(|| parse_id(user, "/etc/passwd")).transpose()?;
+    let gid = group.filter(|g| !g.is_empty()).map(|g| parse_id(g, "/etc/group")).transpose()?;
+    if uid.is_none() && gid.is_none() {
+        return Err(format!("invalid owner '{spec}' (expected OWNER, OWNER:GROUP or :GROUP)"));
+    }
+    Ok((uid, gid))
 }
 
 pub fn parse_mode(s: &str) -> Result<u32, String> {
@@ -531,4 +577,52 @@ pub async fn chmod(c: &Client, a: ChmodArgs) -> ExitCode {
         }
     }
     exit(failed)
+}
+
+/// `plusfs chown`: the servers allow root to give files away and an owner to change the
+/// group to one of its groups (`EPERM` otherwise); set-id bits of a file are cleared.
+pub async fn chown(c: &Client, a: ChownArgs) -> ExitCode {
+    match parse_owner(&a.owner) {
+        Ok((uid, gid)) => set_owner(c, &a.paths, uid, gid).await,
+        Err(e) => {
+            eprintln!("plusfs: chown: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `plusfs chgrp`: as `chown :GROUP`.
+pub async fn chgrp(c: &Client, a: ChgrpArgs) -> ExitCode {
+    match parse_id(&a.group, "/etc/group") {
+        Ok(gid) => set_owner(c, &a.paths, None, Some(gid)).await,
+        Err(e) => {
+            eprintln!("plusfs: chgrp: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn set_owner(c: &Client, paths: &[String], uid: Option<u32>, gid: Option<u32>) -> ExitCode {
+    let mut failed = false;
+    for p in paths {
+        if let Err(e) = c.chown(p, uid, gid).await {
+            report(&mut failed, FsError { op: "change the owner of", ..e });
+        }
+    }
+    exit(failed)
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::parse_owner;
+
+    #[test]
+    fn owners_parse() {
+        assert_eq!(parse_owner("1000"), Ok((Some(1000), None)));
+        assert_eq!(parse_owner("1000:50"), Ok((Some(1000), Some(50))));
+        assert_eq!(parse_owner(":50"), Ok((None, Some(50))));
+        assert_eq!(parse_owner("root:root"), Ok((Some(0), Some(0))));
+        assert!(parse_owner(":").is_err());
+        assert!(parse_owner("no-such-user-here").is_err());
+    }
 }

@@ -62,6 +62,10 @@ enum Cmd {
     Readlink(files::PathsArgs),
     /// Change permission bits (octal mode).
     Chmod(files::ChmodArgs),
+    /// Change the owner and/or group (`OWNER`, `OWNER:GROUP`, `:GROUP`).
+    Chown(files::ChownArgs),
+    /// Change the group.
+    Chgrp(files::ChgrpArgs),
     /// Show or change how huge directories are spread over servers.
     Hugedir(files::HugedirArgs),
     /// Copy a local file into the cluster (`-` reads standard input).
@@ -162,6 +166,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Ln(a) => files::ln(&client, a).await,
                     Cmd::Readlink(a) => files::readlink(&client, a).await,
                     Cmd::Chmod(a) => files::chmod(&client, a).await,
+                    Cmd::Chown(a) => files::chown(&client, a).await,
+                    Cmd::Chgrp(a) => files::chgrp(&client, a).await,
                     Cmd::Hugedir(a) => files::hugedir(&client, a).await,
                     Cmd::Put(a) => data::put(&client, a).await,
                     Cmd::Get(a) => data::get(&client, a).await,

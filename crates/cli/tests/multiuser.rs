@@ -7,6 +7,7 @@ mod mounts;
 
 use common::TestCluster;
 use mounts::{as_user, fuse_available, sh, Mount};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Issues an identity named `name` with the `plusfs cert issue` flags `flags` into a new
@@ -86,13 +87,26 @@ fn a_node_identity_mount_stores_what_each_user_writes() {
     assert!(ok, "{err}");
     assert_eq!(std::fs::read(admin.path().join("home/u1000/ro")).unwrap(), b"read-only");
 
+    // The fast path of small files: the mount held delegations and wrote back under them.
+    assert!(m.delegated_written() > 0, "no delegated work through a node mount: {}", m.stats());
+    // chown and chgrp from the CLI, as the admin; as a squashed root, refused.
+    let (code, out, err) = tc.cli(&["chown", "1001:1001", "/home/u1000/f1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = tc.cli(&["chgrp", "1000", "/home/u1000/f1"]);
+    assert_eq!(code, 0, "{err}");
+    let meta = std::fs::metadata(admin.path().join("home/u1000/f1")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (1001, 1000));
+    let mut cmd = std::process::Command::new(common::exe());
+    cmd.args(["chown", "0", "/home/u1000/f2"]).env("PLUSFS_CLUSTER", tc.cluster.map_file()).env("PLUSFS_IDENTITY", &id);
+    let (code, _, err) = common::run(&mut cmd);
+    assert!(code != 0 && err.contains("not permitted"), "a squashed root gave a file away: {err}");
     // Another user's private file is refused; the owner reads it.
     let secret = mnt.join("home/u1000/secret");
     let (ok, _, err) = as_user(1000, &[], &format!("echo s > '{0}' && chmod 600 '{0}'", secret.display()));
     assert!(ok, "{err}");
     let (ok, _, err) = as_user(1001, &[], &format!("cat '{}'", secret.display()));
     assert!(!ok && err.contains("ermission denied"), "1001 read 1000's 0600 file: {err}");
-    let (ok, _, err) = as_user(1001, &[], &format!("echo x >> '{}'", mnt.join("home/u1000/f1").display()));
+    let (ok, _, err) = as_user(1001, &[], &format!("echo x >> '{}'", mnt.join("home/u1000/f2").display()));
     assert!(!ok, "1001 appended to 1000's file: {err}");
     // The squashed root acts as nobody: what it makes is nobody's.
     sh(&format!("echo r > {}/scratch/by-root", mnt.display()));
@@ -117,4 +131,131 @@ fn a_node_identity_mount_stores_what_each_user_writes() {
     drop(m);
     drop(admin);
     tc.assert_fsck_clean();
+}
+
+mod forged {
+    //! Requests a client with a bounded identity builds by hand (not through the library):
+    //! each is refused or applied only as far as the same request sent alone would be.
+
+    use super::*;
+    use plusfs_proto::{Cred, DelegOp, Errno, FileKind, Reply, Request, SetAttr, Timespec};
+    use plusfs_rpc::{Connection, Counters};
+    use plusfs_tls::{ClientTls, TlsFiles};
+    use std::sync::Arc;
+
+    /// A connection to the server at `addr` presenting the identity in `id`.
+    async fn connect(tc: &TestCluster, id: &Path, addr: &str) -> Connection {
+        let ca = tc.cluster.map().tls.ca.clone().expect("TLS");
+        let tls = ClientTls::load(&TlsFiles { ca, identity: id.to_path_buf() }).unwrap();
+        Connection::connect_with(addr, Arc::new(Counters::default()), Some(&tls)).await.unwrap()
+    }
+
+    fn create(name: &str, ino: u64, mode: u32, uid: u32) -> DelegOp {
+        DelegOp::Create {
+            name: name.into(),
+            ino,
+            kind: FileKind::File,
+            mode,
+            uid,
+            gid: 0,
+            rdev: 0,
+            target: None,
+            time: Timespec::now(),
+            by: 0,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forged_delegation_work_is_refused_and_nothing_applied() {
+        let tc = TestCluster::start(2);
+        let t = tempfile::tempdir().unwrap();
+        let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
+        let id = issue(&tc, t.path(), "machine1", &flags);
+        let admin = tc.client();
+        admin.mkdir("/shared", 0o1777).await.unwrap();
+        admin.create("/shared/bobs", 0o644, true).await.unwrap();
+        admin.chown("/shared/bobs", Some(1001), Some(1001)).await.unwrap();
+        let home = admin.home("/shared");
+        let addr = tc.cluster.map().servers.iter().find(|s| s.id == home).unwrap().address.clone();
+        let conn = connect(&tc, &id, &addr).await;
+        let alice = Cred { session: 0xa11ce, ..Cred::new(1000, 1000, vec![]) };
+        let grant = match conn.call(&alice, &Request::DelegAcquire { dir: "/shared".into(), read: false }).await {
+            Ok(Ok(Reply::Deleg(g))) => g,
+            other => panic!("a node identity may hold a delegation: {other:?}"),
+        };
+        let flush = |seq, creds: Vec<Cred>, ops| Request::DelegFlush {
+            dir: "/shared".into(),
+            id: grant.id,
+            seq,
+            creds,
+            ops,
+            release: false,
+        };
+        // Another session may not flush (or poll) this delegation.
+        let mallory = Cred { session: 0xbad, ..alice.clone() };
+        let theirs = flush(1, vec![alice.clone()], vec![create("m", grant.first_ino, 0o644, 1000)]);
+        let r = conn.call(&mallory, &theirs).await.unwrap();
+        assert_eq!(r.unwrap_err().errno, Errno::EPERM, "another session's flush");
+        let r = conn.call(&mallory, &Request::DelegWait { session: alice.session }).await.unwrap();
+        assert_eq!(r.unwrap_err().errno, Errno::EPERM, "another session's recalls");
+        // A claimed credential outside the identity's ranges refuses the whole flush.
+        let r = conn.call(&alice, &flush(1, vec![Cred::new(3000, 3000, vec![])], vec![])).await.unwrap();
+        assert_eq!(r.unwrap_err().errno, Errno::EACCES, "a flush replaying as uid 3000");
+        // Operations a single request could not do are refused one by one.
+        let ops = vec![
+            // chmod of another user's file
+            DelegOp::SetAttr {
+                name: "bobs".into(),
+                set: SetAttr { mode: Some(0o666), ..Default::default() },
+                time: Timespec::now(),
+                by: 0,
+            },
+            // overwrite another user's file's contents
+            DelegOp::Contents {
+                name: "bobs".into(),
+                data: b"forged".to_vec(),
+                mtime: Timespec::now(),
+                ctime: Timespec::now(),
+            },
+            // an inode number the delegation was not given
+            create("stolen-ino", grant.first_ino + grant.ino_count as u64, 0o644, 1000),
+            // a setuid-root file: owned by the caller, not root
+            create("suid", grant.first_ino, 0o4755, 0),
+            // the same number again
+            create("again", grant.first_ino, 0o644, 1000),
+            // a device node
+            DelegOp::Create {
+                name: "dev".into(),
+                ino: grant.first_ino + 1,
+                kind: FileKind::CharDev,
+                mode: 0o666,
+                uid: 1000,
+                gid: 1000,
+                rdev: 0x0501,
+                target: None,
+                time: Timespec::now(),
+                by: 0,
+            },
+        ];
+        let failed = match conn.call(&alice, &flush(1, vec![alice.clone()], ops)).await.unwrap() {
+            Ok(Reply::Flushed(f)) => f.failed,
+            other => panic!("{other:?}"),
+        };
+        let errnos: Vec<(u32, Errno)> = failed;
+        assert_eq!(
+            errnos,
+            vec![(0, Errno::EPERM), (1, Errno::EPERM), (2, Errno::EINVAL), (4, Errno::EINVAL), (5, Errno::EPERM)],
+            "refused one by one"
+        );
+        let bobs = admin.stat("/shared/bobs").await.unwrap();
+        assert_eq!((bobs.mode & 0o7777, bobs.size, bobs.uid), (0o644, 0, 1001), "bob's file untouched");
+        let suid = admin.stat("/shared/suid").await.unwrap();
+        assert_eq!(suid.uid, 1000, "made as the caller, not as the uid the flush asked for");
+        assert!(admin.stat("/shared/again").await.is_err() && admin.stat("/shared/dev").await.is_err());
+        assert!(admin.stat("/shared/stolen-ino").await.is_err());
+        // Trusted-only requests stay refused to a node.
+        let r = conn.call(&alice, &Request::DataGet { ranges: vec![(1, 0, 10)] }).await.unwrap();
+        assert_eq!(r.unwrap_err().errno, Errno::EPERM, "records by number");
+        tc.assert_fsck_clean();
+    }
 }

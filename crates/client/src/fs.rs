@@ -31,6 +31,10 @@ pub struct Client {
     dir_hints: Arc<crate::dirhints::DirHints>,
     /// Whether this client may drive Cx itself (see [`ClientOptions::direct_io`]).
     pub(crate) trusted: bool,
+    /// The bounded (user or node) identity this process presents, if any: callers are
+    /// admitted by it here as the servers will admit them, so what a delegation answers
+    /// locally is what the servers would answer.
+    bounds: Option<Arc<plusfs_tls::Identity>>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -38,13 +42,18 @@ fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
 }
 
 /// Whether this process presents an identity that may name data records itself (direct
-/// I/O): any on an insecure cluster, an admin or server one on a cluster with TLS.
-fn trusted_identity(map: &ClusterMap) -> bool {
+/// I/O): any on an insecure cluster, an admin or server one on a cluster with TLS; and the
+/// identity when it is a bounded one (user, node).
+fn trusted_identity(map: &ClusterMap) -> (bool, Option<plusfs_tls::Identity>) {
     if map.tls.is_insecure() {
-        return true;
+        return (true, None);
     }
-    let Some(dir) = plusfs_rpc::identity_dir(&map.tls) else { return false };
-    plusfs_tls::serial_of_file(&dir.join("cert.pem")).is_ok_and(|(id, _)| id.is_admin())
+    let Some(dir) = plusfs_rpc::identity_dir(&map.tls) else { return (false, None) };
+    match plusfs_tls::serial_of_file(&dir.join("cert.pem")) {
+        Ok((id, _)) if id.is_admin() => (true, None),
+        Ok((id, _)) => (false, Some(id)),
+        Err(_) => (false, None),
+    }
 }
 
 impl Client {
@@ -56,11 +65,13 @@ impl Client {
 
     /// A client whose calls go through `pool` (an in-process test cluster's transport).
     pub fn with_pool(map: ClusterMap, mut opts: ClientOptions, pool: Arc<Pool>) -> Client {
-        let trusted = trusted_identity(&map);
+        let (trusted, bounds) = trusted_identity(&map);
+        // Delegations are every identity's (servers replay a flush with the checks of
+        // single requests); client-direct I/O and client-driven Cx are trusted clients'.
         opts.direct_io &= trusted;
-        opts.delegations &= trusted;
         let session = rand::random::<u64>() | 1;
-        let caller = Cred { session, ..Cred::new(opts.uid, opts.gid, opts.groups.clone()) };
+        let claimed = Cred::new(opts.uid, opts.gid, opts.groups.clone());
+        let caller = Cred { session, ..claimed.clone() };
         let map = Arc::new(map);
         let delegs = opts.delegations.then(|| crate::deleg::Delegations::new(pool.clone(), map.clone(), session));
         let map = crate::epochs::SharedMap::new(map);
@@ -76,7 +87,9 @@ impl Client {
             delegs,
             dir_hints: Arc::default(),
             trusted,
+            bounds: bounds.map(Arc::new),
         }
+        .as_caller(claimed)
     }
 
     /// The working directory relative paths resolve against (`/` at first).
@@ -101,8 +114,20 @@ impl Client {
     /// The same client (connections, caches, descriptors) calling as `cred`: servers
     /// check its permissions, and what it creates belongs to it — what a mount does for
     /// each caller.
+    ///
+    /// With a bounded identity the caller is admitted as the servers will admit it (root
+    /// squashed, groups outside the ranges dropped); a caller it refuses keeps its claim
+    /// and uses no delegation, so the servers refuse each of its requests.
     pub fn as_caller(&self, cred: Cred) -> Client {
         let mut c = self.clone();
+        let cred = match self.bounds.as_deref().map(|id| id.admit(cred.clone())) {
+            None => cred,
+            Some(Ok(admitted)) => Cred { verifier: cred.verifier, ..admitted },
+            Some(Err(_)) => {
+                c.delegs = None;
+                cred
+            }
+        };
         (c.opts.uid, c.opts.gid, c.opts.groups) = (cred.uid, cred.gid, cred.groups.clone());
         c.caller = Cred { session: self.caller.session, ..cred };
         c

@@ -53,8 +53,10 @@ impl Mount {
 
     /// Creates `name` in `parent` as ALICE with `data`, and closes it.
     fn file(&self, parent: u64, name: &str, data: &[u8]) -> Attr {
-        let a =
-            self.run(self.core.create(&ALICE, parent, n(name), 0o644, 0o022, libc::O_CREAT | libc::O_WRONLY)).unwrap().0;
+        let a = self
+            .run(self.core.create(&ALICE, parent, n(name), 0o644, 0o022, libc::O_CREAT | libc::O_WRONLY))
+            .unwrap()
+            .0;
         self.run(self.core.write(a.ino, 0, 0, data, libc::O_WRONLY)).unwrap();
         self.run(self.core.flush(a.ino)).unwrap();
         self.run(self.core.release(a.ino, 0)).unwrap();
@@ -214,7 +216,7 @@ fn writes_are_gathered_until_a_call_must_see_them() {
 
     m.run(m.core.write(f.ino, 0, 10, b"z", libc::O_WRONLY)).unwrap();
     m.run(m.core.write(f.ino, 0, 0, b"A", libc::O_WRONLY)).unwrap(); // does not continue: sends "z"
-                                                                  // ... in the background (write-behind), without waiting for a flush.
+                                                                     // ... in the background (write-behind), without waiting for a flush.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while m.rt.block_on(m.other().stat("/f")).unwrap().size != 11 {
         assert!(std::time::Instant::now() < deadline, "the earlier buffer was not sent");

@@ -509,6 +509,14 @@ impl Request {
         }
     }
 
+    /// The request inside its `Once` and `Shard` wrappers, to change.
+    pub fn inner_mut(&mut self) -> &mut Request {
+        match self {
+            Request::Once { op, .. } | Request::Shard { op, .. } => op.inner_mut(),
+            other => other,
+        }
+    }
+
     /// Short lower-case name of the operation, used by counters and logs.
     pub fn name(&self) -> &'static str {
         opcode_name(self.opcode())
@@ -539,16 +547,14 @@ impl Request {
             // says nothing of whose file it is; users' large I/O is relayed by the file's
             // server, which checks permissions.
             DataPut { .. } | DataGet { .. } | DataDrop { .. } | CommitWrite { .. } => Privilege::Admin,
-            // Client-driven Cx and delegations: the client decides what the servers apply
-            // (sub-operations, inode numbers, a holder's write-back), so trusted clients only;
-            // a user's mkdir and rmdir go to the parent's server, which runs them itself.
-            CxExec { .. }
-            | SubExec { .. }
-            | CxLaunch { .. }
-            | AllocInos { .. }
-            | DelegAcquire { .. }
-            | DelegFlush { .. }
-            | DelegWait { .. } => Privilege::Admin,
+            // Client-driven Cx: the client decides what the servers apply (sub-operations,
+            // inode numbers), so trusted clients only; a user's mkdir and rmdir go to the
+            // parent's server, which runs them itself.
+            CxExec { .. } | SubExec { .. } | CxLaunch { .. } | AllocInos { .. } => Privilege::Admin,
+            // Delegations are any identity's: the server replays each operation of a flush
+            // with the checks of the same request sent alone, as the credential the flush
+            // names (each admitted by the sender's identity), only on the holder's session,
+            // with inode numbers of the delegation's own lease.
             Mkdir { threshold, width, .. } if *threshold != crate::Threshold::Cluster || *width != 0 => {
                 Privilege::Admin
             }

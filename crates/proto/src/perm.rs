@@ -87,6 +87,16 @@ pub fn check_sticky(cred: &Cred, d: &DirObject, owner: u32, path: &str) -> OpRes
     Err(err(Errno::EPERM, format!("'{path}' is in a sticky directory and not the caller's")))
 }
 
+/// Linux's `CAP_MKNOD` rule: only root makes character and block device nodes (`EPERM`);
+/// FIFOs, sockets and regular files anyone may.
+pub fn check_mknod(cred: &Cred, kind: crate::FileKind, path: &str) -> OpResult<()> {
+    let device = matches!(kind, crate::FileKind::CharDev | crate::FileKind::BlockDev);
+    match device && !cred.is_root() {
+        true => Err(err(Errno::EPERM, format!("mknod '{path}': only root makes device nodes"))),
+        false => Ok(()),
+    }
+}
+
 /// The attributes a file or directory has now, as a `setattr` check needs them.
 #[derive(Debug, Clone, Copy)]
 pub struct Owned {

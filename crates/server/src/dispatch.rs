@@ -165,9 +165,9 @@ impl Osd {
                 Ok(Reply::Done)
             }
             DelegFlush { dir, id, seq, creds, ops, release } => {
-                self.deleg_flush(&dir, id, seq, creds, ops, release).await
+                self.deleg_flush(&dir, id, seq, creds, ops, release, c).await
             }
-            DelegWait { session } => self.deleg_wait(session).await,
+            DelegWait { session } => self.deleg_wait(session, c).await,
             Compact { live_percent } => {
                 self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
                 Ok(Reply::Done)

@@ -65,6 +65,7 @@ impl Osd {
             };
         }
         perm::check_dir_write(c, &host.obj, dir)?;
+        perm::check_mknod(c, kind, p)?;
         let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, owner, mode & 0o7777, false);
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
         let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { rdev } else { 0 };

@@ -124,7 +124,7 @@ where
         let (id, opcode, hint) = (frame.header.request_id, frame.header.opcode, frame.header.epoch);
         osd.note_epoch(hint);
         match decode_request(&frame) {
-            Ok(call) => {
+            Ok(mut call) => {
                 let cred = match &who.identity {
                     None => call.cred,
                     Some((identity, serial, security)) if security.is_revoked(serial) => {
@@ -132,7 +132,7 @@ where
                         tracing::warn!(%peer, %identity, serial, "certificate revoked: closing its connection");
                         break;
                     }
-                    Some((identity, ..)) => match security::admit(identity, call.cred, &call.request) {
+                    Some((identity, ..)) => match security::admit(identity, call.cred, &mut call.request) {
                         Ok(cred) => cred,
                         Err(e) => {
                             osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);

@@ -8,7 +8,7 @@
 
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Cred, Errno, Privilege, Request, WireError};
-use plusfs_tls::{Identity, Refused, ServerTls, TlsFiles};
+use plusfs_tls::{Identity, Refused, ServerTls, TlsFiles, NOBODY};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -100,9 +100,10 @@ fn modified(path: &Path) -> Option<SystemTime> {
 /// The credential request `req`, claiming `cred`, runs with for a peer of `identity`; or
 /// the refusal (`EPERM` for admin and server requests and for root, `EACCES` for other ids
 /// outside the identity's ranges). Requests that let a client decide what servers apply
-/// (client-driven Cx, delegations, data records by number) are admin requests
-/// (`Request::privilege`), so a user's requests are all checked in full by the servers.
-pub fn admit(identity: &Identity, cred: Cred, req: &Request) -> Result<Cred, WireError> {
+/// (client-driven Cx, data records by number) are admin requests (`Request::privilege`),
+/// so a user's requests are all checked in full by the servers; the credentials a
+/// delegation flush names are admitted as the request's own.
+pub fn admit(identity: &Identity, cred: Cred, req: &mut Request) -> Result<Cred, WireError> {
     let op = req.name();
     match req.privilege() {
         Privilege::Server if !identity.is_server() => {
@@ -116,11 +117,28 @@ pub fn admit(identity: &Identity, cred: Cred, req: &Request) -> Result<Cred, Wir
         }
         _ => {}
     }
-    identity.admit(cred).map_err(|r| {
+    let refused = |r: plusfs_tls::Refusal| {
         let errno = match r {
             plusfs_tls::Refusal::Root { .. } => Errno::EPERM,
             _ => Errno::EACCES,
         };
         WireError::new(errno, format!("{op}: {r}"))
-    })
+    };
+    // The credentials a delegation flush replays its operations as are claims too. A
+    // flush's or a recall poll's own credential only names the holder's session (the
+    // client sends uid 0, which may be outside a bounded identity's ranges): it runs as
+    // nobody of that session.
+    match req.inner_mut() {
+        Request::DelegFlush { creds, .. } => {
+            for c in creds.iter_mut() {
+                *c = identity.admit(std::mem::replace(c, Cred::new(0, 0, Vec::new()))).map_err(refused)?;
+            }
+        }
+        Request::DelegWait { .. } => {}
+        _ => return identity.admit(cred).map_err(refused),
+    }
+    match identity.is_admin() {
+        true => Ok(cred),
+        false => Ok(Cred { session: cred.session, ..Cred::new(NOBODY, NOBODY, Vec::new()) }),
+    }
 }

@@ -141,7 +141,10 @@ impl Identity {
             Role::User { uids, gids, root } | Role::Node { uids, gids, root } => (uids, gids, root),
             Role::Server | Role::Admin => return Ok(cred),
         };
-        if cred.uid == 0 {
+        // Squashing is idempotent: a claim of what root becomes (a client that admitted
+        // its caller itself) is what admitting root gives.
+        let squashed = cred.uid == NOBODY && cred.gid == NOBODY && *root == RootClaim::Squash;
+        if cred.uid == 0 || squashed {
             match root {
                 RootClaim::Allow => return Ok(cred),
                 RootClaim::Refuse => return Err(Refusal::Root { name: self.name.clone() }),
@@ -254,11 +257,8 @@ mod tests {
     }
 
     fn node(root: RootClaim) -> Identity {
-        let role = Role::Node {
-            uids: Ranges::parse("1000-1999").unwrap(),
-            gids: Ranges::parse("1000-1999").unwrap(),
-            root,
-        };
+        let role =
+            Role::Node { uids: Ranges::parse("1000-1999").unwrap(), gids: Ranges::parse("1000-1999").unwrap(), root };
         Identity { name: "host1".into(), role }
     }
 
@@ -282,6 +282,8 @@ mod tests {
         assert!(matches!(u.admit(Cred::new(1500, 7, vec![])), Err(Refusal::Gid { gid: 7, .. })));
         let squashed = u.admit(Cred::new(0, 0, vec![0])).unwrap();
         assert_eq!((squashed.uid, squashed.gid, squashed.groups.len()), (NOBODY, NOBODY, 0));
+        assert_eq!(u.admit(squashed.clone()).unwrap(), squashed, "squashing twice is squashing once");
+        assert!(user(RootClaim::Refuse).admit(squashed).is_err(), "nobody is no uid of a refusing identity");
         assert!(matches!(user(RootClaim::Refuse).admit(Cred::server()), Err(Refusal::Root { .. })));
         let admin = Identity { name: "a".into(), role: Role::Admin };
         assert_eq!(admin.admit(Cred::server()).unwrap(), Cred::server());

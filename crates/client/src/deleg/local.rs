@@ -167,7 +167,8 @@ impl Held {
                 _ => None,
             };
         }
-        if let Err(e) = perm::check_dir_write(c, &self.obj, &self.dir) {
+        let checked = perm::check_dir_write(c, &self.obj, &self.dir).and_then(|_| perm::check_mknod(c, new.kind, name));
+        if let Err(e) = checked {
             return Some(Err(e.errno));
         }
         if self.next_ino >= self.ino_end {

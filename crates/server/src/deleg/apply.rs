@@ -55,13 +55,15 @@ pub(super) type Replayed = (Vec<(u32, Errno)>, Vec<(ServerId, u64)>);
 impl Osd {
     /// Replays `ops` over `dir` (`host`), adding the changes to `b`. Returns the refused
     /// operations and the remote records no longer used.
-    /// `shard`: the delegation is of this server's shard of a distributed directory.
+    /// `shard`: the delegation is of this server's shard of a distributed directory;
+    /// `lease`: its inode numbers (new entries take theirs from it, contents go only to
+    /// files created under it).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn apply_deleg_ops(
         self: &Arc<Self>,
         dir: &str,
         host: &mut Host,
-        shard: bool,
+        (shard, lease): (bool, &mut super::table::Lease),
         creds: &[Cred],
         ops: Vec<DelegOp>,
         b: &mut Batch,
@@ -77,10 +79,11 @@ impl Osd {
                 DelegOp::Contents { name, data, mtime, ctime } if !data.is_empty() => {
                     let extent = extents.next().ok_or_else(|| err(Errno::EIO, "fewer extents than contents"))?;
                     let times = (*mtime, *ctime);
-                    self.replay_contents(&mut ov, name, data.len() as u64, Some(extent), times, b, &mut gone).await
+                    let new = (data.len() as u64, Some(extent));
+                    self.replay_contents(&mut ov, name, new, times, lease, b, &mut gone).await
                 }
                 DelegOp::Contents { name, mtime, ctime, .. } => {
-                    self.replay_contents(&mut ov, name, 0, None, (*mtime, *ctime), b, &mut gone).await
+                    self.replay_contents(&mut ov, name, (0, None), (*mtime, *ctime), lease, b, &mut gone).await
                 }
                 DelegOp::Touch { time } => {
                     (host.obj.mtime, host.obj.ctime) = (*time, *time);
@@ -91,7 +94,7 @@ impl Osd {
                     Err(e) => Err(e),
                 },
                 op => match op_cred(op).map(by).transpose() {
-                    Ok(c) => replay_namespace(&mut ov, host, dir, c, op, small, &mut gone),
+                    Ok(c) => replay_namespace(&mut ov, (host, dir), c, op, (small, &mut *lease), &mut gone),
                     Err(e) => Err(e),
                 },
             };
@@ -133,21 +136,27 @@ impl Osd {
         .await
     }
 
-    /// `Contents`: file `name` now holds `len` bytes at `extent`.
+    /// `Contents`: file `name`, created under the delegation (`lease`), now holds `len`
+    /// bytes at `extent`.
     #[allow(clippy::too_many_arguments)]
     async fn replay_contents(
         &self,
         ov: &mut Overlay<'_>,
         name: &str,
-        len: u64,
-        extent: Option<plusfs_data::Extent>,
+        (len, extent): (u64, Option<plusfs_data::Extent>),
         (mtime, ctime): (Timespec, Timespec),
+        lease: &super::table::Lease,
         b: &mut Batch,
         gone: &mut std::collections::BTreeSet<(ServerId, u64)>,
     ) -> Result<(), Errno> {
         let mut e = ov.plain(name)?;
         if e.kind != FileKind::File {
             return Err(Errno::EINVAL);
+        }
+        if !lease.holds(e.ino) {
+            // A holder writes whole contents only of files it created under the
+            // delegation; any other file's bytes go through `Write`, checked as its caller.
+            return Err(Errno::EPERM);
         }
         gone.extend(records(&e.pieces));
         e.pieces.clear();
@@ -199,14 +208,14 @@ fn replay_dir_attr(
     Ok(())
 }
 
-/// Replays one namespace operation (not contents) by caller `c`.
+/// Replays one namespace operation (not contents) by caller `c`, new entries taking their
+/// inode numbers from `lease`.
 fn replay_namespace(
     ov: &mut Overlay<'_>,
-    host: &mut Host,
-    dir: &str,
+    (host, dir): (&mut Host, &str),
     c: Option<&Cred>,
     op: &DelegOp,
-    small: u64,
+    (small, lease): (u64, &mut super::table::Lease),
     gone: &mut std::collections::BTreeSet<(ServerId, u64)>,
 ) -> Result<(), Errno> {
     let c = c.ok_or(Errno::EINVAL)?;
@@ -221,6 +230,10 @@ fn replay_namespace(
                 return Err(Errno::EEXIST);
             }
             perm::check_dir_write(c, &host.obj, dir).map_err(e)?;
+            perm::check_mknod(c, *kind, name).map_err(e)?;
+            if !lease.take(*ino) {
+                return Err(Errno::EINVAL); // not a number of this delegation, or used
+            }
             let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, (*uid, *gid), *mode, false);
             let size = target.as_ref().map_or(0, |t| t.len() as u64);
             let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { *rdev } else { 0 };

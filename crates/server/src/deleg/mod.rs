@@ -28,7 +28,7 @@ use plusfs_proto::{Cred, DelegGrant, DelegOp, Errno, Flushed, Reply, Request, Re
 use plusfs_store::{Batch, LogKind};
 use std::sync::Arc;
 use std::time::Duration;
-use table::{unix_now, Record, Stored};
+use table::{unix_now, Lease, Record, Stored};
 
 /// How a delegation's directory is addressed here: its home object, or this server's
 /// shard of the distributed directory of that incarnation.
@@ -160,14 +160,16 @@ impl Osd {
             true => (0, 0),
             false => (self.inos.next_block(self.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?, INO_BLOCK),
         };
-        let stored = Stored { dir: dir.to_string(), session: cred.session, applied_seq: 0, ended_at: 0, read, shard };
+        let lease = Lease::new(first_ino, ino_count);
+        let stored =
+            Stored { dir: dir.to_string(), session: cred.session, applied_seq: 0, ended_at: 0, read, shard, lease };
         let mut b = Batch::new();
         b.put_log(LogKind::Deleg, id, encode(&stored));
         if let Some(old) = replaced {
             b.del_log(LogKind::Deleg, old);
         }
         self.apply(b).await?;
-        if !self.delegs.granted(id) {
+        if !self.delegs.granted(id, lease) {
             let mut b = Batch::new();
             b.del_log(LogKind::Deleg, id);
             self.apply(b).await?;
@@ -177,7 +179,8 @@ impl Osd {
         Ok(DelegGrant { id, dir: host.obj, entries, first_ino, ino_count })
     }
 
-    /// `DelegFlush`: applies `ops` under delegation `id` of `dir` once, in one store write.
+    /// `DelegFlush` from `c`: applies `ops` under delegation `id` of `dir` once, in one
+    /// store write. Only the session holding the delegation may flush it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn deleg_flush(
         self: &Arc<Self>,
@@ -187,12 +190,16 @@ impl Osd {
         creds: Vec<Cred>,
         ops: Vec<DelegOp>,
         release: bool,
+        c: &Cred,
     ) -> Response {
         let _g = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
         let rec = self.delegs.record(id).filter(|r| r.dir == dir);
-        let Some(Record { applied_seq, live, session, read, shard, .. }) = rec else {
+        let Some(Record { applied_seq, live, session, read, shard, mut lease, .. }) = rec else {
             return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
         };
+        if session != c.session {
+            return Err(err(Errno::EPERM, format!("delegation {id} of '{dir}' is another client's")));
+        }
         if seq <= applied_seq {
             return Ok(Reply::Flushed(Flushed { failed: Vec::new(), ended: !live }));
         }
@@ -205,15 +212,16 @@ impl Osd {
         let mut host = self.host(dir, via_of(shard))?;
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
-        let (failed, remote) = self.apply_deleg_ops(dir, &mut host, shard.is_some(), &creds, ops, &mut b).await?;
+        let (failed, remote) =
+            self.apply_deleg_ops(dir, &mut host, (shard.is_some(), &mut lease), &creds, ops, &mut b).await?;
         let ended = release || self.over_threshold(&host.obj);
         let ended_at = if ended { unix_now() } else { 0 };
-        let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at, read, shard };
+        let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at, read, shard, lease };
         b.put_log(LogKind::Deleg, id, encode(&stored));
         host.save(&mut b, dir);
         self.apply(b).await?;
         drop(gate);
-        self.delegs.flushed(id, seq, ended);
+        self.delegs.flushed(id, seq, ended, lease);
         drop(_g);
         self.drop_remote(remote).await;
         if !failed.is_empty() {
@@ -241,8 +249,12 @@ impl Osd {
         }
     }
 
-    /// `DelegWait`: the delegations of `session` recalled here, once there are any.
-    pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64) -> Response {
+    /// `DelegWait` from `c`: the delegations of `session` (its own) recalled here, once
+    /// there are any.
+    pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64, c: &Cred) -> Response {
+        if session != c.session {
+            return Err(err(Errno::EPERM, "a client waits only for its own session's recalls"));
+        }
         let wait = (self.recall_timeout() / 4).clamp(Duration::from_millis(10), MAX_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
         let out = loop {

@@ -24,6 +24,52 @@ pub(crate) struct Stored {
     /// The incarnation of the distributed directory whose shard here is delegated (`None`:
     /// the directory's home object).
     pub shard: Option<u64>,
+    /// The inode numbers leased with it (`docs/protocol.md`, "Delegations").
+    pub lease: Lease,
+}
+
+/// The inode numbers a write delegation hands its holder: `[first, end)`, of which
+/// those below `next` were used by flushes already applied. A flush may create entries
+/// only with numbers of its lease, each above the last one used (the holder hands them
+/// out in order), and may write contents only to files created under it, so no two
+/// files share a number and a holder never writes another file's bytes by name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Lease {
+    pub first: u64,
+    pub next: u64,
+    pub end: u64,
+}
+
+impl Lease {
+    /// The lease of `count` numbers from `first`.
+    pub fn new(first: u64, count: u32) -> Lease {
+        Lease { first, next: first, end: first + count as u64 }
+    }
+
+    /// Whether `ino` was leased (a file created under the delegation).
+    pub fn holds(&self, ino: u64) -> bool {
+        self.first <= ino && ino < self.end
+    }
+
+    /// Takes `ino` for a new entry: it must be leased and not used yet (above the last).
+    pub fn take(&mut self, ino: u64) -> bool {
+        let ok = self.next <= ino && ino < self.end;
+        if ok {
+            self.next = ino + 1;
+        }
+        ok
+    }
+}
+
+/// The record layout before inode leases were recorded (a lease of nothing).
+#[derive(Deserialize)]
+struct StoredV2 {
+    dir: String,
+    session: u64,
+    applied_seq: u64,
+    ended_at: u64,
+    read: bool,
+    shard: Option<u64>,
 }
 
 /// The record layout before read delegations (decoded as a write delegation).
@@ -36,21 +82,36 @@ struct StoredV1 {
 }
 
 impl Stored {
-    /// Decodes a stored record, also one written before read delegations existed.
+    /// Decodes a stored record, also one written before leases or read delegations
+    /// existed.
     pub fn decode(bytes: &[u8]) -> Result<Stored, postcard::Error> {
-        match postcard::from_bytes::<Stored>(bytes) {
-            Ok(s) => Ok(s),
-            Err(e) => match postcard::from_bytes::<StoredV1>(bytes) {
-                Ok(v) => Ok(Stored {
-                    dir: v.dir,
-                    session: v.session,
-                    applied_seq: v.applied_seq,
-                    ended_at: v.ended_at,
-                    read: false,
-                    shard: None,
-                }),
-                Err(_) => Err(e),
-            },
+        let e = match postcard::from_bytes::<Stored>(bytes) {
+            Ok(s) => return Ok(s),
+            Err(e) => e,
+        };
+        if let Ok(v) = postcard::from_bytes::<StoredV2>(bytes) {
+            let (dir, session, applied_seq, ended_at) = (v.dir, v.session, v.applied_seq, v.ended_at);
+            return Ok(Stored {
+                dir,
+                session,
+                applied_seq,
+                ended_at,
+                read: v.read,
+                shard: v.shard,
+                lease: Lease::default(),
+            });
+        }
+        match postcard::from_bytes::<StoredV1>(bytes) {
+            Ok(v) => Ok(Stored {
+                dir: v.dir,
+                session: v.session,
+                applied_seq: v.applied_seq,
+                ended_at: v.ended_at,
+                read: false,
+                shard: None,
+                lease: Lease::default(),
+            }),
+            Err(_) => Err(e),
         }
     }
 }
@@ -70,6 +131,7 @@ pub(crate) struct Record {
     pub ended_at: u64,
     pub read: bool,
     pub shard: Option<u64>,
+    pub lease: Lease,
 }
 
 /// A live (or being granted) delegation.
@@ -176,6 +238,7 @@ impl DelegTable {
             ended_at: s.ended_at,
             read: s.read,
             shard: s.shard,
+            lease: s.lease,
         };
         g.records.insert(id, rec);
     }
@@ -297,7 +360,7 @@ impl DelegTable {
 
     /// Grant `id` is recorded in the store: it is live, unless it was recalled meanwhile
     /// (then `false`, and the caller takes the record back).
-    pub fn granted(&self, id: u64) -> bool {
+    pub fn granted(&self, id: u64, lease: Lease) -> bool {
         let mut g = self.lock();
         let Some(dir) = g.ids.get(&id).cloned() else { return false };
         let Some(x) = g.dirs.get_mut(&dir).and_then(|l| l.iter_mut().find(|d| d.id == id)) else { return false };
@@ -306,7 +369,7 @@ impl DelegTable {
         }
         x.granting = false;
         let (session, read, shard) = (x.session, x.read, x.shard);
-        g.records.insert(id, Record { dir, session, applied_seq: 0, live: true, ended_at: 0, read, shard });
+        g.records.insert(id, Record { dir, session, applied_seq: 0, live: true, ended_at: 0, read, shard, lease });
         true
     }
 
@@ -321,12 +384,13 @@ impl DelegTable {
     }
 
     /// Flush `seq` of delegation `id` is applied; with `ended` the delegation is over.
-    pub fn flushed(&self, id: u64, seq: u64, ended: bool) {
+    pub fn flushed(&self, id: u64, seq: u64, ended: bool, lease: Lease) {
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         {
             let mut g = self.lock();
             if let Some(r) = g.records.get_mut(&id) {
                 r.applied_seq = seq;
+                r.lease = lease;
                 if ended {
                     r.live = false;
                     r.ended_at = unix_now();
@@ -417,7 +481,7 @@ mod tests {
         assert_eq!(t.grant_ready(7), Some(false), "a request is in flight on /d");
         drop(req);
         assert_eq!(t.grant_ready(7), Some(true));
-        assert!(t.granted(7));
+        assert!(t.granted(7, Lease::default()));
         assert_eq!(t.start_grant("/d", 8, 2, W), Err(7));
         assert_eq!(t.start_grant("/d", 8, 2, R), Err(7), "a write delegation excludes readers");
         // The holder's own requests pass; another session's recall it.
@@ -434,7 +498,7 @@ mod tests {
     fn a_subtree_touch_recalls_everything_below() {
         let t = Arc::new(DelegTable::default());
         t.start_grant("/a/b/c", 1, 1, W).unwrap();
-        assert!(t.granted(1));
+        assert!(t.granted(1, Lease::default()));
         let moved = vec![("/a".to_string(), Touch::Object, true)];
         assert!(matches!(t.recall_conflicts(&moved, 2, Duration::from_secs(1)), Recall::Wait(_)));
         let other = vec![("/ab".to_string(), Touch::Object, true)];
@@ -446,8 +510,8 @@ mod tests {
     fn an_ended_delegation_keeps_answering_its_last_flush() {
         let t = Arc::new(DelegTable::default());
         t.start_grant("/d", 3, 1, W).unwrap();
-        assert!(t.granted(3));
-        t.flushed(3, 4, true);
+        assert!(t.granted(3, Lease::default()));
+        t.flushed(3, 4, true, Lease::default());
         let r = t.record(3).expect("kept");
         assert!(!r.live && r.applied_seq == 4);
         assert_eq!(t.live_count(), 0);
@@ -463,7 +527,7 @@ mod tests {
         let t = Arc::new(DelegTable::default());
         for (id, session) in [(1, 1), (2, 2)] {
             assert_eq!(t.start_grant("/d", id, session, R), Ok((id, None)));
-            assert!(t.granted(id));
+            assert!(t.granted(id, Lease::default()));
         }
         assert_eq!(t.start_grant("/d", 9, 2, R), Err(2), "one read delegation per session");
         assert_eq!(t.live_count(), 2);
@@ -475,8 +539,8 @@ mod tests {
         assert!(matches!(t.recall_conflicts(&change("/d"), 3, Duration::from_secs(1)), Recall::Wait(_)));
         assert_eq!(t.take_recalls(1), vec![1]);
         assert!(t.take_recalls(2).is_empty(), "a recall is asked for once");
-        t.flushed(1, 1, true);
-        t.flushed(2, 1, true);
+        t.flushed(1, 1, true, Lease::default());
+        t.flushed(2, 1, true, Lease::default());
         assert!(matches!(t.recall_conflicts(&change("/d"), 3, Duration::from_secs(1)), Recall::Clear));
     }
 
@@ -484,16 +548,48 @@ mod tests {
     fn a_reader_alone_is_upgraded_to_a_writer_and_others_block_it() {
         let t = Arc::new(DelegTable::default());
         t.start_grant("/d", 1, 1, R).unwrap();
-        assert!(t.granted(1));
+        assert!(t.granted(1, Lease::default()));
         assert_eq!(t.start_grant("/d", 2, 1, W), Ok((2, Some(1))), "replaces its own read delegation");
         assert!(t.record(1).is_none());
-        assert!(t.granted(2));
+        assert!(t.granted(2, Lease::default()));
         assert_eq!(t.live_count(), 1);
-        t.flushed(2, 1, true);
+        t.flushed(2, 1, true, Lease::default());
         for (id, session) in [(3, 1), (4, 2)] {
             t.start_grant("/d", id, session, R).unwrap();
-            assert!(t.granted(id));
+            assert!(t.granted(id, Lease::default()));
         }
         assert_eq!(t.start_grant("/d", 5, 1, W), Err(4), "another session reads it");
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use super::{Lease, Stored};
+
+    #[test]
+    fn a_lease_hands_out_each_number_once_in_order() {
+        let mut l = Lease::new(100, 3);
+        assert!(l.take(100) && l.take(102));
+        assert!(!l.take(101), "below the last one used");
+        assert!(!l.take(102) && !l.take(103) && !l.take(99), "used, or not leased");
+        assert!(l.holds(101) && !l.holds(103));
+    }
+
+    #[test]
+    fn records_of_every_layout_decode() {
+        let s = Stored {
+            dir: "/d".into(),
+            session: 9,
+            applied_seq: 2,
+            ended_at: 0,
+            read: true,
+            shard: Some(4),
+            lease: Lease::new(7, 5),
+        };
+        let round = Stored::decode(&postcard::to_allocvec(&s).unwrap()).unwrap();
+        assert_eq!((round.lease, round.read, round.shard), (s.lease, true, Some(4)));
+        let v2 = postcard::to_allocvec(&("/d", 9u64, 2u64, 0u64, true, Some(4u64))).unwrap();
+        let old = Stored::decode(&v2).unwrap();
+        assert_eq!((old.read, old.shard, old.lease), (true, Some(4), Lease::default()), "before leases");
     }
 }
