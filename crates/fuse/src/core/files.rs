@@ -233,21 +233,6 @@ impl MountCore {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, u64), Errno> {
-        let attr = self.create_entry(caller, parent, name, mode, umask, flags).await?;
-        let fh = self.next_id();
-        self.open_files().opened(attr.ino, fh, caller);
-        Ok((attr, fh))
-    }
-
-    async fn create_entry(
-        &self,
-        caller: &Caller,
-        parent: u64,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
         let c = self.as_caller(caller);
         let exclusive = flags & libc::O_EXCL != 0;
@@ -258,7 +243,9 @@ impl MountCore {
         }
         self.attrs.stale(parent);
         self.remember(&p, &attr);
-        Ok(attr)
+        let fh = self.next_id();
+        self.open_files().opened(attr.ino, fh, caller);
+        Ok((attr, fh))
     }
 
     /// `read` through handle `fh`: up to `size` bytes at `offset`, after sending the
