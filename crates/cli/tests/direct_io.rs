@@ -298,7 +298,10 @@ async fn fsck_reports_unused_records_and_files_naming_missing_ones() {
     c.create("/f", 0o644, true).await.unwrap();
     let ino = c.lstat("/f").await.unwrap().ino;
     // A client that stored a record and died before its commit.
-    let stored = c.call_server(1, &Request::DataPut { owner: ino, data: vec![7; 5000].into() }).await.unwrap();
+    let stored = c
+        .call_server(1, &Request::DataPut { owner: ino, data: vec![7; 5000].into(), file_off: 2 << 20, cap: None })
+        .await
+        .unwrap();
     assert!(matches!(stored, Reply::Record(_)), "{stored:?}");
     let (code, out, _) = cluster.cli(&["fsck"]);
     assert_eq!(code, 0, "unused space is no problem: {out}");
@@ -306,7 +309,14 @@ async fn fsck_reports_unused_records_and_files_naming_missing_ones() {
 
     // A commit naming a record that server 0 does not hold.
     let bogus = Piece { file_off: 2 << 20, len: 10, server: 0, record: 999_999, skip: 0 };
-    let commit = Request::CommitWrite { path: "/f".into(), ino, offset: 2 << 20, len: 10, pieces: vec![bogus] };
+    let commit = Request::CommitWrite {
+        path: "/f".into(),
+        ino,
+        offset: 2 << 20,
+        len: 10,
+        pieces: vec![bogus],
+        receipts: vec![],
+    };
     c.call_server(c.home("/"), &commit).await.unwrap();
     let (code, out, _) = cluster.cli(&["fsck"]);
     assert_ne!(code, 0, "{out}");

@@ -89,6 +89,9 @@ fn a_node_identity_mount_stores_what_each_user_writes() {
 
     // The fast path of small files: the mount held delegations and wrote back under them.
     assert!(m.delegated_written() > 0, "no delegated work through a node mount: {}", m.stats());
+    // The fast path of large files: client-direct I/O under capabilities.
+    let (put, got, caps) = m.direct_io();
+    assert!(put >= 64 << 20 && got > 0 && caps > 0, "no client-direct I/O through a node mount: {}", m.stats());
     // chown and chgrp from the CLI, as the admin; as a squashed root, refused.
     let (code, out, err) = tc.cli(&["chown", "1001:1001", "/home/u1000/f1"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -253,9 +256,197 @@ mod forged {
         assert_eq!(suid.uid, 1000, "made as the caller, not as the uid the flush asked for");
         assert!(admin.stat("/shared/again").await.is_err() && admin.stat("/shared/dev").await.is_err());
         assert!(admin.stat("/shared/stolen-ino").await.is_err());
-        // Trusted-only requests stay refused to a node.
-        let r = conn.call(&alice, &Request::DataGet { ranges: vec![(1, 0, 10)] }).await.unwrap();
-        assert_eq!(r.unwrap_err().errno, Errno::EPERM, "records by number");
+        // Records by number need a capability.
+        let r = conn.call(&alice, &Request::DataGet { ranges: vec![(1, 0, 10)], cap: None }).await.unwrap();
+        assert_eq!(r.unwrap_err().errno, Errno::EACCES, "records by number without a capability");
+        tc.assert_fsck_clean();
+    }
+
+    /// Connections of one identity to every server, by server id.
+    struct Conns(std::collections::BTreeMap<u32, Connection>);
+
+    impl Conns {
+        async fn open(tc: &TestCluster, id: &Path) -> Conns {
+            let mut out = std::collections::BTreeMap::new();
+            for s in &tc.cluster.map().servers {
+                out.insert(s.id, connect(tc, id, &s.address).await);
+            }
+            Conns(out)
+        }
+
+        async fn call(&self, server: u32, cred: &Cred, req: Request) -> Result<Reply, plusfs_proto::WireError> {
+            self.0[&server].call(cred, &req).await.expect("transport")
+        }
+    }
+
+    fn refused(r: Result<Reply, plusfs_proto::WireError>, what: &str) {
+        match r {
+            Err(e) => assert_eq!(e.errno, Errno::EACCES, "{what}: {}", e.message),
+            Ok(reply) => panic!("{what} was served: {reply:?}"),
+        }
+    }
+
+    /// Client-direct I/O with a node identity: capabilities from the file's server let it
+    /// read and write only the records of files it may, only within the granted bytes, only
+    /// on its own connections and only until they expire; records it did not store cannot
+    /// be committed into a file or dropped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forged_direct_io_is_refused_and_nothing_applied() {
+        const CAP_SECS: u64 = 3;
+        let settings = plusfs_localcluster::ClusterSettings { capability_secs: Some(CAP_SECS), ..Default::default() };
+        let tc = TestCluster::start_settings(3, &settings);
+        let t = tempfile::tempdir().unwrap();
+        let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
+        let id = issue(&tc, t.path(), "machine1", &flags);
+        let other_id = issue(&tc, t.path(), "machine2", &flags);
+        let admin = tc.client();
+        admin.mkdir("/shared", 0o1777).await.unwrap();
+        let mib = 1usize << 20;
+        let (bob_data, alice_data) = (common::bytes(1, 6 * mib), common::bytes(2, 6 * mib));
+        for (path, data, mode, uid) in [
+            ("/shared/bob", &bob_data, 0o600, 1001),
+            ("/shared/alice", &alice_data, 0o644, 1000),
+            ("/shared/carol", &alice_data, 0o666, 1002),
+        ] {
+            admin.create(path, mode, true).await.unwrap();
+            admin.write(path, 0, data).await.unwrap();
+            admin.chown(path, Some(uid), Some(uid)).await.unwrap();
+        }
+        let entry = admin.home("/shared");
+        let conns = Conns::open(&tc, &id).await;
+        let alice = Cred::new(1000, 1000, vec![]);
+        let layout = |path: &str, offset: u64, len: u64, write: bool| Request::Layout {
+            path: path.into(),
+            offset,
+            len,
+            write,
+            holder: "forged-holder".into(),
+        };
+        let as_layout = |r: Result<Reply, plusfs_proto::WireError>| match r {
+            Ok(Reply::Layout { attr, pieces, cap }) => (attr, pieces, cap.expect("a capability for a node")),
+            other => panic!("{other:?}"),
+        };
+
+        // Reading her own file: a read capability for her certificate (not the holder the
+        // request named), and records of that file only.
+        let (a_attr, a_pieces, read_cap) =
+            as_layout(conns.call(entry, &alice, layout("/shared/alice", 0, 6 << 20, false)).await);
+        assert_ne!(read_cap.holder, "forged-holder");
+        let q = a_pieces.iter().find(|q| q.file_off >= mib as u64).copied().expect("a chunk on a data server");
+        let get = |ranges, cap| Request::DataGet { ranges, cap };
+        match conns.call(q.server, &alice, get(vec![(q.record, 0, 4096)], Some(read_cap.clone()))).await {
+            Ok(Reply::Data(d)) => assert_eq!(d.to_vec(), alice_data[q.file_off as usize..][..4096]),
+            other => panic!("her own record: {other:?}"),
+        }
+        // Bob's 0600 file: no layout; his records with her capability, or none: refused.
+        refused(conns.call(entry, &alice, layout("/shared/bob", 0, 1, false)).await, "layout of bob's file");
+        let (b_attr, b_pieces, _) =
+            match admin.call_server(entry, &layout("/shared/bob", 0, 6 << 20, false)).await.unwrap() {
+                Reply::Layout { attr, pieces, cap } => (attr, pieces, cap),
+                other => panic!("{other:?}"),
+            };
+        let bq = b_pieces.iter().find(|q| q.file_off >= mib as u64).copied().unwrap();
+        // A capability is good on any data server, but only for records of its own file.
+        let bobs_with_hers = get(vec![(bq.record, 0, 10)], Some(read_cap.clone()));
+        refused(conns.call(bq.server, &alice, bobs_with_hers).await, "bob's record with her capability");
+        refused(
+            conns.call(bq.server, &alice, get(vec![(bq.record, 0, 10)], None)).await,
+            "bob's record without capability",
+        );
+        let mut forged = read_cap.clone();
+        forged.ino = b_attr.ino;
+        refused(
+            conns.call(bq.server, &alice, get(vec![(bq.record, 0, 10)], Some(forged))).await,
+            "a capability re-aimed at bob's file",
+        );
+        // A stolen capability on another certificate's connection.
+        let thief = Conns::open(&tc, &other_id).await;
+        refused(
+            thief.call(q.server, &alice, get(vec![(q.record, 0, 10)], Some(read_cap.clone()))).await,
+            "a capability on another certificate",
+        );
+
+        // Writing: a write capability over [2 MiB, 3 MiB) of her file.
+        let (_, _, write_cap) =
+            as_layout(conns.call(entry, &alice, layout("/shared/alice", 2 << 20, 1 << 20, true)).await);
+        refused(conns.call(entry, &alice, layout("/shared/bob", 0, 1, true)).await, "write capability for bob's file");
+        let server = plusfs_proto::ServerId::from(q.server);
+        let put = |owner, file_off, cap| Request::DataPut { owner, data: vec![0x5a; 4096].into(), file_off, cap };
+        refused(
+            conns.call(server, &alice, put(a_attr.ino, 4 << 20, Some(write_cap.clone()))).await,
+            "a put outside the granted bytes",
+        );
+        refused(
+            conns.call(server, &alice, put(b_attr.ino, 2 << 20, Some(write_cap.clone()))).await,
+            "a put for bob's file",
+        );
+        refused(conns.call(server, &alice, put(a_attr.ino, 2 << 20, None)).await, "a put without capability");
+        refused(
+            conns.call(server, &alice, get(vec![(q.record, 0, 10)], Some(write_cap.clone()))).await,
+            "a read with a write capability",
+        );
+        let receipt = match conns.call(server, &alice, put(a_attr.ino, 2 << 20, Some(write_cap.clone()))).await {
+            Ok(Reply::Receipt(r)) => r,
+            other => panic!("a put within the grant: {other:?}"),
+        };
+        let piece = plusfs_proto::Piece { file_off: 2 << 20, len: 4096, server, record: receipt.record, skip: 0 };
+        let commit = |path: &str, ino, pieces: Vec<plusfs_proto::Piece>, receipts| Request::CommitWrite {
+            path: path.into(),
+            ino,
+            offset: pieces.first().map_or(0, |q| q.file_off),
+            len: pieces.iter().map(|q| q.len).sum(),
+            pieces,
+            receipts,
+        };
+        // Bob's record spliced into her file; her receipted record into carol's file.
+        let stolen = plusfs_proto::Piece { file_off: bq.file_off, len: bq.len, ..bq };
+        refused(
+            conns.call(entry, &alice, commit("/shared/alice", a_attr.ino, vec![stolen], vec![])).await,
+            "committing bob's record",
+        );
+        let carol = admin.stat("/shared/carol").await.unwrap();
+        refused(
+            conns.call(entry, &alice, commit("/shared/carol", carol.ino, vec![piece], vec![receipt.clone()])).await,
+            "a receipt of another file",
+        );
+        // Dropping bob's record.
+        refused(
+            conns
+                .call(
+                    bq.server,
+                    &alice,
+                    Request::DataDrop { records: vec![bq.record], receipts: vec![receipt.clone()] },
+                )
+                .await,
+            "dropping bob's record",
+        );
+        // Her own receipted record commits.
+        match conns.call(entry, &alice, commit("/shared/alice", a_attr.ino, vec![piece], vec![receipt.clone()])).await {
+            Ok(Reply::Attr(a)) => assert_eq!(a.size, 6 << 20),
+            other => panic!("her commit: {other:?}"),
+        }
+
+        // After expiry, neither the capabilities nor the receipt work any more.
+        tokio::time::sleep(std::time::Duration::from_secs(CAP_SECS + 2)).await;
+        refused(
+            conns.call(q.server, &alice, get(vec![(q.record, 0, 10)], Some(read_cap.clone()))).await,
+            "an expired read capability",
+        );
+        refused(
+            conns.call(server, &alice, put(a_attr.ino, 2 << 20, Some(write_cap.clone()))).await,
+            "an expired write capability",
+        );
+        refused(
+            conns.call(entry, &alice, commit("/shared/alice", a_attr.ino, vec![piece], vec![receipt])).await,
+            "an expired receipt",
+        );
+
+        // Nothing of the refused requests was applied.
+        assert_eq!(admin.read("/shared/bob", 0, 6 * mib).await.unwrap(), bob_data, "bob's file");
+        let mut expect = alice_data.clone();
+        expect[2 * mib..2 * mib + 4096].fill(0x5a);
+        assert_eq!(admin.read("/shared/alice", 0, 6 * mib).await.unwrap(), expect, "her file: her one commit");
+        assert_eq!(admin.read("/shared/carol", 0, 6 * mib).await.unwrap(), alice_data, "carol's file");
         tc.assert_fsck_clean();
     }
 }

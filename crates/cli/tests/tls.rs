@@ -137,6 +137,29 @@ async fn connections_without_a_valid_certificate_are_refused_and_others_go_on() 
     tc.assert_fsck_clean();
 }
 
+/// A certificate that expires while its connections are open: they close at their next
+/// request, as a revoked one's do, and no new one is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_closes_its_open_connections() {
+    let tc = TestCluster::start(1);
+    let t = tempfile::tempdir().unwrap();
+    let ca_pem = tc.cluster.map().tls.ca.clone().expect("TLS");
+    let now = time::OffsetDateTime::now_utc();
+    let brief = Validity { not_before: now - time::Duration::hours(1), not_after: now + time::Duration::seconds(4) };
+    cluster_ca(&tc).issue(&user("brief", RootClaim::Squash), brief, &t.path().join("brief")).unwrap();
+    let tls = ClientTls::load(&TlsFiles { ca: ca_pem.clone(), identity: t.path().join("brief") }).unwrap();
+    let addr = &tc.cluster.map().servers[0].address;
+    let c = Connection::connect_with(addr, Arc::new(Counters::default()), Some(&tls)).await.unwrap();
+    let alice = Cred::new(1000, 1000, vec![]);
+    assert!(matches!(c.call(&alice, &Request::Ping).await, Ok(Ok(Reply::Pong { .. }))), "served while valid");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = c.call(&alice, &Request::Ping).await;
+    assert!(!matches!(after, Ok(Ok(_))), "an expired certificate's open connection still serves: {after:?}");
+    assert!(!c.is_alive(), "the server closes the connection");
+    ping_as(&tc, &ca_pem, &t.path().join("brief")).await.expect_err("and admits no new one");
+    tc.assert_no_errors_logged();
+}
+
 /// The DER of the first certificate in PEM text `pem`.
 fn first_der(pem: &[u8]) -> Vec<u8> {
     use plusfs_tls::tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -215,11 +238,12 @@ async fn identities_bound_the_uids_a_client_may_claim() {
     };
     assert_eq!(a.call_server(0, &forged).await.unwrap_err().errno, Errno::EPERM);
     assert_eq!(admin.lstat("/home/evil").await.unwrap_err().errno, Errno::ENOENT);
-    let drop = Request::DataDrop { records: vec![1, 2, 3] };
-    assert_eq!(a.call_server(0, &drop).await.unwrap_err().errno, Errno::EPERM);
-    let get = Request::DataGet { ranges: vec![(1, 0, 4096)] };
-    assert_eq!(a.call_server(0, &get).await.unwrap_err().errno, Errno::EPERM);
-    // A user's large I/O is relayed by the file's server instead.
+    // Records by number need a capability (or receipts).
+    let drop = Request::DataDrop { records: vec![1, 2, 3], receipts: vec![] };
+    assert_eq!(a.call_server(0, &drop).await.unwrap_err().errno, Errno::EACCES);
+    let get = Request::DataGet { ranges: vec![(1, 0, 4096)], cap: None };
+    assert_eq!(a.call_server(0, &get).await.unwrap_err().errno, Errno::EACCES);
+    // A user's large I/O goes to the data servers under capabilities.
     let big: Vec<u8> = (0..(5u32 << 20) + 3).map(|i| (i % 253) as u8).collect();
     a.create("/home/a/big", 0o600, true).await.unwrap();
     a.write("/home/a/big", 0, &big).await.unwrap();

@@ -16,13 +16,23 @@
 //! them from their servers (`DataGet`, at most [`IO_CHUNK`] bytes per request, the same
 //! window). A record dropped meanwhile (the range was rewritten or truncated) makes the
 //! read start again from a new layout.
+//!
+//! A client that is no admin does the same under capabilities (`plusfs_proto::caps`): the
+//! layout comes with a read capability its `DataGet`s present; a write first asks a
+//! `Layout` with `write` for each segment (a write capability over its bytes, checked with
+//! write permission), each `DataPut` presents it and is answered with a receipt, and the
+//! commit (or the drop of records not committed) names the receipts. An admin's write
+//! needs no capability and asks only the file's attributes.
 
 use crate::error::FsError;
 use crate::file::IO_CHUNK;
 use crate::fs::Client;
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
-use plusfs_proto::{Attr, Errno, FileKind, Ino, Payload, Piece, Reply, Request, ServerId, MAX_RECORD};
+use plusfs_proto::{
+    Attr, Capability, Errno, FileKind, Ino, Payload, Piece, Receipt, Reply, Request, ServerId, MAX_RECORD,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes stored on the data servers between two commits of one write.
 pub const COMMIT_BYTES: usize = 64 << 20;
@@ -34,6 +44,17 @@ pub const DIRECT_WRITE_MIN: usize = 1 << 20;
 /// Times a read starts again from a new layout, or a commit from a new stat.
 const ATTEMPTS: usize = 4;
 
+/// What client-direct I/O moved since the client started (shared by its clones).
+#[derive(Debug, Default)]
+pub struct DirectStats {
+    /// Bytes stored on the data servers by `DataPut`s.
+    pub written: AtomicU64,
+    /// Bytes fetched from the data servers by `DataGet`s.
+    pub read: AtomicU64,
+    /// Capabilities the files' servers issued to this client.
+    pub capabilities: AtomicU64,
+}
+
 /// One fetch of a direct read: `len` bytes at `dst` in the output, from `(record, skip,
 /// len)` ranges on `server`.
 struct Fetch {
@@ -44,6 +65,12 @@ struct Fetch {
 }
 
 impl Client {
+    /// Bytes written and read by client-direct I/O, and capabilities received, so far.
+    pub fn direct_io_stats(&self) -> (u64, u64, u64) {
+        let d = &self.direct;
+        (d.written.load(Ordering::Relaxed), d.read.load(Ordering::Relaxed), d.capabilities.load(Ordering::Relaxed))
+    }
+
     /// Where the part of bytes `[offset, offset + len)` that [`Self::write_direct`]
     /// stores starts: the chunked part of the file, when at least [`DIRECT_WRITE_MIN`]
     /// bytes long.
@@ -70,7 +97,11 @@ impl Client {
         offset: u64,
         data: Bytes,
     ) -> Result<Attr, FsError> {
-        let mut ino = self.file_ino(raw, p).await?;
+        // A client that is no admin learns the inode with its first write capability.
+        let mut ino = match self.trusted {
+            true => self.file_ino(raw, p).await?,
+            false => 0,
+        };
         let mut last = None;
         for start in (0..data.len()).step_by(COMMIT_BYTES) {
             let seg = data.slice(start..data.len().min(start + COMMIT_BYTES));
@@ -83,16 +114,38 @@ impl Client {
     /// The inode number of the regular file at `p`.
     async fn file_ino(&self, raw: &str, p: &str) -> Result<Ino, FsError> {
         let a = self.lstat(p).await.map_err(|e| FsError { op: "write", ..e })?;
-        match a.kind {
-            FileKind::File => Ok(a.ino),
-            FileKind::Dir => Err(FsError::new("write", raw, Errno::EISDIR)),
-            _ => Err(FsError::new("write", raw, Errno::EINVAL).with_detail("not a regular file")),
+        regular(raw, &a)
+    }
+
+    /// What a write of bytes `[at, at + len)` to the file at `p` stores under: the file's
+    /// inode number and, for a client that is no admin, a write capability over them.
+    async fn write_grant(
+        &self,
+        raw: &str,
+        (p, dir, name): (&str, &str, &str),
+        at: u64,
+        len: u64,
+    ) -> Result<(Ino, Option<Capability>), FsError> {
+        if self.trusted {
+            return Ok((self.file_ino(raw, p).await?, None));
+        }
+        let req = Request::Layout { path: p.to_string(), offset: at, len, write: true, holder: String::new() };
+        match self.entry_rpc("write", raw, dir, name, req).await?.0 {
+            Reply::Layout { attr, cap: Some(cap), .. } => {
+                self.direct.capabilities.fetch_add(1, Ordering::Relaxed);
+                Ok((regular(raw, &attr)?, Some(cap)))
+            }
+            other => {
+                let e = FsError::new("write", raw, Errno::EPROTO);
+                Err(e.with_detail(format!("no write capability in {other:?}")))
+            }
         }
     }
 
     /// One segment of [`Self::write_direct`] to file `*ino`: store, commit; again from a
     /// new stat (which updates `*ino`) when the path named another file by the time of the
-    /// commit.
+    /// commit. A client that is no admin asks a write capability first (which updates
+    /// `*ino` too).
     async fn write_segment(
         &self,
         raw: &str,
@@ -104,28 +157,39 @@ impl Client {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let pieces = self.put_records(raw, *ino, at, seg).await?;
+            let cap = match self.trusted {
+                true => None,
+                false => {
+                    let (now, cap) = self.write_grant(raw, (p, dir, name), at, seg.len() as u64).await?;
+                    *ino = now;
+                    cap
+                }
+            };
+            let stored = self.put_records(raw, *ino, at, seg, cap.as_ref()).await?;
             let req = Request::CommitWrite {
                 path: p.to_string(),
                 ino: *ino,
                 offset: at,
                 len: seg.len() as u64,
-                pieces: pieces.clone(),
+                pieces: stored.pieces.clone(),
+                receipts: stored.receipts.clone(),
             };
             match self.entry_call(dir, name, &req).await {
                 Ok(Ok((Reply::Attr(a), _))) => return Ok(a),
                 Ok(Ok((other, _))) => {
-                    self.drop_records(&pieces).await;
+                    self.drop_records(&stored).await;
                     let e = FsError::new("write", raw, Errno::EPROTO);
                     return Err(e.with_detail(format!("unexpected reply {other:?}")));
                 }
                 // The server refused the commit: the records are nobody's.
                 Ok(Err(e)) => {
-                    self.drop_records(&pieces).await;
+                    self.drop_records(&stored).await;
                     if e.errno != Errno::ESTALE || attempt >= ATTEMPTS {
                         return Err(self.server_error("write", raw, e).await);
                     }
-                    *ino = self.file_ino(raw, p).await?;
+                    if self.trusted {
+                        *ino = self.file_ino(raw, p).await?;
+                    }
                 }
                 // No answer: the commit may have been applied, so the records stay (unused
                 // space for fsck to list if it was not).
@@ -134,9 +198,17 @@ impl Client {
         }
     }
 
-    /// Stores `seg` (file bytes at `at`) as records on the chunk servers of file `ino`,
-    /// [`ClientOptions::io_window`](crate::ClientOptions) at once; the pieces in file order.
-    async fn put_records(&self, raw: &str, ino: Ino, at: u64, seg: &Bytes) -> Result<Vec<Piece>, FsError> {
+    /// Stores `seg` (file bytes at `at`) as records on the chunk servers of file `ino`
+    /// (under `cap`, if given), [`ClientOptions::io_window`](crate::ClientOptions) at once;
+    /// the pieces in file order and their receipts.
+    async fn put_records(
+        &self,
+        raw: &str,
+        ino: Ino,
+        at: u64,
+        seg: &Bytes,
+        cap: Option<&Capability>,
+    ) -> Result<Stored, FsError> {
         let chunk = self.map().data.chunk_bytes.max(1);
         let mut cuts = Vec::new();
         let (mut off, end) = (at, at + seg.len() as u64);
@@ -149,18 +221,34 @@ impl Client {
             .into_iter()
             .map(|(from, to, server)| {
                 let data = seg.slice((from - at) as usize..(to - at) as usize).into();
+                let req = Request::DataPut { owner: ino, data, file_off: from, cap: cap.cloned() };
                 async move {
-                    match self.rpc("write", raw, server, Request::DataPut { owner: ino, data }).await? {
-                        Reply::Record(record) => Ok(Piece { file_off: from, len: to - from, server, record, skip: 0 }),
+                    let piece = |record| Piece { file_off: from, len: to - from, server, record, skip: 0 };
+                    let reply = self.rpc("write", raw, server, req).await?;
+                    self.direct.written.fetch_add(to - from, Ordering::Relaxed);
+                    match reply {
+                        Reply::Record(record) => Ok((piece(record), None)),
+                        Reply::Receipt(r) => Ok((piece(r.record), Some(r))),
                         other => Err(FsError::new("write", raw, Errno::EPROTO).with_detail(format!("{other:?}"))),
                     }
                 }
             })
             .collect();
         let window = self.opts.io_window.max(1);
-        let results: Vec<Result<Piece, FsError>> = stream::iter(puts).buffered(window).collect().await;
-        let stored: Vec<Piece> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
-        match results.into_iter().find_map(Result::err) {
+        let results: Vec<Result<(Piece, Option<Receipt>), FsError>> =
+            stream::iter(puts).buffered(window).collect().await;
+        let mut stored = Stored::default();
+        let mut failed = None;
+        for r in results {
+            match r {
+                Ok((piece, receipt)) => {
+                    stored.pieces.push(piece);
+                    stored.receipts.extend(receipt);
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
             Some(e) => {
                 self.drop_records(&stored).await;
                 Err(e)
@@ -171,13 +259,16 @@ impl Client {
 
     /// Tells the data servers that records stored for a write that was not committed are
     /// not used (best effort: a failure leaves them as unused space, logged).
-    async fn drop_records(&self, pieces: &[Piece]) {
-        let mut by_server: std::collections::BTreeMap<ServerId, Vec<u64>> = Default::default();
-        for q in pieces {
-            by_server.entry(q.server).or_default().push(q.record);
+    async fn drop_records(&self, stored: &Stored) {
+        let mut by_server: std::collections::BTreeMap<ServerId, (Vec<u64>, Vec<Receipt>)> = Default::default();
+        for q in &stored.pieces {
+            by_server.entry(q.server).or_default().0.push(q.record);
         }
-        for (server, records) in by_server {
-            if let Err(e) = self.call_server(server, &Request::DataDrop { records }).await {
+        for r in &stored.receipts {
+            by_server.entry(r.server).or_default().1.push(r.clone());
+        }
+        for (server, (records, receipts)) in by_server {
+            if let Err(e) = self.call_server(server, &Request::DataDrop { records, receipts }).await {
                 tracing::warn!(server, error = %e, "cannot drop records of an uncommitted write");
             }
         }
@@ -195,17 +286,22 @@ impl Client {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let req = Request::Layout { path: p.to_string(), offset, len: len as u64 };
-            let (attr, pieces) = match self.entry_rpc("read", raw, dir, name, req).await?.0 {
-                Reply::Layout { attr, pieces } => (attr, pieces),
+            let req =
+                Request::Layout { path: p.to_string(), offset, len: len as u64, write: false, holder: String::new() };
+            let (attr, pieces, cap) = match self.entry_rpc("read", raw, dir, name, req).await?.0 {
+                Reply::Layout { attr, pieces, cap } => {
+                    self.direct.capabilities.fetch_add(u64::from(cap.is_some()), Ordering::Relaxed);
+                    (attr, pieces, cap)
+                }
                 other => {
                     let e = FsError::new("read", raw, Errno::EPROTO);
                     return Err(e.with_detail(format!("unexpected reply {other:?}")));
                 }
             };
-            match self.fetch_pieces(raw, &attr, &pieces, offset, len).await {
+            match self.fetch_pieces(raw, (&attr, &pieces, cap.as_ref()), offset, len).await {
                 Ok(out) => return Ok(out),
-                Err(e) if e.errno == Errno::EIO && attempt < ATTEMPTS => {
+                // A capability that expired meanwhile is EACCES: a new layout brings another.
+                Err(e) if matches!(e.errno, Errno::EIO | Errno::EACCES) && attempt < ATTEMPTS => {
                     tracing::debug!(path = raw, error = %e, "a piece moved or went away: reading a new layout");
                 }
                 Err(e) => return Err(e),
@@ -218,8 +314,7 @@ impl Client {
     async fn fetch_pieces(
         &self,
         raw: &str,
-        attr: &Attr,
-        pieces: &[Piece],
+        (attr, pieces, cap): (&Attr, &[Piece], Option<&Capability>),
         offset: u64,
         len: usize,
     ) -> Result<Vec<u8>, FsError> {
@@ -234,8 +329,12 @@ impl Client {
         let gets: Vec<_> = fetches
             .iter()
             .map(|f| async move {
-                match self.rpc("read", raw, f.server, Request::DataGet { ranges: f.ranges.clone() }).await? {
-                    Reply::Data(d) if d.len() == f.len => Ok(d),
+                let req = Request::DataGet { ranges: f.ranges.clone(), cap: cap.cloned() };
+                match self.rpc("read", raw, f.server, req).await? {
+                    Reply::Data(d) if d.len() == f.len => {
+                        self.direct.read.fetch_add(d.len() as u64, Ordering::Relaxed);
+                        Ok(d)
+                    }
                     Reply::Data(d) => Err(FsError::new("read", raw, Errno::EIO).with_detail(format!(
                         "data server {} sent {} bytes, {} asked",
                         f.server,
@@ -252,6 +351,22 @@ impl Client {
             data.copy_to(&mut out[f.dst..f.dst + f.len]);
         }
         Ok(out)
+    }
+}
+
+/// Records a write stored on the data servers, and their receipts (under a capability).
+#[derive(Default)]
+struct Stored {
+    pieces: Vec<Piece>,
+    receipts: Vec<Receipt>,
+}
+
+/// The inode number of regular file `a`, or why a write to it is refused.
+fn regular(raw: &str, a: &Attr) -> Result<Ino, FsError> {
+    match a.kind {
+        FileKind::File => Ok(a.ino),
+        FileKind::Dir => Err(FsError::new("write", raw, Errno::EISDIR)),
+        _ => Err(FsError::new("write", raw, Errno::EINVAL).with_detail("not a regular file")),
     }
 }
 

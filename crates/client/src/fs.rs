@@ -35,6 +35,8 @@ pub struct Client {
     /// admitted by it here as the servers will admit them, so what a delegation answers
     /// locally is what the servers would answer.
     bounds: Option<Arc<plusfs_tls::Identity>>,
+    /// Bytes moved by client-direct I/O and capabilities received.
+    pub(crate) direct: Arc<crate::direct::DirectStats>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {
@@ -64,11 +66,11 @@ impl Client {
     }
 
     /// A client whose calls go through `pool` (an in-process test cluster's transport).
-    pub fn with_pool(map: ClusterMap, mut opts: ClientOptions, pool: Arc<Pool>) -> Client {
+    pub fn with_pool(map: ClusterMap, opts: ClientOptions, pool: Arc<Pool>) -> Client {
         let (trusted, bounds) = trusted_identity(&map);
-        // Delegations are every identity's (servers replay a flush with the checks of
-        // single requests); client-direct I/O and client-driven Cx are trusted clients'.
-        opts.direct_io &= trusted;
+        // Delegations and client-direct I/O are every identity's (servers replay a flush
+        // with the checks of single requests; data servers check capabilities); client-
+        // driven Cx is trusted clients'.
         let session = rand::random::<u64>() | 1;
         let claimed = Cred::new(opts.uid, opts.gid, opts.groups.clone());
         let caller = Cred { session, ..claimed.clone() };
@@ -88,6 +90,7 @@ impl Client {
             dir_hints: Arc::default(),
             trusted,
             bounds: bounds.map(Arc::new),
+            direct: Arc::default(),
         }
         .as_caller(claimed)
     }

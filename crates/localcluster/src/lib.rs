@@ -68,6 +68,8 @@ pub struct ClusterSettings {
     pub no_metrics: bool,
     /// The pace of migrations after a change of the server set.
     pub rebalance: plusfs_placement::RebalanceSettings,
+    /// Seconds a client-direct I/O capability stays valid (`[tls] capability_secs`).
+    pub capability_secs: Option<u64>,
 }
 
 /// Name of the process (and of its data directory, log and pid file) of server `id`, or
@@ -218,6 +220,7 @@ pub fn make_certs(data: &Path) -> Result<TlsSettings> {
         identity: Some(certs.join("admin")),
         server_identity: Some(certs.join("server")),
         revoked: Vec::new(),
+        capability_secs: None,
     })
 }
 
@@ -292,7 +295,10 @@ impl LocalCluster {
                 txn: settings.txn.clone(),
                 delegations: settings.delegations.clone(),
                 replication: settings.replication.clone(),
-                tls: if settings.insecure { TlsSettings::default() } else { make_certs(&data)? },
+                tls: match settings.insecure {
+                    true => TlsSettings::default(),
+                    false => TlsSettings { capability_secs: settings.capability_secs, ..make_certs(&data)? },
+                },
                 servers,
                 migration: None,
                 retired: Vec::new(),

@@ -289,9 +289,23 @@ pub struct TlsSettings {
     /// Serial numbers (hex) of revoked certificates: servers refuse them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub revoked: Vec<String>,
+    /// Seconds a capability of client-direct I/O stays valid (default
+    /// [`DEFAULT_CAPABILITY_SECS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability_secs: Option<u64>,
 }
 
+/// Seconds a capability of client-direct I/O stays valid unless `[tls] capability_secs`
+/// says otherwise: long enough for any one request, short enough that a stolen one soon
+/// stops working.
+pub const DEFAULT_CAPABILITY_SECS: u64 = 60;
+
 impl TlsSettings {
+    /// Seconds a capability of client-direct I/O stays valid.
+    pub fn capability_secs(&self) -> u64 {
+        self.capability_secs.unwrap_or(DEFAULT_CAPABILITY_SECS).max(1)
+    }
+
     /// True when connections are plain TCP.
     pub fn is_insecure(&self) -> bool {
         self.ca.is_none()

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod attr;
 pub mod batch;
+pub mod caps;
 pub mod codec;
 pub mod cred;
 pub mod deleg;
@@ -32,6 +33,7 @@ pub mod touch;
 pub use admin::*;
 pub use attr::*;
 pub use batch::*;
+pub use caps::{Capability, Receipt};
 pub use codec::*;
 pub use cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE, VERIFIER_HANDLE};
 pub use deleg::{DelegGrant, DelegOp, Flushed};

@@ -12,6 +12,7 @@
 use crate::admin::{FsckData, GroupInfo, ServerStatus, StoreDigest};
 use crate::attr::{Attr, Dirents, SetAttr, Statfs, XattrOp};
 use crate::batch::{BatchOp, BatchReply, FileRead, FileWrite, Semantics};
+use crate::caps::{Capability, Receipt};
 use crate::cred::Cred;
 use crate::deleg::{DelegGrant, DelegOp, Flushed};
 use crate::error::WireError;
@@ -185,19 +186,26 @@ pub enum Request {
     Fsync {
         path: String,
     },
-    /// From a file's entry server: store `data` as a record of `owner` (a chunk of a large
-    /// file, or a file renamed away from its data); answers `Record`.
+    /// Stores `data`, bytes at `file_off` of file `owner`, as one record; answers `Record`,
+    /// or `Receipt` when sent with a write capability (which a client that is no admin
+    /// needs, covering `owner` and the bytes).
     DataPut {
         owner: Ino,
         data: Payload,
+        file_off: u64,
+        cap: Option<Capability>,
     },
-    /// From a file's entry server: bytes `[skip, skip + len)` of each record.
+    /// Bytes `[skip, skip + len)` of each record; a client that is no admin sends the read
+    /// capability of the file owning every record.
     DataGet {
         ranges: Vec<(u64, u64, u64)>,
+        cap: Option<Capability>,
     },
-    /// From a file's entry server: records no file uses any more.
+    /// Records no file uses any more; a client that is no admin names only records it
+    /// stored itself, each with its receipt.
     DataDrop {
         records: Vec<u64>,
+        receipts: Vec<Receipt>,
     },
     /// Compacts this server's data segments whose live share is at most `live_percent`.
     Compact {
@@ -318,21 +326,28 @@ pub enum Request {
         session: u64,
     },
     /// A regular file's attributes and the pieces holding its bytes `[offset, offset +
-    /// len)`, for a client that fetches them from the data servers itself (`Layout`).
+    /// len)`, for a client that fetches them from the data servers itself (`Layout`); with
+    /// `write`, for a client about to store those bytes there (write permission). The
+    /// answer carries a capability for `holder` (a certificate serial number; servers set
+    /// it to the sender's own for clients that are no admin), none when it is empty.
     Layout {
         path: String,
         offset: u64,
         len: u64,
+        write: bool,
+        holder: String,
     },
     /// Makes `pieces` (records the client stored with `DataPut` on the data servers) the
     /// bytes `[offset, offset + len)` of regular file `ino` at `path`: one metadata update
-    /// for a large write (`Attr`); ESTALE when `path` names another file by now.
+    /// for a large write (`Attr`); ESTALE when `path` names another file by now. A client
+    /// that is no admin sends the data servers' receipt of every piece.
     CommitWrite {
         path: String,
         ino: Ino,
         offset: u64,
         len: u64,
         pieces: Vec<Piece>,
+        receipts: Vec<Receipt>,
     },
     /// The wire probe of `plusfs bench`: `data` is dropped, `reply_len` zero bytes (at most
     /// 4 MiB) come back; nothing is stored or read.
@@ -543,10 +558,10 @@ impl Request {
             | MigrateEntries { .. }
             | MigrateDone { .. } => Privilege::Server,
             Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | MapChange { .. } => Privilege::Admin,
-            // Data records by number (direct I/O): trusted clients only, since a number
-            // says nothing of whose file it is; users' large I/O is relayed by the file's
-            // server, which checks permissions.
-            DataPut { .. } | DataGet { .. } | DataDrop { .. } | CommitWrite { .. } => Privilege::Admin,
+            // Data records by number (direct I/O) are any identity's: a client that is no
+            // admin presents the capability the file's server issued with `Layout` (checked
+            // at admission, then against each record's owner) and commits only receipted
+            // records.
             // Client-driven Cx: the client decides what the servers apply (sub-operations,
             // inode numbers), so trusted clients only; a user's mkdir and rmdir go to the
             // parent's server, which runs them itself.
@@ -736,6 +751,9 @@ pub enum Reply {
     Data(Payload),
     /// The id of a stored record (`DataPut`).
     Record(u64),
+    /// A stored record and the data server's signed word for it (`DataPut` with a
+    /// capability).
+    Receipt(Receipt),
     /// Extended-attribute names (`Xattr` list).
     Names(Vec<String>),
     /// Per-file results of a `BatchRead`, in request order.
@@ -772,10 +790,12 @@ pub enum Reply {
     Flushed(Flushed),
     /// Delegations recalled (`DelegWait`), by id.
     Recalls(Vec<u64>),
-    /// A regular file's attributes and the pieces over the range asked (`Layout`).
+    /// A regular file's attributes, the pieces over the range asked and, for a named
+    /// holder, the capability to read (or write) them on the data servers (`Layout`).
     Layout {
         attr: Attr,
         pieces: Vec<Piece>,
+        cap: Option<Capability>,
     },
     /// This member of a replicated server slot does not lead its group: ask the member at
     /// `leader` (its client address; `None` while no leader is known). Nothing was done.

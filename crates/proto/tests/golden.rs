@@ -164,9 +164,9 @@ fn requests() -> Vec<Request> {
         Request::Write { path: "/a/f".into(), offset: 4096, data: vec![1, 2, 3].into(), append: false },
         Request::Read { path: "/a/f".into(), offset: 0, len: 4096 },
         Request::Fsync { path: "/a/f".into() },
-        Request::DataPut { owner: 300, data: vec![9; 4].into() },
-        Request::DataGet { ranges: vec![(17, 0, 4096)] },
-        Request::DataDrop { records: vec![17, 18] },
+        Request::DataPut { owner: 300, data: vec![9; 4].into(), file_off: 1 << 20, cap: Some(cap()) },
+        Request::DataGet { ranges: vec![(17, 0, 4096)], cap: None },
+        Request::DataDrop { records: vec![17, 18], receipts: vec![receipt()] },
         Request::Compact { live_percent: 50 },
         Request::Xattr {
             path: "/a/f".into(),
@@ -248,13 +248,14 @@ fn requests() -> Vec<Request> {
             release: true,
         },
         Request::DelegWait { session: 77 },
-        Request::Layout { path: "/d/big".into(), offset: 1 << 20, len: 8 << 20 },
+        Request::Layout { path: "/d/big".into(), offset: 1 << 20, len: 8 << 20, write: true, holder: "0a1b".into() },
         Request::CommitWrite {
             path: "/d/big".into(),
             ino: 0x0001_0000_0000_0002,
             offset: 1 << 20,
             len: 4096,
             pieces: vec![Piece { file_off: 1 << 20, len: 4096, server: 1, record: 9, skip: 0 }],
+            receipts: vec![receipt()],
         },
         Request::Probe { data: vec![1, 2, 3].into(), reply_len: 4 },
         Request::CxPerms {
@@ -274,6 +275,31 @@ fn requests() -> Vec<Request> {
         Request::MigrateEntries { path: "/a".into(), ino: 7, after: Some("f".into()), limit: 100 },
         Request::MigrateDone { paths: vec!["/a".into()] },
     ]
+}
+
+fn cap() -> Capability {
+    Capability {
+        ino: 300,
+        write: true,
+        offset: 1 << 20,
+        len: 4096,
+        expires: 1 << 31,
+        holder: "0a1b".into(),
+        mac: vec![7; 4],
+    }
+}
+
+fn receipt() -> Receipt {
+    Receipt {
+        server: 1,
+        record: 9,
+        owner: 300,
+        file_off: 1 << 20,
+        len: 4096,
+        expires: 1 << 31,
+        holder: "0a1b".into(),
+        mac: vec![8; 4],
+    }
 }
 
 fn opid() -> OpId {
@@ -332,6 +358,7 @@ fn responses() -> Vec<Response> {
         })),
         Ok(Reply::Data(vec![1, 2, 3].into())),
         Ok(Reply::Record(17)),
+        Ok(Reply::Receipt(receipt())),
         Ok(Reply::Names(vec!["user.a".into()])),
         Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()], made: None })),
         Ok(Reply::CxVotes(vec![(opid(), Some(WireError::new(Errno::EEXIST, "'/a/b' exists")))])),
@@ -351,6 +378,7 @@ fn responses() -> Vec<Response> {
         Ok(Reply::Layout {
             attr: Attr::of_inode(&inode()),
             pieces: vec![Piece { file_off: 0, len: 4096, server: 2, record: 17, skip: 0 }],
+            cap: Some(cap()),
         }),
         Ok(Reply::Redirect { leader: Some("10.0.0.2:7000".into()) }),
         Ok(Reply::Group(plusfs_proto::GroupInfo {

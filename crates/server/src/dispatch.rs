@@ -116,9 +116,11 @@ impl Osd {
                 self.write_file(&path, offset, data.into_bytes(), append, via, c).await
             }
             Read { path, offset, len } => self.read_file(&path, offset, len, via, c).await,
-            Layout { path, offset, len } => self.layout(&path, offset, len, via, c).await,
-            CommitWrite { path, ino, offset, len, pieces } => {
-                self.commit_write(&path, ino, (offset, len), pieces, via, c).await
+            Layout { path, offset, len, write, holder } => {
+                self.layout(&path, (offset, len, write), holder, via, c).await
+            }
+            CommitWrite { path, ino, offset, len, pieces, receipts } => {
+                self.commit_write(&path, ino, (offset, len), (pieces, receipts), via, c).await
             }
             Fsync { path } if !path.is_empty() => self.fsync_file(&path, via, c).await,
             Xattr { path, op } => self.xattr(&path, &op, via, c).await,
@@ -151,9 +153,9 @@ impl Osd {
             ShardImport { path, ino, entries, shard } => self.shard_import(&path, ino, entries, shard).await,
             SetPolicy { path, threshold, width } => self.set_policy(&path, threshold, width).await,
             DistStatus { path } => self.dist_status(&path).await,
-            DataPut { owner, data } => self.data_put(owner, data.into_bytes()).await,
-            DataGet { ranges } => self.data_get(&ranges).await,
-            DataDrop { records } => self.data_drop(&records).await,
+            DataPut { owner, data, file_off, cap } => self.data_put(owner, data.into_bytes(), file_off, cap).await,
+            DataGet { ranges, cap } => self.data_get(&ranges, cap.as_ref()).await,
+            DataDrop { records, receipts } => self.data_drop(&records, &receipts).await,
             Probe { data, reply_len } => {
                 drop(data);
                 Ok(Reply::Data(bytes::Bytes::from_static(&PROBE_ZEROS[..reply_len.min(4 << 20) as usize]).into()))

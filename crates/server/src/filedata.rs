@@ -31,8 +31,8 @@ use plusfs_data::{DataError, Live, LiveIndex, Move};
 use plusfs_proto::filedata::{overlay, records, truncate};
 use plusfs_proto::Payload;
 use plusfs_proto::{
-    Attr, Cred, Errno, FileKind, Ino, Inode, Piece, Reply, Request, Response, ServerId, Timespec, MAX_FILE_SIZE,
-    MAX_RECORD, MAY_READ, MAY_WRITE,
+    Attr, Capability, Cred, Errno, FileKind, Ino, Inode, Piece, Receipt, Reply, Request, Response, ServerId, Timespec,
+    MAX_FILE_SIZE, MAX_RECORD, MAY_READ, MAY_WRITE,
 };
 use plusfs_store::{Batch, DirStore};
 use std::collections::BTreeSet;
@@ -182,17 +182,40 @@ impl Osd {
     }
 
     /// `Layout`: the attributes of the regular file at `p` and its pieces that hold bytes
-    /// of `[offset, offset + len)` (the caller reads them from their servers itself).
-    pub(crate) async fn layout(self: &Arc<Self>, p: &str, offset: u64, len: u64, via: Via, c: &Cred) -> Response {
-        let inode = match self.file_target(p, via, false, c, MAY_READ).await? {
+    /// of `[offset, offset + len)` (the caller reads them from their servers itself), with
+    /// a capability for `holder` to read the file's records or, with `write`, to store
+    /// records for those bytes (checked with read or write permission).
+    pub(crate) async fn layout(
+        self: &Arc<Self>,
+        p: &str,
+        (offset, len, write): (u64, u64, bool),
+        holder: String,
+        via: Via,
+        c: &Cred,
+    ) -> Response {
+        let want = if write { MAY_WRITE } else { MAY_READ };
+        let inode = match self.file_target(p, via, false, c, want).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Layout { path: p.into(), offset, len }, c).await
+                let req = Request::Layout { path: p.into(), offset, len, write, holder };
+                return self.forward(home, ino, req, c).await;
             }
         };
         let end = offset.saturating_add(len);
         let pieces = inode.pieces.iter().filter(|q| q.end() > offset && q.file_off < end).copied().collect();
-        Ok(Reply::Layout { attr: Attr::of_inode(&inode), pieces })
+        let range = if write { (offset, len) } else { (0, u64::MAX) };
+        let cap = self.issue_cap(inode.ino, write, range, holder);
+        Ok(Reply::Layout { attr: Attr::of_inode(&inode), pieces, cap })
+    }
+
+    /// A signed capability for `holder` over bytes `range` of file `ino` (none for an
+    /// empty holder or a cluster without TLS).
+    fn issue_cap(&self, ino: Ino, write: bool, (offset, len): (u64, u64), holder: String) -> Option<Capability> {
+        let key = self.caps.as_ref().filter(|_| !holder.is_empty())?;
+        let expires = plusfs_tls::now_secs() + self.map().tls.capability_secs();
+        let mut cap = Capability { ino, write, offset, len, expires, holder, mac: Vec::new() };
+        key.sign_cap(&mut cap);
+        Some(cap)
     }
 
     /// `CommitWrite`: lays `pieces`, records a client stored on the data servers, over
@@ -202,14 +225,14 @@ impl Osd {
         p: &str,
         ino: Ino,
         (offset, len): (u64, u64),
-        pieces: Vec<Piece>,
+        (pieces, receipts): (Vec<Piece>, Vec<Receipt>),
         via: Via,
         c: &Cred,
     ) -> Response {
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino: at } => {
-                let req = Request::CommitWrite { path: p.into(), ino, offset, len, pieces };
+                let req = Request::CommitWrite { path: p.into(), ino, offset, len, pieces, receipts };
                 return self.forward(home, at, req, c).await;
             }
         };
@@ -327,8 +350,14 @@ impl Osd {
         bytes: Bytes,
     ) -> OpResult<Vec<Piece>> {
         let parts = records_of(&bytes);
-        let puts = parts.iter().map(|part| {
-            let req = Request::DataPut { owner, data: part.clone().into() };
+        let mut offs = Vec::with_capacity(parts.len());
+        let mut off = at;
+        for part in &parts {
+            offs.push(off);
+            off += part.len() as u64;
+        }
+        let puts = parts.iter().zip(offs).map(|(part, file_off)| {
+            let req = Request::DataPut { owner, data: part.clone().into(), file_off, cap: None };
             async move { self.peers.call(server, &req).await }
         });
         let mut pieces = Vec::new();
@@ -353,17 +382,30 @@ impl Osd {
         Ok(pieces)
     }
 
-    /// `DataPut` from another server: one record, with its own store write.
-    pub(crate) async fn data_put(self: &Arc<Self>, owner: Ino, data: Bytes) -> Response {
+    /// `DataPut`: one record of `owner` holding file bytes at `file_off`, with its own
+    /// store write; under a capability (checked at admission), answered with a receipt.
+    pub(crate) async fn data_put(
+        self: &Arc<Self>,
+        owner: Ino,
+        data: Bytes,
+        file_off: u64,
+        cap: Option<Capability>,
+    ) -> Response {
         if data.len() as u64 > MAX_RECORD {
             return Err(err(Errno::EINVAL, format!("a record holds at most {MAX_RECORD} bytes")));
         }
+        let len = data.len() as u64;
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
         let pieces = self.put_local_parts(owner, 0, vec![data], &mut b).await?;
         self.apply(b).await?;
         drop(gate);
-        Ok(Reply::Record(pieces.first().map_or(0, |p| p.record)))
+        let record = pieces.first().map_or(0, |p| p.record);
+        let (Some(cap), Some(key)) = (cap, self.caps.as_ref()) else { return Ok(Reply::Record(record)) };
+        let (server, expires, holder) = (self.id, cap.expires, cap.holder);
+        let mut receipt = Receipt { server, record, owner, file_off, len, expires, holder, mac: Vec::new() };
+        key.sign_receipt(&mut receipt);
+        Ok(Reply::Receipt(receipt))
     }
 
     /// Tells other servers that records are no longer used. A failure leaves them as
@@ -375,14 +417,18 @@ impl Osd {
         }
         for (server, records) in by_server {
             let n = records.len();
-            if let Err(e) = self.peers.call(server, &Request::DataDrop { records }).await {
+            if let Err(e) = self.peers.call(server, &Request::DataDrop { records, receipts: Vec::new() }).await {
                 tracing::warn!(server, records = n, cause = %e, "cannot drop unused records; space stays used");
             }
         }
     }
 
-    /// `DataDrop` from another server.
-    pub(crate) async fn data_drop(self: &Arc<Self>, ids: &[u64]) -> Response {
+    /// `DataDrop`: records no file uses. A client's (with receipts, checked at admission)
+    /// names only records stored here.
+    pub(crate) async fn data_drop(self: &Arc<Self>, ids: &[u64], receipts: &[Receipt]) -> Response {
+        if let Some(r) = receipts.iter().find(|r| r.server != self.id) {
+            return Err(err(Errno::EACCES, format!("record {} was stored on server {}, not here", r.record, r.server)));
+        }
         let gate = self.data_gate.read().await;
         let mut b = Batch::new();
         self.drop_local(ids, &mut b)?;
@@ -454,12 +500,26 @@ impl Osd {
     /// store read, not a copy). The records are read in (segment, offset) order,
     /// neighbours within `[data] merge_gap_bytes` with one call.
     pub(crate) async fn read_ranges(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> OpResult<Vec<Bytes>> {
+        self.read_owned_ranges(ranges, None).await
+    }
+
+    /// [`Self::read_ranges`] of records that must all belong to file `owner`, when given
+    /// (a client's `DataGet` under a capability): EACCES for another file's record.
+    async fn read_owned_ranges(
+        self: &Arc<Self>,
+        ranges: &[(u64, u64, u64)],
+        owner: Option<Ino>,
+    ) -> OpResult<Vec<Bytes>> {
         let ids: Vec<u64> = ranges.iter().map(|r| r.0).collect();
         let mut extents = Vec::with_capacity(ids.len());
         for (id, loc) in ids.iter().zip(self.store.get_records(&ids).map_err(eio)?) {
             let bytes = loc.ok_or_else(|| err(Errno::EIO, format!("record {id} is not on server {}", self.id)))?;
             let loc: RecordLoc =
                 postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
+            if owner.is_some_and(|o| o != loc.owner) {
+                let o = owner.unwrap_or_default();
+                return Err(err(Errno::EACCES, format!("record {id} belongs to another file than inode {o}")));
+            }
             extents.push(loc.extent);
         }
         let data = self.data.clone();
@@ -486,7 +546,7 @@ impl Osd {
             return self.read_ranges(&ranges).await;
         }
         let lens: Vec<u64> = ranges.iter().map(|r| r.2).collect();
-        let all = match self.peers.call(server, &Request::DataGet { ranges }).await {
+        let all = match self.peers.call(server, &Request::DataGet { ranges, cap: None }).await {
             Ok(Ok(Reply::Data(d))) => d.into_bytes(),
             Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
             Ok(Err(e)) => return Err(e),
@@ -495,9 +555,11 @@ impl Osd {
         split_reply(&all, lens.into_iter())
     }
 
-    /// `DataGet` from another server.
-    pub(crate) async fn data_get(self: &Arc<Self>, ranges: &[(u64, u64, u64)]) -> Response {
-        Ok(Reply::Data(Payload::from_chunks(self.read_ranges(ranges).await?)))
+    /// `DataGet`: bytes of records here; under a capability (checked at admission), only
+    /// of records of the capability's file.
+    pub(crate) async fn data_get(self: &Arc<Self>, ranges: &[(u64, u64, u64)], cap: Option<&Capability>) -> Response {
+        let owner = cap.map(|c| c.ino);
+        Ok(Reply::Data(Payload::from_chunks(self.read_owned_ranges(ranges, owner).await?)))
     }
 
     /// Changes a file's size (`truncate`); cut-off records are dropped.

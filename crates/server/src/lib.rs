@@ -154,7 +154,12 @@ async fn open_over(
 ) -> Result<Arc<Osd>, StartError> {
     let store_err = store_error(config);
     let store: Arc<dyn DirStore> = store;
-    let osd = Osd::open(config.id, config.map.clone(), store, data, peers, failpoints).await.map_err(&store_err)?;
+    let caps = match (&config.map.tls.ca, &config.map.tls.server_identity) {
+        (Some(_), Some(dir)) => Some(plusfs_tls::CapKey::from_identity(dir)?),
+        _ => None,
+    };
+    let osd =
+        Osd::open(config.id, config.map.clone(), store, data, peers, failpoints, caps).await.map_err(&store_err)?;
     osd.recover().await.map_err(&store_err)?;
     osd.start_cx();
     osd.recover_cx().map_err(&store_err)?;

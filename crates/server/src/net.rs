@@ -66,7 +66,9 @@ async fn admit(
         Ok((tls, identity, serial)) => {
             osd.net().tls_handshakes.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, %identity, "TLS connection admitted");
-            let peer = Peer { addr: peer, identity: Some((identity, serial, security)) };
+            let not_after = plusfs_tls::peer_not_after(&tls).unwrap_or(0);
+            let cert = Cert { identity, serial, not_after, security };
+            let peer = Peer { addr: peer, identity: Some(cert) };
             connection(tls, peer, osd, shutdown).await
         }
         Err(e) => {
@@ -76,11 +78,30 @@ async fn admit(
     }
 }
 
-/// Who is at the other end of a connection: its address and, over TLS, its identity, its
-/// certificate's serial number and the server's TLS end (which knows revocations).
+/// Who is at the other end of a connection: its address and, over TLS, its certificate.
 struct Peer {
     addr: String,
-    identity: Option<(Identity, String, Arc<Security>)>,
+    identity: Option<Cert>,
+}
+
+/// The certificate a TLS peer presented: its identity, serial number and end of validity
+/// (seconds since the Unix epoch), and the server's TLS end (which knows revocations).
+struct Cert {
+    identity: Identity,
+    serial: String,
+    not_after: u64,
+    security: Arc<Security>,
+}
+
+impl Cert {
+    /// Why the connection must close before serving another request: its certificate was
+    /// revoked or expired since the handshake.
+    fn lapsed(&self) -> Option<&'static str> {
+        if self.security.is_revoked(&self.serial) {
+            return Some("certificate revoked");
+        }
+        (plusfs_tls::now_secs() > self.not_after).then_some("certificate expired")
+    }
 }
 
 async fn connection<S>(stream: S, who: Peer, osd: Arc<Front>, mut shutdown: watch::Receiver<bool>)
@@ -127,20 +148,29 @@ where
             Ok(mut call) => {
                 let cred = match &who.identity {
                     None => call.cred,
-                    Some((identity, serial, security)) if security.is_revoked(serial) => {
+                    Some(cert) if cert.lapsed().is_some() => {
                         osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%peer, %identity, serial, "certificate revoked: closing its connection");
+                        let (identity, serial) = (&cert.identity, &cert.serial);
+                        let why = cert.lapsed().unwrap_or_default();
+                        tracing::warn!(%peer, %identity, serial, "{why}: closing its connection");
                         break;
                     }
-                    Some((identity, ..)) => match security::admit(identity, call.cred, &mut call.request) {
-                        Ok(cred) => cred,
-                        Err(e) => {
-                            osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(%peer, cause = %e.message, "request refused");
-                            send(&osd, &tx, id, opcode, &Err(e));
-                            continue;
+                    Some(cert) => {
+                        let who = security::Claimant {
+                            identity: &cert.identity,
+                            serial: &cert.serial,
+                            caps: cert.security.caps(),
+                        };
+                        match security::admit(&who, call.cred, &mut call.request) {
+                            Ok(cred) => cred,
+                            Err(e) => {
+                                osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!(%peer, cause = %e.message, "request refused");
+                                send(&osd, &tx, id, opcode, &Err(e));
+                                continue;
+                            }
                         }
-                    },
+                    }
                 };
                 let (osd, tx) = (osd.clone(), tx.clone());
                 inflight.spawn(async move {

@@ -44,6 +44,8 @@ pub struct Osd {
     pub(crate) map_fetch: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// Whether the migration walker runs.
     pub(crate) walker_running: std::sync::atomic::AtomicBool,
+    /// Signs the capabilities and receipts of client-direct I/O (a cluster with TLS).
+    pub(crate) caps: Option<plusfs_tls::CapKey>,
 }
 
 impl std::ops::Deref for Osd {
@@ -64,6 +66,7 @@ impl Osd {
         data: Arc<plusfs_data::DataStore>,
         peers: Pool,
         failpoints: Arc<Failpoints>,
+        caps: Option<plusfs_tls::CapKey>,
     ) -> Result<Arc<Osd>, StoreError> {
         let (wanted_tx, mut wanted) = mpsc::unbounded_channel();
         let engine = Engine::open(id, map, store, data, wanted_tx)?;
@@ -80,6 +83,7 @@ impl Osd {
             pulls: Default::default(),
             map_fetch: Default::default(),
             walker_running: Default::default(),
+            caps,
         });
         osd.load_delegations()?;
         let weak = Arc::downgrade(&osd);

@@ -7,8 +7,8 @@
 //! squashed or refused; admin and server-only requests refused to users.
 
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Cred, Errno, Privilege, Request, WireError};
-use plusfs_tls::{Identity, Refused, ServerTls, TlsFiles, NOBODY};
+use plusfs_proto::{Capability, Cred, Errno, Privilege, Receipt, Request, WireError};
+use plusfs_tls::{CapKey, Identity, Refused, ServerTls, TlsFiles, NOBODY};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -17,6 +17,8 @@ use tokio::net::TcpStream;
 /// The TLS end of a server and where it learns of revocations.
 pub struct Security {
     tls: Arc<ServerTls>,
+    /// Checks the capabilities and receipts clients present.
+    caps: CapKey,
     /// The cluster map file, re-read for its revocation list when it changes.
     map_path: Option<PathBuf>,
     seen: Mutex<Option<SystemTime>>,
@@ -37,14 +39,20 @@ impl Security {
             path: ca.clone(),
             reason: "the map's [tls] names no server_identity".into(),
         })?;
+        let caps = CapKey::from_identity(&identity)?;
         let tls = Arc::new(ServerTls::load(&TlsFiles { ca, identity }, &map.tls.revoked)?);
         let seen = map_path.and_then(modified);
-        Ok(Some(Security { tls, map_path: map_path.map(Path::to_path_buf), seen: Mutex::new(seen) }))
+        Ok(Some(Security { tls, caps, map_path: map_path.map(Path::to_path_buf), seen: Mutex::new(seen) }))
     }
 
     /// The TLS server end (shared with the replica group's Raft listener).
     pub fn server_tls(&self) -> Arc<ServerTls> {
         self.tls.clone()
+    }
+
+    /// The key capabilities are checked with.
+    pub fn caps(&self) -> &CapKey {
+        &self.caps
     }
 
     /// Runs the handshake of a new connection: its peer's identity and certificate serial
@@ -97,13 +105,23 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// The credential request `req`, claiming `cred`, runs with for a peer of `identity`; or
-/// the refusal (`EPERM` for admin and server requests and for root, `EACCES` for other ids
-/// outside the identity's ranges). Requests that let a client decide what servers apply
-/// (client-driven Cx, data records by number) are admin requests (`Request::privilege`),
-/// so a user's requests are all checked in full by the servers; the credentials a
-/// delegation flush names are admitted as the request's own.
-pub fn admit(identity: &Identity, cred: Cred, req: &mut Request) -> Result<Cred, WireError> {
+/// Who sent a request: the identity and certificate serial number of its connection, and
+/// the key its capabilities must be signed with.
+pub struct Claimant<'a> {
+    pub identity: &'a Identity,
+    pub serial: &'a str,
+    pub caps: &'a CapKey,
+}
+
+/// The credential request `req`, claiming `cred`, runs with for `who`; or the refusal
+/// (`EPERM` for admin and server requests and for root, `EACCES` for other ids outside the
+/// identity's ranges and for a missing, forged, expired, foreign or too narrow
+/// capability). Requests that let a client decide what servers apply (client-driven Cx)
+/// are admin requests (`Request::privilege`); data records by number need a capability
+/// ([`check_caps`]); the credentials a delegation flush names are admitted as the
+/// request's own.
+pub fn admit(who: &Claimant, cred: Cred, req: &mut Request) -> Result<Cred, WireError> {
+    let identity = who.identity;
     let op = req.name();
     match req.privilege() {
         Privilege::Server if !identity.is_server() => {
@@ -116,6 +134,10 @@ pub fn admit(identity: &Identity, cred: Cred, req: &mut Request) -> Result<Cred,
             return Err(WireError::new(Errno::EPERM, format!("{op}: needs an admin identity ({identity})")));
         }
         _ => {}
+    }
+    if !identity.is_admin() {
+        check_caps(who, req.inner_mut(), plusfs_tls::now_secs())
+            .map_err(|why| WireError::new(Errno::EACCES, format!("{op}: {why} ({identity})")))?;
     }
     let refused = |r: plusfs_tls::Refusal| {
         let errno = match r {
@@ -140,5 +162,145 @@ pub fn admit(identity: &Identity, cred: Cred, req: &mut Request) -> Result<Cred,
     match identity.is_admin() {
         true => Ok(cred),
         false => Ok(Cred { session: cred.session, ..Cred::new(NOBODY, NOBODY, Vec::new()) }),
+    }
+}
+
+/// Checks what a client that is no admin presents for client-direct I/O at `now`: a
+/// `Layout` is answered with a capability for this connection's certificate; `DataGet`
+/// needs a read capability, `DataPut` a write capability for the record's owner and bytes;
+/// `DataDrop` and `CommitWrite` name only records with receipts made for this certificate.
+/// Data servers then check each record's owner against the capability's inode.
+pub fn check_caps(who: &Claimant, req: &mut Request, now: u64) -> Result<(), String> {
+    match req {
+        Request::Layout { holder, .. } => *holder = who.serial.to_string(),
+        Request::DataGet { cap, .. } => {
+            let cap = held_cap(who, cap.as_ref(), now)?;
+            if cap.write {
+                return Err("a write capability does not read".into());
+            }
+        }
+        Request::DataPut { owner, data, file_off, cap } => {
+            let cap = held_cap(who, cap.as_ref(), now)?;
+            if !cap.write || cap.ino != *owner || !cap.covers(*file_off, data.len() as u64) {
+                return Err(format!(
+                    "the capability does not let it store bytes {file_off}..+{} of inode {owner}",
+                    data.len()
+                ));
+            }
+        }
+        Request::DataDrop { records, receipts } => {
+            held_receipts(who, receipts, now)?;
+            if let Some(r) = records.iter().find(|r| !receipts.iter().any(|x| x.record == **r)) {
+                return Err(format!("record {r} has no receipt of its own"));
+            }
+        }
+        Request::CommitWrite { ino, pieces, receipts, .. } => {
+            held_receipts(who, receipts, now)?;
+            if let Some(q) = pieces.iter().find(|q| !receipts.iter().any(|r| r.vouches(q, *ino))) {
+                return Err(format!("record {} of server {} has no receipt for inode {ino}", q.record, q.server));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The capability a request presents, if it is the cluster's, current and this
+/// connection's.
+fn held_cap<'c>(who: &Claimant, cap: Option<&'c Capability>, now: u64) -> Result<&'c Capability, String> {
+    let cap = cap.ok_or("it needs a capability from the file's server")?;
+    who.caps.check_cap(cap, now).map_err(|e| format!("capability refused: {e}"))?;
+    if cap.holder != who.serial {
+        return Err(format!("capability refused: it was issued to certificate {}", cap.holder));
+    }
+    Ok(cap)
+}
+
+/// Checks that every receipt is the cluster's, current and this connection's.
+fn held_receipts(who: &Claimant, receipts: &[Receipt], now: u64) -> Result<(), String> {
+    for r in receipts {
+        who.caps.check_receipt(r, now).map_err(|e| format!("receipt of record {} refused: {e}", r.record))?;
+        if r.holder != who.serial {
+            return Err(format!("receipt of record {} refused: it was made for certificate {}", r.record, r.holder));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plusfs_proto::Piece;
+    use plusfs_tls::Role;
+
+    fn node() -> Identity {
+        let r = plusfs_tls::Ranges::parse("1000-1999").unwrap();
+        Identity {
+            name: "m1".into(),
+            role: Role::Node { uids: r.clone(), gids: r, root: plusfs_tls::RootClaim::Squash },
+        }
+    }
+
+    fn signed(key: &CapKey, write: bool, holder: &str) -> Capability {
+        let mut c = Capability { ino: 5, write, offset: 0, len: 100, expires: 50, holder: holder.into(), mac: vec![] };
+        key.sign_cap(&mut c);
+        c
+    }
+
+    #[test]
+    fn a_layout_names_the_connection_as_holder() {
+        let (id, key) = (node(), CapKey::from_secret(b"k"));
+        let who = Claimant { identity: &id, serial: "aa", caps: &key };
+        let mut req = Request::Layout { path: "/f".into(), offset: 0, len: 1, write: true, holder: "bb".into() };
+        check_caps(&who, &mut req, 1).unwrap();
+        assert!(matches!(req, Request::Layout { holder, .. } if holder == "aa"));
+    }
+
+    #[test]
+    fn puts_need_a_write_capability_over_their_bytes() {
+        let (id, key) = (node(), CapKey::from_secret(b"k"));
+        let who = Claimant { identity: &id, serial: "aa", caps: &key };
+        let put = |owner, file_off, cap| Request::DataPut { owner, data: vec![0; 10].into(), file_off, cap };
+        assert!(check_caps(&who, &mut put(5, 90, Some(signed(&key, true, "aa"))), 1).is_ok());
+        assert!(check_caps(&who, &mut put(5, 91, Some(signed(&key, true, "aa"))), 1).is_err(), "past the range");
+        assert!(check_caps(&who, &mut put(6, 0, Some(signed(&key, true, "aa"))), 1).is_err(), "another inode");
+        assert!(check_caps(&who, &mut put(5, 0, Some(signed(&key, false, "aa"))), 1).is_err(), "read only");
+        assert!(check_caps(&who, &mut put(5, 0, Some(signed(&key, true, "bb"))), 1).is_err(), "another holder");
+        assert!(check_caps(&who, &mut put(5, 0, Some(signed(&key, true, "aa"))), 51).is_err(), "expired");
+        assert!(check_caps(&who, &mut put(5, 0, None), 1).is_err(), "none");
+    }
+
+    #[test]
+    fn commits_and_drops_name_only_receipted_records() {
+        let (id, key) = (node(), CapKey::from_secret(b"k"));
+        let who = Claimant { identity: &id, serial: "aa", caps: &key };
+        let mut r = Receipt {
+            server: 1,
+            record: 7,
+            owner: 5,
+            file_off: 0,
+            len: 10,
+            expires: 50,
+            holder: "aa".into(),
+            mac: vec![],
+        };
+        key.sign_receipt(&mut r);
+        let piece = Piece { file_off: 0, len: 10, server: 1, record: 7, skip: 0 };
+        let commit = |ino, pieces: Vec<Piece>, receipts| Request::CommitWrite {
+            path: "/f".into(),
+            ino,
+            offset: 0,
+            len: 10,
+            pieces,
+            receipts,
+        };
+        assert!(check_caps(&who, &mut commit(5, vec![piece], vec![r.clone()]), 1).is_ok());
+        assert!(check_caps(&who, &mut commit(6, vec![piece], vec![r.clone()]), 1).is_err(), "another file");
+        assert!(check_caps(&who, &mut commit(5, vec![Piece { record: 8, ..piece }], vec![r.clone()]), 1).is_err());
+        assert!(check_caps(&who, &mut commit(5, vec![piece], vec![]), 1).is_err(), "no receipt");
+        let mut drop = Request::DataDrop { records: vec![7], receipts: vec![r.clone()] };
+        assert!(check_caps(&who, &mut drop, 1).is_ok());
+        let mut drop = Request::DataDrop { records: vec![7, 9], receipts: vec![r] };
+        assert!(check_caps(&who, &mut drop, 1).is_err(), "a record without receipt");
     }
 }

@@ -195,6 +195,14 @@ pub fn identity_of(der: &[u8]) -> Result<(Identity, String), String> {
     Ok((identity, hex(cert.raw_serial())))
 }
 
+/// When the certificate a TLS peer presented stops being valid (seconds since the Unix
+/// epoch).
+pub fn peer_not_after<S>(tls: &tokio_rustls::server::TlsStream<S>) -> Option<u64> {
+    let der = tls.get_ref().1.peer_certificates()?.first()?.clone();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    u64::try_from(cert.validity().not_after.timestamp()).ok()
+}
+
 /// The serial number (hex) of the certificate in PEM file `path`, for revocation.
 pub fn serial_of_file(path: &Path) -> Result<(Identity, String), CertError> {
     let der = CertificateDer::from_pem_file(path).map_err(|e| bad(path, e))?;

@@ -3,10 +3,14 @@
 //! of both ends of a connection.
 
 pub mod authority;
+pub mod caps;
 pub mod config;
 pub mod identity;
 
 pub use authority::{Authority, CertError, Issued, Validity, SERVER_NAME};
-pub use config::{identity_of, serial_of_file, ClientTls, Refused, ServerTls, TlsFiles, HANDSHAKE_TIMEOUT};
+pub use caps::{now_secs, CapError, CapKey};
+pub use config::{
+    identity_of, peer_not_after, serial_of_file, ClientTls, Refused, ServerTls, TlsFiles, HANDSHAKE_TIMEOUT,
+};
 pub use identity::{Identity, Ranges, Refusal, Role, RootClaim, NOBODY};
 pub use tokio_rustls;

@@ -89,6 +89,15 @@ impl Mount {
         words[6].parse().unwrap()
     }
 
+    /// (bytes written, bytes read, capabilities received) by the mount's client-direct
+    /// I/O, from the control file.
+    pub fn direct_io(&self) -> (u64, u64, u64) {
+        let stats = self.stats();
+        let line = stats.lines().find(|l| l.starts_with("direct io ")).expect("direct io line");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        (words[3].parse().unwrap(), words[5].parse().unwrap(), words[7].parse().unwrap())
+    }
+
     /// Sends `signal` to the mount's daemon.
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on a process this test started.

@@ -211,8 +211,9 @@ impl MountCore {
         }
         let fh = self.next_id();
         let c = &self.client;
+        let (put, got, caps) = c.direct_io_stats();
         let deleg = format!(
-            "delegations held {} pending {} written {}\n",
+            "delegations held {} pending {} written {}\ndirect io written {put} read {got} capabilities {caps}\n",
             c.delegations_held(),
             c.delegated_pending(),
             c.delegated_written()
