@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic venv clean
+.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic bench-identity venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -116,6 +116,10 @@ bench-mount: build venv
 ## bench-io: large-file write/read, file-per-process and shared, 1/2/4 processes, native API and mount vs tmpfs and the wire probe (bench/out/io/)
 bench-io: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/io_bench.sh
+
+## bench-identity: tar x, rm -rf, mdtest-style and IOR-style runs through an admin-identity mount vs a node-identity mount (bench/out/identity/)
+bench-identity: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/identity_bench.sh
 
 ## bench-deleg: tar x, cp -r, git checkout, rm -rf and mdtest-style runs through a mount with and without delegations vs tmpfs (bench/out/deleg/)
 bench-deleg: build venv

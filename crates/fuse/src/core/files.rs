@@ -121,6 +121,14 @@ impl MountCore {
     /// only a root opener's write needs the change sent here.
     pub async fn kill_suidgid(&self, ino: u64, fh: u64) -> Result<(), Errno> {
         if self.opener(fh).uid != 0 {
+            // The servers clear the bits when the write reaches them (it is made by its
+            // opener); the mount's copy shows it at once, as `fstat` after `write` must.
+            if let Some(mut a) = self.attrs.any(ino) {
+                if let Some(mode) = killed_suidgid(a.mode) {
+                    a.mode = mode;
+                    self.attrs.learnt(&a);
+                }
+            }
             return Ok(());
         }
         let path = self.path(ino)?;
