@@ -136,6 +136,91 @@ fn a_node_identity_mount_stores_what_each_user_writes() {
     tc.assert_fsck_clean();
 }
 
+/// The combination a site runs: one node mount on a replicated cluster (3 members per
+/// slot), an honest user writing large files (client-direct, under capabilities) and
+/// filling a directory with 3,000 files while another user of the same mount attacks
+/// their files at the same time; the attacks all fail and nothing of the honest work is
+/// lost, on the replicas too.
+#[test]
+fn a_node_mount_on_a_replicated_cluster_serves_honest_users_beside_a_hostile_one() {
+    if !fuse_available() {
+        return;
+    }
+    let settings = plusfs_localcluster::ClusterSettings { replicas: 3, ..Default::default() };
+    let tc = TestCluster::start_settings(2, &settings);
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
+    let id = issue(&tc, t.path(), "machine1", &flags);
+    let admin = homes(&tc, &[1000, 1001]);
+    let m = Mount::with_identity(&tc, &["allow_other"], Some(&id));
+    let home = m.path().join("home/u1000");
+    let (ok, _, err) =
+        as_user(1000, &[], &format!("echo private > '{0}/secret' && chmod 600 '{0}/secret'", home.display()));
+    assert!(ok, "{err}");
+
+    let mib = 1 << 20;
+    let honest = {
+        let (home, t) = (home.clone(), t.path().to_path_buf());
+        std::thread::spawn(move || {
+            let mut sums = Vec::new();
+            for i in 0..3u64 {
+                let src = t.join(format!("big{i}"));
+                std::fs::write(&src, common::bytes(100 + i, 8 * mib + i as usize)).unwrap();
+                std::fs::set_permissions(&src, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+                let cmd =
+                    format!("dd if='{}' of='{}/big{i}' bs=1M conv=fsync status=none", src.display(), home.display());
+                let (ok, _, err) = as_user(1000, &[], &cmd);
+                assert!(ok, "honest write {i}: {err}");
+                sums.push(sha256_as(1000, &src));
+            }
+            let fill = format!(
+                "mkdir '{0}/many' && cd '{0}/many' && i=0; while [ $i -lt 3000 ]; do : > f$i; i=$((i+1)); done",
+                home.display()
+            );
+            let (ok, _, err) = as_user(1000, &[], &fill);
+            assert!(ok, "honest fill: {err}");
+            sums
+        })
+    };
+    // Meanwhile uid 1001 on the same mount goes after 1000's files, again and again.
+    let mut attacks = 0;
+    while !honest.is_finished() {
+        for (what, cmd) in [
+            ("read", format!("cat '{}/secret'", home.display())),
+            ("overwrite", format!("echo x > '{}/secret'", home.display())),
+            ("chmod", format!("chmod 666 '{}/secret'", home.display())),
+            ("remove", format!("rm -f '{}/secret'", home.display())),
+            ("create", format!("touch '{}/planted'", home.display())),
+            ("device", format!("mknod '{}/../u1001/dev' c 1 3", home.display())),
+        ] {
+            let (ok, _, _) = as_user(1001, &[], &cmd);
+            assert!(!ok, "uid 1001 could {what} in 1000's home");
+            attacks += 1;
+        }
+    }
+    let sums = honest.join().expect("the honest user's work");
+    assert!(attacks >= 6, "the attacks ran during the honest work");
+    // Everything of the honest user is there, read through another (admin) mount.
+    let seen = admin.path().join("home/u1000");
+    for (i, want) in sums.iter().enumerate() {
+        assert_eq!(&sha256_as(0, &seen.join(format!("big{i}"))), want, "big{i}");
+    }
+    assert_eq!(std::fs::read_dir(seen.join("many")).unwrap().count(), 3000);
+    assert_eq!(std::fs::read(seen.join("secret")).unwrap(), b"private\n");
+    assert!(!seen.join("planted").exists() && !admin.path().join("home/u1001/dev").exists());
+    let meta = std::fs::metadata(seen.join("secret")).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    let (put, _, caps) = m.direct_io();
+    // Bytes past the first MiB (`small_file_bytes`) of each file are stored directly.
+    assert!(put >= 3 * 7 * mib as u64 && caps >= 3, "large writes went direct: {}", m.stats());
+    drop(m);
+    drop(admin);
+    tc.assert_fsck_clean();
+    let (code, out, err) = tc.cli(&["fsck", "--replicas"]);
+    assert_eq!(code, 0, "replicas differ: {out}{err}");
+}
+
 mod forged {
     //! Requests a client with a bounded identity builds by hand (not through the library):
     //! each is refused or applied only as far as the same request sent alone would be.
