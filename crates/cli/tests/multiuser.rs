@@ -40,6 +40,18 @@ fn homes(tc: &TestCluster, users: &[u32]) -> Mount {
     admin
 }
 
+/// Issues a node identity (uids and gids 1000-1999, root squashed) below `base` (made
+/// reachable by other users), sets up the homes of 1000 and 1001 through an admin mount,
+/// and mounts the cluster with the node identity: (identity, admin mount, node mount).
+fn node_mount(tc: &TestCluster, base: &Path) -> (PathBuf, Mount, Mount) {
+    std::fs::set_permissions(base, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
+    let id = issue(tc, base, "machine1", &flags);
+    let admin = homes(tc, &[1000, 1001]);
+    let m = Mount::with_identity(tc, &["allow_other"], Some(&id));
+    (id, admin, m)
+}
+
 #[test]
 fn a_node_identity_mount_stores_what_each_user_writes() {
     if !fuse_available() {
@@ -47,11 +59,7 @@ fn a_node_identity_mount_stores_what_each_user_writes() {
     }
     let tc = TestCluster::start(3);
     let t = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(t.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
-    let id = issue(&tc, t.path(), "machine1", &flags);
-    let admin = homes(&tc, &[1000, 1001]);
-    let m = Mount::with_identity(&tc, &["allow_other"], Some(&id));
+    let (id, admin, m) = node_mount(&tc, t.path());
     let mnt = m.path();
 
     // Files of 0 B to 64 MiB, written, fsynced and closed by uid 1000, read back through
@@ -149,11 +157,7 @@ fn a_node_mount_on_a_replicated_cluster_serves_honest_users_beside_a_hostile_one
     let settings = plusfs_localcluster::ClusterSettings { replicas: 3, ..Default::default() };
     let tc = TestCluster::start_settings(2, &settings);
     let t = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(t.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
-    let id = issue(&tc, t.path(), "machine1", &flags);
-    let admin = homes(&tc, &[1000, 1001]);
-    let m = Mount::with_identity(&tc, &["allow_other"], Some(&id));
+    let (_, admin, m) = node_mount(&tc, t.path());
     let home = m.path().join("home/u1000");
     let (ok, _, err) =
         as_user(1000, &[], &format!("echo private > '{0}/secret' && chmod 600 '{0}/secret'", home.display()));
