@@ -32,7 +32,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use plusfs_proto::{
     Attr, Capability, Errno, FileKind, Ino, Payload, Piece, Receipt, Reply, Request, ServerId, MAX_RECORD,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Bytes stored on the data servers between two commits of one write.
 pub const COMMIT_BYTES: usize = 64 << 20;
@@ -43,17 +43,6 @@ pub const DIRECT_READ_MIN: usize = 1 << 20;
 pub const DIRECT_WRITE_MIN: usize = 1 << 20;
 /// Times a read starts again from a new layout, or a commit from a new stat.
 const ATTEMPTS: usize = 4;
-
-/// What client-direct I/O moved since the client started (shared by its clones).
-#[derive(Debug, Default)]
-pub struct DirectStats {
-    /// Bytes stored on the data servers by `DataPut`s.
-    pub written: AtomicU64,
-    /// Bytes fetched from the data servers by `DataGet`s.
-    pub read: AtomicU64,
-    /// Capabilities the files' servers issued to this client.
-    pub capabilities: AtomicU64,
-}
 
 /// One fetch of a direct read: `len` bytes at `dst` in the output, from `(record, skip,
 /// len)` ranges on `server`.

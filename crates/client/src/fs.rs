@@ -36,7 +36,7 @@ pub struct Client {
     /// locally is what the servers would answer.
     bounds: Option<Arc<plusfs_tls::Identity>>,
     /// Bytes moved by client-direct I/O and capabilities received.
-    pub(crate) direct: Arc<crate::direct::DirectStats>,
+    pub(crate) direct: Arc<crate::types::DirectStats>,
 }
 
 fn path_err(op: &'static str, raw: &str, e: PathError) -> FsError {

@@ -87,3 +87,14 @@ pub struct OpenFlags {
     /// nothing at open, reads and writes are still checked).
     pub access: u32,
 }
+
+/// What client-direct I/O moved since a client started (shared by its clones).
+#[derive(Debug, Default)]
+pub struct DirectStats {
+    /// Bytes stored on the data servers by `DataPut`s.
+    pub written: std::sync::atomic::AtomicU64,
+    /// Bytes fetched from the data servers by `DataGet`s.
+    pub read: std::sync::atomic::AtomicU64,
+    /// Capabilities the files' servers issued to this client.
+    pub capabilities: std::sync::atomic::AtomicU64,
+}
