@@ -235,7 +235,7 @@ fn mkdir_side(q: &str, (coord, part): (ServerId, ServerId), op: OpId, role: CxRo
             (coord, vec![SubOp::CreateDir { path: q.to_string(), object: DirObject::new(ino, 0o755, 0, 0) }])
         }
     };
-    Request::CxExec { op, role, peer, ops }
+    Request::CxExec { op, role, peer, ops, leased: false }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,8 +256,13 @@ async fn disagreement_and_a_client_that_dies_before_l_com() {
     let (q, coord2, part2) = cross_server_name(&c, "g");
     assert_eq!((coord, part2 != coord2), (coord2, true));
     let object = |ino| DirObject::new(ino, 0o755, 0, 0);
-    let exec =
-        |seq: u64, role: CxRole, peer: ServerId, ops: Vec<SubOp>| Request::CxExec { op: op_id(seq), role, peer, ops };
+    let exec = |seq: u64, role: CxRole, peer: ServerId, ops: Vec<SubOp>| Request::CxExec {
+        op: op_id(seq),
+        role,
+        peer,
+        ops,
+        leased: false,
+    };
     let create_dir = |path: &str, ino| vec![SubOp::CreateDir { path: path.into(), object: object(ino) }];
     let insert = |name: &str, ino| {
         vec![SubOp::InsertEntry {

@@ -52,6 +52,16 @@ fn node_mount(tc: &TestCluster, base: &Path) -> (PathBuf, Mount, Mount) {
     (id, admin, m)
 }
 
+/// Cx sub-operations executed by all servers so far (`cluster status`).
+fn cx_executed(tc: &TestCluster) -> u64 {
+    let (code, out, err) = tc.cli(&["cluster", "status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("cx_executed").and_then(|x| x.as_u64()))
+        .sum()
+}
+
 #[test]
 fn a_node_identity_mount_stores_what_each_user_writes() {
     if !fuse_available() {
@@ -100,6 +110,18 @@ fn a_node_identity_mount_stores_what_each_user_writes() {
     // The fast path of large files: client-direct I/O under capabilities.
     let (put, got, caps) = m.direct_io();
     assert!(put >= 64 << 20 && got > 0 && caps > 0, "no client-direct I/O through a node mount: {}", m.stats());
+    // Directories by Cx: the node mount's mkdir and rmdir go to both servers at once.
+    let before = cx_executed(&tc);
+    let tree = mnt.join("home/u1000/tree");
+    let (ok, _, err) = as_user(
+        1000,
+        &[],
+        &format!("mkdir -p {0}/a {0}/b {0}/c {0}/d {0}/e {0}/f && rmdir {0}/a {0}/b", tree.display()),
+    );
+    assert!(ok, "{err}");
+    assert!(cx_executed(&tc) > before, "no Cx operation from a node mount");
+    let meta = std::fs::metadata(admin.path().join("home/u1000/tree/c")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
     // chown and chgrp from the CLI, as the admin; as a squashed root, refused.
     let (code, out, err) = tc.cli(&["chown", "1001:1001", "/home/u1000/f1"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -348,6 +370,145 @@ mod forged {
         // Records by number need a capability.
         let r = conn.call(&alice, &Request::DataGet { ranges: vec![(1, 0, 10)], cap: None }).await.unwrap();
         assert_eq!(r.unwrap_err().errno, Errno::EACCES, "records by number without a capability");
+        tc.assert_fsck_clean();
+    }
+
+    /// Cx with a node identity: a side is rebuilt from what the client may decide (no
+    /// forged owner, ancestry, attributes or policy), inode numbers come only from the
+    /// session's own lease, each once, sides naming different directories are aborted,
+    /// other sub-operations are refused, and a parent the caller cannot write refuses.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forged_cx_sides_are_rebuilt_checked_or_refused() {
+        use plusfs_proto::{CxRole, DirObject, Inode, OpId, Replace, SubOp, Threshold};
+        let tc = TestCluster::start(3);
+        let t = tempfile::tempdir().unwrap();
+        let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
+        let id = issue(&tc, t.path(), "machine1", &flags);
+        let admin = tc.client();
+        admin.mkdir("/shared", 0o1777).await.unwrap();
+        admin.mkdir("/private", 0o755).await.unwrap();
+        let conns = Conns::open(&tc, &id).await;
+        let alice = Cred { session: 0xa11ce, ..Cred::new(1000, 1000, vec![]) };
+        // A name in `dir` whose object's home is not the server of `dir`'s entries.
+        let name_in = |dir: &str, stem: &str| {
+            let coord = admin.home(dir);
+            let name =
+                (0..).map(|i| format!("{stem}{i}")).find(|n| admin.home(&format!("{dir}/{n}")) != coord).unwrap();
+            let part = admin.home(&format!("{dir}/{name}"));
+            (name, coord, part)
+        };
+        let mut seq = 0;
+        let mut op = || {
+            seq += 1;
+            OpId { client: 0xbad, process: 1, seq }
+        };
+        let exec = |op, role, peer, ops| Request::CxExec { op, role, peer, ops, leased: false };
+        let insert = |dir: &str, name: &str, ino| SubOp::InsertEntry {
+            dir: dir.into(),
+            name: name.into(),
+            inode: Inode::subdir(ino),
+            replace: Replace::Never,
+            shard: None,
+        };
+        let create = |path: String, ino| {
+            let mut object = DirObject::new(ino, 0o4777, 0, 0);
+            object.xattrs = vec![("trusted.forged".into(), b"x".to_vec())];
+            object.dist.threshold = Threshold::Entries(0);
+            object.ancestry = Some(plusfs_proto::Ancestry::root(object.search_perm()));
+            SubOp::CreateDir { path, object }
+        };
+        let yes = |r: Result<Reply, plusfs_proto::WireError>| match r {
+            Ok(Reply::CxAnswer(a)) => a.error.is_none(),
+            other => panic!("{other:?}"),
+        };
+        let launch = |op, participant| Request::CxLaunch { op, participant };
+        let committed = |r: Result<Reply, plusfs_proto::WireError>| match r {
+            Ok(Reply::CxOutcome { committed }) => committed,
+            other => panic!("{other:?}"),
+        };
+        let lease = |r: Result<Reply, plusfs_proto::WireError>| match r {
+            Ok(Reply::Inos { first, count }) => (first, count),
+            other => panic!("{other:?}"),
+        };
+
+        // A mkdir by Cx whose participant side claims root's object, a trusted xattr, a
+        // distribution policy and an ancestry: it commits as alice's plain directory.
+        let (name, coord, part) = name_in("/shared", "ok");
+        let (first, _) = lease(conns.call(part, &alice, Request::AllocInos { count: 16 }).await);
+        let path = format!("/shared/{name}");
+        let x = op();
+        assert!(yes(conns
+            .call(coord, &alice, exec(x, CxRole::Coordinator, part, vec![insert("/shared", &name, first)]))
+            .await));
+        assert!(yes(conns
+            .call(part, &alice, exec(x, CxRole::Participant, coord, vec![create(path.clone(), first)]))
+            .await));
+        assert!(committed(conns.call(coord, &alice, launch(x, part)).await));
+        let a = admin.stat(&path).await.unwrap();
+        assert_eq!((a.ino, a.uid, a.gid, a.mode & 0o7777), (first, 1000, 1000, 0o777), "rebuilt from the claim");
+        assert!(admin.listxattr(&path).await.unwrap().is_empty(), "no forged attributes");
+        // The same inode number again, and one never leased: ESTALE before anything runs.
+        let (name2, coord2, part2) = name_in("/shared", "again");
+        for ino in [first, 77_777] {
+            let r = conns
+                .call(
+                    part2,
+                    &alice,
+                    exec(op(), CxRole::Participant, coord2, vec![create(format!("/shared/{name2}"), ino)]),
+                )
+                .await;
+            assert_eq!(r.unwrap_err().errno, Errno::ESTALE, "inode {ino}");
+        }
+        // Sides that name different directories: each side alone is fine, both abort.
+        let (b, coord3, part3) = name_in("/shared", "b");
+        let y = op();
+        let (ino, _) = lease(conns.call(part3, &alice, Request::AllocInos { count: 4 }).await);
+        assert!(yes(conns
+            .call(coord3, &alice, exec(y, CxRole::Coordinator, part3, vec![insert("/shared", "elsewhere", ino)]))
+            .await));
+        assert!(yes(conns
+            .call(part3, &alice, exec(y, CxRole::Participant, coord3, vec![create(format!("/shared/{b}"), ino)]))
+            .await));
+        assert!(!committed(conns.call(coord3, &alice, launch(y, part3)).await), "mismatched sides committed");
+        let logs: String = tc.cluster.logs().iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect();
+        assert!(logs.contains("name different directories"), "aborted for naming different directories");
+        assert!(admin.lstat("/shared/elsewhere").await.is_err() && admin.lstat(&format!("/shared/{b}")).await.is_err());
+        // Sub-operations of no mkdir or rmdir, and a replacing insert: refused at admission.
+        let refused_kinds = [
+            (
+                CxRole::Coordinator,
+                vec![SubOp::ExportSubtree { root: "/shared".into(), new_root: "/x".into(), rebase: None }],
+            ),
+            (
+                CxRole::Coordinator,
+                vec![SubOp::InsertEntry {
+                    dir: "/shared".into(),
+                    name: "r".into(),
+                    inode: Inode::subdir(first + 2),
+                    replace: Replace::NonDir,
+                    shard: None,
+                }],
+            ),
+            (CxRole::Participant, vec![create("/shared/t".into(), first + 3), create("/shared/u".into(), first + 4)]),
+            (CxRole::Participant, vec![SubOp::AdjustLinks { ino: 5, delta: 1 }]),
+        ];
+        for (role, ops) in refused_kinds {
+            let r = conns.call(coord, &alice, exec(op(), role, part, ops.clone())).await;
+            assert_eq!(r.unwrap_err().errno, Errno::EPERM, "{ops:?}");
+        }
+        // A parent she cannot write: the coordinator says NO, nothing is made.
+        let (p, coord4, part4) = name_in("/private", "x");
+        let z = op();
+        let (first, _) = lease(conns.call(part4, &alice, Request::AllocInos { count: 8 }).await);
+        let c = conns
+            .call(coord4, &alice, exec(z, CxRole::Coordinator, part4, vec![insert("/private", &p, first + 5)]))
+            .await;
+        assert!(!yes(c), "an entry in a directory she cannot write");
+        let _ = conns
+            .call(part4, &alice, exec(z, CxRole::Participant, coord4, vec![create(format!("/private/{p}"), first + 5)]))
+            .await;
+        assert!(!committed(conns.call(coord4, &alice, launch(z, part4)).await));
+        assert!(admin.lstat(&format!("/private/{p}")).await.is_err());
         tc.assert_fsck_clean();
     }
 

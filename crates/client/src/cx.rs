@@ -45,11 +45,12 @@ impl Client {
         OpId { client: self.cx.client, process: process_id(), seq: self.cx.seq.fetch_add(1, Ordering::Relaxed) }
     }
 
-    /// A fresh inode number from this client's lease (leasing more from `server`).
+    /// A fresh inode number for a directory homed on `server`, from this client's lease
+    /// of that server (leasing more when it is used up).
     async fn leased_ino(&self, server: ServerId, shown: &str) -> Result<u64, FsError> {
         {
-            let mut l = self.cx.inos.lock().expect("ino lease");
-            if l.0 < l.1 {
+            let mut all = self.cx.inos.lock().expect("ino lease");
+            if let Some(l) = all.get_mut(&server).filter(|l| l.0 < l.1) {
                 l.0 += 1;
                 return Ok(l.0 - 1);
             }
@@ -58,9 +59,21 @@ impl Client {
         let Reply::Inos { first, count } = r else {
             return Err(FsError::new("create directory", shown, Errno::EIO).with_detail("unexpected reply"));
         };
-        let mut l = self.cx.inos.lock().expect("ino lease");
-        *l = (first + 1, first + count as u64);
+        self.cx.inos.lock().expect("ino lease").insert(server, (first + 1, first + count as u64));
         Ok(first)
+    }
+
+    /// Whether a two-server operation on `p` (in `parent`, as `name`) goes to the parent's
+    /// server as one request (`Mkdir`, `Rmdir`), which runs it by two-phase commit: under
+    /// that protocol, and for a client that is no admin when its own protocol would need
+    /// requests only admins may send (serial sub-operations, both sides on one server).
+    fn via_parent(&self, p: &str, (parent, name): (&str, &str)) -> bool {
+        match self.map().txn.protocol {
+            TxnProtocol::TwoPhase => true,
+            _ if self.trusted => false,
+            TxnProtocol::Serial => true,
+            TxnProtocol::Cx => self.home(p) == self.locate(parent, name).0,
+        }
     }
 
     /// `mkdir` of `p` (in `parent`, as `name`) under the cluster's protocol.
@@ -73,12 +86,15 @@ impl Client {
         (threshold, width): (Threshold, u32),
     ) -> Result<Attr, FsError> {
         const OP: &str = "create directory";
-        if self.map().txn.protocol == TxnProtocol::TwoPhase || !self.trusted {
+        let two_phase = || async {
             let req = Request::Mkdir { path: p.into(), mode, uid: self.opts.uid, gid: self.opts.gid, threshold, width };
-            return match self.entry_rpc(OP, raw, parent, name, req).await?.0 {
+            match self.entry_rpc(OP, raw, parent, name, req).await?.0 {
                 Reply::Attr(a) => Ok(a),
                 other => Err(FsError::new(OP, raw, Errno::EIO).with_detail(format!("unexpected reply {other:?}"))),
-            };
+            }
+        };
+        if self.via_parent(p, (parent, name)) {
+            return two_phase().await;
         }
         let home = self.home(p);
         let mut object = DirObject::new(self.leased_ino(home, raw).await?, mode, self.opts.uid, self.opts.gid);
@@ -96,7 +112,16 @@ impl Client {
                 replace: Replace::Never,
                 shard,
             })
-            .await?;
+            .await;
+        let made = match made {
+            // The home forgot this client's lease (it restarted): lease anew next time;
+            // this one goes through the parent's server. The Cx attempt was aborted.
+            Err(e) if e.errno == Errno::ESTALE => {
+                self.cx.inos.lock().expect("ino lease").remove(&home);
+                return two_phase().await;
+            }
+            made => made?,
+        };
         let cluster = match self.map().hugedirs.threshold_entries() {
             Some(n) => Threshold::Entries(n),
             None => Threshold::Never,
@@ -122,7 +147,7 @@ impl Client {
         const OP: &str = "remove directory";
         let two_phase =
             || async { self.entry_rpc(OP, raw, parent, name, Request::Rmdir { path: p.into() }).await.map(drop) };
-        if self.map().txn.protocol == TxnProtocol::TwoPhase || !self.trusted {
+        if self.via_parent(p, (parent, name)) {
             return two_phase().await;
         }
         let participant =
@@ -200,10 +225,18 @@ impl Client {
     /// One Cx attempt (seed 004 §III.B–C).
     async fn cx_run(&self, coordinator: &Side, participant: &Side) -> Result<Ended, FsError> {
         let id = self.next_op_id();
-        let exec = |side: &Side, role, peer| Request::CxExec { op: id, role, peer, ops: side.ops.clone() };
+        // Servers check a bounded identity's inode numbers against its leases (and set
+        // `leased` for it whatever it sends); an admin's numbers are its own business.
+        let leased = !self.trusted;
+        let exec = |side: &Side, role, peer| Request::CxExec { op: id, role, peer, ops: side.ops.clone(), leased };
         let to_coord = exec(coordinator, CxRole::Coordinator, participant.server);
         let to_part = exec(participant, CxRole::Participant, coordinator.server);
         let (c, p) = tokio::join!(self.call(coordinator.server, &to_coord), self.call(participant.server, &to_part));
+        // A participant that refuses the leased inode number refuses before executing.
+        let stale = match &p {
+            Ok(Err(e)) if e.errno == Errno::ESTALE => Some(e.clone()),
+            _ => None,
+        };
         let answer = |r: Result<Result<Reply, WireError>, FsError>| match r {
             Ok(Ok(Reply::CxAnswer(a))) => Some(a),
             _ => None,
@@ -223,7 +256,7 @@ impl Client {
         match self.call(coordinator.server, &launch).await? {
             Ok(Reply::CxOutcome { committed: true }) => Ok(Ended::Done(p.and_then(|a| a.made))),
             Ok(Reply::CxOutcome { committed: false }) => {
-                let first_no = [c, p].into_iter().flatten().find_map(|a: CxAnswer| a.error);
+                let first_no = stale.or_else(|| [c, p].into_iter().flatten().find_map(|a: CxAnswer| a.error));
                 Ok(Ended::Failed(
                     first_no.unwrap_or_else(|| {
                         WireError::new(Errno::EBUSY, "the operation was aborted by a conflicting one")

@@ -256,11 +256,15 @@ pub enum Request {
     /// Cx execution phase, from the client to both servers at once: execute `ops` (check,
     /// lock what they touch, log a Result record) as `role` of operation `op`, whose other
     /// server is `peer`; answers `CxAnswer`. Nothing becomes visible before commitment.
+    /// With `leased`, the inode number of a directory `ops` make must come from a block
+    /// this server leased to the sender's session (`AllocInos`; `ESTALE` otherwise);
+    /// servers set it for clients that are no admin.
     CxExec {
         op: OpId,
         role: CxRole,
         peer: ServerId,
         ops: Vec<SubOp>,
+        leased: bool,
     },
     /// Cx VOTE, coordinator to participant, for many operations at once: each with the
     /// operations the coordinator ordered after it (the participant invalidates those it
@@ -562,10 +566,12 @@ impl Request {
             // admin presents the capability the file's server issued with `Layout` (checked
             // at admission, then against each record's owner) and commits only receipted
             // records.
-            // Client-driven Cx: the client decides what the servers apply (sub-operations,
-            // inode numbers), so trusted clients only; a user's mkdir and rmdir go to the
-            // parent's server, which runs them itself.
-            CxExec { .. } | SubExec { .. } | CxLaunch { .. } | AllocInos { .. } => Privilege::Admin,
+            // Client-driven Cx is any identity's for mkdir and rmdir: servers rebuild what a
+            // client that is no admin sends them from its credential (admission), take
+            // inode numbers only from the sender's lease, and commit only when both sides
+            // name the same directory. Serial sub-operations (`SubExec`) apply what the
+            // client built: trusted clients only.
+            SubExec { .. } => Privilege::Admin,
             // Delegations are any identity's: the server replays each operation of a flush
             // with the checks of the same request sent alone, as the credential the flush
             // names (each admitted by the sender's identity), only on the holder's session,
@@ -760,8 +766,10 @@ pub enum Reply {
     Files(Vec<FileRead>),
     /// A Cx server's answer to `CxExec`.
     CxAnswer(CxAnswer),
-    /// A participant's votes (`None`: YES), in the order of the `CxVote`.
-    CxVotes(Vec<(OpId, Option<WireError>)>),
+    /// A participant's votes (`None`: YES), in the order of the `CxVote`, each with the
+    /// directory its side makes or removes (mkdir, rmdir), which the coordinator compares
+    /// with its own side's.
+    CxVotes(Vec<(OpId, Option<WireError>, Option<crate::peer::DirSide>)>),
     /// How a Cx operation ended after `CxLaunch`: committed, or ALL-NO.
     CxOutcome {
         committed: bool,

@@ -68,6 +68,35 @@ pub enum SubOp {
     Reancestry { root: String, old: SearchPerm, new: SearchPerm, mode: u32, uid: u32, gid: u32 },
 }
 
+/// The directory one side of a Cx mkdir or rmdir names: made (`create`) or removed, at
+/// `path`, with inode number `ino`. The participant's vote carries its side's, and the
+/// coordinator commits only when both sides name the same directory (a client builds the
+/// sides; a client that is no admin is not trusted to make them agree).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirSide {
+    pub create: bool,
+    pub path: String,
+    pub ino: Ino,
+}
+
+impl DirSide {
+    /// The directory `ops` make or remove, when they are one side of a mkdir (`CreateDir`,
+    /// or `InsertEntry` of a directory) or of an rmdir (`RemoveDir`, `RemoveEntry`).
+    pub fn of(ops: &[SubOp]) -> Option<DirSide> {
+        let [op] = ops else { return None };
+        let side = |create, path: String, ino| Some(DirSide { create, path, ino });
+        match op {
+            SubOp::CreateDir { path, object } => side(true, path.clone(), object.ino),
+            SubOp::RemoveDir { path, ino, .. } => side(false, path.clone(), *ino),
+            SubOp::InsertEntry { dir, name, inode, .. } if inode.kind == crate::record::FileKind::Dir => {
+                side(true, crate::path::join(dir, name), inode.ino)
+            }
+            SubOp::RemoveEntry { dir, name, ino, .. } => side(false, crate::path::join(dir, name), *ino),
+            _ => None,
+        }
+    }
+}
+
 /// What an [`SubOp::InsertEntry`] may replace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Replace {

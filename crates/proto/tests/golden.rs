@@ -193,6 +193,7 @@ fn requests() -> Vec<Request> {
             op: opid(),
             role: CxRole::Participant,
             peer: 2,
+            leased: true,
             ops: vec![SubOp::CreateDir {
                 path: "/a/b".into(),
                 object: DirObject {
@@ -361,7 +362,10 @@ fn responses() -> Vec<Response> {
         Ok(Reply::Receipt(receipt())),
         Ok(Reply::Names(vec!["user.a".into()])),
         Ok(Reply::CxAnswer(CxAnswer { error: None, hint: vec![opid()], made: None })),
-        Ok(Reply::CxVotes(vec![(opid(), Some(WireError::new(Errno::EEXIST, "'/a/b' exists")))])),
+        Ok(Reply::CxVotes(vec![
+            (opid(), Some(WireError::new(Errno::EEXIST, "'/a/b' exists")), None),
+            (opid(), None, Some(DirSide { create: true, path: "/a/c".into(), ino: 9 })),
+        ])),
         Ok(Reply::CxOutcome { committed: false }),
         Ok(Reply::Undo { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }], made: None }),
         Ok(Reply::Inos { first: 1 << 48, count: 256 }),

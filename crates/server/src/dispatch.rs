@@ -146,6 +146,7 @@ impl Osd {
             AllocInos { count } => {
                 let count = count.clamp(1, 4096);
                 let first = self.inos.next_block(self.store.as_ref(), count as u64).await.map_err(eio)?;
+                self.ino_leases.grant(c.session, first, count as u64);
                 Ok(Reply::Inos { first, count })
             }
             CloseBatch { inos, .. } => self.closev(&inos),

@@ -44,6 +44,8 @@ pub struct Osd {
     pub(crate) map_fetch: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// Whether the migration walker runs.
     pub(crate) walker_running: std::sync::atomic::AtomicBool,
+    /// Inode numbers leased to client sessions for their Cx mkdirs.
+    pub(crate) ino_leases: crate::cx::leases::InoLeases,
     /// Signs the capabilities and receipts of client-direct I/O (a cluster with TLS).
     pub(crate) caps: Option<plusfs_tls::CapKey>,
 }
@@ -84,6 +86,7 @@ impl Osd {
             map_fetch: Default::default(),
             walker_running: Default::default(),
             caps,
+            ino_leases: Default::default(),
         });
         osd.load_delegations()?;
         let weak = Arc::downgrade(&osd);

@@ -7,7 +7,9 @@
 //! squashed or refused; admin and server-only requests refused to users.
 
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{Capability, Cred, Errno, Privilege, Receipt, Request, WireError};
+use plusfs_proto::{
+    Capability, Cred, CxRole, DirObject, Errno, Inode, Privilege, Receipt, Replace, Request, SubOp, WireError,
+};
 use plusfs_tls::{CapKey, Identity, Refused, ServerTls, TlsFiles, NOBODY};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -138,6 +140,7 @@ pub fn admit(who: &Claimant, cred: Cred, req: &mut Request) -> Result<Cred, Wire
     if !identity.is_admin() {
         check_caps(who, req.inner_mut(), plusfs_tls::now_secs())
             .map_err(|why| WireError::new(Errno::EACCES, format!("{op}: {why} ({identity})")))?;
+        rebuild_cx(req.inner_mut()).map_err(|why| WireError::new(Errno::EPERM, format!("{op}: {why} ({identity})")))?;
     }
     let refused = |r: plusfs_tls::Refusal| {
         let errno = match r {
@@ -205,6 +208,36 @@ pub fn check_caps(who: &Claimant, req: &mut Request, now: u64) -> Result<(), Str
     Ok(())
 }
 
+/// A Cx side a client that is no admin sends: only one side of a mkdir (the parent's
+/// entry of a new directory, or its object) or of an rmdir (the entry, or the object of a
+/// directory that is not distributed), rebuilt from what the client may decide — the
+/// name, the leased inode number, the mode's permission and sticky bits. The owner, group and
+/// ancestry are the server's (from the credential and the parent), no extended
+/// attributes or distribution policy come along, and the participant checks the inode
+/// number against the sender's lease.
+pub fn rebuild_cx(req: &mut Request) -> Result<(), String> {
+    let Request::CxExec { role, ops, leased, .. } = req else { return Ok(()) };
+    *leased = true;
+    let [op] = ops.as_mut_slice() else { return Err("a Cx side holds one sub-operation".into()) };
+    match (role, op) {
+        (CxRole::Participant, SubOp::CreateDir { object, .. }) => {
+            // mkdir(2) keeps the permission and sticky bits; set-gid comes from the parent.
+            *object = DirObject::new(object.ino, object.mode & 0o1777, object.uid, object.gid);
+        }
+        (CxRole::Participant, SubOp::RemoveDir { shards, .. }) if shards.is_empty() => {}
+        (CxRole::Coordinator, SubOp::InsertEntry { inode, replace: Replace::Never, .. }) => {
+            *inode = Inode { uid: inode.uid, ..Inode::subdir(inode.ino) };
+        }
+        (CxRole::Coordinator, SubOp::RemoveEntry { .. }) => {}
+        (role, op) => return Err(format!("{role:?} side {} is not one of a mkdir or rmdir", subop_name(op))),
+    }
+    Ok(())
+}
+
+fn subop_name(op: &SubOp) -> String {
+    format!("{op:?}").split([' ', '{', '(']).next().unwrap_or_default().to_string()
+}
+
 /// The capability a request presents, if it is the cluster's, current and this
 /// connection's.
 fn held_cap<'c>(who: &Claimant, cap: Option<&'c Capability>, now: u64) -> Result<&'c Capability, String> {
@@ -268,6 +301,37 @@ mod tests {
         assert!(check_caps(&who, &mut put(5, 0, Some(signed(&key, true, "bb"))), 1).is_err(), "another holder");
         assert!(check_caps(&who, &mut put(5, 0, Some(signed(&key, true, "aa"))), 51).is_err(), "expired");
         assert!(check_caps(&who, &mut put(5, 0, None), 1).is_err(), "none");
+    }
+
+    #[test]
+    fn a_users_cx_side_is_rebuilt_or_refused() {
+        use plusfs_proto::{DirObject, Inode, OpId, Replace, SubOp};
+        let exec = |role, op| Request::CxExec {
+            op: OpId { client: 1, process: 1, seq: 1 },
+            role,
+            peer: 1,
+            ops: vec![op],
+            leased: false,
+        };
+        let mut forged = DirObject::new(9, 0o6777, 0, 0);
+        forged.xattrs = vec![("trusted.x".into(), vec![1])];
+        let mut req = exec(CxRole::Participant, SubOp::CreateDir { path: "/a/b".into(), object: forged });
+        rebuild_cx(&mut req).unwrap();
+        let Request::CxExec { ops, leased, .. } = &req else { unreachable!() };
+        let SubOp::CreateDir { object, .. } = &ops[0] else { unreachable!() };
+        assert!(*leased && object.xattrs.is_empty() && object.ino == 9 && object.mode & 0o7777 == 0o777);
+        let replacing = SubOp::InsertEntry {
+            dir: "/a".into(),
+            name: "b".into(),
+            inode: Inode::subdir(9),
+            replace: Replace::NonDir,
+            shard: None,
+        };
+        assert!(rebuild_cx(&mut exec(CxRole::Coordinator, replacing)).is_err());
+        let wrong_role = SubOp::CreateDir { path: "/a/b".into(), object: DirObject::new(9, 0o755, 0, 0) };
+        assert!(rebuild_cx(&mut exec(CxRole::Coordinator, wrong_role)).is_err());
+        let shards = SubOp::RemoveDir { path: "/a/b".into(), ino: 0, shards: vec![1, 2] };
+        assert!(rebuild_cx(&mut exec(CxRole::Participant, shards)).is_err(), "a distributed directory");
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl Osd {
             }
         };
         let yes: std::collections::HashSet<OpId> =
-            votes.into_iter().filter(|(_, e)| e.is_none()).map(|(id, _)| id).collect();
+            votes.into_iter().filter(|(id, e, side)| e.is_none() && self.sides_agree(id, side)).map(|v| v.0).collect();
         let (commits, aborts): (Vec<OpId>, Vec<OpId>) = ids.iter().partition(|id| yes.contains(id));
         tracing::debug!(peer, ?commits, ?aborts, "Cx decisions");
         if let Err(e) = self.decide(peer, &commits, &aborts).await {
@@ -87,6 +87,18 @@ impl Osd {
             return;
         }
         self.deliver_decisions(peer, commits, aborts).await;
+    }
+
+    /// Whether the participant's side of `id` names the directory this side names (a
+    /// mkdir's entry and object, an rmdir's entry and object): the client built both, so
+    /// sides that disagree are aborted, whatever both voted.
+    fn sides_agree(&self, id: &OpId, theirs: &Option<DirSide>) -> bool {
+        let ours = self.cx.st().ops.get(id).and_then(|o| DirSide::of(&o.ops));
+        let agree = ours.is_none() || ours == *theirs;
+        if !agree {
+            tracing::warn!(op = %id, ?ours, ?theirs, "the two sides of a Cx operation name different directories: aborted");
+        }
+        agree
     }
 
     pub(super) fn back_to_pending(&self, ids: &[OpId]) {

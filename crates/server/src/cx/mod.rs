@@ -24,6 +24,7 @@
 //! what it took part in; requests on those objects wait until that is done.
 
 mod coordinator;
+pub(crate) mod leases;
 mod record;
 mod recovery;
 mod requests;
@@ -37,7 +38,8 @@ use crate::engine::subops::Prepared;
 use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::{
-    CommitPayload, Cred, CxAnswer, CxRole, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId, WireError,
+    CommitPayload, Cred, CxAnswer, CxRole, DirSide, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId,
+    WireError,
 };
 use plusfs_store::{Batch, LogKind, StoreError};
 use record::{frame, unframe, Record};
@@ -119,9 +121,9 @@ impl Osd {
     pub(crate) async fn cx_exec(
         self: &Arc<Self>,
         id: OpId,
-        role: CxRole,
-        peer: ServerId,
+        (role, peer): (CxRole, ServerId),
         mut ops: Vec<SubOp>,
+        leased: bool,
         c: &Cred,
     ) -> Response {
         if peer == self.id {
@@ -148,6 +150,11 @@ impl Osd {
             }
             let resent = st.ops.contains_key(&id);
             if !resent {
+                let unleased = |ino: &plusfs_proto::Ino| leased && !self.ino_leases.take(c.session, *ino);
+                if let Some(ino) = new_dir_ino(&ops).filter(unleased) {
+                    let why = format!("operation {id}: inode number {ino} was not leased to this session here");
+                    return Err(err(Errno::ESTALE, why));
+                }
                 st.by_tx.insert(txid, id);
                 st.ops.insert(id, new_op(role, peer, txid, ops, c.clone()));
             }
@@ -331,6 +338,14 @@ impl Osd {
 fn made(ops: &[SubOp]) -> Option<plusfs_proto::Attr> {
     ops.iter().find_map(|o| match o {
         SubOp::CreateDir { object, .. } => Some(plusfs_proto::Attr::of_dir(object)),
+        _ => None,
+    })
+}
+
+/// The inode number of the directory object `ops` make, if any.
+fn new_dir_ino(ops: &[SubOp]) -> Option<plusfs_proto::Ino> {
+    ops.iter().find_map(|o| match o {
+        SubOp::CreateDir { object, .. } => Some(object.ino),
         _ => None,
     })
 }

@@ -11,7 +11,7 @@ impl Osd {
     /// execution checks).
     pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request, c: &Cred) -> Response {
         match req {
-            Request::CxExec { op, role, peer, ops } => self.cx_exec(op, role, peer, ops, c).await,
+            Request::CxExec { op, role, peer, ops, leased } => self.cx_exec(op, (role, peer), ops, leased, c).await,
             Request::CxVote { coordinator, ops } => self.cx_vote(coordinator, ops).await,
             Request::CxDecide { commits, aborts } => self.cx_decide(&commits, &aborts).await,
             Request::CxUrge { participant, ops } => self.cx_urge(participant, ops),
@@ -29,6 +29,7 @@ impl Osd {
             }
         }
         let votes = join_all(ballot.iter().map(|(id, _)| async move {
+            let side = self.cx.st().ops.get(id).and_then(|o| DirSide::of(&o.ops));
             let known = self.cx.st().ops.contains_key(id);
             let answer = if known {
                 self.wait_answer(*id, Some(VOTE_WAIT)).await
@@ -40,7 +41,7 @@ impl Osd {
                     made: None,
                 })
             };
-            (*id, self.final_vote(*id, answer.error))
+            (*id, self.final_vote(*id, answer.error), side)
         }))
         .await;
         self.failpoints.hit("cx_after_vote").await;
