@@ -54,11 +54,16 @@ fn node_mount(tc: &TestCluster, base: &Path) -> (PathBuf, Mount, Mount) {
 
 /// Cx sub-operations executed by all servers so far (`cluster status`).
 fn cx_executed(tc: &TestCluster) -> u64 {
+    cx_counter(tc, "cx_executed")
+}
+
+/// The sum over all servers of `cluster status` counter `name`.
+fn cx_counter(tc: &TestCluster, name: &str) -> u64 {
     let (code, out, err) = tc.cli(&["cluster", "status", "--json"]);
     assert_eq!(code, 0, "{err}");
     out.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("cx_executed").and_then(|x| x.as_u64()))
+        .filter_map(|v| v.get(name).and_then(|x| x.as_u64()))
         .sum()
 }
 
@@ -509,6 +514,26 @@ mod forged {
             .await;
         assert!(!committed(conns.call(coord4, &alice, launch(z, part4)).await));
         assert!(admin.lstat(&format!("/private/{p}")).await.is_err());
+
+        // Through the library with the node identity: after the home of its new
+        // directories restarts (its leases gone), the next mkdir still succeeds.
+        let mut map = tc.cluster.map().clone();
+        map.tls.identity = Some(id.clone());
+        let node = plusfs_client::Client::new(map, plusfs_client::ClientOptions { retries: 5, ..Default::default() })
+            .as_caller(Cred::new(1000, 1000, vec![]));
+        let (n1, _, home) = name_in("/shared", "lib");
+        let n2 = (0..).map(|i| format!("lib2-{i}")).find(|n| admin.home(&format!("/shared/{n}")) == home).unwrap();
+        node.mkdir(&format!("/shared/{n1}"), 0o755).await.unwrap();
+        let mut tc = tc;
+        tc.cluster.kill(home).unwrap();
+        tc.cluster.start(home).unwrap();
+        tc.cluster.wait_ready(std::time::Duration::from_secs(20)).unwrap();
+        let aborted = super::cx_counter(&tc, "cx_aborted");
+        node.mkdir(&format!("/shared/{n2}"), 0o755).await.expect("a mkdir after the home forgot the lease");
+        assert!(super::cx_counter(&tc, "cx_aborted") > aborted, "the forgotten lease made the Cx attempt abort");
+        for n in [&n1, &n2] {
+            assert_eq!(admin.stat(&format!("/shared/{n}")).await.unwrap().uid, 1000);
+        }
         tc.assert_fsck_clean();
     }
 
