@@ -220,6 +220,13 @@ pub enum ClusterCmd {
 
 /// Runs one server until SIGTERM or SIGINT.
 pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
+    // Everything a server writes (store, data segments, snapshots) is its users' data:
+    // private to the account it runs as.
+    // SAFETY: umask(2) only sets this process's file creation mask.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::umask(0o077);
+    }
     let map = crate::load_map(cluster.as_ref())?;
     let config = ServerConfig {
         id: a.id,

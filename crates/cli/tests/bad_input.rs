@@ -215,3 +215,50 @@ fn wrong_protocol_version_gets_a_clear_error() {
     assert!(err.message.contains("version 99"), "{}", err.message);
     assert_still_serving(&cluster);
 }
+
+/// Resident memory of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+/// A client that pipelines large reads and never reads the replies: the server holds at
+/// most its connection's budget for it (the connection is not read further), its memory
+/// stays bounded, and other clients are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_replies_do_not_grow_the_server() {
+    let cluster = TestCluster::start_insecure(1);
+    let c = cluster.client();
+    c.create("/big", 0o644, true).await.unwrap();
+    c.write("/big", 0, &vec![3u8; 15 << 20]).await.unwrap();
+    let pid = cluster.cluster.pid(0).expect("server pid");
+    let before = rss_mib(pid);
+    let mut hog = raw(&cluster);
+    hog.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let read = Request::Read { path: "/big".into(), offset: 0, len: 15 << 20 };
+    let mut sent = 0;
+    for i in 0..100 {
+        let frame = encode_request(i, &Cred::server(), &read).unwrap().to_bytes();
+        // The server stops reading a connection over its budget: the writes then block.
+        if hog.write_all(&frame).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = rss_mib(pid);
+    assert!(sent > 0);
+    assert!(during < before + 256, "server RSS {before} -> {during} MiB with {sent} unread 15 MB replies");
+    // Others go on meanwhile.
+    let t0 = std::time::Instant::now();
+    c.stat("/big").await.expect("another client is served");
+    assert!(t0.elapsed() < Duration::from_secs(5), "another client waited {:?}", t0.elapsed());
+    drop(hog);
+    assert_still_serving(&cluster);
+}

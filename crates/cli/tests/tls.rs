@@ -160,6 +160,72 @@ async fn an_expired_certificate_closes_its_open_connections() {
     tc.assert_no_errors_logged();
 }
 
+/// Every file a cluster makes that holds users' data or a key is private: server data
+/// directories 0700 (and all below them no one else's), logs 0600, keys 0600 in 0700
+/// identity directories; `cert issue` refuses a directory another local user could have
+/// prepared (world-writable, someone else's, a symbolic link).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_on_disk_are_private_and_keys_are_written_safely() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tc = TestCluster::start(2);
+    let admin = tc.client();
+    admin.create("/secret", 0o600, true).await.unwrap();
+    admin.write("/secret", 0, &vec![7u8; 3 << 20]).await.unwrap();
+    admin.fsync("/secret").await.unwrap();
+    let data = tc.cluster.data();
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+    let mut checked = 0;
+    for s in 0..2 {
+        let dir = data.join(format!("server-{s}"));
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                assert_eq!(mode(&p) & 0o077, 0, "{} is readable by others", p.display());
+                checked += 1;
+                if p.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+        assert_eq!(mode(&data.join(format!("server-{s}.log"))), 0o600);
+    }
+    assert!(checked > 10, "the walk saw the stores ({checked} entries)");
+    for id in ["admin", "server"] {
+        assert_eq!(mode(&data.join("certs").join(id)), 0o700);
+        assert_eq!(mode(&data.join("certs").join(id).join("key.pem")), 0o600);
+    }
+    assert_eq!(mode(&data.join("certs/ca/ca.key")), 0o600);
+
+    // `cert issue` into directories someone else may have prepared.
+    let t = tempfile::tempdir().unwrap();
+    let ca = cluster_ca(&tc);
+    let alice = user("alice", RootClaim::Squash);
+    let open = t.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let theirs = t.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(1000), Some(1000)).unwrap();
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(t.path().join("elsewhere"), &link).unwrap();
+    std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+    for bad in [&open, &theirs, &link] {
+        let e = ca.issue(&alice, Validity::days(1), bad).unwrap_err().to_string();
+        assert!(e.contains("refusing"), "{}: {e}", bad.display());
+        assert!(std::fs::read_dir(bad).unwrap().next().is_none(), "nothing written into {}", bad.display());
+    }
+    let mine = t.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o700)).unwrap();
+    ca.issue(&alice, Validity::days(1), &mine).expect("a private directory of mine");
+    assert_eq!(mode(&mine.join("key.pem")), 0o600);
+    let fresh = t.path().join("new/alice");
+    ca.issue(&alice, Validity::days(1), &fresh).unwrap();
+    assert_eq!(mode(&fresh), 0o700);
+}
+
 /// The DER of the first certificate in PEM text `pem`.
 fn first_der(pem: &[u8]) -> Vec<u8> {
     use plusfs_tls::tokio_rustls::rustls::pki_types::pem::PemObject;

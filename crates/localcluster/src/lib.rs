@@ -72,6 +72,13 @@ pub struct ClusterSettings {
     pub capability_secs: Option<u64>,
 }
 
+/// Opens (appending; made 0600 if new) a log of a server or proxy: what servers log names
+/// users' paths.
+fn private_log(path: PathBuf) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+}
+
 /// Name of the process (and of its data directory, log and pid file) of server `id`, or
 /// of its member `member`.
 pub fn proc_name(id: u32, member: Option<u64>) -> String {
@@ -364,7 +371,7 @@ impl LocalCluster {
         let host = plusfs_netns::host_name(id, member);
         let ns = &net.member(&host).with_context(|| format!("no host {host} in the network"))?.ns;
         let name = proxy_name(id, member);
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("{name}.log")))?;
+        let log = private_log(self.data.join(format!("{name}.log")))?;
         let mut cmd = Command::new(&self.exe);
         cmd.args(["netns", "proxy", "--host", &host, "--data"])
             .arg(&self.data)
@@ -428,7 +435,7 @@ impl LocalCluster {
         // A replica group is made on the first start of a new cluster's members.
         let bootstrap = self.new_cluster && member.is_some() && !dir.exists();
         fs::create_dir_all(&dir)?;
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.data.join(format!("{name}.log")))?;
+        let log = private_log(self.data.join(format!("{name}.log")))?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("server")
             .arg("--cluster")
@@ -792,7 +799,7 @@ pub fn spawn_joining(exe: &Path, data: &Path, id: u32, listen: &str) -> Result<u
     let name = proc_name(id, None);
     let dir = data.join(&name);
     fs::create_dir_all(&dir)?;
-    let log = fs::OpenOptions::new().create(true).append(true).open(data.join(format!("{name}.log")))?;
+    let log = private_log(data.join(format!("{name}.log")))?;
     let child = Command::new(exe)
         .arg("server")
         .arg("--cluster")

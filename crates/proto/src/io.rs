@@ -2,6 +2,7 @@
 
 use crate::frame::{Frame, FrameError, OutFrame};
 use bytes::BytesMut;
+use std::borrow::Borrow;
 use std::io::IoSlice;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -62,8 +63,9 @@ const MAX_SLICES: usize = 512;
 
 /// Writes `frames` in order with vectored writes: heads and payload chunks go to the
 /// socket from where they are, without being gathered into one buffer first.
-pub async fn write_frames<W: AsyncWrite + Unpin>(w: &mut W, frames: &[OutFrame]) -> std::io::Result<()> {
-    let parts: Vec<&[u8]> = frames.iter().flat_map(|f| f.parts()).filter(|p| !p.is_empty()).map(|p| &p[..]).collect();
+pub async fn write_frames<W: AsyncWrite + Unpin, F: Borrow<OutFrame>>(w: &mut W, frames: &[F]) -> std::io::Result<()> {
+    let parts: Vec<&[u8]> =
+        frames.iter().flat_map(|f| f.borrow().parts()).filter(|p| !p.is_empty()).map(|p| &p[..]).collect();
     for group in parts.chunks(MAX_SLICES) {
         let mut slices: Vec<IoSlice<'_>> = group.iter().map(|p| IoSlice::new(p)).collect();
         let mut rest = &mut slices[..];
@@ -80,8 +82,10 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(w: &mut W, frames: &[OutFrame])
 
 /// A connection's writer: sends the frames queued on `rx` until it closes, every frame
 /// queued by the time a write starts in that one write; `sent` learns the bytes of each.
-pub async fn send_queued<W: AsyncWrite + Unpin>(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<OutFrame>,
+/// A queued item is dropped (with whatever it holds, e.g. a share of a memory budget)
+/// once its frame is written.
+pub async fn send_queued<W: AsyncWrite + Unpin, F: Borrow<OutFrame>>(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<F>,
     w: &mut W,
     mut sent: impl FnMut(usize),
 ) -> std::io::Result<()> {
@@ -91,7 +95,7 @@ pub async fn send_queued<W: AsyncWrite + Unpin>(
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
-        sent(batch.iter().map(OutFrame::len).sum());
+        sent(batch.iter().map(|f| f.borrow().len()).sum());
         write_frames(w, &batch).await?;
         // A TLS stream may keep the last records it could not send yet until flushed.
         w.flush().await?;

@@ -42,7 +42,7 @@ pub use plusfs_rpc::Pool;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::ServerId;
 use plusfs_store::{DirStore, RocksStore};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -99,6 +99,8 @@ pub enum StartError {
     Group { server: ServerId, source: plusfs_replica::GroupError },
     #[error("TLS: {0}")]
     Tls(#[from] plusfs_tls::CertError),
+    #[error("cannot make the data directory {path} private: {source}")]
+    Private { path: String, source: std::io::Error },
 }
 
 /// How a server process ended.
@@ -178,6 +180,7 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Exit, StartError> {
     let entry = config.entry()?;
+    private_data_dir(&config.data_dir)?;
     let security = secure(&config)?;
     if !entry.members.is_empty() {
         return member::run(config, listener, security, shutdown).await;
@@ -207,6 +210,17 @@ fn secure(config: &ServerConfig) -> Result<Option<Arc<security::Security>>, Star
         s.watch();
     }
     Ok(security)
+}
+
+/// Makes the server's data directory private (0700, made if missing): every user's file
+/// contents and metadata live below it, so no other local account may walk into it, also
+/// in a cluster made before directories were private. (`plusfs server` also makes what it
+/// creates private: umask 077.)
+fn private_data_dir(dir: &Path) -> Result<(), StartError> {
+    use std::os::unix::fs::PermissionsExt;
+    let private = |source| StartError::Private { path: dir.display().to_string(), source };
+    std::fs::create_dir_all(dir).map_err(private)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(private)
 }
 
 /// Binds the address the cluster map gives server `id` (its member `member`'s, if given).

@@ -2,19 +2,26 @@
 //!
 //! Each request is served in its own task, so one connection carries many requests in
 //! flight; replies are queued to the connection's writer, which sends every queued reply
-//! in one vectored write (file data from the buffers it was read into). A malformed frame or a wrong protocol version ends only its connection
+//! in one vectored write (file data from the buffers it was read into). A connection
+//! holds at most [`CONN_BUDGET_KIB`] of requests and replies in the server: each request
+//! takes a share of it (its bytes and the most its reply may hold) until its reply is
+//! written, and a connection over budget is not read any further, so a client that sends
+//! without reading its replies stops itself, not the server. A malformed frame or a wrong protocol version ends only its connection
 //! (after an `EPROTO` reply where a reply can be addressed).
 
 use crate::front::Front;
 use crate::security::{self, Security};
 use plusfs_proto::io::{send_queued, FrameReader, ReadError};
-use plusfs_proto::{decode_request, encode_response_at, DecodeError, Errno, OutFrame, Response, WireError, HEADER_LEN};
+use plusfs_proto::{
+    decode_request, encode_response_at, DecodeError, Errno, OutFrame, Request, Response, WireError, HEADER_LEN,
+};
 use plusfs_tls::Identity;
+use std::borrow::Borrow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// Serves connections from `listener` (over TLS with `security`) until `shutdown` turns
@@ -111,7 +118,8 @@ where
     let (rd, mut wr) = tokio::io::split(stream);
     let _open = OpenConnection::count(&osd);
     let peer = who.addr;
-    let (tx, mut rx) = mpsc::unbounded_channel::<OutFrame>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Queued>();
+    let budget = Arc::new(Semaphore::new(CONN_BUDGET_KIB as usize));
     let m = osd.clone();
     let writer = tokio::spawn(async move {
         // A write error ends the writer; replies queued after it are dropped.
@@ -146,6 +154,11 @@ where
         osd.note_epoch(hint);
         match decode_request(&frame) {
             Ok(mut call) => {
+                let cost = cost_kib(frame.body.len(), &call.request);
+                let share = tokio::select! {
+                    s = budget.clone().acquire_many_owned(cost) => s.ok(),
+                    _ = shutdown.changed() => break,
+                };
                 let cred = match &who.identity {
                     None => call.cred,
                     Some(cert) if cert.lapsed().is_some() => {
@@ -166,7 +179,7 @@ where
                             Err(e) => {
                                 osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);
                                 tracing::debug!(%peer, cause = %e.message, "request refused");
-                                send(&osd, &tx, id, opcode, &Err(e));
+                                send(&osd, &tx, (id, opcode, share), &Err(e));
                                 continue;
                             }
                         }
@@ -184,13 +197,13 @@ where
                     {
                         osd.exporter().observe(op, started.elapsed());
                     }
-                    send(&osd, &tx, id, opcode, &resp);
+                    send(&osd, &tx, (id, opcode, share), &resp);
                 });
             }
             Err(e) => {
                 tracing::warn!(%peer, cause = %e, "undecodable request; closing connection");
                 let errno = if matches!(e, DecodeError::Version { .. }) { Errno::EPROTO } else { e.errno() };
-                send(&osd, &tx, id, opcode, &Err(WireError::new(errno, e.to_string())));
+                send(&osd, &tx, (id, opcode, None), &Err(WireError::new(errno, e.to_string())));
                 break;
             }
         }
@@ -217,7 +230,48 @@ impl Drop for OpenConnection {
     }
 }
 
-fn send(osd: &Front, tx: &mpsc::UnboundedSender<OutFrame>, id: u64, opcode: u16, resp: &Response) {
+/// Bytes of requests and replies one connection may hold in the server at once, in KiB
+/// (the units of its budget semaphore).
+const CONN_BUDGET_KIB: u32 = 64 << 10;
+/// The least share a request takes (so many tiny requests are bounded too).
+const MIN_COST_KIB: u32 = 16;
+
+/// A reply frame and the share of its connection's budget it holds until written.
+struct Queued {
+    frame: OutFrame,
+    _share: Option<OwnedSemaphorePermit>,
+}
+
+impl Borrow<OutFrame> for Queued {
+    fn borrow(&self) -> &OutFrame {
+        &self.frame
+    }
+}
+
+/// The share of its connection's budget request `req`, a frame body of `body` bytes,
+/// takes: its bytes and the most its reply may hold (for replies that carry data or
+/// many entries), at least [`MIN_COST_KIB`], at most the whole budget.
+fn cost_kib(body: usize, req: &Request) -> u32 {
+    const PER_ENTRY: u64 = 512;
+    let reply = match req.inner() {
+        Request::Read { len, .. } => u64::from(*len),
+        Request::Probe { reply_len, .. } => u64::from(*reply_len),
+        Request::DataGet { ranges, .. } => ranges.iter().fold(0u64, |a, r| a.saturating_add(r.2)),
+        Request::BatchRead { max_bytes, names, .. } => (*max_bytes).max(names.len() as u64 * PER_ENTRY),
+        Request::Readdir { limit, .. } => u64::from(*limit).saturating_mul(PER_ENTRY),
+        Request::Batch { names, .. } => names.len() as u64 * PER_ENTRY,
+        _ => 0,
+    };
+    let kib = (body as u64).saturating_add(reply).div_ceil(1024);
+    kib.clamp(u64::from(MIN_COST_KIB), u64::from(CONN_BUDGET_KIB)) as u32
+}
+
+fn send(
+    osd: &Front,
+    tx: &mpsc::UnboundedSender<Queued>,
+    (id, opcode, share): (u64, u16, Option<OwnedSemaphorePermit>),
+    resp: &Response,
+) {
     let epoch = osd.epoch();
     let result = encode_response_at(id, epoch, opcode, resp).or_else(|e| {
         let too_big = Err(WireError::new(Errno::EMSGSIZE, format!("reply too large: {e}")));
@@ -225,6 +279,6 @@ fn send(osd: &Front, tx: &mpsc::UnboundedSender<OutFrame>, id: u64, opcode: u16,
     });
     if let Ok(frame) = result {
         osd.metrics().msgs_out.fetch_add(1, Ordering::Relaxed);
-        let _ = tx.send(frame);
+        let _ = tx.send(Queued { frame, _share: share });
     }
 }

@@ -168,6 +168,9 @@ pub fn admit(who: &Claimant, cred: Cred, req: &mut Request) -> Result<Cred, Wire
     }
 }
 
+/// Reply bytes of a `Probe` any identity may ask for, whatever it sent.
+const PROBE_FREE: usize = 64 << 10;
+
 /// Checks what a client that is no admin presents for client-direct I/O at `now`: a
 /// `Layout` is answered with a capability for this connection's certificate; `DataGet`
 /// needs a read capability, `DataPut` a write capability for the record's owner and bytes;
@@ -196,6 +199,11 @@ pub fn check_caps(who: &Claimant, req: &mut Request, now: u64) -> Result<(), Str
             if let Some(r) = records.iter().find(|r| !receipts.iter().any(|x| x.record == **r)) {
                 return Err(format!("record {r} has no receipt of its own"));
             }
+        }
+        // The wire probe answers with as many bytes as asked: more than it sent only for
+        // admins (a user could otherwise make a server send 4 MiB per 40 bytes).
+        Request::Probe { data, reply_len } if *reply_len as usize > data.len().max(PROBE_FREE) => {
+            return Err(format!("a probe reply of {reply_len} bytes for {} sent needs an admin identity", data.len()));
         }
         Request::CommitWrite { ino, pieces, receipts, .. } => {
             held_receipts(who, receipts, now)?;

@@ -72,7 +72,8 @@ impl Authority {
         if cert_path.exists() {
             return Err(CertError::Exists(cert_path));
         }
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // Its certificate is public (clients name it in the map); its key is not.
+        key_dir(dir, 0o755)?;
         let key = KeyPair::generate()?;
         let mut p = CertificateParams::default();
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -124,7 +125,7 @@ impl Authority {
         let serial_hex = hex(serial.as_ref());
         p.serial_number = Some(serial);
         let cert = p.signed_by(&key, &issuer)?;
-        std::fs::create_dir_all(out).map_err(io(out))?;
+        key_dir(out, 0o700)?;
         write_file(&out.join("key.pem"), key.serialize_pem().as_bytes(), 0o600)?;
         write_file(&out.join("cert.pem"), cert.pem().as_bytes(), 0o644)?;
         write_file(&out.join("ca.pem"), self.cert_pem.as_bytes(), 0o644)?;
@@ -145,16 +146,64 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Makes directory `dir` (mode `mode`) for a private key, or checks that the existing one
+/// is safe to write one into: a real directory (not a symbolic link) of this user, which
+/// no one else may write to (else another local user could read the key, or have it
+/// written over a file of their choice).
+fn key_dir(dir: &Path, mode: u32) -> Result<(), CertError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let refuse = |reason: String| CertError::Bad { path: dir.to_path_buf(), reason };
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            std::fs::DirBuilder::new().mode(mode).create(dir).map_err(io(dir))
+        }
+        Err(e) => Err(io(dir)(e)),
+        Ok(m) if !m.is_dir() => {
+            Err(refuse("refusing to write a key here: not a directory (or a symbolic link)".into()))
+        }
+        Ok(m) if m.uid() != effective_uid() => {
+            Err(refuse(format!("refusing to write a key here: the directory belongs to uid {}", m.uid())))
+        }
+        Ok(m) if m.mode() & 0o022 != 0 => Err(refuse(format!(
+            "refusing to write a key here: others may write to the directory (mode {:o})",
+            m.mode() & 0o7777
+        ))),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// This process's effective uid.
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::geteuid()
+    }
+}
+
 /// Writes `bytes` to `path` with `mode` so that a crash leaves the old file or the new
-/// one: a temporary name, fsync, rename, fsync of the directory.
+/// one: a fresh temporary file (an unpredictable name, created exclusively, never through
+/// a symbolic link), fsync, rename, fsync of the directory.
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), CertError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{:016x}.tmp", rand::random::<u64>()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    let written = f.write_all(bytes).and_then(|_| f.sync_all()).and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(path)(e));
+    }
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
     Ok(())

@@ -98,6 +98,12 @@ impl Mount {
         (words[3].parse().unwrap(), words[5].parse().unwrap(), words[7].parse().unwrap())
     }
 
+    /// Puts the mount's queued delegated work on the servers (`plusfs mount --sync`).
+    pub fn sync(&self) {
+        let out = Command::new(exe()).args(["mount", "--sync"]).arg(self.path()).output().expect("mount --sync");
+        assert!(out.status.success(), "mount --sync: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// Sends `signal` to the mount's daemon.
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on a process this test started.
