@@ -262,3 +262,23 @@ async fn unread_replies_do_not_grow_the_server() {
     drop(hog);
     assert_still_serving(&cluster);
 }
+
+/// A request whose handler panics is answered with EIO (and logged); the connection and
+/// the server go on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_only_its_request() {
+    let mut cluster = TestCluster::start_insecure(1);
+    cluster.cluster.stop(0).unwrap();
+    cluster.cluster.start_with_env(0, &[("PLUSFS_FAILPOINT", "panic:statfs_handler")]).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let c = cluster.client();
+    c.mkdir("/kept", 0o755).await.unwrap();
+    for _ in 0..3 {
+        let e = c.call_server(0, &Request::Statfs).await.unwrap_err();
+        assert_eq!(e.errno, Errno::EIO, "{e}");
+        assert!(e.to_string().contains("failed serving it"), "answered by the server, not timed out: {e}");
+        assert!(c.lstat("/kept").await.is_ok(), "the server goes on");
+    }
+    let log = std::fs::read_to_string(&cluster.cluster.logs()[0]).unwrap();
+    assert!(log.contains("request handler panicked"), "the panic is logged");
+}

@@ -133,7 +133,10 @@ impl Osd {
             }
             Ping => Ok(Reply::Pong { server: self.id, epoch: self.map().epoch }),
             DirSetAttr { path, set } => self.dir_set_attr(&path, &set, c).await,
-            Statfs => self.statfs(),
+            Statfs => {
+                self.failpoints.hit("statfs_handler").await;
+                self.statfs()
+            }
             Status => self.status().await,
             FsckScan => self.fsck_scan(),
             TxPrepare { txid, ops, epoch } => self.tx_prepare(txid, ops, epoch, c).await,

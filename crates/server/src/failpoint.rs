@@ -19,6 +19,8 @@
 //! COMMIT-REQ); `data_after_append` (file data appended, before its index is committed);
 //! `once_before_answer_record` (an exactly-once request took effect on a replicated slot,
 //! before its answer is recorded on its own or sent).
+//! `statfs_handler` (a server serving `Statfs`; with `PLUSFS_FAILPOINT=panic:statfs_handler` the
+//! request's task panics, which the server answers with EIO).
 //! Process-only (reached in synchronous code): `compaction_before_switch`,
 //! `compaction_after_switch` (data compaction), `cx_during_recovery` (a restarted server
 //! loaded its Cx log, before resuming). Unarmed, checking costs two loads.
@@ -103,11 +105,16 @@ fn process_failpoint() -> Option<&'static str> {
     NAME.get_or_init(|| std::env::var("PLUSFS_FAILPOINT").ok().filter(|s| !s.is_empty())).as_deref()
 }
 
-/// Aborts the process if `PLUSFS_FAILPOINT` names `name` (for steps in synchronous code).
+/// Aborts the process if `PLUSFS_FAILPOINT` names `name` (for steps in synchronous code);
+/// panics (the reaching task only) if it names `panic:NAME`.
 pub fn hit_process(name: &str) {
-    if process_failpoint() == Some(name) {
-        eprintln!("plusfs: failpoint {name} reached: aborting");
-        std::process::abort();
+    match process_failpoint() {
+        Some(n) if n == name => {
+            eprintln!("plusfs: failpoint {name} reached: aborting");
+            std::process::abort();
+        }
+        Some(n) if n.strip_prefix("panic:") == Some(name) => panic!("failpoint {name}: a forced panic"),
+        _ => {}
     }
 }
 

@@ -190,7 +190,14 @@ where
                     // Timed only while an endpoint serves the metrics.
                     let timed =
                         osd.exporter().timing().then(|| (call.request.inner().name(), std::time::Instant::now()));
-                    let resp = osd.handle_hinted(cred, call.request, hint).await;
+                    let op = call.request.inner().name();
+                    let handled = std::panic::AssertUnwindSafe(osd.handle_hinted(cred, call.request, hint));
+                    // A bug that panics fails its request (EIO), not the connection or the server.
+                    let resp = futures::FutureExt::catch_unwind(handled).await.unwrap_or_else(|panic| {
+                        let what = panic_text(panic.as_ref());
+                        tracing::error!(%op, cause = %what, "request handler panicked");
+                        Err(WireError::new(Errno::EIO, format!("{op}: the server failed serving it: {what}")))
+                    });
                     // A follower's redirect is not a served request.
                     if let Some((op, started)) =
                         timed.filter(|_| !matches!(resp, Ok(plusfs_proto::Reply::Redirect { .. })))
@@ -228,6 +235,15 @@ impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.net().connections.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// The message of a panic's payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Bytes of requests and replies one connection may hold in the server at once, in KiB
