@@ -226,6 +226,36 @@ async fn files_on_disk_are_private_and_keys_are_written_safely() {
     assert_eq!(mode(&fresh), 0o700);
 }
 
+/// A bounded identity holds at most `[tls] conns_per_identity` connections to a server:
+/// one more is closed after its handshake (logged), admins are served all along, and a
+/// slot frees when one of its connections closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_identity_holds_a_bounded_number_of_connections() {
+    let settings = plusfs_localcluster::ClusterSettings { conns_per_identity: Some(4), ..Default::default() };
+    let tc = TestCluster::start_settings(1, &settings);
+    let t = tempfile::tempdir().unwrap();
+    let ca_pem = tc.cluster.map().tls.ca.clone().unwrap();
+    cluster_ca(&tc).issue(&user("alice", RootClaim::Squash), Validity::days(1), &t.path().join("alice")).unwrap();
+    let tls = ClientTls::load(&TlsFiles { ca: ca_pem.clone(), identity: t.path().join("alice") }).unwrap();
+    let addr = tc.cluster.map().servers[0].address.clone();
+    let alice = Cred::new(1000, 1000, vec![]);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let c = Connection::connect_with(&addr, Arc::new(Counters::default()), Some(&tls)).await.unwrap();
+        assert!(matches!(c.call(&alice, &Request::Ping).await, Ok(Ok(Reply::Pong { .. }))));
+        held.push(c);
+    }
+    assert!(ping_as(&tc, &ca_pem, &t.path().join("alice")).await.is_err(), "a fifth connection is refused");
+    tc.client().lstat("/").await.expect("an admin is served meanwhile");
+    drop(held.pop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ping_as(&tc, &ca_pem, &t.path().join("alice")).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "a closed connection's slot was not freed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(refusals_logged(&tc) >= 1);
+}
+
 /// The DER of the first certificate in PEM text `pem`.
 fn first_der(pem: &[u8]) -> Vec<u8> {
     use plusfs_tls::tokio_rustls::rustls::pki_types::pem::PemObject;

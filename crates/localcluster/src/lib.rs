@@ -70,6 +70,8 @@ pub struct ClusterSettings {
     pub rebalance: plusfs_placement::RebalanceSettings,
     /// Seconds a client-direct I/O capability stays valid (`[tls] capability_secs`).
     pub capability_secs: Option<u64>,
+    /// Connections per bounded certificate and server (`[tls] conns_per_identity`).
+    pub conns_per_identity: Option<u32>,
 }
 
 /// Opens (appending; made 0600 if new) a log of a server or proxy: what servers log names
@@ -228,6 +230,7 @@ pub fn make_certs(data: &Path) -> Result<TlsSettings> {
         server_identity: Some(certs.join("server")),
         revoked: Vec::new(),
         capability_secs: None,
+        conns_per_identity: None,
     })
 }
 
@@ -304,7 +307,11 @@ impl LocalCluster {
                 replication: settings.replication.clone(),
                 tls: match settings.insecure {
                     true => TlsSettings::default(),
-                    false => TlsSettings { capability_secs: settings.capability_secs, ..make_certs(&data)? },
+                    false => TlsSettings {
+                        capability_secs: settings.capability_secs,
+                        conns_per_identity: settings.conns_per_identity,
+                        ..make_certs(&data)?
+                    },
                 },
                 servers,
                 migration: None,

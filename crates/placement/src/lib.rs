@@ -293,7 +293,16 @@ pub struct TlsSettings {
     /// [`DEFAULT_CAPABILITY_SECS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capability_secs: Option<u64>,
+    /// Connections one user or node certificate may hold open to one server process at
+    /// once (default [`DEFAULT_CONNS_PER_IDENTITY`]); admins and servers are not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conns_per_identity: Option<u32>,
 }
+
+/// Connections one bounded certificate may hold to one server unless `[tls]
+/// conns_per_identity` says otherwise: a machine's mount and its tools use a few per
+/// server; a client that opens more is refused before it exhausts the server's descriptors.
+pub const DEFAULT_CONNS_PER_IDENTITY: u32 = 256;
 
 /// Seconds a capability of client-direct I/O stays valid unless `[tls] capability_secs`
 /// says otherwise: long enough for any one request, short enough that a stolen one soon
@@ -301,6 +310,11 @@ pub struct TlsSettings {
 pub const DEFAULT_CAPABILITY_SECS: u64 = 60;
 
 impl TlsSettings {
+    /// Connections one bounded certificate may hold to one server.
+    pub fn conns_per_identity(&self) -> u32 {
+        self.conns_per_identity.unwrap_or(DEFAULT_CONNS_PER_IDENTITY).max(1)
+    }
+
     /// Seconds a capability of client-direct I/O stays valid.
     pub fn capability_secs(&self) -> u64 {
         self.capability_secs.unwrap_or(DEFAULT_CAPABILITY_SECS).max(1)

@@ -106,8 +106,13 @@ impl Connection {
         let wpending = pending.clone();
         let waddr = addr.to_string();
         tokio::spawn(async move {
-            if let Err(e) = send_queued(&mut rx, &mut wr, |_| {}).await {
-                fail_all(&walive, &wpending, &waddr, &e.to_string());
+            match send_queued(&mut rx, &mut wr, |_| {}).await {
+                Err(e) => fail_all(&walive, &wpending, &waddr, &e.to_string()),
+                // The connection was dropped: say so to the server (TLS close and FIN), which
+                // closes its end, so the socket does not outlive the handle.
+                Ok(()) => {
+                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
+                }
             }
         });
 

@@ -6,7 +6,8 @@
 //! holds at most [`CONN_BUDGET_KIB`] of requests and replies in the server: each request
 //! takes a share of it (its bytes and the most its reply may hold) until its reply is
 //! written, and a connection over budget is not read any further, so a client that sends
-//! without reading its replies stops itself, not the server. A malformed frame or a wrong protocol version ends only its connection
+//! without reading its replies stops itself, not the server (connections of the cluster's
+//! own servers are exempt). A malformed frame or a wrong protocol version ends only its connection
 //! (after an `EPROTO` reply where a reply can be addressed).
 
 use crate::front::Front;
@@ -72,6 +73,11 @@ async fn admit(
     match accepted {
         Ok((tls, identity, serial)) => {
             osd.net().tls_handshakes.fetch_add(1, Ordering::Relaxed);
+            let Some(_slot) = security.open_slot(&identity, &serial) else {
+                osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%peer, %identity, "connection refused: the identity holds as many connections as allowed");
+                return;
+            };
             tracing::debug!(%peer, %identity, "TLS connection admitted");
             let not_after = plusfs_tls::peer_not_after(&tls).unwrap_or(0);
             let cert = Cert { identity, serial, not_after, security };
@@ -120,6 +126,10 @@ where
     let peer = who.addr;
     let (tx, mut rx) = mpsc::unbounded_channel::<Queued>();
     let budget = Arc::new(Semaphore::new(CONN_BUDGET_KIB as usize));
+    // Other servers are not held to a budget: their requests to each other may wait on
+    // one another in cycles (a forwarded request's handler calling back), which a full
+    // budget could turn into a deadlock; they are the cluster's own, not a user's.
+    let budgeted = who.identity.as_ref().is_none_or(|c| !c.identity.is_server());
     let m = osd.clone();
     let writer = tokio::spawn(async move {
         // A write error ends the writer; replies queued after it are dropped.
@@ -155,9 +165,12 @@ where
         match decode_request(&frame) {
             Ok(mut call) => {
                 let cost = cost_kib(frame.body.len(), &call.request);
-                let share = tokio::select! {
-                    s = budget.clone().acquire_many_owned(cost) => s.ok(),
-                    _ = shutdown.changed() => break,
+                let share = match budgeted {
+                    true => tokio::select! {
+                        s = budget.clone().acquire_many_owned(cost) => s.ok(),
+                        _ = shutdown.changed() => break,
+                    },
+                    false => None,
                 };
                 let cred = match &who.identity {
                     None => call.cred,

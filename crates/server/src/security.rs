@@ -19,6 +19,9 @@ use tokio::net::TcpStream;
 /// The TLS end of a server and where it learns of revocations.
 pub struct Security {
     tls: Arc<ServerTls>,
+    /// Open connections per bounded certificate (serial), and the most allowed.
+    open: OpenCounts,
+    max_open: u32,
     /// Checks the capabilities and receipts clients present.
     caps: CapKey,
     /// The cluster map file, re-read for its revocation list when it changes.
@@ -44,12 +47,35 @@ impl Security {
         let caps = CapKey::from_identity(&identity)?;
         let tls = Arc::new(ServerTls::load(&TlsFiles { ca, identity }, &map.tls.revoked)?);
         let seen = map_path.and_then(modified);
-        Ok(Some(Security { tls, caps, map_path: map_path.map(Path::to_path_buf), seen: Mutex::new(seen) }))
+        Ok(Some(Security {
+            tls,
+            open: Arc::default(),
+            max_open: map.tls.conns_per_identity(),
+            caps,
+            map_path: map_path.map(Path::to_path_buf),
+            seen: Mutex::new(seen),
+        }))
     }
 
     /// The TLS server end (shared with the replica group's Raft listener).
     pub fn server_tls(&self) -> Arc<ServerTls> {
         self.tls.clone()
+    }
+
+    /// Counts a new connection of `identity` (certificate `serial`) while the returned
+    /// slot lives; `None` when a bounded identity already holds as many as the map allows
+    /// (admins and servers are not counted).
+    pub fn open_slot(&self, identity: &Identity, serial: &str) -> Option<Slot> {
+        if identity.is_admin() {
+            return Some(Slot(None));
+        }
+        let mut open = self.open.lock().expect("open connections");
+        let n = open.entry(serial.to_string()).or_default();
+        if *n >= self.max_open {
+            return None;
+        }
+        *n += 1;
+        Some(Slot(Some((self.open.clone(), serial.to_string()))))
     }
 
     /// The key capabilities are checked with.
@@ -99,6 +125,25 @@ impl Security {
                 tracing::info!(revoked = map.tls.revoked.len(), "revocation list reloaded");
             }
             Err(e) => tracing::warn!(cause = %e, "cannot re-read the cluster map for revocations"),
+        }
+    }
+}
+
+/// One counted connection of a bounded identity (see [`Security::open_slot`]).
+pub struct Slot(Option<(OpenCounts, String)>);
+
+/// Open connections per bounded certificate serial number.
+type OpenCounts = Arc<Mutex<std::collections::HashMap<String, u32>>>;
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let Some((open, serial)) = self.0.take() else { return };
+        let mut open = open.lock().expect("open connections");
+        if let Some(n) = open.get_mut(&serial) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&serial);
+            }
         }
     }
 }
