@@ -114,6 +114,19 @@ async fn servers_serve_metrics_that_move_with_operations() {
     assert!(status.contains(&format!("http://{addr}/metrics")), "cluster status shows the endpoints: {status}");
 }
 
+/// Idle connections to a metrics endpoint (opened, nothing sent) take no answering slot:
+/// a scrape meanwhile is answered.
+#[test]
+fn idle_connections_do_not_deny_scrapes() {
+    let tc = TestCluster::start(1);
+    let addr = tc.cluster.map().servers[0].metrics.clone().expect("a metrics address");
+    let idle: Vec<std::net::TcpStream> = (0..16).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (status, body) = http_get(&addr, "/metrics");
+    assert!(status.contains("200"), "{status}: {body}");
+    drop(idle);
+}
+
 #[test]
 fn a_mount_serves_histograms_of_its_operations() {
     if !mounts::fuse_available() {

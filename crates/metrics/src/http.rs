@@ -11,7 +11,8 @@ use tokio::net::{TcpListener, TcpStream};
 /// Brings values kept elsewhere into the registry before each scrape.
 pub type Refresh = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
-/// Scrapes answered at once; more connections wait.
+/// Scrapes answered at once (a connection takes a slot only once its request has come:
+/// idle connections hold none); one more is answered 503.
 const CONCURRENT: usize = 4;
 /// A refresh serves the scrapes of this long (a burst of scrapes costs one).
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
@@ -38,10 +39,15 @@ pub async fn serve(listener: TcpListener, registry: Registry, refresh: Refresh) 
                 continue;
             }
         };
-        let slot = slots.clone().try_acquire_owned().ok();
-        let (registry, refresh, last) = (registry.clone(), refresh.clone(), last.clone());
+        let (registry, refresh, last, slots) = (registry.clone(), refresh.clone(), last.clone(), slots.clone());
         tokio::spawn(async move {
-            let Some(_slot) = slot else {
+            let mut s = s;
+            let head = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut s)).await {
+                Ok(Ok(head)) => head,
+                Ok(Err(e)) => return tracing::debug!(%peer, cause = %e, "metrics request failed"),
+                Err(_) => return tracing::debug!(%peer, "no metrics request in time: closed"),
+            };
+            let Ok(_slot) = slots.try_acquire_owned() else {
                 // Busy: say so at once rather than hold the accept loop.
                 let _ = tokio::time::timeout(REQUEST_TIMEOUT, busy(s)).await;
                 return;
@@ -56,7 +62,7 @@ pub async fn serve(listener: TcpListener, registry: Registry, refresh: Refresh) 
                     }
                 }
             };
-            match tokio::time::timeout(REQUEST_TIMEOUT * 3, answer(s, &registry, fresh)).await {
+            match tokio::time::timeout(REQUEST_TIMEOUT * 3, answer(s, &head, &registry, fresh)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::debug!(%peer, cause = %e, "metrics request failed"),
                 Err(_) => tracing::debug!(%peer, "metrics request timed out"),
@@ -67,12 +73,10 @@ pub async fn serve(listener: TcpListener, registry: Registry, refresh: Refresh) 
 
 async fn answer(
     mut s: TcpStream,
+    head: &str,
     registry: &Registry,
     refresh: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut s))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request"))??;
     let line = head.lines().next().unwrap_or("");
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
