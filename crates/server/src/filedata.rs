@@ -350,20 +350,22 @@ impl Osd {
         bytes: Bytes,
     ) -> OpResult<Vec<Piece>> {
         let parts = records_of(&bytes);
-        let mut offs = Vec::with_capacity(parts.len());
-        let mut off = at;
-        for part in &parts {
-            offs.push(off);
-            off += part.len() as u64;
-        }
-        let puts = parts.iter().zip(offs).map(|(part, file_off)| {
+        // Each part with the file offset of its first byte.
+        let placed: Vec<(u64, &Bytes)> = parts
+            .iter()
+            .scan(at, |off, part| {
+                let here = *off;
+                *off += part.len() as u64;
+                Some((here, part))
+            })
+            .collect();
+        let puts = placed.iter().map(|&(file_off, part)| {
             let req = Request::DataPut { owner, data: part.clone().into(), file_off, cap: None };
             async move { self.peers.call(server, &req).await }
         });
         let mut pieces = Vec::new();
         let mut failed = None;
-        let mut file_off = at;
-        for (part, r) in parts.iter().zip(join_all(puts).await) {
+        for (&(file_off, part), r) in placed.iter().zip(join_all(puts).await) {
             match r {
                 Ok(Ok(Reply::Record(id))) => {
                     pieces.push(Piece { file_off, len: part.len() as u64, server, record: id, skip: 0 })
@@ -372,7 +374,6 @@ impl Osd {
                 Ok(Err(e)) => failed = failed.or(Some(e)),
                 Err(e) => failed = failed.or(Some(err(Errno::EIO, format!("data server {server}: {e}")))),
             }
-            file_off += part.len() as u64;
         }
         if let Some(e) = failed {
             // The parts stored are nobody's.
@@ -516,8 +517,7 @@ impl Osd {
             let bytes = loc.ok_or_else(|| err(Errno::EIO, format!("record {id} is not on server {}", self.id)))?;
             let loc: RecordLoc =
                 postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
-            if owner.is_some_and(|o| o != loc.owner) {
-                let o = owner.unwrap_or_default();
+            if let Some(o) = owner.filter(|o| *o != loc.owner) {
                 return Err(err(Errno::EACCES, format!("record {id} belongs to another file than inode {o}")));
             }
             extents.push(loc.extent);

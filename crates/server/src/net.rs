@@ -174,14 +174,13 @@ where
                 };
                 let cred = match &who.identity {
                     None => call.cred,
-                    Some(cert) if cert.lapsed().is_some() => {
-                        osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
-                        let (identity, serial) = (&cert.identity, &cert.serial);
-                        let why = cert.lapsed().unwrap_or_default();
-                        tracing::warn!(%peer, %identity, serial, "{why}: closing its connection");
-                        break;
-                    }
                     Some(cert) => {
+                        if let Some(why) = cert.lapsed() {
+                            osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
+                            let (identity, serial) = (&cert.identity, &cert.serial);
+                            tracing::warn!(%peer, %identity, serial, "{why}: closing its connection");
+                            break;
+                        }
                         let who = security::Claimant {
                             identity: &cert.identity,
                             serial: &cert.serial,
