@@ -218,6 +218,23 @@ pub enum ClusterCmd {
     },
 }
 
+/// Raises this process's limit of open descriptors to its hard limit: a server holds one
+/// per connection, and a service's default of 1,024 is soon reached by many clients.
+fn raise_open_files() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write only the struct passed.
+    #[allow(unsafe_code)]
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max && {
+            let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0
+        }
+    };
+    if raised {
+        tracing::debug!(from = lim.rlim_cur, to = lim.rlim_max, "open-file limit raised");
+    }
+}
+
 /// Runs one server until SIGTERM or SIGINT.
 pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
     // Everything a server writes (store, data segments, snapshots) is its users' data:
@@ -227,6 +244,7 @@ pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
     unsafe {
         libc::umask(0o077);
     }
+    raise_open_files();
     let map = crate::load_map(cluster.as_ref())?;
     let config = ServerConfig {
         id: a.id,

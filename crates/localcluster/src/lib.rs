@@ -72,6 +72,8 @@ pub struct ClusterSettings {
     pub capability_secs: Option<u64>,
     /// Connections per bounded certificate and server (`[tls] conns_per_identity`).
     pub conns_per_identity: Option<u32>,
+    /// Seconds a client connection may stay idle (`[tls] idle_secs`).
+    pub idle_secs: Option<u64>,
 }
 
 /// Opens (appending; made 0600 if new) a log of a server or proxy: what servers log names
@@ -231,6 +233,7 @@ pub fn make_certs(data: &Path) -> Result<TlsSettings> {
         revoked: Vec::new(),
         capability_secs: None,
         conns_per_identity: None,
+        idle_secs: None,
     })
 }
 
@@ -310,6 +313,7 @@ impl LocalCluster {
                     false => TlsSettings {
                         capability_secs: settings.capability_secs,
                         conns_per_identity: settings.conns_per_identity,
+                        idle_secs: settings.idle_secs,
                         ..make_certs(&data)?
                     },
                 },

@@ -297,7 +297,15 @@ pub struct TlsSettings {
     /// once (default [`DEFAULT_CONNS_PER_IDENTITY`]); admins and servers are not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conns_per_identity: Option<u32>,
+    /// Seconds a user, node or admin connection may stay without a request before the
+    /// server closes it (default [`DEFAULT_IDLE_SECS`]); clients reopen a connection idle
+    /// half as long before they use it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_secs: Option<u64>,
 }
+
+/// Seconds an idle client connection stays open unless `[tls] idle_secs` says otherwise.
+pub const DEFAULT_IDLE_SECS: u64 = 600;
 
 /// Connections one bounded certificate may hold to one server unless `[tls]
 /// conns_per_identity` says otherwise: a machine's mount and its tools use a few per
@@ -313,6 +321,11 @@ impl TlsSettings {
     /// Connections one bounded certificate may hold to one server.
     pub fn conns_per_identity(&self) -> u32 {
         self.conns_per_identity.unwrap_or(DEFAULT_CONNS_PER_IDENTITY).max(1)
+    }
+
+    /// How long a client connection may stay idle before the server closes it.
+    pub fn idle_limit(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.idle_secs.unwrap_or(DEFAULT_IDLE_SECS).max(2))
     }
 
     /// Seconds a capability of client-direct I/O stays valid.

@@ -31,6 +31,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         FrameReader { inner, buf: BytesMut::with_capacity(READ_AHEAD) }
     }
 
+    /// The length in bytes of the next frame (its header included) once its length field
+    /// has arrived, before the rest of it is read (so a caller can make room for it first);
+    /// `Ok(None)` at a clean end of stream.
+    pub async fn announced(&mut self) -> Result<Option<usize>, ReadError> {
+        while self.buf.len() < 4 {
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf.reserve(READ_AHEAD);
+            }
+            if self.inner.read_buf(&mut self.buf).await? == 0 {
+                return if self.buf.is_empty() { Ok(None) } else { Err(ReadError::Truncated) };
+            }
+        }
+        Ok(Some(4 + u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize))
+    }
+
     /// The next whole frame, or `Ok(None)` at a clean end of stream. A frame's bytes are
     /// read straight into one buffer that the returned frame (and its payload) shares.
     pub async fn read_frame(&mut self) -> Result<Option<Frame>, ReadError> {

@@ -52,6 +52,10 @@ pub struct Connection {
     outbox: mpsc::UnboundedSender<OutFrame>,
     alive: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    /// When the connection was opened, and the milliseconds since then at its last
+    /// request or reply (how long it has been idle).
+    opened: std::time::Instant,
+    active_ms: Arc<AtomicU64>,
 }
 
 impl Connection {
@@ -121,12 +125,16 @@ impl Connection {
         let rpending = pending.clone();
         let raddr = addr.to_string();
         let rcounters = counters.clone();
+        let opened = std::time::Instant::now();
+        let active_ms = Arc::new(AtomicU64::new(0));
+        let ractive = active_ms.clone();
         tokio::spawn(async move {
             let mut reader = FrameReader::new(rd);
             loop {
                 match reader.read_frame().await {
                     Ok(Some(frame)) => {
                         rcounters.msgs_in.fetch_add(1, Ordering::Relaxed);
+                        ractive.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
                         rcounters.bytes_in.fetch_add((frame.body.len() + 20) as u64, Ordering::Relaxed);
                         rcounters.epochs.note_hint(frame.header.epoch);
                         let id = frame.header.request_id;
@@ -165,12 +173,31 @@ impl Connection {
             }
         });
 
-        Ok(Connection { addr: addr.to_string(), next_id: AtomicU64::new(1), pending, outbox, alive, counters })
+        Ok(Connection {
+            addr: addr.to_string(),
+            next_id: AtomicU64::new(1),
+            pending,
+            outbox,
+            alive,
+            counters,
+            opened,
+            active_ms,
+        })
     }
 
     /// True until the connection has failed.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// How long no request has been waiting on the connection and none sent (servers
+    /// close a client connection idle for `[tls] idle_secs`).
+    pub fn idle_for(&self) -> std::time::Duration {
+        if !self.pending.lock().expect("pending lock").is_empty() {
+            return std::time::Duration::ZERO;
+        }
+        let active = std::time::Duration::from_millis(self.active_ms.load(Ordering::Relaxed));
+        self.opened.elapsed().saturating_sub(active)
     }
 
     /// The server address.
@@ -190,6 +217,7 @@ impl Connection {
         })?;
         let (tx, rx) = oneshot::channel();
         self.pending.lock().expect("pending lock").insert(id, tx);
+        self.active_ms.store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
         self.counters.msgs_out.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_out.fetch_add(frame.len() as u64, Ordering::Relaxed);
         if self.outbox.send(frame).is_err() {

@@ -98,6 +98,9 @@ pub struct TcpTransport {
     counters: Arc<Counters>,
     /// The TLS client end (none: plain TCP), or why it could not be loaded.
     tls: Result<Option<Arc<ClientTls>>, String>,
+    /// A connection idle this long is reopened before its next call: half the time after
+    /// which servers close idle client connections, so a call never races that close.
+    reuse_within: std::time::Duration,
 }
 
 impl TcpTransport {
@@ -110,6 +113,7 @@ impl TcpTransport {
             per_server,
             counters,
             tls: crate::secure::client_tls(&map.tls),
+            reuse_within: map.tls.idle_limit() / 2,
         }
     }
 
@@ -126,7 +130,7 @@ impl TcpTransport {
         let i = slot.next.fetch_add(1, Ordering::Relaxed) % slot.conns.len();
         let mut guard = slot.conns[i].lock().await;
         if let Some(c) = guard.as_ref() {
-            if c.is_alive() && c.addr() == addr {
+            if c.is_alive() && c.addr() == addr && c.idle_for() < self.reuse_within {
                 return Ok(c.clone());
             }
         }

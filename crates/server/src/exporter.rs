@@ -76,7 +76,7 @@ pub struct Exporter {
     ops: IntCounterVec,
     totals: HashMap<&'static str, IntCounter>,
     levels: HashMap<&'static str, IntGauge>,
-    net: [IntCounter; 3],
+    net: [IntCounter; 5],
     connections: IntGauge,
     replica: [IntGauge; 3],
     lag: IntGaugeVec,
@@ -136,6 +136,16 @@ impl Exporter {
                 counter(&r, "plusfs_tls_handshakes_total", "TLS handshakes that admitted a peer."),
                 counter(&r, "plusfs_tls_refusals_total", "Connections refused (handshake, certificate, revocation)."),
                 counter(&r, "plusfs_refused_requests_total", "Requests the peer's identity does not allow."),
+                counter(
+                    &r,
+                    "plusfs_connections_closed_idle_total",
+                    "Connections closed idle, with a handshake not done in time, or with replies left unread.",
+                ),
+                counter(
+                    &r,
+                    "plusfs_budget_waits_total",
+                    "Times a connection waited for room in its memory budget before its next request was read.",
+                ),
             ],
             connections: gauge(&r, "plusfs_connections", "Client and peer connections open."),
             replica: [
@@ -203,6 +213,8 @@ impl Exporter {
         set_total(&self.net[0], NetCounters::get(&n.tls_handshakes));
         set_total(&self.net[1], NetCounters::get(&n.tls_refusals));
         set_total(&self.net[2], NetCounters::get(&n.refused_requests));
+        set_total(&self.net[3], NetCounters::get(&n.closed_idle));
+        set_total(&self.net[4], NetCounters::get(&n.budget_waits));
         self.connections.set(NetCounters::get(&n.connections) as i64);
     }
 

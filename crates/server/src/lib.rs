@@ -7,6 +7,7 @@
 
 mod batch;
 mod bfo;
+mod budget;
 mod cx;
 mod deleg;
 mod dirperms;
@@ -136,7 +137,10 @@ fn open_store(config: &ServerConfig) -> Result<Arc<RocksStore>, StartError> {
 fn open_data(config: &ServerConfig, replica: bool) -> Result<Arc<plusfs_data::DataStore>, StartError> {
     let data_dir = config.data_dir.join("data");
     let data_opts = plusfs_data::DataOptions {
-        sync: config.map.sync == plusfs_placement::SyncMode::Always,
+        // A replica group's member fdatasyncs its appends whatever `sync` says: its store
+        // may make an apply durable (a memtable flush) before the OS writes the bytes it
+        // refers to back, and the log that carried them is then not replayed.
+        sync: config.map.sync == plusfs_placement::SyncMode::Always || replica,
         reserve_bytes: config.map.data.reserve_bytes,
         segment_bytes: config.map.data.segment_bytes,
         replica,

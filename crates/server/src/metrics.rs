@@ -26,6 +26,12 @@ pub struct NetCounters {
     pub tls_refusals: AtomicU64,
     /// Requests refused because the peer's identity does not allow them.
     pub refused_requests: AtomicU64,
+    /// Connections closed for want of traffic: idle past the limit, a handshake not done
+    /// in time, a peer not reading its replies.
+    pub closed_idle: AtomicU64,
+    /// Times a connection stopped being read until its identity's (or the server's)
+    /// memory budget had room for its next request.
+    pub budget_waits: AtomicU64,
 }
 
 impl NetCounters {

@@ -2,14 +2,15 @@
 //!
 //! Each request is served in its own task, so one connection carries many requests in
 //! flight; replies are queued to the connection's writer, which sends every queued reply
-//! in one vectored write (file data from the buffers it was read into). A connection
-//! holds at most [`CONN_BUDGET_KIB`] of requests and replies in the server: each request
-//! takes a share of it (its bytes and the most its reply may hold) until its reply is
-//! written, and a connection over budget is not read any further, so a client that sends
-//! without reading its replies stops itself, not the server (connections of the cluster's
-//! own servers are exempt). A malformed frame or a wrong protocol version ends only its connection
-//! (after an `EPROTO` reply where a reply can be addressed).
+//! in one vectored write (file data from the buffers it was read into). What a connection
+//! may hold in the server is bounded: requests and replies take shares of memory budgets
+//! ([`crate::budget`]) and a connection over budget is not read any further; a TLS handshake
+//! must finish within [`HANDSHAKE_LIMIT`], with at most [`PENDING_PER_ADDRESS`] under way per
+//! peer address; a client connection idle for `[tls] idle_secs`, or that reads no reply
+//! for as long (at most [`STALL_LIMIT`]), is closed. A malformed frame or a wrong protocol version ends
+//! only its connection (after an `EPROTO` reply where a reply can be addressed).
 
+use crate::budget::{self, Budgets, Holder, Meter, Share};
 use crate::front::Front;
 use crate::security::{self, Security};
 use plusfs_proto::io::{send_queued, FrameReader, ReadError};
@@ -18,12 +19,27 @@ use plusfs_proto::{
 };
 use plusfs_tls::Identity;
 use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+
+/// Longest a TLS handshake may take before its connection is closed.
+pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// Handshakes under way at once from one peer address (more are closed at once).
+pub const PENDING_PER_ADDRESS: u32 = 64;
+/// Handshakes under way at once in all.
+pub const PENDING_IN_ALL: u32 = 512;
+/// Longest a reply may wait on a client that reads nothing before its connection is closed
+/// (shorter when `[tls] idle_secs` is).
+pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// Serves connections from `listener` (over TLS with `security`) until `shutdown` turns
 /// true, then waits for the requests in flight.
@@ -34,12 +50,18 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
+    let shared = Arc::new(Shared::default());
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     tracing::debug!(%peer, "connection accepted");
-                    conns.spawn(admit(stream, osd.clone(), security.clone(), shutdown.clone()));
+                    let Some(pending) = Pending::enter(&shared, peer.ip()) else {
+                        osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%peer, "connection refused: too many handshakes under way from its address");
+                        continue;
+                    };
+                    conns.spawn(admit(stream, pending, osd.clone(), security.clone(), shutdown.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(cause = %e, "accept failed");
@@ -54,24 +76,71 @@ pub async fn serve(
     while conns.join_next().await.is_some() {}
 }
 
+/// What the connections of one server process share: their memory budgets and the count
+/// of handshakes under way per peer address.
+#[derive(Default)]
+struct Shared {
+    budgets: Budgets,
+    pending: Mutex<HashMap<IpAddr, u32>>,
+}
+
+/// A connection whose TLS handshake is under way (counted per address while it lives).
+struct Pending {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Pending {
+    /// Counts a new connection from `ip`; `None` when its address, or all addresses
+    /// together, have as many handshakes under way as allowed.
+    fn enter(shared: &Arc<Shared>, ip: IpAddr) -> Option<Pending> {
+        let mut pending = shared.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let all: u32 = pending.values().sum();
+        let n = pending.entry(ip).or_default();
+        if *n >= PENDING_PER_ADDRESS || all >= PENDING_IN_ALL {
+            return None;
+        }
+        *n += 1;
+        Some(Pending { shared: shared.clone(), ip })
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut pending = self.shared.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = pending.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                pending.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Runs the TLS handshake of a new connection (if the cluster uses TLS), then serves it.
 async fn admit(
     stream: TcpStream,
+    pending: Pending,
     osd: Arc<Front>,
     security: Option<Arc<Security>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     stream.set_nodelay(true).ok();
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let shared = pending.shared.clone();
     let Some(security) = security else {
-        return connection(stream, Peer { addr: peer, identity: None }, osd, shutdown).await;
+        drop(pending);
+        let meter = shared.budgets.meter(Holder::Plain);
+        let who = Peer { addr: peer, identity: None, meter: Some(meter), idle: None };
+        return connection(stream, who, osd, shutdown).await;
     };
     let accepted = tokio::select! {
-        a = security.accept(stream) => a,
+        a = tokio::time::timeout(HANDSHAKE_LIMIT, security.accept(stream)) => a,
         _ = shutdown.changed() => return,
     };
+    drop(pending);
     match accepted {
-        Ok((tls, identity, serial)) => {
+        Ok(Ok((tls, identity, serial))) => {
             osd.net().tls_handshakes.fetch_add(1, Ordering::Relaxed);
             let Some(_slot) = security.open_slot(&identity, &serial) else {
                 osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
@@ -80,13 +149,24 @@ async fn admit(
             };
             tracing::debug!(%peer, %identity, "TLS connection admitted");
             let not_after = plusfs_tls::peer_not_after(&tls).unwrap_or(0);
+            // The cluster's own servers are neither budgeted nor closed when idle.
+            let client = !identity.is_server();
+            let meter = client.then(|| {
+                let bounded = !identity.is_admin();
+                shared.budgets.meter(Holder::Cert { serial: &serial, bounded })
+            });
+            let idle = client.then(|| security.idle_limit());
             let cert = Cert { identity, serial, not_after, security };
-            let peer = Peer { addr: peer, identity: Some(cert) };
+            let peer = Peer { addr: peer, identity: Some(cert), meter, idle };
             connection(tls, peer, osd, shutdown).await
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             osd.net().tls_refusals.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%peer, cause = %e, "connection refused");
+        }
+        Err(_) => {
+            osd.net().closed_idle.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, "connection closed: no TLS handshake within {} s", HANDSHAKE_LIMIT.as_secs());
         }
     }
 }
@@ -95,6 +175,11 @@ async fn admit(
 struct Peer {
     addr: String,
     identity: Option<Cert>,
+    /// The budgets its requests draw on (none for the cluster's own servers).
+    meter: Option<Meter>,
+    /// How long it may stay idle (forever for the cluster's own servers and on an
+    /// insecure cluster).
+    idle: Option<Duration>,
 }
 
 /// The certificate a TLS peer presented: its identity, serial number and end of validity
@@ -121,27 +206,64 @@ async fn connection<S>(stream: S, who: Peer, osd: Arc<Front>, mut shutdown: watc
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (rd, mut wr) = tokio::io::split(stream);
+    let (rd, wr) = tokio::io::split(stream);
     let _open = OpenConnection::count(&osd);
     let peer = who.addr;
     let (tx, mut rx) = mpsc::unbounded_channel::<Queued>();
-    let budget = Arc::new(Semaphore::new(CONN_BUDGET_KIB as usize));
-    // Other servers are not held to a budget: their requests to each other may wait on
-    // one another in cycles (a forwarded request's handler calling back), which a full
-    // budget could turn into a deadlock; they are the cluster's own, not a user's.
-    let budgeted = who.identity.as_ref().is_none_or(|c| !c.identity.is_server());
     let m = osd.clone();
-    let writer = tokio::spawn(async move {
-        // A write error ends the writer; replies queued after it are dropped.
-        let _ = send_queued(&mut rx, &mut wr, |n| {
+    // A client that reads no reply for as long as it may stay idle (at most STALL_LIMIT)
+    // is closed; the cluster's own servers are not.
+    let stall = who.idle.map_or(Duration::MAX, |i| i.min(STALL_LIMIT));
+    let mut writer = tokio::spawn(async move {
+        // A write error (or a stalled peer) ends the writer; replies queued after it are
+        // dropped.
+        let mut wr = Stalling::new(wr, stall);
+        send_queued(&mut rx, &mut wr, |n| {
             m.metrics().bytes_out.fetch_add(n as u64, Ordering::Relaxed);
         })
-        .await;
+        .await
     });
+    let waited = || {
+        osd.net().budget_waits.fetch_add(1, Ordering::Relaxed);
+    };
 
     let mut reader = FrameReader::new(rd);
     let mut inflight = JoinSet::new();
+    let idle_limit = who.idle.unwrap_or(Duration::MAX);
     loop {
+        // Idle: no request for `idle_limit` and none in flight.
+        let announced = tokio::select! {
+            n = reader.announced() => n,
+            _ = shutdown.changed() => break,
+            ended = &mut writer => {
+                if let Ok(Err(e)) = ended {
+                    osd.net().closed_idle.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, cause = %e, "closing connection: its replies cannot be sent");
+                }
+                return;
+            }
+            _ = idle_wait(&mut inflight, idle_limit) => {
+                osd.net().closed_idle.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%peer, "closing connection idle for {} s", idle_limit.as_secs());
+                break;
+            }
+        };
+        let len = match announced {
+            Ok(Some(n)) => n.min(plusfs_proto::MAX_FRAME_LEN),
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(%peer, cause = %e, "connection error");
+                break;
+            }
+        };
+        // Room for the frame's bytes before they are read.
+        let mut share = match &who.meter {
+            Some(m) => tokio::select! {
+                s = m.take(budget::kib(len as u64), waited) => Some(s),
+                _ = shutdown.changed() => break,
+            },
+            None => None,
+        };
         let frame = tokio::select! {
             f = reader.read_frame() => f,
             _ = shutdown.changed() => break,
@@ -164,14 +286,14 @@ where
         osd.note_epoch(hint);
         match decode_request(&frame) {
             Ok(mut call) => {
-                let cost = cost_kib(frame.body.len(), &call.request);
-                let share = match budgeted {
-                    true => tokio::select! {
-                        s = budget.clone().acquire_many_owned(cost) => s.ok(),
+                if let (Some(m), Some(s)) = (&who.meter, share.as_mut()) {
+                    let cost = cost_kib(frame.body.len(), &call.request);
+                    tokio::select! {
+                        _ = m.grow(s, cost, waited) => {}
                         _ = shutdown.changed() => break,
-                    },
-                    false => None,
-                };
+                    }
+                }
+                drop(frame);
                 let cred = match &who.identity {
                     None => call.cred,
                     Some(cert) => {
@@ -191,7 +313,7 @@ where
                             Err(e) => {
                                 osd.net().refused_requests.fetch_add(1, Ordering::Relaxed);
                                 tracing::debug!(%peer, cause = %e.message, "request refused");
-                                send(&osd, &tx, (id, opcode, share), &Err(e));
+                                send(&osd, &tx, (id, opcode, share.take()), &Err(e));
                                 continue;
                             }
                         }
@@ -233,6 +355,20 @@ where
     let _ = writer.await;
 }
 
+/// Returns once no request has been in flight for `limit` (never while one is).
+async fn idle_wait(inflight: &mut JoinSet<()>, limit: Duration) {
+    if limit == Duration::MAX {
+        return std::future::pending().await;
+    }
+    loop {
+        while inflight.join_next().await.is_some() {}
+        tokio::select! {
+            _ = tokio::time::sleep(limit) => return,
+            Some(_) = inflight.join_next() => {}
+        }
+    }
+}
+
 /// Counts a connection as open while it lives.
 struct OpenConnection(Arc<Front>);
 
@@ -258,16 +394,10 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-/// Bytes of requests and replies one connection may hold in the server at once, in KiB
-/// (the units of its budget semaphore).
-const CONN_BUDGET_KIB: u32 = 64 << 10;
-/// The least share a request takes (so many tiny requests are bounded too).
-const MIN_COST_KIB: u32 = 16;
-
 /// A reply frame and the share of its connection's budget it holds until written.
 struct Queued {
     frame: OutFrame,
-    _share: Option<OwnedSemaphorePermit>,
+    _share: Option<Share>,
 }
 
 impl Borrow<OutFrame> for Queued {
@@ -278,7 +408,7 @@ impl Borrow<OutFrame> for Queued {
 
 /// The share of its connection's budget request `req`, a frame body of `body` bytes,
 /// takes: its bytes and the most its reply may hold (for replies that carry data or
-/// many entries), at least [`MIN_COST_KIB`], at most the whole budget.
+/// many entries).
 fn cost_kib(body: usize, req: &Request) -> u32 {
     const PER_ENTRY: u64 = 512;
     let reply = match req.inner() {
@@ -290,14 +420,13 @@ fn cost_kib(body: usize, req: &Request) -> u32 {
         Request::Batch { names, .. } => names.len() as u64 * PER_ENTRY,
         _ => 0,
     };
-    let kib = (body as u64).saturating_add(reply).div_ceil(1024);
-    kib.clamp(u64::from(MIN_COST_KIB), u64::from(CONN_BUDGET_KIB)) as u32
+    budget::kib((body as u64).saturating_add(reply))
 }
 
 fn send(
     osd: &Front,
     tx: &mpsc::UnboundedSender<Queued>,
-    (id, opcode, share): (u64, u16, Option<OwnedSemaphorePermit>),
+    (id, opcode, share): (u64, u16, Option<Share>),
     resp: &Response,
 ) {
     let epoch = osd.epoch();
@@ -308,5 +437,66 @@ fn send(
     if let Ok(frame) = result {
         osd.metrics().msgs_out.fetch_add(1, Ordering::Relaxed);
         let _ = tx.send(Queued { frame, _share: share });
+    }
+}
+
+/// A writer that fails with `TimedOut` when one write makes no progress for its limit (a
+/// peer that stopped reading), instead of holding its replies forever.
+struct Stalling<W> {
+    inner: W,
+    limit: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<W> Stalling<W> {
+    fn new(inner: W, limit: Duration) -> Stalling<W> {
+        Stalling { inner, limit, timer: None }
+    }
+
+    /// `polled` as it is, except that a `Pending` lasting past the limit becomes an error.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, polled: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if polled.is_ready() || self.limit == Duration::MAX {
+            self.timer = None;
+            return polled;
+        }
+        let limit = self.limit;
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match std::future::Future::poll(timer.as_mut(), cx) {
+            Poll::Ready(()) => {
+                let why = format!("the peer read nothing for {} s", limit.as_secs());
+                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Stalling<W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(cx, polled)
     }
 }

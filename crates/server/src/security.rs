@@ -22,6 +22,8 @@ pub struct Security {
     /// Open connections per bounded certificate (serial), and the most allowed.
     open: OpenCounts,
     max_open: u32,
+    /// How long a client connection may stay idle.
+    idle: std::time::Duration,
     /// Checks the capabilities and receipts clients present.
     caps: CapKey,
     /// The cluster map file, re-read for its revocation list when it changes.
@@ -51,6 +53,7 @@ impl Security {
             tls,
             open: Arc::default(),
             max_open: map.tls.conns_per_identity(),
+            idle: map.tls.idle_limit(),
             caps,
             map_path: map_path.map(Path::to_path_buf),
             seen: Mutex::new(seen),
@@ -76,6 +79,11 @@ impl Security {
         }
         *n += 1;
         Some(Slot(Some((self.open.clone(), serial.to_string()))))
+    }
+
+    /// How long a client connection may stay idle before it is closed.
+    pub fn idle_limit(&self) -> std::time::Duration {
+        self.idle
     }
 
     /// The key capabilities are checked with.
