@@ -56,14 +56,15 @@ pub async fn run(
     let raft_listener =
         TcpListener::bind(&me.raft).await.map_err(|source| StartError::Listen { addr: me.raft.clone(), source })?;
     let group_err = |source| StartError::Group { server, source };
-    let always = config.map.sync == plusfs_placement::SyncMode::Always;
     let sink = Arc::new(Sink {
         turn: Default::default(),
         member: id,
         leading: Default::default(),
         dir: config.data_dir.join("data"),
         store: store.clone(),
-        sync: always,
+        // Placed records are made durable before their entry counts as applied, whatever
+        // `sync` says (see `open_data`).
+        sync: true,
     });
     let dir = config.data_dir.join("replica");
     let (timing, lease, silence) = timing(&config.map);
@@ -134,8 +135,16 @@ async fn lead(
             _ = group.until_leader() => {}
         }
         let term = group.status().term;
-        // Everything committed before this term is applied here before anything is served.
-        match tokio::time::timeout(silence, group.read_barrier()).await {
+        // Everything committed before this take-over is applied here before anything is
+        // served (the take-over reads the store: Cx and 2PC records, id counters). A
+        // read barrier alone does not promise it to a member that leads again in the same
+        // term after a restart (its committed index on disk may lag what clients were
+        // told); an entry of its own, once applied, does.
+        let settled = async {
+            group.read_barrier().await?;
+            group.write(Vec::new()).await
+        };
+        match tokio::time::timeout(silence, settled).await {
             Ok(Ok(())) if group.is_leader() && group.status().term == term => break term,
             Ok(Ok(())) => tracing::debug!("lead lost before the take-over"),
             Ok(Err(e)) => tracing::debug!(cause = %e, "lead lost before the take-over"),

@@ -129,12 +129,14 @@ impl Osd {
         let mut b = Batch::new();
         let mut txids = Vec::new();
         let mut ended = Vec::new();
+        let mut applying = Vec::new();
         {
             let mut st = self.cx.st();
             for (id, commit) in commits.iter().map(|i| (i, true)).chain(aborts.iter().map(|i| (i, false))) {
                 match st.ops.get_mut(id) {
-                    // Another delivery of the same decision is applying it.
-                    Some(op) if matches!(op.phase, Phase::Committing) => {}
+                    // Another delivery of the same decision is applying it: acknowledged
+                    // once that is durable (the coordinator then forgets its decision).
+                    Some(op) if matches!(op.phase, Phase::Committing) => applying.push(*id),
                     Some(op) if matches!(op.phase, Phase::Yes) => {
                         if commit {
                             applied.ops.extend(op.ops.iter().cloned());
@@ -169,6 +171,12 @@ impl Osd {
             self.check_thresholds(&applied.ops);
         }
         self.forget_ended(&ended);
+        for id in applying {
+            if tokio::time::timeout(VOTE_WAIT, self.wait_ended(id)).await.is_err() {
+                let why = format!("Cx operation {id}: its decision is still being applied; send it again");
+                return Err(WireError::new(Errno::EAGAIN, why));
+            }
+        }
         Ok(Reply::Done)
     }
 
