@@ -160,7 +160,7 @@ pub struct DataStore {
 }
 
 /// Bytes an unprivileged writer may still use on the file system holding `dir`.
-fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };

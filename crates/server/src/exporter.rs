@@ -76,7 +76,7 @@ pub struct Exporter {
     ops: IntCounterVec,
     totals: HashMap<&'static str, IntCounter>,
     levels: HashMap<&'static str, IntGauge>,
-    net: [IntCounter; 5],
+    net: [IntCounter; 6],
     connections: IntGauge,
     replica: [IntGauge; 3],
     lag: IntGaugeVec,
@@ -140,6 +140,11 @@ impl Exporter {
                     &r,
                     "plusfs_connections_closed_idle_total",
                     "Connections closed idle, with a handshake not done in time, or with replies left unread.",
+                ),
+                counter(
+                    &r,
+                    "plusfs_space_refusals_total",
+                    "Requests refused with ENOSPC: the server's disk is down to the free space kept for deletes.",
                 ),
                 counter(
                     &r,
@@ -214,7 +219,8 @@ impl Exporter {
         set_total(&self.net[1], NetCounters::get(&n.tls_refusals));
         set_total(&self.net[2], NetCounters::get(&n.refused_requests));
         set_total(&self.net[3], NetCounters::get(&n.closed_idle));
-        set_total(&self.net[4], NetCounters::get(&n.budget_waits));
+        set_total(&self.net[4], NetCounters::get(&n.space_refusals));
+        set_total(&self.net[5], NetCounters::get(&n.budget_waits));
         self.connections.set(NetCounters::get(&n.connections) as i64);
     }
 

@@ -42,7 +42,7 @@ use std::time::Duration;
 /// How often the background compaction looks at the segments.
 const COMPACT_EVERY: Duration = Duration::from_secs(30);
 /// Segments whose live bytes are at most this share of their size are compacted.
-const COMPACT_LIVE_RATIO: f64 = 0.5;
+pub(crate) const COMPACT_LIVE_RATIO: f64 = 0.5;
 /// The active segment is sealed for compaction once it holds this much and is mostly dead.
 const SEAL_FOR_COMPACTION: u64 = 1 << 20;
 

@@ -16,6 +16,7 @@
 use crate::exporter::Exporter;
 use crate::metrics::{Metrics, NetCounters};
 use crate::osd::Osd;
+use crate::space::Space;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Cred, GroupInfo, Reply, Request, Response, ServerId, StoreDigest, WireError};
 use plusfs_replica::Group;
@@ -127,29 +128,61 @@ pub struct Front {
     net: NetCounters,
     /// The process's Prometheus registry (request latencies are observed into it).
     exporter: Exporter,
+    /// The free-space floor of the server's disk.
+    space: Arc<Space>,
 }
 
 impl Front {
     /// A front that serves `osd` (an unreplicated server).
-    pub fn serving(osd: Arc<Osd>) -> Arc<Front> {
-        let f = Front::new(None);
+    pub fn serving(osd: Arc<Osd>, space: Arc<Space>) -> Arc<Front> {
+        let f = Front::new(None, space);
         f.take_over(osd);
         Arc::new(f)
     }
 
     /// A front for a member of a replicated slot that does not serve yet.
-    pub fn member(member: Arc<Member>) -> Arc<Front> {
-        Arc::new(Front::new(Some(member)))
+    pub fn member(member: Arc<Member>, space: Arc<Space>) -> Arc<Front> {
+        Arc::new(Front::new(Some(member), space))
     }
 
-    fn new(member: Option<Arc<Member>>) -> Front {
+    fn new(member: Option<Arc<Member>>, space: Arc<Space>) -> Front {
         Front {
+            space,
             osd: OnceLock::new(),
             member,
             idle_metrics: Metrics::default(),
             net: NetCounters::default(),
             exporter: Exporter::new(),
         }
+    }
+
+    /// The free-space floor of the server's disk.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// Reclaims the space of deleted metadata and file data whenever the disk is at its
+    /// floor (while this front lives and, for the file data, while it serves).
+    pub fn keep_space(self: &Arc<Self>, store: Arc<dyn plusfs_store::DirStore>) {
+        let (alive, me) = (Arc::downgrade(self), Arc::downgrade(self));
+        self.space.clone().keep(
+            move || alive.strong_count() > 0,
+            move || {
+                let (store, osd) = (store.clone(), me.upgrade().and_then(|f| f.osd.get().cloned()));
+                async move {
+                    match tokio::task::spawn_blocking(move || store.reclaim()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!(cause = %e, "cannot reclaim the store's deleted space"),
+                        Err(e) => tracing::warn!(cause = %e, "store reclaim task failed"),
+                    }
+                    if let Some(osd) = osd {
+                        if let Err(e) = osd.compact_now(crate::filedata::COMPACT_LIVE_RATIO).await {
+                            tracing::warn!(cause = %e.message, "cannot compact file data on a full disk");
+                        }
+                    }
+                }
+            },
+        );
     }
 
     /// Connection and TLS counters.

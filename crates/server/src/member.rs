@@ -96,7 +96,13 @@ pub async fn run(
         store: store.clone(),
         running: Default::default(),
     });
-    let front = Front::member(member.clone());
+    let unflushed = {
+        let store = store.clone();
+        Box::new(move || plusfs_store::DirStore::flush_room(&*store))
+    };
+    let space = crate::space::Space::new(config.data_dir.clone(), config.map.data.reserve_bytes, unflushed);
+    let front = Front::member(member.clone(), Arc::new(space));
+    front.keep_space(store.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
     let metrics = crate::endpoint::start(me.metrics.as_deref(), &front).await;
     let serving = tokio::spawn(net::serve(listener, front.clone(), security, shutdown.clone()));

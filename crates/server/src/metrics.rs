@@ -32,6 +32,8 @@ pub struct NetCounters {
     /// Times a connection stopped being read until its identity's (or the server's)
     /// memory budget had room for its next request.
     pub budget_waits: AtomicU64,
+    /// Requests refused with ENOSPC because the server's disk is down to its floor.
+    pub space_refusals: AtomicU64,
 }
 
 impl NetCounters {

@@ -294,6 +294,15 @@ where
                     }
                 }
                 drop(frame);
+                // Users (and peers of an insecure cluster) add nothing once the disk is
+                // down to its floor; admins and the cluster's own servers a little more.
+                let privileged = who.identity.as_ref().is_some_and(|c| c.identity.is_admin() || c.identity.is_server());
+                if let Err(e) = osd.space().admit(&call.request, privileged) {
+                    osd.net().space_refusals.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%peer, cause = %e.message, "request refused");
+                    send(&osd, &tx, (id, opcode, share.take()), &Err(e));
+                    continue;
+                }
                 let cred = match &who.identity {
                     None => call.cred,
                     Some(cert) => {

@@ -39,6 +39,10 @@ use tokio::sync::oneshot;
 pub enum StoreError {
     #[error("store engine error: {0}")]
     Engine(String),
+    /// The disk holding the store is full: the write was not made (the engine takes
+    /// writes again once space returns).
+    #[error("no space left on the store's disk: {0}")]
+    NoSpace(String),
     #[error("corrupt record under key {key}: {reason}")]
     Corrupt { key: String, reason: String },
     #[error("store is shutting down")]
@@ -327,6 +331,17 @@ pub trait DataSource: Send + Sync + 'static {
 
 /// What an OSD+ server needs from its directory-object store.
 pub trait DirStore: Send + Sync + 'static {
+    /// Bytes of disk the store's next flush of what it holds in memory may need (0 for a
+    /// store that keeps nothing in memory): a write must leave that much free, or the
+    /// flush fails and the store stops taking writes until space returns.
+    fn flush_room(&self) -> u64 {
+        0
+    }
+    /// Gives the disk back the space of deleted objects now (flush and compact), instead
+    /// of whenever the engine would: called when the disk is nearly full.
+    fn reclaim(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// The directory object at `path`, if it is homed here.
     fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError>;
     /// This server's shard of the distributed directory at `path`, if it stores one.

@@ -48,6 +48,9 @@ pub struct Format(u8);
 /// `DirObject::ancestry`; records of version 1 are read with `ancestry: None`.
 pub const RECORD_VERSION: u8 = 2;
 
+/// Bytes of a memtable (RocksDB's write buffer).
+const WRITE_BUFFER: u64 = 64 << 20;
+
 /// Key of the store's format number.
 const FORMAT_KEY: &[u8] = b"M__format";
 
@@ -77,7 +80,11 @@ impl Default for Counters {
 }
 
 fn engine(e: rocksdb::Error) -> StoreError {
-    StoreError::Engine(e.into_string())
+    let text = e.into_string();
+    match text.contains("No space left on device") || text.contains("NoSpace") {
+        true => StoreError::NoSpace(text),
+        false => StoreError::Engine(text),
+    }
 }
 
 fn dir_key(path: &str) -> Vec<u8> {
@@ -236,7 +243,7 @@ impl RocksStore {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.increase_parallelism(2);
-        opts.set_write_buffer_size(64 << 20);
+        opts.set_write_buffer_size(WRITE_BUFFER as usize);
         opts.set_max_background_jobs(2);
         // Creates look up names that do not exist yet: bloom filters answer those without
         // reading data blocks.
@@ -411,6 +418,27 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::S
 }
 
 impl DirStore for RocksStore {
+    fn flush_room(&self) -> u64 {
+        // The table file it writes (the memtables' bytes, and a quarter more for its index
+        // and filter), and the next write-ahead log, preallocated 1.1 write buffers long.
+        let unflushed = self.db.property_int_value("rocksdb.cur-size-all-mem-tables").ok().flatten().unwrap_or(0);
+        unflushed + unflushed / 4 + WRITE_BUFFER + WRITE_BUFFER / 10
+    }
+
+    fn reclaim(&self) -> Result<(), StoreError> {
+        // Not after a background error: the engine is stopped, and a flush would sync a
+        // log whose last write failed (which some builds answer with an abort).
+        let errors = self.db.property_int_value("rocksdb.background-errors").ok().flatten().unwrap_or(0);
+        if errors > 0 {
+            return Err(StoreError::Engine(format!("{errors} background errors: not flushing")));
+        }
+        // A flush drops the versions deletes hid within the memtable; the compaction then
+        // drops deleted objects from the files on disk.
+        self.db.flush().map_err(engine)?;
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        Ok(())
+    }
+
     fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError> {
         self.get_object(&dir_key(path))
     }

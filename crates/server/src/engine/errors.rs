@@ -7,6 +7,10 @@ use plusfs_store::StoreError;
 pub(crate) type OpResult<T> = Result<T, WireError>;
 
 pub(crate) fn eio(e: StoreError) -> WireError {
+    if let StoreError::NoSpace(_) = e {
+        tracing::warn!(cause = %e, "store write refused: disk full");
+        return WireError::new(Errno::ENOSPC, format!("{e}"));
+    }
     tracing::error!(cause = %e, "store failure");
     WireError::new(Errno::EIO, format!("store failure: {e}"))
 }

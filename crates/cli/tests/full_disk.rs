@@ -1,0 +1,236 @@
+//! A full disk is an error, never a wedge: a user floods a server's small file system with
+//! metadata (large xattrs) and with file data; the writes that do not fit fail with ENOSPC,
+//! reads, stats and deletes go on for everyone, and once the flood is deleted writes
+//! succeed again without a restart. Needs root (a tmpfs of a fixed size).
+
+mod common;
+
+use common::{exe, skip_allowed};
+use plusfs_client::{Client, ClientOptions};
+use plusfs_localcluster::{ClusterSettings, LocalCluster};
+use plusfs_proto::Errno;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A tmpfs of `mib` MiB mounted at `dir/mnt` while it lives.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, mib: u64) -> SmallDisk {
+        let mnt = dir.join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0700"), "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount a tmpfs");
+        SmallDisk(mnt)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn prerequisites() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(skip_allowed(), "full-disk tests need root to mount a small tmpfs (PLUSFS_ALLOW_SKIP=1 skips them)");
+    false
+}
+
+/// Bytes that do not compress (a store compresses what it keeps).
+fn noise(seed: usize, len: usize) -> Vec<u8> {
+    let mut x = (seed as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Sets xattrs of `size` bytes on new files in `dir` until they fail three times in a
+/// row, 200 ms apart (a store's flush ending in between frees its log); returns how many
+/// files were made and the error that ended it.
+async fn flood_xattrs(c: &Client, dir: &str, size: usize) -> (usize, Errno) {
+    let (mut made, mut misses) = (0, 0);
+    for i in 0..100_000 {
+        let path = format!("{dir}/f{i}");
+        let r = match c.create(&path, 0o644, true).await {
+            Ok(_) => {
+                made += 1;
+                c.setxattr(&path, "user.fill", &noise(i, size), false, false).await
+            }
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(()) => misses = 0,
+            Err(e) if e.errno != Errno::ENOSPC || misses == 2 => return (made, e.errno),
+            Err(_) => {
+                misses += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    panic!("the disk never filled");
+}
+
+/// Writes 4 MiB files into `dir` until one fails.
+async fn flood_data(c: &Client, dir: &str) -> (usize, Errno) {
+    for i in 0..10_000 {
+        let path = format!("{dir}/d{i}");
+        let r = match c.create(&path, 0o644, true).await {
+            Ok(_) => c.write(&path, 0, &noise(i, 4 << 20)).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            return (i, e.errno);
+        }
+    }
+    panic!("the disk never filled");
+}
+
+async fn remove_all(c: &Client, dir: &str, log: &Path) -> usize {
+    let entries = c.readdir(dir).await.unwrap();
+    for e in &entries {
+        if let Err(err) = c.unlink(&format!("{dir}/{}", e.name)).await {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(12).collect();
+            panic!("delete on a full disk: {err}\n{}", tail.join("\n"));
+        }
+    }
+    entries.len()
+}
+
+/// Waits until a create succeeds again (no restart): how long it took.
+async fn writable_again(c: &Client, path: &str) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        match c.mkdir(path, 0o755).await {
+            Ok(_) => return t0.elapsed(),
+            Err(e) => {
+                assert!(t0.elapsed() < Duration::from_secs(30), "still failing 30 s after space was freed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// A user certificate (uids and gids 1000-1999) of `cluster`'s CA, and a client with it.
+fn user_client(cluster: &LocalCluster, dir: &Path, name: &str) -> Client {
+    use plusfs_tls::{Authority, Identity, Ranges, Role, RootClaim, Validity};
+    let ca = Authority::load(&cluster.data().join("certs/ca")).unwrap();
+    let ids = Ranges::parse("1000-1999").unwrap();
+    let role = Role::User { uids: ids.clone(), gids: ids, root: RootClaim::Squash };
+    ca.issue(&Identity { name: name.into(), role }, Validity::days(1), &dir.join(name)).unwrap();
+    let mut map = cluster.map().clone();
+    map.tls.identity = Some(dir.join(name));
+    Client::new(map, ClientOptions { retries: 2, delegations: false, ..Default::default() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_enospc_and_recovers_without_a_restart() {
+    if !prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(dir.path(), 320);
+    let settings = ClusterSettings::default();
+    let mut cluster = LocalCluster::up(&exe(), &disk.0.join("cluster"), Some(1), &settings).expect("cluster up");
+    let admin =
+        Client::new(cluster.map().clone(), ClientOptions { retries: 2, delegations: false, ..Default::default() });
+    for d in ["/meta", "/data", "/keep"] {
+        admin.mkdir(d, 0o755).await.unwrap();
+        admin.chmod(d, 0o1777).await.unwrap();
+    }
+    let (hog, other) = (user_client(&cluster, dir.path(), "hog"), user_client(&cluster, dir.path(), "other"));
+    other.create("/keep/a", 0o644, true).await.unwrap();
+    other.write("/keep/a", 0, b"kept").await.unwrap();
+    let pid = cluster.pid(0).unwrap();
+
+    // A user floods the disk with metadata: ENOSPC for every user's creates, before the
+    // store runs out; reads go on; deleting the flood makes room at once.
+    let (n, errno) = flood_xattrs(&hog, "/meta", 60_000).await;
+    eprintln!("metadata flood: {n} files with 60 KB xattrs, then {errno:?}");
+    if errno != Errno::ENOSPC {
+        let log = std::fs::read_to_string(&cluster.logs()[0]).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        let df = Command::new("df").arg(&disk.0).output().unwrap();
+        panic!(
+            "a full disk answers {errno:?}, not ENOSPC\n{}\n{}",
+            String::from_utf8_lossy(&df.stdout),
+            tail.join("\n")
+        );
+    }
+    assert!(n > 100, "the flood ended early ({n})");
+    let e = other.mkdir("/keep/new", 0o755).await.unwrap_err();
+    assert_eq!(e.errno, Errno::ENOSPC, "{e}");
+    assert_eq!(other.read_all("/keep/a").await.unwrap(), b"kept", "reads go on");
+    other.lstat("/meta/f0").await.expect("stats go on");
+    assert_eq!(remove_all(&hog, "/meta", &cluster.logs()[0]).await, n);
+    let took = writable_again(&other, "/keep/after-meta").await;
+    eprintln!("writable again {took:?} after the metadata flood was deleted");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+
+    // A data flood stops at the data reserve; reads go on; once it is deleted the server
+    // compacts its data by itself and file data fits again.
+    let (n, errno) = flood_data(&hog, "/data").await;
+    eprintln!("data flood: {n} files of 4 MiB, then {errno:?}");
+    assert_eq!(errno, Errno::ENOSPC);
+    assert_eq!(other.read_all("/keep/a").await.unwrap(), b"kept", "reads go on");
+    remove_all(&hog, "/data", &cluster.logs()[0]).await;
+    let t0 = Instant::now();
+    let put = || async {
+        other.create("/keep/b", 0o644, false).await?;
+        other.write("/keep/b", 0, &noise(7, 4 << 20)).await
+    };
+    while let Err(e) = put().await {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "file data still refused 30 s after the flood was deleted: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("file data fits again {:?} after the data flood was deleted", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+
+    // Something else fills the disk to the last byte: every write, an admin's too, is
+    // refused with ENOSPC before the store runs out (the store itself is never let fail);
+    // reads go on; the server takes writes again once space returns.
+    let filler = disk.0.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0u8; 1 << 20];
+    while std::io::Write::write_all(&mut f, &block).is_ok() {}
+    drop(f);
+    // The server measures its free space at most every 50 ms.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let df = Command::new("df").arg("-B1").arg(&disk.0).output().unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&df.stdout));
+    for (who, c) in [("an admin", &admin), ("a user", &other)] {
+        let e = c.mkdir("/keep/full", 0o755).await.expect_err("a create on a full disk");
+        assert_eq!(e.errno, Errno::ENOSPC, "{who}: {e}");
+        let e = c.create("/keep/full-file", 0o644, true).await.expect_err("a create on a full disk");
+        assert_eq!(e.errno, Errno::ENOSPC, "{who}: {e}");
+    }
+    assert_eq!(other.read_all("/keep/a").await.unwrap(), b"kept", "reads go on");
+    assert!(!cluster.has_exited(0).unwrap(), "the server is alive on a full disk");
+    std::fs::remove_file(&filler).unwrap();
+    let took = writable_again(&admin, "/keep/after-filler").await;
+    eprintln!("writable again {took:?} after the other process's file was deleted");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+
+    assert_eq!(cluster.pid(0), Some(pid), "the server never restarted");
+    assert!(!cluster.has_exited(0).unwrap(), "the server is alive");
+    let fsck = Command::new(exe()).arg("fsck").env("PLUSFS_CLUSTER", cluster.map_file()).output().unwrap();
+    assert!(fsck.status.success(), "fsck: {}", String::from_utf8_lossy(&fsck.stdout));
+    cluster.shutdown().unwrap();
+}

@@ -1,0 +1,191 @@
+//! The free-space floor of a server's disk: requests that would add metadata are refused
+//! with `ENOSPC` while the file system holding the server's store has less free space than
+//! the floor (plus what the store's next memtable flush may need), before the store itself runs out (a store that fails a write mid-way stops
+//! until its space returns). Deletes, renames, reads and what admins and the cluster's own
+//! servers send still run in the floor, so users can free space and operations already
+//! under way finish. Admins and servers may fill the floor up to the room the store's next
+//! flush needs, which nobody's growth may take. File data appends have their own, larger reserve (`[data]
+//! reserve_bytes`); the floor is half of it.
+
+use plusfs_proto::{BatchOp, DelegOp, Errno, Request, SubOp, WireError, XattrOp};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a measured free-space figure is trusted.
+const FRESH: Duration = Duration::from_millis(50);
+/// How often the keeper looks whether deleted space is to be reclaimed.
+const KEEP_EVERY: Duration = Duration::from_millis(250);
+/// How often a disk that stays at its floor is reclaimed with no delete seen (a replica
+/// group's follower, whose deletes arrive through the group).
+const RECLAIM_IDLE: Duration = Duration::from_secs(30);
+/// The least floor, whatever the data reserve.
+const MIN_FLOOR: u64 = 8 << 20;
+
+/// The free-space floor of one server's disk.
+pub struct Space {
+    dir: PathBuf,
+    floor: u64,
+    /// Bytes of disk the store's next flush may need (the floor grows by them: a flush
+    /// that does not fit stops the store).
+    flush_room: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Free bytes at the last measure, and when it was taken.
+    free: AtomicU64,
+    measured: Mutex<Option<Instant>>,
+    /// Set when something was deleted while the disk was at its floor: its space is to be
+    /// reclaimed now.
+    reclaim_wanted: AtomicBool,
+}
+
+impl Space {
+    /// The floor of the file system holding `dir`: half of `data_reserve` (at least 8 MiB)
+    /// plus what the store's next flush may need (`flush_room`).
+    pub fn new(dir: PathBuf, data_reserve: u64, flush_room: Box<dyn Fn() -> u64 + Send + Sync>) -> Space {
+        Space {
+            dir,
+            flush_room,
+            floor: (data_reserve / 2).max(MIN_FLOOR),
+            free: AtomicU64::new(u64::MAX),
+            measured: Mutex::new(None),
+            reclaim_wanted: AtomicBool::new(false),
+        }
+    }
+
+    /// Refuses `req` with ENOSPC when it would add metadata and the disk is down to its
+    /// floor: the users' floor, or for a `privileged` sender (an admin, a server) only the
+    /// room the store's next flush needs (a store that runs out is not to be risked: it
+    /// stops taking writes, and some builds of RocksDB abort on a later sync).
+    pub fn admit(&self, req: &Request, privileged: bool) -> Result<(), WireError> {
+        if !grows(req) {
+            if !matches!(req.inner(), Request::Stat { .. } | Request::Read { .. } | Request::Readdir { .. })
+                && self.low()
+            {
+                self.reclaim_wanted.store(true, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        let free = self.free_bytes();
+        let floor = match privileged {
+            true => MIN_FLOOR.saturating_add((self.flush_room)()),
+            false => self.floor(),
+        };
+        if free >= floor {
+            return Ok(());
+        }
+        Err(WireError::new(
+            Errno::ENOSPC,
+            format!(
+                "{}: no space left on the server's disk ({} MiB free, {} MiB kept for deletes and the store's flushes)",
+                req.inner().name(),
+                free >> 20,
+                floor >> 20
+            ),
+        ))
+    }
+
+    /// The free space below which growth is refused now.
+    fn floor(&self) -> u64 {
+        self.floor.saturating_add((self.flush_room)())
+    }
+
+    /// True while the disk is down to its floor.
+    pub fn low(&self) -> bool {
+        self.free_bytes() < self.floor()
+    }
+
+    /// Runs `reclaim` (which gives back the space of deleted objects) whenever the disk is
+    /// at its floor and something was deleted since, or every [`RECLAIM_IDLE`] while it
+    /// stays there; until `alive` returns false.
+    pub fn keep<F, Fut>(self: Arc<Self>, alive: impl Fn() -> bool + Send + 'static, reclaim: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        tokio::spawn(async move {
+            let mut last = Instant::now();
+            while alive() {
+                tokio::time::sleep(KEEP_EVERY).await;
+                let wanted = self.reclaim_wanted.swap(false, Ordering::Relaxed);
+                if self.low() && (wanted || last.elapsed() > RECLAIM_IDLE) {
+                    let (free, floor) = (self.free_bytes(), self.floor());
+                    tracing::info!(dir = %self.dir.display(), free, floor, "disk at its floor: reclaiming deleted space");
+                    reclaim().await;
+                    last = Instant::now();
+                    *self.measured.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                }
+            }
+        });
+    }
+
+    /// Free bytes of the disk, measured at most every [`FRESH`].
+    fn free_bytes(&self) -> u64 {
+        let mut measured = self.measured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if measured.is_none_or(|t| t.elapsed() > FRESH) {
+            match plusfs_data::free_bytes(&self.dir) {
+                Ok(free) => self.free.store(free, Ordering::Relaxed),
+                Err(e) => tracing::warn!(dir = %self.dir.display(), cause = %e, "cannot measure free space"),
+            }
+            *measured = Some(Instant::now());
+        }
+        self.free.load(Ordering::Relaxed)
+    }
+}
+
+/// True when `req` adds entries, inodes, attributes or data to a server's store.
+pub fn grows(req: &Request) -> bool {
+    match req.inner() {
+        Request::Mkdir { .. }
+        | Request::Create { .. }
+        | Request::Symlink { .. }
+        | Request::Link { .. }
+        | Request::Write { .. }
+        | Request::BatchWrite { .. }
+        | Request::DataPut { .. }
+        | Request::CommitWrite { .. } => true,
+        Request::Batch { op, .. } => matches!(op, BatchOp::Create { .. } | BatchOp::Mkdir),
+        Request::Xattr { op, .. } | Request::DirXattr { op, .. } => matches!(op, XattrOp::Set { .. }),
+        Request::CxExec { ops, .. } | Request::SubExec { ops, .. } => {
+            ops.iter().any(|o| matches!(o, SubOp::InsertEntry { .. } | SubOp::CreateDir { .. }))
+        }
+        Request::DelegFlush { ops, .. } => {
+            ops.iter().any(|o| matches!(o, DelegOp::Create { .. } | DelegOp::Contents { .. }))
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deletes_and_reads_do_not_grow_creates_do() {
+        let unlink = Request::Unlink { path: "/a".into() };
+        let stat = Request::Stat { path: "/a".into() };
+        assert!(!grows(&unlink) && !grows(&stat));
+        let set = Request::Xattr {
+            path: "/a".into(),
+            op: XattrOp::Set { name: "user.a".into(), value: vec![1], create: false, replace: false },
+        };
+        assert!(grows(&set));
+        let remove = Request::Xattr { path: "/a".into(), op: XattrOp::Remove { name: "user.a".into() } };
+        assert!(!grows(&remove));
+    }
+
+    #[test]
+    fn a_disk_below_its_floor_refuses_growth_only() {
+        let dir = tempfile::tempdir().unwrap();
+        // A floor no disk has free: every growing request is refused.
+        let s = Space::new(dir.path().to_path_buf(), u64::MAX, Box::new(|| 0));
+        let mkdir =
+            Request::Mkdir { path: "/d".into(), mode: 0o755, uid: 0, gid: 0, threshold: Default::default(), width: 0 };
+        let e = s.admit(&mkdir, false).unwrap_err();
+        assert_eq!(e.errno, Errno::ENOSPC);
+        assert!(e.message.contains("mkdir"), "{}", e.message);
+        assert!(s.admit(&Request::Unlink { path: "/a".into() }, false).is_ok());
+        let roomy = Space::new(dir.path().to_path_buf(), 0, Box::new(|| 0));
+        // 8 MiB floor: a test machine's temporary directory has that much.
+        assert!(roomy.admit(&mkdir, false).is_ok());
+    }
+}
