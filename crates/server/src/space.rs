@@ -27,6 +27,9 @@ const MIN_FLOOR: u64 = 8 << 20;
 pub struct Space {
     dir: PathBuf,
     floor: u64,
+    /// The data reserve: file data stops this far above the floor, so metadata still has
+    /// room once file data fills the disk.
+    data_reserve: u64,
     /// Bytes of disk the store's next flush may need (the floor grows by them: a flush
     /// that does not fit stops the store).
     flush_room: Box<dyn Fn() -> u64 + Send + Sync>,
@@ -46,6 +49,7 @@ impl Space {
             dir,
             flush_room,
             floor: (data_reserve / 2).max(MIN_FLOOR),
+            data_reserve,
             free: AtomicU64::new(u64::MAX),
             measured: Mutex::new(None),
             reclaim_wanted: AtomicBool::new(false),
@@ -70,6 +74,12 @@ impl Space {
             true => MIN_FLOOR.saturating_add((self.flush_room)()),
             false => self.floor(),
         };
+        // File data stops a data reserve above the floor (and must fit itself).
+        let data = data_bytes(req);
+        let floor = match data {
+            0 => floor,
+            n => floor.saturating_add(self.data_reserve).saturating_add(n),
+        };
         if free >= floor {
             return Ok(());
         }
@@ -89,9 +99,10 @@ impl Space {
         self.floor.saturating_add((self.flush_room)())
     }
 
-    /// True while the disk is down to its floor.
+    /// True while the disk is down to where file data is refused (a data reserve above
+    /// the floor).
     pub fn low(&self) -> bool {
-        self.free_bytes() < self.floor()
+        self.free_bytes() < self.floor().saturating_add(self.data_reserve)
     }
 
     /// Runs `reclaim` (which gives back the space of deleted objects) whenever the disk is
@@ -129,6 +140,15 @@ impl Space {
             *measured = Some(Instant::now());
         }
         self.free.load(Ordering::Relaxed)
+    }
+}
+
+/// Bytes of file data `req` carries to be stored here.
+fn data_bytes(req: &Request) -> u64 {
+    match req.inner() {
+        Request::Write { data, .. } | Request::DataPut { data, .. } => data.len() as u64,
+        Request::BatchWrite { files, .. } => files.iter().map(|f| f.data.len() as u64).sum(),
+        _ => 0,
     }
 }
 
