@@ -12,10 +12,11 @@
 //! - every data record a file names exists on the server it names.
 //!
 //! Records no file names (left by a write a crash cut between storing and committing its
-//! bytes) are reported as unused space, not as problems.
+//! bytes) are reported as unused space, not as problems; `--reclaim` deletes those still
+//! unused after the longest time a write's commit may follow its bytes.
 
 use anyhow::Result;
-use plusfs_client::fsck::{check, scan_settled, unused_records};
+use plusfs_client::fsck::{check, reclaimable, scan_settled, unused_records};
 use plusfs_client::Client;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,15 +29,50 @@ pub struct FsckArgs {
     /// a quiet cluster; members still applying are compared again for a few seconds.
     #[arg(long)]
     replicas: bool,
+    /// Also delete the data records no file uses (the space a crash left between storing a
+    /// write's bytes and committing them): those unused in two scans taken the longest
+    /// time a commit may follow its bytes apart (needs an admin identity).
+    #[arg(long)]
+    reclaim: bool,
+    /// Seconds between the two scans of `--reclaim` (default: how long a client-direct
+    /// write capability stays valid, plus 10 s; a commit cannot come later).
+    #[arg(long, value_name = "SECS", requires = "reclaim")]
+    reclaim_after: Option<u64>,
 }
 
 pub async fn run(client: &Client, args: FsckArgs) -> Result<ExitCode> {
     let namespace = namespace(client).await?;
+    if args.reclaim {
+        let wait = args.reclaim_after.unwrap_or(client.map().tls.capability_secs() + 10);
+        reclaim(client, Duration::from_secs(wait)).await?;
+    }
     if !args.replicas {
         return Ok(namespace);
     }
     let replicas = crate::groups::check_replicas(&client.map()).await;
     Ok(if replicas && namespace == ExitCode::SUCCESS { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Deletes the records unused in two scans `wait` apart.
+async fn reclaim(client: &Client, wait: Duration) -> Result<()> {
+    let first = scan_settled(client, Duration::from_secs(10)).await?;
+    if unused_records(&first).is_empty() {
+        println!("fsck: no unused data records to reclaim");
+        return Ok(());
+    }
+    println!("fsck: scanning again in {} s: records still unused then are reclaimed", wait.as_secs());
+    tokio::time::sleep(wait).await;
+    let second = scan_settled(client, Duration::from_secs(10)).await?;
+    for (server, records) in reclaimable(&first, &second) {
+        let bytes: u64 = records.iter().map(|(_, n)| n).sum();
+        for chunk in records.chunks(1024) {
+            let records = chunk.iter().map(|(id, _)| *id).collect();
+            let req = plusfs_proto::Request::DataDrop { records, receipts: Vec::new() };
+            client.call_server(server, &req).await?;
+        }
+        println!("fsck: server {server}: reclaimed {} unused data records ({bytes} bytes)", records.len());
+    }
+    Ok(())
 }
 
 async fn namespace(client: &Client) -> Result<ExitCode> {

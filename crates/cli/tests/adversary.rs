@@ -169,6 +169,9 @@ async fn half_open_handshakes_are_bounded_and_timed_out() {
     let t0 = Instant::now();
     tc.client().lstat("/").await.expect("another address is served");
     let served_in = t0.elapsed();
+    let rss = rss_mib(tc.cluster.pid(0).expect("server pid"));
+    eprintln!("server RSS {rss} MiB with 100 half-open connections");
+    assert!(rss < 512, "{rss} MiB");
     let checks = loris.into_iter().map(|mut s| async move {
         let closed = closed_within(&mut s, Duration::from_millis(500)).await;
         (closed, s)
@@ -204,6 +207,16 @@ async fn idle_connections_are_closed_and_clients_reopen_them() {
     assert!(closed_within(&mut raw, Duration::from_secs(12)).await, "an idle connection stayed open");
     let after = t0.elapsed();
     assert!(after >= Duration::from_secs(3), "closed after {after:?}, before the idle limit");
+
+    // Many idle connections of one user: each holds a little memory, up to the cap.
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(tls_raw(&tc, &alice).await);
+    }
+    let rss = rss_mib(tc.cluster.pid(0).expect("server pid"));
+    eprintln!("server RSS {rss} MiB with 200 idle connections of one user");
+    assert!(rss < 512, "{rss} MiB");
+    drop(idle);
 
     let c = client_as(&tc, &alice);
     c.lstat("/").await.unwrap();

@@ -339,3 +339,44 @@ async fn a_full_data_disk_gives_enospc_and_loses_nothing() {
     cluster.assert_fsck_clean();
     drop(cluster);
 }
+
+/// Records a writer stored but never committed (it was killed between the two) are
+/// deleted by `fsck --reclaim` once two scans the commit window apart find them unused; a
+/// record whose commit comes inside the window is kept and its file reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_records_are_reclaimed_once_no_commit_can_come() {
+    use plusfs_proto::{Piece, Reply, Request};
+    let tc = TestCluster::start(1);
+    let c = tc.client();
+    c.create("/f", 0o644, true).await.unwrap();
+    let ino = c.lstat("/f").await.unwrap().ino;
+    let put = |fill: u8| Request::DataPut { owner: ino, data: vec![fill; 1 << 20].into(), file_off: 0, cap: None };
+    let record = |r| match r {
+        Ok(Reply::Record(id)) => id,
+        other => panic!("a stored record: {other:?}"),
+    };
+    let late = record(c.call_server(0, &put(1)).await);
+    let lost = record(c.call_server(0, &put(2)).await);
+    assert_ne!(late, lost);
+
+    let fsck = std::process::Command::new(common::exe())
+        .args(["fsck", "--reclaim", "--reclaim-after", "4"])
+        .env("PLUSFS_CLUSTER", tc.cluster.map_file())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first scan sees both unused; `late`'s commit comes inside the window.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let piece = Piece { file_off: 0, len: 1 << 20, server: 0, record: late, skip: 0 };
+    let commit =
+        Request::CommitWrite { path: "/f".into(), ino, offset: 0, len: 1 << 20, pieces: vec![piece], receipts: vec![] };
+    c.call_server(0, &commit).await.expect("the commit inside the window");
+    let out = fsck.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("reclaimed 1 unused data records (1048576 bytes)"), "{text}");
+    assert_eq!(c.read_all("/f").await.unwrap(), vec![1u8; 1 << 20], "the committed record is kept");
+    let (code, out, _) = tc.cli(&["fsck"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("no file uses"), "the lost record is gone: {out}");
+}

@@ -125,6 +125,22 @@ async fn writable_again(c: &Client, path: &str) -> Duration {
     }
 }
 
+/// The disk's use and the server log's end, for a failure message.
+fn diagnose(cluster: &LocalCluster, mnt: &Path) -> String {
+    let log = std::fs::read_to_string(&cluster.logs()[0]).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(10).collect();
+    let df = Command::new("df").arg("-B1").arg(mnt).output().unwrap();
+    let du = Command::new("du").arg("-b").arg("-d3").arg(mnt).output().unwrap();
+    let ls = Command::new("ls").arg("-la").arg(mnt.join("cluster/server-0/store")).output().unwrap();
+    format!(
+        "{}{}{}{}",
+        String::from_utf8_lossy(&df.stdout),
+        String::from_utf8_lossy(&du.stdout),
+        String::from_utf8_lossy(&ls.stdout),
+        tail.join("\n")
+    )
+}
+
 /// A user certificate (uids and gids 1000-1999) of `cluster`'s CA, and a client with it.
 fn user_client(cluster: &LocalCluster, dir: &Path, name: &str) -> Client {
     use plusfs_tls::{Authority, Identity, Ranges, Role, RootClaim, Validity};
@@ -143,7 +159,7 @@ async fn a_full_disk_is_enospc_and_recovers_without_a_restart() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let disk = SmallDisk::mount(dir.path(), 320);
+    let disk = SmallDisk::mount(dir.path(), 512);
     let settings = ClusterSettings::default();
     let mut cluster = LocalCluster::up(&exe(), &disk.0.join("cluster"), Some(1), &settings).expect("cluster up");
     let admin =
@@ -183,6 +199,17 @@ async fn a_full_disk_is_enospc_and_recovers_without_a_restart() {
 
     // A data flood stops at the data reserve; reads go on; once it is deleted the server
     // compacts its data by itself and file data fits again.
+    let t0 = Instant::now();
+    while let Err(e) =
+        hog.create("/data/first", 0o644, false).await.and(hog.write("/data/first", 0, &noise(1, 4 << 20)).await)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no file data fits 10 s after the metadata flood was deleted: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("file data fits {:?} after the metadata flood was deleted", t0.elapsed());
     let (n, errno) = flood_data(&hog, "/data").await;
     eprintln!("data flood: {n} files of 4 MiB, then {errno:?}");
     assert_eq!(errno, Errno::ENOSPC);
@@ -201,7 +228,7 @@ async fn a_full_disk_is_enospc_and_recovers_without_a_restart() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("file data fits again {:?} after the data flood was deleted", t0.elapsed());
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}\n{}", t0.elapsed(), diagnose(&cluster, &disk.0));
 
     // Something else fills the disk to the last byte: every write, an admin's too, is
     // refused with ENOSPC before the store runs out (the store itself is never let fail);

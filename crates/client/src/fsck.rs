@@ -166,6 +166,35 @@ fn check_pieces(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
     }
 }
 
+/// The records no file names, per server: (server, [(record, bytes)]).
+pub fn unused_record_ids(scans: &[(ServerId, FsckData)]) -> Vec<(ServerId, Vec<(u64, u64)>)> {
+    let used: HashSet<(ServerId, u64)> = scans.iter().flat_map(|(_, d)| d.pieces.iter().copied()).collect();
+    scans
+        .iter()
+        .map(|(server, data)| {
+            let unused = data.records.iter().filter(|(id, _)| !used.contains(&(*server, *id))).copied().collect();
+            (*server, unused)
+        })
+        .filter(|(_, u): &(ServerId, Vec<(u64, u64)>)| !u.is_empty())
+        .collect()
+}
+
+/// Of the records unused in scan `first`, those still unused in scan `second`, taken at
+/// least as long after as a write's commit may follow the storing of its bytes: no commit
+/// can name them any more. Per server: (server, [(record, bytes)]).
+pub fn reclaimable(
+    first: &[(ServerId, FsckData)],
+    second: &[(ServerId, FsckData)],
+) -> Vec<(ServerId, Vec<(u64, u64)>)> {
+    let before: HashSet<(ServerId, u64)> =
+        unused_record_ids(first).into_iter().flat_map(|(s, ids)| ids.into_iter().map(move |(id, _)| (s, id))).collect();
+    unused_record_ids(second)
+        .into_iter()
+        .map(|(s, ids)| (s, ids.into_iter().filter(|(id, _)| before.contains(&(s, *id))).collect::<Vec<_>>()))
+        .filter(|(_, ids)| !ids.is_empty())
+        .collect()
+}
+
 /// Records no file names, per server: (server, records, bytes). A write that a crash cut
 /// between storing its bytes and committing them leaves such records; they are unused
 /// space, not damage.

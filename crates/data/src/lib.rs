@@ -31,6 +31,7 @@ pub use compact::{
 };
 
 pub use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
 use record::{RecordHeader, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -38,7 +39,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{IoSlice, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Where one piece of file data lives.
@@ -248,7 +249,7 @@ impl DataStore {
         if bufs.iter().any(|b| b.len() >= u32::MAX as usize) {
             return Err(DataError::TooLarge);
         }
-        let mut active = self.active.lock().expect("active segment");
+        let mut active = self.active.lock();
         if active.len > 0 && active.len + total > self.opts.segment_bytes {
             self.roll(&mut active)?;
         }
@@ -278,7 +279,7 @@ impl DataStore {
             active.file.sync_data().map_err(io("sync", &path))?;
         }
         active.len = at;
-        let mut st = self.stats.lock().expect("stats");
+        let mut st = self.stats.lock();
         st.appends += 1;
         st.records += bufs.len() as u64;
         st.bytes_written += total;
@@ -302,7 +303,7 @@ impl DataStore {
         // The new segment's name must survive a crash before anything is acknowledged in it.
         File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io("sync", &self.dir))?;
         let sealed = std::mem::replace(&mut active.file, Arc::new(file));
-        self.sealed.write().expect("sealed segments").insert(old, sealed);
+        self.sealed.write().insert(old, sealed);
         active.id = id;
         active.len = 0;
         tracing::debug!(sealed = old, active = id, "new data segment");
@@ -311,10 +312,10 @@ impl DataStore {
 
     /// Makes every append so far durable (`fdatasync` of the active segment).
     pub fn sync(&self) -> Result<(), DataError> {
-        let active = self.active.lock().expect("active segment");
+        let active = self.active.lock();
         let path = self.dir.join(segment_name(active.id));
         active.file.sync_data().map_err(io("sync", &path))?;
-        self.stats.lock().expect("stats").syncs += 1;
+        self.stats.lock().syncs += 1;
         Ok(())
     }
 
@@ -330,7 +331,7 @@ impl DataStore {
     /// Seals the active segment (the next append starts a new one); compaction seals a
     /// segment before copying out of it.
     pub fn seal_active(&self) -> Result<(), DataError> {
-        let mut active = self.active.lock().expect("active segment");
+        let mut active = self.active.lock();
         if active.len > 0 {
             self.roll(&mut active)?;
         }
@@ -338,10 +339,10 @@ impl DataStore {
     }
 
     fn file(&self, segment: u32) -> Result<Arc<File>, DataError> {
-        if let Some(f) = self.sealed.read().expect("sealed segments").get(&segment) {
+        if let Some(f) = self.sealed.read().get(&segment) {
             return Ok(f.clone());
         }
-        let active = self.active.lock().expect("active segment");
+        let active = self.active.lock();
         if active.id == segment {
             return Ok(active.file.clone());
         }
@@ -406,7 +407,7 @@ impl DataStore {
                 source: e,
             },
         })?;
-        let mut st = self.stats.lock().expect("stats");
+        let mut st = self.stats.lock();
         st.reads += 1;
         st.bytes_read += end - start;
         st.read_sizes[size_bucket(end - start)] += 1;
@@ -415,8 +416,8 @@ impl DataStore {
 
     /// Every segment with its size, in id order.
     pub fn segments(&self) -> Vec<SegmentInfo> {
-        let active = self.active.lock().expect("active segment");
-        let sealed = self.sealed.read().expect("sealed segments");
+        let active = self.active.lock();
+        let sealed = self.sealed.read();
         let mut out: Vec<SegmentInfo> = sealed
             .iter()
             .map(|(&id, f)| SegmentInfo { id, bytes: f.metadata().map(|m| m.len()).unwrap_or(0), active: false })
@@ -428,14 +429,14 @@ impl DataStore {
 
     /// Deletes a sealed segment. The caller guarantees nothing references it any more.
     pub fn delete_segment(&self, id: u32) -> Result<(), DataError> {
-        if self.active.lock().expect("active segment").id == id {
+        if self.active.lock().id == id {
             return Err(DataError::Corrupt {
                 segment: id,
                 offset: 0,
                 reason: "the active segment cannot be deleted".into(),
             });
         }
-        self.sealed.write().expect("sealed segments").remove(&id).ok_or(DataError::NoSegment(id))?;
+        self.sealed.write().remove(&id).ok_or(DataError::NoSegment(id))?;
         let path = self.dir.join(segment_name(id));
         std::fs::remove_file(&path).map_err(io("delete", &path))?;
         tracing::info!(segment = id, "data segment deleted");
@@ -444,7 +445,7 @@ impl DataStore {
 
     /// Activity counters.
     pub fn stats(&self) -> DataStats {
-        *self.stats.lock().expect("stats")
+        *self.stats.lock()
     }
 }
 

@@ -14,10 +14,11 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -85,7 +86,7 @@ enum CallError {
 
 impl Peer {
     async fn connection(&self) -> Result<Box<dyn Stream>, CallError> {
-        if let Some(s) = self.pool.lock().expect("pool").get_mut(&self.addr).and_then(Vec::pop) {
+        if let Some(s) = self.pool.lock().get_mut(&self.addr).and_then(Vec::pop) {
             return Ok(s);
         }
         let timed_out = || CallError::Connect(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"));
@@ -119,7 +120,7 @@ impl Peer {
         s.flush().await.map_err(CallError::Io)?;
         let reply = read_frame(&mut s).await.map_err(CallError::Io)?;
         let out = postcard::from_bytes(&reply).map_err(|e| CallError::Io(std::io::Error::other(e)))?;
-        self.pool.lock().expect("pool").entry(self.addr.clone()).or_default().push(s);
+        self.pool.lock().entry(self.addr.clone()).or_default().push(s);
         Ok(out)
     }
 

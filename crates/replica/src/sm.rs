@@ -20,12 +20,13 @@ use openraft::{
     Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
     StoredMembership,
 };
+use parking_lot::Mutex;
 use plusfs_store::DataPiece;
 use rocksdb::{IteratorMode, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 type SErr = StorageError<MemberId>;
 type Membership = StoredMembership<MemberId, Node>;
@@ -143,7 +144,7 @@ impl StateMachine {
 /// newer (a build and an install may finish in either order). Returns whether it did.
 fn save_snapshot(path: &Path, saved: &Saved, file: &SnapshotFile) -> Result<bool, SErr> {
     use std::io::Write;
-    let mut on_disk = saved.lock().expect("snapshot position");
+    let mut on_disk = saved.lock();
     if on_disk.is_some() && *on_disk > file.meta.last_log_id {
         return Ok(false);
     }

@@ -13,8 +13,9 @@
 //! budget (they can act while users fill the server's); the cluster's own servers are not
 //! budgeted (their requests may wait on one another in cycles).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Bytes of requests and replies one certificate (or one connection of an insecure
@@ -54,7 +55,7 @@ impl Budgets {
         match holder {
             Holder::Plain => Meter { own: fresh(), server: Some(self.server.clone()) },
             Holder::Cert { serial, bounded } => {
-                let mut ids = self.identities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut ids = self.identities.lock();
                 ids.retain(|_, w| w.strong_count() > 0);
                 let own = match ids.get(serial).and_then(Weak::upgrade) {
                     Some(s) => s,

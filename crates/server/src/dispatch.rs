@@ -8,6 +8,9 @@ use crate::osd::Osd;
 use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response};
 use std::sync::Arc;
 
+/// What `cluster status` shows non-root callers in place of a distributed directory's path.
+const HIDDEN_PATH: &str = "(path shown to admins only)";
+
 /// The bytes a `Probe` answers with: zeros, never allocated per request.
 static PROBE_ZEROS: [u8; 4 << 20] = [0; 4 << 20];
 
@@ -137,7 +140,19 @@ impl Osd {
                 self.failpoints.hit("statfs_handler").await;
                 self.statfs()
             }
-            Status => self.status().await,
+            Status => {
+                // Distributed directories may lie inside directories the caller cannot
+                // search: their paths are shown to root (admins, servers) only.
+                let mut status = self.status().await;
+                if c.uid != 0 {
+                    if let Ok(Reply::Status(s)) = status.as_mut() {
+                        for h in s.hugedirs.iter_mut() {
+                            h.path = HIDDEN_PATH.into();
+                        }
+                    }
+                }
+                status
+            }
             FsckScan => self.fsck_scan(),
             TxPrepare { txid, ops, epoch } => self.tx_prepare(txid, ops, epoch, c).await,
             TxCommit { txid, payload } => self.tx_commit(txid, payload).await,

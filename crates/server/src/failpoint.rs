@@ -25,9 +25,10 @@
 //! `compaction_after_switch` (data compaction), `cx_during_recovery` (a restarted server
 //! loaded its Cx log, before resuming). Unarmed, checking costs two loads.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use tokio::sync::Notify;
 
 /// What an armed failpoint does when a server reaches it.
@@ -135,14 +136,14 @@ impl Failpoints {
             released: AtomicBool::new(false),
             release: Notify::new(),
         });
-        self.armed.lock().expect("failpoints lock").insert(name.to_string(), fp.clone());
+        self.armed.lock().insert(name.to_string(), fp.clone());
         self.any.store(true, Ordering::Release);
         fp
     }
 
     /// Disarms `name` (a paused arrival is released).
     pub fn disarm(&self, name: &str) {
-        if let Some(fp) = self.armed.lock().expect("failpoints lock").remove(name) {
+        if let Some(fp) = self.armed.lock().remove(name) {
             fp.release();
         }
     }
@@ -154,7 +155,7 @@ impl Failpoints {
             return;
         }
         let fp = {
-            let armed = self.armed.lock().expect("failpoints lock");
+            let armed = self.armed.lock();
             if armed.is_empty() {
                 return;
             }

@@ -62,7 +62,7 @@ impl Osd {
     /// Starts a background redistribution of `dir` unless one is running (a restarted
     /// primary resuming, or a request that met a `Distributing` directory).
     pub(crate) fn ensure_distributing(self: &Arc<Self>, dir: &str) {
-        if !self.distributing.lock().expect("distributing set").insert(dir.to_string()) {
+        if !self.distributing.lock().insert(dir.to_string()) {
             return;
         }
         let osd = self.clone();
@@ -71,7 +71,7 @@ impl Osd {
             if let Err(e) = osd.distribute(&dir).await {
                 tracing::error!(dir, cause = %e.message, "redistribution failed");
             }
-            osd.distributing.lock().expect("distributing set").remove(&dir);
+            osd.distributing.lock().remove(&dir);
         });
     }
 

@@ -13,6 +13,7 @@
 use crate::budget::{self, Budgets, Holder, Meter, Share};
 use crate::front::Front;
 use crate::security::{self, Security};
+use parking_lot::Mutex;
 use plusfs_proto::io::{send_queued, FrameReader, ReadError};
 use plusfs_proto::{
     decode_request, encode_response_at, DecodeError, Errno, OutFrame, Request, Response, WireError, HEADER_LEN,
@@ -23,7 +24,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -94,7 +95,7 @@ impl Pending {
     /// Counts a new connection from `ip`; `None` when its address, or all addresses
     /// together, have as many handshakes under way as allowed.
     fn enter(shared: &Arc<Shared>, ip: IpAddr) -> Option<Pending> {
-        let mut pending = shared.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pending = shared.pending.lock();
         let all: u32 = pending.values().sum();
         let n = pending.entry(ip).or_default();
         if *n >= PENDING_PER_ADDRESS || all >= PENDING_IN_ALL {
@@ -107,7 +108,7 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let mut pending = self.shared.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pending = self.shared.pending.lock();
         if let Some(n) = pending.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {

@@ -29,10 +29,11 @@
 //! Records expire after [`KEEP`]: a resend comes within seconds.
 
 use crate::osd::Osd;
+use parking_lot::Mutex;
 use plusfs_proto::{BatchReply, Cred, Errno, Reply, Request, Response, WireError};
 use plusfs_store::{commit, Batch, BatchOp, OnceId, OnceState, RocksStore, ONCE};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -64,7 +65,7 @@ pub(crate) async fn handle(
     op: Request,
 ) -> Response {
     let key = (client, seq);
-    let first = running.0.lock().expect("running requests").get(&key).cloned();
+    let first = running.0.lock().get(&key).cloned();
     if let Some(mut rx) = first {
         return match rx.wait_for(Option::is_some).await {
             Ok(answer) => answer.clone().expect("an answer"),
@@ -72,10 +73,10 @@ pub(crate) async fn handle(
         };
     }
     let (tx, rx) = watch::channel(None);
-    running.0.lock().expect("running requests").insert(key, rx);
+    running.0.lock().insert(key, rx);
     let answer = run(osd, table, cred, key, op).await;
     let _ = tx.send(Some(answer.clone()));
-    running.0.lock().expect("running requests").remove(&key);
+    running.0.lock().remove(&key);
     if table.replication_failed() {
         // This member lost its lead meanwhile: what it did may or may not commit. The next
         // leader knows; the client resends there.

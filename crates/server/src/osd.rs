@@ -9,12 +9,13 @@
 use crate::cx::state::Cx;
 use crate::engine::Engine;
 use crate::failpoint::Failpoints;
+use parking_lot::Mutex;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{DirObject, ROOT_INO};
 use plusfs_rpc::Pool;
 use plusfs_store::{commit, Batch, DirStore, StoreError};
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// One OSD+ server.

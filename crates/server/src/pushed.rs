@@ -2,9 +2,9 @@
 //! subdirectory's object, kept until that operation's participant half takes them (see
 //! `dirperms`).
 
+use parking_lot::Mutex;
 use plusfs_proto::{OpId, ParentPerms, WireError};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -42,7 +42,7 @@ impl PermsInbox {
     /// Files a pushed answer (and, once a second, forgets answers nobody claimed in time).
     pub(crate) fn put(&self, op: OpId, path: String, answer: Result<ParentPerms, WireError>) {
         let now = Instant::now();
-        let mut slots = self.slots.lock().expect("perms inbox");
+        let mut slots = self.slots.lock();
         if slots.swept.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
             slots.map.retain(|_, (at, _)| now.duration_since(*at) < PUSH_KEEP);
             slots.swept = Some(now);
@@ -62,7 +62,7 @@ impl PermsInbox {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some((_, answer)) = self.slots.lock().expect("perms inbox").map.remove(&key) {
+            if let Some((_, answer)) = self.slots.lock().map.remove(&key) {
                 return Some(answer);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {

@@ -63,7 +63,7 @@ impl DataSource for Source {
 pub struct Sink {
     /// Held while records are placed and while segments are collected, so a collection
     /// never deletes a segment an apply is writing.
-    pub turn: std::sync::Mutex<()>,
+    pub turn: parking_lot::Mutex<()>,
     /// This member's id.
     pub member: u64,
     /// The term in which this process took over as leader (0: it does not lead): entries
@@ -89,7 +89,7 @@ impl Sink {
                 reason: e.to_string(),
             })
         };
-        let _turn = self.turn.lock().expect("sink turn");
+        let _turn = self.turn.lock();
         replica::collect(&self.dir, QUIET, referred).map_err(|e| e.to_string())
     }
 }
@@ -100,7 +100,7 @@ impl plusfs_replica::DataSink for Sink {
         if leading != 0 && proposer == Some((self.member, leading)) {
             return Ok(());
         }
-        let _turn = self.turn.lock().expect("sink turn");
+        let _turn = self.turn.lock();
         let tuples: Vec<(u32, u64, &[u8])> = pieces.iter().map(|p| (p.segment, p.offset, p.bytes.as_slice())).collect();
         replica::place(&self.dir, &tuples, self.sync).map_err(|e| e.to_string())
     }

@@ -6,13 +6,14 @@
 //! ([`admit`]): servers and admins as claimed; users within their uid and gid ranges, root
 //! squashed or refused; admin and server-only requests refused to users.
 
+use parking_lot::Mutex;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{
     Capability, Cred, CxRole, DirObject, Errno, Inode, Privilege, Receipt, Replace, Request, SubOp, WireError,
 };
 use plusfs_tls::{CapKey, Identity, Refused, ServerTls, TlsFiles, NOBODY};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::net::TcpStream;
 
@@ -72,7 +73,7 @@ impl Security {
         if identity.is_admin() {
             return Some(Slot(None));
         }
-        let mut open = self.open.lock().expect("open connections");
+        let mut open = self.open.lock();
         let n = open.entry(serial.to_string()).or_default();
         if *n >= self.max_open {
             return None;
@@ -122,7 +123,7 @@ impl Security {
     fn reload_revocations(&self) {
         let Some(path) = &self.map_path else { return };
         let now = modified(path);
-        let mut seen = self.seen.lock().expect("map time");
+        let mut seen = self.seen.lock();
         if now.is_none() || now == *seen {
             return;
         }
@@ -146,7 +147,7 @@ type OpenCounts = Arc<Mutex<std::collections::HashMap<String, u32>>>;
 impl Drop for Slot {
     fn drop(&mut self) {
         let Some((open, serial)) = self.0.take() else { return };
-        let mut open = open.lock().expect("open connections");
+        let mut open = open.lock();
         if let Some(n) = open.get_mut(&serial) {
             *n -= 1;
             if *n == 0 {

@@ -7,16 +7,21 @@
 //! flush needs, which nobody's growth may take. File data appends have their own, larger reserve (`[data]
 //! reserve_bytes`); the floor is half of it.
 
+use parking_lot::Mutex;
 use plusfs_proto::{BatchOp, DelegOp, Errno, Request, SubOp, WireError, XattrOp};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a measured free-space figure is trusted.
 const FRESH: Duration = Duration::from_millis(50);
 /// How often the keeper looks whether deleted space is to be reclaimed.
 const KEEP_EVERY: Duration = Duration::from_millis(250);
+/// A pause in deletes after which their space is reclaimed.
+const DELETES_PAUSE: Duration = Duration::from_millis(400);
+/// The longest deletes go on before their space is reclaimed.
+const RECLAIM_LATEST: Duration = Duration::from_secs(5);
 /// How often a disk that stays at its floor is reclaimed with no delete seen (a replica
 /// group's follower, whose deletes arrive through the group).
 const RECLAIM_IDLE: Duration = Duration::from_secs(30);
@@ -106,8 +111,8 @@ impl Space {
     }
 
     /// Runs `reclaim` (which gives back the space of deleted objects) whenever the disk is
-    /// at its floor and something was deleted since, or every [`RECLAIM_IDLE`] while it
-    /// stays there; until `alive` returns false.
+    /// at its floor and something was deleted since (once the deletes pause), or every
+    /// [`RECLAIM_IDLE`] while it stays there; until `alive` returns false.
     pub fn keep<F, Fut>(self: Arc<Self>, alive: impl Fn() -> bool + Send + 'static, reclaim: F)
     where
         F: Fn() -> Fut + Send + 'static,
@@ -115,15 +120,25 @@ impl Space {
     {
         tokio::spawn(async move {
             let mut last = Instant::now();
+            // Deletes seen since the last reclaim: when the first and the latest came. A
+            // reclaim waits until deletes pause (a mass delete is reclaimed once, after
+            // it), or until they have gone on for RECLAIM_LATEST.
+            let mut deletes: Option<(Instant, Instant)> = None;
             while alive() {
                 tokio::time::sleep(KEEP_EVERY).await;
-                let wanted = self.reclaim_wanted.swap(false, Ordering::Relaxed);
-                if self.low() && (wanted || last.elapsed() > RECLAIM_IDLE) {
+                if self.reclaim_wanted.swap(false, Ordering::Relaxed) {
+                    let now = Instant::now();
+                    deletes = Some((deletes.map_or(now, |d| d.0), now));
+                }
+                let settled = deletes.is_some_and(|(first, latest)| {
+                    latest.elapsed() >= DELETES_PAUSE || first.elapsed() >= RECLAIM_LATEST
+                });
+                if self.low() && (settled || last.elapsed() > RECLAIM_IDLE) {
                     let (free, floor) = (self.free_bytes(), self.floor());
                     tracing::info!(dir = %self.dir.display(), free, floor, "disk at its floor: reclaiming deleted space");
                     reclaim().await;
-                    last = Instant::now();
-                    *self.measured.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                    (last, deletes) = (Instant::now(), None);
+                    *self.measured.lock() = None;
                 }
             }
         });
@@ -131,7 +146,7 @@ impl Space {
 
     /// Free bytes of the disk, measured at most every [`FRESH`].
     fn free_bytes(&self) -> u64 {
-        let mut measured = self.measured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut measured = self.measured.lock();
         if measured.is_none_or(|t| t.elapsed() > FRESH) {
             match plusfs_data::free_bytes(&self.dir) {
                 Ok(free) => self.free.store(free, Ordering::Relaxed),

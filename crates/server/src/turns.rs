@@ -1,8 +1,8 @@
 //! Turns of huge-directory redistribution: one redistribution of a directory at a time
 //! on this server.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::Mutex;
 use tokio::sync::Notify;
 
 /// The directories being distributed by this server now (whoever asked): one
@@ -26,7 +26,7 @@ impl Turns {
             let ended = self.ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
-            if self.dirs.lock().expect("distribution turns").insert(dir.to_string()) {
+            if self.dirs.lock().insert(dir.to_string()) {
                 return Turn { turns: self, dir: dir.to_string() };
             }
             ended.await;
@@ -36,7 +36,7 @@ impl Turns {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.turns.dirs.lock().expect("distribution turns").remove(&self.dir);
+        self.turns.dirs.lock().remove(&self.dir);
         self.turns.ended.notify_waiters();
     }
 }

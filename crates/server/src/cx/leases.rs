@@ -8,9 +8,9 @@
 //! restart (or when the table is full and an old one is forgotten) a client's number is
 //! refused with `ESTALE` and the client leases a new block.
 
+use parking_lot::Mutex;
 use plusfs_proto::Ino;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 
 /// Blocks remembered per session (the oldest goes first).
 const PER_SESSION: usize = 4;
@@ -24,7 +24,7 @@ pub(crate) struct InoLeases(Mutex<HashMap<u64, VecDeque<(Ino, Ino)>>>);
 impl InoLeases {
     /// Session `session` leased numbers `first .. first + count`.
     pub(crate) fn grant(&self, session: u64, first: Ino, count: u64) {
-        let mut all = self.0.lock().expect("ino leases");
+        let mut all = self.0.lock();
         if all.len() >= SESSIONS && !all.contains_key(&session) {
             if let Some(old) = all.keys().next().copied() {
                 all.remove(&old);
@@ -41,7 +41,7 @@ impl InoLeases {
     /// number taken from that block before (numbers are used once, in order; skipped
     /// ones are lost).
     pub(crate) fn take(&self, session: u64, ino: Ino) -> bool {
-        let mut all = self.0.lock().expect("ino leases");
+        let mut all = self.0.lock();
         let Some(blocks) = all.get_mut(&session) else { return false };
         match blocks.iter_mut().find(|(next, end)| (*next..*end).contains(&ino)) {
             Some(block) => {

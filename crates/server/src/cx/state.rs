@@ -2,10 +2,10 @@
 //! locks and hints, the ids of ended and refused operations, and the log's size.
 
 use crate::engine::locks::Scope;
+use parking_lot::Mutex;
 use plusfs_proto::{Cred, CxRole, OpId, ServerId, SubOp, TxId, WireError};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -99,8 +99,8 @@ impl Default for Cx {
 }
 
 impl Cx {
-    pub(crate) fn st(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("cx state")
+    pub(crate) fn st(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Operations pending here and live log bytes (now, at most).

@@ -2,12 +2,13 @@
 //! or read delegations of any number of sessions), their records, the requests in flight
 //! per directory, and the recalls waiting for their holders.
 
+use parking_lot::{Mutex, MutexGuard};
 use plusfs_proto::path::is_within;
 use plusfs_proto::Touch;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -213,7 +214,7 @@ impl Drop for InFlight {
 
 impl DelegTable {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().expect("delegation table")
+        self.inner.lock()
     }
 
     /// A future that completes at the next change (enable it before looking).

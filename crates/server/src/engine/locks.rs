@@ -14,9 +14,10 @@
 //! one *urges* it (the hook set with [`LockTable::set_urge`] starts its commitment at once)
 //! and reads [`settle`](LockTable::settle) first, so nobody waits for a commitment timer.
 
+use parking_lot::Mutex;
 use plusfs_proto::TxId;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -127,12 +128,12 @@ impl LockTable {
     /// Every transaction holding locks now (prepared two-phase commits, pending Cx
     /// operations).
     pub fn transactions(&self) -> Vec<TxId> {
-        self.inner.lock().expect("lock table").by_tx.keys().copied().collect()
+        self.inner.lock().by_tx.keys().copied().collect()
     }
 
     /// Whether any of `txs` still holds locks.
     pub fn any_held(&self, txs: &[TxId]) -> bool {
-        let inner = self.inner.lock().expect("lock table");
+        let inner = self.inner.lock();
         txs.iter().any(|t| inner.by_tx.contains_key(t))
     }
 
@@ -177,7 +178,7 @@ impl LockTable {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut inner = self.inner.lock().expect("lock table");
+                let mut inner = self.inner.lock();
                 let busy = dirs.iter().any(|d| inner.dirs.get(d).is_some_and(|s| s.busy));
                 let conflict =
                     wanted.iter().find_map(|(d, sc)| inner.dirs.get(d).and_then(|s| s.tx_conflict(sc, owners)));
@@ -233,7 +234,7 @@ impl LockTable {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let conflicts: Vec<TxId> = {
-                let inner = self.inner.lock().expect("lock table");
+                let inner = self.inner.lock();
                 if inner.by_tx.is_empty() {
                     return;
                 }
@@ -259,7 +260,7 @@ impl LockTable {
 
     /// What holds locks on `dirs`, for the logs: `'/a': busy, tx 7 whole, tx 9 'x'`.
     fn describe<'a>(&self, dirs: impl Iterator<Item = &'a String>) -> String {
-        let inner = self.inner.lock().expect("lock table");
+        let inner = self.inner.lock();
         let mut out = Vec::new();
         for d in dirs {
             let Some(st) = inner.dirs.get(d) else { continue };
@@ -278,7 +279,7 @@ impl LockTable {
 
     /// Records transaction locks for `txid` (the caller holds the busy locks).
     pub fn add_tx_locks(&self, txid: TxId, locks: &[(String, Scope)]) {
-        let mut inner = self.inner.lock().expect("lock table");
+        let mut inner = self.inner.lock();
         for (d, sc) in locks {
             let st = inner.dirs.entry(d.clone()).or_default();
             match sc {
@@ -293,7 +294,7 @@ impl LockTable {
 
     /// Drops every transaction lock of `txid` and wakes waiters.
     pub fn release_tx(&self, txid: TxId) {
-        let mut inner = self.inner.lock().expect("lock table");
+        let mut inner = self.inner.lock();
         for (d, sc) in inner.by_tx.remove(&txid).unwrap_or_default() {
             if let Some(st) = inner.dirs.get_mut(&d) {
                 match sc {
@@ -314,7 +315,7 @@ impl LockTable {
 
     /// A transaction other than `owner` holding any lock on a directory at or below `root`.
     pub fn tx_locked_within(&self, root: &str, owner: TxId) -> Option<TxId> {
-        let inner = self.inner.lock().expect("lock table");
+        let inner = self.inner.lock();
         inner
             .by_tx
             .iter()
@@ -325,13 +326,13 @@ impl LockTable {
 
     /// Number of transactions holding locks here.
     pub fn tx_count(&self) -> usize {
-        self.inner.lock().expect("lock table").by_tx.len()
+        self.inner.lock().by_tx.len()
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let mut inner = self.table.inner.lock().expect("lock table");
+        let mut inner = self.table.inner.lock();
         for d in &self.dirs {
             if let Some(st) = inner.dirs.get_mut(d) {
                 st.busy = false;

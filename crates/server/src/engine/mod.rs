@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 pub struct Engine {
     pub id: ServerId,
     /// The cluster map, replaced when a newer epoch arrives ([`Engine::map`]).
-    map_cell: std::sync::RwLock<Arc<ClusterMap>>,
+    map_cell: parking_lot::RwLock<Arc<ClusterMap>>,
     pub store: Arc<dyn DirStore>,
     pub locks: Arc<LockTable>,
     pub metrics: Metrics,
@@ -66,7 +66,7 @@ impl Engine {
             txids: IdAllocator::load(store.as_ref(), "next_txid", id)?,
             records: IdAllocator::load(store.as_ref(), "next_record", id)?,
             id,
-            map_cell: std::sync::RwLock::new(Arc::new(map)),
+            map_cell: parking_lot::RwLock::new(Arc::new(map)),
             store,
             locks: Arc::default(),
             metrics: Metrics::default(),
@@ -78,12 +78,12 @@ impl Engine {
 
     /// The cluster map this server works with now.
     pub fn map(&self) -> Arc<ClusterMap> {
-        self.map_cell.read().expect("map cell").clone()
+        self.map_cell.read().clone()
     }
 
     /// Replaces the map by `map` if it is newer; answers whether it was.
     pub(crate) fn install_map(&self, map: ClusterMap) -> bool {
-        let mut cell = self.map_cell.write().expect("map cell");
+        let mut cell = self.map_cell.write();
         if map.epoch <= cell.epoch {
             return false;
         }

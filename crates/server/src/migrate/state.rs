@@ -2,9 +2,10 @@
 //! and the pulls under way. Kept apart from the protocol so the server's composition
 //! (`osd.rs`) does not depend on it.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Counters of the running migration on this server (`cluster status`).
@@ -30,7 +31,7 @@ impl Progress {
     /// The report for `cluster status`.
     pub(crate) fn report(&self, epoch: Option<u64>) -> Option<plusfs_proto::MigrationReport> {
         let from = epoch?;
-        let started = self.started.lock().expect("progress").filter(|(e, _)| *e == from).map(|(_, t)| t);
+        let started = self.started.lock().filter(|(e, _)| *e == from).map(|(_, t)| t);
         Some(plusfs_proto::MigrationReport {
             from_epoch: from,
             objects_moved: self.objects_out.load(Ordering::Relaxed),
@@ -44,7 +45,7 @@ impl Progress {
     }
 
     pub(crate) fn start(&self, epoch: u64) {
-        let mut s = self.started.lock().expect("progress");
+        let mut s = self.started.lock();
         if s.is_none_or(|(e, _)| e != epoch) {
             *s = Some((epoch, Instant::now()));
         }
@@ -57,7 +58,7 @@ pub(crate) struct Pulls(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
 impl Pulls {
     pub(crate) fn gate(&self, path: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = self.0.lock().expect("pulls");
+        let mut m = self.0.lock();
         if m.len() > 4096 {
             m.retain(|_, g| Arc::strong_count(g) > 1);
         }
