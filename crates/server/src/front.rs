@@ -165,20 +165,25 @@ impl Front {
     /// floor (while this front lives and, for the file data, while it serves).
     pub fn keep_space(self: &Arc<Self>, store: Arc<dyn plusfs_store::DirStore>) {
         let (alive, me) = (Arc::downgrade(self), Arc::downgrade(self));
+        let space = self.space.clone();
         self.space.clone().keep(
             move || alive.strong_count() > 0,
             move || {
-                let (store, osd) = (store.clone(), me.upgrade().and_then(|f| f.osd.get().cloned()));
+                let (store, space) = (store.clone(), space.clone());
+                let osd = me.upgrade().and_then(|f| f.osd.get().cloned());
                 async move {
-                    match tokio::task::spawn_blocking(move || store.reclaim()).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => tracing::warn!(cause = %e, "cannot reclaim the store's deleted space"),
-                        Err(e) => tracing::warn!(cause = %e, "store reclaim task failed"),
-                    }
+                    // File data first: compaction may use the reserve, and what it frees
+                    // gives the store room to flush and compact.
                     if let Some(osd) = osd {
                         if let Err(e) = osd.compact_now(crate::filedata::COMPACT_LIVE_RATIO).await {
                             tracing::warn!(cause = %e.message, "cannot compact file data on a full disk");
                         }
+                    }
+                    let free = space.free_now();
+                    match tokio::task::spawn_blocking(move || store.reclaim(free)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!(cause = %e, "cannot reclaim the store's deleted space"),
+                        Err(e) => tracing::warn!(cause = %e, "store reclaim task failed"),
                     }
                 }
             },

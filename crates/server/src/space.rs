@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 const FRESH: Duration = Duration::from_millis(50);
 /// How often the keeper looks whether deleted space is to be reclaimed.
 const KEEP_EVERY: Duration = Duration::from_millis(250);
+/// Room past the data reserve under which the disk already counts as low (a write of a
+/// few MiB would be refused there).
+const LOW_MARGIN: u64 = 16 << 20;
 /// A pause in deletes after which their space is reclaimed.
 const DELETES_PAUSE: Duration = Duration::from_millis(400);
 /// The longest deletes go on before their space is reclaimed.
@@ -107,7 +110,13 @@ impl Space {
     /// True while the disk is down to where file data is refused (a data reserve above
     /// the floor).
     pub fn low(&self) -> bool {
-        self.free_bytes() < self.floor().saturating_add(self.data_reserve)
+        self.free_bytes() < self.floor().saturating_add(self.data_reserve).saturating_add(LOW_MARGIN)
+    }
+
+    /// Free bytes of the disk now (for a reclaim: what it may use).
+    pub fn free_now(&self) -> u64 {
+        *self.measured.lock() = None;
+        self.free_bytes()
     }
 
     /// Runs `reclaim` (which gives back the space of deleted objects) whenever the disk is

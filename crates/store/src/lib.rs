@@ -338,8 +338,10 @@ pub trait DirStore: Send + Sync + 'static {
         0
     }
     /// Gives the disk back the space of deleted objects now (flush and compact), instead
-    /// of whenever the engine would: called when the disk is nearly full.
-    fn reclaim(&self) -> Result<(), StoreError> {
+    /// of whenever the engine would, as far as `free` bytes of disk allow: called when the
+    /// disk is nearly full.
+    fn reclaim(&self, free: u64) -> Result<(), StoreError> {
+        let _ = free;
         Ok(())
     }
     /// The directory object at `path`, if it is homed here.

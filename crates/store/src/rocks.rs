@@ -425,17 +425,25 @@ impl DirStore for RocksStore {
         unflushed + unflushed / 4 + WRITE_BUFFER + WRITE_BUFFER / 10
     }
 
-    fn reclaim(&self) -> Result<(), StoreError> {
+    fn reclaim(&self, free: u64) -> Result<(), StoreError> {
         // Not after a background error: the engine is stopped, and a flush would sync a
         // log whose last write failed (which some builds answer with an abort).
         let errors = self.db.property_int_value("rocksdb.background-errors").ok().flatten().unwrap_or(0);
         if errors > 0 {
             return Err(StoreError::Engine(format!("{errors} background errors: not flushing")));
         }
-        // A flush drops the versions deletes hid within the memtable; the compaction then
-        // drops deleted objects from the files on disk.
+        // A flush drops the versions deletes hid within the memtable (only where it fits:
+        // one that does not stops the engine); a whole compaction then drops deleted
+        // objects from the files on disk, where there is room to rewrite them all (the
+        // engine refuses a compaction it has no room for).
+        if free < self.flush_room() {
+            return Ok(());
+        }
         self.db.flush().map_err(engine)?;
-        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        let tables = self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(u64::MAX);
+        if free.saturating_sub(self.flush_room()) > tables {
+            self.db.compact_range::<&[u8], &[u8]>(None, None);
+        }
         Ok(())
     }
 
