@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestCluster;
+use common::{rss_mib, TestCluster};
 use plusfs_client::{Client, ClientOptions};
 use plusfs_proto::{encode_request, Cred, Request};
 use plusfs_tls::{Authority, ClientTls, Identity, Ranges, Role, RootClaim, TlsFiles, Validity};
@@ -46,18 +46,6 @@ async fn tls_raw(tc: &TestCluster, identity: &Path) -> Tls {
     let tls = ClientTls::load(&TlsFiles { ca, identity: identity.to_path_buf() }).unwrap();
     let tcp = TcpStream::connect(&tc.cluster.map().servers[0].address).await.unwrap();
     tls.connect(tcp).await.unwrap()
-}
-
-/// Resident memory of process `pid`, in MiB.
-fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib / 1024
 }
 
 fn logged(tc: &TestCluster, what: &str) -> usize {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::TestCluster;
+use common::{rss_mib, TestCluster};
 use plusfs_proto::{decode_response, encode_request, Cred, Errno, Frame, Request, MAX_FRAME_LEN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -214,18 +214,6 @@ fn wrong_protocol_version_gets_a_clear_error() {
     assert_eq!(err.errno, Errno::EPROTO);
     assert!(err.message.contains("version 99"), "{}", err.message);
     assert_still_serving(&cluster);
-}
-
-/// Resident memory of process `pid`, in MiB.
-fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib / 1024
 }
 
 /// A client that pipelines large reads and never reads the replies: the server holds at

@@ -167,3 +167,15 @@ pub async fn renamed_dir_home(
         _ => None,
     }
 }
+
+/// Resident memory of process `pid`, in MiB.
+pub fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib / 1024
+}
