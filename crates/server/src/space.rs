@@ -43,6 +43,9 @@ pub struct Space {
     flush_room: Box<dyn Fn() -> u64 + Send + Sync>,
     /// Free bytes at the last measure, and when it was taken.
     free: AtomicU64,
+    /// The store's flush room at the last measure (taken with the free space: a property
+    /// read of the store is not for every request).
+    room: AtomicU64,
     measured: Mutex<Option<Instant>>,
     /// Set when something was deleted while the disk was at its floor: its space is to be
     /// reclaimed now.
@@ -59,6 +62,7 @@ impl Space {
             floor: (data_reserve / 2).max(MIN_FLOOR),
             data_reserve,
             free: AtomicU64::new(u64::MAX),
+            room: AtomicU64::new(0),
             measured: Mutex::new(None),
             reclaim_wanted: AtomicBool::new(false),
         }
@@ -79,7 +83,7 @@ impl Space {
         }
         let free = self.free_bytes();
         let floor = match privileged {
-            true => MIN_FLOOR.saturating_add((self.flush_room)()),
+            true => MIN_FLOOR.saturating_add(self.room.load(Ordering::Relaxed)),
             false => self.floor(),
         };
         // File data stops a data reserve above the floor (and must fit itself).
@@ -104,7 +108,8 @@ impl Space {
 
     /// The free space below which growth is refused now.
     fn floor(&self) -> u64 {
-        self.floor.saturating_add((self.flush_room)())
+        self.free_bytes();
+        self.floor.saturating_add(self.room.load(Ordering::Relaxed))
     }
 
     /// True while the disk is down to where file data is refused (a data reserve above
@@ -153,10 +158,12 @@ impl Space {
         });
     }
 
-    /// Free bytes of the disk, measured at most every [`FRESH`].
+    /// Free bytes of the disk, measured (with the store's flush room) at most every
+    /// [`FRESH`].
     fn free_bytes(&self) -> u64 {
         let mut measured = self.measured.lock();
         if measured.is_none_or(|t| t.elapsed() > FRESH) {
+            self.room.store((self.flush_room)(), Ordering::Relaxed);
             match plusfs_data::free_bytes(&self.dir) {
                 Ok(free) => self.free.store(free, Ordering::Relaxed),
                 Err(e) => tracing::warn!(dir = %self.dir.display(), cause = %e, "cannot measure free space"),
