@@ -346,7 +346,10 @@ impl DataStore {
         if active.id == segment {
             return Ok(active.file.clone());
         }
-        Err(DataError::NoSegment(segment))
+        drop(active);
+        // A roll may have sealed it between the two looks (it holds the active segment's
+        // lock while it does, so it is done now).
+        self.sealed.read().get(&segment).cloned().ok_or(DataError::NoSegment(segment))
     }
 
     /// The data of one extent, checked against its record's CRC.

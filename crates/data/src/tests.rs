@@ -241,3 +241,34 @@ fn random_writes_deletes_compactions_and_restarts_match_a_model() {
     }
     check_all(&store, &index, &model);
 }
+
+/// A record is readable whatever roll happens while it is looked up: readers of the
+/// segment that was active a moment ago never hear that it does not exist.
+#[test]
+fn records_stay_readable_while_appends_roll_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(small_segments(dir.path(), 4096));
+    let last = Arc::new(Mutex::new(None::<Extent>));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (store, last, done) = (store.clone(), last.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(e) = *last.lock() {
+                    store.read(&e).unwrap();
+                    store.read_stored(&e).unwrap();
+                    reads += 1;
+                }
+            }
+            reads
+        })
+    };
+    for i in 0..3_000u64 {
+        let e = store.append(1, &[&data(i, 1000)]).unwrap()[0];
+        *last.lock() = Some(e);
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().expect("no read failed");
+    assert!(reads > 0 && store.segments().len() > 700, "{reads} reads, {} segments", store.segments().len());
+}
