@@ -170,12 +170,18 @@ pub async fn renamed_dir_home(
 
 /// Resident memory of process `pid`, in MiB.
 pub fn rss_mib(pid: u32) -> u64 {
+    vm_mib(pid, "VmRSS")
+}
+
+/// A memory figure of process `pid` from `/proc/PID/status` (`VmRSS`, `VmHWM`, `VmData`...),
+/// in MiB.
+pub fn vm_mib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.split(':').next() == Some(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|n| n.parse().ok())
-        .unwrap();
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
     kib / 1024
 }

@@ -265,6 +265,75 @@ async fn a_member_whose_data_is_lost_is_replaced_by_a_new_one() {
     assert!(log.contains("snapshot installed"), "the new member caught up without a snapshot:\n{log}");
 }
 
+/// File data in the slot when the lagging member comes back, and the data segment memory
+/// limit it runs under (RLIMIT_DATA: its heap and every writable private mapping).
+const SNAPSHOT_DATA_MIB: usize = 320;
+const MEMBER_LIMIT_MIB: u64 = 256;
+
+/// Process `pid`'s memory limit on its data segment, set now (it applies to what the
+/// process maps from now on: what a catch-up needs).
+fn limit_data(pid: u32, mib: u64) {
+    let lim = libc::rlimit { rlim_cur: mib << 20, rlim_max: mib << 20 };
+    #[allow(unsafe_code)]
+    // SAFETY: prlimit(2) on a process this test started; `lim` outlives the call.
+    let rc = unsafe { libc::prlimit(pid as libc::pid_t, libc::RLIMIT_DATA, &lim, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_catches_up_from_a_snapshot_larger_than_its_memory_limit() {
+    // Few snapshots (each holds all the file data): one in the middle of the writes, one
+    // after.
+    let replication = plusfs_placement::ReplicationSettings { snapshot_every: 300, ..Default::default() };
+    let mut tc = replicated_with(1, ClusterSettings { replication, ..Default::default() });
+    let c = tc.client();
+    c.mkdir("/big", 0o755).await.unwrap();
+    let lead = leader(&tc, 0);
+    let lagging = (0..3u64).find(|&m| m != lead).unwrap();
+    tc.cluster.kill_member(0, lagging).unwrap();
+    // Distinct contents (a snapshot of repeated bytes would not show a copy held whole).
+    let chunk = 4 << 20;
+    let file = |i: usize| -> Vec<u8> { (0..chunk).map(|j| ((j * 31 + i * 7) % 251) as u8).collect() };
+    let files = SNAPSHOT_DATA_MIB / 4;
+    for i in 0..files {
+        write_new(&c, &format!("/big/f{i}"), &file(i)).await.unwrap();
+    }
+    // Past a snapshot of everything and the log it lets go.
+    for i in 0..150 {
+        c.mkdir(&format!("/big/d{i}"), 0o755).await.unwrap();
+    }
+    let term_before = term(&tc, 0);
+    tc.cluster.start_member(0, lagging).unwrap();
+    let pid_file = tc.cluster.data().join(format!("server-0-m{lagging}.pid"));
+    let pid: u32 = std::fs::read_to_string(pid_file).unwrap().trim().parse().unwrap();
+    limit_data(pid, MEMBER_LIMIT_MIB);
+    let log_path = tc.cluster.data().join(format!("server-0-m{lagging}.log"));
+    let deadline = Instant::now() + Duration::from_secs(150);
+    loop {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if log.contains("snapshot installed") {
+            break;
+        }
+        let tail = &log[log.len().saturating_sub(6000)..];
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "member {lagging} died:\n{tail}");
+        assert!(Instant::now() < deadline, "member {lagging} installed no snapshot in time:\n{tail}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let peak = common::vm_mib(pid, "VmHWM");
+    eprintln!("member {lagging}: peak RSS {peak} MiB catching up from {SNAPSHOT_DATA_MIB} MiB of file data");
+    assert!(peak < MEMBER_LIMIT_MIB, "peak RSS {peak} MiB");
+    // The transfer did not make it stand for election (its higher term would have deposed
+    // the leader sending it the snapshot).
+    assert_eq!(term(&tc, 0), term_before, "the group changed leaders during the catch-up");
+    // It leads with what it installed.
+    tc.cluster.kill_member(0, lead).unwrap();
+    for i in [0, files / 2, files - 1] {
+        assert!(c.read_all(&format!("/big/f{i}")).await.unwrap() == file(i), "/big/f{i}");
+    }
+    tc.cluster.start_member(0, lead).unwrap();
+    tc.assert_fsck_clean();
+}
+
 /// Kills the process whose pid it holds (as text) when dropped.
 struct KillOnDrop(String);
 

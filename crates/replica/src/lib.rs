@@ -11,6 +11,7 @@
 //! - [`log`]: the Raft log, vote and commit point in a RocksDB of their own.
 //! - [`sm`]: the state machine: the member's store, and snapshots of it for members that
 //!   join or fell too far behind.
+//! - [`snapfile`]: a snapshot's data on disk, written and read record by record.
 //! - [`net`]: Raft's messages between members, over TCP.
 //! - [`check`]: members' stores compared (digests at the same log position).
 //! - [`replicator`]: the bridge from a leader's store (`plusfs_store::Replicator`) to the
@@ -28,12 +29,12 @@ pub mod log;
 pub mod net;
 pub mod replicator;
 pub mod sm;
+pub mod snapfile;
 
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{Config, ServerState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,9 +64,10 @@ pub trait DataSink: Send + Sync + 'static {
     /// skip them; after a restart it must not (its own appends may not have survived).
     /// Snapshots' data comes with `proposer` `None`.
     fn place(&self, pieces: &[plusfs_store::DataPiece], proposer: Option<(MemberId, u64)>) -> Result<(), String>;
-    /// The stored bytes of every record the member's store refers to (for a snapshot
-    /// taken now, between two applies).
-    fn gather(&self) -> Result<Vec<plusfs_store::DataPiece>, String>;
+    /// Hands `each` the stored bytes of every record the member's store refers to, one
+    /// record at a time (for a snapshot taken now, between two applies); stops at the
+    /// first error.
+    fn gather(&self, each: &mut dyn FnMut(plusfs_store::DataPiece) -> Result<(), String>) -> Result<(), String>;
 }
 
 /// A member as its group knows it: where its Raft messages go, and where it serves
@@ -106,7 +108,7 @@ openraft::declare_raft_types!(
         NodeId = MemberId,
         Node = Node,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
@@ -126,6 +128,9 @@ pub enum GroupError {
     #[error("cannot start the replica: {0}")]
     Start(String),
 }
+
+/// Bytes of a snapshot sent per message.
+const SNAPSHOT_CHUNK: u64 = 4 << 20;
 
 /// Timing of a group (defaults suit a LAN and a loaded two-core test machine).
 #[derive(Debug, Clone)]
@@ -164,6 +169,8 @@ impl Timing {
             election_timeout_min: self.election.0.as_millis() as u64,
             election_timeout_max: self.election.1.as_millis() as u64,
             install_snapshot_timeout: 10_000,
+            // Snapshots travel in chunks of this size, read from and written to files.
+            snapshot_max_chunk_size: SNAPSHOT_CHUNK,
             // With `net::APPEND_BUDGET`, an AppendEntries fits the heartbeat (its timeout).
             max_payload_entries: 64,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every),

@@ -256,7 +256,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
         let reply = match kind {
             APPEND => encode(&raft.append_entries(postcard::from_bytes(body).map_err(bad)?).await),
             VOTE => encode(&raft.vote(postcard::from_bytes(body).map_err(bad)?).await),
-            SNAPSHOT => encode(&raft.install_snapshot(postcard::from_bytes(body).map_err(bad)?).await),
+            SNAPSHOT => encode(&install_chunk(&raft, postcard::from_bytes(body).map_err(bad)?).await),
             k => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unknown message kind {k}"))),
         }?;
         let mut out = Vec::with_capacity(4 + reply.len());
@@ -264,6 +264,42 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
         out.extend_from_slice(&reply);
         s.write_all(&out).await?;
         s.flush().await?;
+    }
+}
+
+/// Hands a snapshot chunk to Raft, counting it, and every heartbeat period while Raft
+/// handles it, as a heartbeat of the leader that sent it.
+///
+/// openraft 0.9 sends a follower no heartbeat while it streams it a snapshot and does not
+/// count chunks as heartbeats, and the last chunk's reply waits for the whole install. A
+/// member catching up from a large snapshot would stand for election part way, and the
+/// higher term it answers with deposes the leader sending it the snapshot, again and again
+/// (Raft without pre-vote). The heartbeat given here is what the leader would send: an
+/// AppendEntries with its vote, nothing to append and no commit point, which only renews
+/// the follower's election timer (and its vote, as any message from that leader does).
+async fn install_chunk(
+    raft: &Raft,
+    req: InstallSnapshotRequest<TypeConfig>,
+) -> Result<InstallSnapshotResponse<MemberId>, RaftError<MemberId, InstallSnapshotError>> {
+    let vote = req.vote;
+    let beat = || {
+        let hb = AppendEntriesRequest { vote, prev_log_id: None, entries: Vec::new(), leader_commit: None };
+        async move {
+            if let Err(e) = raft.append_entries(hb).await {
+                tracing::debug!(cause = %e, "heartbeat during a snapshot transfer refused");
+            }
+        }
+    };
+    beat().await;
+    let work = raft.install_snapshot(req);
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(Duration::from_millis(raft.config().heartbeat_interval.max(10)));
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tick.tick() => beat().await,
+        }
     }
 }
 

@@ -8,12 +8,20 @@
 //! before the batch was proposed).
 //!
 //! Snapshots are the store's whole key space and the stored bytes of every record it
-//! refers to, taken between two applies (so they are consistent), kept in one file
-//! (written to a temporary name, fsynced, renamed) for members that join or fell behind
-//! the log's purge point. They are held in memory whole: fine for the slots of test
-//! clusters, not for terabytes of file data.
+//! refers to, taken between two applies (so they are consistent), for members that join
+//! or fell behind the log's purge point. They are streamed, never held in memory whole: a
+//! build writes them record by record to a data file ([`crate::snapfile`]), Raft sends
+//! that file in chunks, the receiver writes the chunks to a file of its own and installs
+//! from it record by record. The snapshot directory holds the data files and `current.meta`
+//! (written to a temporary name, fsynced, renamed), which names the current one.
+//!
+//! An install replaces the whole store in several writes: the first wipes it and leaves a
+//! marker, the last writes the snapshot's position and removes the marker. A member that
+//! finds the marker at start-up was cut off mid-install and installs its current snapshot
+//! again before anything reads the store.
 
-use crate::log::{decode, encode};
+use crate::log::encode;
+use crate::snapfile::{self, Item};
 use crate::{Applied, DataSink, MemberId, Node, TypeConfig};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -24,17 +32,24 @@ use parking_lot::Mutex;
 use plusfs_store::DataPiece;
 use rocksdb::{IteratorMode, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 type SErr = StorageError<MemberId>;
 type Membership = StoredMembership<MemberId, Node>;
+type Meta = SnapshotMeta<MemberId, Node>;
 
 /// Keys of the replica's own state inside the store: they begin with a zero byte, which no
 /// key of the store's engine does.
 pub(crate) const APPLIED: &[u8] = b"\0replica:applied";
 const MEMBERSHIP: &[u8] = b"\0replica:membership";
+/// Present while an install is replacing the store (see the module's documentation).
+const INSTALLING: &[u8] = b"\0replica:installing";
+/// The file naming the current snapshot.
+const CURRENT: &str = "current.meta";
+/// File data placed per call of the data sink during an install, and store bytes per write.
+const INSTALL_CHUNK: usize = 8 << 20;
 
 fn sm_err(e: impl std::fmt::Display) -> SErr {
     StorageIOError::write_state_machine(&std::io::Error::other(e.to_string())).into()
@@ -44,25 +59,17 @@ fn snap_err(e: impl std::fmt::Display) -> SErr {
     StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())).into()
 }
 
-/// What a snapshot file holds.
-#[derive(Serialize, Deserialize)]
-struct SnapshotFile {
-    meta: SnapshotMeta<MemberId, Node>,
-    #[serde(with = "serde_bytes")]
-    data: Vec<u8>,
+/// What `current.meta` holds: the current snapshot's position and membership, and the name
+/// of its data file in the snapshot directory.
+#[derive(Serialize, Deserialize, Clone)]
+struct Current {
+    meta: Meta,
+    data: String,
 }
 
-/// The log position of the snapshot file on disk, shared by the state machine and the
-/// builders that run beside it: the file is only ever replaced by a newer snapshot.
-type Saved = Arc<Mutex<Option<LogId<MemberId>>>>;
-
-/// What a snapshot's data holds: every key and value of the store, and the file data it
-/// refers to.
-#[derive(Serialize, Deserialize, Default)]
-struct Contents {
-    kvs: Vec<(Vec<u8>, Vec<u8>)>,
-    pieces: Vec<DataPiece>,
-}
+/// The current snapshot as on disk, shared by the state machine and the builders that run
+/// beside it: it is only ever replaced by a newer snapshot.
+type Saved = Arc<Mutex<Option<Current>>>;
 
 /// A member's state machine over the store `db`.
 pub struct StateMachine {
@@ -72,12 +79,33 @@ pub struct StateMachine {
     saved: Saved,
     applied: Option<LogId<MemberId>>,
     membership: Membership,
-    builds: u64,
+    /// Names data files uniquely within this process's life (with the time it started).
+    names: Names,
+    /// The file a snapshot being received is written to.
+    receiving: Option<PathBuf>,
+}
+
+/// Unique names for data files: the process's start time and a counter.
+#[derive(Clone)]
+struct Names {
+    epoch: u128,
+    next: Arc<AtomicU64>,
+}
+
+impl Names {
+    fn new() -> Names {
+        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        Names { epoch, next: Arc::default() }
+    }
+
+    fn next(&self, kind: &str) -> String {
+        format!("{kind}-{:x}-{}.data", self.epoch, self.next.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 impl StateMachine {
     /// Opens the state machine over `db` and its file data `data`, keeping snapshots in
-    /// `dir`.
+    /// `dir`. An install cut off by a crash is finished first.
     pub fn open(db: Arc<DB>, data: Option<Arc<dyn DataSink>>, dir: &Path) -> Result<StateMachine, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let get = |k: &[u8]| db.get(k).map_err(|e| format!("cannot read the replica's state: {e}"));
@@ -89,40 +117,63 @@ impl StateMachine {
             Some(v) => postcard::from_bytes(&v).map_err(|e| format!("bad membership: {e}"))?,
             None => Membership::default(),
         };
-        let saved = match std::fs::read(dir.join("current")) {
-            Ok(b) => {
-                postcard::from_bytes::<SnapshotFile>(&b)
-                    .map_err(|e| format!("bad snapshot file: {e}"))?
-                    .meta
-                    .last_log_id
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(format!("cannot read the snapshot file: {e}")),
-        };
-        Ok(StateMachine {
+        let installing = get(INSTALLING)?.is_some();
+        let current = read_current(dir)?;
+        remove_strays(dir, current.as_ref().map(|c| c.data.as_str()));
+        let mut sm = StateMachine {
             db,
             data,
             dir: dir.to_path_buf(),
-            saved: Arc::new(Mutex::new(saved)),
+            saved: Arc::new(Mutex::new(current.clone())),
             applied,
             membership,
-            builds: 0,
+            names: Names::new(),
+            receiving: None,
+        };
+        if installing {
+            let c = current.ok_or("the store was being replaced by a snapshot that is not on disk")?;
+            tracing::warn!(snapshot = %c.meta.snapshot_id, "finishing a snapshot install cut off by a crash");
+            sm.load(&dir.join(&c.data), &c.meta).map_err(|e| e.to_string())?;
+        }
+        Ok(sm)
+    }
+
+    /// Writes every key and value of the store (with the replica's own keys) and the file
+    /// data it refers to into a new data file; returns its name.
+    fn dump(&self) -> Result<String, String> {
+        let name = self.names.next("snap");
+        let path = self.dir.join(&name);
+        let res = self.dump_to(&path);
+        if res.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        res.map(|bytes| {
+            tracing::debug!(file = %name, bytes, "snapshot data written");
+            name
         })
     }
 
-    /// Every key and value of the store (with the replica's own keys) and the file data
-    /// it refers to, as one blob.
-    fn dump(&self) -> Result<Vec<u8>, SErr> {
-        let mut kvs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for kv in self.db.iterator(IteratorMode::Start) {
-            let (k, v) = kv.map_err(snap_err)?;
-            kvs.push((k.into_vec(), v.into_vec()));
+    fn dump_to(&self, path: &Path) -> Result<u64, String> {
+        let io = |e: std::io::Error| format!("cannot write the snapshot {}: {e}", path.display());
+        let mut w = snapfile::Writer::create(path).map_err(io)?;
+        if let Some(d) = &self.data {
+            let mut failed = None;
+            d.gather(&mut |p| {
+                w.piece(&p).map_err(|e| {
+                    let m = io(e);
+                    failed = Some(m.clone());
+                    m
+                })
+            })?;
+            if let Some(m) = failed {
+                return Err(m);
+            }
         }
-        let pieces = match &self.data {
-            Some(d) => d.gather().map_err(snap_err)?,
-            None => Vec::new(),
-        };
-        encode(&Contents { kvs, pieces })
+        for kv in self.db.iterator(IteratorMode::Start) {
+            let (k, v) = kv.map_err(|e| format!("cannot read the store: {e}"))?;
+            w.kv(&k, &v).map_err(io)?;
+        }
+        w.finish().map_err(io)
     }
 
     /// Places the file data of entry `e` (its sink skips what it wrote itself as leader).
@@ -135,48 +186,152 @@ impl StateMachine {
         sink.place(&cmd.data, Some(proposer)).map_err(sm_err)
     }
 
-    fn snapshot_path(&self) -> PathBuf {
-        self.dir.join("current")
+    /// Replaces the store by the snapshot in data file `path` (see the module's
+    /// documentation for how a crash part way is recovered).
+    fn load(&mut self, path: &Path, meta: &Meta) -> Result<(), SErr> {
+        let mut wipe = WriteBatch::default();
+        let first = self.db.iterator(IteratorMode::Start).next().transpose().map_err(sm_err)?;
+        let last = self.db.iterator(IteratorMode::End).next().transpose().map_err(sm_err)?;
+        if let (Some((first, _)), Some((last, _))) = (first, last) {
+            wipe.delete_range(&first, &last);
+            wipe.delete(&last);
+        }
+        // After the range delete in the same batch: the marker outlives it.
+        wipe.put(INSTALLING, encode(&meta.last_log_id)?);
+        self.db.write_opt(wipe, &synced()).map_err(sm_err)?;
+        let mut r = snapfile::Reader::open(path).map_err(sm_err)?;
+        let (mut pieces, mut piece_bytes) = (Vec::new(), 0usize);
+        let (mut b, mut keys) = (WriteBatch::default(), 0u64);
+        while let Some(item) = r.next_item().map_err(sm_err)? {
+            match item {
+                Item::Piece(p) => {
+                    piece_bytes += p.bytes.len();
+                    pieces.push(p);
+                    if piece_bytes >= INSTALL_CHUNK {
+                        self.place_pieces(&mut pieces)?;
+                        piece_bytes = 0;
+                    }
+                }
+                Item::Kv(k, v) => {
+                    // File data before the store that refers to it.
+                    self.place_pieces(&mut pieces)?;
+                    if k != INSTALLING {
+                        b.put(&k, &v);
+                        keys += 1;
+                    }
+                    if b.size_in_bytes() >= INSTALL_CHUNK {
+                        let full = std::mem::take(&mut b);
+                        self.db.write_opt(full, &WriteOptions::default()).map_err(sm_err)?;
+                    }
+                }
+            }
+        }
+        self.place_pieces(&mut pieces)?;
+        b.put(APPLIED, encode(&meta.last_log_id)?);
+        b.put(MEMBERSHIP, encode(&meta.last_membership)?);
+        b.delete(INSTALLING);
+        // Synced: the writes before it are made durable with it (one WAL).
+        self.db.write_opt(b, &synced()).map_err(sm_err)?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        tracing::info!(snapshot = %meta.snapshot_id, keys, "snapshot installed");
+        Ok(())
+    }
+
+    fn place_pieces(&self, pieces: &mut Vec<DataPiece>) -> Result<(), SErr> {
+        if let (Some(sink), false) = (&self.data, pieces.is_empty()) {
+            sink.place(pieces, None).map_err(sm_err)?;
+        }
+        pieces.clear();
+        Ok(())
     }
 }
 
-/// Writes `file` as the member's current snapshot, durably, unless the one on disk is
-/// newer (a build and an install may finish in either order). Returns whether it did.
-fn save_snapshot(path: &Path, saved: &Saved, file: &SnapshotFile) -> Result<bool, SErr> {
+fn synced() -> WriteOptions {
+    let mut o = WriteOptions::default();
+    o.set_sync(true);
+    o
+}
+
+/// The current snapshot named by `dir`'s `current.meta`, if any.
+fn read_current(dir: &Path) -> Result<Option<Current>, String> {
+    let path = dir.join(CURRENT);
+    match std::fs::read(&path) {
+        Ok(b) => postcard::from_bytes(&b).map(Some).map_err(|e| format!("bad snapshot file {}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Removes what earlier runs left in the snapshot directory: data files other than the
+/// current one's (superseded, or a build or transfer cut off) and temporary files.
+fn remove_strays(dir: &Path, keep: Option<&str>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let stray = name.ends_with(".tmp") || (name.ends_with(".data") && Some(name.as_ref()) != keep);
+        if stray || name == "current" {
+            // `current`: a snapshot in the whole-file format of earlier versions, superseded
+            // by the first snapshot taken or received (the log still holds what it covers
+            // until then only if it was never purged; otherwise a leader sends one).
+            if let Err(err) = std::fs::remove_file(e.path()) {
+                tracing::warn!(file = %e.path().display(), %err, "cannot remove a stale snapshot file");
+            }
+        }
+    }
+}
+
+/// Makes the snapshot in data file `name` the current one, durably, unless the one on disk
+/// is newer (a build and an install may finish in either order); then removes the data
+/// file it replaced. Returns whether it did.
+fn save_current(dir: &Path, saved: &Saved, meta: &Meta, name: &str) -> Result<bool, SErr> {
     use std::io::Write;
     let mut on_disk = saved.lock();
-    if on_disk.is_some() && *on_disk > file.meta.last_log_id {
+    if on_disk.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id) {
         return Ok(false);
     }
-    let bytes = encode(file)?;
-    let tmp = path.with_extension(format!("{}.tmp", file.meta.snapshot_id));
+    let current = Current { meta: meta.clone(), data: name.to_string() };
+    let tmp = dir.join(format!("{CURRENT}.tmp"));
     let mut f = std::fs::File::create(&tmp).map_err(snap_err)?;
-    f.write_all(&bytes).map_err(snap_err)?;
+    f.write_all(&encode(&current)?).map_err(snap_err)?;
     f.sync_all().map_err(snap_err)?;
-    std::fs::rename(&tmp, path).map_err(snap_err)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(snap_err)?;
+    std::fs::rename(&tmp, dir.join(CURRENT)).map_err(snap_err)?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(snap_err)?;
+    if let Some(old) = on_disk.replace(current) {
+        if old.data != name {
+            // A transfer still reading it keeps its open handle.
+            let _ = std::fs::remove_file(dir.join(old.data));
+        }
     }
-    *on_disk = file.meta.last_log_id;
     Ok(true)
 }
 
-/// Builds a snapshot from a dump taken between two applies.
+/// Opens a snapshot's data file for Raft to send.
+async fn open_data(path: &Path) -> Result<Box<tokio::fs::File>, SErr> {
+    tokio::fs::File::open(path).await.map(Box::new).map_err(snap_err)
+}
+
+/// Builds a snapshot from a data file written between two applies.
 pub struct Builder {
-    meta: SnapshotMeta<MemberId, Node>,
-    data: Result<Vec<u8>, String>,
-    path: PathBuf,
+    meta: Meta,
+    data: Result<String, String>,
+    dir: PathBuf,
     saved: Saved,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
-        let data = std::mem::replace(&mut self.data, Err("snapshot already built".into())).map_err(snap_err)?;
-        let file = SnapshotFile { meta: self.meta.clone(), data };
-        if save_snapshot(&self.path, &self.saved, &file)? {
-            tracing::info!(snapshot = %file.meta.snapshot_id, bytes = file.data.len(), "snapshot taken");
+        let name = std::mem::replace(&mut self.data, Err("snapshot already built".into())).map_err(snap_err)?;
+        let path = self.dir.join(&name);
+        // Opened before it can be replaced (and removed) by a newer snapshot.
+        let file = open_data(&path).await?;
+        if save_current(&self.dir, &self.saved, &self.meta, &name)? {
+            tracing::info!(snapshot = %self.meta.snapshot_id, file = %name, "snapshot taken");
+        } else {
+            let _ = std::fs::remove_file(&path);
         }
-        Ok(Snapshot { meta: file.meta, snapshot: Box::new(Cursor::new(file.data)) })
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: file })
     }
 }
 
@@ -217,67 +372,70 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Builder {
-        self.builds += 1;
         let last = self.applied;
-        let id = format!("{}-{}-{}", last.map_or(0, |l| l.leader_id.term), last.map_or(0, |l| l.index), self.builds);
+        let seq = self.names.next.load(Ordering::Relaxed);
+        let id = format!("{}-{}-{seq}", last.map_or(0, |l| l.leader_id.term), last.map_or(0, |l| l.index));
         let meta = SnapshotMeta { last_log_id: last, last_membership: self.membership.clone(), snapshot_id: id };
         // The store is made durable first: the log up to this position may be purged once
         // the snapshot exists, and applies are not synced.
         let data = match self.db.flush_wal(true) {
-            // Taken here, between applies: consistent. An error fails the build.
-            Ok(()) => self.dump().map_err(|e| e.to_string()),
+            // Written here, between applies: consistent. An error fails the build.
+            Ok(()) => self.dump(),
             Err(e) => Err(format!("cannot flush the store before a snapshot: {e}")),
         };
-        Builder { meta, data, path: self.snapshot_path(), saved: self.saved.clone() }
+        Builder { meta, data, dir: self.dir.clone(), saved: self.saved.clone() }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, SErr> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<MemberId, Node>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), SErr> {
-        let data = snapshot.into_inner();
-        let Contents { kvs, pieces } = decode(&data)?;
-        // File data before the store that refers to it.
-        if let Some(sink) = &self.data {
-            sink.place(&pieces, None).map_err(sm_err)?;
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, SErr> {
+        // A transfer given up for a newer one leaves its file: only the latest is kept.
+        if let Some(old) = self.receiving.take() {
+            let _ = std::fs::remove_file(old);
         }
+        let path = self.dir.join(self.names.next("recv").replace(".data", ".tmp"));
+        let f = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(snap_err)?;
+        self.receiving = Some(path);
+        Ok(Box::new(f))
+    }
+
+    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<tokio::fs::File>) -> Result<(), SErr> {
+        let received = self.receiving.take().ok_or_else(|| snap_err("a snapshot to install was never received"))?;
+        snapshot.sync_all().await.map_err(snap_err)?;
+        drop(snapshot);
+        // Checked whole before the store is touched: a broken transfer changes nothing.
+        let checked = snapfile::Reader::open(&received).and_then(|mut r| {
+            while r.next_item()?.is_some() {}
+            Ok(())
+        });
+        if let Err(e) = checked {
+            let _ = std::fs::remove_file(&received);
+            return Err(snap_err(format!("snapshot {} refused: {e}", meta.snapshot_id)));
+        }
+        let name = self.names.next("snap");
+        let path = self.dir.join(&name);
+        std::fs::rename(&received, &path).map_err(snap_err)?;
         // The file first: once the store says it is at this position, the snapshot behind
-        // it must exist for members that will need it.
-        let file = SnapshotFile { meta: meta.clone(), data };
-        save_snapshot(&self.snapshot_path(), &self.saved, &file)?;
-        let mut b = WriteBatch::default();
-        for kv in self.db.iterator(IteratorMode::Start) {
-            let (k, _) = kv.map_err(sm_err)?;
-            b.delete(k);
-        }
-        for (k, v) in &kvs {
-            b.put(k, v);
-        }
-        b.put(APPLIED, encode(&meta.last_log_id)?);
-        b.put(MEMBERSHIP, encode(&meta.last_membership)?);
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db.write_opt(b, &sync).map_err(sm_err)?;
-        self.applied = meta.last_log_id;
-        self.membership = meta.last_membership.clone();
-        tracing::info!(snapshot = %meta.snapshot_id, keys = kvs.len(), "snapshot installed");
-        Ok(())
+        // it must exist for members that will need it (and for finishing a cut-off install).
+        let installed = if save_current(&self.dir, &self.saved, meta, &name)? {
+            path
+        } else {
+            let _ = std::fs::remove_file(&path);
+            let c = self.saved.lock().clone().ok_or_else(|| snap_err("no current snapshot"))?;
+            self.dir.join(c.data)
+        };
+        let current = self.saved.lock().as_ref().map(|c| c.meta.clone()).unwrap_or_else(|| meta.clone());
+        self.load(&installed, &current)
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, SErr> {
-        let path = self.snapshot_path();
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(snap_err(e)),
-        };
-        let file: SnapshotFile = decode(&bytes)?;
-        Ok(Some(Snapshot { meta: file.meta, snapshot: Box::new(Cursor::new(file.data)) }))
+        let Some(c) = self.saved.lock().clone() else { return Ok(None) };
+        let file = open_data(&self.dir.join(&c.data)).await?;
+        Ok(Some(Snapshot { meta: c.meta, snapshot: file }))
     }
 }
 
@@ -286,27 +444,101 @@ mod tests {
     use super::*;
     use openraft::CommittedLeaderId;
 
-    fn file(index: u64, data: &[u8]) -> SnapshotFile {
+    fn meta(index: u64) -> Meta {
         let last = Some(LogId::new(CommittedLeaderId::new(1, 1), index));
-        let meta = SnapshotMeta {
-            last_log_id: last,
-            last_membership: Membership::default(),
-            snapshot_id: format!("s{index}"),
-        };
-        SnapshotFile { meta, data: data.to_vec() }
+        SnapshotMeta { last_log_id: last, last_membership: Membership::default(), snapshot_id: format!("s{index}") }
     }
 
     #[test]
-    fn the_snapshot_file_is_only_replaced_by_a_newer_one() {
+    fn the_current_snapshot_is_only_replaced_by_a_newer_one() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("current");
         let saved: Saved = Arc::default();
-        assert!(save_snapshot(&path, &saved, &file(10, b"ten")).unwrap());
+        for n in ["a.data", "b.data", "c.data"] {
+            std::fs::write(dir.path().join(n), n).unwrap();
+        }
+        assert!(save_current(dir.path(), &saved, &meta(10), "a.data").unwrap());
+        assert!(save_current(dir.path(), &saved, &meta(20), "b.data").unwrap());
         // A build that finished after an install of a newer snapshot does not win.
-        assert!(save_snapshot(&path, &saved, &file(20, b"twenty")).unwrap());
-        assert!(!save_snapshot(&path, &saved, &file(15, b"fifteen")).unwrap());
-        let on_disk: SnapshotFile = decode(&std::fs::read(&path).unwrap()).unwrap();
-        assert_eq!((on_disk.meta.last_log_id.unwrap().index, on_disk.data.as_slice()), (20, &b"twenty"[..]));
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
+        assert!(!save_current(dir.path(), &saved, &meta(15), "c.data").unwrap());
+        let on_disk = read_current(dir.path()).unwrap().unwrap();
+        assert_eq!((on_disk.meta.last_log_id.unwrap().index, on_disk.data.as_str()), (20, "b.data"));
+        assert!(!dir.path().join("a.data").exists(), "the replaced data file is removed");
+        remove_strays(dir.path(), Some("b.data"));
+        let mut left: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["b.data", CURRENT]);
+    }
+
+    fn store(dir: &Path, keys: &[&str]) -> Arc<DB> {
+        let db = Arc::new(DB::open_default(dir.join("store")).unwrap());
+        for k in keys {
+            db.put(k.as_bytes(), b"old").unwrap();
+        }
+        db
+    }
+
+    fn user_keys(db: &DB) -> Vec<String> {
+        let all = db.iterator(IteratorMode::Start).map(|kv| kv.unwrap().0.into_vec());
+        all.filter(|k| k[0] != 0).map(|k| String::from_utf8(k).unwrap()).collect()
+    }
+
+    /// A snapshot data file of keys `keys` (value "new").
+    fn data_file(path: &Path, keys: &[&str]) {
+        let mut w = snapfile::Writer::create(path).unwrap();
+        for k in keys {
+            w.kv(k.as_bytes(), b"new").unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_received_snapshot_replaces_the_store_and_is_served_as_received() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let db = store(dir.path(), &["a", "b", "z"]);
+        let mut sm = StateMachine::open(db.clone(), None, &dir.path().join("snap")).unwrap();
+        let src = dir.path().join("src.data");
+        data_file(&src, &["x", "y"]);
+        let bytes = std::fs::read(&src).unwrap();
+        let mut f = sm.begin_receiving_snapshot().await.unwrap();
+        // In two chunks, as Raft sends them.
+        f.write_all(&bytes[..10]).await.unwrap();
+        f.write_all(&bytes[10..]).await.unwrap();
+        f.flush().await.unwrap();
+        sm.install_snapshot(&meta(30), f).await.unwrap();
+        assert_eq!(user_keys(&db), ["x", "y"]);
+        assert_eq!(db.get(b"x").unwrap().unwrap(), b"new");
+        assert_eq!(sm.applied_state().await.unwrap().0.unwrap().index, 30);
+        let mut current = sm.get_current_snapshot().await.unwrap().unwrap();
+        let mut sent = Vec::new();
+        current.snapshot.read_to_end(&mut sent).await.unwrap();
+        assert_eq!(sent, bytes, "what it sends on is what it received");
+        // A transfer cut short is refused before the store is touched.
+        let mut f = sm.begin_receiving_snapshot().await.unwrap();
+        f.write_all(&bytes[..bytes.len() - 3]).await.unwrap();
+        f.flush().await.unwrap();
+        assert!(sm.install_snapshot(&meta(40), f).await.is_err());
+        assert_eq!(user_keys(&db), ["x", "y"]);
+        assert_eq!(sm.applied_state().await.unwrap().0.unwrap().index, 30);
+    }
+
+    #[test]
+    fn an_install_cut_off_by_a_crash_is_finished_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let snap = dir.path().join("snap");
+        let db = store(dir.path(), &["a", "b"]);
+        drop(StateMachine::open(db.clone(), None, &snap).unwrap());
+        data_file(&snap.join("s.data"), &["x", "y"]);
+        assert!(save_current(&snap, &Saved::default(), &meta(30), "s.data").unwrap());
+        // What a crash after the wipe and the first of the keys leaves.
+        db.delete(b"a").unwrap();
+        db.delete(b"b").unwrap();
+        db.put(INSTALLING, encode(&meta(30).last_log_id).unwrap()).unwrap();
+        db.put(b"x", b"new").unwrap();
+        let sm = StateMachine::open(db.clone(), None, &snap).unwrap();
+        assert_eq!(user_keys(&db), ["x", "y"]);
+        assert!(db.get(INSTALLING).unwrap().is_none());
+        assert_eq!(sm.applied.map(|l| l.index), Some(30));
     }
 }

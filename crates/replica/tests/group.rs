@@ -197,7 +197,7 @@ async fn a_dead_member_is_replaced_by_one_that_catches_up_from_a_snapshot() {
     caught_up(&groups).await;
     let new = groups.iter().find(|g| g.id == 4).unwrap();
     assert!(keys("a", 300).chain(keys("b", 20)).all(|k| has(new, &k)), "the new member has every write");
-    assert!(root.join("m4/snapshot/current").exists(), "it caught up from a snapshot");
+    assert!(root.join("m4/snapshot/current.meta").exists(), "it caught up from a snapshot");
     let st = leader(&groups).await.status();
     assert_eq!(st.voters.iter().copied().collect::<BTreeSet<_>>(), voters);
     // The members compare equal; a change made behind the group's back shows as divergence.

@@ -84,17 +84,22 @@ impl Member {
             // same log position only if nothing was applied meanwhile (else: again).
             for _ in 0..5 {
                 let store = plusfs_replica::check::digest(&db).map_err(|e| eio("cannot sum up the store", e))?;
-                let pieces = data.gather().map_err(|e| eio("cannot sum up the file data", e))?;
+                // Summed as gathered: bounded memory for file data of any size.
+                let mut h = xxhash_rust::xxh3::Xxh3::new();
+                let (mut records, mut bytes) = (0u64, 0u64);
+                data.gather(&mut |p| {
+                    h.update(&p.segment.to_le_bytes());
+                    h.update(&p.offset.to_le_bytes());
+                    h.update(&p.bytes);
+                    records += 1;
+                    bytes += p.bytes.len() as u64;
+                    Ok(())
+                })
+                .map_err(|e| eio("cannot sum up the file data", e))?;
                 if plusfs_replica::check::applied(&db).map_err(|e| eio("cannot read the log position", e))?
                     != store.applied
                 {
                     continue;
-                }
-                let mut h = xxhash_rust::xxh3::Xxh3::new();
-                for p in &pieces {
-                    h.update(&p.segment.to_le_bytes());
-                    h.update(&p.offset.to_le_bytes());
-                    h.update(&p.bytes);
                 }
                 return Ok(StoreDigest {
                     member,
@@ -102,8 +107,8 @@ impl Member {
                     digest: store.digest,
                     keys: store.keys,
                     data_digest: h.digest(),
-                    data_records: pieces.len() as u64,
-                    data_bytes: pieces.iter().map(|p| p.bytes.len() as u64).sum(),
+                    data_records: records,
+                    data_bytes: bytes,
                 });
             }
             Err(eio("cannot sum up the member", "it kept applying entries; try again when it is quiet".into()))

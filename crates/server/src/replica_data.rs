@@ -105,21 +105,23 @@ impl plusfs_replica::DataSink for Sink {
         replica::place(&self.dir, &tuples, self.sync).map_err(|e| e.to_string())
     }
 
-    fn gather(&self) -> Result<Vec<DataPiece>, String> {
+    fn gather(&self, each: &mut dyn FnMut(DataPiece) -> Result<(), String>) -> Result<(), String> {
         use plusfs_store::DirStore;
         let refs = self.store.all_seg_refs().map_err(|e| e.to_string())?;
-        let ids: Vec<u64> = refs.iter().map(|r| r.2).collect();
-        let values = self.store.get_records(&ids).map_err(|e| e.to_string())?;
-        let mut out = Vec::with_capacity(refs.len());
-        for ((segment, offset, id), value) in refs.into_iter().zip(values) {
-            let value = value.ok_or_else(|| format!("record {id} is referred to but has no index entry"))?;
-            let loc = decode_loc(&value)?;
-            if (loc.extent.segment, loc.extent.offset) != (segment, offset) {
-                continue; // a stale reference (compaction moved the record): not live here
+        // Index entries looked up a few at a time, records read one at a time.
+        for chunk in refs.chunks(256) {
+            let ids: Vec<u64> = chunk.iter().map(|r| r.2).collect();
+            let values = self.store.get_records(&ids).map_err(|e| e.to_string())?;
+            for (&(segment, offset, id), value) in chunk.iter().zip(values) {
+                let value = value.ok_or_else(|| format!("record {id} is referred to but has no index entry"))?;
+                let loc = decode_loc(&value)?;
+                if (loc.extent.segment, loc.extent.offset) != (segment, offset) {
+                    continue; // a stale reference (compaction moved the record): not live here
+                }
+                let (offset, bytes) = replica::read_stored_at(&self.dir, &loc.extent).map_err(|e| e.to_string())?;
+                each(DataPiece { segment, offset, bytes })?;
             }
-            let (offset, bytes) = replica::read_stored_at(&self.dir, &loc.extent).map_err(|e| e.to_string())?;
-            out.push(DataPiece { segment, offset, bytes });
         }
-        Ok(out)
+        Ok(())
     }
 }
