@@ -1,7 +1,9 @@
 //! A full disk is an error, never a wedge: a user floods a server's small file system with
 //! metadata (large xattrs) and with file data; the writes that do not fit fail with ENOSPC,
 //! reads, stats and deletes go on for everyone, and once the flood is deleted writes
-//! succeed again without a restart. Needs root (a tmpfs of a fixed size).
+//! succeed again without a restart. A replica member whose own disk fills steps aside (as
+//! a follower and as the leader) and catches up once space returns. Needs root (a tmpfs of
+//! a fixed size).
 
 mod common;
 
@@ -260,4 +262,154 @@ async fn a_full_disk_is_enospc_and_recovers_without_a_restart() {
     let fsck = Command::new(exe()).arg("fsck").env("PLUSFS_CLUSTER", cluster.map_file()).output().unwrap();
     assert!(fsck.status.success(), "fsck: {}", String::from_utf8_lossy(&fsck.stdout));
     cluster.shutdown().unwrap();
+}
+
+/// Free bytes of the file system holding `dir` (for an unprivileged user).
+fn free_bytes(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid C string and `st` a writable statvfs.
+    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
+    st.f_bavail as u64 * st.f_frsize as u64
+}
+
+/// Fills the file system of `dir` with a file `dir/filler` until `leave` bytes are free.
+fn fill(dir: &Path, leave: u64) -> PathBuf {
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0u8; 1 << 20];
+    while free_bytes(dir) > leave + (1 << 20) {
+        std::io::Write::write_all(&mut f, &block).unwrap();
+    }
+    filler
+}
+
+/// Waits until member `m` of server 0 has applied as much as the serving member.
+fn caught_up(cluster: &LocalCluster, m: u64, within: Duration, log: &Path) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let views = cluster.group_views(0).unwrap();
+        let applied = |id: u64| views.iter().find(|(v, _)| *v == id).and_then(|(_, g)| g.as_ref()?.applied);
+        let lead = views.iter().find(|(_, g)| g.as_ref().is_some_and(|g| g.serving)).map(|(id, _)| *id);
+        if lead.is_some_and(|l| applied(l).is_some() && applied(m) >= applied(l)) {
+            return t0.elapsed();
+        }
+        if t0.elapsed() > within {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!("member {m} did not catch up in {within:?}: {views:?}\n{}", tail.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What the other process leaves free on a member's disk: below the floor the member
+/// keeps for its store (8 MiB and the room of the store's next flush), above nothing.
+const LEFT_FREE: u64 = 16 << 20;
+
+/// A replica member whose own disk fills (another process's file) neither aborts nor holds
+/// its group up: as a follower it refuses entries while the others go on; as the leader
+/// it steps down and another member leads; once space returns it catches up, without a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_member_with_a_full_disk_steps_aside_and_catches_up() {
+    if !prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let settings = ClusterSettings { replicas: 3, ..Default::default() };
+    let root = dir.path().join("cluster");
+    let mut cluster = LocalCluster::up(&exe(), &root, Some(1), &settings).expect("cluster up");
+    let admin =
+        Client::new(cluster.map().clone(), ClientOptions { retries: 5, delegations: false, ..Default::default() });
+    admin.mkdir("/w", 0o755).await.unwrap();
+    let lead = cluster.serving_member(0).unwrap().expect("a serving member");
+    let small = (0..3u64).find(|&m| m != lead).unwrap();
+    // The member's data directory moves to a small disk of its own.
+    cluster.kill_member(0, small).unwrap();
+    let member_dir = root.join(format!("server-0-m{small}"));
+    let saved = dir.path().join("saved");
+    assert!(Command::new("cp").arg("-a").arg(&member_dir).arg(&saved).status().unwrap().success());
+    let disk = SmallDisk::mount(dir.path(), 400);
+    assert!(Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", saved.display()))
+        .arg(&disk.0)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::remove_dir_all(&member_dir).unwrap();
+    std::os::unix::fs::symlink(&disk.0, &member_dir).unwrap();
+    cluster.start_member(0, small).unwrap();
+    let pid = cluster.member_pid(0, small).unwrap();
+    let log = root.join(format!("server-0-m{small}.log"));
+    let mut n = 0;
+    let mut work = async |count: usize| {
+        for _ in 0..count {
+            admin.mkdir(&format!("/w/d{n}"), 0o755).await.unwrap();
+            admin.create(&format!("/w/f{n}"), 0o644, true).await.unwrap();
+            admin.write(&format!("/w/f{n}"), 0, &noise(n, 256 << 10)).await.unwrap();
+            n += 1;
+        }
+    };
+    work(20).await;
+    caught_up(&cluster, small, Duration::from_secs(30), &log);
+
+    // As a follower: the others go on.
+    let filler = fill(&disk.0, LEFT_FREE);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    work(40).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("disk full: refusing entries"), "{text}");
+    std::fs::remove_file(&filler).unwrap();
+    let took = caught_up(&cluster, small, Duration::from_secs(30), &log);
+    eprintln!("a follower whose disk was full caught up {took:?} after space returned");
+
+    // As the leader: it steps down, another member serves, clients go on.
+    for _ in 0..12 {
+        let now = cluster.serving_member(0).unwrap();
+        if now == Some(small) {
+            break;
+        }
+        if let Some(now) = now {
+            cluster.kill_member(0, now).unwrap();
+            let t0 = Instant::now();
+            while cluster.serving_member(0).unwrap().is_none_or(|m| m == now) && t0.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            cluster.start_member(0, now).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(cluster.serving_member(0).unwrap(), Some(small), "member {small} leads");
+    work(5).await;
+    let filler = fill(&disk.0, LEFT_FREE);
+    let t0 = Instant::now();
+    while cluster.serving_member(0).unwrap().is_none_or(|m| m == small) {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let text = std::fs::read_to_string(&log).unwrap();
+            let tail: Vec<&str> = text.lines().rev().filter(|l| !l.contains("openraft")).take(30).collect();
+            panic!("no other member serves: {:?}\n{}", cluster.group_views(0).unwrap(), tail.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("the leader whose disk filled stepped down; another serves after {:?}", t0.elapsed());
+    work(20).await;
+    std::fs::remove_file(&filler).unwrap();
+    let took = caught_up(&cluster, small, Duration::from_secs(30), &log);
+    eprintln!("the former leader caught up {took:?} after space returned");
+    assert_eq!(cluster.member_pid(0, small), Some(pid), "the same process: it never aborted");
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "alive");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("its disk is full"), "{text}");
+    for i in 0..n {
+        assert_eq!(admin.read_all(&format!("/w/f{i}")).await.unwrap(), noise(i, 256 << 10), "/w/f{i}");
+    }
+    let fsck = Command::new(exe()).args(["fsck", "--replicas"]).env("PLUSFS_CLUSTER", cluster.map_file()).output();
+    let fsck = fsck.unwrap();
+    let out = String::from_utf8_lossy(&fsck.stdout);
+    assert!(fsck.status.success() && out.contains("3 members agree"), "{out}");
+    drop(cluster);
 }

@@ -191,6 +191,8 @@ pub struct Group {
     /// When a quorum last acknowledged this member as leader (see [`Group::quorum_acked_within`]).
     acked: Arc<AckClock>,
     watcher: tokio::task::JoinHandle<()>,
+    /// Whether the member's disk has room for entries (see [`Group::set_room`]).
+    room: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The instant of the last quorum acknowledgement of this member as leader, as openraft's
@@ -261,11 +263,31 @@ impl Group {
         let raft = Raft::new(id, config, net::Network::new(tls), log, sm)
             .await
             .map_err(|e| GroupError::Start(e.to_string()))?;
-        let server = tokio::spawn(net::serve(listener, raft.clone(), server_tls));
+        let room = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let server = tokio::spawn(net::serve(listener, raft.clone(), server_tls, room.clone()));
         let acked = Arc::new(AckClock { base: std::time::Instant::now(), at: Default::default() });
         // Three heartbeats without a report: a pause.
         let watcher = tokio::spawn(acked.clone().follow(raft.data_metrics(), timing.heartbeat * 3));
-        Ok(Group { id, raft, sm_db: store, server, acked, watcher })
+        Ok(Group { id, raft, sm_db: store, server, acked, watcher, room })
+    }
+
+    /// Says whether this member's disk has room for the group's entries. While it has
+    /// not, the member refuses entries and snapshot chunks (their connection closes and
+    /// the leader tries again later), still answers heartbeats, and does not stand for
+    /// election: no write of its log or store fails part way (a store that runs out stops,
+    /// and some RocksDB builds abort on the next sync), and the group goes on with the
+    /// others. A leader that loses its room is to step down as well (its caller's part).
+    pub fn set_room(&self, room: bool) {
+        let was = self.room.swap(room, std::sync::atomic::Ordering::AcqRel);
+        self.raft.runtime_config().elect(room);
+        if was != room {
+            match room {
+                true => {
+                    tracing::info!(member = self.id, "disk has room again: taking entries and standing for election")
+                }
+                false => tracing::warn!(member = self.id, "disk full: refusing entries and not standing for election"),
+            }
+        }
     }
 
     /// Makes a new group of `members`. Call once, on one member, when the group is first

@@ -197,19 +197,26 @@ async fn read_frame<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<Vec<u8>>
 /// Serves the Raft messages of other members on `listener`, until the task is aborted;
 /// aborting it also closes every connection it accepted (a stopped member must not go on
 /// answering through them).
-pub async fn serve(listener: TcpListener, raft: Raft, tls: Option<Arc<plusfs_tls::ServerTls>>) {
+pub async fn serve(
+    listener: TcpListener,
+    raft: Raft,
+    tls: Option<Arc<plusfs_tls::ServerTls>>,
+    room: Arc<std::sync::atomic::AtomicBool>,
+) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((s, peer)) = accepted else { continue };
-                let (raft, tls) = (raft.clone(), tls.clone());
+                let (raft, tls, room) = (raft.clone(), tls.clone(), room.clone());
                 conns.spawn(async move {
                     let _ = s.set_nodelay(true);
                     let served = match tls {
-                        None => serve_conn(s, raft, None).await,
+                        None => serve_conn(s, raft, None, &room).await,
                         Some(tls) => match tls.accept(s).await {
-                            Ok((s, id, serial)) if id.is_server() => serve_conn(s, raft, Some((&tls, &serial))).await,
+                            Ok((s, id, serial)) if id.is_server() => {
+                                serve_conn(s, raft, Some((&tls, &serial)), &room).await
+                            }
                             Ok((_, id, _)) => {
                                 tracing::warn!(%peer, identity = %id, "Raft connection refused: not a server");
                                 Ok(())
@@ -231,11 +238,14 @@ pub async fn serve(listener: TcpListener, raft: Raft, tls: Option<Arc<plusfs_tls
 }
 
 /// Serves one member's connection; over TLS, `cert` is the server end and the peer's
-/// certificate serial, checked against the revocation list before each message.
+/// certificate serial, checked against the revocation list before each message. While
+/// `room` is false (the member's disk is full) entries and snapshot chunks close the
+/// connection unanswered.
 async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
     mut s: S,
     raft: Raft,
     cert: Option<(&plusfs_tls::ServerTls, &str)>,
+    room: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<()> {
     loop {
         let frame = match read_frame(&mut s).await {
@@ -253,8 +263,17 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "empty frame"));
         };
         let bad = |e: postcard::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
+        let full = || std::io::Error::other("no room on this member's disk for the group's entries");
+        let has_room = room.load(std::sync::atomic::Ordering::Acquire);
         let reply = match kind {
-            APPEND => encode(&raft.append_entries(postcard::from_bytes(body).map_err(bad)?).await),
+            APPEND => {
+                let req: AppendEntriesRequest<TypeConfig> = postcard::from_bytes(body).map_err(bad)?;
+                if !req.entries.is_empty() && !has_room {
+                    return Err(full());
+                }
+                encode(&raft.append_entries(req).await)
+            }
+            SNAPSHOT if !has_room => return Err(full()),
             VOTE => encode(&raft.vote(postcard::from_bytes(body).map_err(bad)?).await),
             SNAPSHOT => encode(&install_chunk(&raft, postcard::from_bytes(body).map_err(bad)?).await),
             k => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unknown message kind {k}"))),

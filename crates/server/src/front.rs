@@ -161,6 +161,13 @@ impl Front {
         }
     }
 
+    /// Whether requests are answered here rather than redirected: an unreplicated server
+    /// always, a member while it leads and has taken over (its disk's floor is the one
+    /// that counts then).
+    pub fn answers(&self) -> bool {
+        self.member.as_ref().is_none_or(|m| self.osd.get().is_some() && m.group.is_leader())
+    }
+
     /// The free-space floor of the server's disk.
     pub fn space(&self) -> &Space {
         &self.space
@@ -243,7 +250,9 @@ impl Front {
     pub async fn handle(&self, cred: Cred, req: Request) -> Response {
         if let Some(m) = &self.member {
             match req {
-                Request::GroupStatus => return Ok(Reply::Group(m.info(self.osd.get().is_some()))),
+                Request::GroupStatus => {
+                    return Ok(Reply::Group(m.info(self.osd.get().is_some() && m.group.is_leader())))
+                }
                 Request::GroupDigest => return m.digest().await,
                 _ => {}
             }

@@ -81,6 +81,13 @@ pub async fn run(
     let group = Group::start_with(id, &dir, (store.db().clone(), Some(sink_dyn)), raft_listener, &timing, raft_tls)
         .await
         .map_err(group_err)?;
+    let unflushed = {
+        let store = store.clone();
+        Box::new(move || plusfs_store::DirStore::flush_room(&*store))
+    };
+    let space = Arc::new(crate::space::Space::new(config.data_dir.clone(), config.map.data.reserve_bytes, unflushed));
+    // Before it can stand for election (its timeout is hundreds of milliseconds).
+    group.set_room(space.member_room(0));
     // A new group is made once, by its lowest member, when the cluster is created.
     if config.bootstrap && entry.members.iter().map(|m| m.id).min() == Some(id) {
         let members: BTreeMap<u64, plusfs_replica::Node> =
@@ -96,18 +103,17 @@ pub async fn run(
         store: store.clone(),
         running: Default::default(),
     });
-    let unflushed = {
-        let store = store.clone();
-        Box::new(move || plusfs_store::DirStore::flush_room(&*store))
-    };
-    let space = crate::space::Space::new(config.data_dir.clone(), config.map.data.reserve_bytes, unflushed);
-    let front = Front::member(member.clone(), Arc::new(space));
+    let front = Front::member(member.clone(), space.clone());
     front.keep_space(store.clone());
     tracing::info!(server, member = id, addr = %me.address, raft = %me.raft, "member ready; serving once it leads");
     let metrics = crate::endpoint::start(me.metrics.as_deref(), &front).await;
     let serving = tokio::spawn(net::serve(listener, front.clone(), security, shutdown.clone()));
     let collector = tokio::spawn(collect_while_following(sink.clone()));
-    let exit = lead(&config, store, &member, (&sink, collector), &front, (shutdown, silence)).await;
+    let (full_tx, full) = watch::channel(false);
+    let room_watch = tokio::spawn(watch_room(member.clone(), space.clone(), full_tx));
+    let exit =
+        lead(&config, store, &member, (&sink, collector), &front, (shutdown.clone(), silence, full.clone())).await;
+    room_watch.abort();
     match &exit {
         Ok(Exit::Deposed(why)) => tracing::warn!(server, member = id, why, "no longer leads; restarting as a follower"),
         Ok(Exit::Stopped) => {}
@@ -118,6 +124,12 @@ pub async fn run(
     member.group.halt().await;
     if exit.as_ref().is_ok_and(|e| *e == Exit::Stopped) {
         let _ = serving.await;
+    }
+    if *full.borrow() && exit.as_ref().is_ok_and(|e| *e != Exit::Stopped) {
+        // A restart opens the stores again, which writes files: not on a full disk.
+        if !wait_for_room(&space, shutdown).await {
+            return Ok(Exit::Stopped);
+        }
     }
     if let Some(m) = metrics {
         m.abort();
@@ -132,7 +144,7 @@ async fn lead(
     member: &Member,
     (sink, collector): (&Arc<Sink>, tokio::task::JoinHandle<()>),
     front: &Front,
-    (mut shutdown, silence): (watch::Receiver<bool>, Duration),
+    (mut shutdown, silence, mut full): (watch::Receiver<bool>, Duration, watch::Receiver<bool>),
 ) -> Result<Exit, StartError> {
     let group = &member.group;
     let term = loop {
@@ -182,9 +194,44 @@ async fn lead(
     let exit = tokio::select! {
         _ = shutdown.changed() => Ok(Exit::Stopped),
         why = group.deposed(term, silence) => Ok(Exit::Deposed(why)),
+        // Another member takes over (this one does not stand while its disk is full).
+        _ = full.wait_for(|full| *full) => Ok(Exit::Deposed("its disk is full".into())),
     };
     expiry.abort();
     exit
+}
+
+/// How often a member looks whether its disk still has room for the group's entries.
+const ROOM_EVERY: Duration = Duration::from_millis(250);
+/// Room past the floor a member that lost it must see before it takes entries again.
+const ROOM_AGAIN: u64 = 32 << 20;
+
+/// Keeps the group told whether this member's disk has room for its entries (see
+/// `Group::set_room`), and `full` whether it has none.
+async fn watch_room(member: Arc<Member>, space: Arc<crate::space::Space>, full: watch::Sender<bool>) {
+    let mut room = space.member_room(0);
+    loop {
+        full.send_if_modified(|f| std::mem::replace(f, !room) == room);
+        tokio::time::sleep(ROOM_EVERY).await;
+        let now = space.member_room(if room { 0 } else { ROOM_AGAIN });
+        if now != room {
+            room = now;
+            member.group.set_room(room);
+        }
+    }
+}
+
+/// Waits (not serving, not in its group) until the disk has room again; false if the
+/// member is stopped meanwhile.
+async fn wait_for_room(space: &crate::space::Space, mut shutdown: watch::Receiver<bool>) -> bool {
+    tracing::warn!("waiting for room on the disk before rejoining the group");
+    while !space.member_room(ROOM_AGAIN) {
+        tokio::select! {
+            _ = shutdown.changed() => return false,
+            _ = tokio::time::sleep(ROOM_EVERY) => {}
+        }
+    }
+    true
 }
 
 /// How often a member that does not lead deletes the data segments nothing refers to.

@@ -296,9 +296,10 @@ where
                 }
                 drop(frame);
                 // Users (and peers of an insecure cluster) add nothing once the disk is
-                // down to its floor; admins and the cluster's own servers a little more.
+                // down to its floor; admins and the cluster's own servers a little more. A
+                // member that does not lead redirects instead, whatever its own disk holds.
                 let privileged = who.identity.as_ref().is_some_and(|c| c.identity.is_admin() || c.identity.is_server());
-                if let Err(e) = osd.space().admit(&call.request, privileged) {
+                if let Some(e) = osd.space().admit(&call.request, privileged).err().filter(|_| osd.answers()) {
                     osd.net().space_refusals.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(%peer, cause = %e.message, "request refused");
                     send(&osd, &tx, (id, opcode, share.take()), &Err(e));
