@@ -214,3 +214,34 @@ async fn idle_connections_are_closed_and_clients_reopen_them() {
     }
     assert!(logged(&tc, "closing connection idle") >= 1);
 }
+
+/// The home of a distributed directory inside another user's closed directory tells a
+/// stranger who asks it for an entry nothing: `EACCES`, not a redirect naming the
+/// directory's inode number and servers. Its owner is redirected and reaches the entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distributed_directory_behind_a_closed_one_tells_strangers_nothing() {
+    use plusfs_proto::{Errno, Threshold};
+    let tc = TestCluster::start_settings(3, &settings());
+    let t = tempfile::tempdir().unwrap();
+    let admin = tc.client();
+    admin.mkdir("/priv", 0o700).await.unwrap();
+    admin.chown("/priv", Some(1000), Some(1000)).await.unwrap();
+    admin.mkdir_with("/priv/huge", 0o777, Threshold::Entries(0), 0).await.unwrap();
+    let home = tc.cluster.map().home_of_dir("/priv/huge");
+    let id = issue_user(&tc, t.path(), "users");
+    let as_user = |uid: u32| {
+        let mut map = tc.cluster.map().clone();
+        map.tls.identity = Some(id.clone());
+        Client::new(map, ClientOptions { uid, gid: uid, groups: vec![], retries: 1, ..Default::default() })
+    };
+    let (owner, stranger) = (as_user(1000), as_user(1001));
+    let probe = Request::Stat { path: "/priv/huge/x".into() };
+    let e = owner.call_server(home, &probe).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EREMCHG, "the owner is sent to the shards: {e}");
+    owner.create("/priv/huge/x", 0o644, true).await.unwrap();
+    let e = stranger.call_server(home, &probe).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EACCES, "a stranger is refused, not redirected: {e}");
+    let told = format!("{e:?}");
+    assert!(!told.contains("entries are on servers") && !told.contains("redirect"), "{told}");
+    assert_eq!(stranger.lstat("/priv/huge/x").await.unwrap_err().errno, Errno::EACCES);
+}

@@ -29,6 +29,7 @@ impl Osd {
         let again = (target_dir(&req).is_some()).then(|| req.clone());
         let own: Vec<String> = crate::migrate::subop_dirs(&req).into_iter().map(String::from).collect();
         let resp = self.handle_here(cred.clone(), req).await;
+        let resp = self.hide_redirect(&cred, resp);
         match (resp, again) {
             // A sub-operation's own directory handed to its new home meanwhile: its
             // coordinator plans again (not "no such directory").
@@ -45,6 +46,19 @@ impl Osd {
                 Err(e)
             }
             (resp, _) => resp,
+        }
+    }
+
+    /// A redirect to a distributed directory's shards names its inode number and the
+    /// servers of its entries: it goes only to a caller that may reach those entries
+    /// (search permission on every directory down to it). Any other caller gets the
+    /// refusal it would get from a shard, and learns nothing of the directory.
+    fn hide_redirect(&self, cred: &Cred, resp: Response) -> Response {
+        let Err(e) = &resp else { return resp };
+        let Some(info) = &e.redirect else { return resp };
+        match self.dir_object(&info.path) {
+            Ok(d) => plusfs_proto::perm::check_search(cred, &d, &info.path).and(resp),
+            Err(_) => resp,
         }
     }
 
