@@ -1,7 +1,7 @@
 //! What a client keeps of one delegated directory.
 
 use plusfs_proto::{Attr, Cred, DelegOp, DirObject, Request, ServerId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 /// Most queued operations per directory before a flush.
@@ -33,6 +33,9 @@ pub(crate) struct Held {
     /// The directory's attributes changed by a request sent to the server.
     pub dir_stale: bool,
     pub entries: BTreeMap<String, Local>,
+    /// Names of the entries whose contents changed since the last write-back (a write-back
+    /// looks at these, not at every entry; a name removed or replaced since is skipped).
+    pub dirty: BTreeSet<String>,
     pub pending: Vec<DelegOp>,
     pub creds: Vec<Cred>,
     pub pending_bytes: usize,
@@ -54,7 +57,11 @@ impl Held {
     /// Changes not written back: queued operations, files with new contents, and a flush
     /// whose answer is awaited.
     pub fn unflushed(&self) -> usize {
-        let dirty = self.entries.values().filter(|l| matches!(l, Local::Known { dirty: true, .. })).count();
+        let dirty = self
+            .dirty
+            .iter()
+            .filter(|n| matches!(self.entries.get(*n), Some(Local::Known { dirty: true, .. })))
+            .count();
         self.pending.len() + dirty + usize::from(self.unacked.is_some())
     }
 }

@@ -321,6 +321,10 @@ impl Held {
             attr.ctime = now;
         }
         self.entries.insert(to.to_string(), l);
+        self.dirty.remove(to);
+        if self.dirty.remove(from) {
+            self.dirty.insert(to.to_string());
+        }
         let by = Cred::index_in(&mut self.creds, c);
         self.queue(DelegOp::Rename { from: from.to_string(), to: to.to_string(), time: now, by });
         Some(Ok(()))
@@ -367,6 +371,7 @@ impl Held {
             attr.size = s;
             (attr.mtime, attr.ctime) = (now, now);
             *dirty = true;
+            self.dirty.insert(name.to_string());
         }
         let out = attr.clone();
         if set != SetAttr::default() {
@@ -399,6 +404,7 @@ impl Held {
         let now = Timespec::now();
         (attr.size, attr.mtime, attr.ctime) = (c.len() as u64, now, now);
         *dirty = true;
+        self.dirty.insert(name.to_string());
         let out = attr.clone();
         self.pending_bytes += data.len();
         self.since.get_or_insert_with(Instant::now);

@@ -373,14 +373,11 @@ impl Delegations {
             self.send_flush(h, patience).await?;
         }
         let mut ops = std::mem::take(&mut h.pending);
-        for (name, l) in h.entries.iter_mut() {
-            if let Local::Known { attr, content: Some(c), dirty: d @ true, .. } = l {
-                ops.push(DelegOp::Contents {
-                    name: name.clone(),
-                    data: c.clone(),
-                    mtime: attr.mtime,
-                    ctime: attr.ctime,
-                });
+        // Only the entries written since the last write-back: its cost follows what
+        // changed, not the size of the directory.
+        for name in std::mem::take(&mut h.dirty) {
+            if let Some(Local::Known { attr, content: Some(c), dirty: d @ true, .. }) = h.entries.get_mut(&name) {
+                ops.push(DelegOp::Contents { name, data: c.clone(), mtime: attr.mtime, ctime: attr.ctime });
                 *d = false;
             }
         }
@@ -460,6 +457,7 @@ impl Delegations {
         h.gone = true;
         h.pending.clear();
         h.entries.clear();
+        h.dirty.clear();
         let mut st = self.state();
         if let Some(k) = st.ids.remove(&h.id) {
             st.held.remove(&k);
@@ -577,6 +575,7 @@ fn held_of(g: DelegGrant, t: Target, dir: &str, asked: Instant, read: bool) -> H
         obj: g.dir,
         dir_stale: false,
         entries,
+        dirty: Default::default(),
         pending: Vec::new(),
         creds: Vec::new(),
         pending_bytes: 0,
