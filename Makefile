@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic bench-identity venv clean
+.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic bench-identity bench-bigdir venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -124,6 +124,10 @@ bench-identity: build venv
 ## bench-deleg: tar x, cp -r, git checkout, rm -rf and mdtest-style runs through a mount with and without delegations vs tmpfs (bench/out/deleg/)
 bench-deleg: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/deleg_bench.sh
+
+## bench-bigdir: create/stat/unlink in directories of 0-30,000 entries through the mount (with and without delegations), the native API and tmpfs (bench/out/bigdir/)
+bench-bigdir: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/bigdir_bench.sh
 
 ## bench-network: the papers' comparisons (batching, huge directories, cx/2pc/serial, BFO) on a private network of 8 servers at 0/100 µs/1 ms link delay vs loopback (root; bench/out/network/)
 bench-network: build venv
