@@ -16,3 +16,12 @@ msgs() { "$PLUSFS" cluster status --json | "$PYTHON" -c 'import json,sys; print(
 
 # CPU seconds (user + system) the processes $* have used so far.
 cpu() { local t=0 p; for p in "$@"; do t=$(awk -v t="$t" '{ print t + ($14 + $15) / 100 }' "/proc/$p/stat"); done; echo "$t"; }
+
+# Mounts a tmpfs at $1 where we may (as root) and prints "tmpfs"; else prints "disk" (the
+# directory stays on the disk's file system, which creates files artefactually slowly).
+mount_local() {
+  if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=2g plusfs-bench "$1" 2>/dev/null; then echo tmpfs; else echo disk; fi
+}
+
+# Unmounts the FUSE mounts $* (lazily if busy); quiet about ones not mounted.
+unmount_fuse() { local m; for m in "$@"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done; }

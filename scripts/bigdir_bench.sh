@@ -22,15 +22,11 @@ raw="$out/raw.jsonl"
 work=$(mktemp -d -p "$PWD/bench/out" bigdir-work.XXXXXX)
 cluster="$work/cluster" mnt="$work/mnt" nodeleg="$work/mnt-nodeleg" local="$work/local"
 mkdir -p "$mnt" "$nodeleg" "$local"
-if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=2g plusfs-bench "$local" 2>/dev/null; then
-  localfs=tmpfs
-else
-  localfs=disk
-fi
+localfs=$(mount_local "$local")
 echo "local directory: $localfs"
 cleanup() {
   umount "$local" 2>/dev/null || true
-  for m in "$mnt" "$nodeleg"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  unmount_fuse "$mnt" "$nodeleg"
   "$PLUSFS" cluster down --data "$cluster" >/dev/null 2>&1 || true
   rm -rf "$work"
 }

@@ -35,7 +35,7 @@ if [ "$(id -u)" != 0 ] || ! mount -t tmpfs -o size=3g plusfs-bench "$local" 2>/d
 fi
 cleanup() {
   umount "$local" 2>/dev/null || true
-  for m in "$mnt" "$nodeleg"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  unmount_fuse "$mnt" "$nodeleg"
   "$PLUSFS" cluster down --data "$cluster" >/dev/null 2>&1 || true
   rm -rf "$work"
 }

@@ -33,15 +33,11 @@ cluster="$work/cluster" mnt="$work/mnt" local="$work/local"
 mkdir -p "$mnt" "$local"
 # The local directory is a tmpfs where we may mount one (this machine's disk file system
 # creates files artefactually slowly), else a directory on the cluster's disk.
-if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=2g plusfs-bench "$local" 2>/dev/null; then
-  localfs=tmpfs
-else
-  localfs=disk
-fi
+localfs=$(mount_local "$local")
 echo "local directory: $localfs"
 cleanup() {
   umount "$local" 2>/dev/null || true
-  fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+  unmount_fuse "$mnt"
   "$PLUSFS" cluster down --data "$cluster" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
