@@ -487,7 +487,26 @@ fn tar_x_through_the_mount_goes_on_across_leader_kills() {
     }
     assert!(kills >= 1, "tar finished before any kill: the test did not test a failover");
     let out = tar.wait_with_output().unwrap();
-    assert!(out.status.success(), "tar x failed across {kills} failovers: {}", String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        // What the servers said, for a failure seen only under CI's load.
+        let mut said = Vec::new();
+        for log in tc.cluster.logs() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let name = log.file_name().unwrap().to_string_lossy().to_string();
+            let noisy = ["openraft::", "connection error", "vote changed"];
+            let lines = text
+                .lines()
+                .filter(|l| (l.contains("WARN") || l.contains("ERROR")) && !noisy.iter().any(|n| l.contains(n)));
+            said.extend(lines.map(|l| format!("{name}: {l}")));
+        }
+        let tail = &said[said.len().saturating_sub(40)..];
+        panic!(
+            "tar x failed across {kills} failovers: {}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            m.stats(),
+            tail.join("\n")
+        );
+    }
     mounts::sh(&format!("diff -r {} {}", local.path().join("tree").display(), m.path().join("x/tree").display()));
     drop(m);
     tc.assert_fsck_clean();

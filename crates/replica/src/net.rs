@@ -275,7 +275,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
             }
             SNAPSHOT if !has_room => return Err(full()),
             VOTE => encode(&raft.vote(postcard::from_bytes(body).map_err(bad)?).await),
-            SNAPSHOT => encode(&install_chunk(&raft, postcard::from_bytes(body).map_err(bad)?).await),
+            SNAPSHOT => encode(&install_chunk(&raft, postcard::from_bytes(body).map_err(bad)?, room).await),
             k => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unknown message kind {k}"))),
         }?;
         let mut out = Vec::with_capacity(4 + reply.len());
@@ -286,40 +286,40 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Hands a snapshot chunk to Raft, counting it, and every heartbeat period while Raft
-/// handles it, as a heartbeat of the leader that sent it.
+/// Hands a snapshot chunk to Raft, counting its arrival as a heartbeat of the leader that
+/// sent it, with this member's own elections off while Raft handles it.
 ///
 /// openraft 0.9 sends a follower no heartbeat while it streams it a snapshot and does not
 /// count chunks as heartbeats, and the last chunk's reply waits for the whole install. A
 /// member catching up from a large snapshot would stand for election part way, and the
 /// higher term it answers with deposes the leader sending it the snapshot, again and again
-/// (Raft without pre-vote). The heartbeat given here is what the leader would send: an
-/// AppendEntries with its vote, nothing to append and no commit point, which only renews
-/// the follower's election timer (and its vote, as any message from that leader does).
+/// (Raft without pre-vote). The heartbeat given here is what the leader would send (an
+/// AppendEntries with its vote, nothing to append and no commit point: it renews the
+/// election timer); one more after a long install renews the time the install used up.
+/// Elections are switched off only while the chunk is handled, so the member still votes
+/// for others once the leader's lease ends (should the leader die mid-install); `room`
+/// says whether they are on otherwise (see `Group::set_room`).
 async fn install_chunk(
     raft: &Raft,
     req: InstallSnapshotRequest<TypeConfig>,
+    room: &std::sync::atomic::AtomicBool,
 ) -> Result<InstallSnapshotResponse<MemberId>, RaftError<MemberId, InstallSnapshotError>> {
     let vote = req.vote;
-    let beat = || {
+    let beat = || async move {
         let hb = AppendEntriesRequest { vote, prev_log_id: None, entries: Vec::new(), leader_commit: None };
-        async move {
-            if let Err(e) = raft.append_entries(hb).await {
-                tracing::debug!(cause = %e, "heartbeat during a snapshot transfer refused");
-            }
+        if let Err(e) = raft.append_entries(hb).await {
+            tracing::debug!(cause = %e, "heartbeat during a snapshot transfer refused");
         }
     };
     beat().await;
-    let work = raft.install_snapshot(req);
-    tokio::pin!(work);
-    let mut tick = tokio::time::interval(Duration::from_millis(raft.config().heartbeat_interval.max(10)));
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            out = &mut work => return out,
-            _ = tick.tick() => beat().await,
-        }
+    raft.runtime_config().elect(false);
+    let started = std::time::Instant::now();
+    let out = raft.install_snapshot(req).await;
+    if started.elapsed() > Duration::from_millis(raft.config().heartbeat_interval) {
+        beat().await;
     }
+    raft.runtime_config().elect(room.load(std::sync::atomic::Ordering::Acquire));
+    out
 }
 
 fn encode<T: Serialize>(v: &T) -> std::io::Result<Vec<u8>> {

@@ -81,8 +81,9 @@ pub struct StateMachine {
     membership: Membership,
     /// Names data files uniquely within this process's life (with the time it started).
     names: Names,
-    /// The file a snapshot being received is written to.
-    receiving: Option<PathBuf>,
+    /// Files snapshots are being received into (inode number, path), oldest first: the
+    /// install finds its own by the inode of the handle it is given.
+    receiving: Vec<(u64, PathBuf)>,
 }
 
 /// Unique names for data files: the process's start time and a counter.
@@ -128,9 +129,12 @@ impl StateMachine {
             applied,
             membership,
             names: Names::new(),
-            receiving: None,
+            receiving: Vec::new(),
         };
-        if installing {
+        // Cut off mid-install (the marker), or after the snapshot was made current but
+        // before the store was touched (the store is behind its own snapshot): install it.
+        let behind = current.as_ref().is_some_and(|c| c.meta.last_log_id > sm.applied);
+        if installing || behind {
             let c = current.ok_or("the store was being replaced by a snapshot that is not on disk")?;
             tracing::warn!(snapshot = %c.meta.snapshot_id, "finishing a snapshot install cut off by a crash");
             sm.load(&dir.join(&c.data), &c.meta).map_err(|e| e.to_string())?;
@@ -387,24 +391,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, SErr> {
-        // A transfer given up for a newer one leaves its file: only the latest is kept.
-        if let Some(old) = self.receiving.take() {
+        // A transfer given up for a newer one leaves its file. The one before the newest
+        // may still be waiting for its install: older ones go.
+        while self.receiving.len() > 1 {
+            let (_, old) = self.receiving.remove(0);
             let _ = std::fs::remove_file(old);
         }
         let path = self.dir.join(self.names.next("recv").replace(".data", ".tmp"));
-        let f = tokio::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-            .map_err(snap_err)?;
-        self.receiving = Some(path);
-        Ok(Box::new(f))
+        let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(snap_err)?;
+        let ino = std::os::unix::fs::MetadataExt::ino(&f.metadata().map_err(snap_err)?);
+        self.receiving.push((ino, path));
+        Ok(Box::new(tokio::fs::File::from_std(f)))
     }
 
     async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<tokio::fs::File>) -> Result<(), SErr> {
-        let received = self.receiving.take().ok_or_else(|| snap_err("a snapshot to install was never received"))?;
+        let ino = std::os::unix::fs::MetadataExt::ino(&snapshot.metadata().await.map_err(snap_err)?);
+        let at = self.receiving.iter().position(|(i, _)| *i == ino);
+        let (_, received) = at
+            .map(|k| self.receiving.remove(k))
+            .ok_or_else(|| snap_err(format!("snapshot {} was not received here", meta.snapshot_id)))?;
         snapshot.sync_all().await.map_err(snap_err)?;
         drop(snapshot);
         // Checked whole before the store is touched: a broken transfer changes nothing.
@@ -421,21 +426,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         std::fs::rename(&received, &path).map_err(snap_err)?;
         // The file first: once the store says it is at this position, the snapshot behind
         // it must exist for members that will need it (and for finishing a cut-off install).
-        let installed = if save_current(&self.dir, &self.saved, meta, &name)? {
-            path
-        } else {
+        if !save_current(&self.dir, &self.saved, meta, &name)? {
+            // openraft installs only snapshots newer than what this member has: a newer
+            // current one here means the two disagree.
             let _ = std::fs::remove_file(&path);
-            let c = self.saved.lock().clone().ok_or_else(|| snap_err("no current snapshot"))?;
-            self.dir.join(c.data)
-        };
-        let current = self.saved.lock().as_ref().map(|c| c.meta.clone()).unwrap_or_else(|| meta.clone());
-        self.load(&installed, &current)
+            return Err(snap_err(format!("snapshot {} is older than the current one", meta.snapshot_id)));
+        }
+        self.load(&path, meta)
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, SErr> {
-        let Some(c) = self.saved.lock().clone() else { return Ok(None) };
-        let file = open_data(&self.dir.join(&c.data)).await?;
-        Ok(Some(Snapshot { meta: c.meta, snapshot: file }))
+        // Opened under the lock: a build that makes a newer snapshot current meanwhile
+        // removes this one's file (an open handle keeps it readable).
+        let (meta, file) = {
+            let saved = self.saved.lock();
+            let Some(c) = saved.as_ref() else { return Ok(None) };
+            (c.meta.clone(), std::fs::File::open(self.dir.join(&c.data)).map_err(snap_err)?)
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(tokio::fs::File::from_std(file)) }))
     }
 }
 
@@ -539,6 +547,20 @@ mod tests {
         let sm = StateMachine::open(db.clone(), None, &snap).unwrap();
         assert_eq!(user_keys(&db), ["x", "y"]);
         assert!(db.get(INSTALLING).unwrap().is_none());
+        assert_eq!(sm.applied.map(|l| l.index), Some(30));
+    }
+
+    #[test]
+    fn a_store_behind_its_current_snapshot_installs_it_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let snap = dir.path().join("snap");
+        let db = store(dir.path(), &["a"]);
+        drop(StateMachine::open(db.clone(), None, &snap).unwrap());
+        // A crash after the received snapshot was made current, before the store changed.
+        data_file(&snap.join("s.data"), &["x"]);
+        assert!(save_current(&snap, &Saved::default(), &meta(30), "s.data").unwrap());
+        let sm = StateMachine::open(db.clone(), None, &snap).unwrap();
+        assert_eq!(user_keys(&db), ["x"]);
         assert_eq!(sm.applied.map(|l| l.index), Some(30));
     }
 }

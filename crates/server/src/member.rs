@@ -210,6 +210,8 @@ const ROOM_AGAIN: u64 = 32 << 20;
 /// `Group::set_room`), and `full` whether it has none.
 async fn watch_room(member: Arc<Member>, space: Arc<crate::space::Space>, full: watch::Sender<bool>) {
     let mut room = space.member_room(0);
+    // This reading, not the one taken at start-up, is what the group goes by from now on.
+    member.group.set_room(room);
     loop {
         full.send_if_modified(|f| std::mem::replace(f, !room) == room);
         tokio::time::sleep(ROOM_EVERY).await;
