@@ -56,6 +56,10 @@ const BURST: Duration = Duration::from_secs(2);
 const MAX_ACTIVITY: usize = 4096;
 /// How long a flush is resent while its server cannot be reached.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
+/// How long the write-back ahead of another request is resent while its server cannot be
+/// reached: about as long as a replica group takes to fail over under load (the request
+/// itself would wait for the next leader as long).
+const BEFORE_PATIENCE: Duration = Duration::from_secs(10);
 
 type Slot = Arc<tokio::sync::Mutex<Held>>;
 
@@ -315,8 +319,9 @@ impl Delegations {
     /// touches goes first; entries it changes are no longer known here; a change of a
     /// delegated directory itself returns the delegation.
     ///
-    /// A write-back that could not be delivered (the server is unreachable) fails the
-    /// request with EIO: it must not reach the servers before the work it follows.
+    /// A write-back that could not be delivered (the server unreachable for
+    /// [`BEFORE_PATIENCE`], which covers a replica group's failover) fails the request with
+    /// EIO: it must not reach the servers before the work it follows.
     pub async fn before(&self, req: &Request) -> Result<(), FsError> {
         if self.state().held.is_empty() {
             return Ok(());
@@ -341,7 +346,7 @@ impl Delegations {
                     continue;
                 }
                 let release = matches!(touch, Touch::Object);
-                if let Err(e) = self.write_back(&mut h, release, Duration::ZERO).await {
+                if let Err(e) = self.write_back(&mut h, release, BEFORE_PATIENCE).await {
                     if h.unacked.is_some() {
                         return Err(e);
                     }
