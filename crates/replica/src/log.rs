@@ -42,7 +42,7 @@ pub(crate) fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, SErr> {
     postcard::from_bytes(b).map_err(read_err)
 }
 
-fn synced() -> WriteOptions {
+pub(crate) fn synced() -> WriteOptions {
     let mut o = WriteOptions::default();
     o.set_sync(true);
     o

@@ -20,7 +20,7 @@
 //! finds the marker at start-up was cut off mid-install and installs its current snapshot
 //! again before anything reads the store.
 
-use crate::log::encode;
+use crate::log::{encode, synced};
 use crate::snapfile::{self, Item};
 use crate::{Applied, DataSink, MemberId, Node, TypeConfig};
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -249,12 +249,6 @@ impl StateMachine {
         pieces.clear();
         Ok(())
     }
-}
-
-fn synced() -> WriteOptions {
-    let mut o = WriteOptions::default();
-    o.set_sync(true);
-    o
 }
 
 /// The current snapshot named by `dir`'s `current.meta`, if any.
