@@ -118,12 +118,14 @@ impl Space {
         self.free_bytes() < self.floor().saturating_add(self.data_reserve).saturating_add(LOW_MARGIN)
     }
 
-    /// Whether the disk has room for a replica member's log and store to take the group's
-    /// entries: more free space than the store's next flush needs and 8 MiB, plus `margin`
-    /// (the gap a member that lost its room must see before it takes entries again).
+    /// Whether the disk has room for a replica member's log, store and data store to take
+    /// the group's entries: more free space than the store's next flush needs and 8 MiB,
+    /// plus the data reserve (entries carry file data), plus `margin` (the gap a member
+    /// that lost its room must see before it takes entries again).
     pub fn member_room(&self, margin: u64) -> bool {
         let free = self.free_bytes();
-        free >= MIN_FLOOR.saturating_add(self.room.load(Ordering::Relaxed)).saturating_add(margin)
+        let need = MIN_FLOOR.saturating_add(self.room.load(Ordering::Relaxed)).saturating_add(self.data_reserve);
+        free >= need.saturating_add(margin)
     }
 
     /// Free bytes of the disk now (for a reclaim: what it may use).
