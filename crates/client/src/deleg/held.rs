@@ -51,6 +51,10 @@ pub(crate) struct Held {
     pub gone: bool,
     /// When the grant was asked for: the server cannot have recalled it before.
     pub asked: Instant,
+    /// A write-back that waited its whole patience for the server and failed: later
+    /// ones are tried once (no more waiting) until the server answers again, so each
+    /// request meeting a lost server fails in one retry's time, not one patience each.
+    pub unreachable: bool,
 }
 
 impl Held {

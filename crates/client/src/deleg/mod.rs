@@ -402,6 +402,7 @@ impl Delegations {
     /// until an answer comes: also when the caller's future is dropped meanwhile.
     async fn send_flush(&self, h: &mut Held, patience: Duration) -> Result<(), FsError> {
         let start = Instant::now();
+        let patience = if h.unreachable { Duration::ZERO } else { patience };
         let cred = self.cred();
         let reply = loop {
             let Some(req) = h.unacked.as_ref() else { return Ok(()) };
@@ -411,9 +412,13 @@ impl Delegations {
                     tracing::debug!(dir = h.dir, error = %e, "resending a delegation flush");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                Err(e) => return Err(FsError::new("write back", &h.dir, e.errno()).with_detail(e.to_string())),
+                Err(e) => {
+                    h.unreachable = true;
+                    return Err(FsError::new("write back", &h.dir, e.errno()).with_detail(e.to_string()));
+                }
             }
         };
+        h.unreachable = false;
         let sent = h.unacked.take();
         self.flushed(h, reply, sent)
     }
@@ -592,6 +597,7 @@ fn held_of(g: DelegGrant, t: Target, dir: &str, asked: Instant, read: bool) -> H
         ino_end: g.first_ino + g.ino_count as u64,
         gone: false,
         asked,
+        unreachable: false,
     }
 }
 
