@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# What an operation costs as a directory grows: mdtest-style create, stat and unlink of
-# FILES empty files in one directory that already holds SIZE entries, for each SIZE of
-# SIZES, through the FUSE mount (default options: delegations), through the mount with
-# -o nodeleg, through the native API, and in a tmpfs directory, in one run. The cost per
-# operation should not depend on SIZE: the report gives each rate and its ratio to the
-# rate in an empty directory (SIZE 0) of the same target.
+# What an operation costs as a directory grows (issue "Directories of any size at full
+# speed through the mount"). One directory of the cluster is grown step by step to each
+# size of SIZES (filled through the native API in batches); at each size, mdtest-style
+# create, stat and unlink of OPS new files (so the rate is that of the last OPS operations
+# at that size) are measured with 1 and 4 processes through the FUSE mount (default
+# options: delegations), through the mount with -o nodeleg, and through the native API
+# (one request per operation), all in that same directory; a tmpfs directory grown the
+# same way is the yardstick. The mount's RSS is read at each size. At the largest size,
+# `ls -f | wc -l`, `ls -l`, `find -name` and `rm -rf` run through the mount and on tmpfs.
 # Results: JSON lines in bench/out/bigdir/raw.jsonl, report bench/out/bigdir/report.md.
 set -euo pipefail
 PLUSFS=${PLUSFS:-plusfs}
 PYTHON=${PYTHON:-python3}
 SERVERS=${SERVERS:-4}
-FILES=${FILES:-2000}
-SIZES=${SIZES:-0 10000 30000}
-RUNS=${RUNS:-1}
+OPS=${OPS:-3000}
+SIZES=${SIZES:-3000 30000 300000}
+PROCS=${PROCS:-1 4}
 cd "$(dirname "$0")/.."
 . scripts/bench_lib.sh
 out=bench/out/bigdir
@@ -35,30 +38,17 @@ trap cleanup EXIT
 "$PLUSFS" cluster up --data "$cluster" --servers "$SERVERS" --detach >/dev/null
 export PLUSFS_CLUSTER="$cluster/cluster.toml"
 "$PLUSFS" mount "$mnt" >/dev/null 2>&1 &
+mount_pid=$!
 "$PLUSFS" mount "$nodeleg" -o nodeleg >/dev/null 2>&1 &
 for m in "$mnt" "$nodeleg"; do
   for _ in $(seq 1 100); do mountpoint -q "$m" && break; sleep 0.1; done
   mountpoint -q "$m" || { echo "mount $m failed" >&2; exit 1; }
 done
+rss() { awk '/VmRSS/ { print $2 * 1024 }' "/proc/$mount_pid/status"; }
 
-# Fills directory $1 (a path on the machine) with $2 empty files named pre.N.
-fill() {
-  "$PYTHON" - "$1" "$2" <<'EOF'
-import os, sys, time
-d, n = sys.argv[1], int(sys.argv[2])
-os.makedirs(d, exist_ok=True)
-t0 = time.time()
-for i in range(n):
-    os.close(os.open(f"{d}/pre.{i}", os.O_CREAT | os.O_WRONLY, 0o644))
-    if i and i % 10000 == 0:
-        print(f"  {i:,} of {n:,} entries ({time.time() - t0:.1f} s)", file=sys.stderr)
-EOF
-}
-
-# Waits until cluster directory $1 is no longer being spread over servers (a directory
-# that crossed the threshold while it was filled moves entries meanwhile).
+# Waits until cluster directory $1 is no longer being spread over servers.
 settled() {
-  for _ in $(seq 1 600); do
+  for _ in $(seq 1 1200); do
     "$PLUSFS" hugedir "$1" 2>/dev/null | grep -qi distributing || return 0
     sleep 0.1
   done
@@ -71,51 +61,54 @@ for target in "local:$mnt" "local:$nodeleg" plusfs "local:$local"; do
   "$PLUSFS" bench --target "$target" -n 200 -c 1 -d /warm-up >/dev/null
 done
 
-for run in $(seq 1 "$RUNS"); do
-  for size in $SIZES; do
+dir=/big
+mkdir -p "$mnt$dir" "$local$dir"
+have=0
+for size in $SIZES; do
+  add=$((size - have))
+  if [ "$add" -gt 0 ]; then
+    echo "growing the directories to $size entries" >&2
+    "$PLUSFS" bench -n "$add" -b 1000 -d "$dir" --prefix "fill$size" create >/dev/null
+    "$PLUSFS" bench --target "local:$local" -n "$add" -d "$dir" --prefix "fill$size" create >/dev/null
+    have=$size
+  fi
+  settled "$dir"
+  echo "{\"size\":$size,\"mount_rss\":$(rss)}" >> "$raw"
+  for procs in $PROCS; do
     for target in mount nodeleg native local; do
-      dir="/big-$run-$size-$target"
-      echo "run $run: $target, $size entries" >&2
       case $target in
-        mount) fill "$mnt$dir" "$size"; args=(--target "local:$mnt") ;;
-        nodeleg) fill "$nodeleg$dir" "$size"; args=(--target "local:$nodeleg") ;;
-        local) fill "$local$dir" "$size"; args=(--target "local:$local") ;;
-        # The native API's directory is filled through a mount: the servers hold the same.
-        native) fill "$nodeleg$dir" "$size"; args=() ;;
+        mount) args=(--target "local:$mnt") ;;
+        nodeleg) args=(--target "local:$nodeleg") ;;
+        native) args=() ;;
+        local) args=(--target "local:$local") ;;
       esac
-      sync
-      [ "$target" = local ] || settled "$dir"
-      "$PLUSFS" bench "${args[@]}" -n "$FILES" -c 1 -d "$dir" --json create stat unlink |
-        tag "{\"run\":$run,\"size\":$size,\"target\":\"$target\",\"localfs\":\"$localfs\"}" >> "$raw"
+      echo "$size entries: $target, $procs process(es)" >&2
+      "$PLUSFS" bench "${args[@]}" -n $((OPS / procs)) -c "$procs" -d "$dir" --prefix "m$procs" --json \
+        create stat unlink |
+        tag "{\"size\":$size,\"procs\":$procs,\"target\":\"$target\",\"localfs\":\"$localfs\"}" >> "$raw"
     done
   done
+  echo "{\"size\":$size,\"mount_rss_after\":$(rss)}" >> "$raw"
 done
 
-"$PYTHON" - "$raw" > "$out/report.md" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-rates = {}
-for r in rows:
-    phase = r.get("phase") or r.get("op")
-    rate = r.get("ops_per_sec") or r.get("rate")
-    if phase and rate:
-        rates.setdefault((r["target"], phase, r["size"]), []).append(rate)
-sizes = sorted({k[2] for k in rates})
-print("# Cost per operation as a directory grows\n")
-print(f"mdtest-style create, stat, unlink of new files in a directory already holding N entries; "
-      f"ops/s (median of runs), and in brackets the ratio to N = {sizes[0]}.\n")
-print("| target | phase | " + " | ".join(f"N = {s:,}" for s in sizes) + " |")
-print("|---|---|" + "---|" * len(sizes))
-for target in ["mount", "nodeleg", "native", "local"]:
-    for phase in ["create", "stat", "unlink"]:
-        base = rates.get((target, phase, sizes[0]))
-        if not base:
-            continue
-        b = statistics.median(base)
-        cells = []
-        for s in sizes:
-            v = statistics.median(rates.get((target, phase, s), [0]))
-            cells.append(f"{v:,.0f} ({v / b:.2f})")
-        print(f"| {target} | {phase} | " + " | ".join(cells) + " |")
-EOF
+# Whole-directory work at the largest size: through the mount and on tmpfs.
+timed() { # name, target, command...
+  local name=$1 target=$2 t0 t1 out
+  shift 2
+  t0=$(date +%s.%N)
+  out=$("$@" 2>&1 | tail -1)
+  t1=$(date +%s.%N)
+  echo "{\"size\":$have,\"tool\":\"$name\",\"target\":\"$target\",\"seconds\":$(echo "$t1 - $t0" | bc),\"out\":\"$out\"}" >> "$raw"
+  echo "  $name on $target: $(echo "$t1 - $t0" | bc) s ($out)" >&2
+}
+for target in mount local; do
+  case $target in mount) d="$mnt$dir" ;; local) d="$local$dir" ;; esac
+  timed "ls -f | wc -l" "$target" sh -c "ls -f '$d' | wc -l"
+  timed "ls -l" "$target" sh -c "ls -l '$d' | wc -l"
+  timed "find -name" "$target" sh -c "find '$d' -name 'fill*9' | wc -l"
+  [ "$target" = mount ] && echo "{\"size\":$have,\"mount_rss_listed\":$(rss)}" >> "$raw"
+  timed "rm -rf" "$target" sh -c "rm -rf '$d'; echo done"
+done
+
+"$PYTHON" scripts/bigdir_report.py "$raw" > "$out/report.md"
 cat "$out/report.md"

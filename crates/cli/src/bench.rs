@@ -67,6 +67,10 @@ pub struct BenchArgs {
     /// Directory to work in (created if missing).
     #[arg(long, short = 'd', default_value = "/bench")]
     pub(crate) dir: String,
+    /// First part of the file names (PREFIX.CLIENT.I; with --unique PREFIX I): a run
+    /// that fills a directory uses another prefix than the runs measured in it.
+    #[arg(long, default_value = "f")]
+    pub(crate) prefix: String,
     /// Where to run: `plusfs` or `local:PATH` (repeatable; default plusfs).
     #[arg(long = "target")]
     targets: Vec<String>,
@@ -184,6 +188,9 @@ pub fn run(a: BenchArgs, cluster: Option<PathBuf>, engine: EngineTarget) -> Resu
     if (a.block.is_some() || a.shared_file) && a.batch > 1 {
         bail!("--block and --shared-file move files one by one: leave --batch at 1");
     }
+    if a.prefix.is_empty() || a.prefix.contains('/') || a.prefix.contains('\0') {
+        bail!("--prefix '{}' is no file name: give one without '/'", a.prefix);
+    }
     let targets = if a.targets.is_empty() { vec!["plusfs".to_string()] } else { a.targets.clone() };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut results: Vec<Outcome> = Vec::new();
@@ -257,11 +264,11 @@ fn print_outcome(a: &BenchArgs, o: &Outcome) {
 /// The directory and file names client `client` works on.
 pub(crate) fn client_files(a: &BenchArgs, base: &str, client: usize) -> (String, Vec<String>) {
     if a.unique {
-        (format!("{base}/c{client}"), (0..a.files).map(|i| format!("f{i}")).collect())
+        (format!("{base}/c{client}"), (0..a.files).map(|i| format!("{}{i}", a.prefix)).collect())
     } else if a.dirs > 0 {
-        (format!("{base}/d{}", client % a.dirs), (0..a.files).map(|i| format!("f.{client}.{i}")).collect())
+        (format!("{base}/d{}", client % a.dirs), (0..a.files).map(|i| format!("{}.{client}.{i}", a.prefix)).collect())
     } else {
-        (base.to_string(), (0..a.files).map(|i| format!("f.{client}.{i}")).collect())
+        (base.to_string(), (0..a.files).map(|i| format!("{}.{client}.{i}", a.prefix)).collect())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The client calls answered under a directory delegation (`deleg`): each returns `None`
 //! when the call must go to the servers instead.
 
-use crate::deleg::{Held, NewEntry, Target};
+use crate::deleg::{DelegWork, Held, NewEntry, Target};
 use crate::error::FsError;
 use crate::fs::Client;
 use plusfs_proto::{Attr, DirEntry, DistState, Errno, FileKind, SetAttr};
@@ -30,10 +30,11 @@ impl Client {
     /// storing server Eq. 2 gives for `name` (a whole distributed directory: none).
     fn deleg_target(&self, dir: &str, name: Option<&str>) -> Option<Target> {
         match self.dist.get(dir) {
-            None => Some(Target { server: self.home(dir), shard: None }),
-            Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => {
-                name.map(|n| Target { server: info.server_of(n), shard: Some(info.incarnation) })
-            }
+            None => Some(Target { server: self.home(dir), shard: None, slot: None }),
+            Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => name.map(|n| {
+                let index = plusfs_proto::hugedir::slot_of(n, info.set.len());
+                Target { server: info.set[index], shard: Some(info.incarnation), slot: Some((index, info.set.len())) }
+            }),
             Some(_) => None,
         }
     }
@@ -93,13 +94,32 @@ impl Client {
         Some(r.map_err(|e| FsError::new("open directory", shown, e)))
     }
 
-    /// The attributes of delegated directory `dir` itself.
+    /// The attributes of delegated directory `dir` itself (for a distributed one, when
+    /// every shard is delegated here: see `Delegations::dist_dir_attr`).
     pub(crate) async fn deleg_dir_attr(&self, dir: &str) -> Option<Attr> {
-        self.under(dir, None, Need::Held, |h| h.dir_attr(&self.caller)).await
+        let d = self.delegs.as_ref()?;
+        match self.dist.get(dir) {
+            Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => {
+                let a = d.dist_dir_attr(dir, info.incarnation, &info.set).await?;
+                // The caller may reach the directory: any shard's copy checks as the home.
+                let t = Target { server: info.set[0], shard: Some(info.incarnation), slot: Some((0, info.set.len())) };
+                let slot = d.held(dir, t)?;
+                let h = slot.lock().await;
+                plusfs_proto::perm::check_search_above(&self.caller, &h.obj, dir).ok()?;
+                Some(a)
+            }
+            _ => self.under(dir, None, Need::Held, |h| h.dir_attr(&self.caller)).await,
+        }
     }
 
     /// Records the attributes the servers gave for delegated directory `dir` itself.
     pub(crate) async fn deleg_learn_dir(&self, dir: &str, a: &Attr) {
+        if let (Some(d), Some(info)) = (&self.delegs, self.dist.get(dir)) {
+            if info.state == DistState::Distributed {
+                d.learn_dist_attr(dir, a);
+                return;
+            }
+        }
         self.under(dir, None, Need::Held, |h| {
             h.learn_dir(a);
             Some(())
@@ -214,5 +234,10 @@ impl Client {
     /// Operations done under this client's delegations that the servers have applied.
     pub fn delegated_written(&self) -> u64 {
         self.delegs.as_ref().map_or(0, |d| d.written())
+    }
+
+    /// The work this client's delegations did (write-back scans, grants).
+    pub fn delegation_work(&self) -> DelegWork {
+        self.delegs.as_ref().map_or_else(Default::default, |d| d.work())
     }
 }

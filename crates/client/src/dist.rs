@@ -135,18 +135,23 @@ impl Client {
             .with_detail("the directory's distribution kept changing"))
     }
 
-    /// A page of a distributed directory: the next `limit` names of every storing server
-    /// after `after`, merged in name order and cut to `limit` (each entry lives on exactly
-    /// one server, so none is returned twice).
+    /// A page of a distributed directory: up to `limit` names after `after`, merged in
+    /// name order from every storing server. Each server is asked for its share of the
+    /// page and a little more (names spread evenly over the servers by their hash); the
+    /// merged names are complete up to the last name of every server that has more, and
+    /// cut there (each entry lives on exactly one server: none is returned twice).
     async fn merged_page(
         &self,
         info: &DistInfo,
         after: Option<String>,
         limit: u32,
     ) -> Result<(Reply, ()), (WireError, Option<u64>)> {
+        let cap = if limit == 0 { 1024 } else { limit as usize };
+        let servers = info.set.len().max(1);
+        let share = if servers == 1 { cap } else { (cap * 5 / 4 / servers + 16).min(cap) };
         let pages = join_all(info.set.iter().map(|&s| {
             let req = Self::addressed(
-                Request::Readdir { path: info.path.clone(), after: after.clone(), limit },
+                Request::Readdir { path: info.path.clone(), after: after.clone(), limit: share as u32 },
                 Some(info.incarnation),
             );
             async move { self.send(s, &req).await }
@@ -154,10 +159,19 @@ impl Client {
         .await;
         let mut entries: Vec<DirEntry> = Vec::new();
         let mut more = false;
+        // The smallest last name of the servers with more to list.
+        let mut complete_to: Option<String> = None;
         for p in pages {
             match p {
                 Ok(Ok(Reply::Dirents(d))) => {
-                    more |= d.more;
+                    if d.more {
+                        more = true;
+                        if let Some(last) = d.entries.last() {
+                            if complete_to.as_ref().is_none_or(|c| last.name < *c) {
+                                complete_to = Some(last.name.clone());
+                            }
+                        }
+                    }
                     entries.extend(d.entries);
                 }
                 Ok(Ok(other)) => {
@@ -168,7 +182,9 @@ impl Client {
             }
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        let cap = if limit == 0 { 1024 } else { limit as usize };
+        if let Some(c) = complete_to {
+            entries.truncate(entries.partition_point(|e| e.name <= c));
+        }
         if entries.len() > cap {
             entries.truncate(cap);
             more = true;

@@ -533,6 +533,16 @@ impl Client {
     /// from every storing server when the directory is distributed).
     pub async fn readdir_page(&self, raw: &str, after: Option<String>, limit: u32) -> Result<Dirents, FsError> {
         let p = self.norm("open directory", raw)?;
+        if let Some(all) = self.deleg_readdir(raw, &p).await {
+            let mut entries = all?;
+            if let Some(a) = &after {
+                entries.drain(..entries.partition_point(|e| e.name <= *a));
+            }
+            let cap = if limit == 0 { 1024 } else { limit as usize };
+            let more = entries.len() > cap;
+            entries.truncate(cap);
+            return Ok(Dirents { incarnation: 0, entries, more });
+        }
         self.list_page(raw, &p, after, limit).await
     }
 

@@ -30,6 +30,7 @@ mod types;
 pub use batch::Outcome;
 pub use bfo::{NewFile, DEFAULT_READ_BUFFER};
 pub use blocking::BlockingClient;
+pub use deleg::DelegWork;
 pub use direct::{COMMIT_BYTES, DIRECT_READ_MIN};
 pub use error::FsError;
 pub use fds::FdTable;

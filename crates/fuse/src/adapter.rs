@@ -7,7 +7,7 @@
 
 use crate::callers::Callers;
 use crate::core::STATS_INO;
-use crate::core::{Caller, DirItem, Errno, MountCore, RenameMode, XattrReply};
+use crate::core::{Caller, Errno, MountCore, RenameMode, XattrReply};
 use crate::MountSettings;
 use fuser::{
     AccessFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
@@ -244,7 +244,10 @@ impl Filesystem for PlusFs {
             wanted |= fuser::InitFlags::FUSE_PARALLEL_DIROPS;
         }
         if self.settings.readdirplus {
-            wanted |= fuser::InitFlags::FUSE_DO_READDIRPLUS;
+            // Adaptive: the kernel asks for attributes with the first page and then only
+            // while the program looks the entries up (`ls -l`), not for a bare listing
+            // (`ls -f`, `find -name`), whose entries the mount then need not remember.
+            wanted |= fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO;
         }
         if self.settings.writeback_cache {
             wanted |= fuser::InitFlags::FUSE_WRITEBACK_CACHE;
@@ -515,13 +518,18 @@ impl Filesystem for PlusFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let add = |i: DirItem<'_>| reply.add(INodeNo(i.ino), i.offset, file_type(i.kind), i.name);
-        let r = self.core.readdir(ino.0, fh.0, offset, add);
-        self.core.count_local("readdir", r.is_ok());
-        match r {
-            Ok(()) => reply.ok(),
+        let call = move |c: Arc<MountCore>| async move { c.readdir_items(ino.0, fh.0, offset).await };
+        self.spawn("readdir", call, move |r| match r {
+            Ok(items) => {
+                for i in items.iter().map(|i| i.as_dir_item()) {
+                    if reply.add(INodeNo(i.ino), i.offset, file_type(i.kind), i.name) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(fuse_errno(e)),
-        }
+        });
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {

@@ -69,16 +69,24 @@ fn n(s: &str) -> &OsStr {
 }
 
 /// Every item `readdir` gives from `offset`, at most `room` of them.
-fn list(core: &MountCore, ino: u64, fh: u64, offset: u64, room: usize) -> Result<Vec<(String, u64, u64)>, Errno> {
+fn list(m: &Mount, ino: u64, fh: u64, offset: u64, room: usize) -> Result<Vec<(String, u64, u64)>, Errno> {
     let mut out = Vec::new();
-    core.readdir(ino, fh, offset, |i: DirItem<'_>| {
-        if out.len() == room {
-            return true;
+    let mut offset = offset;
+    loop {
+        let before = out.len();
+        m.run(m.core.readdir(ino, fh, offset, |i: DirItem<'_>| {
+            if out.len() == room {
+                return true;
+            }
+            out.push((i.name.to_string(), i.ino, i.offset));
+            false
+        }))?;
+        // A call hands out part of a listing: go on from the last offset, as the kernel does.
+        match out.last() {
+            Some(last) if out.len() > before && out.len() < room => offset = last.2,
+            _ => return Ok(out),
         }
-        out.push((i.name.to_string(), i.ino, i.offset));
-        false
-    })?;
-    Ok(out)
+    }
 }
 
 #[test]
@@ -145,7 +153,7 @@ fn an_open_unlinked_file_lives_until_its_last_release() {
     assert_eq!(m.run(m.core.read(f.ino, 0, 0, 100)).unwrap(), b"kept, still");
 
     let fh = m.run(m.core.opendir(&Caller::ROOT, ROOT)).unwrap();
-    let listed = list(&m.core, ROOT, fh, 0, usize::MAX).unwrap();
+    let listed = list(&m, ROOT, fh, 0, usize::MAX).unwrap();
     assert!(listed.iter().all(|(name, ..)| name != &ORPHANS[1..]), "the orphan directory is hidden: {listed:?}");
     m.core.releasedir(fh);
 
@@ -257,12 +265,12 @@ fn readdir_and_readdirplus_hand_out_the_opendir_snapshot() {
     let fh = m.run(m.core.opendir(&Caller::ROOT, d.ino)).unwrap();
     m.file(d.ino, "late", b"");
 
-    let all = list(&m.core, d.ino, fh, 0, usize::MAX).unwrap();
+    let all = list(&m, d.ino, fh, 0, usize::MAX).unwrap();
     let expected = [(".", d.ino), ("..", ROOT), ("a", inos[0]), ("b", inos[1]), ("c", inos[2])];
     let got: Vec<(&str, u64)> = all.iter().map(|(name, ino, _)| (name.as_str(), *ino)).collect();
     assert_eq!(got, expected, "a snapshot: 'late' came after opendir");
     assert_eq!(all.iter().map(|e| e.2).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
-    let rest = list(&m.core, d.ino, fh, 3, 1).unwrap();
+    let rest = list(&m, d.ino, fh, 3, 1).unwrap();
     assert_eq!(rest, [("b".to_string(), inos[1], 4)], "continues at an offset, stops when full");
 
     // readdirplus: attributes, and each entry handed over counts as a lookup.
@@ -281,7 +289,7 @@ fn readdir_and_readdirplus_hand_out_the_opendir_snapshot() {
     assert_eq!(m.core.known_path(inos[1]), None);
 
     m.core.releasedir(fh);
-    assert_eq!(list(&m.core, d.ino, fh, 0, 10).unwrap_err(), Errno::EBADF);
+    assert_eq!(list(&m, d.ino, fh, 0, 10).unwrap_err(), Errno::EBADF);
 }
 
 #[test]
@@ -433,7 +441,7 @@ fn the_control_file_counts_operations_and_their_server_requests() {
     assert_eq!(m.run(m.core.open(&ALICE, STATS_INO, libc::O_WRONLY)).unwrap_err(), Errno::EACCES);
     assert_eq!(m.run(m.core.unlink(&Caller::ROOT, ROOT, n(STATS_FILE))).unwrap_err(), Errno::EPERM);
     let fh = m.run(m.core.opendir(&Caller::ROOT, ROOT)).unwrap();
-    let names: Vec<String> = list(&m.core, ROOT, fh, 0, usize::MAX).unwrap().into_iter().map(|e| e.0).collect();
+    let names: Vec<String> = list(&m, ROOT, fh, 0, usize::MAX).unwrap().into_iter().map(|e| e.0).collect();
     assert_eq!(names, [".", "..", "d"], "the control file is not listed");
     let _ = d;
 }

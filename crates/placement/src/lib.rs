@@ -412,10 +412,15 @@ pub struct DelegSettings {
     /// unflushed work refused (default 1000 ms).
     #[serde(default = "default_recall_timeout")]
     pub recall_timeout_ms: u64,
-    /// Directories with more entries are not delegated (their entry set is sent with
-    /// the grant; default 4096).
+    /// Directories (or shards) with at most this many entries are granted with their
+    /// whole entry set; larger ones with a 64-bit digest of each name, their entries
+    /// learnt from the server when used (default 4096).
     #[serde(default = "default_deleg_entries")]
     pub max_entries: u64,
+    /// Directories (or shards) with more entries are not delegated at all (default
+    /// 1,500,000: the digests of a grant fit in one frame).
+    #[serde(default = "default_deleg_names")]
+    pub max_names: u64,
     /// A holder writes its queued changes back at most this long after the first of them
     /// (default 1000 ms).
     #[serde(default = "default_writeback")]
@@ -432,6 +437,10 @@ fn default_recall_timeout() -> u64 {
 
 fn default_deleg_entries() -> u64 {
     4096
+}
+
+fn default_deleg_names() -> u64 {
+    1_500_000
 }
 
 fn default_writeback() -> u64 {
@@ -456,6 +465,7 @@ impl Default for DelegSettings {
             enabled: true,
             recall_timeout_ms: default_recall_timeout(),
             max_entries: default_deleg_entries(),
+            max_names: default_deleg_names(),
             writeback_ms: default_writeback(),
         }
     }

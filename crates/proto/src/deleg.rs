@@ -14,16 +14,22 @@ use crate::ids::Ino;
 use crate::record::{DirObject, FileKind, Inode, Timespec};
 use serde::{Deserialize, Serialize};
 
-/// What a server grants with a delegation: the directory as it is (object and every entry)
-/// and inode numbers for the entries the client will create.
+/// What a server grants with a delegation: the directory as it is (object and every entry,
+/// or for a large one the digests of its names) and inode numbers for the entries the
+/// client will create.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DelegGrant {
     /// Names this delegation in flushes and recalls.
     pub id: u64,
     /// The directory object (mode, owner, ancestry, counts, times).
     pub dir: DirObject,
-    /// Every entry, in name order.
+    /// Every entry, in name order (empty when `digests` is given).
     pub entries: Vec<(String, Inode)>,
+    /// For a directory with more entries than the cluster sends whole (`[delegations]
+    /// max_entries`): the [`name_digest`] of every entry's name, sorted. A name whose
+    /// digest is missing is not in the directory (the holder answers ENOENT and creates it
+    /// locally); one whose digest is present is asked of the server.
+    pub digests: Option<Vec<u64>>,
     /// Inode numbers `first .. first + count` for new entries.
     pub first_ino: Ino,
     pub ino_count: u32,
@@ -102,4 +108,10 @@ pub struct Flushed {
     /// The delegation ended with this flush: asked for, or the directory grew past its
     /// huge-directory threshold and is being distributed.
     pub ended: bool,
+}
+
+/// The 64-bit digest of an entry name sent in place of the name by a [`DelegGrant`] of a
+/// large directory (two names may share one: the holder then asks the server).
+pub fn name_digest(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), 0x6465_6c65_6700_0001)
 }

@@ -36,7 +36,7 @@ pub use batch::*;
 pub use caps::{Capability, Receipt};
 pub use codec::*;
 pub use cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE, VERIFIER_HANDLE};
-pub use deleg::{DelegGrant, DelegOp, Flushed};
+pub use deleg::{name_digest, DelegGrant, DelegOp, Flushed};
 pub use errno::Errno;
 pub use error::WireError;
 pub use filedata::{Piece, MAX_FILE_SIZE, MAX_RECORD};

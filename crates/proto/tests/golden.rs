@@ -374,6 +374,7 @@ fn responses() -> Vec<Response> {
             id: 12,
             dir: dir_object(),
             entries: vec![],
+            digests: Some(vec![3, 17]),
             first_ino: 1 << 48,
             ino_count: 1024,
         }))),

@@ -182,7 +182,7 @@ impl Osd {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
         }
         self.retrying(|| self.dir_set_attr_once(p, set, c)).await?;
-        Ok(Reply::Attr(self.dir_attr(p).await?))
+        Ok(Reply::Attr(self.dir_attr(p, c.session).await?))
     }
 
     async fn dir_set_attr_once(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {

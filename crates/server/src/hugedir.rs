@@ -38,7 +38,7 @@ use crate::osd::Osd;
 use futures::future::join_all;
 use plusfs_proto::hugedir::slot_of;
 use plusfs_proto::{
-    Attr, DirObject, DistInfo, DistReport, DistState, Errno, FileKind, Inode, Reply, Request, Response, ServerId,
+    Attr, Cred, DirObject, DistInfo, DistReport, DistState, Errno, FileKind, Inode, Reply, Request, Response, ServerId,
     Threshold, Timespec,
 };
 use plusfs_store::Batch;
@@ -83,6 +83,9 @@ impl Osd {
     pub(crate) async fn distribute(self: &Arc<Self>, dir: &str) -> OpResult<Option<DistInfo>> {
         // Another caller distributing it: wait for it, then find the directory distributed.
         let _turn = self.turns.take(dir).await;
+        // Work queued under a delegation of the directory is applied first: it could not
+        // be once the directory is spread (its holder's own requests do not recall it).
+        let recalled = self.recall_all(dir).await;
         let d = {
             let _guard = self.lock_whole(dir).await?;
             let Some(mut d) = self.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
@@ -101,6 +104,7 @@ impl Osd {
             }
             d
         };
+        drop(recalled);
         self.failpoints.hit("distribute_after_intent").await;
         let started = std::time::Instant::now();
         let set = d.dist.set.clone();
@@ -322,14 +326,20 @@ impl Osd {
     /// The distribution of `d` with the entries each storing server holds.
     async fn report(self: &Arc<Self>, path: &str, d: &DirObject) -> OpResult<DistReport> {
         let entries = match d.dist.state {
-            DistState::Distributed => self.shard_attrs(path, d).await?.into_iter().map(|(s, a)| (s, a.size)).collect(),
+            DistState::Distributed => {
+                self.shard_attrs(path, d, 0).await?.into_iter().map(|(s, a)| (s, a.size)).collect()
+            }
             _ => vec![(self.id, d.entries)],
         };
         Ok(DistReport { entries, ..self.base_report(path, d) })
     }
 
-    /// Attributes of every shard of the distributed directory `d` (asked in parallel).
-    async fn shard_attrs(self: &Arc<Self>, path: &str, d: &DirObject) -> OpResult<Vec<(ServerId, Attr)>> {
+    /// Attributes of every shard of the distributed directory `d` (asked in parallel), for
+    /// a request of client `session`: the storing servers do not recall that session's own
+    /// delegations of their shards for it (the client wrote their queued work back before
+    /// sending the request), only other sessions'.
+    async fn shard_attrs(self: &Arc<Self>, path: &str, d: &DirObject, session: u64) -> OpResult<Vec<(ServerId, Attr)>> {
+        let cred = &Cred { session, ..Cred::server() };
         let asks = d.dist.set.iter().map(|&s| async move {
             let r = if s == self.id {
                 self.host(path, Via::Shard(d.incarnation)).map(|h| Reply::Attr(Attr::of_dir(&h.obj)))
@@ -338,7 +348,7 @@ impl Osd {
                     incarnation: d.incarnation,
                     op: Box::new(Request::DirStat { path: path.to_string() }),
                 };
-                match self.peers.call(s, &req).await {
+                match self.peers.call_as(s, cred, &req).await {
                     Ok(r) => r,
                     Err(e) => Err(err(Errno::EIO, format!("storing server {s} of '{path}': {e}"))),
                 }
@@ -352,14 +362,14 @@ impl Osd {
         join_all(asks).await.into_iter().collect()
     }
 
-    /// `stat` of a directory on its home: for a distributed one, size and link count are
-    /// the sums over its shards and mtime the latest.
-    pub(crate) async fn dir_attr(self: &Arc<Self>, path: &str) -> OpResult<Attr> {
+    /// `stat` of a directory on its home for client `session`: for a distributed one, size
+    /// and link count are the sums over its shards and mtime the latest.
+    pub(crate) async fn dir_attr(self: &Arc<Self>, path: &str, session: u64) -> OpResult<Attr> {
         let d = self.dir_object(path)?;
         let mut attr = Attr::of_dir(&d);
         if d.dist.state == DistState::Distributed {
             let (mut size, mut subdirs) = (0u64, 0u64);
-            for (_, a) in self.shard_attrs(path, &d).await? {
+            for (_, a) in self.shard_attrs(path, &d, session).await? {
                 size += a.size;
                 subdirs += u64::from(a.nlink.saturating_sub(2));
                 if a.mtime > attr.mtime {

@@ -123,7 +123,7 @@ impl Osd {
         match via {
             Via::Home => {
                 perm::check_search_above(c, &self.dir_object(p)?, p)?;
-                Ok(Reply::Attr(self.dir_attr(p).await?))
+                Ok(Reply::Attr(self.dir_attr(p, c.session).await?))
             }
             Via::Shard(_) | Via::Inode(_) => {
                 let d = self.host(p, via)?.obj;

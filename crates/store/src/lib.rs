@@ -357,6 +357,9 @@ pub trait DirStore: Send + Sync + 'static {
     fn get_entries(&self, dir: Ino, names: &[&str]) -> Result<Vec<Option<Inode>>, StoreError>;
     /// Up to `limit` entries of `dir` whose names sort after `after`, in name order.
     fn list_entries(&self, dir: Ino, after: Option<&str>, limit: usize) -> Result<Vec<(String, Inode)>, StoreError>;
+    /// Calls `f` with the name of every entry of `dir`, in name order, without decoding
+    /// the entries (a delegation grant's name digests).
+    fn entry_names(&self, dir: Ino, f: &mut dyn FnMut(&str)) -> Result<(), StoreError>;
     /// Every directory object at or below `root`, in path order.
     fn dirs_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError>;
     /// Every entry held here, as (directory inode, name, inode); used by fsck.

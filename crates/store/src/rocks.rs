@@ -364,12 +364,17 @@ impl RocksStore {
     /// prefix (the tombstones of an `rm -rf`, until compaction) to find the first live
     /// one, and scans grew slower with every deleted tree.
     fn iter_within(&self, start: &[u8], prefix: &[u8]) -> rocksdb::DBIterator<'_> {
-        let mut opts = rocksdb::ReadOptions::default();
-        if let Some(end) = prefix_end(prefix) {
-            opts.set_iterate_upper_bound(end);
-        }
-        self.db.iterator_opt(IteratorMode::From(start, Direction::Forward), opts)
+        self.db.iterator_opt(IteratorMode::From(start, Direction::Forward), within(prefix))
     }
+}
+
+/// Read options that stop an iterator at the last key beginning with `prefix`.
+fn within(prefix: &[u8]) -> rocksdb::ReadOptions {
+    let mut opts = rocksdb::ReadOptions::default();
+    if let Some(end) = prefix_end(prefix) {
+        opts.set_iterate_upper_bound(end);
+    }
+    opts
 }
 
 /// The smallest key greater than every key that begins with `prefix` (`None`: no such
@@ -500,6 +505,20 @@ impl DirStore for RocksStore {
             out.push((utf8(&k, &k[9..])?, decode(self.format, &k, &v)?));
         }
         Ok(out)
+    }
+
+    fn entry_names(&self, dir: Ino, f: &mut dyn FnMut(&str)) -> Result<(), StoreError> {
+        let prefix = entry_prefix(dir);
+        let mut it = self.db.raw_iterator_opt(within(&prefix));
+        it.seek(&prefix);
+        while let Some(k) = it.key() {
+            match std::str::from_utf8(&k[9..]) {
+                Ok(name) => f(name),
+                Err(_) => return Err(utf8(k, &k[9..]).expect_err("not UTF-8")),
+            }
+            it.next();
+        }
+        it.status().map_err(engine)
     }
 
     fn dirs_within(&self, root: &str) -> Result<Vec<(String, DirObject)>, StoreError> {

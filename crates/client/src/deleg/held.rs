@@ -28,11 +28,17 @@ pub(crate) struct Held {
     /// For a shard of a distributed directory, the directory's incarnation: the entries
     /// known here are those whose names Eq. 2 places on `server`.
     pub shard: Option<u64>,
+    /// For a shard: its index in the storing set and the set's size.
+    pub slot: Option<(usize, usize)>,
     pub dir: String,
     pub obj: DirObject,
     /// The directory's attributes changed by a request sent to the server.
     pub dir_stale: bool,
     pub entries: BTreeMap<String, Local>,
+    /// For a directory granted with name digests (too large to send whole): the sorted
+    /// digests of the names it had then. A name neither in `entries` nor here is not in
+    /// the directory; one only here is asked of the server.
+    pub digests: Option<Box<[u64]>>,
     /// Names of the entries whose contents changed since the last write-back (a write-back
     /// looks at these, not at every entry; a name removed or replaced since is skipped).
     pub dirty: BTreeSet<String>,
@@ -57,7 +63,39 @@ pub(crate) struct Held {
     pub unreachable: bool,
 }
 
+/// Where a name stands in a delegated directory as this client knows it.
+pub(crate) enum Found<'a> {
+    /// Known (or changed through the server: [`Local::Unknown`]).
+    Here(&'a Local),
+    /// Not in the directory.
+    Absent,
+    /// Perhaps in the directory (its digest was granted): ask the server.
+    AskServer,
+}
+
 impl Held {
+    /// Where `name` stands.
+    pub fn find(&self, name: &str) -> Found<'_> {
+        if let Some(l) = self.entries.get(name) {
+            return Found::Here(l);
+        }
+        match &self.digests {
+            Some(d) if d.binary_search(&plusfs_proto::name_digest(name)).is_ok() => Found::AskServer,
+            _ => Found::Absent,
+        }
+    }
+
+    /// Whether entry `name` belongs here (always, but for a shard: the names Eq. 2
+    /// places on its server).
+    pub fn places(&self, name: &str) -> bool {
+        self.slot.is_none_or(|(index, len)| plusfs_proto::hugedir::slot_of(name, len) == index)
+    }
+
+    /// Whether every entry of the directory is known here (a listing can be answered).
+    pub fn whole(&self) -> bool {
+        self.digests.is_none()
+    }
+
     /// Changes not written back: queued operations, files with new contents, and a flush
     /// whose answer is awaited.
     pub fn unflushed(&self) -> usize {

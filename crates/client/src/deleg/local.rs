@@ -3,17 +3,18 @@
 //! queues the operation (changes only under a write delegation). `None` means "not answerable here": the caller sends the request
 //! to the server (after the queue, see `before`).
 
-use super::held::{Held, Local, MAX_BYTES, MAX_OPS};
+use super::held::{Found, Held, Local, MAX_BYTES, MAX_OPS};
 use plusfs_proto::perm::{self, Owned};
 use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, DirEntry, Errno, FileKind, SetAttr, Timespec};
 use plusfs_proto::{MAY_READ, MAY_WRITE};
 use std::time::Instant;
 
-/// A regular file, symlink or special file this client may change here.
-fn plain(l: Option<&Local>) -> Option<Option<&Attr>> {
-    match l {
-        None => Some(None),
-        Some(Local::Known { attr, link: false, .. }) if attr.kind != FileKind::Dir => Some(Some(attr)),
+/// A regular file, symlink or special file this client may change here (`Some(None)`: no
+/// such entry; `None`: ask the server).
+fn plain(f: Found<'_>) -> Option<Option<&Attr>> {
+    match f {
+        Found::Absent => Some(None),
+        Found::Here(Local::Known { attr, link: false, .. }) if attr.kind != FileKind::Dir => Some(Some(attr)),
         _ => None,
     }
 }
@@ -59,7 +60,7 @@ impl Held {
         if let Err(e) = self.enter(c) {
             return Some(Err(e));
         }
-        match plain(self.entries.get(name))? {
+        match plain(self.find(name))? {
             None => Some(Err(Errno::ENOENT)),
             Some(a) => Some(Ok(a.clone())),
         }
@@ -72,11 +73,11 @@ impl Held {
     #[allow(clippy::type_complexity)]
     pub fn stat_entries(&mut self, names: &[String], c: &Cred) -> Result<Vec<Option<Result<Attr, Errno>>>, Errno> {
         self.enter(c)?;
-        let one = |name: &String| match self.entries.get(name) {
+        let one = |name: &String| match self.find(name) {
             _ if plusfs_proto::path::check_name(name).is_err() => None, // the server says why
-            None => Some(Err(Errno::ENOENT)),
-            Some(Local::Known { attr, link: false, .. }) => Some(Ok(attr.clone())),
-            Some(_) => None,
+            Found::Absent => Some(Err(Errno::ENOENT)),
+            Found::Here(Local::Known { attr, link: false, .. }) => Some(Ok(attr.clone())),
+            _ => None,
         };
         Ok(names.iter().map(one).collect())
     }
@@ -85,6 +86,9 @@ impl Held {
     /// changed through the server is not known here.
     pub fn listing(&mut self, c: &Cred) -> Option<Result<Vec<DirEntry>, Errno>> {
         self.touch();
+        if !self.whole() {
+            return None;
+        }
         let o = &self.obj;
         let allowed = perm::check_search_above(c, o, &self.dir)
             .and_then(|()| perm::check(c, o.mode, o.uid, o.gid, MAY_READ, &self.dir));
@@ -157,15 +161,14 @@ impl Held {
         if let Err(e) = self.enter(c) {
             return Some(Err(e));
         }
-        if let Some(l) = self.entries.get(name) {
-            return match l {
-                Local::Known { .. } if new.exclusive => Some(Err(Errno::EEXIST)),
-                Local::Known { attr, link: false, .. } if attr.kind == FileKind::File => {
-                    let attr = attr.clone();
-                    Some(self.may_open(&attr, new.access, c).map(|_| attr))
-                }
-                _ => None,
-            };
+        match self.find(name) {
+            Found::Here(Local::Known { .. }) if new.exclusive => return Some(Err(Errno::EEXIST)),
+            Found::Here(Local::Known { attr, link: false, .. }) if attr.kind == FileKind::File => {
+                let attr = attr.clone();
+                return Some(self.may_open(&attr, new.access, c).map(|_| attr));
+            }
+            Found::Here(_) | Found::AskServer => return None,
+            Found::Absent => {}
         }
         let checked = perm::check_dir_write(c, &self.obj, &self.dir).and_then(|_| perm::check_mknod(c, new.kind, name));
         if let Err(e) = checked {
@@ -229,7 +232,7 @@ impl Held {
         if let Err(e) = self.enter(c) {
             return Some(Err(e));
         }
-        match plain(self.entries.get(name))? {
+        match plain(self.find(name))? {
             None => Some(Err(Errno::ENOENT)),
             Some(a) => {
                 let a = a.clone();
@@ -244,7 +247,7 @@ impl Held {
             return None;
         }
         self.touch();
-        let a = match plain(self.entries.get(name))? {
+        let a = match plain(self.find(name))? {
             None => return Some(Err(Errno::ENOENT)),
             Some(a) => a.clone(),
         };
@@ -295,11 +298,11 @@ impl Held {
             return None;
         }
         self.touch();
-        let a = match plain(self.entries.get(from))? {
+        let a = match plain(self.find(from))? {
             None => return Some(Err(Errno::ENOENT)),
             Some(a) => a.clone(),
         };
-        let old = plain(self.entries.get(to))?.cloned();
+        let old = plain(self.find(to))?.cloned();
         let mut checked = perm::check_dir_write(c, &self.obj, &self.dir)
             .and_then(|_| perm::check_sticky(c, &self.obj, a.uid, &self.dir));
         if let (Ok(()), Some(o)) = (&checked, &old) {
@@ -339,7 +342,7 @@ impl Held {
         if let Err(e) = self.enter(c) {
             return Some(Err(e));
         }
-        let a = match plain(self.entries.get(name))? {
+        let a = match plain(self.find(name))? {
             None => return Some(Err(Errno::ENOENT)),
             Some(a) => a.clone(),
         };

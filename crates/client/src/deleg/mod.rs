@@ -54,6 +54,9 @@ const READ_BURST_OPS: u32 = 4;
 const BURST: Duration = Duration::from_secs(2);
 /// Directories whose recent changes are counted (older ones are forgotten beyond this).
 const MAX_ACTIVITY: usize = 4096;
+/// How long the attributes of a distributed directory its home gave are combined with
+/// the counts of its delegated shards (about the kernel's attribute timeout).
+const DIST_ATTR_TTL: Duration = Duration::from_secs(1);
 /// How long a flush is resent while its server cannot be reached.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 /// How long the write-back ahead of another request is resent while its server cannot be
@@ -71,6 +74,9 @@ pub(crate) struct Target {
     pub server: ServerId,
     /// The distributed directory's incarnation, for a shard.
     pub shard: Option<u64>,
+    /// For a shard: its index in the storing set and the set's size (which names Eq. 2
+    /// places there). Not part of what the delegation is found by.
+    pub slot: Option<(usize, usize)>,
 }
 
 /// How delegations are found: the directory, and the storing server for a shard.
@@ -127,6 +133,8 @@ struct State {
     polled: HashMap<ServerId, Instant>,
     /// Recalls of delegations not installed yet (their grant still in transit).
     early: HashSet<u64>,
+    /// The attributes the home of a distributed directory last gave, and when.
+    dist_attrs: HashMap<String, (Attr, Instant)>,
     background: bool,
 }
 
@@ -140,6 +148,20 @@ pub(crate) struct Delegations {
     lost: Mutex<Vec<String>>,
     /// Operations the servers have applied from this client's flushes.
     written: AtomicU64,
+    /// How much work delegations cost here: see [`DelegWork`].
+    work: [AtomicU64; 3],
+}
+
+/// Counts of the work this client's delegations did, which must follow what changed, not
+/// the size of the directories (`plusfs mount --stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DelegWork {
+    /// Entries write-backs looked at.
+    pub visited: u64,
+    /// Delegations granted.
+    pub grants: u64,
+    /// Entries and name digests the grants carried.
+    pub granted: u64,
 }
 
 impl Delegations {
@@ -151,6 +173,7 @@ impl Delegations {
             state: Mutex::default(),
             lost: Mutex::default(),
             written: AtomicU64::new(0),
+            work: Default::default(),
         })
     }
 
@@ -202,6 +225,12 @@ impl Delegations {
         self.written.load(Ordering::Relaxed)
     }
 
+    /// The work this client's delegations did since it started.
+    pub fn work(&self) -> DelegWork {
+        let [visited, grants, granted] = self.work.each_ref().map(|c| c.load(Ordering::Relaxed));
+        DelegWork { visited, grants, granted }
+    }
+
     /// The delegation on `dir` for a change about to be made by `caller`: the write
     /// delegation held, or a new one when the directory changes often (see the module
     /// documentation), which replaces a read delegation held.
@@ -243,6 +272,45 @@ impl Delegations {
         self.acquire(dir, caller, t, true).await
     }
 
+    /// Keeps the attributes the home of distributed directory `dir` gave (after this
+    /// client wrote its shards' queued work back).
+    pub fn learn_dist_attr(&self, dir: &str, a: &Attr) {
+        let mut st = self.state();
+        if st.dist_attrs.len() >= MAX_ACTIVITY {
+            st.dist_attrs.retain(|_, (_, at)| at.elapsed() < DIST_ATTR_TTL);
+        }
+        st.dist_attrs.insert(dir.to_string(), (a.clone(), Instant::now()));
+    }
+
+    /// The attributes of distributed directory `dir` (of incarnation `incarnation`,
+    /// stored by `servers`) when this client holds a delegation of every shard and learnt
+    /// the directory's own from its home less than [`DIST_ATTR_TTL`] ago: those, with the
+    /// entry and subdirectory counts summed over the shards as this client has changed
+    /// them and the latest change time, as the home would sum them. A kernel that checks
+    /// the directory's permissions before each create in it (its copy dropped by the
+    /// create before) is answered here, not by a round of every storing server.
+    pub async fn dist_dir_attr(&self, dir: &str, incarnation: u64, servers: &[ServerId]) -> Option<Attr> {
+        let mut a = {
+            let st = self.state();
+            let (a, at) = st.dist_attrs.get(dir)?;
+            (at.elapsed() < DIST_ATTR_TTL).then(|| a.clone())?
+        };
+        let (mut size, mut subdirs) = (0u64, 0u64);
+        for &server in servers {
+            let slot = self.held(dir, Target { server, shard: Some(incarnation), slot: None })?;
+            let h = slot.lock().await;
+            if h.gone || h.dir_stale || !self.leased(&h) {
+                return None;
+            }
+            size += h.obj.entries;
+            subdirs += h.obj.subdirs;
+            a.mtime = a.mtime.max(h.obj.mtime);
+        }
+        a.size = size;
+        a.nlink = (2 + subdirs).min(u32::MAX as u64) as u32;
+        Some(a)
+    }
+
     /// This client has just made directory `dir`: its first change asks for a delegation
     /// (a directory being filled by its creator, as in `tar x` or `cp -r`).
     pub fn created(&self, dir: &str) {
@@ -276,6 +344,9 @@ impl Delegations {
                 return None;
             }
         };
+        let carried = grant.entries.len() + grant.digests.as_ref().map_or(0, Vec::len);
+        self.work[1].fetch_add(1, Ordering::Relaxed);
+        self.work[2].fetch_add(carried as u64, Ordering::Relaxed);
         let slot = Arc::new(tokio::sync::Mutex::new(held_of(*grant, t, dir, asked, read)));
         let (recalled, replaced) = {
             let mut st = self.state();
@@ -345,6 +416,13 @@ impl Delegations {
                 if h.gone {
                     continue;
                 }
+                // A request about one name of a distributed directory reaches only the shard
+                // Eq. 2 places it on: the other shards' queues need not go first.
+                if let Touch::Entry(name) | Touch::Read(Some(name)) = &touch {
+                    if !h.places(name) {
+                        continue;
+                    }
+                }
                 let release = matches!(touch, Touch::Object);
                 if let Err(e) = self.write_back(&mut h, release, BEFORE_PATIENCE).await {
                     if h.unacked.is_some() {
@@ -353,6 +431,9 @@ impl Delegations {
                     tracing::warn!(dir = h.dir, error = %e, "cannot write back delegated work");
                 }
                 if let (Touch::Entry(name), false) = (&touch, fsync) {
+                    if !h.places(name) {
+                        continue; // another shard's name: this one does not change
+                    }
                     h.entries.insert(name.clone(), Local::Unknown);
                     h.dir_stale = true;
                 }
@@ -380,7 +461,9 @@ impl Delegations {
         let mut ops = std::mem::take(&mut h.pending);
         // Only the entries written since the last write-back: its cost follows what
         // changed, not the size of the directory.
-        for name in std::mem::take(&mut h.dirty) {
+        let dirty = std::mem::take(&mut h.dirty);
+        self.work[0].fetch_add(dirty.len() as u64, Ordering::Relaxed);
+        for name in dirty {
             if let Some(Local::Known { attr, content: Some(c), dirty: d @ true, .. }) = h.entries.get_mut(&name) {
                 ops.push(DelegOp::Contents { name, data: c.clone(), mtime: attr.mtime, ctime: attr.ctime });
                 *d = false;
@@ -448,6 +531,15 @@ impl Delegations {
                 Ok(())
             }
             Ok(other) => Err(FsError::new("write back", &h.dir, Errno::EIO).with_detail(format!("{other:?}"))),
+            // The directory was distributed under a delegation that had nothing queued (its
+            // server recalls delegations with work before): nothing is lost.
+            Err(e)
+                if e.redirect.is_some() && matches!(&sent, Some(Request::DelegFlush { ops, .. }) if ops.is_empty()) =>
+            {
+                tracing::debug!(dir = h.dir, "delegation of a directory distributed since: dropped");
+                self.forget(h);
+                Ok(())
+            }
             Err(e) if e.errno == Errno::ESTALE => {
                 self.forget(h);
                 if matches!(&sent, Some(Request::DelegFlush { ops, .. }) if ops.is_empty()) {
@@ -578,6 +670,8 @@ fn held_of(g: DelegGrant, t: Target, dir: &str, asked: Instant, read: bool) -> H
         .collect();
     Held {
         id: g.id,
+        slot: t.slot,
+        digests: g.digests.map(Vec::into_boxed_slice),
         read,
         server: t.server,
         shard: t.shard,

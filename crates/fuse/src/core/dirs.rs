@@ -1,30 +1,47 @@
-//! Directory handles: listings snapshotted at `opendir`, handed out by `readdir` and
-//! `readdirplus`.
+//! Directory handles: listings read a page at a time (in name order, so a page follows
+//! the name the one before ended with, whatever the servers do meanwhile), handed out by
+//! `readdir` and `readdirplus`. A handle holds one page, not the directory.
 
 use super::listings::{Listing, PlusPage};
 use super::open_files::ORPHANS;
 use super::stats::STATS_FILE;
-use super::types::PlusItem;
+use super::types::{PlusItem, ReaddirItem};
 use super::{Caller, DirItem, DirPlusItem, Errno, MountCore};
 use plusfs_proto::path::join;
-use plusfs_proto::{FileKind, Semantics};
+use plusfs_proto::{DirEntry, FileKind, Semantics};
 use std::sync::Arc;
 
 /// Most entries `readdirplus` stats in one batch (kept for the following calls).
 const PLUS_PAGE: usize = 1024;
+/// Entries a handle reads from the servers at once.
+const WINDOW: u32 = 4096;
+/// Most entries one `readdir` call hands out (the kernel's buffer takes about a hundred).
+const MAX_ITEMS: usize = 512;
 
 impl MountCore {
-    /// `opendir`: snapshots the listing of `ino` and returns its handle. The directory
-    /// keeping open-unlinked files and the control file's name are not listed in `/`.
+    /// `opendir`: reads the first page of the listing of `ino` and returns its handle.
     pub async fn opendir(&self, caller: &Caller, ino: u64) -> Result<u64, Errno> {
         let dir = self.path(ino)?;
-        let mut entries = self.run(self.as_caller(caller).readdir(&dir)).await?;
-        if dir == "/" {
+        let first = Listing { dir, caller: caller.clone(), base: 0, entries: Arc::default(), next: None };
+        let listing = self.next_window(&first, None).await?;
+        let fh = self.next_id();
+        self.listings.insert(fh, listing);
+        Ok(fh)
+    }
+
+    /// The page of `l`'s directory after name `after` (from the start for `None`), as the
+    /// window following `l`'s. The directory keeping open-unlinked files and the control
+    /// file's name are not listed in `/`.
+    async fn next_window(&self, l: &Listing, after: Option<String>) -> Result<Listing, Errno> {
+        let client = self.as_caller(&l.caller);
+        let page = self.run(client.readdir_page(&l.dir, after.clone(), WINDOW)).await?;
+        let next = if page.more { page.entries.last().map(|e| e.name.clone()) } else { None };
+        let mut entries = page.entries;
+        if l.dir == "/" {
             entries.retain(|e| e.name != ORPHANS[1..] && e.name != STATS_FILE);
         }
-        let fh = self.next_id();
-        self.listings.insert(fh, Listing { dir, entries: Arc::new(entries), caller: caller.clone() });
-        Ok(fh)
+        let base = if after.is_some() { l.end() } else { 0 };
+        Ok(Listing { dir: l.dir.clone(), caller: l.caller.clone(), base, entries: Arc::new(entries), next })
     }
 
     /// `releasedir`: forgets the listing of `fh`.
@@ -32,26 +49,58 @@ impl MountCore {
         self.listings.remove(fh);
     }
 
-    /// The snapshot of handle `fh` (EBADF for an unknown handle).
+    /// The listing of handle `fh` (EBADF for an unknown handle).
     fn listing(&self, fh: u64) -> Result<Listing, Errno> {
         self.listings.get(fh).ok_or(Errno::EBADF)
     }
 
-    /// `readdir`: hands the entries of handle `fh` of directory `ino`, from `offset` on
-    /// (`.` and `..` first), to `add` until it returns `true` (full).
-    pub fn readdir(
+    /// The listing of `fh` with a window holding entry `index`, or ending at it when the
+    /// listing ends there: pages are read on until it is reached. A rewind (an index
+    /// before the window) reads the directory again from its start, as `rewinddir` asks.
+    async fn window_at(&self, fh: u64, index: usize) -> Result<Listing, Errno> {
+        let mut l = self.listing(fh)?;
+        if index < l.base {
+            l = self.next_window(&l, None).await?;
+            self.listings.set_window(fh, l.clone());
+        }
+        while index >= l.end() {
+            let Some(after) = l.next.clone() else { break };
+            l = self.next_window(&l, Some(after)).await?;
+            self.listings.set_window(fh, l.clone());
+        }
+        Ok(l)
+    }
+
+    /// `readdir`: the entries of handle `fh` of directory `ino` from `offset` on (`.` and
+    /// `..` first), at most [`MAX_ITEMS`] and not past the handle's window.
+    pub async fn readdir_items(&self, ino: u64, fh: u64, offset: u64) -> Result<Vec<ReaddirItem>, Errno> {
+        let start = (offset as usize).saturating_sub(2);
+        let l = self.window_at(fh, start).await?;
+        let parent = self.inodes().parent_ino(&l.dir);
+        let mut out = Vec::new();
+        let dots = [(ino, "."), (parent, "..")];
+        for (i, (ino, name)) in dots.into_iter().enumerate().skip(offset as usize) {
+            out.push(ReaddirItem { ino, offset: i as u64 + 1, kind: FileKind::Dir, name: name.to_string() });
+        }
+        let window = &l.entries[start.saturating_sub(l.base).min(l.entries.len())..];
+        for (k, e) in window.iter().enumerate().take(MAX_ITEMS) {
+            let DirEntry { ino, kind, name } = e;
+            let index = start.max(l.base) + k;
+            out.push(ReaddirItem { ino: *ino, offset: index as u64 + 3, kind: *kind, name: name.clone() });
+        }
+        Ok(out)
+    }
+
+    /// `readdir` handing the items to `add` until it returns `true` (full).
+    pub async fn readdir(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         mut add: impl FnMut(DirItem<'_>) -> bool,
     ) -> Result<(), Errno> {
-        let Listing { dir, entries, .. } = self.listing(fh)?;
-        let parent = self.inodes().parent_ino(&dir);
-        let dots = [(ino, FileKind::Dir, "."), (parent, FileKind::Dir, "..")];
-        let all = dots.into_iter().chain(entries.iter().map(|e| (e.ino, e.kind, e.name.as_str())));
-        for (i, (ino, kind, name)) in all.enumerate().skip(offset as usize) {
-            if add(DirItem { ino, offset: i as u64 + 1, kind, name }) {
+        for item in self.readdir_items(ino, fh, offset).await? {
+            if add(item.as_dir_item()) {
                 break;
             }
         }
@@ -81,8 +130,8 @@ impl MountCore {
     /// entries, kept for the calls that follow). Call [`MountCore::handed_out`] for each
     /// item given to the kernel.
     pub async fn readdirplus_items(&self, ino: u64, fh: u64, offset: u64) -> Result<Vec<PlusItem>, Errno> {
-        let listing = self.listing(fh)?;
         let start = (offset as usize).saturating_sub(2);
+        let listing = self.window_at(fh, start).await?;
         let page = match self.listings.page(fh, start) {
             Some(p) => p,
             None => self.fetch_page(fh, &listing, start).await?,
@@ -104,18 +153,19 @@ impl MountCore {
             out.push(parent);
         }
         for k in start..page.start + page.attrs.len() {
-            let Some(attr) = page.attrs[k - page.start].clone() else { continue }; // removed since opendir
-            let name = listing.entries[k].name.clone();
+            let Some(attr) = page.attrs[k - page.start].clone() else { continue }; // removed since listed
+            let name = listing.entries[k - listing.base].name.clone();
             let path = Some(join(&listing.dir, &name));
             out.push(PlusItem { ino: attr.ino, offset: k as u64 + 3, name, attr, path });
         }
         Ok(out)
     }
 
-    /// Fetches the attributes of up to [`PLUS_PAGE`] entries of `listing` from `start`,
-    /// and the directory's own, at once.
+    /// Fetches the attributes of up to [`PLUS_PAGE`] entries of `listing`'s window from
+    /// `start`, and the directory's own, at once.
     async fn fetch_page(&self, fh: u64, listing: &Listing, start: usize) -> Result<PlusPage, Errno> {
-        let names: Vec<String> = listing.entries.iter().skip(start).take(PLUS_PAGE).map(|e| e.name.clone()).collect();
+        let from = start.saturating_sub(listing.base).min(listing.entries.len());
+        let names: Vec<String> = listing.entries[from..].iter().take(PLUS_PAGE).map(|e| e.name.clone()).collect();
         let client = self.as_caller(&listing.caller);
         let (attrs, dir_attr) =
             tokio::join!(client.statv(&listing.dir, &names, Semantics::PerformAll), client.lstat_dir(&listing.dir));

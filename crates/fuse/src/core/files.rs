@@ -220,11 +220,17 @@ impl MountCore {
         let fh = self.next_id();
         let c = &self.client;
         let (put, got, caps) = c.direct_io_stats();
+        let w = c.delegation_work();
         let deleg = format!(
-            "delegations held {} pending {} written {}\ndirect io written {put} read {got} capabilities {caps}\n",
+            "delegations held {} pending {} written {}\n\
+             delegation work visited {} grants {} granted {}\n\
+             direct io written {put} read {got} capabilities {caps}\n",
             c.delegations_held(),
             c.delegated_pending(),
-            c.delegated_written()
+            c.delegated_written(),
+            w.visited,
+            w.grants,
+            w.granted,
         );
         self.stats.open(fh, &deleg);
         Ok(fh)

@@ -1,24 +1,37 @@
-//! Directory listings snapshotted at `opendir`, by directory handle, with the attributes
-//! `readdirplus` fetched for them.
+//! Open directory handles: each keeps a window of its listing (read from the servers a page
+//! at a time, in name order) and the attributes `readdirplus` fetched for part of it.
 
 use super::types::Caller;
 use plusfs_proto::{Attr, DirEntry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A directory listing taken at `opendir`.
+/// The part of a directory listing an open handle holds: entries `base..base +
+/// entries.len()` of the listing. Memory per handle is one page whatever the size of the
+/// directory.
 #[derive(Clone)]
 pub(crate) struct Listing {
     /// The directory's path.
     pub dir: String,
-    /// Its entries at `opendir`.
-    pub entries: Arc<Vec<DirEntry>>,
-    /// Who opened it (`readdirplus` looks at the entries as them).
+    /// Who opened it (pages are read, and `readdirplus` looks at the entries, as them).
     pub caller: Caller,
+    /// Index in the listing of the window's first entry.
+    pub base: usize,
+    /// The window.
+    pub entries: Arc<Vec<DirEntry>>,
+    /// The name the next page starts after (`None`: the listing ends with the window).
+    pub next: Option<String>,
+}
+
+impl Listing {
+    /// Index just past the window.
+    pub fn end(&self) -> usize {
+        self.base + self.entries.len()
+    }
 }
 
 /// Attributes `readdirplus` fetched for entries `start..start + attrs.len()` of a listing
-/// (`None`: removed since `opendir`), and the directory's own.
+/// (`None`: removed since they were listed), and the directory's own.
 #[derive(Clone)]
 pub(crate) struct PlusPage {
     pub start: usize,
@@ -42,9 +55,17 @@ impl Listings {
         self.open.lock().expect("listings")
     }
 
-    /// Keeps `listing` under handle `fh`.
+    /// Keeps `listing` under handle `fh` (a new handle, or the next window of one: the
+    /// attributes fetched for the window before are dropped).
     pub fn insert(&self, fh: u64, listing: Listing) {
         self.lock().insert(fh, Open { listing, page: None });
+    }
+
+    /// Replaces the window of open handle `fh` (nothing if it was closed meanwhile).
+    pub fn set_window(&self, fh: u64, listing: Listing) {
+        if let Some(o) = self.lock().get_mut(&fh) {
+            *o = Open { listing, page: None };
+        }
     }
 
     /// The listing of `fh` (shared, not copied).

@@ -7,8 +7,8 @@
 //! the matching call of the async client, as the caller's uid/gid where the call creates
 //! something or truncates for `O_TRUNC`. The adapter runs each kernel request as a task of
 //! its own, so no request waits for another one's server round trip. Directory listings
-//! are snapshotted at `opendir`; `readdirplus` fills attributes with one batch stat per
-//! storing server. Permissions are the servers' business: every call goes as its
+//! are read a page at a time in name order; `readdirplus` fills attributes with one batch
+//! stat per storing server. Permissions are the servers' business: every call goes as its
 //! [`Caller`] (uid, gid, supplementary groups); reads, writes, truncations, flushes and
 //! write-backs of an open file go as the caller that opened the handle (credentials
 //! captured at open, as NFS does), marked as made through a descriptor
@@ -48,7 +48,7 @@ mod xattrs;
 pub use open_files::ORPHANS;
 pub use plusfs_proto::Errno;
 pub use stats::{render_stats, stats_attr, OpStats, STATS_FILE, STATS_INO};
-pub use types::{Caller, DirItem, DirPlusItem, FsStats, Opened, PlusItem, RenameMode, XattrReply};
+pub use types::{Caller, DirItem, DirPlusItem, FsStats, Opened, PlusItem, ReaddirItem, RenameMode, XattrReply};
 pub use writes::WRITE_BUFFER;
 
 use attrs::AttrCache;

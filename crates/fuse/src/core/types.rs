@@ -63,6 +63,26 @@ pub struct DirPlusItem<'a> {
     pub attr: &'a Attr,
 }
 
+/// One entry a `readdir` call hands out, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaddirItem {
+    /// Inode number.
+    pub ino: u64,
+    /// Offset of the next entry.
+    pub offset: u64,
+    /// File type.
+    pub kind: FileKind,
+    /// Entry name (`.` and `..` included).
+    pub name: String,
+}
+
+impl ReaddirItem {
+    /// The item as the kernel adapter hands it out.
+    pub fn as_dir_item(&self) -> DirItem<'_> {
+        DirItem { ino: self.ino, offset: self.offset, kind: self.kind, name: &self.name }
+    }
+}
+
 /// One entry `readdirplus` hands out, owned (`MountCore::readdirplus_items`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlusItem {

@@ -36,8 +36,10 @@ fn via_of(shard: Option<u64>) -> Via {
     shard.map_or(Via::Home, Via::Shard)
 }
 
-/// Inode numbers handed out with a delegation.
-const INO_BLOCK: u32 = 1024;
+/// Inode numbers handed out with a write delegation: creates past them go to the server
+/// (a client filling a huge directory keeps its delegation of a shard for ~16,000 creates;
+/// numbers are 48-bit sequences per server, so unused ones cost nothing).
+const INO_BLOCK: u32 = 16_384;
 
 /// Longest a `DelegWait` waits for a recall before answering empty (it answers within a
 /// quarter of the recall timeout when that is shorter: each answer renews the holder's
@@ -63,13 +65,29 @@ impl Osd {
     /// recalls the delegations other sessions hold on them; returns when none is left.
     /// Delegations whose holder did not answer within the recall timeout are revoked.
     pub(crate) async fn enter_delegated(self: &Arc<Self>, cred: &Cred, req: &Request) -> table::InFlight {
-        let touched = plusfs_proto::touch::touched(req);
+        self.enter_touched(cred.session, plusfs_proto::touch::touched(req)).await
+    }
+
+    /// Recalls every delegation of directory `dir`'s home object here, whoever holds it,
+    /// and keeps new ones from being granted while the returned guard lives: a directory
+    /// about to be distributed must have no queued work left outside it (its holder's own
+    /// requests do not recall it).
+    pub(crate) async fn recall_all(self: &Arc<Self>, dir: &str) -> table::InFlight {
+        self.enter_touched(0, vec![(dir.to_string(), plusfs_proto::Touch::Object, false)]).await
+    }
+
+    /// [`Self::enter_delegated`] for what a request of `session` touches.
+    async fn enter_touched(
+        self: &Arc<Self>,
+        session: u64,
+        touched: Vec<(String, plusfs_proto::Touch, bool)>,
+    ) -> table::InFlight {
         let guard = self.delegs.enter(&touched);
         loop {
             let wait = self.delegs.changed();
             tokio::pin!(wait);
             wait.as_mut().enable();
-            let outcome = self.delegs.recall_conflicts(&touched, cred.session, self.recall_timeout());
+            let outcome = self.delegs.recall_conflicts(&touched, session, self.recall_timeout());
             match outcome {
                 table::Recall::Clear => return guard,
                 table::Recall::Revoke(ids) => self.revoke(ids).await,
@@ -149,13 +167,16 @@ impl Osd {
             Some(_) => err(Errno::EAGAIN, format!("'{dir}' is distributed: its shards are delegated")),
             None => e,
         })?;
-        let max = self.map().delegations.max_entries;
-        if self.over_threshold(&host.obj) || host.obj.entries > max {
+        let settings = self.map().delegations.clone();
+        // A read delegation of a directory too large to send whole would answer only
+        // negative lookups: not worth a scan of every name per grant.
+        let most = if read { settings.max_entries } else { settings.max_names };
+        if self.over_threshold(&host.obj) || host.obj.entries > most {
             return Err(err(Errno::EAGAIN, format!("'{dir}' has too many entries to delegate")));
         }
         perm::check_search(cred, &host.obj, dir)?;
         perm::check(cred, host.obj.mode, host.obj.uid, host.obj.gid, MAY_READ | MAY_WRITE, dir)?;
-        let entries = self.store.list_entries(host.obj.ino, None, max as usize + 1).map_err(eio)?;
+        let (entries, digests) = self.grant_contents(&host.obj, settings.max_entries)?;
         let (first_ino, ino_count) = match read {
             true => (0, 0),
             false => (self.inos.next_block(self.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?, INO_BLOCK),
@@ -175,8 +196,31 @@ impl Osd {
             self.apply(b).await?;
             return Err(err(Errno::EBUSY, format!("another client needs '{dir}'")));
         }
-        tracing::debug!(dir, id, read, session = cred.session, entries = entries.len(), "delegation granted");
-        Ok(DelegGrant { id, dir: host.obj, entries, first_ino, ino_count })
+        tracing::debug!(dir, id, read, session = cred.session, entries = host.obj.entries, "delegation granted");
+        Ok(DelegGrant { id, dir: host.obj, entries, digests, first_ino, ino_count })
+    }
+
+    /// What a grant of directory object `d` carries: every entry when it has at most
+    /// `whole` of them, else the sorted digests of their names (read without decoding the
+    /// entries: a grant of a large shard costs a key scan, not a listing).
+    #[allow(clippy::type_complexity)]
+    fn grant_contents(
+        &self,
+        d: &plusfs_proto::DirObject,
+        whole: u64,
+    ) -> Result<(Vec<(String, plusfs_proto::Inode)>, Option<Vec<u64>>), plusfs_proto::WireError> {
+        if d.entries <= whole {
+            // The count may lag a listing by entries being added: one more than `whole`
+            // tells.
+            let entries = self.store.list_entries(d.ino, None, whole as usize + 1).map_err(eio)?;
+            if entries.len() as u64 <= whole {
+                return Ok((entries, None));
+            }
+        }
+        let mut digests = Vec::with_capacity(d.entries as usize);
+        self.store.entry_names(d.ino, &mut |name| digests.push(plusfs_proto::name_digest(name))).map_err(eio)?;
+        digests.sort_unstable();
+        Ok((Vec::new(), Some(digests)))
     }
 
     /// `DelegFlush` from `c`: applies `ops` under delegation `id` of `dir` once, in one

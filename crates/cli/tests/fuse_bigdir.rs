@@ -1,0 +1,165 @@
+//! Huge directories through a real mount: the work per create stays the same as the
+//! directory grows past its distribution, and a listing of hundreds of thousands of
+//! entries matches the native one with the mount's memory bounded.
+
+mod common;
+mod mounts;
+
+use common::{rss_mib, TestCluster};
+use mounts::{fuse_available, Mount};
+use plusfs_localcluster::ClusterSettings;
+use plusfs_placement::{DelegSettings, HugedirSettings, ThresholdSetting};
+use plusfs_proto::{BatchOp, DistState, Semantics};
+use std::collections::BTreeSet;
+use std::fs;
+use std::time::Instant;
+
+/// What the mount's control file says at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    /// Requests sent to the servers, all operations.
+    requests: u64,
+    /// Entries its write-backs looked at, delegations granted, entries and name
+    /// digests the grants carried.
+    visited: u64,
+    grants: u64,
+    granted: u64,
+    written: u64,
+}
+
+fn sample(m: &Mount) -> Sample {
+    let stats = m.stats();
+    let words = |prefix: &str| -> Vec<String> {
+        let line = stats.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no '{prefix}' in {stats}"));
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    let total = words("total ");
+    let work = words("delegation work ");
+    assert_eq!((work[2].as_str(), work[4].as_str(), work[6].as_str()), ("visited", "grants", "granted"));
+    Sample {
+        requests: total[3].parse().unwrap(),
+        visited: work[3].parse().unwrap(),
+        grants: work[5].parse().unwrap(),
+        granted: work[7].parse().unwrap(),
+        written: m.delegated_written(),
+    }
+}
+
+/// A cluster of 4 servers whose directories distribute past 8,000 entries and whose
+/// delegations carry whole entry sets only up to 1,000 entries (larger shards are granted
+/// with name digests).
+fn cluster() -> TestCluster {
+    let hugedirs = HugedirSettings { threshold: ThresholdSetting::Entries(8_000), width: 0 };
+    let delegations = DelegSettings { max_entries: 1_000, ..Default::default() };
+    TestCluster::start_settings(4, &ClusterSettings { hugedirs, delegations, ..Default::default() })
+}
+
+/// 50,000 creates in one directory through the mount, in windows of 10,000: once the
+/// directory is distributed (past 8,000 entries), each window costs the same server
+/// requests, grants and write-back work as the one before: nothing grows with the
+/// directory.
+#[test]
+fn creates_cost_the_same_as_a_directory_grows_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    const WINDOW: usize = 10_000;
+    let cluster = cluster();
+    let m = Mount::new(&cluster);
+    let dir = m.path().join("big");
+    fs::create_dir(&dir).unwrap();
+    let mut windows = Vec::new();
+    let mut before = sample(&m);
+    for w in 0..5 {
+        let started = Instant::now();
+        for i in w * WINDOW..(w + 1) * WINDOW {
+            fs::File::create(dir.join(format!("file.{i}"))).unwrap();
+        }
+        let now = sample(&m);
+        let d = Sample {
+            requests: now.requests - before.requests,
+            visited: now.visited - before.visited,
+            grants: now.grants - before.grants,
+            granted: now.granted - before.granted,
+            written: now.written - before.written,
+        };
+        eprintln!("window {w}: {d:?}, {:.0} creates/s", WINDOW as f64 / started.elapsed().as_secs_f64());
+        windows.push(d);
+        before = now;
+    }
+    // The directory did distribute, over every server.
+    let c = cluster.client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dist = rt.block_on(c.distribution("/big")).unwrap();
+    assert_eq!(dist.state, DistState::Distributed);
+    assert_eq!(dist.set.len(), 4);
+    // Shards grew past what a grant sends whole: later grants carried name digests.
+    let total: u64 = windows.iter().map(|w| w.grants).sum();
+    assert!(total >= 4, "the shards were delegated: {windows:?}");
+    for (w, d) in windows.iter().enumerate().skip(1) {
+        // A shard is granted once (a few times at most: a grant ends when idle), not
+        // again and again: each grant of a large shard carries all its names.
+        assert!(d.grants <= 8, "window {w}: {} grants: {windows:?}", d.grants);
+        // Creates are answered by the mount and written back in batches.
+        assert!(d.requests <= (WINDOW / 20) as u64, "window {w}: {} server requests", d.requests);
+        // Write-backs look only at what changed.
+        assert!(d.visited <= d.written + WINDOW as u64, "window {w}: visited {}", d.visited);
+    }
+    let (first, last) = (windows[1], windows[4]);
+    assert!(last.requests <= first.requests * 2 + 50, "server requests grew: {windows:?}");
+    // Every file is on the servers once the mount has written its work back.
+    m.sync();
+    let listed = rt.block_on(c.readdir("/big")).unwrap();
+    assert_eq!(listed.len(), 5 * WINDOW);
+    drop(m);
+    cluster.assert_fsck_clean();
+}
+
+/// A directory of 200,000 entries (made through the native API) listed through the mount:
+/// the same names as the native listing, each once, with the mount's memory bounded.
+#[test]
+fn a_listing_of_200000_entries_through_the_mount_matches_the_native_one() {
+    if !fuse_available() {
+        return;
+    }
+    const N: usize = 200_000;
+    let cluster = cluster();
+    let c = cluster.client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        c.mkdir("/list", 0o755).await.unwrap();
+        for chunk in (0..N).collect::<Vec<_>>().chunks(5_000) {
+            let names: Vec<String> = chunk.iter().map(|i| format!("entry-{i:06}")).collect();
+            let done = c
+                .batch(BatchOp::Create { exclusive: true }, "/list", &names, 0o644, Semantics::PerformAll)
+                .await
+                .unwrap();
+            assert!(done.iter().all(|o| matches!(o, plusfs_client::Outcome::Done(_))));
+        }
+    });
+    let native: BTreeSet<String> = rt.block_on(c.readdir("/list")).unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(native.len(), N);
+    let m = Mount::new(&cluster);
+    let rss_before = rss_mib(m.pid);
+    let started = Instant::now();
+    let mut seen = BTreeSet::new();
+    let mut peak = rss_before;
+    for (i, e) in fs::read_dir(m.path().join("list")).unwrap().enumerate() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        assert!(seen.insert(name.clone()), "{name} listed twice");
+        if i % 20_000 == 0 {
+            peak = peak.max(rss_mib(m.pid));
+        }
+    }
+    let took = started.elapsed();
+    peak = peak.max(rss_mib(m.pid));
+    eprintln!(
+        "listed {} entries in {:.2} s ({:.0}/s); mount RSS {rss_before} MiB before, at most {peak} MiB while listing",
+        seen.len(),
+        took.as_secs_f64(),
+        seen.len() as f64 / took.as_secs_f64()
+    );
+    assert_eq!(seen, native);
+    // A listing is streamed in pages: the mount does not hold the whole directory.
+    assert!(peak <= rss_before + 64, "mount RSS grew from {rss_before} to {peak} MiB");
+}
