@@ -37,13 +37,13 @@ trap cleanup EXIT
 
 "$PLUSFS" cluster up --data "$cluster" --servers "$SERVERS" --detach >/dev/null
 export PLUSFS_CLUSTER="$cluster/cluster.toml"
-"$PLUSFS" mount "$mnt" >/dev/null 2>&1 &
-mount_pid=$!
-"$PLUSFS" mount "$nodeleg" -o nodeleg >/dev/null 2>&1 &
+# `plusfs mount` returns once the mount is ready and says which process serves it.
+mount_pid=$("$PLUSFS" mount "$mnt" | sed -n 's/.*process \([0-9]*\).*/\1/p')
+"$PLUSFS" mount "$nodeleg" -o nodeleg >/dev/null
 for m in "$mnt" "$nodeleg"; do
-  for _ in $(seq 1 100); do mountpoint -q "$m" && break; sleep 0.1; done
   mountpoint -q "$m" || { echo "mount $m failed" >&2; exit 1; }
 done
+[ -n "$mount_pid" ] || { echo "no process id from plusfs mount" >&2; exit 1; }
 rss() { awk '/VmRSS/ { print $2 * 1024 }' "/proc/$mount_pid/status"; }
 
 # Waits until cluster directory $1 is no longer being spread over servers.

@@ -162,4 +162,30 @@ fn a_listing_of_200000_entries_through_the_mount_matches_the_native_one() {
     assert_eq!(seen, native);
     // A listing is streamed in pages: the mount does not hold the whole directory.
     assert!(peak <= rss_before + 64, "mount RSS grew from {rss_before} to {peak} MiB");
+
+    // `ls -l`: each entry listed is looked up; the attributes come in batches with the
+    // listing's pages, not in one request per entry.
+    let requests = |m: &Mount, op: &str| -> (u64, u64) {
+        let stats = m.stats();
+        let w: Vec<u64> = stats
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(op))
+            .map(|l| l.split_whitespace().skip(1).take(3).map(|x| x.parse().unwrap()).collect())
+            .unwrap_or_else(|| vec![0, 0, 0]);
+        (w[0], w[2])
+    };
+    let before = requests(&m, "lookup");
+    let started = Instant::now();
+    let mut sizes = 0u64;
+    for e in fs::read_dir(m.path().join("list")).unwrap() {
+        sizes += e.unwrap().path().symlink_metadata().unwrap().len();
+    }
+    let after = requests(&m, "lookup");
+    let (looked, sent) = (after.0 - before.0, after.1 - before.1);
+    eprintln!(
+        "ls -l: {looked} lookups, {sent} server requests, {:.0} entries/s",
+        N as f64 / started.elapsed().as_secs_f64()
+    );
+    assert_eq!(sizes, 0);
+    assert!(sent <= (N / 200) as u64, "{sent} server requests for {looked} lookups of {N} entries");
 }

@@ -53,6 +53,11 @@ impl AttrCache {
         self.lock().remove(&ino);
     }
 
+    /// How long copies are answered.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// The copy of `ino` if it is younger than the TTL.
     pub fn fresh(&self, ino: u64) -> Option<Attr> {
         let known = self.lock();

@@ -8,15 +8,19 @@ use super::stats::STATS_FILE;
 use super::types::{PlusItem, ReaddirItem};
 use super::{Caller, DirItem, DirPlusItem, Errno, MountCore};
 use plusfs_proto::path::join;
-use plusfs_proto::{DirEntry, FileKind, Semantics};
+use plusfs_proto::{Attr, DirEntry, FileKind, Semantics};
 use std::sync::Arc;
 
 /// Most entries `readdirplus` stats in one batch (kept for the following calls).
 const PLUS_PAGE: usize = 1024;
 /// Entries a handle reads from the servers at once.
 const WINDOW: u32 = 4096;
-/// Most entries one `readdir` call hands out (the kernel's buffer takes about a hundred).
-const MAX_ITEMS: usize = 512;
+/// Most entries one `readdir` call hands out (the kernel's page-sized buffer takes about
+/// a hundred short names).
+const MAX_ITEMS: usize = 256;
+/// Most entries one `readdirplus` call hands out (a buffer takes a few dozen with their
+/// attributes): building more only to have them refused costs per call, not per entry.
+const MAX_PLUS_ITEMS: usize = 64;
 
 impl MountCore {
     /// `opendir`: reads the first page of the listing of `ino` and returns its handle.
@@ -152,13 +156,31 @@ impl MountCore {
             parent.attr.ino = parent.ino;
             out.push(parent);
         }
-        for k in start..page.start + page.attrs.len() {
+        for k in start..(page.start + page.attrs.len()).min(start + MAX_PLUS_ITEMS) {
             let Some(attr) = page.attrs[k - page.start].clone() else { continue }; // removed since listed
             let name = listing.entries[k - listing.base].name.clone();
             let path = Some(join(&listing.dir, &name));
             out.push(PlusItem { ino: attr.ino, offset: k as u64 + 3, name, attr, path });
         }
         Ok(out)
+    }
+
+    /// The attributes of entry `name` of `dir` when a handle `caller` opened lists it: from
+    /// the batch fetched for its window, or fetched now with the [`PLUS_PAGE`] entries that
+    /// follow it (one batch stat per storing server), so a program that looks each entry of
+    /// a listing up (`ls -l` after the kernel's plain `readdir`) costs one request per page,
+    /// not one per entry. `None`: not listed there (ask the servers).
+    pub(super) async fn listed_attr(&self, caller: &Caller, dir: &str, name: &str) -> Option<Attr> {
+        let listed = self.listings.find(dir, caller, name, self.attrs.ttl())?;
+        let a = match listed.attr {
+            Some(known) => known?,
+            None => {
+                let page = self.fetch_page(listed.fh, &listed.listing, listed.index).await.ok()?;
+                page.attrs.first().cloned().flatten()?
+            }
+        };
+        // What this mount learnt since (a `setattr` of it) is newer.
+        Some(self.attrs.fresh(a.ino).unwrap_or(a))
     }
 
     /// Fetches the attributes of up to [`PLUS_PAGE`] entries of `listing`'s window from
@@ -170,7 +192,8 @@ impl MountCore {
         let (attrs, dir_attr) =
             tokio::join!(client.statv(&listing.dir, &names, Semantics::PerformAll), client.lstat_dir(&listing.dir));
         let attrs = self.run(async { attrs }).await?.into_iter().map(Result::ok).collect();
-        let page = PlusPage { start, attrs: Arc::new(attrs), dir_attr: self.run(async { dir_attr }).await? };
+        let dir_attr = self.run(async { dir_attr }).await?;
+        let page = PlusPage { start, attrs: Arc::new(attrs), dir_attr, fetched: std::time::Instant::now() };
         self.listings.set_page(fh, page.clone());
         Ok(page)
     }

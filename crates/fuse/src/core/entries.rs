@@ -31,7 +31,14 @@ impl MountCore {
             return Ok(stats_attr());
         }
         let p = self.child(parent, name)?;
-        let a = self.run(self.as_caller(caller).lstat(&p)).await?;
+        let listed = match plusfs_proto::path::split(&p) {
+            Some((dir, entry)) => self.listed_attr(caller, dir, entry).await,
+            None => None,
+        };
+        let a = match listed {
+            Some(a) => a,
+            None => self.run(self.as_caller(caller).lstat(&p)).await?,
+        };
         // While the mount holds back writes or attribute changes of the file, its own view
         // (grown by them) is the one the kernel must keep, not the servers' older one.
         let a = self.held_back_view(a.ino).await.unwrap_or(a);
@@ -59,7 +66,7 @@ impl MountCore {
         let path = self.child(parent, name)?;
         let kind = node_kind(mode)?;
         let fh = self.run(self.as_caller(caller).mknod(&path, kind, mode & !umask & 0o7777, rdev)).await?;
-        self.attrs.stale(parent);
+        self.dir_changed(parent);
         self.remember(&path, &fh.attr);
         Ok(fh.attr)
     }
@@ -75,7 +82,7 @@ impl MountCore {
     ) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
         let a = self.run(self.as_caller(caller).mkdir(&p, mode & !umask & 0o7777)).await?;
-        self.attrs.stale(parent);
+        self.dir_changed(parent);
         self.remember(&p, &a);
         Ok(a)
     }
@@ -85,7 +92,7 @@ impl MountCore {
         let p = self.child(parent, name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?;
         let a = self.run(self.as_caller(caller).symlink(target, &p)).await?;
-        self.attrs.stale(parent);
+        self.dir_changed(parent);
         self.remember(&p, &a);
         Ok(a)
     }
@@ -96,7 +103,7 @@ impl MountCore {
         let dst = self.child(newparent, newname)?;
         self.flush_ino(ino).await?;
         let a = self.run(self.as_caller(caller).link(&src, &dst)).await?;
-        self.attrs.stale(newparent);
+        self.dir_changed(newparent);
         self.remember(&dst, &a);
         Ok(a)
     }
@@ -114,7 +121,7 @@ impl MountCore {
             self.run(self.as_caller(caller).unlink(&p)).await?;
             self.inodes().unlinked(&p);
         }
-        self.attrs.stale(parent);
+        self.dir_changed(parent);
         if let Some(i) = ino {
             self.attrs.stale(i);
             self.writes.drop_idle(i);
@@ -127,7 +134,7 @@ impl MountCore {
         let p = self.child(parent, name)?;
         self.run(self.as_caller(caller).rmdir(&p)).await?;
         self.inodes().unlinked(&p);
-        self.attrs.stale(parent);
+        self.dir_changed(parent);
         Ok(())
     }
 
@@ -145,8 +152,8 @@ impl MountCore {
         let src = self.child(parent, name)?;
         let dst = self.child(newparent, newname)?;
         if mode == RenameMode::Exchange {
-            self.attrs.stale(parent);
-            self.attrs.stale(newparent);
+            self.dir_changed(parent);
+            self.dir_changed(newparent);
             return self.exchange(caller, &src, &dst).await;
         }
         if mode == RenameMode::NoReplace && self.as_caller(caller).lstat(&dst).await.is_ok() {

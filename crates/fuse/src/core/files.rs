@@ -256,7 +256,7 @@ impl MountCore {
         if flags & libc::O_TRUNC != 0 && attr.size > 0 {
             attr = self.run(c.truncate(&p, 0)).await?;
         }
-        self.attrs.stale(parent);
+        self.dir_changed(parent);
         self.remember(&p, &attr);
         let fh = self.next_id();
         self.open_files().opened(attr.ino, fh, caller);

@@ -5,6 +5,7 @@ use super::types::Caller;
 use plusfs_proto::{Attr, DirEntry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// The part of a directory listing an open handle holds: entries `base..base +
 /// entries.len()` of the listing. Memory per handle is one page whatever the size of the
@@ -37,6 +38,18 @@ pub(crate) struct PlusPage {
     pub start: usize,
     pub attrs: Arc<Vec<Option<Attr>>>,
     pub dir_attr: Attr,
+    /// When they were fetched.
+    pub fetched: Instant,
+}
+
+/// An entry of an open listing that a lookup asks about (`Listings::find`).
+pub(crate) struct Listed {
+    pub fh: u64,
+    pub listing: Listing,
+    /// The entry's index in the listing.
+    pub index: usize,
+    /// Its attributes if fetched within the TTL (`Some(None)`: gone when they were).
+    pub attr: Option<Option<Attr>>,
 }
 
 struct Open {
@@ -84,6 +97,34 @@ impl Listings {
     pub fn set_page(&self, fh: u64, page: PlusPage) {
         if let Some(o) = self.lock().get_mut(&fh) {
             o.page = Some(page);
+        }
+    }
+
+    /// The entry `name` of directory `dir` in the window of a handle `caller` opened (a
+    /// program listing a directory and looking each entry up, as `ls -l` does), with the
+    /// attributes fetched for it within `ttl`, if any.
+    pub fn find(&self, dir: &str, caller: &Caller, name: &str, ttl: Duration) -> Option<Listed> {
+        let open = self.lock();
+        for (fh, o) in open.iter() {
+            let l = &o.listing;
+            if l.dir != dir || l.caller != *caller {
+                continue;
+            }
+            let Ok(k) = l.entries.binary_search_by(|e| e.name.as_str().cmp(name)) else { continue };
+            let index = l.base + k;
+            let attr = o.page.as_ref().filter(|p| p.fetched.elapsed() < ttl).and_then(|p| {
+                (index >= p.start && index < p.start + p.attrs.len()).then(|| p.attrs[index - p.start].clone())
+            });
+            return Some(Listed { fh: *fh, listing: l.clone(), index, attr });
+        }
+        None
+    }
+
+    /// Directory `dir` changed through this mount: the attributes fetched for its open
+    /// listings may be stale (the listings themselves stay, as a snapshot would).
+    pub fn drop_pages(&self, dir: &str) {
+        for o in self.lock().values_mut().filter(|o| o.listing.dir == dir) {
+            o.page = None;
         }
     }
 

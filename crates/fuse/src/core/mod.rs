@@ -259,6 +259,15 @@ impl MountCore {
     }
 
     /// Records that the kernel now knows `a` under `path` (one more lookup).
+    /// Directory `ino` changed through this mount: its attribute copy and the attributes
+    /// fetched for its open listings are stale.
+    fn dir_changed(&self, ino: u64) {
+        self.attrs.stale(ino);
+        if let Some(p) = self.inodes().path(ino) {
+            self.listings.drop_pages(&p);
+        }
+    }
+
     fn remember(&self, path: &str, a: &Attr) {
         self.inodes().remember(a.ino, path);
         self.attrs.learnt(a);
