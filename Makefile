@@ -125,7 +125,7 @@ bench-identity: build venv
 bench-deleg: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/deleg_bench.sh
 
-## bench-bigdir: create/stat/unlink in directories of 0-30,000 entries through the mount (with and without delegations), the native API and tmpfs (bench/out/bigdir/)
+## bench-bigdir: create/stat/unlink in one directory grown to 3,000/30,000/300,000 entries (SIZES=...) through the mount (with and without delegations), the native API and tmpfs, 1 and 4 processes; mount RSS; ls/find/rm -rf at the largest size (bench/out/bigdir/)
 bench-bigdir: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/bigdir_bench.sh
 

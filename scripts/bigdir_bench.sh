@@ -98,8 +98,9 @@ timed() { # name, target, command...
   t0=$(date +%s.%N)
   out=$("$@" 2>&1 | tail -1)
   t1=$(date +%s.%N)
-  echo "{\"size\":$have,\"tool\":\"$name\",\"target\":\"$target\",\"seconds\":$(echo "$t1 - $t0" | bc),\"out\":\"$out\"}" >> "$raw"
-  echo "  $name on $target: $(echo "$t1 - $t0" | bc) s ($out)" >&2
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+  echo "{\"size\":$have,\"tool\":\"$name\",\"target\":\"$target\",\"seconds\":$secs,\"out\":\"$out\"}" >> "$raw"
+  echo "  $name on $target: $secs s ($out)" >&2
 }
 for target in mount local; do
   case $target in mount) d="$mnt$dir" ;; local) d="$local$dir" ;; esac

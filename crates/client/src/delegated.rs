@@ -100,7 +100,7 @@ impl Client {
         let d = self.delegs.as_ref()?;
         match self.dist.get(dir) {
             Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => {
-                let a = d.dist_dir_attr(dir, info.incarnation, &info.set).await?;
+                let a = d.dist_dir_attr(dir, info.incarnation, &info.set, &self.caller).await?;
                 // The caller may reach the directory: any shard's copy checks as the home.
                 let t = Target { server: info.set[0], shard: Some(info.incarnation), slot: Some((0, info.set.len())) };
                 let slot = d.held(dir, t)?;

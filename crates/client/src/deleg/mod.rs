@@ -243,7 +243,11 @@ impl Delegations {
         }
         let wants = {
             let mut st = self.state();
-            (held.is_some() || st.held.len() < MAX_HELD) && bump(&mut st.activity, &activity_key(dir, t), BURST_OPS)
+            // A shard of a directory whose other shards are delegated here: its first
+            // change asks too (a client filling a distributed directory needs them all).
+            let sibling = t.shard.is_some() && st.held.keys().any(|(d, s)| d == dir && s.is_some());
+            let burst = if sibling { 1 } else { BURST_OPS };
+            (held.is_some() || st.held.len() < MAX_HELD) && bump(&mut st.activity, &activity_key(dir, t), burst)
         };
         if !wants {
             return None;
@@ -289,7 +293,13 @@ impl Delegations {
     /// them and the latest change time, as the home would sum them. A kernel that checks
     /// the directory's permissions before each create in it (its copy dropped by the
     /// create before) is answered here, not by a round of every storing server.
-    pub async fn dist_dir_attr(&self, dir: &str, incarnation: u64, servers: &[ServerId]) -> Option<Attr> {
+    pub async fn dist_dir_attr(
+        &self,
+        dir: &str,
+        incarnation: u64,
+        servers: &[ServerId],
+        caller: &Cred,
+    ) -> Option<Attr> {
         let mut a = {
             let st = self.state();
             let (a, at) = st.dist_attrs.get(dir)?;
@@ -298,8 +308,8 @@ impl Delegations {
         let (mut size, mut subdirs) = (0u64, 0u64);
         for &server in servers {
             let slot = self.held(dir, Target { server, shard: Some(incarnation), slot: None })?;
-            let h = slot.lock().await;
-            if h.gone || h.dir_stale || !self.leased(&h) {
+            let mut h = slot.lock().await;
+            if h.gone || !self.leased(&h) || (h.dir_stale && !self.refresh_shard(&mut h, caller).await) {
                 return None;
             }
             size += h.obj.entries;
@@ -309,6 +319,29 @@ impl Delegations {
         a.size = size;
         a.nlink = (2 + subdirs).min(u32::MAX as u64) as u32;
         Some(a)
+    }
+
+    /// Learns the counts of shard `h` from its server after requests this client sent
+    /// there changed it (an entry unlinked through the server, as `rm -rf` does with names
+    /// the grant gave only as digests): its queue written back first, one `DirStat` of the
+    /// shard as `caller`. Whether the counts are known again.
+    async fn refresh_shard(&self, h: &mut Held, caller: &Cred) -> bool {
+        let Some(incarnation) = h.shard else { return false };
+        if self.write_back(h, false, Duration::ZERO).await.is_err() || h.gone {
+            return false;
+        }
+        let req = Request::Shard { incarnation, op: Box::new(Request::DirStat { path: h.dir.clone() }) };
+        let cred = Cred { session: self.session, ..caller.clone() };
+        match self.pool.call_as(h.server, &cred, &req).await {
+            Ok(Ok(Reply::Attr(a))) => {
+                h.obj.entries = a.size;
+                h.obj.subdirs = (a.nlink as u64).saturating_sub(2);
+                h.obj.mtime = a.mtime;
+                h.dir_stale = false;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// This client has just made directory `dir`: its first change asks for a delegation
