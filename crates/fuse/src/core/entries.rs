@@ -121,7 +121,7 @@ impl MountCore {
             self.run(self.as_caller(caller).unlink(&p)).await?;
             self.inodes().unlinked(&p);
         }
-        self.dir_changed(parent);
+        self.entry_removed(parent, &name.to_string_lossy());
         if let Some(i) = ino {
             self.attrs.stale(i);
             self.writes.drop_idle(i);
@@ -134,7 +134,7 @@ impl MountCore {
         let p = self.child(parent, name)?;
         self.run(self.as_caller(caller).rmdir(&p)).await?;
         self.inodes().unlinked(&p);
-        self.dir_changed(parent);
+        self.entry_removed(parent, &name.to_string_lossy());
         Ok(())
     }
 

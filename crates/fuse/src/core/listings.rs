@@ -55,6 +55,9 @@ pub(crate) struct Listed {
 struct Open {
     listing: Listing,
     page: Option<PlusPage>,
+    /// Names removed through this mount since `page` was fetched (its attributes for
+    /// them are no longer true).
+    removed: std::collections::HashSet<String>,
 }
 
 /// The open directory handles.
@@ -71,13 +74,13 @@ impl Listings {
     /// Keeps `listing` under handle `fh` (a new handle, or the next window of one: the
     /// attributes fetched for the window before are dropped).
     pub fn insert(&self, fh: u64, listing: Listing) {
-        self.lock().insert(fh, Open { listing, page: None });
+        self.lock().insert(fh, Open { listing, page: None, removed: Default::default() });
     }
 
     /// Replaces the window of open handle `fh` (nothing if it was closed meanwhile).
     pub fn set_window(&self, fh: u64, listing: Listing) {
         if let Some(o) = self.lock().get_mut(&fh) {
-            *o = Open { listing, page: None };
+            *o = Open { listing, page: None, removed: Default::default() };
         }
     }
 
@@ -97,6 +100,7 @@ impl Listings {
     pub fn set_page(&self, fh: u64, page: PlusPage) {
         if let Some(o) = self.lock().get_mut(&fh) {
             o.page = Some(page);
+            o.removed.clear();
         }
     }
 
@@ -113,7 +117,9 @@ impl Listings {
             let Ok(k) = l.entries.binary_search_by(|e| e.name.as_str().cmp(name)) else { continue };
             let index = l.base + k;
             let attr = o.page.as_ref().filter(|p| p.fetched.elapsed() < ttl).and_then(|p| {
-                (index >= p.start && index < p.start + p.attrs.len()).then(|| p.attrs[index - p.start].clone())
+                let gone = o.removed.contains(name);
+                (index >= p.start && index < p.start + p.attrs.len())
+                    .then(|| p.attrs[index - p.start].clone().filter(|_| !gone))
             });
             return Some(Listed { fh: *fh, listing: l.clone(), index, attr });
         }
@@ -125,6 +131,14 @@ impl Listings {
     pub fn drop_pages(&self, dir: &str) {
         for o in self.lock().values_mut().filter(|o| o.listing.dir == dir) {
             o.page = None;
+        }
+    }
+
+    /// Entry `name` of `dir` was removed through this mount: the attributes fetched for it
+    /// no longer hold (the others do).
+    pub fn entry_removed(&self, dir: &str, name: &str) {
+        for o in self.lock().values_mut().filter(|o| o.listing.dir == dir && o.page.is_some()) {
+            o.removed.insert(name.to_string());
         }
     }
 

@@ -268,6 +268,15 @@ impl MountCore {
         }
     }
 
+    /// Entry `name` of directory `ino` was removed through this mount: the directory's
+    /// attribute copy is stale, and so is what its open listings fetched for that entry.
+    fn entry_removed(&self, ino: u64, name: &str) {
+        self.attrs.stale(ino);
+        if let Some(p) = self.inodes().path(ino) {
+            self.listings.entry_removed(&p, name);
+        }
+    }
+
     fn remember(&self, path: &str, a: &Attr) {
         self.inodes().remember(a.ino, path);
         self.attrs.learnt(a);
