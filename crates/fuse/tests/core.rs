@@ -480,3 +480,25 @@ fn io_through_a_handle_is_the_openers() {
     m.run(m.core.release(bobs.ino, alice_fh)).ok();
     assert_eq!(m.rt.block_on(m.other().stat("/bobs")).unwrap().size, 0, "nothing stored");
 }
+
+/// Lookups answered from the attributes fetched for an open listing (`ls -l`) follow this
+/// mount's own renames and unlinks at once, not after the attribute TTL.
+#[test]
+fn lookups_from_an_open_listing_follow_this_mounts_changes() {
+    let m = Mount::new();
+    let d = m.run(m.core.mkdir(&ALICE, ROOT, n("d"), 0o755, 0)).unwrap();
+    let a = m.file(d.ino, "a", b"1");
+    let b = m.file(d.ino, "b", b"22");
+    let c = m.file(d.ino, "c", b"333");
+    let fh = m.run(m.core.opendir(&ALICE, d.ino)).unwrap();
+    // The first lookup fetches the attributes of the window's entries.
+    assert_eq!(m.run(m.core.lookup(&ALICE, d.ino, n("a"))).unwrap().ino, a.ino);
+    m.run(m.core.rename(&ALICE, d.ino, n("a"), d.ino, n("b"), RenameMode::Replace)).unwrap();
+    assert_eq!(m.run(m.core.lookup(&ALICE, d.ino, n("a"))).unwrap_err(), Errno::ENOENT);
+    assert_eq!(m.run(m.core.lookup(&ALICE, d.ino, n("b"))).unwrap().ino, a.ino, "b is a's inode now");
+    assert_ne!(b.ino, a.ino);
+    assert_eq!(m.run(m.core.lookup(&ALICE, d.ino, n("c"))).unwrap().ino, c.ino);
+    m.run(m.core.unlink(&ALICE, d.ino, n("c"))).unwrap();
+    assert_eq!(m.run(m.core.lookup(&ALICE, d.ino, n("c"))).unwrap_err(), Errno::ENOENT);
+    m.core.releasedir(fh);
+}

@@ -85,7 +85,12 @@ impl Osd {
         let _turn = self.turns.take(dir).await;
         // Work queued under a delegation of the directory is applied first: it could not
         // be once the directory is spread (its holder's own requests do not recall it).
-        let recalled = self.recall_all(dir).await;
+        // (Not for a directory already distributed: its delegations are of its shards.)
+        let spread = matches!(self.store.get_dir(dir), Ok(Some(d)) if d.dist.state == DistState::Distributed);
+        let recalled = match spread {
+            true => None,
+            false => Some(self.recall_all(dir).await),
+        };
         let d = {
             let _guard = self.lock_whole(dir).await?;
             let Some(mut d) = self.store.get_dir(dir).map_err(eio)? else { return Ok(None) };

@@ -134,35 +134,49 @@ impl MountCore {
     /// entries, kept for the calls that follow). Call [`MountCore::handed_out`] for each
     /// item given to the kernel.
     pub async fn readdirplus_items(&self, ino: u64, fh: u64, offset: u64) -> Result<Vec<PlusItem>, Errno> {
-        let start = (offset as usize).saturating_sub(2);
-        let listing = self.window_at(fh, start).await?;
-        let page = match self.listings.page(fh, start) {
-            Some(p) => p,
-            None => self.fetch_page(fh, &listing, start).await?,
-        };
+        let mut start = (offset as usize).saturating_sub(2);
         let mut out = Vec::new();
-        let dot = |name: &str, ino, offset| PlusItem {
-            ino,
-            offset,
-            name: name.into(),
-            attr: page.dir_attr.clone(),
-            path: None,
-        };
+        // Entries removed since they were listed are skipped; an answer without entries
+        // would end the listing for the kernel, so pages are read on until one is left.
+        loop {
+            let listing = self.window_at(fh, start).await?;
+            let page = match self.listings.page(fh, start) {
+                Some(p) => p,
+                None => self.fetch_page(fh, &listing, start).await?,
+            };
+            if start == (offset as usize).saturating_sub(2) {
+                self.dots(ino, offset, &listing.dir, &page.dir_attr, &mut out);
+            }
+            let end = (page.start + page.attrs.len()).min(listing.end());
+            for k in start..end {
+                if out.len() >= MAX_PLUS_ITEMS {
+                    break;
+                }
+                let Some(attr) = page.attrs[k - page.start].clone() else { continue }; // removed since listed
+                let name = listing.entries[k - listing.base].name.clone();
+                let path = Some(join(&listing.dir, &name));
+                out.push(PlusItem { ino: attr.ino, offset: k as u64 + 3, name, attr, path });
+            }
+            let more = end > start && (end < listing.end() || listing.next.is_some());
+            if out.iter().any(|i| i.path.is_some()) || !more {
+                return Ok(out);
+            }
+            start = end;
+        }
+    }
+
+    /// `.` and `..` for a `readdirplus` from `offset` (those not yet handed out).
+    fn dots(&self, ino: u64, offset: u64, dir: &str, dir_attr: &Attr, out: &mut Vec<PlusItem>) {
+        let dot =
+            |name: &str, ino, offset| PlusItem { ino, offset, name: name.into(), attr: dir_attr.clone(), path: None };
         if offset == 0 {
             out.push(dot(".", ino, 1));
         }
         if offset <= 1 {
-            let mut parent = dot("..", self.inodes().parent_ino(&listing.dir), 2);
+            let mut parent = dot("..", self.inodes().parent_ino(dir), 2);
             parent.attr.ino = parent.ino;
             out.push(parent);
         }
-        for k in start..(page.start + page.attrs.len()).min(start + MAX_PLUS_ITEMS) {
-            let Some(attr) = page.attrs[k - page.start].clone() else { continue }; // removed since listed
-            let name = listing.entries[k - listing.base].name.clone();
-            let path = Some(join(&listing.dir, &name));
-            out.push(PlusItem { ino: attr.ino, offset: k as u64 + 3, name, attr, path });
-        }
-        Ok(out)
     }
 
     /// The attributes of entry `name` of `dir` when a handle `caller` opened lists it: from
@@ -194,7 +208,7 @@ impl MountCore {
         let attrs = self.run(async { attrs }).await?.into_iter().map(Result::ok).collect();
         let dir_attr = self.run(async { dir_attr }).await?;
         let page = PlusPage { start, attrs: Arc::new(attrs), dir_attr, fetched: std::time::Instant::now() };
-        self.listings.set_page(fh, page.clone());
+        self.listings.set_page(fh, &listing.entries, page.clone());
         Ok(page)
     }
 

@@ -152,9 +152,11 @@ impl MountCore {
         let src = self.child(parent, name)?;
         let dst = self.child(newparent, newname)?;
         if mode == RenameMode::Exchange {
+            let r = self.exchange(caller, &src, &dst).await;
             self.dir_changed(parent);
             self.dir_changed(newparent);
-            return self.exchange(caller, &src, &dst).await;
+            [&src, &dst].iter().for_each(|p| self.listings.path_changed(p));
+            return r;
         }
         if mode == RenameMode::NoReplace && self.as_caller(caller).lstat(&dst).await.is_ok() {
             return Err(Errno::EEXIST);
@@ -176,6 +178,7 @@ impl MountCore {
         for ino in [Some(parent), Some(newparent)].into_iter().chain(moved).flatten() {
             self.attrs.stale(ino);
         }
+        [&src, &dst].iter().for_each(|p| self.listings.path_changed(p));
         Ok(())
     }
 

@@ -96,9 +96,10 @@ impl Listings {
         (index >= page.start && index < page.start + page.attrs.len().max(1)).then(|| page.clone())
     }
 
-    /// Keeps the attributes fetched for `fh`.
-    pub fn set_page(&self, fh: u64, page: PlusPage) {
-        if let Some(o) = self.lock().get_mut(&fh) {
+    /// Keeps the attributes fetched for `fh` from its window `window` (not if the handle
+    /// has moved to another window meanwhile: they would name other entries).
+    pub fn set_page(&self, fh: u64, window: &Arc<Vec<DirEntry>>, page: PlusPage) {
+        if let Some(o) = self.lock().get_mut(&fh).filter(|o| Arc::ptr_eq(&o.listing.entries, window)) {
             o.page = Some(page);
             o.removed.clear();
         }
@@ -131,6 +132,18 @@ impl Listings {
     pub fn drop_pages(&self, dir: &str) {
         for o in self.lock().values_mut().filter(|o| o.listing.dir == dir) {
             o.page = None;
+        }
+    }
+
+    /// The entry at `path` was renamed or exchanged through this mount: what was fetched
+    /// for its directory, and for listings at or below it (a directory moved), is stale.
+    pub fn path_changed(&self, path: &str) {
+        let parent = plusfs_proto::path::split(path).map(|(d, _)| d);
+        for o in self.lock().values_mut() {
+            let d = o.listing.dir.as_str();
+            if Some(d) == parent || plusfs_proto::path::is_within(d, path) {
+                o.page = None;
+            }
         }
     }
 
