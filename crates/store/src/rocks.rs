@@ -206,7 +206,12 @@ fn store_format(db: &DB) -> Result<Format, StoreError> {
 }
 
 fn utf8(key: &[u8], bytes: &[u8]) -> Result<String, StoreError> {
-    String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::Corrupt {
+    utf8_str(key, bytes).map(str::to_string)
+}
+
+/// [`utf8`] without a copy.
+fn utf8_str<'a>(key: &[u8], bytes: &'a [u8]) -> Result<&'a str, StoreError> {
+    std::str::from_utf8(bytes).map_err(|_| StoreError::Corrupt {
         key: String::from_utf8_lossy(key).into_owned(),
         reason: "name is not UTF-8".into(),
     })
@@ -512,10 +517,7 @@ impl DirStore for RocksStore {
         let mut it = self.db.raw_iterator_opt(within(&prefix));
         it.seek(&prefix);
         while let Some(k) = it.key() {
-            match std::str::from_utf8(&k[9..]) {
-                Ok(name) => f(name),
-                Err(_) => return Err(utf8(k, &k[9..]).expect_err("not UTF-8")),
-            }
+            f(utf8_str(k, &k[9..])?);
             it.next();
         }
         it.status().map_err(engine)
