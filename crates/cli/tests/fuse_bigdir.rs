@@ -1,6 +1,7 @@
 //! Huge directories through a real mount: the work per create stays the same as the
-//! directory grows past its distribution, and a listing of hundreds of thousands of
-//! entries matches the native one with the mount's memory bounded.
+//! directory grows past its distribution, a listing of hundreds of thousands of entries
+//! matches the native one with the mount's memory bounded, and removing a huge directory
+//! made elsewhere (`rm -rf`, Python's `shutil.rmtree`) costs few server requests.
 
 mod common;
 mod mounts;
@@ -188,4 +189,99 @@ fn a_listing_of_200000_entries_through_the_mount_matches_the_native_one() {
     );
     assert_eq!(sizes, 0);
     assert!(sent <= (N / 200) as u64, "{sent} server requests for {looked} lookups of {N} entries");
+}
+
+/// Server requests the mount sent so far (all operations).
+fn requests(m: &Mount) -> u64 {
+    sample(m).requests
+}
+
+/// Entries the mount fetched for delegations granted with name digests.
+fn learnt(m: &Mount) -> u64 {
+    let stats = m.stats();
+    let line = stats.lines().find(|l| l.starts_with("delegation work ")).expect("delegation work line");
+    let w: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(w[8], "learnt", "{line}");
+    w[9].parse().unwrap()
+}
+
+/// Directories of 20,000 files made through the native API (so the mount knows the
+/// shards it is delegated only by their names' digests), with a few hard links and
+/// subdirectories, removed through the mount by `rm -rf` (which sorts entries by inode)
+/// and by `shutil.rmtree` (listing order): the attributes come in batches and the unlinks
+/// are answered under the shards' delegations, so the servers see a few requests per
+/// thousand entries. Each entry is gone on the servers afterwards and fsck is clean.
+#[test]
+fn removing_a_huge_directory_made_elsewhere_costs_few_server_requests() {
+    if !fuse_available() {
+        return;
+    }
+    const N: usize = 20_000;
+    let cluster = cluster();
+    let c = cluster.client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for dir in ["/gone", "/tree"] {
+        rt.block_on(async {
+            c.mkdir(dir, 0o755).await.unwrap();
+            for chunk in (0..N).collect::<Vec<_>>().chunks(5_000) {
+                let names: Vec<String> = chunk.iter().map(|i| format!("file-{i:06}")).collect();
+                let done = c
+                    .batch(BatchOp::Create { exclusive: true }, dir, &names, 0o644, Semantics::PerformAll)
+                    .await
+                    .unwrap();
+                assert!(done.iter().all(|o| matches!(o, plusfs_client::Outcome::Done(_))));
+            }
+            for k in 0..5 {
+                c.link(&format!("{dir}/file-{k:06}"), &format!("{dir}/link-{k}")).await.unwrap();
+                c.mkdir(&format!("{dir}/sub-{k}"), 0o755).await.unwrap();
+                c.create(&format!("{dir}/sub-{k}/inner"), 0o644, true).await.unwrap();
+                c.write(&format!("{dir}/sub-{k}/inner"), 0, b"x").await.unwrap();
+            }
+            while c.distribution(dir).await.unwrap().state != DistState::Distributed {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        });
+    }
+    let m = Mount::new(&cluster);
+    let total = N + 10;
+
+    // A file known to the mount only by its digest: looked up, removed, made again.
+    let one = m.path().join("gone/file-000100");
+    assert_eq!(fs::metadata(&one).unwrap().len(), 0);
+    fs::remove_file(&one).unwrap();
+    assert_eq!(fs::metadata(&one).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    fs::write(&one, b"again").unwrap();
+    assert_eq!(fs::read(&one).unwrap(), b"again");
+
+    let (before, learnt_before) = (requests(&m), learnt(&m));
+    let started = Instant::now();
+    let out = std::process::Command::new("rm").arg("-rf").arg(m.path().join("gone")).output().unwrap();
+    assert!(out.status.success(), "rm -rf: {}", String::from_utf8_lossy(&out.stderr));
+    let (sent, fetched) = (requests(&m) - before, learnt(&m) - learnt_before);
+    eprintln!(
+        "rm -rf of {total} entries: {sent} server requests, {fetched} entries fetched, {:.0} entries/s",
+        total as f64 / started.elapsed().as_secs_f64()
+    );
+    assert!(fetched >= N as u64 / 2, "the shards' entries were fetched under their delegations: {fetched}");
+    assert!(sent <= (total / 20) as u64, "{sent} server requests to remove {total} entries");
+
+    let before = requests(&m);
+    let started = Instant::now();
+    let script = format!("import shutil; shutil.rmtree('{}')", m.path().join("tree").display());
+    let out = std::process::Command::new("python3").args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "shutil.rmtree: {}", String::from_utf8_lossy(&out.stderr));
+    let sent = requests(&m) - before;
+    eprintln!(
+        "shutil.rmtree of {total} entries: {sent} server requests, {:.0} entries/s",
+        total as f64 / started.elapsed().as_secs_f64()
+    );
+    assert!(sent <= (total / 20) as u64, "{sent} server requests to remove {total} entries");
+
+    m.sync();
+    for dir in ["/gone", "/tree"] {
+        let e = rt.block_on(c.lstat(dir)).unwrap_err();
+        assert_eq!(e.errno, plusfs_proto::Errno::ENOENT, "{dir}: {e}");
+    }
+    drop(m);
+    cluster.assert_fsck_clean();
 }

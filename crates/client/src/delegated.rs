@@ -61,17 +61,49 @@ impl Client {
             return None;
         }
         let out = f(&mut h)?;
-        if h.full() {
-            if let Err(e) = d.write_back(&mut h, false, std::time::Duration::ZERO).await {
-                tracing::warn!(dir, error = %e, "cannot write back delegated work");
+        d.settle(&mut h).await;
+        Some(out)
+    }
+
+    /// Fetches the stored entries of those of `names` (all in the delegation covering
+    /// entry `name` of `dir`) that a delegation held, granted with name digests, knows
+    /// only by digest, so calls on them are answered here. Whether any were fetched.
+    async fn learn(&self, dir: &str, name: &str, names: &[String]) -> bool {
+        let Some(d) = self.delegs.as_ref() else { return false };
+        let Some(slot) = self.deleg_target(dir, Some(name)).and_then(|t| d.held(dir, t)) else { return false };
+        let mut h = slot.lock().await;
+        if h.gone || !d.leased(&h) || h.digests.is_none() {
+            return false;
+        }
+        let batch = match names {
+            [one] => d.unlearnt(dir, one),
+            _ => None,
+        };
+        let names = batch.as_deref().unwrap_or(names);
+        let ask: Vec<String> = names.iter().filter(|n| h.places(n) && h.asks(n)).take(4096).cloned().collect();
+        if ask.is_empty() {
+            return false;
+        }
+        match d.learn_entries(&mut h, ask, &self.caller).await {
+            Ok(()) => {
+                d.settle(&mut h).await;
+                true
+            }
+            Err(e) => {
+                tracing::debug!(dir, error = %e, "cannot fetch delegated entries");
+                false
             }
         }
-        Some(out)
     }
 
     /// `lstat` of `name` in `dir`.
     pub(crate) async fn deleg_lookup(&self, shown: &str, dir: &str, name: &str) -> Answer<Attr> {
-        let r = self.under(dir, Some(name), Need::Look, |h| h.lookup(name, &self.caller)).await?;
+        let look = || self.under(dir, Some(name), Need::Look, |h| h.lookup(name, &self.caller));
+        let r = match look().await {
+            Some(r) => r,
+            None if self.learn(dir, name, &[name.to_string()]).await => look().await?,
+            None => return None,
+        };
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
     }
 
@@ -84,8 +116,52 @@ impl Client {
         dir: &str,
         names: &[String],
     ) -> Answer<Vec<Option<Result<Attr, Errno>>>> {
+        if let Some(info) = self.dist.get(dir).filter(|i| i.state == DistState::Distributed && !i.set.is_empty()) {
+            return self.deleg_statv_shards(shown, dir, names, info.set.len()).await;
+        }
         let r = self.under(dir, None, Need::Look, |h| Some(h.stat_entries(names, &self.caller))).await?;
         Some(r.map_err(|e| FsError::new("stat", shown, e)))
+    }
+
+    /// [`Client::deleg_statv`] of a directory distributed over `width` servers: each
+    /// shard delegated here answers its names (those it knows by digest only fetched in
+    /// one request per shard first); `None` when no shard is.
+    #[allow(clippy::type_complexity)]
+    async fn deleg_statv_shards(
+        &self,
+        shown: &str,
+        dir: &str,
+        names: &[String],
+        width: usize,
+    ) -> Answer<Vec<Option<Result<Attr, Errno>>>> {
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); width];
+        for (i, n) in names.iter().enumerate() {
+            groups[plusfs_proto::hugedir::slot_of(n, width)].push(i);
+        }
+        let answers = futures::future::join_all(groups.into_iter().filter(|g| !g.is_empty()).map(|idx| async move {
+            let part: Vec<String> = idx.iter().map(|i| names[*i].clone()).collect();
+            self.learn(dir, &part[0], &part).await;
+            let r = self.under(dir, Some(&part[0]), Need::Held, |h| Some(h.stat_entries(&part, &self.caller))).await;
+            (idx, r)
+        }))
+        .await;
+        let mut out = vec![None; names.len()];
+        let mut any = false;
+        let mut unlearnt = Vec::new();
+        for (idx, r) in answers {
+            let Some(r) = r else {
+                unlearnt.extend(idx.into_iter().map(|i| names[i].clone()));
+                continue;
+            };
+            any = true;
+            for (i, a) in idx.into_iter().zip(r.map_err(|e| FsError::new("stat", shown, e)).ok()?) {
+                out[i] = a;
+            }
+        }
+        if let Some(d) = self.delegs.as_ref().filter(|_| !unlearnt.is_empty()) {
+            d.note_unlearnt(dir, unlearnt);
+        }
+        any.then_some(Ok(out))
     }
 
     /// The listing of delegated directory `dir`.
@@ -100,12 +176,13 @@ impl Client {
         let d = self.delegs.as_ref()?;
         match self.dist.get(dir) {
             Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => {
-                let a = d.dist_dir_attr(dir, info.incarnation, &info.set, &self.caller).await?;
+                let a = d.dist_dir_attr(dir, info.incarnation).await?;
                 // The caller may reach the directory: any shard's copy checks as the home.
-                let t = Target { server: info.set[0], shard: Some(info.incarnation), slot: Some((0, info.set.len())) };
-                let slot = d.held(dir, t)?;
-                let h = slot.lock().await;
-                plusfs_proto::perm::check_search_above(&self.caller, &h.obj, dir).ok()?;
+                let width = info.set.len();
+                let held = info.set.iter().enumerate().find_map(|(i, &server)| {
+                    d.held(dir, Target { server, shard: Some(info.incarnation), slot: Some((i, width)) })
+                })?;
+                plusfs_proto::perm::check_search_above(&self.caller, &held.lock().await.obj, dir).ok()?;
                 Some(a)
             }
             _ => self.under(dir, None, Need::Held, |h| h.dir_attr(&self.caller)).await,
@@ -116,7 +193,7 @@ impl Client {
     pub(crate) async fn deleg_learn_dir(&self, dir: &str, a: &Attr) {
         if let (Some(d), Some(info)) = (&self.delegs, self.dist.get(dir)) {
             if info.state == DistState::Distributed {
-                d.learn_dist_attr(dir, a);
+                d.learn_dist_attr(dir, a).await;
                 return;
             }
         }
@@ -156,7 +233,12 @@ impl Client {
 
     /// Removes `name` from `dir`.
     pub(crate) async fn deleg_unlink(&self, shown: &str, dir: &str, name: &str) -> Answer<()> {
-        let r = self.under(dir, Some(name), Need::Change, |h| h.unlink(name, &self.caller)).await?;
+        let unlink = || self.under(dir, Some(name), Need::Change, |h| h.unlink(name, &self.caller));
+        let r = match unlink().await {
+            Some(r) => r,
+            None if self.learn(dir, name, &[name.to_string()]).await => unlink().await?,
+            None => return None,
+        };
         Some(r.map_err(|e| FsError::new("remove", shown, e)))
     }
 

@@ -424,6 +424,15 @@ pub enum Request {
     MigrateDone {
         paths: Vec<String>,
     },
+    /// From the holder of delegation `id` of `dir` (granted with name digests: too large
+    /// to send whole): the stored entries `names` (at most 4,096) of the directory, or of
+    /// the shard the delegation is of, so the holder answers later calls on them itself
+    /// (an unlink under its delegation needs the entry's inode record).
+    DelegEntries {
+        dir: String,
+        id: u64,
+        names: Vec<String>,
+    },
 }
 
 impl Request {
@@ -498,6 +507,7 @@ impl Request {
             MigrateOut { .. } => 65,
             MigrateEntries { .. } => 66,
             MigrateDone { .. } => 67,
+            DelegEntries { .. } => 68,
         }
     }
 
@@ -636,6 +646,7 @@ impl Request {
                 | MigrateDone { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
+                | DelegEntries { .. }
                 | Layout { .. }
                 | Probe { .. }
                 | Xattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
@@ -656,7 +667,7 @@ pub enum Privilege {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 68] = [
+pub const OPCODE_NAMES: [&str; 69] = [
     "invalid",
     "ping",
     "mkdir",
@@ -725,6 +736,7 @@ pub const OPCODE_NAMES: [&str; 68] = [
     "migrate_out",
     "migrate_entries",
     "migrate_done",
+    "deleg_entries",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -819,6 +831,8 @@ pub enum Reply {
     Map(String),
     /// Directory objects handed over (`MigrateOut`, `MigrateEntries`).
     Moved(Vec<crate::migrate::MovedDir>),
+    /// Stored entries (`DelegEntries`), one per name asked, `None` for a name not there.
+    Entries(Vec<Option<Inode>>),
 }
 
 /// What a response body holds.

@@ -275,6 +275,7 @@ fn requests() -> Vec<Request> {
         Request::MigrateOut { paths: vec!["/a".into()] },
         Request::MigrateEntries { path: "/a".into(), ino: 7, after: Some("f".into()), limit: 100 },
         Request::MigrateDone { paths: vec!["/a".into()] },
+        Request::DelegEntries { dir: "/d".into(), id: 12, names: vec!["a".into(), "b".into()] },
     ]
 }
 
@@ -418,6 +419,7 @@ fn responses() -> Vec<Response> {
         Err(WireError::new(Errno::ENOENT, "'/a' does not exist")),
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),
+        Ok(Reply::Entries(vec![Some(inode()), None])),
     ]
 }
 

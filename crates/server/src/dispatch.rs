@@ -203,6 +203,7 @@ impl Osd {
                 self.deleg_flush(&dir, id, seq, creds, ops, release, c).await
             }
             DelegWait { session } => self.deleg_wait(session, c).await,
+            DelegEntries { dir, id, names } => self.deleg_entries(&dir, id, &names, c),
             Compact { live_percent } => {
                 self.compact_now(live_percent.min(100) as f64 / 100.0).await?;
                 Ok(Reply::Done)

@@ -258,7 +258,7 @@ impl Held {
         }
         let now = Timespec::now();
         self.obj.count_entry(a.kind, -1, now);
-        self.entries.remove(name);
+        self.drop_entry(name);
         if self.cancel_create(name) {
             self.queue(DelegOp::Touch { time: now });
         } else {
@@ -320,6 +320,7 @@ impl Held {
         }
         (self.obj.mtime, self.obj.ctime) = (now, now);
         let mut l = self.entries.remove(from).expect("checked above");
+        self.drop_entry(from);
         if let Local::Known { attr, .. } = &mut l {
             attr.ctime = now;
         }

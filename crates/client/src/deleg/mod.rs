@@ -66,6 +66,17 @@ const BEFORE_PATIENCE: Duration = Duration::from_secs(10);
 
 type Slot = Arc<tokio::sync::Mutex<Held>>;
 
+/// Directories whose last batch stat through the servers is remembered.
+const MAX_UNLEARNT_DIRS: usize = 16;
+
+/// What the home of a distributed directory last said of it: its attributes, when, and
+/// (server, delegation, entries, subdirectories) of each shard this client held then.
+struct DistAttr {
+    attr: Attr,
+    at: Instant,
+    shards: Vec<(ServerId, u64, u64, u64)>,
+}
+
 /// What a delegation is of: a directory's home object, or one storing server's shard of a
 /// distributed directory (the entries whose names Eq. 2 places there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,8 +144,12 @@ struct State {
     polled: HashMap<ServerId, Instant>,
     /// Recalls of delegations not installed yet (their grant still in transit).
     early: HashSet<u64>,
-    /// The attributes the home of a distributed directory last gave, and when.
-    dist_attrs: HashMap<String, (Attr, Instant)>,
+    /// The attributes the home of a distributed directory last gave, when, and the
+    /// counts of the shards this client held then.
+    dist_attrs: HashMap<String, DistAttr>,
+    /// The names of the last batch stat of a distributed directory that the servers
+    /// answered for shards not delegated here, per directory (see `unlearnt`).
+    unlearnt: HashMap<String, Vec<String>>,
     background: bool,
 }
 
@@ -149,7 +164,7 @@ pub(crate) struct Delegations {
     /// Operations the servers have applied from this client's flushes.
     written: AtomicU64,
     /// How much work delegations cost here: see [`DelegWork`].
-    work: [AtomicU64; 3],
+    work: [AtomicU64; 4],
 }
 
 /// Counts of the work this client's delegations did, which must follow what changed, not
@@ -162,6 +177,8 @@ pub struct DelegWork {
     pub grants: u64,
     /// Entries and name digests the grants carried.
     pub granted: u64,
+    /// Entries asked of the servers for delegations granted with digests.
+    pub learnt: u64,
 }
 
 impl Delegations {
@@ -227,8 +244,8 @@ impl Delegations {
 
     /// The work this client's delegations did since it started.
     pub fn work(&self) -> DelegWork {
-        let [visited, grants, granted] = self.work.each_ref().map(|c| c.load(Ordering::Relaxed));
-        DelegWork { visited, grants, granted }
+        let [visited, grants, granted, learnt] = self.work.each_ref().map(|c| c.load(Ordering::Relaxed));
+        DelegWork { visited, grants, granted, learnt }
     }
 
     /// The delegation on `dir` for a change about to be made by `caller`: the write
@@ -277,71 +294,66 @@ impl Delegations {
     }
 
     /// Keeps the attributes the home of distributed directory `dir` gave (after this
-    /// client wrote its shards' queued work back).
-    pub fn learn_dist_attr(&self, dir: &str, a: &Attr) {
+    /// client wrote its shards' queued work back), with the counts of the shards held now.
+    pub async fn learn_dist_attr(&self, dir: &str, a: &Attr) {
+        let slots: Vec<(ServerId, Slot)> = {
+            let st = self.state();
+            st.held
+                .iter()
+                .filter(|((d, s), _)| d == dir && s.is_some())
+                .map(|((_, s), h)| (s.unwrap(), h.clone()))
+                .collect()
+        };
+        let mut shards = Vec::with_capacity(slots.len());
+        for (server, slot) in slots {
+            let mut h = slot.lock().await;
+            if h.gone {
+                return;
+            }
+            // The home's counts include what was sent to the shard's server: from here on
+            // only this client's changes move them (kept as differences from now).
+            h.dir_stale = false;
+            shards.push((server, h.id, h.obj.entries, h.obj.subdirs));
+        }
         let mut st = self.state();
         if st.dist_attrs.len() >= MAX_ACTIVITY {
-            st.dist_attrs.retain(|_, (_, at)| at.elapsed() < DIST_ATTR_TTL);
+            st.dist_attrs.retain(|_, d| d.at.elapsed() < DIST_ATTR_TTL);
         }
-        st.dist_attrs.insert(dir.to_string(), (a.clone(), Instant::now()));
+        st.dist_attrs.insert(dir.to_string(), DistAttr { attr: a.clone(), at: Instant::now(), shards });
     }
 
-    /// The attributes of distributed directory `dir` (of incarnation `incarnation`,
-    /// stored by `servers`) when this client holds a delegation of every shard and learnt
-    /// the directory's own from its home less than [`DIST_ATTR_TTL`] ago: those, with the
-    /// entry and subdirectory counts summed over the shards as this client has changed
-    /// them and the latest change time, as the home would sum them. A kernel that checks
-    /// the directory's permissions before each create in it (its copy dropped by the
-    /// create before) is answered here, not by a round of every storing server.
-    pub async fn dist_dir_attr(
-        &self,
-        dir: &str,
-        incarnation: u64,
-        servers: &[ServerId],
-        caller: &Cred,
-    ) -> Option<Attr> {
-        let mut a = {
+    /// The attributes of distributed directory `dir` (of incarnation `incarnation`) when
+    /// its home gave them less than [`DIST_ATTR_TTL`] ago and this client still holds the
+    /// same shards as then: those, with the entry and subdirectory counts moved by what
+    /// this client changed in those shards since, and the latest change time. A kernel
+    /// that checks the directory's permissions before each create or unlink in it (its
+    /// copy dropped by the one before) is answered here, not by a round of every storing
+    /// server; a shard taken or returned since means asking the home again.
+    pub async fn dist_dir_attr(&self, dir: &str, incarnation: u64) -> Option<Attr> {
+        let (mut a, shards, held) = {
             let st = self.state();
-            let (a, at) = st.dist_attrs.get(dir)?;
-            (at.elapsed() < DIST_ATTR_TTL).then(|| a.clone())?
+            let d = st.dist_attrs.get(dir).filter(|d| d.at.elapsed() < DIST_ATTR_TTL)?;
+            let held = st.held.keys().filter(|(k, s)| k == dir && s.is_some()).count();
+            (d.attr.clone(), d.shards.clone(), held)
         };
-        let (mut size, mut subdirs) = (0u64, 0u64);
-        for &server in servers {
+        if shards.is_empty() || held != shards.len() {
+            return None;
+        }
+        let (mut size, mut subdirs) = (a.size as i64, (a.nlink as i64 - 2).max(0));
+        for (server, id, entries, dirs) in shards {
             let slot = self.held(dir, Target { server, shard: Some(incarnation), slot: None })?;
-            let mut h = slot.lock().await;
-            if h.gone || !self.leased(&h) || (h.dir_stale && !self.refresh_shard(&mut h, caller).await) {
+            let h = slot.lock().await;
+            if h.id != id || h.gone || h.dir_stale || !self.leased(&h) {
                 return None;
             }
-            size += h.obj.entries;
-            subdirs += h.obj.subdirs;
+            size += h.obj.entries as i64 - entries as i64;
+            subdirs += h.obj.subdirs as i64 - dirs as i64;
             a.mtime = a.mtime.max(h.obj.mtime);
+            a.ctime = a.ctime.max(h.obj.ctime);
         }
-        a.size = size;
-        a.nlink = (2 + subdirs).min(u32::MAX as u64) as u32;
+        a.size = size.max(0) as u64;
+        a.nlink = (2 + subdirs.max(0)).min(u32::MAX as i64) as u32;
         Some(a)
-    }
-
-    /// Learns the counts of shard `h` from its server after requests this client sent
-    /// there changed it (an entry unlinked through the server, as `rm -rf` does with names
-    /// the grant gave only as digests): its queue written back first, one `DirStat` of the
-    /// shard as `caller`. Whether the counts are known again.
-    async fn refresh_shard(&self, h: &mut Held, caller: &Cred) -> bool {
-        let Some(incarnation) = h.shard else { return false };
-        if self.write_back(h, false, Duration::ZERO).await.is_err() || h.gone {
-            return false;
-        }
-        let req = Request::Shard { incarnation, op: Box::new(Request::DirStat { path: h.dir.clone() }) };
-        let cred = Cred { session: self.session, ..caller.clone() };
-        match self.pool.call_as(h.server, &cred, &req).await {
-            Ok(Ok(Reply::Attr(a))) => {
-                h.obj.entries = a.size;
-                h.obj.subdirs = (a.nlink as u64).saturating_sub(2);
-                h.obj.mtime = a.mtime;
-                h.dir_stale = false;
-                true
-            }
-            _ => false,
-        }
     }
 
     /// This client has just made directory `dir`: its first change asks for a delegation
@@ -479,6 +491,62 @@ impl Delegations {
     /// unreachable server is retried for up to [`FLUSH_PATIENCE`] (sync, recall, return).
     pub async fn flush_locked(&self, h: &mut Held, release: bool) -> Result<(), FsError> {
         self.write_back(h, release, FLUSH_PATIENCE).await
+    }
+
+    /// Remembers `names` of distributed directory `dir`, stat'ed through the servers
+    /// because their shards were not delegated here: a program working through them
+    /// (`rm -rf`) gets the delegation with its next change, and its next call on one of
+    /// them then fetches them all at once instead of one by one.
+    pub fn note_unlearnt(&self, dir: &str, names: Vec<String>) {
+        let mut st = self.state();
+        if st.unlearnt.len() >= MAX_UNLEARNT_DIRS && !st.unlearnt.contains_key(dir) {
+            st.unlearnt.clear();
+        }
+        st.unlearnt.insert(dir.to_string(), names);
+    }
+
+    /// The names remembered by [`Self::note_unlearnt`] for `dir` if `name` is among them.
+    pub fn unlearnt(&self, dir: &str, name: &str) -> Option<Vec<String>> {
+        let st = self.state();
+        st.unlearnt.get(dir).filter(|v| v.iter().any(|n| n == name)).cloned()
+    }
+
+    /// Fetches the server's stored entries `names` of delegation `h` (granted with
+    /// digests; `names` are among those it asks the server about) as `caller`, and keeps
+    /// them in `h`, so calls on them are answered here.
+    pub async fn learn_entries(&self, h: &mut Held, names: Vec<String>, caller: &Cred) -> Result<(), FsError> {
+        self.work[3].fetch_add(names.len() as u64, Ordering::Relaxed);
+        let req = Request::DelegEntries { dir: h.dir.clone(), id: h.id, names };
+        let reply = self.pool.call_as(h.server, caller, &req).await;
+        let Request::DelegEntries { names, .. } = req else { unreachable!("built above") };
+        match reply {
+            Ok(Ok(Reply::Entries(found))) if found.len() == names.len() => {
+                h.learn(&names, found);
+                Ok(())
+            }
+            Ok(Ok(other)) => Err(FsError::new("stat", &h.dir, Errno::EPROTO).with_detail(format!("{other:?}"))),
+            Ok(Err(e)) => Err(FsError::new("stat", &h.dir, e.errno).with_detail(e.message)),
+            Err(e) => Err(FsError::new("stat", &h.dir, e.errno()).with_detail(e.to_string())),
+        }
+    }
+
+    /// After a call under `h` (locked): a full queue is written back; a delegation that
+    /// keeps too many entries forgets those the server has, and is returned if that is
+    /// not enough (`Held::trim`).
+    pub async fn settle(&self, h: &mut Held) {
+        if !h.full() && !h.over_kept() {
+            return;
+        }
+        if let Err(e) = self.write_back(h, false, Duration::ZERO).await {
+            tracing::warn!(dir = h.dir, error = %e, "cannot write back delegated work");
+            return;
+        }
+        if h.trim() {
+            tracing::debug!(dir = h.dir, kept = h.entries.len(), "returning a delegation that keeps too many entries");
+            if let Err(e) = self.write_back(h, true, Duration::ZERO).await {
+                tracing::warn!(dir = h.dir, error = %e, "cannot return a delegation");
+            }
+        }
     }
 
     /// [`Self::flush_locked`], resending to an unreachable server for at most `patience`

@@ -44,6 +44,7 @@ impl MountCore {
         if l.dir == "/" {
             entries.retain(|e| e.name != ORPHANS[1..] && e.name != STATS_FILE);
         }
+        self.listings.listed(&l.dir, &entries, after.is_none());
         let base = if after.is_some() { l.end() } else { 0 };
         Ok(Listing { dir: l.dir.clone(), caller: l.caller.clone(), base, entries: Arc::new(entries), next })
     }
@@ -185,6 +186,9 @@ impl MountCore {
     /// a listing up (`ls -l` after the kernel's plain `readdir`) costs one request per page,
     /// not one per entry. `None`: not listed there (ask the servers).
     pub(super) async fn listed_attr(&self, caller: &Caller, dir: &str, name: &str) -> Option<Attr> {
+        if let Some(a) = self.listings.find_ahead(dir, caller, name, self.attrs.ttl()) {
+            return Some(self.attrs.fresh(a.ino).unwrap_or(a));
+        }
         let listed = self.listings.find(dir, caller, name, self.attrs.ttl())?;
         let a = match listed.attr {
             Some(known) => known?,
@@ -195,6 +199,20 @@ impl MountCore {
         };
         // What this mount learnt since (a `setattr` of it) is newer.
         Some(self.attrs.fresh(a.ino).unwrap_or(a))
+    }
+
+    /// The attributes of entry `name` of `dir` for a lookup by `caller` that follows the
+    /// ones before it through a directory listed lately (in name or inode order, see
+    /// `listings.rs`): fetched with the [`PLUS_PAGE`] entries that come next in that order
+    /// in one batch stat (per storing server), kept for the lookups that follow. `None`:
+    /// ask the servers.
+    pub(super) async fn looked_ahead(&self, caller: &Caller, dir: &str, name: &str) -> Option<Attr> {
+        let names = self.listings.ahead_of(dir, name, PLUS_PAGE)?;
+        let found = self.as_caller(caller).statv(dir, &names, Semantics::PerformAll).await.ok()?;
+        let attrs: Vec<Option<Attr>> = found.into_iter().map(Result::ok).collect();
+        let mine = attrs[names.binary_search_by(|n| n.as_str().cmp(name)).ok()?].clone()?;
+        self.listings.set_ahead(dir, caller, names, attrs);
+        Some(self.attrs.fresh(mine.ino).unwrap_or(mine))
     }
 
     /// Fetches the attributes of up to [`PLUS_PAGE`] entries of `listing`'s window from

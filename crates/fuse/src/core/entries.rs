@@ -32,7 +32,10 @@ impl MountCore {
         }
         let p = self.child(parent, name)?;
         let listed = match plusfs_proto::path::split(&p) {
-            Some((dir, entry)) => self.listed_attr(caller, dir, entry).await,
+            Some((dir, entry)) => match self.listed_attr(caller, dir, entry).await {
+                Some(a) => Some(a),
+                None => self.looked_ahead(caller, dir, entry).await,
+            },
             None => None,
         };
         let a = match listed {

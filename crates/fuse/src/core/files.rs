@@ -223,7 +223,7 @@ impl MountCore {
         let w = c.delegation_work();
         let deleg = format!(
             "delegations held {} pending {} written {}\n\
-             delegation work visited {} grants {} granted {}\n\
+             delegation work visited {} grants {} granted {} learnt {}\n\
              direct io written {put} read {got} capabilities {caps}\n",
             c.delegations_held(),
             c.delegated_pending(),
@@ -231,6 +231,7 @@ impl MountCore {
             w.visited,
             w.grants,
             w.granted,
+            w.learnt,
         );
         self.stats.open(fh, &deleg);
         Ok(fh)

@@ -46,6 +46,9 @@ const INO_BLOCK: u32 = 16_384;
 /// lease, which must not lapse between two polls, `docs/protocol.md`).
 const MAX_WAIT: Duration = Duration::from_secs(5);
 
+/// Most entries one `DelegEntries` asks for.
+const MAX_ENTRIES_ASKED: usize = 4096;
+
 /// How long an ended delegation's record stays to answer a resent last flush.
 const KEEP_ENDED_SECS: u64 = 600;
 
@@ -278,6 +281,27 @@ impl Osd {
             self.prune_ended().await;
         }
         Ok(Reply::Flushed(Flushed { failed, ended }))
+    }
+
+    /// `DelegEntries` from `c`: the stored entries `names` of the directory (or shard) of
+    /// live delegation `id`, for its holder (granted digests only) to answer later calls
+    /// on them itself. Only the holding session may ask, and only as a caller that may
+    /// search the directory.
+    pub(crate) fn deleg_entries(&self, dir: &str, id: u64, names: &[String], c: &Cred) -> Response {
+        let rec = self.delegs.record(id).filter(|r| r.dir == dir && r.live);
+        let Some(Record { session, shard, .. }) = rec else {
+            return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
+        };
+        if session != c.session {
+            return Err(err(Errno::EPERM, format!("delegation {id} of '{dir}' is another client's")));
+        }
+        if names.len() > MAX_ENTRIES_ASKED {
+            return Err(err(Errno::EINVAL, format!("'{dir}': at most {MAX_ENTRIES_ASKED} entries per request")));
+        }
+        let host = self.host(dir, via_of(shard))?;
+        perm::check_search(c, &host.obj, dir)?;
+        let one = |name: &String| self.store.get_entry(host.obj.ino, name).map_err(eio);
+        Ok(Reply::Entries(names.iter().map(one).collect::<Result<_, _>>()?))
     }
 
     /// Forgets ended delegations older than [`KEEP_ENDED_SECS`].
