@@ -33,7 +33,8 @@ pub struct MountArgs {
     /// device nodes open without a check),
     /// `nodeleg` (no directory delegations: every change goes to the servers at once),
     /// `max_background=N` (requests in flight, default 64), `workers=N` (threads serving
-    /// requests, default 2), `readahead=KIB` (the kernel's read-ahead, default 8192; 0
+    /// requests, default 2), `readers=N` (threads reading `/dev/fuse`, each on a clone of
+    /// the device, default 2), `readahead=KIB` (the kernel's read-ahead, default 8192; 0
     /// keeps the kernel's 128 KiB), `metrics=HOST:PORT` (serve Prometheus histograms of
     /// the FUSE operations there).
     #[arg(short = 'o', value_delimiter = ',')]
@@ -67,6 +68,9 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             Some(("workers", v)) => {
                 s.workers = v.parse().ok().filter(|n| (1..=64).contains(n)).context("workers must be 1 to 64")?
             }
+            Some(("readers", v)) => {
+                s.readers = v.parse().ok().filter(|n| (1..=16).contains(n)).context("readers must be 1 to 16")?
+            }
             Some(("metrics", v)) => {
                 v.parse::<std::net::SocketAddr>().with_context(|| format!("metrics={v}: expected HOST:PORT"))?;
                 s.metrics = Some(v.to_string());
@@ -80,8 +84,8 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             }
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
-                 writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readahead=KIB, \
-                 metrics=HOST:PORT)"
+                 writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readers=N, \
+                 readahead=KIB, metrics=HOST:PORT)"
             ),
         }
     }

@@ -40,8 +40,9 @@ pub struct MountSettings {
     pub max_background: u16,
     /// Threads of the runtime the mount's operations run on (default 2).
     pub workers: usize,
-    /// Threads reading requests from `/dev/fuse` (default 1: a request that must wait is
-    /// handed to the runtime after its first poll).
+    /// Threads reading requests from `/dev/fuse`, each on its own clone of the device
+    /// (default 2: while one replies, the other already waits for the next request; a
+    /// request that must wait is handed to the runtime after its first poll).
     pub readers: usize,
     /// Let the kernel check permission bits too (default on; `-o nodefault_permissions`
     /// leaves every check to the servers, which check each call with the caller's
@@ -71,7 +72,7 @@ impl Default for MountSettings {
             writeback_cache: false,
             max_background: 64,
             workers: 2,
-            readers: 1,
+            readers: 2,
             default_permissions: true,
             delegations: true,
             readahead_kib: 8192,
@@ -88,6 +89,9 @@ pub fn config(settings: &MountSettings) -> Config {
         c.mount_options.push(MountOption::DefaultPermissions);
     }
     c.n_threads = Some(settings.readers.max(1));
+    // Each reader on its own clone of the device: the kernel queues a request for the
+    // reader that is waiting, not for one thread behind a shared descriptor.
+    c.clone_fd = settings.readers > 1;
     if settings.allow_other {
         c.acl = SessionACL::All;
     }
