@@ -6,7 +6,10 @@
 # at that size) are measured with 1 and 4 processes through the FUSE mount (default
 # options: delegations), through the mount with -o nodeleg, and through the native API
 # (one request per operation), all in that same directory; a tmpfs directory grown the
-# same way is the yardstick. The mount's RSS is read at each size. At the largest size,
+# same way is the yardstick. Before each size the servers are left to settle after the
+# fill, and each target makes a few changes before it is measured (the mount takes the
+# shards' delegations back from the client before it); what that hand-over costs is
+# measured apart. The mount's RSS is read at each size. At the largest size,
 # `ls -f | wc -l`, `ls -l`, `find -name` and `rm -rf` run through the mount and on tmpfs.
 # Results: JSON lines in bench/out/bigdir/raw.jsonl, report bench/out/bigdir/report.md.
 set -euo pipefail
@@ -46,13 +49,42 @@ done
 [ -n "$mount_pid" ] || { echo "no process id from plusfs mount" >&2; exit 1; }
 rss() { awk '/VmRSS/ { print $2 * 1024 }' "/proc/$mount_pid/status"; }
 
-# Waits until cluster directory $1 is no longer being spread over servers.
+# Waits until cluster directory $1 is no longer being spread over servers, then until the
+# servers are idle (the bulk fill leaves them compacting, which is not what is measured).
 settled() {
   for _ in $(seq 1 1200); do
-    "$PLUSFS" hugedir "$1" 2>/dev/null | grep -qi distributing || return 0
+    "$PLUSFS" hugedir "$1" 2>/dev/null | grep -qi distributing || break
     sleep 0.1
   done
-  echo "warning: $1 still being distributed" >&2
+  local pids ticks last quiet=0
+  pids=$(pgrep -f "server --cluster $cluster/" || true)
+  [ -n "$pids" ] || return 0
+  ticks() { for p in $pids; do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null; done | awk '{ s += $1 } END { print s }'; }
+  last=$(ticks)
+  for _ in $(seq 1 120); do
+    sleep 1
+    now=$(ticks)
+    # Under 5 % of one CPU for 3 seconds in a row.
+    if [ $((now - last)) -le 5 ]; then quiet=$((quiet + 1)); else quiet=0; fi
+    last=$now
+    [ "$quiet" -ge 3 ] && return 0
+  done
+  echo "warning: the servers stayed busy" >&2
+}
+
+# The cost of taking a grown directory over from another client: the native API creates
+# a few files (recalling the mount's delegations of every shard), then the mount's first
+# 40 creates wait for the new grants, whose name digests the servers read from the
+# whole directory.
+handover() {
+  "$PLUSFS" bench -n 8 -d "$dir" --prefix "h$1" create >/dev/null
+  local t0 t1
+  t0=$(date +%s%N)
+  for k in $(seq 1 40); do : > "$mnt$dir/h$1.mount.$k"; done
+  t1=$(date +%s%N)
+  echo "{\"size\":$1,\"handover_ms\":$(((t1 - t0) / 1000000))}" >> "$raw"
+  rm -f "$mnt$dir"/h"$1".mount.*
+  "$PLUSFS" bench -n 8 -d "$dir" --prefix "h$1" unlink >/dev/null
 }
 
 # Each target once on a few files first: the mounts' first requests set up connections and
@@ -74,6 +106,7 @@ for size in $SIZES; do
   fi
   settled "$dir"
   echo "{\"size\":$size,\"mount_rss\":$(rss)}" >> "$raw"
+  handover "$size"
   for procs in $PROCS; do
     for target in mount nodeleg native local; do
       case $target in
@@ -83,6 +116,9 @@ for size in $SIZES; do
         local) args=(--target "local:$local") ;;
       esac
       echo "$size entries: $target, $procs process(es)" >&2
+      # A few operations first: the mount takes its delegations of the directory's shards
+      # back from the client before it (measured apart: handover).
+      "$PLUSFS" bench "${args[@]}" -n 40 -d "$dir" --prefix "w$procs$target" create unlink >/dev/null
       "$PLUSFS" bench "${args[@]}" -n $((OPS / procs)) -c "$procs" -d "$dir" --prefix "m$procs" --json \
         create stat unlink |
         tag "{\"size\":$size,\"procs\":$procs,\"target\":\"$target\",\"localfs\":\"$localfs\"}" >> "$raw"

@@ -12,7 +12,7 @@ PHASES = ["create", "stat", "unlink"]
 
 def load(path):
     rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
-    rates, rss, tools = {}, {}, []
+    rates, rss, tools, handover = {}, {}, [], {}
     for r in rows:
         phase = r.get("phase") or r.get("op")
         rate = r.get("ops_per_sec") or r.get("rate")
@@ -24,7 +24,9 @@ def load(path):
                 rss.setdefault(r["size"], {})[k] = r[k]
         if "tool" in r:
             tools.append(r)
-    return rates, rss, tools
+        if "handover_ms" in r:
+            handover[r["size"]] = r["handover_ms"]
+    return rates, rss, tools, handover
 
 
 def rate_table(rates, procs, sizes):
@@ -51,7 +53,7 @@ def rate_table(rates, procs, sizes):
 
 
 def main():
-    rates, rss, tools = load(sys.argv[1])
+    rates, rss, tools, handover = load(sys.argv[1])
     sizes = sorted({k[3] for k in rates})
     procs = sorted({k[0] for k in rates})
     print("# Cost per operation as a directory grows\n")
@@ -71,6 +73,16 @@ def main():
         r = rss[s]
         cells = [f"{r[k] / 2**20:.0f}" if k in r else "-" for k in ("mount_rss", "mount_rss_after", "mount_rss_listed")]
         print(f"| {s:,} | " + " | ".join(cells) + " |")
+    if handover:
+        print("\n### Taking the directory over from another client\n")
+        print(
+            "The mount's first 40 creates after the native API changed the directory "
+            "(new grants of every shard), ms:\n"
+        )
+        print("| N | ms |")
+        print("|---|---|")
+        for s in sorted(handover):
+            print(f"| {s:,} | {handover[s]} |")
     if tools:
         size = tools[0]["size"]
         print(f"\n### Whole directory of {size:,} entries, seconds\n")
