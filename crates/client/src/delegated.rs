@@ -57,7 +57,7 @@ impl Client {
             _ => d.held(dir, t)?,
         };
         let mut h = slot.lock().await;
-        if h.gone || !d.leased(&h) || (h.read && matches!(need, Need::Write | Need::Change)) {
+        if h.gone || h.releasing() || !d.leased(&h) || (h.read && matches!(need, Need::Write | Need::Change)) {
             return None;
         }
         let out = f(&mut h)?;
@@ -72,7 +72,7 @@ impl Client {
         let Some(d) = self.delegs.as_ref() else { return false };
         let Some(slot) = self.deleg_target(dir, Some(name)).and_then(|t| d.held(dir, t)) else { return false };
         let mut h = slot.lock().await;
-        if h.gone || !d.leased(&h) || h.digests.is_none() {
+        if h.gone || h.releasing() || !d.leased(&h) || h.digests.is_none() {
             return false;
         }
         let batch = match names {

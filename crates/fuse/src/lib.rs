@@ -88,14 +88,26 @@ pub fn config(settings: &MountSettings) -> Config {
     if settings.default_permissions {
         c.mount_options.push(MountOption::DefaultPermissions);
     }
-    c.n_threads = Some(settings.readers.max(1));
-    // Each reader on its own clone of the device: the kernel queues a request for the
-    // reader that is waiting, not for one thread behind a shared descriptor.
-    c.clone_fd = settings.readers > 1;
+    // Each reader on its own clone of the device (opened again): where that cannot be
+    // opened, one reader.
+    let readers = match settings.readers > 1 && !can_open_fuse_device() {
+        true => {
+            tracing::warn!("/dev/fuse cannot be opened again: one reader thread");
+            1
+        }
+        false => settings.readers.max(1),
+    };
+    c.n_threads = Some(readers);
+    c.clone_fd = readers > 1;
     if settings.allow_other {
         c.acl = SessionACL::All;
     }
     c
+}
+
+/// Whether this process may open `/dev/fuse` (a reader's clone of the device opens it).
+fn can_open_fuse_device() -> bool {
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok()
 }
 
 /// Mounts `client`'s cluster at `mountpoint` and serves until it is unmounted.

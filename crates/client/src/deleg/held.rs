@@ -131,13 +131,20 @@ impl Held {
         }
     }
 
+    /// Whether a flush returning the delegation awaits its answer: nothing more may be
+    /// done under it (what was queued after it would be dropped when it ends).
+    pub fn releasing(&self) -> bool {
+        matches!(self.unacked, Some(Request::DelegFlush { release: true, .. }))
+    }
+
     /// Whether more entries are kept than [`MAX_KEPT`].
     pub fn over_kept(&self) -> bool {
         self.digests.is_some() && self.entries.len() > MAX_KEPT
     }
 
     /// After a write-back (nothing queued): forgets the entries the server has as they
-    /// are known here and that their digests still find there. Whether too many are
+    /// are known here (clean, not changed through the server) and that their digests
+    /// still find there. Whether too many are
     /// still kept (the delegation should be returned).
     pub fn trim(&mut self) -> bool {
         if !self.over_kept() || !self.pending.is_empty() || self.unacked.is_some() {
@@ -145,10 +152,9 @@ impl Held {
         }
         let Some(d) = self.digests.take() else { return false };
         let granted = |n: &str| d.binary_search(&plusfs_proto::name_digest(n)).is_ok();
-        self.entries.retain(|n, l| match l {
-            Local::Known { dirty: false, .. } | Local::Unknown => !granted(n),
-            _ => true,
-        });
+        // Only entries known as the server has them: an `Unknown` one may be changing on
+        // the server by a request still in flight (asked again, it could come back stale).
+        self.entries.retain(|n, l| !(matches!(l, Local::Known { dirty: false, .. }) && granted(n)));
         self.digests = Some(d);
         self.over_kept()
     }

@@ -444,6 +444,11 @@ impl Delegations {
         }
         let fsync = matches!(req, Request::Fsync { .. });
         for (dir, touch, subtree) in plusfs_proto::touch::touched(req) {
+            if matches!(touch, Touch::Entry(_) | Touch::Object) && !fsync {
+                // A change sent to the servers: the distributed directory's attributes
+                // answered from the holder's own changes would miss it.
+                self.state().dist_attrs.remove(&dir);
+            }
             let slots: Vec<Slot> = {
                 let st = self.state();
                 match subtree {
@@ -520,7 +525,8 @@ impl Delegations {
         let reply = self.pool.call_as(h.server, caller, &req).await;
         let Request::DelegEntries { names, .. } = req else { unreachable!("built above") };
         match reply {
-            Ok(Ok(Reply::Entries(found))) if found.len() == names.len() => {
+            // A reply may stop short (its size is bounded): the rest is asked again.
+            Ok(Ok(Reply::Entries(found))) if found.len() <= names.len() => {
                 h.learn(&names, found);
                 Ok(())
             }

@@ -208,10 +208,12 @@ impl MountCore {
     /// ask the servers.
     pub(super) async fn looked_ahead(&self, caller: &Caller, dir: &str, name: &str) -> Option<Attr> {
         let names = self.listings.ahead_of(dir, name, PLUS_PAGE)?;
+        let since = self.listings.changes();
         let found = self.as_caller(caller).statv(dir, &names, Semantics::PerformAll).await.ok()?;
         let attrs: Vec<Option<Attr>> = found.into_iter().map(Result::ok).collect();
         let mine = attrs[names.binary_search_by(|n| n.as_str().cmp(name)).ok()?].clone()?;
-        self.listings.set_ahead(dir, caller, names, attrs);
+        // A change through this mount during the fetch: the batch may be stale.
+        self.listings.set_ahead(dir, caller, names, attrs, since).then_some(())?;
         Some(self.attrs.fresh(mine.ino).unwrap_or(mine))
     }
 

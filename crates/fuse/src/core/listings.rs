@@ -110,6 +110,9 @@ pub(crate) struct Listings {
     open: Mutex<HashMap<u64, Open>>,
     recent: Mutex<Vec<Recent>>,
     ahead: Mutex<Vec<Ahead>>,
+    /// Counts the changes made through this mount that make fetched attributes stale: a
+    /// batch fetched ahead while one happened is not kept.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl Listings {
@@ -176,6 +179,7 @@ impl Listings {
     /// Directory `dir` changed through this mount: the attributes fetched for its open
     /// listings may be stale (the listings themselves stay, as a snapshot would).
     pub fn drop_pages(&self, dir: &str) {
+        self.changed();
         for o in self.lock().values_mut().filter(|o| o.listing.dir == dir) {
             o.page = None;
         }
@@ -185,6 +189,7 @@ impl Listings {
     /// The entry at `path` was renamed or exchanged through this mount: what was fetched
     /// for its directory, and for listings at or below it (a directory moved), is stale.
     pub fn path_changed(&self, path: &str) {
+        self.changed();
         let parent = plusfs_proto::path::split(path).map(|(d, _)| d);
         for o in self.lock().values_mut() {
             let d = o.listing.dir.as_str();
@@ -199,12 +204,22 @@ impl Listings {
     /// Entry `name` of `dir` was removed through this mount: the attributes fetched for it
     /// no longer hold (the others do).
     pub fn entry_removed(&self, dir: &str, name: &str) {
+        self.changed();
         for o in self.lock().values_mut().filter(|o| o.listing.dir == dir && o.page.is_some()) {
             o.removed.insert(name.to_string());
         }
         for a in self.ahead.lock().expect("ahead").iter_mut().filter(|a| a.dir == dir) {
             a.removed.insert(name.to_string());
         }
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Where the count of changes through this mount stands (see [`Listings::set_ahead`]).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Drops the listing of `fh`.
@@ -274,15 +289,28 @@ impl Listings {
         Some(names)
     }
 
-    /// Keeps the attributes fetched for `names` (sorted) of `dir` as `caller`.
-    pub fn set_ahead(&self, dir: &str, caller: &Caller, names: Vec<String>, attrs: Vec<Option<Attr>>) {
+    /// Keeps the attributes fetched for `names` (sorted) of `dir` as `caller`, unless
+    /// something changed through this mount since [`Listings::changes`] said `since`
+    /// (before the fetch). Whether they were kept.
+    pub fn set_ahead(
+        &self,
+        dir: &str,
+        caller: &Caller,
+        names: Vec<String>,
+        attrs: Vec<Option<Attr>>,
+        since: u64,
+    ) -> bool {
         let mut ahead = self.ahead.lock().expect("ahead");
+        if self.changes() != since {
+            return false;
+        }
         ahead.retain(|a| a.dir != dir || a.caller != *caller);
         if ahead.len() >= AHEAD_PAGES {
             ahead.remove(0);
         }
         let (dir, caller, fetched) = (dir.to_string(), caller.clone(), Instant::now());
         ahead.push(Ahead { dir, caller, names, attrs, fetched, removed: Default::default() });
+        true
     }
 
     /// The attributes of `name` in `dir` fetched ahead for `caller` within `ttl`.
@@ -340,7 +368,10 @@ mod tests {
         }
         let a = |i: u64| Some(plusfs_proto::Attr::of_dir(&plusfs_proto::DirObject::new(i, 0o755, 0, 0)));
         let caller = Caller::ROOT;
-        l.set_ahead("/d", &caller, vec!["a".into(), "b".into()], vec![a(1), a(2)]);
+        let since = l.changes();
+        l.entry_removed("/e", "x");
+        assert!(!l.set_ahead("/d", &caller, vec!["a".into()], vec![a(1)], since), "a change came meanwhile");
+        assert!(l.set_ahead("/d", &caller, vec!["a".into(), "b".into()], vec![a(1), a(2)], l.changes()));
         let ttl = Duration::from_secs(1);
         assert_eq!(l.find_ahead("/d", &caller, "b", ttl).map(|a| a.ino), Some(2));
         assert_eq!(l.find_ahead("/d", &Caller { uid: 5, ..Caller::ROOT }, "b", ttl), None, "another caller");

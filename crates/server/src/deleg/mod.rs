@@ -48,6 +48,9 @@ const MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// Most entries one `DelegEntries` asks for.
 const MAX_ENTRIES_ASKED: usize = 4096;
+/// About the most bytes of entries one `DelegEntries` answer carries (the answer stops
+/// short past it, well within a frame).
+const MAX_ENTRIES_BYTES: usize = 4 << 20;
 
 /// How long an ended delegation's record stays to answer a resent last flush.
 const KEEP_ENDED_SECS: u64 = 600;
@@ -300,8 +303,17 @@ impl Osd {
         }
         let host = self.host(dir, via_of(shard))?;
         perm::check_search(c, &host.obj, dir)?;
-        let one = |name: &String| self.store.get_entry(host.obj.ino, name).map_err(eio);
-        Ok(Reply::Entries(names.iter().map(one).collect::<Result<_, _>>()?))
+        let mut found = Vec::with_capacity(names.len());
+        let mut bytes = 0;
+        for name in names {
+            let e = self.store.get_entry(host.obj.ino, name).map_err(eio)?;
+            bytes += name.len() + e.as_ref().map_or(1, |i| encode(i).len());
+            if bytes > MAX_ENTRIES_BYTES && !found.is_empty() {
+                break; // the holder asks for the rest again
+            }
+            found.push(e);
+        }
+        Ok(Reply::Entries(found))
     }
 
     /// Forgets ended delegations older than [`KEEP_ENDED_SECS`].
