@@ -116,6 +116,17 @@ fn creates_cost_the_same_as_a_directory_grows_through_the_mount() {
     cluster.assert_fsck_clean();
 }
 
+/// Creates files `{prefix}-000000`... (`n` of them) in `dir` through the native API, in
+/// batches of 5,000.
+async fn fill(c: &plusfs_client::Client, dir: &str, n: usize, prefix: &str) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
+        let names: Vec<String> = chunk.iter().map(|i| format!("{prefix}-{i:06}")).collect();
+        let done =
+            c.batch(BatchOp::Create { exclusive: true }, dir, &names, 0o644, Semantics::PerformAll).await.unwrap();
+        assert!(done.iter().all(|o| matches!(o, plusfs_client::Outcome::Done(_))), "{dir}");
+    }
+}
+
 /// A directory of 200,000 entries (made through the native API) listed through the mount:
 /// the same names as the native listing, each once, with the mount's memory bounded.
 #[test]
@@ -129,14 +140,7 @@ fn a_listing_of_200000_entries_through_the_mount_matches_the_native_one() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         c.mkdir("/list", 0o755).await.unwrap();
-        for chunk in (0..N).collect::<Vec<_>>().chunks(5_000) {
-            let names: Vec<String> = chunk.iter().map(|i| format!("entry-{i:06}")).collect();
-            let done = c
-                .batch(BatchOp::Create { exclusive: true }, "/list", &names, 0o644, Semantics::PerformAll)
-                .await
-                .unwrap();
-            assert!(done.iter().all(|o| matches!(o, plusfs_client::Outcome::Done(_))));
-        }
+        fill(&c, "/list", N, "entry").await;
     });
     let native: BTreeSet<String> = rt.block_on(c.readdir("/list")).unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(native.len(), N);
@@ -223,14 +227,7 @@ fn removing_a_huge_directory_made_elsewhere_costs_few_server_requests() {
     for dir in ["/gone", "/tree"] {
         rt.block_on(async {
             c.mkdir(dir, 0o755).await.unwrap();
-            for chunk in (0..N).collect::<Vec<_>>().chunks(5_000) {
-                let names: Vec<String> = chunk.iter().map(|i| format!("file-{i:06}")).collect();
-                let done = c
-                    .batch(BatchOp::Create { exclusive: true }, dir, &names, 0o644, Semantics::PerformAll)
-                    .await
-                    .unwrap();
-                assert!(done.iter().all(|o| matches!(o, plusfs_client::Outcome::Done(_))));
-            }
+            fill(&c, dir, N, "file").await;
             for k in 0..5 {
                 c.link(&format!("{dir}/file-{k:06}"), &format!("{dir}/link-{k}")).await.unwrap();
                 c.mkdir(&format!("{dir}/sub-{k}"), 0o755).await.unwrap();
