@@ -208,7 +208,7 @@ impl MountCore {
     /// ask the servers.
     pub(super) async fn looked_ahead(&self, caller: &Caller, dir: &str, name: &str) -> Option<Attr> {
         let names = self.listings.ahead_of(dir, name, PLUS_PAGE)?;
-        let since = self.listings.changes();
+        let since = self.listings.changes(dir);
         let found = self.as_caller(caller).statv(dir, &names, Semantics::PerformAll).await.ok()?;
         let attrs: Vec<Option<Attr>> = found.into_iter().map(Result::ok).collect();
         let mine = attrs[names.binary_search_by(|n| n.as_str().cmp(name)).ok()?].clone()?;
@@ -223,12 +223,13 @@ impl MountCore {
         let from = start.saturating_sub(listing.base).min(listing.entries.len());
         let names: Vec<String> = listing.entries[from..].iter().take(PLUS_PAGE).map(|e| e.name.clone()).collect();
         let client = self.as_caller(&listing.caller);
+        let since = self.listings.changes(&listing.dir);
         let (attrs, dir_attr) =
             tokio::join!(client.statv(&listing.dir, &names, Semantics::PerformAll), client.lstat_dir(&listing.dir));
         let attrs = self.run(async { attrs }).await?.into_iter().map(Result::ok).collect();
         let dir_attr = self.run(async { dir_attr }).await?;
         let page = PlusPage { start, attrs: Arc::new(attrs), dir_attr, fetched: std::time::Instant::now() };
-        self.listings.set_page(fh, &listing.entries, page.clone());
+        self.listings.set_page(fh, &listing.entries, page.clone(), since);
         Ok(page)
     }
 

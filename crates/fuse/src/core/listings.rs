@@ -110,9 +110,23 @@ pub(crate) struct Listings {
     open: Mutex<HashMap<u64, Open>>,
     recent: Mutex<Vec<Recent>>,
     ahead: Mutex<Vec<Ahead>>,
-    /// Counts the changes made through this mount that make fetched attributes stale: a
-    /// batch fetched ahead while one happened is not kept.
-    changes: std::sync::atomic::AtomicU64,
+    /// Counts the changes made through this mount that make fetched attributes stale, per
+    /// directory (hashed into [`CHANGE_SLOTS`] counters) and for renames, which may touch
+    /// any directory below: a batch fetched while one happened in its directory is not
+    /// kept.
+    changes: [std::sync::atomic::AtomicU64; CHANGE_SLOTS],
+    moves: std::sync::atomic::AtomicU64,
+}
+
+/// Counters of changes by directory (a change in one directory seldom discards a batch
+/// of another).
+const CHANGE_SLOTS: usize = 32;
+
+fn slot(dir: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut h);
+    (h.finish() % CHANGE_SLOTS as u64) as usize
 }
 
 impl Listings {
@@ -147,8 +161,12 @@ impl Listings {
 
     /// Keeps the attributes fetched for `fh` from its window `window` (not if the handle
     /// has moved to another window meanwhile: they would name other entries).
-    pub fn set_page(&self, fh: u64, window: &Arc<Vec<DirEntry>>, page: PlusPage) {
-        if let Some(o) = self.lock().get_mut(&fh).filter(|o| Arc::ptr_eq(&o.listing.entries, window)) {
+    /// Nor if something changed in its directory through this mount since
+    /// [`Listings::changes`] said `since` (before the fetch).
+    pub fn set_page(&self, fh: u64, window: &Arc<Vec<DirEntry>>, page: PlusPage, since: u64) {
+        let mut open = self.lock();
+        let Some(o) = open.get_mut(&fh).filter(|o| Arc::ptr_eq(&o.listing.entries, window)) else { return };
+        if self.changes(&o.listing.dir) == since {
             o.page = Some(page);
             o.removed.clear();
         }
@@ -179,7 +197,7 @@ impl Listings {
     /// Directory `dir` changed through this mount: the attributes fetched for its open
     /// listings may be stale (the listings themselves stay, as a snapshot would).
     pub fn drop_pages(&self, dir: &str) {
-        self.changed();
+        self.changed(dir);
         for o in self.lock().values_mut().filter(|o| o.listing.dir == dir) {
             o.page = None;
         }
@@ -189,7 +207,7 @@ impl Listings {
     /// The entry at `path` was renamed or exchanged through this mount: what was fetched
     /// for its directory, and for listings at or below it (a directory moved), is stale.
     pub fn path_changed(&self, path: &str) {
-        self.changed();
+        self.moves.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let parent = plusfs_proto::path::split(path).map(|(d, _)| d);
         for o in self.lock().values_mut() {
             let d = o.listing.dir.as_str();
@@ -204,7 +222,7 @@ impl Listings {
     /// Entry `name` of `dir` was removed through this mount: the attributes fetched for it
     /// no longer hold (the others do).
     pub fn entry_removed(&self, dir: &str, name: &str) {
-        self.changed();
+        self.changed(dir);
         for o in self.lock().values_mut().filter(|o| o.listing.dir == dir && o.page.is_some()) {
             o.removed.insert(name.to_string());
         }
@@ -213,13 +231,15 @@ impl Listings {
         }
     }
 
-    fn changed(&self) {
-        self.changes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    fn changed(&self, dir: &str) {
+        self.changes[slot(dir)].fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// Where the count of changes through this mount stands (see [`Listings::set_ahead`]).
-    pub fn changes(&self) -> u64 {
-        self.changes.load(std::sync::atomic::Ordering::Acquire)
+    /// Where the count of changes through this mount that concern `dir` stands (see
+    /// [`Listings::set_ahead`]).
+    pub fn changes(&self, dir: &str) -> u64 {
+        let ord = std::sync::atomic::Ordering::Acquire;
+        self.changes[slot(dir)].load(ord).wrapping_add(self.moves.load(ord))
     }
 
     /// Drops the listing of `fh`.
@@ -301,7 +321,7 @@ impl Listings {
         since: u64,
     ) -> bool {
         let mut ahead = self.ahead.lock().expect("ahead");
-        if self.changes() != since {
+        if self.changes(dir) != since {
             return false;
         }
         ahead.retain(|a| a.dir != dir || a.caller != *caller);
@@ -368,10 +388,13 @@ mod tests {
         }
         let a = |i: u64| Some(plusfs_proto::Attr::of_dir(&plusfs_proto::DirObject::new(i, 0o755, 0, 0)));
         let caller = Caller::ROOT;
-        let since = l.changes();
-        l.entry_removed("/e", "x");
+        let since = l.changes("/d");
+        l.entry_removed("/d", "x");
         assert!(!l.set_ahead("/d", &caller, vec!["a".into()], vec![a(1)], since), "a change came meanwhile");
-        assert!(l.set_ahead("/d", &caller, vec!["a".into(), "b".into()], vec![a(1), a(2)], l.changes()));
+        let since = l.changes("/d");
+        l.path_changed("/elsewhere/x");
+        assert!(!l.set_ahead("/d", &caller, vec!["a".into()], vec![a(1)], since), "a rename came meanwhile");
+        assert!(l.set_ahead("/d", &caller, vec!["a".into(), "b".into()], vec![a(1), a(2)], l.changes("/d")));
         let ttl = Duration::from_secs(1);
         assert_eq!(l.find_ahead("/d", &caller, "b", ttl).map(|a| a.ino), Some(2));
         assert_eq!(l.find_ahead("/d", &Caller { uid: 5, ..Caller::ROOT }, "b", ttl), None, "another caller");
