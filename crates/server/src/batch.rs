@@ -67,7 +67,7 @@ impl Osd {
             // Permission errors differ per entry: entry by entry, as single operations.
             return Ok(Reply::Batch(self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await));
         }
-        let (uid, gid, mode) = match self.host(dir, via) {
+        let (uid, gid, mode) = match self.engine.host(dir, via) {
             Ok(h) => perm::new_owner(c, h.obj.mode, h.obj.gid, owner, mode & 0o7777, false),
             Err(_) => (uid, gid, mode),
         };
@@ -105,7 +105,7 @@ impl Osd {
     /// permission, and no sticky bit that could refuse some); a missing directory is
     /// left to the batch to report.
     fn may_batch(&self, dir: &str, via: Via, c: &Cred) -> bool {
-        match self.host(dir, via) {
+        match self.engine.host(dir, via) {
             Err(_) => true,
             Ok(h) => c.is_root() || (perm::check_dir_write(c, &h.obj, dir).is_ok() && h.obj.mode & libc::S_ISVTX == 0),
         }
@@ -162,7 +162,7 @@ impl Osd {
             names.filter(|n| check_name(n).is_ok()).map(|n| (dir.to_string(), Scope::Name(n.to_string()))).collect();
         wanted.sort();
         wanted.dedup();
-        self.locks.lock(&wanted, None, true).await
+        self.engine.locks.lock(&wanted, None, true).await
     }
 
     /// `statv` and `openv` without creation: reads only, no lock.
@@ -175,12 +175,12 @@ impl Osd {
         via: Via,
         c: &Cred,
     ) -> Result<BatchReply, plusfs_proto::WireError> {
-        let d = self.host(dir, via)?.obj;
+        let d = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &d, dir)?;
         let mut results = Results::new(semantics, names.len());
         // One batched lookup of every valid name (stop-on-failure may leave some unused).
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
-        let mut found = self.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
+        let mut found = self.engine.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
         for name in names {
             let r = match check_name(name) {
                 Err(e) => Err(e.errno),
@@ -219,20 +219,20 @@ impl Osd {
         F: Fn(Option<&Inode>) -> Result<Change, Errno>,
     {
         let guard = self.lock_names(dir, names.iter().map(String::as_str)).await;
-        let mut host = self.host(dir, via)?;
-        if !host.shard && self.over_threshold(&host.obj) {
+        let mut host = self.engine.host(dir, via)?;
+        if !host.shard && self.engine.over_threshold(&host.obj) {
             // Due for distribution before this batch: distribute, then every entry goes
             // to the storing servers.
             drop(guard);
             let info = self.distribute(dir).await?;
             let mut reply = Results::new(semantics, 0).reply;
-            reply.dist = Some(info.unwrap_or_else(|| self.dist_info(dir, &host.obj)));
+            reply.dist = Some(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj)));
             return Ok(Some(reply));
         }
         // What every valid name is now, in one batched lookup; then, entry by entry, what
         // the earlier entries of this batch made of it.
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
-        let found = self.store.get_entries(host.obj.ino, &valid).map_err(eio)?;
+        let found = self.engine.store.get_entries(host.obj.ino, &valid).map_err(eio)?;
         if found.iter().flatten().any(|e| e.link_home.is_some()) {
             return Ok(None); // hard links: entry by entry (`each`)
         }
@@ -250,7 +250,7 @@ impl Osd {
                         Err(e) => Err(e),
                         Ok(Change::Keep(a)) => Ok(Some(a)),
                         Ok(Change::Create(mut inode)) => {
-                            inode.ino = self.new_ino().await?;
+                            inode.ino = self.engine.new_ino().await?;
                             count_entry(&mut host.obj, inode.kind, 1);
                             batch.put_entry(host.obj.ino, name, &inode);
                             let a = Attr::of_inode(&inode);
@@ -272,25 +272,25 @@ impl Osd {
             if !results.push(r) {
                 break;
             }
-            if !host.shard && self.over_threshold(&host.obj) {
+            if !host.shard && self.engine.over_threshold(&host.obj) {
                 break;
             }
         }
-        let over = !host.shard && self.over_threshold(&host.obj);
-        let gate = self.data_gate.read().await;
-        let remote = self.drop_unused(&gone, &Default::default(), &mut batch)?;
+        let over = !host.shard && self.engine.over_threshold(&host.obj);
+        let gate = self.engine.data_gate.read().await;
+        let remote = self.engine.drop_unused(&gone, &Default::default(), &mut batch)?;
         if !batch.is_empty() {
             host.save(&mut batch, dir);
             // Recorded with the batch for a resend; when the directory is due for
             // distribution, as being distributed (the client then sends the rest anew).
             let mut recorded = results.reply.clone();
             if over {
-                let mut info = self.dist_info(dir, &host.obj);
+                let mut info = self.engine.dist_info(dir, &host.obj);
                 info.state = plusfs_proto::DistState::Distributing;
                 recorded.dist = Some(info);
             }
             crate::once::answer_with_next_batch(&Ok(Reply::Batch(recorded)));
-            self.apply(batch).await?;
+            self.engine.apply(batch).await?;
         }
         drop(gate);
         drop(guard);
@@ -302,10 +302,10 @@ impl Osd {
             reply.dist = Some(match self.distribute(dir).await {
                 Ok(Some(info)) => info,
                 // Not distributed after all (its policy changed meanwhile): send the rest again.
-                Ok(None) => self.dist_info(dir, &host.obj),
+                Ok(None) => self.engine.dist_info(dir, &host.obj),
                 Err(e) => {
                     tracing::error!(dir, cause = %e.message, "redistribution failed");
-                    let mut info = self.dist_info(dir, &host.obj);
+                    let mut info = self.engine.dist_info(dir, &host.obj);
                     info.state = plusfs_proto::DistState::Distributing;
                     info
                 }
@@ -329,7 +329,7 @@ impl Osd {
         c: &Cred,
     ) -> Result<BatchReply, plusfs_proto::WireError> {
         // A distributed directory redirects here, before anything is done.
-        perm::check_search(c, &self.host(dir, via)?.obj, dir)?;
+        perm::check_search(c, &self.engine.host(dir, via)?.obj, dir)?;
         let mut results = Results::new(semantics, names.len());
         match semantics {
             Semantics::PerformAll => {
@@ -361,7 +361,7 @@ impl Osd {
         via: Via,
         c: &Cred,
     ) -> Vec<EntryResult> {
-        let parent = match self.host(dir, via) {
+        let parent = match self.engine.host(dir, via) {
             Ok(h) => h.obj,
             Err(e) => return vec![Err(e.errno); names.len()],
         };
@@ -372,7 +372,7 @@ impl Osd {
             out[i] = match check_name(name) {
                 Err(e) => Some(Err(e.errno)),
                 Ok(()) if !seen.insert(name.as_str()) => Some(Err(Errno::EEXIST)),
-                Ok(()) => match self.store.get_entry(parent.ino, name) {
+                Ok(()) => match self.engine.store.get_entry(parent.ino, name) {
                     Err(_) => Some(Err(Errno::EIO)),
                     Ok(Some(_)) => Some(Err(Errno::EEXIST)),
                     Ok(None) => {

@@ -49,25 +49,27 @@ impl Osd {
     ) -> Response {
         check_dir_path(dir)?;
         let guard = self.lock_names(dir, files.iter().map(|f| f.name.as_str())).await;
-        let mut host = self.host(dir, via)?;
-        if !host.shard && self.over_threshold(&host.obj) {
+        let mut host = self.engine.host(dir, via)?;
+        if !host.shard && self.engine.over_threshold(&host.obj) {
             drop(guard);
             let info = self.distribute(dir).await?;
-            return Err(plusfs_proto::WireError::redirect(info.unwrap_or_else(|| self.dist_info(dir, &host.obj))));
+            return Err(plusfs_proto::WireError::redirect(
+                info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj)),
+            ));
         }
         perm::check_search(c, &host.obj, dir)?;
         let may_create = perm::check_dir_write(c, &host.obj, dir).is_ok();
         let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
         let found: Vec<Option<Inode>> = {
             let valid: Vec<&str> = names.iter().copied().filter(|n| check_name(n).is_ok()).collect();
-            let mut got = self.store.get_entries(host.obj.ino, &valid).map_err(eio)?.into_iter();
+            let mut got = self.engine.store.get_entries(host.obj.ino, &valid).map_err(eio)?.into_iter();
             names.iter().map(|n| if check_name(n).is_ok() { got.next().flatten() } else { None }).collect()
         };
         // Decide every file first: (index, current inode) of those to store.
         let mut errnos = vec![Errno::OK; files.len()];
         let mut todo: Vec<(usize, Option<Inode>)> = Vec::new();
         let mut seen = HashSet::new();
-        let small = self.map().data.small_file_bytes;
+        let small = self.engine.map().data.small_file_bytes;
         for (i, f) in files.iter().enumerate() {
             let e = match (&found[i], check_name(&f.name)) {
                 (_, Err(e)) => e.errno,
@@ -95,14 +97,14 @@ impl Osd {
         for (_, cur) in &todo {
             inos.push(match cur {
                 Some(e) => e.ino,
-                None => self.new_ino().await?,
+                None => self.engine.new_ino().await?,
             });
         }
-        let gate = self.data_gate.read().await;
+        let gate = self.engine.data_gate.read().await;
         let stored: Vec<usize> = todo.iter().map(|t| t.0).filter(|&i| !files[i].data.is_empty()).collect();
         let owners: Vec<u64> =
             todo.iter().zip(&inos).filter(|((i, _), _)| !files[*i].data.is_empty()).map(|(_, o)| *o).collect();
-        let data = self.data.clone();
+        let data = self.engine.data.clone();
         let (files, extents) = tokio::task::spawn_blocking(move || {
             let recs: Vec<(u64, &[u8])> =
                 stored.iter().zip(&owners).map(|(&i, &o)| (o, files[i].data.as_slice())).collect();
@@ -131,16 +133,16 @@ impl Osd {
             inode.pieces.clear();
             if !f.data.is_empty() {
                 let extent = extents.next().ok_or_else(|| err(Errno::EIO, "fewer extents than records"))?;
-                let id = self.index_record(extent, ino, &mut b).await?;
+                let id = self.engine.index_record(extent, ino, &mut b).await?;
                 inode.pieces.push(Piece {
                     file_off: 0,
                     len: f.data.len() as u64,
-                    server: self.id,
+                    server: self.engine.id,
                     record: id,
                     skip: 0,
                 });
             }
-            remote.extend(self.drop_unused(&before, &Default::default(), &mut b)?);
+            remote.extend(self.engine.drop_unused(&before, &Default::default(), &mut b)?);
             inode.size = f.data.len() as u64;
             if c.is_root() {
                 (inode.mode, inode.uid, inode.gid) = (f.mode & 0o7777, f.uid, f.gid);
@@ -161,12 +163,12 @@ impl Osd {
             host.obj.mtime = now;
             host.obj.ctime = now;
             host.save(&mut b, dir);
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
         }
         drop(gate);
         drop(guard);
         self.drop_remote(remote).await;
-        if !host.shard && self.over_threshold(&host.obj) {
+        if !host.shard && self.engine.over_threshold(&host.obj) {
             self.ensure_distributing(dir);
         }
         Ok(Reply::Batch(BatchReply { errnos, attrs, dist: None }))
@@ -183,10 +185,10 @@ impl Osd {
     ) -> Response {
         check_dir_path(dir)?;
         let max_bytes = max_bytes.min(MAX_REPLY_BYTES);
-        let d = self.host(dir, via)?.obj;
+        let d = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &d, dir)?;
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
-        let mut found = self.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
+        let mut found = self.engine.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
         let mut out: Vec<FileRead> = Vec::with_capacity(names.len());
         // Phase 1: the layout of every file; (file, piece) pairs to read.
         let mut wanted: Vec<(usize, Piece)> = Vec::new();

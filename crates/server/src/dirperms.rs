@@ -109,7 +109,7 @@ impl Osd {
         wait: Duration,
         cx: Option<CxSide>,
     ) -> OpResult<ParentPerms> {
-        if let Some((op, coordinator)) = cx.filter(|(_, co)| self.map().home_of_dir(parent) == *co) {
+        if let Some((op, coordinator)) = cx.filter(|(_, co)| self.engine.map().home_of_dir(parent) == *co) {
             match self.pushed_perms.take(op, parent, PUSH_WAIT).await {
                 Some(answer) => return answer,
                 None => tracing::debug!(%op, coordinator, parent, "no pushed permissions; asking"),
@@ -127,19 +127,22 @@ impl Osd {
         }
         for sub in ops {
             let SubOp::InsertEntry { dir, name, inode, replace: Replace::Never, .. } = sub else { continue };
-            if inode.kind != FileKind::Dir || self.map().home_of_dir(dir) != self.id {
+            if inode.kind != FileKind::Dir || self.engine.map().home_of_dir(dir) != self.engine.id {
                 continue;
             }
-            if self.map().home_of_dir(&plusfs_proto::path::join(dir, name)) != peer {
+            if self.engine.map().home_of_dir(&plusfs_proto::path::join(dir, name)) != peer {
                 continue;
             }
             let (osd, path) = (self.clone(), dir.clone());
             tokio::spawn(async move {
-                if osd.locks.tx_count() > 0 {
-                    osd.locks.settle(&[(path.clone(), Scope::object_only())], true).await;
+                if osd.engine.locks.tx_count() > 0 {
+                    osd.engine.locks.settle(&[(path.clone(), Scope::object_only())], true).await;
                 }
-                let answer =
-                    osd.dir_object(&path).map(|d| ParentPerms { mode: d.mode, gid: d.gid, ancestry: d.ancestry });
+                let answer = osd.engine.dir_object(&path).map(|d| ParentPerms {
+                    mode: d.mode,
+                    gid: d.gid,
+                    ancestry: d.ancestry,
+                });
                 let req = Request::CxPerms { op, path, answer };
                 if let Err(e) = osd.peer_call(peer, req, &Cred::server()).await {
                     tracing::debug!(%op, peer, cause = %e.message, "cannot push a parent's permissions");
@@ -152,10 +155,10 @@ impl Osd {
     /// operations on it have ended, as for any read), asking again for `wait` while the
     /// home cannot be reached.
     async fn parent_perms(self: &Arc<Self>, dir: &str, wait: Duration) -> OpResult<ParentPerms> {
-        let home = self.map().home_of_dir(dir);
+        let home = self.engine.map().home_of_dir(dir);
         let req = Request::DirPerms { path: dir.into() };
-        if home == self.id && self.locks.tx_count() > 0 {
-            self.locks.settle(&[(dir.to_string(), Scope::object_only())], true).await;
+        if home == self.engine.id && self.engine.locks.tx_count() > 0 {
+            self.engine.locks.settle(&[(dir.to_string(), Scope::object_only())], true).await;
         }
         let deadline = tokio::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(50);
@@ -186,8 +189,8 @@ impl Osd {
     }
 
     async fn dir_set_attr_once(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
-        let g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
-        let d = self.dir_object(p)?;
+        let g = self.engine.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+        let d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;
         let cur = perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true };
         let set = perm::check_setattr(c, cur, set, p)?;
@@ -195,18 +198,18 @@ impl Osd {
         if d.change_stays_here(&n) {
             let mut b = Batch::new();
             b.put_dir(p, &n);
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
             return Ok(Reply::Done);
         }
         drop(g);
         self.reancestry(p, &d, &n).await?;
         if set.atime.is_some() || set.mtime.is_some() {
-            let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
-            let mut now = self.dir_object(p)?;
+            let _g = self.engine.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+            let mut now = self.engine.dir_object(p)?;
             (now.atime, now.mtime) = (n.atime, n.mtime);
             let mut b = Batch::new();
             b.put_dir(p, &now);
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
         }
         Ok(Reply::Done)
     }
@@ -215,7 +218,7 @@ impl Osd {
     /// server (the peers' trusted credential: the caller was checked here).
     async fn reancestry(self: &Arc<Self>, p: &str, old: &DirObject, new: &DirObject) -> OpResult<()> {
         let mut parts = Parts::new();
-        for s in &self.map().servers {
+        for s in &self.engine.map().servers {
             let op = SubOp::Reancestry {
                 root: p.to_string(),
                 old: old.search_perm(),

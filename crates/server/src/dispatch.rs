@@ -17,7 +17,7 @@ static PROBE_ZEROS: [u8; 4 << 20] = [0; 4 << 20];
 impl Osd {
     /// Serves one request made by `cred`.
     pub async fn handle(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
-        self.metrics.count_op(req.opcode());
+        self.engine.metrics.count_op(req.opcode());
         match self.place(&req).await {
             Ok(Placed::Forward(home)) => return self.forward_to_home(home, &cred, req).await,
             Ok(Placed::Here) => {}
@@ -25,7 +25,7 @@ impl Osd {
         }
         // A map adopted while the request runs may move its directory away: an error
         // then may come from the move, and the request is served at the new home.
-        let before = self.map().epoch;
+        let before = self.engine.map().epoch;
         let again = (target_dir(&req).is_some()).then(|| req.clone());
         let own: Vec<String> = crate::migrate::subop_dirs(&req).into_iter().map(String::from).collect();
         let resp = self.handle_here(cred.clone(), req).await;
@@ -34,13 +34,15 @@ impl Osd {
             // A sub-operation's own directory handed to its new home meanwhile: its
             // coordinator plans again (not "no such directory").
             (Err(e), _)
-                if e.missing_dir.as_ref().is_some_and(|d| own.contains(d) && self.map().home_of_dir(d) != self.id) =>
+                if e.missing_dir
+                    .as_ref()
+                    .is_some_and(|d| own.contains(d) && self.engine.map().home_of_dir(d) != self.engine.id) =>
             {
                 Err(crate::engine::errors::err(Errno::EBUSY, format!("{} (moved to its new home)", e.message)))
             }
-            (Err(e), Some(req)) if self.map().epoch != before => {
-                let home = target_dir(&req).map(|d| self.map().home_of_dir(d)).unwrap_or(self.id);
-                if home != self.id {
+            (Err(e), Some(req)) if self.engine.map().epoch != before => {
+                let home = target_dir(&req).map(|d| self.engine.map().home_of_dir(d)).unwrap_or(self.engine.id);
+                if home != self.engine.id {
                     return self.forward_to_home(home, &cred, req).await;
                 }
                 Err(e)
@@ -56,7 +58,7 @@ impl Osd {
     fn hide_redirect(&self, cred: &Cred, resp: Response) -> Response {
         let Err(e) = &resp else { return resp };
         let Some(info) = &e.redirect else { return resp };
-        match self.dir_object(&info.path) {
+        match self.engine.dir_object(&info.path) {
             Ok(d) => plusfs_proto::perm::check_search(cred, &d, &info.path).and(resp),
             Err(_) => resp,
         }
@@ -64,22 +66,22 @@ impl Osd {
 
     /// Serves a request that belongs to this server.
     async fn handle_here(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
-        if self.locks.tx_count() > 0 {
+        if self.engine.locks.tx_count() > 0 {
             // A client must not see objects a pending Cx operation changes before it commits.
             let scopes = crate::cx::request_scopes(&req);
             tracing::trace!(?req, ?scopes, "settling");
             // Forwarded requests (their sender holds busy locks) wait for Cx operations only.
-            self.locks.settle(&scopes, !matches!(req, Request::OnInode { .. })).await;
+            self.engine.locks.settle(&scopes, !matches!(req, Request::OnInode { .. })).await;
         }
         // Other sessions' delegations on what the request touches are recalled first.
         let _inflight = self.enter_delegated(&cred, &req).await;
         match req {
             Request::Shard { incarnation, op } => {
-                self.metrics.count_op(op.opcode());
+                self.engine.metrics.count_op(op.opcode());
                 self.dispatch(*op, Via::Shard(incarnation), &cred).await
             }
             Request::OnInode { ino, op } => {
-                self.metrics.count_op(op.opcode());
+                self.engine.metrics.count_op(op.opcode());
                 use Request::*;
                 match *op {
                     op @ (Stat { .. }
@@ -148,7 +150,7 @@ impl Osd {
             other if via != Via::Home => {
                 Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard or inode", other.name())))
             }
-            Ping => Ok(Reply::Pong { server: self.id, epoch: self.map().epoch }),
+            Ping => Ok(Reply::Pong { server: self.engine.id, epoch: self.engine.map().epoch }),
             DirSetAttr { path, set } => self.dir_set_attr(&path, &set, c).await,
             Statfs => {
                 self.failpoints.hit("statfs_handler").await;
@@ -177,7 +179,7 @@ impl Osd {
             SubExec { ops } => self.sub_exec(ops, c).await,
             AllocInos { count } => {
                 let count = count.clamp(1, 4096);
-                let first = self.inos.next_block(self.store.as_ref(), count as u64).await.map_err(eio)?;
+                let first = self.engine.inos.next_block(self.engine.store.as_ref(), count as u64).await.map_err(eio)?;
                 self.ino_leases.grant(c.session, first, count as u64);
                 Ok(Reply::Inos { first, count })
             }
@@ -210,9 +212,9 @@ impl Osd {
             }
             Once { .. } => Err(err(Errno::EINVAL, "an exactly-once request cannot be nested")),
             GroupStatus | GroupDigest | GroupReplace { .. } => {
-                Err(err(Errno::EINVAL, format!("server {} is not replicated: it has no replica group", self.id)))
+                Err(err(Errno::EINVAL, format!("server {} is not replicated: it has no replica group", self.engine.id)))
             }
-            MapGet => Ok(Reply::Map(self.map().to_toml())),
+            MapGet => Ok(Reply::Map(self.engine.map().to_toml())),
             MapChange { change } => self.change_map(&change).await,
             MapPush { map } => self.pushed_map(&map),
             MigrateIn { paths, from } => self.migrate_in(&paths, from).await,

@@ -156,25 +156,25 @@ impl Osd {
         match early {
             Some(pieces) => new_pieces = pieces,
             None => {
-                for &(at, server, range) in parts.iter().filter(|p| p.1 != self.id) {
+                for &(at, server, range) in parts.iter().filter(|p| p.1 != self.engine.id) {
                     let put = self.put_remote(server, inode.ino, at, bytes_of(range)).await?;
                     stored.extend(put.iter().map(|q| (q.server, q.record)));
                     new_pieces.extend(put);
                 }
             }
         }
-        let gate = self.data_gate.read().await;
+        let gate = self.engine.data_gate.read().await;
         let mut b = Batch::new();
-        for &(at, _, range) in parts.iter().filter(|p| p.1 == self.id) {
+        for &(at, _, range) in parts.iter().filter(|p| p.1 == self.engine.id) {
             new_pieces.extend(self.put_local(inode.ino, at, bytes_of(range), &mut b).await?);
         }
         lay_over(inode, new_pieces, (end, !data.is_empty()), c);
-        let remote = self.drop_unused(&before, &records(&inode.pieces), &mut b)?;
+        let remote = self.engine.drop_unused(&before, &records(&inode.pieces), &mut b)?;
         t.save(&mut b);
         self.failpoints.hit("data_after_append").await;
         let answer = Ok(Reply::Attr(Attr::of_inode(&t.inode)));
         crate::once::answer_with_next_batch(&answer);
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         stored.clear();
         drop(gate);
         self.drop_remote(remote).await;
@@ -212,7 +212,7 @@ impl Osd {
     /// empty holder or a cluster without TLS).
     fn issue_cap(&self, ino: Ino, write: bool, (offset, len): (u64, u64), holder: String) -> Option<Capability> {
         let key = self.caps.as_ref().filter(|_| !holder.is_empty())?;
-        let expires = plusfs_tls::now_secs() + self.map().tls.capability_secs();
+        let expires = plusfs_tls::now_secs() + self.engine.map().tls.capability_secs();
         let mut cap = Capability { ino, write, offset, len, expires, holder, mac: Vec::new() };
         key.sign_cap(&mut cap);
         Some(cap)
@@ -240,16 +240,16 @@ impl Osd {
             return Err(err(Errno::ESTALE, format!("'{p}' is another file than the one written")));
         }
         let end = committed_end(p, offset, len, &pieces)?;
-        if let Some(q) = pieces.iter().find(|q| !self.map().servers.iter().any(|s| s.id == q.server)) {
+        if let Some(q) = pieces.iter().find(|q| !self.engine.map().servers.iter().any(|s| s.id == q.server)) {
             return Err(err(Errno::EINVAL, format!("'{p}': a committed piece names unknown server {}", q.server)));
         }
         let before = records(&t.inode.pieces);
         lay_over(&mut t.inode, pieces, (end, len > 0), c);
-        let gate = self.data_gate.read().await;
+        let gate = self.engine.data_gate.read().await;
         let mut b = Batch::new();
-        let remote = self.drop_unused(&before, &records(&t.inode.pieces), &mut b)?;
+        let remote = self.engine.drop_unused(&before, &records(&t.inode.pieces), &mut b)?;
         t.save(&mut b);
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         drop(gate);
         self.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
@@ -273,11 +273,11 @@ impl Osd {
         };
         let ino = t.inode.ino;
         let parts = self.placement(ino, offset, end);
-        if parts.iter().all(|q| q.1 == self.id) {
+        if parts.iter().all(|q| q.1 == self.engine.id) {
             return Ok(None);
         }
         let mut pieces = Vec::new();
-        for &(at, server, (from, to)) in parts.iter().filter(|q| q.1 != self.id) {
+        for &(at, server, (from, to)) in parts.iter().filter(|q| q.1 != self.engine.id) {
             let bytes = data.slice((from - offset) as usize..(to - offset) as usize);
             match self.put_remote(server, ino, at, bytes).await {
                 Ok(stored) => pieces.extend(stored),
@@ -292,16 +292,16 @@ impl Osd {
 
     /// Splits `[off, end)` by where its bytes go: (file offset, server, range).
     fn placement(&self, ino: Ino, off: u64, end: u64) -> Vec<(u64, ServerId, (u64, u64))> {
-        let small = self.map().data.small_file_bytes;
-        let chunk = self.map().data.chunk_bytes;
+        let small = self.engine.map().data.small_file_bytes;
+        let chunk = self.engine.map().data.chunk_bytes;
         let mut out = Vec::new();
         let mut at = off;
         while at < end {
             let (server, stop) = if at < small {
-                (self.id, end.min(small))
+                (self.engine.id, end.min(small))
             } else {
                 let idx = at / chunk;
-                (self.map().chunk_server(ino, idx), end.min((idx + 1) * chunk))
+                (self.engine.map().chunk_server(ino, idx), end.min((idx + 1) * chunk))
             };
             out.push((at, server, (at, stop)));
             at = stop;
@@ -325,7 +325,7 @@ impl Osd {
         b: &mut Batch,
     ) -> OpResult<Vec<Piece>> {
         let lens: Vec<u64> = parts.iter().map(|p| p.len() as u64).collect();
-        let data = self.data.clone();
+        let data = self.engine.data.clone();
         let extents = blocking(move || {
             let recs: Vec<(u64, &[u8])> = parts.iter().map(|p| (owner, &p[..])).collect();
             data.append_records(&recs)
@@ -334,8 +334,8 @@ impl Osd {
         let mut pieces = Vec::with_capacity(lens.len());
         let mut file_off = at;
         for (len, extent) in lens.into_iter().zip(extents) {
-            let id = self.index_record(extent, owner, b).await?;
-            pieces.push(Piece { file_off, len, server: self.id, record: id, skip: 0 });
+            let id = self.engine.index_record(extent, owner, b).await?;
+            pieces.push(Piece { file_off, len, server: self.engine.id, record: id, skip: 0 });
             file_off += len;
         }
         Ok(pieces)
@@ -396,14 +396,14 @@ impl Osd {
             return Err(err(Errno::EINVAL, format!("a record holds at most {MAX_RECORD} bytes")));
         }
         let len = data.len() as u64;
-        let gate = self.data_gate.read().await;
+        let gate = self.engine.data_gate.read().await;
         let mut b = Batch::new();
         let pieces = self.put_local_parts(owner, 0, vec![data], &mut b).await?;
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         drop(gate);
         let record = pieces.first().map_or(0, |p| p.record);
         let (Some(cap), Some(key)) = (cap, self.caps.as_ref()) else { return Ok(Reply::Record(record)) };
-        let (server, expires, holder) = (self.id, cap.expires, cap.holder);
+        let (server, expires, holder) = (self.engine.id, cap.expires, cap.holder);
         let mut receipt = Receipt { server, record, owner, file_off, len, expires, holder, mac: Vec::new() };
         key.sign_receipt(&mut receipt);
         Ok(Reply::Receipt(receipt))
@@ -427,13 +427,13 @@ impl Osd {
     /// `DataDrop`: records no file uses. A client's (with receipts, checked at admission)
     /// names only records stored here.
     pub(crate) async fn data_drop(self: &Arc<Self>, ids: &[u64], receipts: &[Receipt]) -> Response {
-        if let Some(r) = receipts.iter().find(|r| r.server != self.id) {
+        if let Some(r) = receipts.iter().find(|r| r.server != self.engine.id) {
             return Err(err(Errno::EACCES, format!("record {} was stored on server {}, not here", r.record, r.server)));
         }
-        let gate = self.data_gate.read().await;
+        let gate = self.engine.data_gate.read().await;
         let mut b = Batch::new();
-        self.drop_local(ids, &mut b)?;
-        self.apply(b).await?;
+        self.engine.drop_local(ids, &mut b)?;
+        self.engine.apply(b).await?;
         drop(gate);
         Ok(Reply::Done)
     }
@@ -513,8 +513,9 @@ impl Osd {
     ) -> OpResult<Vec<Bytes>> {
         let ids: Vec<u64> = ranges.iter().map(|r| r.0).collect();
         let mut extents = Vec::with_capacity(ids.len());
-        for (id, loc) in ids.iter().zip(self.store.get_records(&ids).map_err(eio)?) {
-            let bytes = loc.ok_or_else(|| err(Errno::EIO, format!("record {id} is not on server {}", self.id)))?;
+        for (id, loc) in ids.iter().zip(self.engine.store.get_records(&ids).map_err(eio)?) {
+            let bytes =
+                loc.ok_or_else(|| err(Errno::EIO, format!("record {id} is not on server {}", self.engine.id)))?;
             let loc: RecordLoc =
                 postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
             if let Some(o) = owner.filter(|o| *o != loc.owner) {
@@ -522,8 +523,8 @@ impl Osd {
             }
             extents.push(loc.extent);
         }
-        let data = self.data.clone();
-        let gap = self.map().data.merge_gap_bytes;
+        let data = self.engine.data.clone();
+        let gap = self.engine.map().data.merge_gap_bytes;
         let records = blocking(move || data.read_many(&extents, gap)).await?;
         let mut out = Vec::with_capacity(ranges.len());
         for (rec, &(_, skip, len)) in records.into_iter().zip(ranges) {
@@ -542,7 +543,7 @@ impl Osd {
         server: ServerId,
         ranges: Vec<(u64, u64, u64)>,
     ) -> OpResult<Vec<Bytes>> {
-        if server == self.id {
+        if server == self.engine.id {
             return self.read_ranges(&ranges).await;
         }
         let lens: Vec<u64> = ranges.iter().map(|r| r.2).collect();
@@ -572,7 +573,7 @@ impl Osd {
         inode.size = size;
         inode.mtime = Timespec::now();
         inode.ctime = inode.mtime;
-        self.drop_unused(&before, &records(&inode.pieces), b)
+        self.engine.drop_unused(&before, &records(&inode.pieces), b)
     }
 
     /// `Fsync`: file data and metadata durable (the metadata already is with `sync =
@@ -585,10 +586,10 @@ impl Osd {
             }
         };
         let mut servers: BTreeSet<ServerId> = inode.pieces.iter().map(|q| q.server).collect();
-        servers.insert(self.id);
-        let data = self.data.clone();
+        servers.insert(self.engine.id);
+        let data = self.engine.data.clone();
         blocking(move || data.sync()).await?;
-        for s in servers.into_iter().filter(|s| *s != self.id) {
+        for s in servers.into_iter().filter(|s| *s != self.engine.id) {
             match self.peers.call(s, &Request::Fsync { path: String::new() }).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(e),
@@ -600,7 +601,7 @@ impl Osd {
 
     /// `Fsync` with an empty path, from another server: sync this server's data store.
     pub(crate) async fn fsync_data(self: &Arc<Self>) -> Response {
-        let data = self.data.clone();
+        let data = self.engine.data.clone();
         blocking(move || data.sync()).await?;
         Ok(Reply::Done)
     }
@@ -609,10 +610,10 @@ impl Osd {
     /// what `fsck` compares with the pieces the files name.
     pub(crate) fn record_inventory(&self) -> OpResult<Vec<(u64, u64)>> {
         let mut out = Vec::new();
-        for seg in self.data.segments() {
-            let refs = self.store.seg_refs(seg.id).map_err(eio)?;
+        for seg in self.engine.data.segments() {
+            let refs = self.engine.store.seg_refs(seg.id).map_err(eio)?;
             let ids: Vec<u64> = refs.iter().map(|r| r.1).collect();
-            for ((off, id), loc) in refs.into_iter().zip(self.store.get_records(&ids).map_err(eio)?) {
+            for ((off, id), loc) in refs.into_iter().zip(self.engine.store.get_records(&ids).map_err(eio)?) {
                 let Some(bytes) = loc else { continue };
                 let loc: RecordLoc = postcard::from_bytes(&bytes)
                     .map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
@@ -648,16 +649,16 @@ impl Osd {
             let ids = {
                 // With writers held off every appended record is in the index, so the
                 // live counts below are exact for every sealed segment.
-                let _gate = osd.data_gate.blocking_write();
-                let active = osd.data.segments().into_iter().find(|s| s.active);
+                let _gate = osd.engine.data_gate.blocking_write();
+                let active = osd.engine.data.segments().into_iter().find(|s| s.active);
                 if let Some(a) = active.filter(|a| a.bytes >= SEAL_FOR_COMPACTION) {
                     if plusfs_data::live_bytes(&index.live_in(a.id)?) as f64 <= ratio * a.bytes as f64 {
-                        osd.data.seal_active()?;
+                        osd.engine.data.seal_active()?;
                     }
                 }
-                plusfs_data::candidates(&osd.data, &index, ratio)?
+                plusfs_data::candidates(&osd.engine.data, &index, ratio)?
             };
-            plusfs_data::compact_segments(&osd.data, &mut index, &ids)
+            plusfs_data::compact_segments(&osd.engine.data, &mut index, &ids)
         })
         .await
         .map_err(|e| err(Errno::EIO, format!("compaction task failed: {e}")))?
@@ -681,9 +682,9 @@ fn index_err(e: impl std::fmt::Display) -> DataError {
 
 impl LiveIndex for RocksLiveIndex<'_> {
     fn live_in(&self, segment: u32) -> Result<Vec<Live>, DataError> {
-        let refs = self.osd.store.seg_refs(segment).map_err(index_err)?;
+        let refs = self.osd.engine.store.seg_refs(segment).map_err(index_err)?;
         let ids: Vec<u64> = refs.iter().map(|r| r.1).collect();
-        let locs = self.osd.store.get_records(&ids).map_err(index_err)?;
+        let locs = self.osd.engine.store.get_records(&ids).map_err(index_err)?;
         let mut out = Vec::new();
         for ((off, id), loc) in refs.into_iter().zip(locs) {
             let Some(bytes) = loc else { continue };
@@ -700,9 +701,9 @@ impl LiveIndex for RocksLiveIndex<'_> {
         crate::failpoint::hit_process("compaction_before_switch");
         // Writers are held off while the index switches, so none drops a record between
         // the check and the write below.
-        let _gate = self.osd.data_gate.blocking_write();
+        let _gate = self.osd.engine.data_gate.blocking_write();
         let ids: Vec<u64> = moves.iter().map(|m| m.key).collect();
-        let current = self.osd.store.get_records(&ids).map_err(index_err)?;
+        let current = self.osd.engine.store.get_records(&ids).map_err(index_err)?;
         let mut b = Batch::new();
         for (m, loc) in moves.iter().zip(current) {
             let Some(bytes) = loc else { continue }; // dropped meanwhile: the copy is garbage
@@ -714,7 +715,7 @@ impl LiveIndex for RocksLiveIndex<'_> {
             b.del_seg_ref(m.from.segment, m.from.offset);
             b.put_seg_ref(m.to.segment, m.to.offset, m.key);
         }
-        let store: &dyn DirStore = self.osd.store.as_ref();
+        let store: &dyn DirStore = self.osd.engine.store.as_ref();
         let commit = store.submit(b);
         self.handle.block_on(commit).map_err(|_| index_err("store closed"))?.map_err(index_err)?;
         // Switched, the old segment not yet deleted: a later pass deletes it.

@@ -214,7 +214,7 @@ impl Front {
 
     /// Starts serving `osd` (this member took over its slot).
     pub fn take_over(&self, osd: Arc<Osd>) {
-        self.exporter.take_store(osd.store.latency_histograms());
+        self.exporter.take_store(osd.engine.store.latency_histograms());
         let _ = self.osd.set(osd);
     }
 
@@ -243,7 +243,7 @@ impl Front {
     }
 
     pub fn metrics(&self) -> &Metrics {
-        self.osd.get().map_or(&self.idle_metrics, |o| &o.metrics)
+        self.osd.get().map_or(&self.idle_metrics, |o| &o.engine.metrics)
     }
 
     /// Answers one request made by `cred`.

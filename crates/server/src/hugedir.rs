@@ -53,7 +53,8 @@ impl Osd {
     /// The busy lock of the whole directory `dir`, once no transaction holds any of it.
     async fn lock_whole(self: &Arc<Self>, dir: &str) -> OpResult<crate::engine::locks::Guard> {
         // With wait_tx set the lock waits instead of reporting a conflict.
-        self.locks
+        self.engine
+            .locks
             .lock(&[(dir.to_string(), Scope::Whole)], None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("'{dir}': unexpected conflict with transaction {}", c.0)))
@@ -86,24 +87,24 @@ impl Osd {
         // Work queued under a delegation of the directory is applied first: it could not
         // be once the directory is spread (its holder's own requests do not recall it).
         // (Not for a directory already distributed: its delegations are of its shards.)
-        let spread = matches!(self.store.get_dir(dir), Ok(Some(d)) if d.dist.state == DistState::Distributed);
+        let spread = matches!(self.engine.store.get_dir(dir), Ok(Some(d)) if d.dist.state == DistState::Distributed);
         let recalled = match spread {
             true => None,
             false => Some(self.recall_all(dir).await),
         };
         let d = {
             let _guard = self.lock_whole(dir).await?;
-            let Some(mut d) = self.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
+            let Some(mut d) = self.engine.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
             match d.dist.state {
-                DistState::Distributed => return Ok(Some(self.dist_info(dir, &d))),
-                DistState::Nondistributed if !self.over_threshold(&d) => return Ok(None),
+                DistState::Distributed => return Ok(Some(self.engine.dist_info(dir, &d))),
+                DistState::Nondistributed if !self.engine.over_threshold(&d) => return Ok(None),
                 DistState::Nondistributed => {
-                    let width = if d.dist.width == 0 { self.map().hugedirs.width } else { d.dist.width };
-                    d.dist.set = self.map().storing_set(dir, width);
+                    let width = if d.dist.width == 0 { self.engine.map().hugedirs.width } else { d.dist.width };
+                    d.dist.set = self.engine.map().storing_set(dir, width);
                     d.dist.state = DistState::Distributing;
                     let mut b = Batch::new();
                     b.put_dir(dir, &d);
-                    self.apply(b).await?;
+                    self.engine.apply(b).await?;
                 }
                 DistState::Distributing => tracing::info!(dir, "resuming an interrupted redistribution"),
             }
@@ -121,7 +122,7 @@ impl Osd {
             shard.dist.state = DistState::Distributed;
             shard
         };
-        let remote: Vec<ServerId> = set.iter().copied().filter(|&s| s != self.id).collect();
+        let remote: Vec<ServerId> = set.iter().copied().filter(|&s| s != self.engine.id).collect();
         join_all(remote.iter().map(|&s| {
             let req = Request::ShardImport {
                 path: dir.to_string(),
@@ -137,7 +138,7 @@ impl Osd {
         // object is read again: its attributes (and threshold) may have changed since step 1,
         // not its entries (their counts say so) nor its storing set.
         let _guard = self.lock_whole(dir).await?;
-        let mut now = match self.store.get_dir(dir).map_err(eio)? {
+        let mut now = match self.engine.store.get_dir(dir).map_err(eio)? {
             Some(now)
                 if now.ino == d.ino
                     && (now.dist.state, &now.dist.set) == (d.dist.state, &d.dist.set)
@@ -160,15 +161,15 @@ impl Osd {
         for name in &moved {
             b.del_entry(now.ino, name);
         }
-        if set.contains(&self.id) {
-            b.put_shard(dir, &shard_of(self.id));
+        if set.contains(&self.engine.id) {
+            b.put_shard(dir, &shard_of(self.engine.id));
         }
         now.dist.state = DistState::Distributed;
         now.entries = 0;
         now.subdirs = 0;
         b.put_dir(dir, &now);
-        self.apply(b).await?;
-        let moved: u64 = counts.iter().filter(|(s, _)| **s != self.id).map(|(_, c)| c.0).sum();
+        self.engine.apply(b).await?;
+        let moved: u64 = counts.iter().filter(|(s, _)| **s != self.engine.id).map(|(_, c)| c.0).sum();
         tracing::info!(
             dir,
             set = ?set,
@@ -176,7 +177,7 @@ impl Osd {
             ms = started.elapsed().as_millis() as u64,
             "directory distributed"
         );
-        Ok(Some(self.dist_info(dir, &now)))
+        Ok(Some(self.engine.dist_info(dir, &now)))
     }
 
     /// Step 2: sends every entry to its storing server; returns (entries, subdirectories)
@@ -191,7 +192,7 @@ impl Osd {
         let mut moved = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page = self.store.list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
+            let page = self.engine.store.list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
             let mut parts: HashMap<ServerId, Vec<(String, Inode)>> = HashMap::new();
@@ -200,7 +201,7 @@ impl Osd {
                 let c = counts.entry(s).or_default();
                 c.0 += 1;
                 c.1 += u64::from(inode.kind == FileKind::Dir);
-                if s != self.id {
+                if s != self.engine.id {
                     moved.push(name.clone());
                     parts.entry(s).or_default().push((name, inode));
                 }
@@ -248,11 +249,12 @@ impl Osd {
             p = parent;
         }
         let _g = self
+            .engine
             .locks
             .lock(&wanted, None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("'{path}': unexpected conflict with transaction {}", c.0)))?;
-        if let Some(old) = self.store.get_shard(path).map_err(eio)? {
+        if let Some(old) = self.engine.store.get_shard(path).map_err(eio)? {
             if old.ino != ino {
                 tracing::warn!(path, old = old.ino, new = ino, "replacing the shard of an older directory");
             }
@@ -268,7 +270,7 @@ impl Osd {
             }
             b.put_shard(path, s);
         }
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         Ok(Reply::Done)
     }
 
@@ -283,7 +285,7 @@ impl Osd {
         check_dir_path(path)?;
         {
             let _g = self.lock_whole(path).await?;
-            let mut d = self.dir_object(path)?;
+            let mut d = self.engine.dir_object(path)?;
             if let Some(t) = threshold {
                 d.dist.threshold = t;
             }
@@ -302,7 +304,7 @@ impl Osd {
             d.ctime = Timespec::now();
             let mut b = Batch::new();
             b.put_dir(path, &d);
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
         }
         self.distribute(path).await?;
         self.dist_status(path).await
@@ -311,7 +313,7 @@ impl Osd {
     /// `DistStatus`: the distribution of a directory homed here and entries per server.
     pub(crate) async fn dist_status(self: &Arc<Self>, path: &str) -> Response {
         check_dir_path(path)?;
-        let d = self.dir_object(path)?;
+        let d = self.engine.dir_object(path)?;
         Ok(Reply::Dist(self.report(path, &d).await?))
     }
 
@@ -321,7 +323,7 @@ impl Osd {
             path: path.to_string(),
             state: d.dist.state,
             threshold: d.dist.threshold,
-            effective: d.dist.threshold.resolve(self.cluster_threshold()),
+            effective: d.dist.threshold.resolve(self.engine.cluster_threshold()),
             width: d.dist.width,
             set: d.dist.set.clone(),
             entries: Vec::new(),
@@ -334,7 +336,7 @@ impl Osd {
             DistState::Distributed => {
                 self.shard_attrs(path, d, 0).await?.into_iter().map(|(s, a)| (s, a.size)).collect()
             }
-            _ => vec![(self.id, d.entries)],
+            _ => vec![(self.engine.id, d.entries)],
         };
         Ok(DistReport { entries, ..self.base_report(path, d) })
     }
@@ -346,8 +348,8 @@ impl Osd {
     async fn shard_attrs(self: &Arc<Self>, path: &str, d: &DirObject, session: u64) -> OpResult<Vec<(ServerId, Attr)>> {
         let cred = &Cred { session, ..Cred::server() };
         let asks = d.dist.set.iter().map(|&s| async move {
-            let r = if s == self.id {
-                self.host(path, Via::Shard(d.incarnation)).map(|h| Reply::Attr(Attr::of_dir(&h.obj)))
+            let r = if s == self.engine.id {
+                self.engine.host(path, Via::Shard(d.incarnation)).map(|h| Reply::Attr(Attr::of_dir(&h.obj)))
             } else {
                 let req = Request::Shard {
                     incarnation: d.incarnation,
@@ -370,7 +372,7 @@ impl Osd {
     /// `stat` of a directory on its home for client `session`: for a distributed one, size
     /// and link count are the sums over its shards and mtime the latest.
     pub(crate) async fn dir_attr(self: &Arc<Self>, path: &str, session: u64) -> OpResult<Attr> {
-        let d = self.dir_object(path)?;
+        let d = self.engine.dir_object(path)?;
         let mut attr = Attr::of_dir(&d);
         if d.dist.state == DistState::Distributed {
             let (mut size, mut subdirs) = (0u64, 0u64);
@@ -395,7 +397,7 @@ impl Osd {
     /// operations in it (monitoring must not change what it measures).
     pub(crate) async fn hugedir_reports(self: &Arc<Self>) -> OpResult<Vec<DistReport>> {
         let mut out = Vec::new();
-        for (path, d) in self.store.dirs_within("/").map_err(eio)? {
+        for (path, d) in self.engine.store.dirs_within("/").map_err(eio)? {
             if d.dist.state != DistState::Nondistributed {
                 out.push(self.base_report(&path, &d));
             }
@@ -405,7 +407,7 @@ impl Osd {
 
     /// After a restart: resume every redistribution that was under way.
     pub(crate) fn resume_distributions(self: &Arc<Self>) -> Result<(), plusfs_store::StoreError> {
-        for (path, d) in self.store.dirs_within("/")? {
+        for (path, d) in self.engine.store.dirs_within("/")? {
             if d.dist.state == DistState::Distributing {
                 self.ensure_distributing(&path);
             }

@@ -193,10 +193,10 @@ pub async fn run(
     let peers = Pool::new(&config.map, 2, 0);
     let osd = open(&config, peers, Arc::default()).await?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), tls = security.is_some(), "server ready");
-    let store = osd.store.clone();
+    let store = osd.engine.store.clone();
     let space =
         space::Space::new(config.data_dir.clone(), config.map.data.reserve_bytes, Box::new(move || store.flush_room()));
-    let store = osd.store.clone();
+    let store = osd.engine.store.clone();
     let front = Front::serving(osd, Arc::new(space));
     front.keep_space(store);
     let metrics = endpoint::start(entry.metrics.as_deref(), &front).await;

@@ -53,19 +53,19 @@ impl Osd {
         }
         let (dir, name) = split_entry(p)?;
         let guard = match lock {
-            true => self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await.ok(),
+            true => self.engine.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await.ok(),
             false => None,
         };
-        let host = self.host(dir, via)?;
+        let host = self.engine.host(dir, via)?;
         perm::check_search(c, &host.obj, dir)?;
-        let e = self.entry(&host.obj, p, name)?;
+        let e = self.engine.entry(&host.obj, p, name)?;
         match e.link_home {
             None => Ok(Found::Here(Target {
                 inode: e,
                 slot: Slot::Entry { dir: host.obj.ino, name: name.into() },
                 _guard: guard,
             })),
-            Some(home) if home == self.id => {
+            Some(home) if home == self.engine.id => {
                 drop(guard);
                 Ok(Found::Here(self.shared_target(p, e.ino, lock).await?))
             }
@@ -75,10 +75,11 @@ impl Osd {
 
     async fn shared_target(self: &Arc<Self>, p: &str, ino: Ino, lock: bool) -> OpResult<Target> {
         let guard = match lock {
-            true => self.locks.lock(&[inode_lock(ino)], None, true).await.ok(),
+            true => self.engine.locks.lock(&[inode_lock(ino)], None, true).await.ok(),
             false => None,
         };
         let inode = self
+            .engine
             .store
             .get_inode(ino)
             .map_err(eio)?
@@ -116,7 +117,7 @@ impl Osd {
     pub(crate) async fn resolve(self: &Arc<Self>, p: &str, e: Inode) -> OpResult<Inode> {
         match e.link_home {
             None => Ok(e),
-            Some(home) if home == self.id => Ok(self.shared_target(p, e.ino, false).await?.inode),
+            Some(home) if home == self.engine.id => Ok(self.shared_target(p, e.ino, false).await?.inode),
             Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }, &Cred::server()).await? {
                 Reply::Attr(a) => Ok(Inode {
                     ino: a.ino,
@@ -143,9 +144,9 @@ impl Osd {
         let (ddir, dname) = split_entry(dst)?;
         // A source in a distributed directory the client did not address by its shard: the
         // redirect is the client's to follow (the loop below follows the destination's).
-        self.host(sdir, via)?;
+        self.engine.host(sdir, via)?;
         // The new entry goes to the home of `ddir`, or where its distribution says.
-        let mut at = (self.map().home_of_dir(ddir), None);
+        let mut at = (self.engine.map().home_of_dir(ddir), None);
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
         while changes < 3 {
@@ -180,16 +181,17 @@ impl Osd {
     ) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
-        let host = self.host(sdir, via)?.obj;
+        let host = self.engine.host(sdir, via)?.obj;
         perm::check_search(c, &host, sdir)?;
-        let e = self.entry(&host, src, sname)?;
+        let e = self.engine.entry(&host, src, sname)?;
         if e.kind == FileKind::Dir {
             return Err(err(Errno::EPERM, format!("'{src}' is a directory; directories cannot be hard-linked")));
         }
         let (home, grow) = match e.link_home {
-            None => {
-                (self.id, SubOp::ShareInode { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() })
-            }
+            None => (
+                self.engine.id,
+                SubOp::ShareInode { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() },
+            ),
             Some(home) => (home, SubOp::AdjustLinks { ino: e.ino, delta: 1 }),
         };
         let mut parts = Parts::new();
@@ -209,7 +211,7 @@ impl Osd {
         let home = e.link_home.expect("a link entry");
         let mut parts = Parts::new();
         let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
-        add_part(&mut parts, self.id, remove);
+        add_part(&mut parts, self.engine.id, remove);
         add_part(&mut parts, home, SubOp::AdjustLinks { ino: e.ino, delta: -1 });
         self.retrying(|| async { self.run(parts.clone(), c).await.map(|_| Reply::Done) }).await
     }

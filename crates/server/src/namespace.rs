@@ -40,17 +40,17 @@ impl Osd {
         if kind == FileKind::Dir {
             return Err(err(Errno::EINVAL, "create cannot make directories"));
         }
-        let g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let mut host = self.host(dir, via)?;
-        if !host.shard && self.over_threshold(&host.obj) {
+        let g = self.engine.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let mut host = self.engine.host(dir, via)?;
+        if !host.shard && self.engine.over_threshold(&host.obj) {
             // Due for distribution (another writer crossed the threshold): distribute
             // first, so writers cannot keep the directory from ever being distributed.
             drop(g);
             let info = self.distribute(dir).await?;
-            return Err(WireError::redirect(info.unwrap_or_else(|| self.dist_info(dir, &host.obj))));
+            return Err(WireError::redirect(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj))));
         }
         perm::check_search(c, &host.obj, dir)?;
-        if let Some(e) = self.store.get_entry(host.obj.ino, name).map_err(eio)? {
+        if let Some(e) = self.engine.store.get_entry(host.obj.ino, name).map_err(eio)? {
             return match e.kind {
                 _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
                 FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
@@ -69,14 +69,14 @@ impl Osd {
         let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, owner, mode & 0o7777, false);
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
         let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { rdev } else { 0 };
-        let inode = Inode { size, target, rdev, ..Inode::new(self.new_ino().await?, kind, mode, uid, gid) };
+        let inode = Inode { size, target, rdev, ..Inode::new(self.engine.new_ino().await?, kind, mode, uid, gid) };
         count_entry(&mut host.obj, kind, 1);
         let mut b = Batch::new();
         b.put_entry(host.obj.ino, name, &inode);
         host.save(&mut b, dir);
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         drop(g);
-        if !host.shard && self.over_threshold(&host.obj) {
+        if !host.shard && self.engine.over_threshold(&host.obj) {
             // The create is done whatever happens to the distribution (a failed one stays
             // `Distributing` and is finished by the next request or restart).
             if let Err(e) = self.distribute(dir).await {
@@ -122,11 +122,11 @@ impl Osd {
         check_dir_path(p)?;
         match via {
             Via::Home => {
-                perm::check_search_above(c, &self.dir_object(p)?, p)?;
+                perm::check_search_above(c, &self.engine.dir_object(p)?, p)?;
                 Ok(Reply::Attr(self.dir_attr(p, c.session).await?))
             }
             Via::Shard(_) | Via::Inode(_) => {
-                let d = self.host(p, via)?.obj;
+                let d = self.engine.host(p, via)?.obj;
                 perm::check_search_above(c, &d, p)?;
                 Ok(Reply::Attr(Attr::of_dir(&d)))
             }
@@ -137,16 +137,16 @@ impl Osd {
     /// subdirectory's object).
     pub(crate) fn dir_perms(&self, p: &str) -> Response {
         check_dir_path(p)?;
-        let d = self.dir_object(p)?;
+        let d = self.engine.dir_object(p)?;
         Ok(Reply::DirPerms { mode: d.mode, uid: d.uid, gid: d.gid, ancestry: d.ancestry })
     }
 
     pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
         let (dir, name) = split_entry(p)?;
-        let _g = self.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
-        let mut host = self.host(dir, via)?;
+        let _g = self.engine.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let mut host = self.engine.host(dir, via)?;
         perm::check_search(c, &host.obj, dir)?;
-        let e = self.entry(&host.obj, p, name)?;
+        let e = self.engine.entry(&host.obj, p, name)?;
         perm::check_dir_write(c, &host.obj, dir)?;
         if host.obj.mode & libc::S_ISVTX != 0 && !c.is_root() {
             let owner = self.resolve(p, e.clone()).await?.uid;
@@ -160,12 +160,13 @@ impl Osd {
             return self.unlink_link(p, &e, via, c).await;
         }
         count_entry(&mut host.obj, e.kind, -1);
-        let gate = self.data_gate.read().await;
+        let gate = self.engine.data_gate.read().await;
         let mut b = Batch::new();
-        let remote = self.drop_unused(&plusfs_proto::filedata::records(&e.pieces), &Default::default(), &mut b)?;
+        let remote =
+            self.engine.drop_unused(&plusfs_proto::filedata::records(&e.pieces), &Default::default(), &mut b)?;
         b.del_entry(host.obj.ino, name);
         host.save(&mut b, dir);
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         drop(gate);
         self.drop_remote(remote).await;
         Ok(Reply::Done)
@@ -180,11 +181,11 @@ impl Osd {
         c: &Cred,
     ) -> Response {
         check_dir_path(p)?;
-        let d = self.host(p, via)?.obj;
+        let d = self.engine.host(p, via)?.obj;
         perm::check_search_above(c, &d, p)?;
         perm::check(c, d.mode, d.uid, d.gid, MAY_READ, p)?;
         let limit = if limit == 0 { 1024 } else { limit.min(MAX_READDIR_PAGE) } as usize;
-        let mut page = self.store.list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
+        let mut page = self.engine.store.list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
         let more = page.len() > limit;
         page.truncate(limit);
         let entries = page.into_iter().map(|(name, i)| DirEntry { name, ino: i.ino, kind: i.kind }).collect();
@@ -204,7 +205,7 @@ impl Osd {
         }
         let cur = perm::Owned { mode: e.mode, uid: e.uid, gid: e.gid, dir: false };
         let set = &perm::check_setattr(c, cur, set, p)?;
-        let gate = self.data_gate.read().await;
+        let gate = self.engine.data_gate.read().await;
         let mut b = Batch::new();
         let mut remote = Vec::new();
         if let Some(size) = set.size {
@@ -215,7 +216,7 @@ impl Osd {
         }
         apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
         t.save(&mut b);
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         drop(gate);
         self.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
@@ -236,8 +237,8 @@ impl Osd {
 
     /// Directory objects homed here, and entries held here (in objects and shards).
     pub(crate) fn totals(&self) -> OpResult<(u64, u64)> {
-        let dirs = self.store.dirs_within("/").map_err(eio)?;
-        let shards = self.store.shards_within("/").map_err(eio)?;
+        let dirs = self.engine.store.dirs_within("/").map_err(eio)?;
+        let shards = self.engine.store.shards_within("/").map_err(eio)?;
         let entries = dirs.iter().chain(&shards).map(|(_, d)| d.entries).sum();
         Ok((dirs.len() as u64, entries))
     }
@@ -249,15 +250,15 @@ impl Osd {
 
     pub(crate) async fn status(self: &Arc<Self>) -> Response {
         let (dir_objects, entries) = self.totals()?;
-        let m = &self.metrics;
+        let m = &self.engine.metrics;
         let peer = self.peers.counters().snapshot();
-        let st = self.store.stats();
-        let segments = self.data.segments();
-        let io = self.data.stats();
+        let st = self.engine.store.stats();
+        let segments = self.engine.data.segments();
+        let io = self.engine.data.stats();
         let (cx_pending, cx_log_bytes, cx_log_peak) = self.cx.gauges();
-        let map = self.map();
+        let map = self.engine.map();
         Ok(Reply::Status(Box::new(ServerStatus {
-            id: self.id,
+            id: self.engine.id,
             epoch: map.epoch,
             dir_objects,
             entries,
@@ -270,10 +271,17 @@ impl Osd {
             store_writes: st.writes,
             store_syncs: st.syncs,
             tx_started: Metrics::get(&m.tx_started),
-            tx_pending: self.locks.tx_count() as u64,
+            tx_pending: self.engine.locks.tx_count() as u64,
             hugedirs: self.hugedir_reports().await?,
-            shards: self.store.shards_within("/").map_err(eio)?.into_iter().map(|(p, d)| (p, d.entries)).collect(),
-            data_records: self.store.record_count().map_err(eio)?,
+            shards: self
+                .engine
+                .store
+                .shards_within("/")
+                .map_err(eio)?
+                .into_iter()
+                .map(|(p, d)| (p, d.entries))
+                .collect(),
+            data_records: self.engine.store.record_count().map_err(eio)?,
             data_segments: segments.len() as u64,
             data_bytes: segments.iter().map(|s| s.bytes).sum(),
             data_appends: io.appends,
@@ -294,9 +302,9 @@ impl Osd {
             deleg_recalls: self.delegs.counters.recalls.load(std::sync::atomic::Ordering::Relaxed),
             deleg_revoked: self.delegs.counters.revoked.load(std::sync::atomic::Ordering::Relaxed),
             deleg_flushes: self.delegs.counters.flushes.load(std::sync::atomic::Ordering::Relaxed),
-            inodes: self.store.all_inodes().map_err(eio)?.len() as u64,
+            inodes: self.engine.store.all_inodes().map_err(eio)?.len() as u64,
             data_live_bytes: self.record_inventory()?.iter().map(|r| r.1).sum(),
-            weight_milli: map.server(self.id).map_or(0, |s| (s.weight * 1000.0).round() as u64),
+            weight_milli: map.server(self.engine.id).map_or(0, |s| (s.weight * 1000.0).round() as u64),
             migrating: map.migrating(),
             migration: self.migration.report(map.migration.as_ref().map(|m| m.from_epoch)),
             forwarded: self.migration.forwarded.load(std::sync::atomic::Ordering::Relaxed),
@@ -304,8 +312,8 @@ impl Osd {
     }
 
     pub(crate) fn fsck_scan(&self) -> Response {
-        let dirs = self.store.dirs_within("/").map_err(eio)?;
-        let shards = self.store.shards_within("/").map_err(eio)?;
+        let dirs = self.engine.store.dirs_within("/").map_err(eio)?;
+        let shards = self.engine.store.shards_within("/").map_err(eio)?;
         // Entries belong to a nondistributed directory object or to a shard held here.
         let local: HashSet<u64> =
             dirs.iter().filter(|(_, d)| d.dist.state != DistState::Distributed).map(|(_, d)| d.ino).collect();
@@ -313,11 +321,11 @@ impl Osd {
             shards.iter().map(|(p, d)| (d.ino, (p, d))).collect();
         // Directories handed to their new home and not yet confirmed there: their entries
         // stay here until then (what the new home imports).
-        let moving: HashSet<u64> = self.handed_over()?.into_iter().map(|(_, d)| d.ino).collect();
+        let moving: HashSet<u64> = self.engine.handed_over()?.into_iter().map(|(_, d)| d.ino).collect();
         let mut data = FsckData {
             dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
-            pending_tx: (self.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()
-                + self.store.log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()
+            pending_tx: (self.engine.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()
+                + self.engine.store.log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()
                 + moving.len()) as u64,
             shards: shards.iter().map(|(p, d)| (p.clone(), d.ino, d.incarnation)).collect(),
             distributed: dirs
@@ -327,11 +335,11 @@ impl Osd {
                 .collect(),
             ..Default::default()
         };
-        let shared = self.store.all_inodes().map_err(eio)?;
+        let shared = self.engine.store.all_inodes().map_err(eio)?;
         data.shared = shared.iter().map(|i| (i.ino, i.nlink)).collect();
         data.pieces = shared.iter().flat_map(|i| i.pieces.iter().map(|q| (q.server, q.record))).collect();
         data.records = self.record_inventory()?;
-        for (parent, name, inode) in self.store.all_entries().map_err(eio)? {
+        for (parent, name, inode) in self.engine.store.all_entries().map_err(eio)? {
             data.pieces.extend(inode.pieces.iter().map(|q| (q.server, q.record)));
             if let Some(home) = inode.link_home {
                 data.links.push((inode.ino, home));
@@ -341,7 +349,7 @@ impl Osd {
             }
             if let Some((path, shard)) = shard_of.get(&parent) {
                 let set = &shard.dist.set;
-                if set.get(plusfs_proto::hugedir::slot_of(&name, set.len())) != Some(&self.id) {
+                if set.get(plusfs_proto::hugedir::slot_of(&name, set.len())) != Some(&self.engine.id) {
                     data.misplaced.push(((*path).clone(), name.clone()));
                 }
             } else if !local.contains(&parent) {

@@ -115,7 +115,7 @@ async fn run(osd: &Arc<Osd>, table: &RocksStore, cred: Cred, (client, seq): (u64
         if let Ok(bytes) = postcard::to_allocvec(&answer) {
             let mut b = Batch::new();
             b.ops.push(BatchOp::PutOnce(client, seq, plusfs_store::once_value(Some(&bytes))));
-            let store = osd.store.clone();
+            let store = osd.engine.store.clone();
             tokio::spawn(async move {
                 if let Err(e) = commit(store.as_ref(), b).await {
                     tracing::debug!(cause = %e, "an answer was not recorded");
@@ -270,8 +270,8 @@ async fn settle_mkdirs(
 /// The attributes of the directory object at `path`, from its home (here or a peer).
 async fn dir_stat(osd: &Arc<Osd>, path: &str) -> Response {
     let req = Request::DirStat { path: path.to_string() };
-    let home = osd.map().home_of_dir(path);
-    if home == osd.id {
+    let home = osd.engine.map().home_of_dir(path);
+    if home == osd.engine.id {
         return osd.handle(Cred::server(), req).await;
     }
     osd.peers.call(home, &req).await.map_err(|e| eio(format!("cannot ask the home of '{path}': {e}")))?
@@ -293,7 +293,7 @@ pub(crate) async fn expire(osd: Arc<Osd>, store: Arc<RocksStore>) {
         for chunk in old.chunks(EXPIRE_BATCH) {
             let mut b = Batch::new();
             b.ops.extend(chunk.iter().map(|&(c, s)| BatchOp::DelOnce(c, s)));
-            if let Err(e) = commit(osd.store.as_ref(), b).await {
+            if let Err(e) = commit(osd.engine.store.as_ref(), b).await {
                 tracing::warn!(cause = %e, "cannot delete expired exactly-once records");
                 break;
             }

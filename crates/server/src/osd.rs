@@ -1,9 +1,8 @@
 //! A server: its [`Engine`] (state) and the protocols around it.
 //!
-//! `Osd` holds the engine (and derefs to it, so protocol code reads `self.store`,
-//! `self.locks`, `self.apply(..)`), the connections to its peers, its failpoints and the
-//! state of the protocols that keep any: pending Cx operations and running
-//! redistributions. Every protocol module adds its operations as an `impl Osd` block;
+//! `Osd` holds the engine (shared, reached as `self.engine`; no deref), the connections
+//! to its peers, its failpoints and the state of the protocols that keep any: pending Cx
+//! operations and running redistributions. Every protocol module adds its operations as an `impl Osd` block;
 //! `dispatch.rs` routes each request to one of them.
 
 use crate::cx::state::Cx;
@@ -21,7 +20,7 @@ use tokio::sync::mpsc;
 /// One OSD+ server.
 pub struct Osd {
     /// The server's state.
-    pub engine: Engine,
+    pub engine: Arc<Engine>,
     /// Connections to the other servers.
     pub peers: Pool,
     /// Steps where a fault-injection test may crash or pause this server.
@@ -51,13 +50,6 @@ pub struct Osd {
     pub(crate) caps: Option<plusfs_tls::CapKey>,
 }
 
-impl std::ops::Deref for Osd {
-    type Target = Engine;
-    fn deref(&self) -> &Engine {
-        &self.engine
-    }
-}
-
 impl Osd {
     /// Opens the server's state over `store`, calling other servers through `peers`;
     /// creates `/` if this server is its home. Starts the task that finishes the
@@ -72,7 +64,7 @@ impl Osd {
         caps: Option<plusfs_tls::CapKey>,
     ) -> Result<Arc<Osd>, StoreError> {
         let (wanted_tx, mut wanted) = mpsc::unbounded_channel();
-        let engine = Engine::open(id, map, store, data, wanted_tx)?;
+        let engine = Arc::new(Engine::open(id, map, store, data, wanted_tx)?);
         let osd = Arc::new(Osd {
             engine,
             peers,
@@ -98,13 +90,13 @@ impl Osd {
             }
         });
         // Only a new cluster makes `/`: a server that becomes its home later takes it over.
-        let new_cluster = osd.map().epoch <= 1 && !osd.map().migrating();
-        if new_cluster && osd.map().home_of_dir("/") == id && osd.store.get_dir("/")?.is_none() {
+        let new_cluster = osd.engine.map().epoch <= 1 && !osd.engine.map().migrating();
+        if new_cluster && osd.engine.map().home_of_dir("/") == id && osd.engine.store.get_dir("/")?.is_none() {
             let mut root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
             root.ancestry = Some(plusfs_proto::Ancestry::root(root.search_perm()));
             let mut b = Batch::new();
             b.put_dir("/", &root);
-            commit(osd.store.as_ref(), b).await?;
+            commit(osd.engine.store.as_ref(), b).await?;
             tracing::info!("created the root directory");
         }
         Ok(osd)
@@ -113,6 +105,6 @@ impl Osd {
     /// Cross-server operations this server has not finished: open two-phase commits and
     /// pending Cx operations (zero once the cluster has settled).
     pub fn pending_ops(&self) -> usize {
-        self.locks.tx_count() + self.cx.gauges().0 as usize
+        self.engine.locks.tx_count() + self.cx.gauges().0 as usize
     }
 }

@@ -13,11 +13,11 @@ impl Osd {
     /// the sub-operations that take them back.
     pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> Response {
         self.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false, None).await?;
-        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
-        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
+        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
+        let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let undo = self.undo_of(&ops)?;
-        let (batch, remote) = self.commit_batch(&prepared, &CommitPayload::default())?;
-        self.apply(batch).await?;
+        let (batch, remote) = self.engine.commit_batch(&prepared, &CommitPayload::default())?;
+        self.engine.apply(batch).await?;
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
@@ -38,16 +38,17 @@ impl Osd {
                     SubOp::RemoveDir { path: path.clone(), ino: object.ino, shards: vec![] }
                 }
                 SubOp::RemoveDir { path, .. } => {
-                    SubOp::CreateDir { path: path.clone(), object: self.dir_object(path)? }
+                    SubOp::CreateDir { path: path.clone(), object: self.engine.dir_object(path)? }
                 }
                 SubOp::InsertEntry { dir, name, inode, replace: plusfs_proto::Replace::Never, shard } => {
                     SubOp::RemoveEntry { dir: dir.clone(), name: name.clone(), ino: inode.ino, shard: *shard }
                 }
                 SubOp::RemoveEntry { dir, name, shard, .. } => {
-                    let host =
-                        self.host(dir, shard.map_or(crate::engine::host::Via::Home, crate::engine::host::Via::Shard))?;
+                    let host = self
+                        .engine
+                        .host(dir, shard.map_or(crate::engine::host::Via::Home, crate::engine::host::Via::Shard))?;
                     let p = plusfs_proto::path::join(dir, name);
-                    let inode = self.entry(&host.obj, &p, name)?;
+                    let inode = self.engine.entry(&host.obj, &p, name)?;
                     SubOp::InsertEntry {
                         dir: dir.clone(),
                         name: name.clone(),

@@ -127,16 +127,16 @@ impl Osd {
         c: &Cred,
     ) -> Response {
         let (dir, name) = split_entry(p)?;
-        let parent = self.host(dir, via)?.obj;
+        let parent = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &parent, dir)?;
-        if self.store.get_entry(parent.ino, name).map_err(eio)?.is_some() {
+        if self.engine.store.get_entry(parent.ino, name).map_err(eio)?.is_some() {
             return Err(err(Errno::EEXIST, format!("'{p}' exists")));
         }
         let attrs = self.mkdir_many(dir, &[name], mode, owner, policy, via, c).await?;
-        if policy.0.resolve(self.cluster_threshold()) == Threshold::Entries(0) {
+        if policy.0.resolve(self.engine.cluster_threshold()) == Threshold::Entries(0) {
             // Distributed from creation: its home distributes it now.
             let req = Request::SetPolicy { path: p.to_string(), threshold: None, width: None };
-            if let Err(e) = self.peer_call(self.map().home_of_dir(p), req, &Cred::server()).await {
+            if let Err(e) = self.peer_call(self.engine.map().home_of_dir(p), req, &Cred::server()).await {
                 tracing::warn!(path = p, cause = %e.message, "cannot distribute a new directory yet");
             }
         }
@@ -158,10 +158,10 @@ impl Osd {
     ) -> OpResult<Vec<Attr>> {
         let mut parts = Parts::new();
         let mut attrs = Vec::with_capacity(names.len());
-        let parent = self.host(dir, via)?.obj;
+        let parent = self.engine.host(dir, via)?.obj;
         let (uid, gid, mode) = perm::new_owner(c, parent.mode, parent.gid, owner, mode & 0o7777, true);
         for name in names {
-            let mut object = DirObject::new(self.new_ino().await?, mode, uid, gid);
+            let mut object = DirObject::new(self.engine.new_ino().await?, mode, uid, gid);
             object.dist.threshold = policy.0;
             object.dist.width = policy.1;
             object.ancestry = parent.ancestry.clone().map(|a| a.with(object.search_perm()));
@@ -173,9 +173,9 @@ impl Osd {
                 replace: Replace::Never,
                 shard: via.shard(),
             };
-            add_part(&mut parts, self.id, entry);
+            add_part(&mut parts, self.engine.id, entry);
             attrs.push(Attr::of_dir(&object));
-            add_part(&mut parts, self.map().home_of_dir(&path), SubOp::CreateDir { path, object });
+            add_part(&mut parts, self.engine.map().home_of_dir(&path), SubOp::CreateDir { path, object });
         }
         self.run(parts, c).await?;
         Ok(attrs)
@@ -185,18 +185,18 @@ impl Osd {
     /// the first attempt learns them from the home's redirect.
     pub(crate) async fn rmdir(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
         let (dir, name) = split_entry(p)?;
-        let host = self.host(dir, via)?.obj;
+        let host = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &host, dir)?;
-        let e = self.entry(&host, p, name)?;
+        let e = self.engine.entry(&host, p, name)?;
         if e.kind != FileKind::Dir {
             return Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory")));
         }
         let parts = |shards: &[ServerId]| {
             let mut parts = Parts::new();
             let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
-            add_part(&mut parts, self.id, remove);
+            add_part(&mut parts, self.engine.id, remove);
             let remove_dir = SubOp::RemoveDir { path: p.into(), ino: e.ino, shards: shards.to_vec() };
-            add_part(&mut parts, self.map().home_of_dir(p), remove_dir);
+            add_part(&mut parts, self.engine.map().home_of_dir(p), remove_dir);
             for &s in shards {
                 add_part(&mut parts, s, SubOp::RemoveShard { path: p.into(), ino: e.ino });
             }
@@ -216,9 +216,9 @@ impl Osd {
     pub(crate) async fn rename(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
-        let src_host = self.host(sdir, via)?;
+        let src_host = self.engine.host(sdir, via)?;
         perm::check_search(c, &src_host.obj, sdir)?;
-        let e = self.entry(&src_host.obj, src, sname)?;
+        let e = self.engine.entry(&src_host.obj, src, sname)?;
         if e.link_home.is_some() && src_host.obj.mode & libc::S_ISVTX != 0 && !c.is_root() {
             // A hard link's owner is with its inode (the prepare checks other entries).
             let owner = self.resolve(src, e.clone()).await?.uid;
@@ -228,13 +228,13 @@ impl Osd {
             return Ok(Reply::Done);
         }
         let mut at = DstAt {
-            server: self.map().home_of_dir(ddir),
+            server: self.engine.map().home_of_dir(ddir),
             shard: None,
             replaced_shards: Vec::new(),
             replaced_link: None,
         };
         if ddir == sdir {
-            at.server = self.id;
+            at.server = self.engine.id;
             if let Via::Shard(inc) = via {
                 let set = &src_host.obj.dist.set;
                 at = DstAt { server: set[plusfs_proto::hugedir::slot_of(dname, set.len())], shard: Some(inc), ..at };
@@ -277,7 +277,7 @@ impl Osd {
         let (ddir, dname) = split_entry(dst)?;
         let mut parts = Parts::new();
         let remove = SubOp::RemoveEntry { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() };
-        add_part(&mut parts, self.id, remove);
+        add_part(&mut parts, self.engine.id, remove);
         let dst_home = at.server;
         if e.kind != FileKind::Dir {
             let mut inode = e.clone();
@@ -315,13 +315,13 @@ impl Osd {
             add_part(&mut parts, dst_home, insert);
             if let Replace::Dir(old) = replace {
                 let remove_dir = SubOp::RemoveDir { path: dst.into(), ino: old, shards: at.replaced_shards.clone() };
-                add_part(&mut parts, self.map().home_of_dir(dst), remove_dir);
+                add_part(&mut parts, self.engine.map().home_of_dir(dst), remove_dir);
                 for &s in &at.replaced_shards {
                     add_part(&mut parts, s, SubOp::RemoveShard { path: dst.into(), ino: old });
                 }
             }
             let rebase = self.rebase_of(sdir, ddir, c).await?;
-            for s in &self.map().servers {
+            for s in &self.engine.map().servers {
                 let export = SubOp::ExportSubtree { root: src.into(), new_root: dst.into(), rebase: rebase.clone() };
                 add_part(&mut parts, s.id, export);
             }
@@ -336,7 +336,7 @@ impl Osd {
         let mut get = Vec::new();
         for d in [sdir, ddir] {
             get.push(
-                match self.peer_call(self.map().home_of_dir(d), Request::DirPerms { path: d.into() }, c).await? {
+                match self.peer_call(self.engine.map().home_of_dir(d), Request::DirPerms { path: d.into() }, c).await? {
                     Reply::DirPerms { ancestry, .. } => ancestry,
                     other => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                 },
@@ -348,7 +348,7 @@ impl Osd {
 
     /// Sends `req` to `server` (as `c`, or served here directly).
     pub(crate) async fn peer_call(self: &Arc<Self>, server: ServerId, req: Request, c: &Cred) -> Response {
-        if server == self.id {
+        if server == self.engine.id {
             // Served directly (no message), and never through `handle`, so no operation
             // recurses into another.
             return match req {
@@ -389,7 +389,7 @@ impl Osd {
         loop {
             // Each attempt plans with the map it starts with; its transaction carries that
             // epoch.
-            match PLAN_EPOCH.scope(self.map().epoch, op()).await {
+            match PLAN_EPOCH.scope(self.engine.map().epoch, op()).await {
                 Err(e) if e.errno == Errno::EBUSY && is_distributing(&e) => {
                     if !waiting.wait().await {
                         return Err(e);
@@ -412,7 +412,7 @@ impl Osd {
     /// at prepare): in one local store batch when only this server takes part, else by
     /// two-phase commit.
     pub(crate) async fn run(self: &Arc<Self>, parts: Parts, c: &Cred) -> OpResult<()> {
-        if parts.len() == 1 && parts[0].0 == self.id {
+        if parts.len() == 1 && parts[0].0 == self.engine.id {
             return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default(), c).await;
         }
         self.two_phase_commit(&parts, c).await
@@ -420,21 +420,21 @@ impl Osd {
 
     /// All sub-operations are local: prepare and commit them as one batch, no log.
     async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>, c: &Cred) -> OpResult<()> {
-        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
-        let (guard, prepared) = self.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
+        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
+        let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let mut payloads = if prepared.exported.is_empty() {
             HashMap::new()
         } else {
             // A directory rename inside a one-server cluster: re-home locally.
-            let exports = self.dump(&prepared.exported)?;
+            let exports = self.engine.dump(&prepared.exported)?;
             self.payloads_from_exports(&ops, exports)
         };
-        let parts = vec![(self.id, ops.clone())];
-        swap_payloads(&parts, self.swap_out(&ops)?, &mut payloads);
-        let payload = payloads.remove(&self.id).unwrap_or_default();
-        let (batch, remote) = self.commit_batch(&prepared, &payload)?;
+        let parts = vec![(self.engine.id, ops.clone())];
+        swap_payloads(&parts, self.engine.swap_out(&ops)?, &mut payloads);
+        let payload = payloads.remove(&self.engine.id).unwrap_or_default();
+        let (batch, remote) = self.engine.commit_batch(&prepared, &payload)?;
         plusfs_store::commit_point();
-        self.apply(batch).await?;
+        self.engine.apply(batch).await?;
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
@@ -445,7 +445,7 @@ impl Osd {
     pub(crate) fn check_thresholds(self: &Arc<Self>, ops: &[SubOp]) {
         for op in ops {
             if let SubOp::InsertEntry { dir, shard: None, .. } = op {
-                if self.store.get_dir(dir).ok().flatten().is_some_and(|d| self.over_threshold(&d)) {
+                if self.engine.store.get_dir(dir).ok().flatten().is_some_and(|d| self.engine.over_threshold(&d)) {
                     self.ensure_distributing(dir);
                 }
             }
@@ -453,12 +453,12 @@ impl Osd {
     }
 
     async fn two_phase_commit(self: &Arc<Self>, parts: &Parts, c: &Cred) -> OpResult<()> {
-        let epoch = PLAN_EPOCH.try_with(|e| *e).unwrap_or_else(|_| self.map().epoch);
-        if epoch < self.map().epoch {
+        let epoch = PLAN_EPOCH.try_with(|e| *e).unwrap_or_else(|_| self.engine.map().epoch);
+        if epoch < self.engine.map().epoch {
             return Err(err(Errno::EBUSY, "the map changed while the operation was planned"));
         }
-        self.metrics.tx_started.fetch_add(1, Ordering::Relaxed);
-        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        self.engine.metrics.tx_started.fetch_add(1, Ordering::Relaxed);
+        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
         let participants: Vec<ServerId> = parts.iter().map(|p| p.0).collect();
         let mut rec = CoordRecord { state: CoordState::Preparing, participants, payloads: vec![] };
         self.log_coord(txid, &rec).await?;
@@ -501,15 +501,15 @@ impl Osd {
     pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via, c: &Cred) -> Response {
         let (adir, aname) = split_entry(a)?;
         let (bdir, bname) = split_entry(b)?;
-        let host = self.host(adir, via)?.obj;
+        let host = self.engine.host(adir, via)?.obj;
         perm::check_search(c, &host, adir)?;
-        self.entry(&host, a, aname)?;
+        self.engine.entry(&host, a, aname)?;
         if a == b {
             return Ok(Reply::Done);
         }
         // Recorded with the commit decision: a resend after a failover then knows.
         crate::once::answer_at_commit(&Ok(Reply::Done));
-        let mut at = (self.map().home_of_dir(bdir), None);
+        let mut at = (self.engine.map().home_of_dir(bdir), None);
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
         while changes < 3 {
@@ -517,7 +517,7 @@ impl Osd {
             let mut parts = Parts::new();
             add_part(
                 &mut parts,
-                self.id,
+                self.engine.id,
                 SubOp::ExchangeEntry { dir: adir.into(), name: aname.into(), shard: via.shard() },
             );
             add_part(&mut parts, at.0, SubOp::ExchangeEntry { dir: bdir.into(), name: bname.into(), shard: at.1 });
@@ -556,7 +556,7 @@ impl Osd {
             }
             dump.object.ancestry = rebase_ancestry(dump.object.ancestry.take(), anc.as_ref());
             dump.path = rebase(&dump.path, &root, &new_root);
-            out.entry(self.map().home_of_dir(&dump.path)).or_default().imports.push(dump);
+            out.entry(self.engine.map().home_of_dir(&dump.path)).or_default().imports.push(dump);
         }
         out
     }
@@ -564,7 +564,7 @@ impl Osd {
     async fn log_coord(&self, txid: TxId, rec: &CoordRecord) -> OpResult<()> {
         let mut b = Batch::new();
         b.put_log(LogKind::Coordinator, txid, encode(rec));
-        self.apply(b).await
+        self.engine.apply(b).await
     }
 
     /// Delivers the decision to every participant. The first round is awaited; if a
@@ -607,27 +607,27 @@ impl Osd {
     async fn forget(&self, txid: TxId) {
         let mut b = Batch::new();
         b.del_log(LogKind::Coordinator, txid);
-        if let Err(e) = self.apply(b).await {
+        if let Err(e) = self.engine.apply(b).await {
             tracing::error!(txid, cause = %e.message, "cannot delete coordinator record");
         }
     }
 
     /// Resumes every unfinished transaction of the coordinator log (after a restart).
     pub async fn recover(self: &Arc<Self>) -> Result<(), plusfs_store::StoreError> {
-        for (txid, bytes) in self.store.log_records(LogKind::Participant)? {
+        for (txid, bytes) in self.engine.store.log_records(LogKind::Participant)? {
             let p: Prepared = postcard::from_bytes(&bytes)
                 .map_err(|e| plusfs_store::StoreError::Corrupt { key: format!("P{txid}"), reason: e.to_string() })?;
-            self.locks.add_tx_locks(txid, &p.locks);
+            self.engine.locks.add_tx_locks(txid, &p.locks);
             tracing::info!(txid, "participant waits for the decision of an in-doubt transaction");
         }
-        for (txid, bytes) in self.store.log_records(LogKind::Coordinator)? {
+        for (txid, bytes) in self.engine.store.log_records(LogKind::Coordinator)? {
             let mut rec: CoordRecord = postcard::from_bytes(&bytes)
                 .map_err(|e| plusfs_store::StoreError::Corrupt { key: format!("C{txid}"), reason: e.to_string() })?;
             if rec.state == CoordState::Preparing {
                 rec.state = CoordState::Aborting;
                 let mut b = Batch::new();
                 b.put_log(LogKind::Coordinator, txid, encode(&rec));
-                plusfs_store::commit(self.store.as_ref(), b).await?;
+                plusfs_store::commit(self.engine.store.as_ref(), b).await?;
             }
             tracing::info!(txid, state = ?rec.state, "resuming transaction");
             let targets = rec.participants.clone();
@@ -639,7 +639,7 @@ impl Osd {
     // ----- participant --------------------------------------------------------------
 
     pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>, epoch: u64, c: &Cred) -> Response {
-        let mine = self.map().epoch;
+        let mine = self.engine.map().epoch;
         if epoch != 0 && epoch < mine {
             // A transaction over a subtree planned with an older map could miss a server
             // objects moved to since: its coordinator plans again.
@@ -648,30 +648,30 @@ impl Osd {
                 format!("planned with the map of epoch {epoch}; this server is at epoch {mine}"),
             ));
         }
-        let (guard, prepared) = self.check_subops(txid, &ops, false, &mut Vec::new(), c).await?;
-        let exports = self.dump(&prepared.exported)?;
+        let (guard, prepared) = self.engine.check_subops(txid, &ops, false, &mut Vec::new(), c).await?;
+        let exports = self.engine.dump(&prepared.exported)?;
         let mut b = Batch::new();
         b.put_log(LogKind::Participant, txid, encode(&prepared));
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         self.failpoints.hit("participant_after_prepare_record").await;
-        self.locks.add_tx_locks(txid, &prepared.locks);
+        self.engine.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
-        Ok(Reply::Vote(Vote { exports, swap_out: self.swap_out(&prepared.ops)? }))
+        Ok(Reply::Vote(Vote { exports, swap_out: self.engine.swap_out(&prepared.ops)? }))
     }
 
     pub(crate) async fn tx_commit(self: &Arc<Self>, txid: TxId, payload: CommitPayload) -> Response {
-        let Some(bytes) = self.store.get_log(LogKind::Participant, txid).map_err(eio)? else {
+        let Some(bytes) = self.engine.store.get_log(LogKind::Participant, txid).map_err(eio)? else {
             return Ok(Reply::Done); // already committed: the coordinator re-sent its decision
         };
         let prepared: Prepared =
             postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt prepare record: {e}")))?;
         let mut locks = prepared.locks.clone();
         locks.extend(payload.imports.iter().map(|d| (d.path.clone(), Scope::Whole)));
-        let guard = self.locks.lock(&locks, Some(txid), true).await.map_err(|_| err(Errno::EIO, "lock"))?;
-        let (mut batch, remote) = self.commit_batch(&prepared, &payload)?;
+        let guard = self.engine.locks.lock(&locks, Some(txid), true).await.map_err(|_| err(Errno::EIO, "lock"))?;
+        let (mut batch, remote) = self.engine.commit_batch(&prepared, &payload)?;
         batch.del_log(LogKind::Participant, txid);
-        self.apply(batch).await?;
-        self.locks.release_tx(txid);
+        self.engine.apply(batch).await?;
+        self.engine.locks.release_tx(txid);
         drop(guard);
         self.drop_remote(remote).await;
         self.check_thresholds(&prepared.ops);
@@ -680,12 +680,12 @@ impl Osd {
     }
 
     pub(crate) async fn tx_abort(self: &Arc<Self>, txid: TxId) -> Response {
-        if self.store.get_log(LogKind::Participant, txid).map_err(eio)?.is_some() {
+        if self.engine.store.get_log(LogKind::Participant, txid).map_err(eio)?.is_some() {
             let mut b = Batch::new();
             b.del_log(LogKind::Participant, txid);
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
         }
-        self.locks.release_tx(txid);
+        self.engine.locks.release_tx(txid);
         Ok(Reply::Done)
     }
 }

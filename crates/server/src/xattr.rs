@@ -95,7 +95,7 @@ impl Osd {
             let mut b = Batch::new();
             t.save(&mut b);
             crate::once::answer_with_next_batch(&Ok(reply.clone()));
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
         }
         Ok(reply)
     }
@@ -103,8 +103,8 @@ impl Osd {
     /// `DirXattr` on the directory's home.
     pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Cred) -> Response {
         check_dir_path(p)?;
-        let _g = self.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
-        let mut d = self.dir_object(p)?;
+        let _g = self.engine.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+        let mut d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;
         perm::check_xattr(c, perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true }, op, p)?;
         let (reply, changed) = apply(&mut d.xattrs, op, p)?;
@@ -113,7 +113,7 @@ impl Osd {
             let mut b = Batch::new();
             b.put_dir(p, &d);
             crate::once::answer_with_next_batch(&Ok(reply.clone()));
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
         }
         Ok(reply)
     }

@@ -247,7 +247,7 @@ impl TestCluster {
                 };
             }
         };
-        *node.last_store.lock().expect("node lock") = Some(Arc::downgrade(&osd.store));
+        *node.last_store.lock().expect("node lock") = Some(Arc::downgrade(&osd.engine.store));
         let mut running = node.running.lock().expect("node lock");
         if node.crash_requested.swap(false, Ordering::AcqRel) {
             node.crashes.fetch_add(1, Ordering::AcqRel);

@@ -7,8 +7,8 @@ impl Osd {
     // ----- commitment (coordinator) ---------------------------------------------------
 
     pub(super) async fn commit_loop(self: Arc<Self>) {
-        let timeout = Duration::from_millis(self.map().txn.commit_timeout_ms);
-        let threshold = self.map().txn.commit_threshold as usize;
+        let timeout = Duration::from_millis(self.engine.map().txn.commit_timeout_ms);
+        let threshold = self.engine.map().txn.commit_threshold as usize;
         let mut last = Instant::now();
         loop {
             let _ = tokio::time::timeout_at((last + timeout).into(), self.cx.kick.notified()).await;
@@ -67,7 +67,7 @@ impl Osd {
             ids.iter().map(|id| (*id, st.ops.get(id).map(|o| o.waiters.clone()).unwrap_or_default())).collect()
         };
         self.failpoints.hit("cx_before_vote").await;
-        let votes = match self.peer_call_cx(peer, Request::CxVote { coordinator: self.id, ops: ballot }).await {
+        let votes = match self.peer_call_cx(peer, Request::CxVote { coordinator: self.engine.id, ops: ballot }).await {
             Ok(Reply::CxVotes(v)) => v,
             other => {
                 tracing::warn!(peer, result = ?other.err(), "Cx vote failed; the operations stay pending");
@@ -111,7 +111,7 @@ impl Osd {
     }
 
     pub(super) async fn peer_call_cx(self: &Arc<Self>, peer: ServerId, req: Request) -> Response {
-        if peer == self.id {
+        if peer == self.engine.id {
             return Box::pin(self.handle_cx(req, &Cred::server())).await;
         }
         match self.peers.call(peer, &req).await {
@@ -143,11 +143,11 @@ impl Osd {
         }
         // Busy locks: another commit or a single-server change of the same directory
         // (its counts) cannot interleave with this read-modify-write.
-        let guard = self.locks.lock_owned(&applied.locks, &released).await;
-        let (effects, remote) = self.commit_batch(&applied, &CommitPayload::default())?;
+        let guard = self.engine.locks.lock_owned(&applied.locks, &released).await;
+        let (effects, remote) = self.engine.commit_batch(&applied, &CommitPayload::default())?;
         let mut all = effects;
         all.extend(b);
-        self.apply(all).await?;
+        self.engine.apply(all).await?;
         self.failpoints.hit("cx_after_commit_record").await;
         {
             let mut st = self.cx.st();
@@ -160,7 +160,7 @@ impl Osd {
             st.peak_bytes = st.peak_bytes.max(st.live_bytes);
         }
         for t in released {
-            self.locks.release_tx(t);
+            self.engine.locks.release_tx(t);
         }
         drop(guard);
         self.drop_remote(remote).await;
@@ -200,7 +200,7 @@ impl Osd {
                 }
             }
         }
-        if let Err(e) = self.apply(b).await {
+        if let Err(e) = self.engine.apply(b).await {
             tracing::error!(cause = %e.message, "cannot prune Cx records (they are pruned at the next start)");
         }
         self.forget_ended(ended);

@@ -53,7 +53,9 @@ impl Osd {
     /// Installs the lock-conflict hook and starts the commitment loop.
     pub(crate) fn start_cx(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
-        self.locks.set_urge(Box::new(move |txid, waiter| weak.upgrade().is_some_and(|osd| osd.urge_tx(txid, waiter))));
+        self.engine
+            .locks
+            .set_urge(Box::new(move |txid, waiter| weak.upgrade().is_some_and(|osd| osd.urge_tx(txid, waiter))));
         tokio::spawn(self.clone().commit_loop());
     }
 
@@ -101,7 +103,7 @@ impl Osd {
     }
 
     async fn urge_coordinator(self: Arc<Self>, coordinator: ServerId, ops: Vec<OpId>) {
-        let req = Request::CxUrge { participant: self.id, ops: ops.clone() };
+        let req = Request::CxUrge { participant: self.engine.id, ops: ops.clone() };
         if let Err(e) =
             self.peers.call(coordinator, &req).await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.message))
         {
@@ -126,7 +128,7 @@ impl Osd {
         leased: bool,
         c: &Cred,
     ) -> Response {
-        if peer == self.id {
+        if peer == self.engine.id {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
         }
         // Before looking the operation up: what follows up to its insertion must not wait,
@@ -138,7 +140,7 @@ impl Osd {
         // The number is taken first (a duplicate wastes one): the look-up of what is known
         // of `id` and its insertion happen under one lock, so a vote or an abort that
         // refuses an operation not yet here is either seen now or sees it inserted.
-        let txid = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
         self.failpoints.hit("cx_exec_before_insert").await;
         let resent = {
             let mut st = self.cx.st();
@@ -230,7 +232,7 @@ impl Osd {
         };
         let estimate = 64 + postcard::to_allocvec(&ops).map(|v| v.len() as u64).unwrap_or(0) * 2;
         self.wait_for_log_space(estimate).await;
-        let checked = self.check_subops(txid, &ops, true, &mut Vec::new(), &cred).await;
+        let checked = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), &cred).await;
         let hint = self.cx.st().ops.get(&id).map(|o| o.hint.clone()).unwrap_or_default();
         let (guard, prepared) = match checked {
             Ok(x) => x,
@@ -249,11 +251,11 @@ impl Osd {
         let mut b = Batch::new();
         let size = bytes.len() as u64;
         b.put_log(LogKind::Cx, txid, bytes);
-        if let Err(e) = self.apply(b).await {
+        if let Err(e) = self.engine.apply(b).await {
             return self.refuse(id, e, hint);
         }
         self.failpoints.hit("cx_after_result").await;
-        self.locks.add_tx_locks(txid, &prepared.locks);
+        self.engine.locks.add_tx_locks(txid, &prepared.locks);
         drop(guard);
         // YES only if no VOTE or abort refused the operation meanwhile (checked under the
         // same lock that refusals take, so a participant never votes NO and answers YES).
@@ -282,16 +284,16 @@ impl Osd {
         let Some(ready) = ready else {
             let mut b = Batch::new();
             b.del_log(LogKind::Cx, txid);
-            if let Err(e) = self.apply(b).await {
+            if let Err(e) = self.engine.apply(b).await {
                 tracing::error!(cause = %e.message, "cannot drop a refused Cx result; after a restart its coordinator aborts it");
             }
-            self.locks.release_tx(txid);
+            self.engine.locks.release_tx(txid);
             return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was aborted")), hint);
         };
         self.cx.counters.executed.fetch_add(1, Ordering::Relaxed);
         self.cx.changed.notify_waiters();
         if role == CxRole::Coordinator
-            && (ready || self.cx.coordinator_ready() >= self.map().txn.commit_threshold as usize)
+            && (ready || self.cx.coordinator_ready() >= self.engine.map().txn.commit_threshold as usize)
         {
             self.cx.kick.notify_one();
         }
@@ -314,7 +316,7 @@ impl Osd {
 
     /// Blocks while the log holds `more` bytes too many, committing what is pending.
     async fn wait_for_log_space(self: &Arc<Self>, more: u64) {
-        let max = self.map().txn.max_log_bytes;
+        let max = self.engine.map().txn.max_log_bytes;
         loop {
             let notified = self.cx.changed.notified();
             tokio::pin!(notified);

@@ -11,7 +11,7 @@ impl Osd {
     pub(crate) fn recover_cx(self: &Arc<Self>) -> Result<(), StoreError> {
         let mut resend: BTreeMap<ServerId, (Vec<OpId>, Vec<OpId>)> = BTreeMap::new();
         let mut urge: BTreeMap<ServerId, Vec<OpId>> = BTreeMap::new();
-        let records = self.store.log_records(LogKind::Cx)?;
+        let records = self.engine.store.log_records(LogKind::Cx)?;
         let n = records.len();
         {
             let mut st = self.cx.st();
@@ -19,7 +19,7 @@ impl Osd {
                 let size = bytes.len() as u64;
                 let (id, op) = match unframe(txid, &bytes)? {
                     Record::Result { op: id, role, peer, ops, locks, hint } => {
-                        self.locks.add_tx_locks(txid, &locks);
+                        self.engine.locks.add_tx_locks(txid, &locks);
                         if role == CxRole::Participant {
                             urge.entry(peer).or_default().push(id);
                         }
@@ -60,7 +60,7 @@ impl Osd {
 
     /// Urges `coord` about `ops` until it answers (it may be restarting too).
     pub(super) async fn urge_until_decided(self: Arc<Self>, coord: ServerId, ops: Vec<OpId>) {
-        let req = Request::CxUrge { participant: self.id, ops };
+        let req = Request::CxUrge { participant: self.engine.id, ops };
         let mut delay = Duration::from_millis(50);
         while self.peer_call_cx(coord, req.clone()).await.is_err() {
             tokio::time::sleep(delay).await;

@@ -87,7 +87,7 @@ impl Osd {
         };
         let mut b = Batch::new();
         b.del_log(LogKind::Cx, txid);
-        if let Err(e) = self.apply(b).await {
+        if let Err(e) = self.engine.apply(b).await {
             tracing::error!(cause = %e.message, "cannot invalidate a Cx result");
         }
         {
@@ -97,7 +97,7 @@ impl Osd {
                 st.live_bytes = st.live_bytes.saturating_sub(bytes);
             }
         }
-        self.locks.release_tx(txid);
+        self.engine.locks.release_tx(txid);
         self.cx.counters.invalidated.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(op = %id, "Cx result invalidated; executing again");
         self.cx.changed.notify_waiters();
@@ -159,12 +159,12 @@ impl Osd {
             }
         }
         if !b.is_empty() {
-            let guard = self.locks.lock_owned(&applied.locks, &txids).await;
-            let (mut all, remote) = self.commit_batch(&applied, &CommitPayload::default())?;
+            let guard = self.engine.locks.lock_owned(&applied.locks, &txids).await;
+            let (mut all, remote) = self.engine.commit_batch(&applied, &CommitPayload::default())?;
             all.extend(b);
-            self.apply(all).await?;
+            self.engine.apply(all).await?;
             for t in txids {
-                self.locks.release_tx(t);
+                self.engine.locks.release_tx(t);
             }
             drop(guard);
             self.drop_remote(remote).await;

@@ -25,7 +25,7 @@ impl Overlay<'_> {
         if let Some(e) = self.entries.get(name) {
             return Ok(e.clone());
         }
-        let e = self.osd.store.get_entry(self.dir_ino, name).map_err(crate::engine::errors::eio)?;
+        let e = self.osd.engine.store.get_entry(self.dir_ino, name).map_err(crate::engine::errors::eio)?;
         self.entries.insert(name.to_string(), e.clone());
         Ok(e)
     }
@@ -68,7 +68,7 @@ impl Osd {
         ops: Vec<DelegOp>,
         b: &mut Batch,
     ) -> OpResult<Replayed> {
-        let small = self.map().data.small_file_bytes;
+        let small = self.engine.map().data.small_file_bytes;
         let (ops, extents) = self.append_contents(ops, small).await?;
         let mut extents = extents.into_iter();
         let mut ov = Overlay { osd: self, dir_ino: host.obj.ino, entries: HashMap::new() };
@@ -108,7 +108,7 @@ impl Osd {
                 None => b.del_entry(host.obj.ino, &name),
             }
         }
-        let remote = self.drop_unused(&gone, &Default::default(), b)?;
+        let remote = self.engine.drop_unused(&gone, &Default::default(), b)?;
         Ok((failed, remote))
     }
 
@@ -127,7 +127,7 @@ impl Osd {
         if sizes.iter().any(|n| *n as u64 > small) {
             return Err(err(Errno::EFBIG, "delegated contents larger than a small file"));
         }
-        let data = self.data.clone();
+        let data = self.engine.data.clone();
         crate::filedata::blocking(move || {
             let recs: Vec<(u64, &[u8])> = ops.iter().filter_map(contents).map(|d| (0, d)).collect();
             let extents = data.append_records(&recs)?;
@@ -161,8 +161,8 @@ impl Osd {
         gone.extend(records(&e.pieces));
         e.pieces.clear();
         if let Some(extent) = extent {
-            let id = self.index_record(extent, e.ino, b).await.map_err(|e| e.errno)?;
-            e.pieces.push(Piece { file_off: 0, len, server: self.id, record: id, skip: 0 });
+            let id = self.engine.index_record(extent, e.ino, b).await.map_err(|e| e.errno)?;
+            e.pieces.push(Piece { file_off: 0, len, server: self.engine.id, record: id, skip: 0 });
         }
         e.size = len;
         (e.mtime, e.ctime) = (mtime, ctime);

@@ -58,7 +58,7 @@ const KEEP_ENDED_SECS: u64 = 600;
 impl Osd {
     /// Loads the delegations recorded in the store (at start).
     pub(crate) fn load_delegations(&self) -> Result<(), plusfs_store::StoreError> {
-        for (id, bytes) in self.store.log_records(LogKind::Deleg)? {
+        for (id, bytes) in self.engine.store.log_records(LogKind::Deleg)? {
             match Stored::decode(&bytes) {
                 Ok(s) => self.delegs.load(id, s),
                 Err(e) => tracing::error!(id, error = %e, "unreadable delegation record; ignored"),
@@ -105,7 +105,7 @@ impl Osd {
     }
 
     fn recall_timeout(&self) -> Duration {
-        self.map().delegations.recall_timeout()
+        self.engine.map().delegations.recall_timeout()
     }
 
     /// Ends delegations whose holders did not answer a recall in time.
@@ -115,7 +115,7 @@ impl Osd {
             tracing::warn!(id, "delegation holder did not answer its recall in time; delegation revoked");
             b.del_log(LogKind::Deleg, *id);
         }
-        if let Err(e) = self.apply(b).await {
+        if let Err(e) = self.engine.apply(b).await {
             tracing::error!(error = %e.message, "cannot record revoked delegations");
         }
         self.delegs.revoked(&ids);
@@ -125,10 +125,10 @@ impl Osd {
     /// `via` addresses it: its home object, or this server's shard of it when distributed).
     pub(crate) async fn deleg_acquire(self: &Arc<Self>, dir: &str, read: bool, via: Via, cred: &Cred) -> Response {
         check_dir_path(dir)?;
-        if !self.map().delegations.enabled || cred.session == 0 {
+        if !self.engine.map().delegations.enabled || cred.session == 0 {
             return Err(err(Errno::EAGAIN, format!("delegations are off for '{dir}'")));
         }
-        let id = self.txids.next(self.store.as_ref()).await.map_err(eio)?;
+        let id = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
         let shard = match via {
             Via::Home => None,
             Via::Shard(incarnation) => Some(incarnation),
@@ -168,16 +168,16 @@ impl Osd {
                 None => return Err(err(Errno::EBUSY, format!("another client needs '{dir}'"))),
             }
         }
-        let _g = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
-        let host = self.host(dir, via_of(shard)).map_err(|e| match e.redirect {
+        let _g = self.engine.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
+        let host = self.engine.host(dir, via_of(shard)).map_err(|e| match e.redirect {
             Some(_) => err(Errno::EAGAIN, format!("'{dir}' is distributed: its shards are delegated")),
             None => e,
         })?;
-        let settings = self.map().delegations.clone();
+        let settings = self.engine.map().delegations.clone();
         // A read delegation of a directory too large to send whole would answer only
         // negative lookups: not worth a scan of every name per grant.
         let most = if read { settings.max_entries } else { settings.max_names };
-        if self.over_threshold(&host.obj) || host.obj.entries > most {
+        if self.engine.over_threshold(&host.obj) || host.obj.entries > most {
             return Err(err(Errno::EAGAIN, format!("'{dir}' has too many entries to delegate")));
         }
         perm::check_search(cred, &host.obj, dir)?;
@@ -185,7 +185,10 @@ impl Osd {
         let (entries, digests) = self.grant_contents(&host.obj, settings.max_entries)?;
         let (first_ino, ino_count) = match read {
             true => (0, 0),
-            false => (self.inos.next_block(self.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?, INO_BLOCK),
+            false => (
+                self.engine.inos.next_block(self.engine.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?,
+                INO_BLOCK,
+            ),
         };
         let lease = Lease::new(first_ino, ino_count);
         let stored =
@@ -195,11 +198,11 @@ impl Osd {
         if let Some(old) = replaced {
             b.del_log(LogKind::Deleg, old);
         }
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         if !self.delegs.granted(id, lease) {
             let mut b = Batch::new();
             b.del_log(LogKind::Deleg, id);
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
             return Err(err(Errno::EBUSY, format!("another client needs '{dir}'")));
         }
         tracing::debug!(dir, id, read, session = cred.session, entries = host.obj.entries, "delegation granted");
@@ -218,13 +221,13 @@ impl Osd {
         if d.entries <= whole {
             // The count may lag a listing by entries being added: one more than `whole`
             // tells.
-            let entries = self.store.list_entries(d.ino, None, whole as usize + 1).map_err(eio)?;
+            let entries = self.engine.store.list_entries(d.ino, None, whole as usize + 1).map_err(eio)?;
             if entries.len() as u64 <= whole {
                 return Ok((entries, None));
             }
         }
         let mut digests = Vec::with_capacity(d.entries as usize);
-        self.store.entry_names(d.ino, &mut |name| digests.push(plusfs_proto::name_digest(name))).map_err(eio)?;
+        self.engine.store.entry_names(d.ino, &mut |name| digests.push(plusfs_proto::name_digest(name))).map_err(eio)?;
         digests.sort_unstable();
         Ok((Vec::new(), Some(digests)))
     }
@@ -242,7 +245,7 @@ impl Osd {
         release: bool,
         c: &Cred,
     ) -> Response {
-        let _g = self.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
+        let _g = self.engine.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
         let rec = self.delegs.record(id).filter(|r| r.dir == dir);
         let Some(Record { applied_seq, live, session, read, shard, mut lease, .. }) = rec else {
             return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
@@ -259,17 +262,17 @@ impl Osd {
         if read && !ops.is_empty() {
             return Err(err(Errno::EINVAL, format!("delegation {id} of '{dir}' is a read delegation")));
         }
-        let mut host = self.host(dir, via_of(shard))?;
-        let gate = self.data_gate.read().await;
+        let mut host = self.engine.host(dir, via_of(shard))?;
+        let gate = self.engine.data_gate.read().await;
         let mut b = Batch::new();
         let (failed, remote) =
             self.apply_deleg_ops(dir, &mut host, (shard.is_some(), &mut lease), &creds, ops, &mut b).await?;
-        let ended = release || self.over_threshold(&host.obj);
+        let ended = release || self.engine.over_threshold(&host.obj);
         let ended_at = if ended { unix_now() } else { 0 };
         let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at, read, shard, lease };
         b.put_log(LogKind::Deleg, id, encode(&stored));
         host.save(&mut b, dir);
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         drop(gate);
         self.delegs.flushed(id, seq, ended, lease);
         drop(_g);
@@ -277,7 +280,7 @@ impl Osd {
         if !failed.is_empty() {
             tracing::warn!(dir, id, ?failed, "operations of a delegation flush refused");
         }
-        if ended && self.over_threshold(&host.obj) {
+        if ended && self.engine.over_threshold(&host.obj) {
             self.ensure_distributing(dir);
         }
         if ended {
@@ -301,12 +304,12 @@ impl Osd {
         if names.len() > MAX_ENTRIES_ASKED {
             return Err(err(Errno::EINVAL, format!("'{dir}': at most {MAX_ENTRIES_ASKED} entries per request")));
         }
-        let host = self.host(dir, via_of(shard))?;
+        let host = self.engine.host(dir, via_of(shard))?;
         perm::check_search(c, &host.obj, dir)?;
         let mut found = Vec::with_capacity(names.len());
         let mut bytes = 0;
         for name in names {
-            let e = self.store.get_entry(host.obj.ino, name).map_err(eio)?;
+            let e = self.engine.store.get_entry(host.obj.ino, name).map_err(eio)?;
             bytes += name.len() + e.as_ref().map_or(1, |i| encode(i).len());
             if bytes > MAX_ENTRIES_BYTES && !found.is_empty() {
                 break; // the holder asks for the rest again
@@ -324,7 +327,7 @@ impl Osd {
         }
         let mut b = Batch::new();
         old.iter().for_each(|id| b.del_log(LogKind::Deleg, *id));
-        if self.apply(b).await.is_ok() {
+        if self.engine.apply(b).await.is_ok() {
             self.delegs.forget(&old);
         }
     }

@@ -52,7 +52,7 @@ impl Osd {
     /// Copies into this server's data store the bytes of `entries` that travel with their
     /// directory from `old`, switching their pieces to the copies. Returns the bytes.
     pub(crate) async fn bring_data(self: &Arc<Self>, old: ServerId, entries: &mut [(String, Inode)]) -> OpResult<u64> {
-        let small = self.map().data.small_file_bytes;
+        let small = self.engine.map().data.small_file_bytes;
         // (entry, piece) of every travelling piece.
         let wanted: Vec<(usize, usize)> = entries
             .iter()
@@ -84,7 +84,7 @@ impl Osd {
             let ids = self.store_local(&owners, data).await?;
             for (&(e, k), id) in part.iter().zip(ids) {
                 let p = &mut entries[e].1.pieces[k];
-                (p.server, p.record, p.skip) = (self.id, id, 0);
+                (p.server, p.record, p.skip) = (self.engine.id, id, 0);
             }
             moved += bytes;
             from = to;
@@ -96,8 +96,8 @@ impl Osd {
     /// Appends records (one per owner and buffer) to this server's data store with one
     /// write and indexes them; answers their ids.
     async fn store_local(self: &Arc<Self>, owners: &[Ino], data: Vec<Bytes>) -> OpResult<Vec<u64>> {
-        let gate = self.data_gate.read().await;
-        let store = self.data.clone();
+        let gate = self.engine.data_gate.read().await;
+        let store = self.engine.data.clone();
         let recs: Vec<(Ino, Bytes)> = owners.iter().copied().zip(data).collect();
         let extents = crate::filedata::blocking(move || {
             let refs: Vec<(u64, &[u8])> = recs.iter().map(|(o, b)| (*o, &b[..])).collect();
@@ -107,9 +107,9 @@ impl Osd {
         let mut b = Batch::new();
         let mut ids = Vec::with_capacity(extents.len());
         for (extent, &owner) in extents.into_iter().zip(owners) {
-            ids.push(self.index_record(extent, owner, &mut b).await?);
+            ids.push(self.engine.index_record(extent, owner, &mut b).await?);
         }
-        self.apply(b).await?;
+        self.engine.apply(b).await?;
         drop(gate);
         Ok(ids)
     }
@@ -117,11 +117,11 @@ impl Osd {
     /// The records an old home drops with handed-over `entries` (their copies are at the
     /// new home).
     pub(crate) fn travelled_records(&self, entries: &[(String, Inode)]) -> Vec<u64> {
-        let small = self.map().data.small_file_bytes;
+        let small = self.engine.map().data.small_file_bytes;
         entries
             .iter()
             .filter(|(_, i)| i.kind == FileKind::File && i.link_home.is_none())
-            .flat_map(|(_, i)| i.pieces.iter().filter(|p| travels_with_dir(p, small, self.id)).map(|p| p.record))
+            .flat_map(|(_, i)| i.pieces.iter().filter(|p| travels_with_dir(p, small, self.engine.id)).map(|p| p.record))
             .collect()
     }
 
@@ -130,19 +130,23 @@ impl Osd {
     /// began (0: nothing was left).
     pub(crate) async fn move_data_once(self: &Arc<Self>, map: &ClusterMap) -> OpResult<u64> {
         let mut places: HashMap<Ino, String> = HashMap::new();
-        for (p, d) in self.store.dirs_within("/").map_err(eio)? {
+        for (p, d) in self.engine.store.dirs_within("/").map_err(eio)? {
             if d.dist.state == DistState::Nondistributed {
                 places.insert(d.ino, p);
             }
         }
-        for (p, d) in self.store.shards_within("/").map_err(eio)? {
+        for (p, d) in self.engine.store.shards_within("/").map_err(eio)? {
             places.insert(d.ino, p);
         }
         let mut todo = Vec::new();
         let mut left = 0;
-        for (dir, name, inode) in self.store.all_entries().map_err(eio)? {
-            let bytes: u64 =
-                inode.pieces.iter().filter(|p| new_place(map, self.id, inode.ino, p).is_some()).map(|p| p.len).sum();
+        for (dir, name, inode) in self.engine.store.all_entries().map_err(eio)? {
+            let bytes: u64 = inode
+                .pieces
+                .iter()
+                .filter(|p| new_place(map, self.engine.id, inode.ino, p).is_some())
+                .map(|p| p.len)
+                .sum();
             if let (true, None, Some(path)) = (bytes > 0, inode.link_home, places.get(&dir)) {
                 left += bytes;
                 todo.push((path.clone(), dir, name));
@@ -169,24 +173,25 @@ impl Osd {
     async fn move_entry_data(self: &Arc<Self>, map: &ClusterMap, path: &str, dir: Ino, name: &str) -> OpResult<u64> {
         let wanted = [(path.to_string(), Scope::Name(name.to_string()))];
         let _g = self
+            .engine
             .locks
             .lock(&wanted, None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("unexpected conflict with transaction {}", c.0)))?;
-        let Some(mut inode) = self.store.get_entry(dir, name).map_err(eio)? else { return Ok(0) };
+        let Some(mut inode) = self.engine.store.get_entry(dir, name).map_err(eio)? else { return Ok(0) };
         let moving: Vec<(Piece, ServerId)> =
-            inode.pieces.iter().filter_map(|p| new_place(map, self.id, inode.ino, p).map(|t| (*p, t))).collect();
+            inode.pieces.iter().filter_map(|p| new_place(map, self.engine.id, inode.ino, p).map(|t| (*p, t))).collect();
         let mut gone = Vec::new();
         let mut added = Vec::new();
         let mut moved = 0;
         for (p, target) in moving {
             let data = self.fetch_ranges(p.server, vec![(p.record, p.skip, p.len)]).await?;
             let bytes = data.into_iter().next().unwrap_or_default();
-            let copies = if target == self.id {
+            let copies = if target == self.engine.id {
                 let mut b = Batch::new();
-                let gate = self.data_gate.read().await;
+                let gate = self.engine.data_gate.read().await;
                 let copies = self.put_local_parts(inode.ino, p.file_off, vec![bytes], &mut b).await?;
-                self.apply(b).await?;
+                self.engine.apply(b).await?;
                 drop(gate);
                 copies
             } else {
@@ -208,7 +213,7 @@ impl Osd {
         gone.dedup();
         let mut b = Batch::new();
         b.put_entry(dir, name, &inode);
-        if let Err(e) = self.apply(b).await {
+        if let Err(e) = self.engine.apply(b).await {
             self.drop_remote(added).await;
             return Err(e);
         }

@@ -33,12 +33,12 @@ impl Osd {
     /// acts on it: connections to new servers, this server's walker for a migration, the
     /// receipts of a finished one dropped.
     pub(crate) fn adopt_map(self: &Arc<Self>, mut map: ClusterMap) -> bool {
-        let old = self.map();
+        let old = self.engine.map();
         map.tls = old.tls.clone();
         let (epoch, migrating) = (map.epoch, map.migrating());
         let finished = old.migrating() && !migrating;
         let learnt = map.clone();
-        if !self.install_map(map) {
+        if !self.engine.install_map(map) {
             return false;
         }
         self.peers.learn_map(&learnt);
@@ -76,10 +76,10 @@ impl Osd {
     /// Asks the map service for the map and adopts it if newer; answers whether the map
     /// service answered.
     pub(crate) async fn fetch_map(self: &Arc<Self>) -> bool {
-        if self.id == KEEPER {
+        if self.engine.id == KEEPER {
             // The keeper's map is the newest there is; a newer hint came from a stale
             // store (a member that lost its log): nothing to fetch.
-            self.peers.counters().epochs.set_current(self.map().epoch);
+            self.peers.counters().epochs.set_current(self.engine.map().epoch);
             return true;
         }
         let got = tokio::time::timeout(FETCH_WAIT, self.peers.call(KEEPER, &Request::MapGet)).await;
@@ -87,7 +87,7 @@ impl Osd {
             Ok(Ok(Ok(Reply::Map(text)))) => match parse_map(&text) {
                 Ok(map) => {
                     if !self.adopt_map(map) {
-                        self.peers.counters().epochs.set_current(self.map().epoch);
+                        self.peers.counters().epochs.set_current(self.engine.map().epoch);
                     }
                     true
                 }
@@ -107,15 +107,15 @@ impl Osd {
     /// (proceeding with the file's if it cannot be reached); the walker resumes a
     /// migration.
     pub(crate) async fn join_map(self: &Arc<Self>) {
-        if self.id == KEEPER {
+        if self.engine.id == KEEPER {
             if let Err(e) = self.load_kept_map().await {
                 tracing::error!(cause = %e.message, "cannot load the kept cluster map");
             }
         } else {
             self.fetch_map().await;
         }
-        self.peers.counters().epochs.set_current(self.map().epoch);
-        if self.map().migrating() {
+        self.peers.counters().epochs.set_current(self.engine.map().epoch);
+        if self.engine.map().migrating() {
             self.start_walker();
         } else if let Err(e) = self.drop_receipts().await {
             tracing::warn!(cause = %e.message, "cannot drop the receipts of a finished migration");
@@ -125,18 +125,18 @@ impl Osd {
     /// On the keeper at start: the stored map if it is newer than the file's, else the
     /// file's stored.
     pub(crate) async fn load_kept_map(self: &Arc<Self>) -> OpResult<()> {
-        if self.id != KEEPER {
+        if self.engine.id != KEEPER {
             return Ok(());
         }
-        if let Some(raw) = self.store.get_log(LogKind::Meta, 0).map_err(eio)? {
+        if let Some(raw) = self.engine.store.get_log(LogKind::Meta, 0).map_err(eio)? {
             let text = String::from_utf8(raw).map_err(|_| err(Errno::EIO, "stored cluster map is not UTF-8"))?;
             let kept = parse_map(&text)?;
-            if kept.epoch >= self.map().epoch {
+            if kept.epoch >= self.engine.map().epoch {
                 self.adopt_map(kept);
                 return Ok(());
             }
         }
-        self.keep(&self.map()).await
+        self.keep(&self.engine.map()).await
     }
 
     async fn keep(&self, map: &ClusterMap) -> OpResult<()> {
@@ -144,21 +144,21 @@ impl Osd {
         let mut stored = map.clone();
         stored.tls = Default::default();
         b.put_log(LogKind::Meta, 0, stored.to_toml().into_bytes());
-        self.apply(b).await
+        self.engine.apply(b).await
     }
 
     /// `MapChange` on the keeper: applies `change` (TOML of a [`MapChange`]), stores the
     /// next epoch, pushes it to every server and answers it.
     pub(crate) async fn change_map(self: &Arc<Self>, change: &str) -> Response {
-        if self.id != KEEPER {
+        if self.engine.id != KEEPER {
             return Err(err(
                 Errno::EINVAL,
-                format!("server {} does not keep the cluster map; server {KEEPER} does", self.id),
+                format!("server {} does not keep the cluster map; server {KEEPER} does", self.engine.id),
             ));
         }
         let change = MapChange::from_text(change).map_err(|e| err(Errno::EINVAL, e.to_string()))?;
         let _one = self.map_fetch.lock().await;
-        let current = self.map();
+        let current = self.engine.map();
         if let MapChange::Remove { id } | MapChange::Reweight { id, .. } = change {
             if id == KEEPER && !matches!(change, MapChange::Reweight { weight, .. } if weight > 0.0) {
                 return Err(err(
@@ -242,7 +242,7 @@ impl Osd {
         }
         targets.sort_unstable();
         targets.dedup();
-        for id in targets.into_iter().filter(|&id| id != self.id) {
+        for id in targets.into_iter().filter(|&id| id != self.engine.id) {
             let (osd, text) = (self.clone(), text.clone());
             tokio::spawn(async move {
                 let req = Request::MapPush { map: text };
@@ -264,11 +264,11 @@ impl Osd {
     /// `all`, everything) for the migration from `from_epoch`.
     pub(crate) async fn report_done(self: &Arc<Self>, from_epoch: u64, all: bool) -> OpResult<()> {
         let change = match all {
-            false => MapChange::DirsDone { id: self.id, from_epoch },
-            true => MapChange::Done { id: self.id, from_epoch },
+            false => MapChange::DirsDone { id: self.engine.id, from_epoch },
+            true => MapChange::Done { id: self.engine.id, from_epoch },
         };
         let text = change.to_text();
-        let resp = if self.id == KEEPER {
+        let resp = if self.engine.id == KEEPER {
             self.change_map(&text).await
         } else {
             self.peers

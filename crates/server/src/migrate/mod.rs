@@ -69,7 +69,9 @@ fn with_ancestors(path: &str) -> Vec<(String, Scope)> {
 impl Osd {
     /// The object at `path` this server handed over and still keeps in its outbox.
     pub(crate) fn outbox(&self, path: &str) -> OpResult<Option<DirObject>> {
-        let Some(raw) = self.store.get_log(LogKind::Outbox, path_key(path)).map_err(eio)? else { return Ok(None) };
+        let Some(raw) = self.engine.store.get_log(LogKind::Outbox, path_key(path)).map_err(eio)? else {
+            return Ok(None);
+        };
         let (p, obj): (String, DirObject) =
             postcard::from_bytes(&raw).map_err(|e| err(Errno::EIO, format!("outbox record of '{path}': {e}")))?;
         Ok((p == path).then_some(obj))
@@ -78,28 +80,30 @@ impl Osd {
     /// Whether this server took over the object at `path` during the running migration
     /// (receipts of earlier migrations, kept by a crash, do not count).
     fn has_receipt(&self, path: &str) -> OpResult<bool> {
-        let Some(raw) = self.store.get_log(LogKind::Receipt, path_key(path)).map_err(eio)? else { return Ok(false) };
+        let Some(raw) = self.engine.store.get_log(LogKind::Receipt, path_key(path)).map_err(eio)? else {
+            return Ok(false);
+        };
         let (p, _, of): (String, u64, u64) =
             postcard::from_bytes(&raw).map_err(|e| err(Errno::EIO, format!("receipt of '{path}': {e}")))?;
-        Ok(p == path && of == receipt_epoch(&self.map()))
+        Ok(p == path && of == receipt_epoch(&self.engine.map()))
     }
 
     /// Paths in this server's outbox (handed over, not yet confirmed).
     pub(crate) fn outbox_paths(&self) -> OpResult<Vec<String>> {
-        Ok(self.handed_over()?.into_iter().map(|(p, _)| p).collect())
+        Ok(self.engine.handed_over()?.into_iter().map(|(p, _)| p).collect())
     }
 
     /// Makes sure every directory of `paths` that the running migration brings here is
     /// here: pulls those missing from their previous home.
     pub(crate) async fn pull_in(self: &Arc<Self>, paths: &[String]) -> OpResult<()> {
-        let map = self.map();
+        let map = self.engine.map();
         let mut by_old: HashMap<ServerId, Vec<String>> = HashMap::new();
         for p in paths {
-            if map.home_of_dir(p) != self.id {
+            if map.home_of_dir(p) != self.engine.id {
                 continue;
             }
             let Some(old) = map.previous_home_of_dir(p) else { continue };
-            if self.store.get_dir(p).map_err(eio)?.is_some() || self.has_receipt(p)? {
+            if self.engine.store.get_dir(p).map_err(eio)?.is_some() || self.has_receipt(p)? {
                 continue;
             }
             by_old.entry(old).or_default().push(p.clone());
@@ -132,7 +136,7 @@ impl Osd {
         loop {
             let mut missing = Vec::new();
             for p in paths {
-                if self.store.get_dir(p).map_err(eio)?.is_none() && !self.has_receipt(p)? {
+                if self.engine.store.get_dir(p).map_err(eio)?.is_none() && !self.has_receipt(p)? {
                     missing.push(p.clone());
                 }
             }
@@ -191,6 +195,7 @@ impl Osd {
         wanted.sort();
         wanted.dedup();
         let _g = self
+            .engine
             .locks
             .lock(&wanted, None, true)
             .await
@@ -199,11 +204,11 @@ impl Osd {
         for m in &moved {
             let Some(obj) = &m.object else { continue };
             last.put_dir(&m.path, obj);
-            let of = receipt_epoch(&self.map());
+            let of = receipt_epoch(&self.engine.map());
             last.put_log(LogKind::Receipt, path_key(&m.path), encode(&(&m.path, obj.incarnation, of)));
         }
         self.failpoints.hit("migrate_before_import").await;
-        self.apply(last).await?;
+        self.engine.apply(last).await?;
         let objects = moved.iter().filter(|m| m.object.is_some()).count() as u64;
         self.migration.objects_in.fetch_add(objects, Ordering::Relaxed);
         self.migration.entries_in.fetch_add(entries_total, Ordering::Relaxed);
@@ -223,7 +228,7 @@ impl Osd {
             for (name, inode) in &page {
                 b.put_entry(ino, name, inode);
             }
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
             count += page.len() as u64;
             if !more {
                 return Ok(count);
@@ -248,21 +253,21 @@ impl Osd {
     /// `MigrateOut` on an old home: hands over what it can of `paths` (a path whose
     /// directory a transaction holds is left out; the new home asks again).
     pub(crate) async fn migrate_out(self: &Arc<Self>, paths: &[String]) -> Response {
-        let map = self.map();
-        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) == self.id) {
+        let map = self.engine.map();
+        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) == self.engine.id) {
             return Err(err(Errno::EBUSY, format!("'{p}' is homed here at epoch {}: the maps differ", map.epoch)));
         }
         let mut wanted: Vec<(String, Scope)> = paths.iter().flat_map(|p| with_ancestors(p)).collect();
         wanted.sort();
         wanted.dedup();
-        let Ok(_g) = self.locks.lock(&wanted, None, false).await else {
+        let Ok(_g) = self.engine.locks.lock(&wanted, None, false).await else {
             return Err(err(Errno::EBUSY, "a transaction holds a directory being handed over"));
         };
         let mut b = Batch::new();
         let mut out = Vec::new();
         let mut budget = ENTRIES_PER_MESSAGE;
         for p in paths {
-            let (obj, live) = match self.store.get_dir(p).map_err(eio)? {
+            let (obj, live) = match self.engine.store.get_dir(p).map_err(eio)? {
                 Some(o) => (Some(o), true),
                 None => (self.outbox(p)?, false),
             };
@@ -279,7 +284,7 @@ impl Osd {
             }
             let entries = if obj.dist.state == DistState::Nondistributed {
                 let limit = budget.max(1);
-                self.store.list_entries(obj.ino, None, limit + 1).map_err(eio)?
+                self.engine.store.list_entries(obj.ino, None, limit + 1).map_err(eio)?
             } else {
                 Vec::new() // the entries are the shards', which stay where they are
             };
@@ -293,7 +298,7 @@ impl Osd {
             out.push(MovedDir::new(p.clone(), Some(obj), entries, more));
         }
         if !b.is_empty() {
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
             self.failpoints.hit("migrate_after_outbox").await;
         }
         Ok(Reply::Moved(out))
@@ -306,7 +311,7 @@ impl Osd {
             _ => return Err(err(Errno::ENOENT, format!("'{path}' (inode {ino}) is not being handed over from here"))),
         }
         let limit = (limit as usize).clamp(1, ENTRIES_PER_MESSAGE);
-        let mut page = self.store.list_entries(ino, after, limit + 1).map_err(eio)?;
+        let mut page = self.engine.store.list_entries(ino, after, limit + 1).map_err(eio)?;
         let more = page.len() > limit;
         page.truncate(limit);
         Ok(Reply::Moved(vec![MovedDir::new(path.to_string(), None, page, more)]))
@@ -319,24 +324,24 @@ impl Osd {
             let Some(obj) = self.outbox(p)? else { continue };
             if obj.dist.state == DistState::Nondistributed {
                 loop {
-                    let page = self.store.list_entries(obj.ino, None, 16_384).map_err(eio)?;
+                    let page = self.engine.store.list_entries(obj.ino, None, 16_384).map_err(eio)?;
                     if page.is_empty() {
                         break;
                     }
                     // The small-file data that travelled goes with the entries.
-                    let gate = self.data_gate.read().await;
+                    let gate = self.engine.data_gate.read().await;
                     let mut b = Batch::new();
-                    self.drop_local(&self.travelled_records(&page), &mut b)?;
+                    self.engine.drop_local(&self.travelled_records(&page), &mut b)?;
                     for (name, _) in &page {
                         b.del_entry(obj.ino, name);
                     }
-                    self.apply(b).await?;
+                    self.engine.apply(b).await?;
                     drop(gate);
                 }
             }
             let mut b = Batch::new();
             b.del_log(LogKind::Outbox, path_key(p));
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
             self.migration.objects_out.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Reply::Done)
@@ -345,8 +350,8 @@ impl Osd {
     /// `MigrateIn` on a new home: pulls `paths` from `from`, which holds them; answers
     /// once they are all here (or were taken over before).
     pub(crate) async fn migrate_in(self: &Arc<Self>, paths: &[String], from: ServerId) -> Response {
-        let map = self.map();
-        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) != self.id) {
+        let map = self.engine.map();
+        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) != self.engine.id) {
             return Err(err(Errno::EBUSY, format!("'{p}' is not homed here at epoch {}: the maps differ", map.epoch)));
         }
         for chunk in paths.chunks(map.rebalance.batch.max(1) as usize) {
@@ -357,13 +362,13 @@ impl Osd {
 
     /// Drops the receipts of a finished migration.
     pub(crate) async fn drop_receipts(&self) -> OpResult<()> {
-        let recs = self.store.log_records(LogKind::Receipt).map_err(eio)?;
+        let recs = self.engine.store.log_records(LogKind::Receipt).map_err(eio)?;
         for chunk in recs.chunks(4096) {
             let mut b = Batch::new();
             for (k, _) in chunk {
                 b.del_log(LogKind::Receipt, *k);
             }
-            self.apply(b).await?;
+            self.engine.apply(b).await?;
         }
         Ok(())
     }

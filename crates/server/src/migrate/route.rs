@@ -92,7 +92,7 @@ impl Osd {
     /// migration brings it here.
     pub(crate) async fn place(self: &Arc<Self>, req: &Request) -> OpResult<Placed> {
         self.refresh_if_stale().await;
-        let map = self.map();
+        let map = self.engine.map();
         if let Some(dir) = target_dir(req) {
             let home = map.home_of_dir(dir);
             // Delegations are served where the directory (or, for a distributed one, the
@@ -101,9 +101,9 @@ impl Osd {
             let delegation = matches!(req, Request::DelegFlush { .. } | Request::DelegAcquire { .. });
             let eio = crate::engine::errors::eio;
             let held_here = delegation
-                && (self.store.get_dir(dir).map_err(eio)?.is_some()
-                    || self.store.get_shard(dir).map_err(eio)?.is_some());
-            if home != self.id && !held_here {
+                && (self.engine.store.get_dir(dir).map_err(eio)?.is_some()
+                    || self.engine.store.get_shard(dir).map_err(eio)?.is_some());
+            if home != self.engine.id && !held_here {
                 return Ok(Placed::Forward(home));
             }
         }
@@ -120,7 +120,7 @@ impl Osd {
                 ),
             ));
         }
-        if let Some(d) = subs.iter().find(|d| map.home_of_dir(d) != self.id) {
+        if let Some(d) = subs.iter().find(|d| map.home_of_dir(d) != self.engine.id) {
             return Err(err(
                 Errno::EBUSY,
                 format!("'{d}' is homed on server {} at epoch {}", map.home_of_dir(d), map.epoch),

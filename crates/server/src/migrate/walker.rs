@@ -25,7 +25,7 @@ impl Osd {
             osd.walk().await;
             osd.walker_running.store(false, Ordering::Release);
             // A map adopted while the walker was finishing may need it again.
-            if osd.map().migration.as_ref().is_some_and(|m| !m.done.contains(&osd.id)) {
+            if osd.engine.map().migration.as_ref().is_some_and(|m| !m.done.contains(&osd.engine.id)) {
                 osd.start_walker();
             }
         });
@@ -33,13 +33,13 @@ impl Osd {
 
     async fn walk(self: &Arc<Self>) {
         loop {
-            let map = self.map();
+            let map = self.engine.map();
             let Some(m) = map.migration.clone() else { return };
-            if m.done.contains(&self.id) {
+            if m.done.contains(&self.engine.id) {
                 return;
             }
             self.migration.start(m.from_epoch);
-            let dirs = !m.dirs_done.contains(&self.id);
+            let dirs = !m.dirs_done.contains(&self.engine.id);
             let pass = if dirs {
                 self.walk_once(&map).await
             } else if m.dirs_settled(&map) {
@@ -77,12 +77,12 @@ impl Osd {
     /// Hurries every transaction holding locks now and waits (30 s at most) until they
     /// have all ended; answers whether they did.
     async fn settle_older_transactions(&self) -> bool {
-        let older = self.locks.transactions();
+        let older = self.engine.locks.transactions();
         for t in &older {
-            self.locks.hurry(*t);
+            self.engine.locks.hurry(*t);
         }
         let started = Instant::now();
-        while self.locks.any_held(&older) {
+        while self.engine.locks.any_held(&older) {
             if started.elapsed() > Duration::from_secs(30) {
                 return false;
             }
@@ -95,9 +95,9 @@ impl Osd {
     /// the background: objects a transaction planned with an older map brought here
     /// (a directory rename's imports).
     pub(crate) fn hand_over_strays(self: &Arc<Self>, paths: Vec<String>) {
-        let map = self.map();
+        let map = self.engine.map();
         let mut by_home: BTreeMap<ServerId, Vec<String>> = BTreeMap::new();
-        for p in paths.into_iter().filter(|p| map.home_of_dir(p) != self.id) {
+        for p in paths.into_iter().filter(|p| map.home_of_dir(p) != self.engine.id) {
             by_home.entry(map.home_of_dir(&p)).or_default().push(p);
         }
         for (home, paths) in by_home {
@@ -106,7 +106,7 @@ impl Osd {
             tokio::spawn(async move {
                 let mut pause = Duration::from_millis(20);
                 for _ in 0..60 {
-                    let req = Request::MigrateIn { paths: paths.clone(), from: osd.id };
+                    let req = Request::MigrateIn { paths: paths.clone(), from: osd.engine.id };
                     if let Ok(Ok(Reply::Done)) = osd.peers.call(home, &req).await {
                         if osd.migrate_done(&paths).await.is_ok() {
                             return;
@@ -123,9 +123,9 @@ impl Osd {
     /// What this server still holds that `map` homes elsewhere, by new home.
     fn to_hand_over(&self, map: &ClusterMap) -> OpResult<BTreeMap<ServerId, Vec<String>>> {
         let mut by_home: BTreeMap<ServerId, Vec<String>> = BTreeMap::new();
-        for (p, _) in self.store.dirs_within("/").map_err(eio)? {
+        for (p, _) in self.engine.store.dirs_within("/").map_err(eio)? {
             let home = map.home_of_dir(&p);
-            if home != self.id {
+            if home != self.engine.id {
                 by_home.entry(home).or_default().push(p);
             }
         }
@@ -160,11 +160,11 @@ impl Osd {
         let pace = &map.rebalance;
         for (home, paths) in by_home {
             for chunk in paths.chunks(pace.batch as usize) {
-                if self.map().epoch != map.epoch {
+                if self.engine.map().epoch != map.epoch {
                     return Ok(false); // plan again with the newer map
                 }
                 let started = Instant::now();
-                let req = Request::MigrateIn { paths: chunk.to_vec(), from: self.id };
+                let req = Request::MigrateIn { paths: chunk.to_vec(), from: self.engine.id };
                 match self.peers.call(home, &req).await {
                     Ok(Ok(Reply::Done)) => {
                         self.migrate_done(chunk).await?;
