@@ -6,7 +6,15 @@ through any chain (a cycle), which the code layout forbids. A module is a file u
 (`engine/locks.rs` is `engine::locks`, `cx/mod.rs` is `cx`); declaring a child module is
 not an import, using its items is.
 
-    scripts/modgraph.py [--edges] [crates/...]
+Calls are checked too, between *parts* (a crate's top-level modules: `cx` with all of
+`cx/`), which is where the server's protocols live. A call of a method of another part
+needs no import when it goes through `self` or a field (`self.twopc.run(..)`), so the
+script reads the impl blocks: `self.m(..)` calls the method `m` of the impl's own type,
+`self.f.m(..)` the method `m` of field `f`'s type. It fails if parts call or import each
+other through any chain, and if a type has methods in two parts (a god object spread over
+protocols).
+
+    scripts/modgraph.py [--edges] [--calls] [crates/...]
 """
 
 import re
@@ -60,6 +68,79 @@ def graph(crate: Path) -> dict[str, set[str]]:
     return edges
 
 
+IMPL = re.compile(r"^impl(?:<[^>]*>)?\s+(?:[\w:<>, ]+\s+for\s+)?(\w+)(?:<[^>]*>)?\s*(?:where[^{]*)?\{", re.M)
+IMPL_TRAIT = re.compile(r"^impl(?:<[^>]*>)?\s+[\w:<>, ]+\s+for\s+")
+STRUCT = re.compile(r"^(?:pub(?:\([a-z]+\))?\s+)?struct\s+(\w+)(?:<[^>]*>)?\s*\{(.*?)^\}", re.M | re.S)
+FIELD = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?(\w+):\s*(?:&'\w+\s+)?(?:Arc<|Weak<)?(?:[\w]+::)*(\w+)", re.M)
+SELF_CALL = re.compile(r"\bself\.(\w+)\s*(?:::<[^>]*>)?\(")
+FIELD_CALL = re.compile(r"\bself\.(\w+)\.(\w+)\s*(?:::<[^>]*>)?\(")
+
+
+# Crates whose parts are protocols with walls: calls between them are checked (others are
+# reported with --calls).
+CALLS_CHECKED = {"server"}
+
+
+def part(module: str) -> str:
+    return module.split("::")[0]
+
+
+def impl_blocks(text: str):
+    """(type, is a trait impl, body) of each impl block of `text`."""
+    for m in IMPL.finditer(text):
+        i, depth, j = m.end(), 1, m.end()
+        while depth and j < len(text):
+            depth += text[j] == "{"
+            depth -= text[j] == "}"
+            j += 1
+        yield m.group(1), bool(IMPL_TRAIT.match(m.group(0))), text[i:j]
+
+
+def top_fns(body: str) -> list[str]:
+    """Names of the functions defined at the top level of an impl body."""
+    out, depth = [], 0
+    for m in re.finditer(r"[{}]|\bfn\s+(\w+)", body):
+        tok = m.group(0)
+        if tok == "{":
+            depth += 1
+        elif tok == "}":
+            depth -= 1
+        elif depth == 0:
+            out.append(m.group(1))
+    return out
+
+
+def call_graph(crate: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """Calls between parts through `self` and its fields, and the types whose inherent
+    methods lie in two parts."""
+    src = crate / "src"
+    texts = {module_of(src, f): f.read_text().split("#[cfg(test)]")[0] for f in src.rglob("*.rs")}
+    fields: dict[str, dict[str, str]] = {}
+    methods: dict[tuple[str, str], set[str]] = {}  # (type, method) -> modules
+    homes: dict[str, set[str]] = {}  # type -> parts with inherent methods
+    for m, text in texts.items():
+        for st in STRUCT.finditer(text):
+            fields.setdefault(st.group(1), {}).update(dict(FIELD.findall(st.group(2))))
+        for ty, is_trait, body in impl_blocks(text):
+            for name in top_fns(body):
+                methods.setdefault((ty, name), set()).add(m)
+            if not is_trait and m:
+                homes.setdefault(ty, set()).add(part(m))
+    edges: dict[str, set[str]] = {}
+    for m, text in texts.items():
+        if not m:
+            continue
+        for ty, _, body in impl_blocks(text):
+            targets = [(ty, name) for name in SELF_CALL.findall(body)]
+            targets += [(fields.get(ty, {}).get(f, ""), name) for f, name in FIELD_CALL.findall(body)]
+            for key in targets:
+                for n in methods.get(key, ()):
+                    if n and part(n) != part(m):
+                        edges.setdefault(part(m), set()).add(part(n))
+    spread = [f"{t} has methods in {', '.join(sorted(p))}" for t, p in sorted(homes.items()) if len(p) > 1]
+    return edges, spread
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -96,6 +177,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def main() -> int:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     show = "--edges" in sys.argv
+    calls = "--calls" in sys.argv
     crates = [Path(a) for a in args] or sorted(p.parent for p in Path("crates").glob("*/Cargo.toml"))
     bad = 0
     for crate in crates:
@@ -108,6 +190,23 @@ def main() -> int:
         for c in found:
             print(f"{crate.name}: modules import each other: {' <-> '.join(c)}")
             bad += 1
+        if crate.name not in CALLS_CHECKED and not calls:
+            continue
+        called, spread = call_graph(crate)
+        parts = {m: set(called.get(m, set())) for m in called}
+        for m, targets in edges.items():
+            parts.setdefault(part(m), set()).update(part(t) for t in targets if part(t) != part(m))
+        if calls:
+            print(f"{crate.name} (calls and imports between parts):")
+            for m in sorted(parts):
+                print(f"  {m} -> {', '.join(sorted(parts[m])) or '-'}")
+        checked = crate.name in CALLS_CHECKED
+        for c in cycles(parts):
+            print(f"{crate.name}: parts call or import each other: {' <-> '.join(c)}")
+            bad += checked
+        for s in spread:
+            print(f"{crate.name}: {s} (a type's methods stay in one part)")
+            bad += checked
     return 1 if bad else 0
 
 

@@ -8,7 +8,12 @@ use crate::engine::errors::{check_dir_path, eio};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::filedata::FileData;
+use crate::hugedir::HugeDirs;
+use crate::links::Links;
+use crate::namespace::Namespace;
+use crate::twopc::TwoPhase;
 use plusfs_proto::path::{check_name, join};
 use plusfs_proto::{Attr, BatchOp, BatchReply, Cred, Errno, FileKind, Ino, Inode, Reply, Response, Semantics};
 use plusfs_store::Batch;
@@ -48,7 +53,30 @@ impl Results {
     }
 }
 
-impl Osd {
+/// Batched operations (seed 001 §IV.D): many names of one directory in one request.
+pub(crate) struct Batches {
+    engine: Arc<Engine>,
+    namespace: Arc<Namespace>,
+    twopc: Arc<TwoPhase>,
+    hugedirs: Arc<HugeDirs>,
+    links: Arc<Links>,
+    filedata: Arc<FileData>,
+}
+
+impl Batches {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        namespace: Arc<Namespace>,
+        twopc: Arc<TwoPhase>,
+        hugedirs: Arc<HugeDirs>,
+        links: Arc<Links>,
+        filedata: Arc<FileData>,
+    ) -> Batches {
+        Batches { engine, namespace, twopc, hugedirs, links, filedata }
+    }
+}
+
+impl Batches {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn batch(
         self: &Arc<Self>,
@@ -129,10 +157,10 @@ impl Osd {
         for name in names {
             let p = join(dir, name);
             let r = match op {
-                BatchOp::Unlink => self.unlink(&p, via, c).await,
+                BatchOp::Unlink => self.namespace.unlink(&p, via, c).await,
                 BatchOp::Create { exclusive } => {
                     let node = crate::engine::attrs::NewNode { target: None, rdev: 0, access: 0 };
-                    self.create(&p, FileKind::File, mode, (uid, gid), exclusive, node, via, c).await
+                    self.namespace.create(&p, FileKind::File, mode, (uid, gid), exclusive, node, via, c).await
                 }
                 _ => Err(plusfs_proto::WireError::new(Errno::EINVAL, "not a write batch")),
             };
@@ -188,7 +216,7 @@ impl Osd {
                     None => Err(Errno::ENOENT),
                     Some(e) if e.kind == FileKind::Dir && op == BatchOp::Open => Err(Errno::EISDIR),
                     Some(e) if e.kind == FileKind::Dir => Ok(Some(Attr { incarnation: 0, ..Attr::of_inode(&e) })),
-                    Some(e) if e.link_home.is_some() => match self.resolve(&join(dir, name), e).await {
+                    Some(e) if e.link_home.is_some() => match self.links.resolve(&join(dir, name), e).await {
                         Ok(i) => Ok(Some(Attr::of_inode(&i))),
                         Err(e) => Err(e.errno),
                     },
@@ -224,7 +252,7 @@ impl Osd {
             // Due for distribution before this batch: distribute, then every entry goes
             // to the storing servers.
             drop(guard);
-            let info = self.distribute(dir).await?;
+            let info = self.hugedirs.distribute(dir).await?;
             let mut reply = Results::new(semantics, 0).reply;
             reply.dist = Some(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj)));
             return Ok(Some(reply));
@@ -289,17 +317,17 @@ impl Osd {
                 info.state = plusfs_proto::DistState::Distributing;
                 recorded.dist = Some(info);
             }
-            crate::once::answer_with_next_batch(&Ok(Reply::Batch(recorded)));
+            crate::engine::answers::answer_with_next_batch(&Ok(Reply::Batch(recorded)));
             self.engine.apply(batch).await?;
         }
         drop(gate);
         drop(guard);
-        self.drop_remote(remote).await;
+        self.filedata.drop_remote(remote).await;
         let mut reply = results.reply;
         if over {
             // What was done is done; the rest goes to the storing servers, or, if the
             // distribution failed (it stays `Distributing`), waits for it.
-            reply.dist = Some(match self.distribute(dir).await {
+            reply.dist = Some(match self.hugedirs.distribute(dir).await {
                 Ok(Some(info)) => info,
                 // Not distributed after all (its policy changed meanwhile): send the rest again.
                 Ok(None) => self.engine.dist_info(dir, &host.obj),
@@ -387,7 +415,7 @@ impl Osd {
         let together = if batch.is_empty() {
             Ok(Vec::new())
         } else {
-            self.mkdir_many(dir, &batch, mode, owner, policy, via, c).await
+            self.twopc.mkdir_many(dir, &batch, mode, owner, policy, via, c).await
         };
         match together {
             Ok(attrs) => {
@@ -418,7 +446,7 @@ impl Osd {
         check_name(name).map_err(|e| e.errno)?;
         let path = join(dir, name);
         let policy = (plusfs_proto::Threshold::Cluster, 0);
-        match self.retrying(|| self.mkdir(&path, mode, owner, policy, via, c)).await {
+        match self.twopc.retrying(|| self.twopc.mkdir(&path, mode, owner, policy, via, c)).await {
             Ok(Reply::Attr(a)) => Ok(Some(a)),
             Ok(_) => Err(Errno::EIO),
             Err(e) => Err(e.errno),

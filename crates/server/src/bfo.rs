@@ -18,11 +18,14 @@
 //! inode is elsewhere) are read and written one by one by the client, and so are writes of
 //! files over `small_file_bytes`.
 
+use crate::batch::Batches;
 use crate::engine::attrs::count_entry;
 use crate::engine::errors::{check_dir_path, eio, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::filedata::FileData;
+use crate::hugedir::HugeDirs;
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
 use plusfs_proto::{
@@ -37,7 +40,26 @@ use std::sync::Arc;
 /// 16 MiB); a file bigger than this, or than the client's `max_bytes`, is read alone.
 const MAX_REPLY_BYTES: u64 = 12 << 20;
 
-impl Osd {
+/// Batch-file operations (BFO): reads and writes of many small files in one request.
+pub(crate) struct Bfo {
+    engine: Arc<Engine>,
+    batches: Arc<Batches>,
+    filedata: Arc<FileData>,
+    hugedirs: Arc<HugeDirs>,
+}
+
+impl Bfo {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        batches: Arc<Batches>,
+        filedata: Arc<FileData>,
+        hugedirs: Arc<HugeDirs>,
+    ) -> Bfo {
+        Bfo { engine, batches, filedata, hugedirs }
+    }
+}
+
+impl Bfo {
     /// `BatchWrite`: creates or replaces the files, data in one append, inodes in one batch.
     pub(crate) async fn batch_write(
         self: &Arc<Self>,
@@ -48,11 +70,11 @@ impl Osd {
         c: &Cred,
     ) -> Response {
         check_dir_path(dir)?;
-        let guard = self.lock_names(dir, files.iter().map(|f| f.name.as_str())).await;
+        let guard = self.batches.lock_names(dir, files.iter().map(|f| f.name.as_str())).await;
         let mut host = self.engine.host(dir, via)?;
         if !host.shard && self.engine.over_threshold(&host.obj) {
             drop(guard);
-            let info = self.distribute(dir).await?;
+            let info = self.hugedirs.distribute(dir).await?;
             return Err(plusfs_proto::WireError::redirect(
                 info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj)),
             ));
@@ -167,9 +189,9 @@ impl Osd {
         }
         drop(gate);
         drop(guard);
-        self.drop_remote(remote).await;
+        self.filedata.drop_remote(remote).await;
         if !host.shard && self.engine.over_threshold(&host.obj) {
-            self.ensure_distributing(dir);
+            self.hugedirs.ensure_distributing(dir);
         }
         Ok(Reply::Batch(BatchReply { errnos, attrs, dist: None }))
     }
@@ -237,7 +259,7 @@ impl Osd {
         let fetches = by_server.into_iter().map(|(server, idx)| async move {
             let ranges: Vec<(u64, u64, u64)> =
                 idx.iter().map(|&i| (wanted[i].1.record, wanted[i].1.skip, wanted[i].1.len)).collect();
-            let parts = self.fetch_ranges(server, ranges).await?;
+            let parts = self.filedata.fetch_ranges(server, ranges).await?;
             Ok::<_, plusfs_proto::WireError>(idx.into_iter().zip(parts).collect::<Vec<_>>())
         });
         let mut out = vec![bytes::Bytes::new(); wanted.len()];

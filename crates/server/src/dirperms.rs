@@ -12,8 +12,11 @@
 use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::locks::Scope;
 use crate::engine::perm;
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::hugedir::HugeDirs;
+use crate::peers::Peers;
 use crate::pushed::PUSH_WAIT;
+use crate::twopc::TwoPhase;
 use crate::twopc::{add_part, Parts};
 use plusfs_proto::{
     Cred, CxRole, DirObject, Errno, FileKind, OpId, ParentPerms, Replace, Reply, Request, Response, ServerId, SetAttr,
@@ -43,7 +46,29 @@ fn inherit(object: &mut DirObject, parent: ParentPerms) {
 /// parents' permissions).
 pub(crate) type CxSide = (OpId, ServerId);
 
-impl Osd {
+/// Directory permissions: the ancestry of new directories, pushed or asked for, and
+/// directory attribute changes that move down a subtree.
+pub(crate) struct DirPerms {
+    engine: Arc<Engine>,
+    peers: Arc<Peers>,
+    twopc: Arc<TwoPhase>,
+    hugedirs: Arc<HugeDirs>,
+    /// Parents' permissions pushed by Cx coordinators for new subdirectories here.
+    pub(crate) pushed_perms: crate::pushed::PermsInbox,
+}
+
+impl DirPerms {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        peers: Arc<Peers>,
+        twopc: Arc<TwoPhase>,
+        hugedirs: Arc<HugeDirs>,
+    ) -> DirPerms {
+        DirPerms { engine, peers, twopc, hugedirs, pushed_perms: Default::default() }
+    }
+}
+
+impl DirPerms {
     /// Completes the sub-operations a client sent (Cx, serial) with what only servers
     /// know: each new directory object (`CreateDir` without ancestry) gets its owner (the
     /// caller's unless root), and setgid inheritance and ancestry from its parent, read
@@ -144,7 +169,7 @@ impl Osd {
                     ancestry: d.ancestry,
                 });
                 let req = Request::CxPerms { op, path, answer };
-                if let Err(e) = osd.peer_call(peer, req, &Cred::server()).await {
+                if let Err(e) = osd.peers.call(peer, req, &Cred::server()).await {
                     tracing::debug!(%op, peer, cause = %e.message, "cannot push a parent's permissions");
                 }
             });
@@ -163,7 +188,7 @@ impl Osd {
         let deadline = tokio::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(50);
         loop {
-            match self.peer_call(home, req.clone(), &Cred::server()).await {
+            match self.peers.call(home, req.clone(), &Cred::server()).await {
                 Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok(ParentPerms { mode, gid, ancestry }),
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                 Err(e) if e.errno == Errno::EIO && tokio::time::Instant::now() < deadline => {
@@ -184,8 +209,8 @@ impl Osd {
         if set.size.is_some() {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
         }
-        self.retrying(|| self.dir_set_attr_once(p, set, c)).await?;
-        Ok(Reply::Attr(self.dir_attr(p, c.session).await?))
+        self.twopc.retrying(|| self.dir_set_attr_once(p, set, c)).await?;
+        Ok(Reply::Attr(self.hugedirs.dir_attr(p, c.session).await?))
     }
 
     async fn dir_set_attr_once(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
@@ -229,6 +254,6 @@ impl Osd {
             };
             add_part(&mut parts, s.id, op);
         }
-        self.run(parts, &Cred::server()).await
+        self.twopc.run(parts, &Cred::server()).await
     }
 }

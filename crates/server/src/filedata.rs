@@ -23,8 +23,11 @@ use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
 use crate::engine::records::RecordLoc;
+use crate::engine::Engine;
+use crate::failpoint::Failpoints;
 use crate::links::Found;
-use crate::osd::Osd;
+use crate::links::Links;
+use crate::peers::Peers;
 use bytes::Bytes;
 use futures::future::join_all;
 use plusfs_data::{DataError, Live, LiveIndex, Move};
@@ -61,12 +64,35 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(data_err)
 }
 
-impl Osd {
+/// File data: writes, reads, capabilities of client-direct I/O, records on other
+/// servers, compaction of this server's data store.
+pub(crate) struct FileData {
+    engine: Arc<Engine>,
+    peers: Arc<Peers>,
+    failpoints: Arc<Failpoints>,
+    links: Arc<Links>,
+    /// Signs the capabilities and receipts of client-direct I/O (a cluster with TLS).
+    pub(crate) caps: Option<plusfs_tls::CapKey>,
+}
+
+impl FileData {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        peers: Arc<Peers>,
+        failpoints: Arc<Failpoints>,
+        links: Arc<Links>,
+        caps: Option<plusfs_tls::CapKey>,
+    ) -> FileData {
+        FileData { engine, peers, failpoints, links, caps }
+    }
+}
+
+impl FileData {
     /// The regular file at `p` (as addressed by `via`), locked with `lock`, on which `c`
     /// has the permissions `want` (`MAY_*` bits), or which `c` owns and reaches through a
     /// descriptor.
     async fn file_target(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Cred, want: u32) -> OpResult<Found> {
-        let found = self.find(p, via, lock, c).await?;
+        let found = self.links.find(p, via, lock, c).await?;
         if let Found::Here(t) = &found {
             match t.inode.kind {
                 FileKind::File => {}
@@ -130,7 +156,7 @@ impl Osd {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
                 let req = Request::Write { path: p.into(), offset, data: data.into(), append };
-                return self.forward(home, ino, req, c).await;
+                return self.links.forward(home, ino, req, c).await;
             }
         };
         let early = match early {
@@ -173,7 +199,7 @@ impl Osd {
         t.save(&mut b);
         self.failpoints.hit("data_after_append").await;
         let answer = Ok(Reply::Attr(Attr::of_inode(&t.inode)));
-        crate::once::answer_with_next_batch(&answer);
+        crate::engine::answers::answer_with_next_batch(&answer);
         self.engine.apply(b).await?;
         stored.clear();
         drop(gate);
@@ -198,7 +224,7 @@ impl Osd {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
                 let req = Request::Layout { path: p.into(), offset, len, write, holder };
-                return self.forward(home, ino, req, c).await;
+                return self.links.forward(home, ino, req, c).await;
             }
         };
         let end = offset.saturating_add(len);
@@ -233,7 +259,7 @@ impl Osd {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino: at } => {
                 let req = Request::CommitWrite { path: p.into(), ino, offset, len, pieces, receipts };
-                return self.forward(home, at, req, c).await;
+                return self.links.forward(home, at, req, c).await;
             }
         };
         if t.inode.ino != ino {
@@ -361,7 +387,7 @@ impl Osd {
             .collect();
         let puts = placed.iter().map(|&(file_off, part)| {
             let req = Request::DataPut { owner, data: part.clone().into(), file_off, cap: None };
-            async move { self.peers.call(server, &req).await }
+            async move { self.peers.pool.call(server, &req).await }
         });
         let mut pieces = Vec::new();
         let mut failed = None;
@@ -418,7 +444,7 @@ impl Osd {
         }
         for (server, records) in by_server {
             let n = records.len();
-            if let Err(e) = self.peers.call(server, &Request::DataDrop { records, receipts: Vec::new() }).await {
+            if let Err(e) = self.peers.pool.call(server, &Request::DataDrop { records, receipts: Vec::new() }).await {
                 tracing::warn!(server, records = n, cause = %e, "cannot drop unused records; space stays used");
             }
         }
@@ -447,7 +473,7 @@ impl Osd {
             let inode = match self.file_target(p, via, false, c, MAY_READ).await? {
                 Found::Here(t) => t.inode,
                 Found::Elsewhere { home, ino } => {
-                    return self.forward(home, ino, Request::Read { path: p.into(), offset, len }, c).await
+                    return self.links.forward(home, ino, Request::Read { path: p.into(), offset, len }, c).await
                 }
             };
             match self.read_pieces(&inode, offset, len).await {
@@ -547,7 +573,7 @@ impl Osd {
             return self.read_ranges(&ranges).await;
         }
         let lens: Vec<u64> = ranges.iter().map(|r| r.2).collect();
-        let all = match self.peers.call(server, &Request::DataGet { ranges, cap: None }).await {
+        let all = match self.peers.pool.call(server, &Request::DataGet { ranges, cap: None }).await {
             Ok(Ok(Reply::Data(d))) => d.into_bytes(),
             Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
             Ok(Err(e)) => return Err(e),
@@ -582,7 +608,7 @@ impl Osd {
         let inode = match self.file_target(p, via, false, c, 0).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Fsync { path: p.into() }, c).await
+                return self.links.forward(home, ino, Request::Fsync { path: p.into() }, c).await
             }
         };
         let mut servers: BTreeSet<ServerId> = inode.pieces.iter().map(|q| q.server).collect();
@@ -590,7 +616,7 @@ impl Osd {
         let data = self.engine.data.clone();
         blocking(move || data.sync()).await?;
         for s in servers.into_iter().filter(|s| *s != self.engine.id) {
-            match self.peers.call(s, &Request::Fsync { path: String::new() }).await {
+            match self.peers.pool.call(s, &Request::Fsync { path: String::new() }).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(e),
                 Err(e) => return Err(err(Errno::EIO, format!("data server {s}: {e}"))),
@@ -672,7 +698,7 @@ impl Osd {
 
 /// Compaction's view of the record index in the metadata store.
 struct RocksLiveIndex<'a> {
-    osd: &'a Arc<Osd>,
+    osd: &'a Arc<FileData>,
     handle: tokio::runtime::Handle,
 }
 

@@ -187,7 +187,7 @@ impl Front {
                     // File data first: compaction may use the reserve, and what it frees
                     // gives the store room to flush and compact.
                     if let Some(osd) = osd {
-                        if let Err(e) = osd.compact_now(crate::filedata::COMPACT_LIVE_RATIO).await {
+                        if let Err(e) = osd.filedata.compact_now(crate::filedata::COMPACT_LIVE_RATIO).await {
                             tracing::warn!(cause = %e.message, "cannot compact file data on a full disk");
                         }
                     }
@@ -226,19 +226,19 @@ impl Front {
     /// Message and byte counters.
     /// The epoch of the map the server works with (0 while it does not serve).
     pub fn epoch(&self) -> u64 {
-        self.osd.get().map_or(0, |o| o.peers.counters().epochs.current())
+        self.osd.get().map_or(0, |o| o.peers.pool.counters().epochs.current())
     }
 
     /// Serves `req` from a frame that carried the epoch hint `hint`.
     pub async fn handle_hinted(&self, cred: Cred, req: Request, hint: u16) -> Response {
-        crate::migrate::SENDER_EPOCH.scope(hint, self.handle(cred, req)).await
+        crate::migrate::route::SENDER_EPOCH.scope(hint, self.handle(cred, req)).await
     }
 
     /// A frame carried the epoch hint `hint`: a newer one makes the server fetch the map
     /// before its next request.
     pub fn note_epoch(&self, hint: u16) {
         if let Some(o) = self.osd.get() {
-            o.peers.counters().epochs.note_hint(hint);
+            o.peers.pool.counters().epochs.note_hint(hint);
         }
     }
 

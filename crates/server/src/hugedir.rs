@@ -30,12 +30,16 @@
 //! every `Distributing` directory); imports are idempotent. After it, the directory is
 //! distributed and the primary only routes.
 
+use crate::deleg::Delegations;
 use crate::engine::errors::check_dir_path;
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::failpoint::Failpoints;
+use crate::peers::Peers;
 use futures::future::join_all;
+use parking_lot::Mutex;
 use plusfs_proto::hugedir::slot_of;
 use plusfs_proto::{
     Attr, Cred, DirObject, DistInfo, DistReport, DistState, Errno, FileKind, Inode, Reply, Request, Response, ServerId,
@@ -43,13 +47,38 @@ use plusfs_proto::{
 };
 use plusfs_store::Batch;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Entries per `ShardImport` request while distributing.
 const IMPORT_CHUNK: usize = 16_384;
 
-impl Osd {
+/// Huge directories: their redistribution over storing servers, policies, reports and
+/// attributes gathered from the shards.
+pub(crate) struct HugeDirs {
+    engine: Arc<Engine>,
+    peers: Arc<Peers>,
+    failpoints: Arc<Failpoints>,
+    deleg: Arc<Delegations>,
+    /// Directories whose redistribution runs in a background task.
+    distributing: Mutex<HashSet<String>>,
+    /// Directories whose redistribution runs now (one at a time each).
+    turns: crate::turns::Turns,
+}
+
+impl HugeDirs {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        peers: Arc<Peers>,
+        failpoints: Arc<Failpoints>,
+        deleg: Arc<Delegations>,
+    ) -> HugeDirs {
+        HugeDirs { engine, peers, failpoints, deleg, distributing: Mutex::default(), turns: Default::default() }
+    }
+}
+
+impl HugeDirs {
     /// The busy lock of the whole directory `dir`, once no transaction holds any of it.
     async fn lock_whole(self: &Arc<Self>, dir: &str) -> OpResult<crate::engine::locks::Guard> {
         // With wait_tx set the lock waits instead of reporting a conflict.
@@ -90,7 +119,7 @@ impl Osd {
         let spread = matches!(self.engine.store.get_dir(dir), Ok(Some(d)) if d.dist.state == DistState::Distributed);
         let recalled = match spread {
             true => None,
-            false => Some(self.recall_all(dir).await),
+            false => Some(self.deleg.recall_all(dir).await),
         };
         let d = {
             let _guard = self.lock_whole(dir).await?;
@@ -219,7 +248,7 @@ impl Osd {
     async fn send_until_acked(self: &Arc<Self>, server: ServerId, req: Request) {
         let mut delay = Duration::from_millis(50);
         loop {
-            match self.peers.call(server, &req).await {
+            match self.peers.pool.call(server, &req).await {
                 Ok(Ok(_)) => return,
                 Ok(Err(e)) => tracing::warn!(server, cause = %e.message, "shard import refused; retrying"),
                 Err(e) => tracing::warn!(server, cause = %e, "storing server unreachable; retrying"),
@@ -355,7 +384,7 @@ impl Osd {
                     incarnation: d.incarnation,
                     op: Box::new(Request::DirStat { path: path.to_string() }),
                 };
-                match self.peers.call_as(s, cred, &req).await {
+                match self.peers.pool.call_as(s, cred, &req).await {
                     Ok(r) => r,
                     Err(e) => Err(err(Errno::EIO, format!("storing server {s} of '{path}': {e}"))),
                 }

@@ -11,7 +11,7 @@ mod budget;
 mod cx;
 mod deleg;
 mod dirperms;
-mod dispatch;
+
 mod endpoint;
 pub mod engine;
 pub mod exporter;
@@ -27,6 +27,7 @@ mod namespace;
 mod net;
 mod once;
 mod osd;
+mod peers;
 mod pushed;
 mod replica_data;
 pub mod security;
@@ -34,7 +35,6 @@ mod serial;
 mod space;
 mod turns;
 mod twopc;
-mod xattr;
 
 pub use failpoint::{FailAction, Failpoint, Failpoints};
 pub use front::{Front, Member};
@@ -167,12 +167,12 @@ async fn open_over(
     };
     let osd =
         Osd::open(config.id, config.map.clone(), store, data, peers, failpoints, caps).await.map_err(&store_err)?;
-    osd.recover().await.map_err(&store_err)?;
-    osd.start_cx();
-    osd.recover_cx().map_err(&store_err)?;
-    osd.resume_distributions().map_err(&store_err)?;
-    osd.join_map().await;
-    osd.spawn_compactor();
+    osd.twopc.recover().await.map_err(&store_err)?;
+    osd.cx.start_cx();
+    osd.cx.recover_cx().map_err(&store_err)?;
+    osd.hugedirs.resume_distributions().map_err(&store_err)?;
+    osd.migrate.join_map().await;
+    osd.filedata.spawn_compactor();
     Ok(osd)
 }
 

@@ -193,18 +193,6 @@ async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> 
     }
 }
 
-/// Records `answer` with the next batch the current exactly-once request (if any)
-/// submits: for a request whose next batch is its last.
-pub(crate) fn answer_with_next_batch(answer: &Response) {
-    plusfs_store::answer_with_next_batch(|| postcard::to_allocvec(answer).ok());
-}
-
-/// Records `answer` at the current exactly-once request's commit point (see
-/// [`plusfs_store::commit_point`]).
-pub(crate) fn answer_at_commit(answer: &Response) {
-    plusfs_store::answer_at_commit(|| postcard::to_allocvec(answer).ok());
-}
-
 /// A batch of mkdirs applied at least in part: the directories that exist are done (their
 /// attributes; one that existed before the batch, which its first run answered `EEXIST`,
 /// is answered as made, as for a single mkdir), the others are made now by the same batch
@@ -274,7 +262,7 @@ async fn dir_stat(osd: &Arc<Osd>, path: &str) -> Response {
     if home == osd.engine.id {
         return osd.handle(Cred::server(), req).await;
     }
-    osd.peers.call(home, &req).await.map_err(|e| eio(format!("cannot ask the home of '{path}': {e}")))?
+    osd.peers.pool.call(home, &req).await.map_err(|e| eio(format!("cannot ask the home of '{path}': {e}")))?
 }
 
 /// Deletes the records older than [`KEEP`], every [`EXPIRE_EVERY`], while this member

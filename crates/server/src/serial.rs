@@ -3,24 +3,39 @@
 //! if the other server fails. Also the path of a two-server operation whose halves land
 //! on one server.
 
+use crate::dirperms::DirPerms;
 use crate::engine::errors::{eio, err, OpResult};
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::filedata::FileData;
 use plusfs_proto::{CommitPayload, Cred, Errno, Reply, Response, SubOp};
 use std::sync::Arc;
 
-impl Osd {
+/// The serial protocol's server side.
+pub(crate) struct Serial {
+    engine: Arc<Engine>,
+    dirperms: Arc<DirPerms>,
+    filedata: Arc<FileData>,
+}
+
+impl Serial {
+    pub(crate) fn new(engine: Arc<Engine>, dirperms: Arc<DirPerms>, filedata: Arc<FileData>) -> Serial {
+        Serial { engine, dirperms, filedata }
+    }
+}
+
+impl Serial {
     /// `SubExec`: applies `ops` here at once (serial protocol and its CLEAR) and returns
     /// the sub-operations that take them back.
     pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> Response {
-        self.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false, None).await?;
+        self.dirperms.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false, None).await?;
         let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let undo = self.undo_of(&ops)?;
         let (batch, remote) = self.engine.commit_batch(&prepared, &CommitPayload::default())?;
         self.engine.apply(batch).await?;
         drop(guard);
-        self.drop_remote(remote).await;
-        self.check_thresholds(&prepared.ops);
+        self.filedata.drop_remote(remote).await;
+        self.engine.check_thresholds(&prepared.ops);
         let made = ops.iter().find_map(|o| match o {
             SubOp::CreateDir { object, .. } => Some(plusfs_proto::Attr::of_dir(object)),
             _ => None,

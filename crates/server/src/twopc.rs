@@ -17,7 +17,12 @@ use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::engine::subops::{rebase_ancestry, Prepared};
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::failpoint::Failpoints;
+use crate::filedata::FileData;
+use crate::links::Links;
+use crate::migrate::Migration;
+use crate::peers::Peers;
 use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
@@ -113,7 +118,30 @@ tokio::task_local! {
     static PLAN_EPOCH: u64;
 }
 
-impl Osd {
+/// Operations spanning servers and the two-phase commit under them.
+pub(crate) struct TwoPhase {
+    engine: Arc<Engine>,
+    peers: Arc<Peers>,
+    failpoints: Arc<Failpoints>,
+    filedata: Arc<FileData>,
+    links: Arc<Links>,
+    migrate: Arc<Migration>,
+}
+
+impl TwoPhase {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        peers: Arc<Peers>,
+        failpoints: Arc<Failpoints>,
+        filedata: Arc<FileData>,
+        links: Arc<Links>,
+        migrate: Arc<Migration>,
+    ) -> TwoPhase {
+        TwoPhase { engine, peers, failpoints, filedata, links, migrate }
+    }
+}
+
+impl TwoPhase {
     // ----- client-facing operations -------------------------------------------------
 
     /// `mkdir`; `policy` is the new directory's huge-directory threshold and width.
@@ -136,7 +164,7 @@ impl Osd {
         if policy.0.resolve(self.engine.cluster_threshold()) == Threshold::Entries(0) {
             // Distributed from creation: its home distributes it now.
             let req = Request::SetPolicy { path: p.to_string(), threshold: None, width: None };
-            if let Err(e) = self.peer_call(self.engine.map().home_of_dir(p), req, &Cred::server()).await {
+            if let Err(e) = self.peers.call(self.engine.map().home_of_dir(p), req, &Cred::server()).await {
                 tracing::warn!(path = p, cause = %e.message, "cannot distribute a new directory yet");
             }
         }
@@ -221,7 +249,7 @@ impl Osd {
         let e = self.engine.entry(&src_host.obj, src, sname)?;
         if e.link_home.is_some() && src_host.obj.mode & libc::S_ISVTX != 0 && !c.is_root() {
             // A hard link's owner is with its inode (the prepare checks other entries).
-            let owner = self.resolve(src, e.clone()).await?.uid;
+            let owner = self.links.resolve(src, e.clone()).await?.uid;
             perm::check_sticky(c, &src_host.obj, owner, src)?;
         }
         if src == dst {
@@ -295,7 +323,7 @@ impl Osd {
             if let Some(incarnation) = at.shard {
                 stat = Request::Shard { incarnation, op: Box::new(stat) };
             }
-            let replace = match self.peer_call(dst_home, stat, c).await {
+            let replace = match self.peers.call(dst_home, stat, c).await {
                 Ok(Reply::IsDir { ino }) => Replace::Dir(ino),
                 Ok(Reply::Attr(_)) => return Err(err(Errno::ENOTDIR, format!("'{dst}' is not a directory"))),
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
@@ -336,7 +364,8 @@ impl Osd {
         let mut get = Vec::new();
         for d in [sdir, ddir] {
             get.push(
-                match self.peer_call(self.engine.map().home_of_dir(d), Request::DirPerms { path: d.into() }, c).await? {
+                match self.peers.call(self.engine.map().home_of_dir(d), Request::DirPerms { path: d.into() }, c).await?
+                {
                     Reply::DirPerms { ancestry, .. } => ancestry,
                     other => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                 },
@@ -344,33 +373,6 @@ impl Osd {
         }
         let to = get.pop().flatten();
         Ok(get.pop().flatten().zip(to))
-    }
-
-    /// Sends `req` to `server` (as `c`, or served here directly).
-    pub(crate) async fn peer_call(self: &Arc<Self>, server: ServerId, req: Request, c: &Cred) -> Response {
-        if server == self.engine.id {
-            // Served directly (no message), and never through `handle`, so no operation
-            // recurses into another.
-            return match req {
-                Request::Stat { path } => self.stat(&path, Via::Home, c).await,
-                Request::DirPerms { path } => self.dir_perms(&path),
-                Request::Shard { incarnation, op } => match *op {
-                    Request::Stat { path } => self.stat(&path, Via::Shard(incarnation), c).await,
-                    other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
-                },
-                Request::SetPolicy { path, threshold, width } => {
-                    Box::pin(self.set_policy(&path, threshold, width)).await
-                }
-                Request::TxPrepare { txid, ops, epoch } => self.tx_prepare(txid, ops, epoch, c).await,
-                Request::TxCommit { txid, payload } => self.tx_commit(txid, payload).await,
-                Request::TxAbort { txid } => self.tx_abort(txid).await,
-                other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
-            };
-        }
-        match self.peers.call_as(server, c, &req).await {
-            Ok(r) => r,
-            Err(e) => Err(err(e.errno(), format!("server {server}: {e}"))),
-        }
     }
 
     // ----- coordinator --------------------------------------------------------------
@@ -399,7 +401,7 @@ impl Osd {
                     attempt += 1;
                     // A participant may have refused because a newer map homes a
                     // directory elsewhere: plan the next attempt with that map.
-                    self.refresh_if_stale().await;
+                    self.migrate.refresh_if_stale().await;
                     let wait = rand::thread_rng().gen_range(1..=(2u64 << attempt.min(6)));
                     tokio::time::sleep(Duration::from_millis(wait)).await;
                 }
@@ -436,20 +438,9 @@ impl Osd {
         plusfs_store::commit_point();
         self.engine.apply(batch).await?;
         drop(guard);
-        self.drop_remote(remote).await;
-        self.check_thresholds(&prepared.ops);
+        self.filedata.drop_remote(remote).await;
+        self.engine.check_thresholds(&prepared.ops);
         Ok(())
-    }
-
-    /// Directories on this server that inserts made huge are distributed in the background.
-    pub(crate) fn check_thresholds(self: &Arc<Self>, ops: &[SubOp]) {
-        for op in ops {
-            if let SubOp::InsertEntry { dir, shard: None, .. } = op {
-                if self.engine.store.get_dir(dir).ok().flatten().is_some_and(|d| self.engine.over_threshold(&d)) {
-                    self.ensure_distributing(dir);
-                }
-            }
-        }
     }
 
     async fn two_phase_commit(self: &Arc<Self>, parts: &Parts, c: &Cred) -> OpResult<()> {
@@ -465,7 +456,7 @@ impl Osd {
 
         let votes = join_all(parts.iter().map(|(s, ops)| {
             let ops = ops.clone();
-            async move { self.peer_call(*s, Request::TxPrepare { txid, ops, epoch }, c).await }
+            async move { self.peers.call(*s, Request::TxPrepare { txid, ops, epoch }, c).await }
         }))
         .await;
         let first_no = votes.iter().find_map(|v| v.as_ref().err().cloned());
@@ -508,7 +499,7 @@ impl Osd {
             return Ok(Reply::Done);
         }
         // Recorded with the commit decision: a resend after a failover then knows.
-        crate::once::answer_at_commit(&Ok(Reply::Done));
+        crate::engine::answers::answer_at_commit(&Ok(Reply::Done));
         let mut at = (self.engine.map().home_of_dir(bdir), None);
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
@@ -598,7 +589,7 @@ impl Osd {
                 }
                 _ => Request::TxAbort { txid },
             };
-            async move { self.peer_call(*s, req, &Cred::server()).await }
+            async move { self.peers.call(*s, req, &Cred::server()).await }
         }))
         .await;
         targets.iter().zip(results).filter(|(_, r)| r.is_err()).map(|(s, _)| *s).collect()
@@ -673,9 +664,9 @@ impl Osd {
         self.engine.apply(batch).await?;
         self.engine.locks.release_tx(txid);
         drop(guard);
-        self.drop_remote(remote).await;
-        self.check_thresholds(&prepared.ops);
-        self.hand_over_strays(payload.imports.iter().map(|d| d.path.clone()).collect());
+        self.filedata.drop_remote(remote).await;
+        self.engine.check_thresholds(&prepared.ops);
+        self.migrate.hand_over_strays(payload.imports.iter().map(|d| d.path.clone()).collect());
         Ok(Reply::Done)
     }
 

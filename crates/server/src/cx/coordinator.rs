@@ -1,9 +1,10 @@
 //! Cx commitment rounds, run by the coordinator: VOTE, decision write, COMMIT-REQ /
 //! ABORT-REQ until ACKed, Complete.
 
+use super::Cx;
 use super::*;
 
-impl Osd {
+impl Cx {
     // ----- commitment (coordinator) ---------------------------------------------------
 
     pub(super) async fn commit_loop(self: Arc<Self>) {
@@ -18,7 +19,7 @@ impl Osd {
                 last = Instant::now();
                 self.urge_stale_participations(timeout * 2);
                 let mut st = self.cx.st();
-                Cx::forget_old(&mut st);
+                crate::cx::state::CxState::forget_old(&mut st);
             }
             for (peer, ops) in batch {
                 tokio::spawn(self.clone().commit_round(peer, ops));
@@ -114,7 +115,7 @@ impl Osd {
         if peer == self.engine.id {
             return Box::pin(self.handle_cx(req, &Cred::server())).await;
         }
-        match self.peers.call(peer, &req).await {
+        match self.peers.pool.call(peer, &req).await {
             Ok(r) => r,
             Err(e) => Err(err(e.errno(), format!("server {peer}: {e}"))),
         }
@@ -163,8 +164,8 @@ impl Osd {
             self.engine.locks.release_tx(t);
         }
         drop(guard);
-        self.drop_remote(remote).await;
-        self.check_thresholds(&applied.ops);
+        self.filedata.drop_remote(remote).await;
+        self.engine.check_thresholds(&applied.ops);
         self.cx.counters.committed.fetch_add(commits.len() as u64, Ordering::Relaxed);
         self.cx.counters.aborted.fetch_add(aborts.len() as u64, Ordering::Relaxed);
         Ok(())

@@ -33,9 +33,13 @@ pub(crate) mod state;
 
 pub(crate) use scopes::request_scopes;
 
+use crate::dirperms::DirPerms;
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::subops::Prepared;
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::failpoint::Failpoints;
+use crate::filedata::FileData;
+use crate::peers::Peers;
 use futures::future::join_all;
 use plusfs_proto::{
     CommitPayload, Cred, CxAnswer, CxRole, DirSide, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId,
@@ -49,7 +53,32 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-impl Osd {
+/// The Cx protocol's server side: executions, commitment rounds, recovery.
+pub(crate) struct Cx {
+    engine: Arc<Engine>,
+    peers: Arc<Peers>,
+    failpoints: Arc<Failpoints>,
+    dirperms: Arc<DirPerms>,
+    filedata: Arc<FileData>,
+    /// Pending Cx operations and their commitment.
+    pub(crate) cx: state::CxState,
+    /// Inode numbers leased to client sessions for their Cx mkdirs.
+    pub(crate) ino_leases: leases::InoLeases,
+}
+
+impl Cx {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        peers: Arc<Peers>,
+        failpoints: Arc<Failpoints>,
+        dirperms: Arc<DirPerms>,
+        filedata: Arc<FileData>,
+    ) -> Cx {
+        Cx { engine, peers, failpoints, dirperms, filedata, cx: Default::default(), ino_leases: Default::default() }
+    }
+}
+
+impl Cx {
     /// Installs the lock-conflict hook and starts the commitment loop.
     pub(crate) fn start_cx(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
@@ -104,8 +133,13 @@ impl Osd {
 
     async fn urge_coordinator(self: Arc<Self>, coordinator: ServerId, ops: Vec<OpId>) {
         let req = Request::CxUrge { participant: self.engine.id, ops: ops.clone() };
-        if let Err(e) =
-            self.peers.call(coordinator, &req).await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.message))
+        if let Err(e) = self
+            .peers
+            .pool
+            .call(coordinator, &req)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.message))
         {
             tracing::warn!(coordinator, cause = %e, "cannot urge a Cx commitment; retrying later");
             let mut st = self.cx.st();
@@ -134,9 +168,9 @@ impl Osd {
         // Before looking the operation up: what follows up to its insertion must not wait,
         // or a duplicated request would execute it twice. A parent's home that does not
         // answer at once (the coordinator) leaves the new object's ancestry to commitment.
-        self.push_parent_perms(id, role, peer, &ops);
+        self.dirperms.push_parent_perms(id, role, peer, &ops);
         let side = (role == CxRole::Participant).then_some((id, peer));
-        self.fill_new_dirs(&mut ops, c, crate::dirperms::CX_PARENT_WAIT, true, side).await?;
+        self.dirperms.fill_new_dirs(&mut ops, c, crate::dirperms::CX_PARENT_WAIT, true, side).await?;
         // The number is taken first (a duplicate wastes one): the look-up of what is known
         // of `id` and its insertion happen under one lock, so a vote or an abort that
         // refuses an operation not yet here is either seen now or sees it inserted.

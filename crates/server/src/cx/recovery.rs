@@ -1,8 +1,9 @@
 //! Resuming Cx operations from the log after a restart.
 
+use super::Cx;
 use super::*;
 
-impl Osd {
+impl Cx {
     // ----- recovery -------------------------------------------------------------------
 
     /// Loads the Cx log after a restart: locks are taken back before any request is

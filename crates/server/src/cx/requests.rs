@@ -1,9 +1,10 @@
 //! The Cx requests a server serves: execution, VOTE (with invalidation), decisions,
 //! urges and L-COM.
 
+use super::Cx;
 use super::*;
 
-impl Osd {
+impl Cx {
     // ----- requests -------------------------------------------------------------------
 
     /// Serves the Cx requests.
@@ -167,8 +168,8 @@ impl Osd {
                 self.engine.locks.release_tx(t);
             }
             drop(guard);
-            self.drop_remote(remote).await;
-            self.check_thresholds(&applied.ops);
+            self.filedata.drop_remote(remote).await;
+            self.engine.check_thresholds(&applied.ops);
         }
         self.forget_ended(&ended);
         for id in applying {
@@ -196,7 +197,7 @@ impl Osd {
                 .collect()
         };
         for (id, mut ops) in todo {
-            self.fill_at_commit(&mut ops).await?;
+            self.dirperms.fill_at_commit(&mut ops).await?;
             if let Some(op) = self.cx.st().ops.get_mut(&id) {
                 op.ops = ops;
             }

@@ -83,7 +83,7 @@ pub(crate) struct CxCounters {
 }
 
 /// The Cx engine of one server.
-pub(crate) struct Cx {
+pub(crate) struct CxState {
     pub(crate) state: Mutex<State>,
     /// Something ended or was invalidated, or log space came free.
     pub(crate) changed: Notify,
@@ -92,13 +92,18 @@ pub(crate) struct Cx {
     pub(crate) counters: CxCounters,
 }
 
-impl Default for Cx {
+impl Default for CxState {
     fn default() -> Self {
-        Cx { state: Mutex::default(), changed: Notify::new(), kick: Notify::new(), counters: CxCounters::default() }
+        CxState {
+            state: Mutex::default(),
+            changed: Notify::new(),
+            kick: Notify::new(),
+            counters: CxCounters::default(),
+        }
     }
 }
 
-impl Cx {
+impl CxState {
     pub(crate) fn st(&self) -> parking_lot::MutexGuard<'_, State> {
         self.state.lock()
     }

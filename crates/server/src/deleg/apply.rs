@@ -2,10 +2,10 @@
 //! with the same permission rules as single requests, file contents in one data append
 //! (as `BatchWrite`), and everything in the caller's one store batch.
 
+use super::Delegations;
 use crate::engine::errors::{err, OpResult};
 use crate::engine::host::Host;
 use crate::engine::perm;
-use crate::osd::Osd;
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
 use plusfs_proto::{apply_set_at, Cred, DelegOp, Errno, FileKind, Inode, Piece, ServerId, SetAttr, Timespec};
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// The directory's entries as the replay changes them (`None`: removed).
 struct Overlay<'a> {
-    osd: &'a Osd,
+    osd: &'a Delegations,
     dir_ino: u64,
     entries: HashMap<String, Option<Inode>>,
 }
@@ -52,7 +52,7 @@ fn contents(op: &DelegOp) -> Option<&[u8]> {
 /// What a replay leaves to do after its batch commits.
 pub(super) type Replayed = (Vec<(u32, Errno)>, Vec<(ServerId, u64)>);
 
-impl Osd {
+impl Delegations {
     /// Replays `ops` over `dir` (`host`), adding the changes to `b`. Returns the refused
     /// operations and the remote records no longer used.
     /// `shard`: the delegation is of this server's shard of a distributed directory;

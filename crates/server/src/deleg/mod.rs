@@ -23,7 +23,8 @@ use crate::engine::errors::{check_dir_path, eio, err};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::filedata::FileData;
 use plusfs_proto::{Cred, DelegGrant, DelegOp, Errno, Flushed, Reply, Request, Response, MAY_READ, MAY_WRITE};
 use plusfs_store::{Batch, LogKind};
 use std::sync::Arc;
@@ -55,7 +56,21 @@ const MAX_ENTRIES_BYTES: usize = 4 << 20;
 /// How long an ended delegation's record stays to answer a resent last flush.
 const KEEP_ENDED_SECS: u64 = 600;
 
-impl Osd {
+/// The delegation protocol's server side: grants, recalls, write-backs.
+pub(crate) struct Delegations {
+    engine: Arc<Engine>,
+    filedata: Arc<FileData>,
+    /// Directory delegations granted here.
+    pub(crate) delegs: Arc<table::DelegTable>,
+}
+
+impl Delegations {
+    pub(crate) fn new(engine: Arc<Engine>, filedata: Arc<FileData>) -> Delegations {
+        Delegations { engine, filedata, delegs: Arc::default() }
+    }
+}
+
+impl Delegations {
     /// Loads the delegations recorded in the store (at start).
     pub(crate) fn load_delegations(&self) -> Result<(), plusfs_store::StoreError> {
         for (id, bytes) in self.engine.store.log_records(LogKind::Deleg)? {
@@ -276,12 +291,12 @@ impl Osd {
         drop(gate);
         self.delegs.flushed(id, seq, ended, lease);
         drop(_g);
-        self.drop_remote(remote).await;
+        self.filedata.drop_remote(remote).await;
         if !failed.is_empty() {
             tracing::warn!(dir, id, ?failed, "operations of a delegation flush refused");
         }
         if ended && self.engine.over_threshold(&host.obj) {
-            self.ensure_distributing(dir);
+            self.engine.want_distribution(dir);
         }
         if ended {
             self.prune_ended().await;

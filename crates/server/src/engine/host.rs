@@ -44,6 +44,18 @@ impl Host {
 }
 
 impl Engine {
+    /// Directories homed here that `ops` made huge: their redistribution is asked for (it
+    /// runs in the background).
+    pub(crate) fn check_thresholds(&self, ops: &[plusfs_proto::SubOp]) {
+        for op in ops {
+            if let plusfs_proto::SubOp::InsertEntry { dir, shard: None, .. } = op {
+                if self.store.get_dir(dir).ok().flatten().is_some_and(|d| self.over_threshold(&d)) {
+                    self.want_distribution(dir);
+                }
+            }
+        }
+    }
+
     /// The object holding the entries of `dir` here, as addressed by `via`. A request to
     /// the home of a distributed directory gets a redirect with the distribution; a request
     /// to a shard this server does not hold gets "missing directory", and one carrying

@@ -6,6 +6,7 @@
 //! nothing of the network: protocols (`twopc`, `cx`, `serial`, `hugedir`, `links`, `bfo`,
 //! `filedata`) hold it together with their peers.
 
+pub(crate) mod answers;
 pub(crate) mod attrs;
 pub(crate) mod errors;
 pub(crate) mod host;

@@ -10,9 +10,9 @@
 //! switched under the entry's lock (only if they did not change meanwhile) and the old
 //! record dropped.
 
+use super::Migration;
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::locks::Scope;
-use crate::osd::Osd;
 use bytes::Bytes;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::filedata::overlay;
@@ -48,7 +48,7 @@ pub(crate) fn new_place(map: &ClusterMap, holder: ServerId, ino: Ino, p: &Piece)
     (draining || moved).then_some(now)
 }
 
-impl Osd {
+impl Migration {
     /// Copies into this server's data store the bytes of `entries` that travel with their
     /// directory from `old`, switching their pieces to the copies. Returns the bytes.
     pub(crate) async fn bring_data(self: &Arc<Self>, old: ServerId, entries: &mut [(String, Inode)]) -> OpResult<u64> {
@@ -79,7 +79,7 @@ impl Osd {
                     (p.record, p.skip, p.len)
                 })
                 .collect();
-            let data = self.fetch_ranges(old, ranges).await?;
+            let data = self.filedata.fetch_ranges(old, ranges).await?;
             let owners: Vec<Ino> = part.iter().map(|&(e, _)| entries[e].1.ino).collect();
             let ids = self.store_local(&owners, data).await?;
             for (&(e, k), id) in part.iter().zip(ids) {
@@ -185,17 +185,17 @@ impl Osd {
         let mut added = Vec::new();
         let mut moved = 0;
         for (p, target) in moving {
-            let data = self.fetch_ranges(p.server, vec![(p.record, p.skip, p.len)]).await?;
+            let data = self.filedata.fetch_ranges(p.server, vec![(p.record, p.skip, p.len)]).await?;
             let bytes = data.into_iter().next().unwrap_or_default();
             let copies = if target == self.engine.id {
                 let mut b = Batch::new();
                 let gate = self.engine.data_gate.read().await;
-                let copies = self.put_local_parts(inode.ino, p.file_off, vec![bytes], &mut b).await?;
+                let copies = self.filedata.put_local_parts(inode.ino, p.file_off, vec![bytes], &mut b).await?;
                 self.engine.apply(b).await?;
                 drop(gate);
                 copies
             } else {
-                self.put_remote(target, inode.ino, p.file_off, bytes).await?
+                self.filedata.put_remote(target, inode.ino, p.file_off, bytes).await?
             };
             added.extend(copies.iter().map(|q| (q.server, q.record)));
             for q in copies {
@@ -214,10 +214,10 @@ impl Osd {
         let mut b = Batch::new();
         b.put_entry(dir, name, &inode);
         if let Err(e) = self.engine.apply(b).await {
-            self.drop_remote(added).await;
+            self.filedata.drop_remote(added).await;
             return Err(e);
         }
-        self.drop_remote(gone).await;
+        self.filedata.drop_remote(gone).await;
         self.migration.bytes_out.fetch_add(moved, Ordering::Relaxed);
         Ok(moved)
     }

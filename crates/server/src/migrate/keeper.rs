@@ -7,8 +7,8 @@
 //! 0 (`MapGet`) before it serves the next request. Each process keeps its own `[tls]`
 //! section: certificate paths are local facts.
 
+use super::Migration;
 use crate::engine::errors::{eio, err, OpResult};
-use crate::osd::Osd;
 use plusfs_placement::{ClusterMap, MapChange};
 use plusfs_proto::{Cred, Errno, Reply, Request, Response, ServerId};
 use plusfs_store::{Batch, LogKind};
@@ -28,7 +28,7 @@ fn parse_map(text: &str) -> OpResult<ClusterMap> {
     ClusterMap::from_toml(text).map_err(|e| err(Errno::EINVAL, e.to_string()))
 }
 
-impl Osd {
+impl Migration {
     /// Adopts `map` if it is newer than this server's (keeping the local `[tls]`), and
     /// acts on it: connections to new servers, this server's walker for a migration, the
     /// receipts of a finished one dropped.
@@ -41,7 +41,7 @@ impl Osd {
         if !self.engine.install_map(map) {
             return false;
         }
-        self.peers.learn_map(&learnt);
+        self.peers.pool.learn_map(&learnt);
         tracing::info!(epoch, migrating, "cluster map installed");
         if migrating {
             self.start_walker();
@@ -60,11 +60,11 @@ impl Osd {
     /// Fetches the map from the map service if a peer spoke of a newer epoch (one fetch
     /// at a time; the others wait for it).
     pub(crate) async fn refresh_if_stale(self: &Arc<Self>) {
-        if !self.peers.counters().epochs.is_stale() {
+        if !self.peers.pool.counters().epochs.is_stale() {
             return;
         }
         let mut last_failure = self.map_fetch.lock().await;
-        if !self.peers.counters().epochs.is_stale() {
+        if !self.peers.pool.counters().epochs.is_stale() {
             return;
         }
         if last_failure.is_some_and(|t| t.elapsed() < FETCH_BACKOFF) {
@@ -79,15 +79,15 @@ impl Osd {
         if self.engine.id == KEEPER {
             // The keeper's map is the newest there is; a newer hint came from a stale
             // store (a member that lost its log): nothing to fetch.
-            self.peers.counters().epochs.set_current(self.engine.map().epoch);
+            self.peers.pool.counters().epochs.set_current(self.engine.map().epoch);
             return true;
         }
-        let got = tokio::time::timeout(FETCH_WAIT, self.peers.call(KEEPER, &Request::MapGet)).await;
+        let got = tokio::time::timeout(FETCH_WAIT, self.peers.pool.call(KEEPER, &Request::MapGet)).await;
         match got {
             Ok(Ok(Ok(Reply::Map(text)))) => match parse_map(&text) {
                 Ok(map) => {
                     if !self.adopt_map(map) {
-                        self.peers.counters().epochs.set_current(self.engine.map().epoch);
+                        self.peers.pool.counters().epochs.set_current(self.engine.map().epoch);
                     }
                     true
                 }
@@ -114,7 +114,7 @@ impl Osd {
         } else {
             self.fetch_map().await;
         }
-        self.peers.counters().epochs.set_current(self.engine.map().epoch);
+        self.peers.pool.counters().epochs.set_current(self.engine.map().epoch);
         if self.engine.map().migrating() {
             self.start_walker();
         } else if let Err(e) = self.drop_receipts().await {
@@ -185,7 +185,7 @@ impl Osd {
     }
 
     async fn status_of(self: &Arc<Self>, id: ServerId) -> OpResult<plusfs_proto::ServerStatus> {
-        match self.peers.call(id, &Request::Status).await {
+        match self.peers.pool.call(id, &Request::Status).await {
             Ok(Ok(Reply::Status(s))) => Ok(*s),
             Ok(Err(e)) => Err(e),
             Ok(Ok(other)) => Err(err(Errno::EIO, format!("server {id} answered status with {other:?}"))),
@@ -246,7 +246,7 @@ impl Osd {
             let (osd, text) = (self.clone(), text.clone());
             tokio::spawn(async move {
                 let req = Request::MapPush { map: text };
-                if let Err(e) = osd.peers.call(id, &req).await {
+                if let Err(e) = osd.peers.pool.call(id, &req).await {
                     tracing::debug!(server = id, cause = %e, "map push not delivered");
                 }
             });
@@ -272,6 +272,7 @@ impl Osd {
             self.change_map(&text).await
         } else {
             self.peers
+                .pool
                 .call_as(KEEPER, &Cred::server(), &Request::MapChange { change: text })
                 .await
                 .map_err(|e| err(e.errno(), format!("cannot reach the map service: {e}")))?

@@ -16,15 +16,16 @@
 
 mod data;
 pub(crate) mod keeper;
-mod route;
+pub(crate) mod route;
 pub(crate) mod state;
 mod walker;
 
-pub(crate) use route::{subop_dirs, target_dir, Placed, SENDER_EPOCH};
-
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::locks::Scope;
-use crate::osd::Osd;
+use crate::engine::Engine;
+use crate::failpoint::Failpoints;
+use crate::filedata::FileData;
+use crate::peers::Peers;
 use plusfs_proto::migrate::MovedDir;
 use plusfs_proto::{DirObject, DistState, Errno, Inode, Reply, Request, Response, ServerId};
 use plusfs_store::{Batch, LogKind};
@@ -66,7 +67,45 @@ fn with_ancestors(path: &str) -> Vec<(String, Scope)> {
     wanted
 }
 
-impl Osd {
+/// Migration: map changes (growth, drain), the hand-over of directory objects and file
+/// data to their new homes, forwarding while it runs.
+pub(crate) struct Migration {
+    engine: Arc<Engine>,
+    peers: Arc<Peers>,
+    failpoints: Arc<Failpoints>,
+    filedata: Arc<FileData>,
+    /// The running migration's counters.
+    pub(crate) migration: state::Progress,
+    /// Pulls of directory objects under way, one per path.
+    pulls: state::Pulls,
+    /// Held while the map is fetched from (or changed at) the map service; holds when
+    /// the map service last failed to answer.
+    map_fetch: tokio::sync::Mutex<Option<std::time::Instant>>,
+    /// Whether the migration walker runs.
+    walker_running: std::sync::atomic::AtomicBool,
+}
+
+impl Migration {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        peers: Arc<Peers>,
+        failpoints: Arc<Failpoints>,
+        filedata: Arc<FileData>,
+    ) -> Migration {
+        Migration {
+            engine,
+            peers,
+            failpoints,
+            filedata,
+            migration: Default::default(),
+            pulls: Default::default(),
+            map_fetch: Default::default(),
+            walker_running: Default::default(),
+        }
+    }
+}
+
+impl Migration {
     /// The object at `path` this server handed over and still keeps in its outbox.
     pub(crate) fn outbox(&self, path: &str) -> OpResult<Option<DirObject>> {
         let Some(raw) = self.engine.store.get_log(LogKind::Outbox, path_key(path)).map_err(eio)? else {
@@ -144,7 +183,8 @@ impl Osd {
                 return Ok(());
             }
             let moved = match self
-                .peer_call(old, Request::MigrateOut { paths: missing.clone() }, &plusfs_proto::Cred::server())
+                .peers
+                .call(old, Request::MigrateOut { paths: missing.clone() }, &plusfs_proto::Cred::server())
                 .await
             {
                 Ok(Reply::Moved(m)) => m,
@@ -173,7 +213,7 @@ impl Osd {
     fn finish_handover(self: &Arc<Self>, old: ServerId, paths: Vec<String>) {
         let osd = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = osd.peer_call(old, Request::MigrateDone { paths }, &plusfs_proto::Cred::server()).await {
+            if let Err(e) = osd.peers.call(old, Request::MigrateDone { paths }, &plusfs_proto::Cred::server()).await {
                 tracing::debug!(old, cause = %e.message, "hand-over confirmation not delivered; the walker repeats it");
             }
         });
@@ -239,7 +279,7 @@ impl Osd {
                 after: after.clone(),
                 limit: ENTRIES_PER_MESSAGE as u32,
             };
-            let next = match self.peer_call(old, req, &plusfs_proto::Cred::server()).await? {
+            let next = match self.peers.call(old, req, &plusfs_proto::Cred::server()).await? {
                 Reply::Moved(mut v) if v.len() == 1 => v.remove(0),
                 other => return Err(err(Errno::EIO, format!("server {old} answered entries with {other:?}"))),
             };
@@ -278,7 +318,7 @@ impl Osd {
             if obj.dist.state == DistState::Distributing {
                 // Its redistribution finishes first (and is resumed if it stopped).
                 if live {
-                    self.ensure_distributing(p);
+                    self.engine.want_distribution(p);
                 }
                 continue;
             }

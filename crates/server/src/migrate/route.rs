@@ -3,8 +3,8 @@
 //! (sub-operations of cross-server operations, whose coordinator plans again), or served
 //! after the directories it touches were pulled here.
 
+use super::Migration;
 use crate::engine::errors::{err, OpResult};
-use crate::osd::Osd;
 use plusfs_proto::peer::SubOp;
 use plusfs_proto::{Cred, Errno, Request, Response};
 use std::sync::Arc;
@@ -87,7 +87,7 @@ pub(crate) enum Placed {
     Forward(plusfs_proto::ServerId),
 }
 
-impl Osd {
+impl Migration {
     /// Decides where `req` is served, pulling what it touches here first if the running
     /// migration brings it here.
     pub(crate) async fn place(self: &Arc<Self>, req: &Request) -> OpResult<Placed> {
@@ -150,7 +150,7 @@ impl Osd {
         req: Request,
     ) -> Response {
         self.migration.forwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match self.peers.call_as(home, cred, &req).await {
+        match self.peers.pool.call_as(home, cred, &req).await {
             Ok(r) => r,
             Err(e) => Err(err(e.errno(), format!("forwarding to server {home}: {e}"))),
         }

@@ -5,8 +5,8 @@
 //! (`data.rs`) and tells the map service it is done. It runs again from the store after a restart: what it walks is
 //! exactly what is still here.
 
+use super::Migration;
 use crate::engine::errors::{eio, err, OpResult};
-use crate::osd::Osd;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Errno, Reply, Request, ServerId};
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-impl Osd {
+impl Migration {
     /// Starts the walker unless it runs.
     pub(crate) fn start_walker(self: &Arc<Self>) {
         if self.walker_running.swap(true, Ordering::AcqRel) {
@@ -107,7 +107,7 @@ impl Osd {
                 let mut pause = Duration::from_millis(20);
                 for _ in 0..60 {
                     let req = Request::MigrateIn { paths: paths.clone(), from: osd.engine.id };
-                    if let Ok(Ok(Reply::Done)) = osd.peers.call(home, &req).await {
+                    if let Ok(Ok(Reply::Done)) = osd.peers.pool.call(home, &req).await {
                         if osd.migrate_done(&paths).await.is_ok() {
                             return;
                         }
@@ -165,7 +165,7 @@ impl Osd {
                 }
                 let started = Instant::now();
                 let req = Request::MigrateIn { paths: chunk.to_vec(), from: self.engine.id };
-                match self.peers.call(home, &req).await {
+                match self.peers.pool.call(home, &req).await {
                     Ok(Ok(Reply::Done)) => {
                         self.migrate_done(chunk).await?;
                     }

@@ -2,17 +2,23 @@
 //! symlinks, and the server-wide reports (statfs, status, fsck scan). Each reads, checks
 //! and applies one store batch under the busy lock of what it touches.
 
+mod links;
+mod xattr;
+
 use crate::engine::attrs::{apply_set, count_entry, NewNode};
 use crate::engine::errors::{check_dir_path, eio, err, split_entry, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
+use crate::engine::Engine;
+use crate::filedata::FileData;
+use crate::hugedir::HugeDirs;
 use crate::links::Found;
-use crate::metrics::Metrics;
-use crate::osd::Osd;
+use crate::links::Links;
+use crate::twopc::TwoPhase;
 use plusfs_proto::{
     Attr, Cred, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
-    ServerStatus, SetAttr, Statfs, WireError, MAY_READ, MAY_WRITE,
+    SetAttr, Statfs, WireError, MAY_READ, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use std::collections::HashSet;
@@ -21,7 +27,29 @@ use std::sync::Arc;
 /// Largest readdir page a server returns.
 pub const MAX_READDIR_PAGE: u32 = 4096;
 
-impl Osd {
+/// Operations on one directory's entries and attributes (create, stat, unlink, readdir,
+/// setattr, links, xattrs) and the server's totals.
+pub(crate) struct Namespace {
+    engine: Arc<Engine>,
+    links: Arc<Links>,
+    filedata: Arc<FileData>,
+    hugedirs: Arc<HugeDirs>,
+    twopc: Arc<TwoPhase>,
+}
+
+impl Namespace {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        links: Arc<Links>,
+        filedata: Arc<FileData>,
+        hugedirs: Arc<HugeDirs>,
+        twopc: Arc<TwoPhase>,
+    ) -> Namespace {
+        Namespace { engine, links, filedata, hugedirs, twopc }
+    }
+}
+
+impl Namespace {
     /// Creates a file, FIFO or symlink entry.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn create(
@@ -46,7 +74,7 @@ impl Osd {
             // Due for distribution (another writer crossed the threshold): distribute
             // first, so writers cannot keep the directory from ever being distributed.
             drop(g);
-            let info = self.distribute(dir).await?;
+            let info = self.hugedirs.distribute(dir).await?;
             return Err(WireError::redirect(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj))));
         }
         perm::check_search(c, &host.obj, dir)?;
@@ -56,7 +84,7 @@ impl Osd {
                 FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
                 _ => {
                     drop(g);
-                    let i = self.resolve(p, e).await?;
+                    let i = self.links.resolve(p, e).await?;
                     for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
                         perm::check(c, i.mode, i.uid, i.gid, want, p)?;
                     }
@@ -79,7 +107,7 @@ impl Osd {
         if !host.shard && self.engine.over_threshold(&host.obj) {
             // The create is done whatever happens to the distribution (a failed one stays
             // `Distributing` and is finished by the next request or restart).
-            if let Err(e) = self.distribute(dir).await {
+            if let Err(e) = self.hugedirs.distribute(dir).await {
                 tracing::error!(dir, cause = %e.message, "redistribution failed");
             }
         }
@@ -88,10 +116,10 @@ impl Osd {
 
     /// `lstat` of an entry: its attributes, or `IsDir` for a subdirectory.
     pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
-        let e = match self.find(p, via, false, c).await? {
+        let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Stat { path: p.into() }, c).await
+                return self.links.forward(home, ino, Request::Stat { path: p.into() }, c).await
             }
         };
         Ok(match e.kind {
@@ -103,10 +131,10 @@ impl Osd {
     /// `open` of an entry: as `stat`, after checking the opener's `access` (`MAY_READ`,
     /// `MAY_WRITE`) against the file (a directory's own server checks nothing more).
     pub(crate) async fn open_entry(self: &Arc<Self>, p: &str, access: u32, via: Via, c: &Cred) -> Response {
-        let e = match self.find(p, via, false, c).await? {
+        let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Open { path: p.into(), access }, c).await
+                return self.links.forward(home, ino, Request::Open { path: p.into(), access }, c).await
             }
         };
         if e.kind == FileKind::Dir {
@@ -123,7 +151,7 @@ impl Osd {
         match via {
             Via::Home => {
                 perm::check_search_above(c, &self.engine.dir_object(p)?, p)?;
-                Ok(Reply::Attr(self.dir_attr(p, c.session).await?))
+                Ok(Reply::Attr(self.hugedirs.dir_attr(p, c.session).await?))
             }
             Via::Shard(_) | Via::Inode(_) => {
                 let d = self.engine.host(p, via)?.obj;
@@ -149,7 +177,7 @@ impl Osd {
         let e = self.engine.entry(&host.obj, p, name)?;
         perm::check_dir_write(c, &host.obj, dir)?;
         if host.obj.mode & libc::S_ISVTX != 0 && !c.is_root() {
-            let owner = self.resolve(p, e.clone()).await?.uid;
+            let owner = self.links.resolve(p, e.clone()).await?.uid;
             perm::check_sticky(c, &host.obj, owner, p)?;
         }
         if e.kind == FileKind::Dir {
@@ -168,7 +196,7 @@ impl Osd {
         host.save(&mut b, dir);
         self.engine.apply(b).await?;
         drop(gate);
-        self.drop_remote(remote).await;
+        self.filedata.drop_remote(remote).await;
         Ok(Reply::Done)
     }
 
@@ -193,10 +221,10 @@ impl Osd {
     }
 
     pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via, c: &Cred) -> Response {
-        let mut t = match self.find(p, via, true, c).await? {
+        let mut t = match self.links.find(p, via, true, c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::SetAttr { path: p.into(), set: set.clone() }, c).await
+                return self.links.forward(home, ino, Request::SetAttr { path: p.into(), set: set.clone() }, c).await
             }
         };
         let e = &mut t.inode;
@@ -212,21 +240,21 @@ impl Osd {
             if e.kind != FileKind::File {
                 return Err(err(Errno::EINVAL, format!("'{p}' is not a regular file")));
             }
-            remote = self.resize(e, size, &mut b)?;
+            remote = self.filedata.resize(e, size, &mut b)?;
         }
         apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
         t.save(&mut b);
         self.engine.apply(b).await?;
         drop(gate);
-        self.drop_remote(remote).await;
+        self.filedata.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
     }
 
     pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
-        let e = match self.find(p, via, false, c).await? {
+        let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Readlink { path: p.into() }, c).await
+                return self.links.forward(home, ino, Request::Readlink { path: p.into() }, c).await
             }
         };
         match e.target {
@@ -246,69 +274,6 @@ impl Osd {
     pub(crate) fn statfs(&self) -> Response {
         let (dir_objects, entries) = self.totals()?;
         Ok(Reply::Statfs(Statfs { dir_objects, entries }))
-    }
-
-    pub(crate) async fn status(self: &Arc<Self>) -> Response {
-        let (dir_objects, entries) = self.totals()?;
-        let m = &self.engine.metrics;
-        let peer = self.peers.counters().snapshot();
-        let st = self.engine.store.stats();
-        let segments = self.engine.data.segments();
-        let io = self.engine.data.stats();
-        let (cx_pending, cx_log_bytes, cx_log_peak) = self.cx.gauges();
-        let map = self.engine.map();
-        Ok(Reply::Status(Box::new(ServerStatus {
-            id: self.engine.id,
-            epoch: map.epoch,
-            dir_objects,
-            entries,
-            ops: m.ops(),
-            msgs_in: Metrics::get(&m.msgs_in) + peer.msgs_in,
-            msgs_out: Metrics::get(&m.msgs_out) + peer.msgs_out,
-            bytes_in: Metrics::get(&m.bytes_in) + peer.bytes_in,
-            bytes_out: Metrics::get(&m.bytes_out) + peer.bytes_out,
-            store_batches: st.batches,
-            store_writes: st.writes,
-            store_syncs: st.syncs,
-            tx_started: Metrics::get(&m.tx_started),
-            tx_pending: self.engine.locks.tx_count() as u64,
-            hugedirs: self.hugedir_reports().await?,
-            shards: self
-                .engine
-                .store
-                .shards_within("/")
-                .map_err(eio)?
-                .into_iter()
-                .map(|(p, d)| (p, d.entries))
-                .collect(),
-            data_records: self.engine.store.record_count().map_err(eio)?,
-            data_segments: segments.len() as u64,
-            data_bytes: segments.iter().map(|s| s.bytes).sum(),
-            data_appends: io.appends,
-            data_reads: io.reads,
-            data_bytes_read: io.bytes_read,
-            data_bytes_written: io.bytes_written,
-            data_read_sizes: io.read_sizes.to_vec(),
-            cx_executed: Metrics::get(&self.cx.counters.executed),
-            cx_committed: Metrics::get(&self.cx.counters.committed),
-            cx_aborted: Metrics::get(&self.cx.counters.aborted),
-            cx_rounds: Metrics::get(&self.cx.counters.rounds),
-            cx_immediate: Metrics::get(&self.cx.counters.immediate),
-            cx_invalidated: Metrics::get(&self.cx.counters.invalidated),
-            cx_pending,
-            cx_log_bytes,
-            cx_log_peak,
-            delegations: self.delegations_held(),
-            deleg_recalls: self.delegs.counters.recalls.load(std::sync::atomic::Ordering::Relaxed),
-            deleg_revoked: self.delegs.counters.revoked.load(std::sync::atomic::Ordering::Relaxed),
-            deleg_flushes: self.delegs.counters.flushes.load(std::sync::atomic::Ordering::Relaxed),
-            inodes: self.engine.store.all_inodes().map_err(eio)?.len() as u64,
-            data_live_bytes: self.record_inventory()?.iter().map(|r| r.1).sum(),
-            weight_milli: map.server(self.engine.id).map_or(0, |s| (s.weight * 1000.0).round() as u64),
-            migrating: map.migrating(),
-            migration: self.migration.report(map.migration.as_ref().map(|m| m.from_epoch)),
-            forwarded: self.migration.forwarded.load(std::sync::atomic::Ordering::Relaxed),
-        })))
     }
 
     pub(crate) fn fsck_scan(&self) -> Response {
@@ -338,7 +303,7 @@ impl Osd {
         let shared = self.engine.store.all_inodes().map_err(eio)?;
         data.shared = shared.iter().map(|i| (i.ino, i.nlink)).collect();
         data.pieces = shared.iter().flat_map(|i| i.pieces.iter().map(|q| (q.server, q.record))).collect();
-        data.records = self.record_inventory()?;
+        data.records = self.filedata.record_inventory()?;
         for (parent, name, inode) in self.engine.store.all_entries().map_err(eio)? {
             data.pieces.extend(inode.pieces.iter().map(|q| (q.server, q.record)));
             if let Some(home) = inode.link_home {

@@ -1,12 +1,12 @@
 //! Extended attributes, kept in the embedded inode of a file (or the object of a
 //! directory), so they change in the same store write as the rest of its metadata.
 
+use super::Namespace;
 use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::links::Found;
-use crate::osd::Osd;
 use plusfs_proto::filedata::{MAX_XATTR_NAME, MAX_XATTR_TOTAL, MAX_XATTR_VALUE};
 use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response, Timespec, XattrOp};
 use plusfs_store::Batch;
@@ -75,13 +75,13 @@ fn check_name(name: &str, p: &str) -> OpResult<()> {
     Ok(())
 }
 
-impl Osd {
+impl Namespace {
     /// `Xattr` on the entry's server: files, symlinks and FIFOs; `IsDir` for directories.
     pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via, c: &Cred) -> Response {
-        let mut t = match self.find(p, via, !matches!(op, XattrOp::Get { .. } | XattrOp::List), c).await? {
+        let mut t = match self.links.find(p, via, !matches!(op, XattrOp::Get { .. } | XattrOp::List), c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
-                return self.forward(home, ino, Request::Xattr { path: p.into(), op: op.clone() }, c).await
+                return self.links.forward(home, ino, Request::Xattr { path: p.into(), op: op.clone() }, c).await
             }
         };
         if t.inode.kind == FileKind::Dir {
@@ -94,7 +94,7 @@ impl Osd {
             t.inode.ctime = Timespec::now();
             let mut b = Batch::new();
             t.save(&mut b);
-            crate::once::answer_with_next_batch(&Ok(reply.clone()));
+            crate::engine::answers::answer_with_next_batch(&Ok(reply.clone()));
             self.engine.apply(b).await?;
         }
         Ok(reply)
@@ -112,7 +112,7 @@ impl Osd {
             d.ctime = Timespec::now();
             let mut b = Batch::new();
             b.put_dir(p, &d);
-            crate::once::answer_with_next_batch(&Ok(reply.clone()));
+            crate::engine::answers::answer_with_next_batch(&Ok(reply.clone()));
             self.engine.apply(b).await?;
         }
         Ok(reply)

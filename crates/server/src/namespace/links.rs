@@ -1,0 +1,92 @@
+//! Hard links through the namespace: `link` and `unlink` of a link entry, each one
+//! transaction over the entry's server and the shared inode's home (see `links` for the
+//! shared inodes themselves).
+
+use super::Namespace;
+use crate::engine::errors::{err, split_entry};
+use crate::engine::host::Via;
+use crate::engine::perm;
+use crate::twopc::{add_part, still_distributing, Parts, DISTRIBUTING_WAIT};
+use plusfs_proto::DistributionWait;
+use plusfs_proto::{Cred, Errno, FileKind, Inode, Replace, Reply, Response, ServerId, SubOp, WireError};
+use std::sync::Arc;
+
+impl Namespace {
+    /// `link`, on the server of `src`'s entry: a new entry `dst` for the same inode.
+    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
+        let (sdir, _) = split_entry(src)?;
+        let (ddir, dname) = split_entry(dst)?;
+        // A source in a distributed directory the client did not address by its shard: the
+        // redirect is the client's to follow (the loop below follows the destination's).
+        self.engine.host(sdir, via)?;
+        // The new entry goes to the home of `ddir`, or where its distribution says.
+        let mut at = (self.engine.map().home_of_dir(ddir), None);
+        let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
+        let mut changes = 0;
+        while changes < 3 {
+            changes += 1;
+            match self.twopc.retrying(|| self.link_once(src, dst, via, at, c)).await {
+                // Being distributed: its storing servers may not hold their shards yet.
+                Err(WireError { redirect: Some(info), .. })
+                    if info.path == ddir && info.state == plusfs_proto::DistState::Distributing =>
+                {
+                    if !waiting.wait().await {
+                        return Err(still_distributing(ddir));
+                    }
+                    changes -= 1;
+                }
+                Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
+                    at = (info.server_of(dname), Some(info.incarnation));
+                }
+                r => return r,
+            }
+        }
+        Err(err(Errno::EBUSY, format!("the distribution of '{ddir}' keeps changing")))
+    }
+
+    /// One attempt of `link` with the new entry on `at` (server, shard incarnation).
+    async fn link_once(
+        self: &Arc<Self>,
+        src: &str,
+        dst: &str,
+        via: Via,
+        at: (ServerId, Option<u64>),
+        c: &Cred,
+    ) -> Response {
+        let (sdir, sname) = split_entry(src)?;
+        let (ddir, dname) = split_entry(dst)?;
+        let host = self.engine.host(sdir, via)?.obj;
+        perm::check_search(c, &host, sdir)?;
+        let e = self.engine.entry(&host, src, sname)?;
+        if e.kind == FileKind::Dir {
+            return Err(err(Errno::EPERM, format!("'{src}' is a directory; directories cannot be hard-linked")));
+        }
+        let (home, grow) = match e.link_home {
+            None => (
+                self.engine.id,
+                SubOp::ShareInode { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() },
+            ),
+            Some(home) => (home, SubOp::AdjustLinks { ino: e.ino, delta: 1 }),
+        };
+        let mut parts = Parts::new();
+        add_part(&mut parts, home, grow);
+        let inode = Inode::link(e.ino, e.kind, home);
+        let insert =
+            SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace: Replace::Never, shard: at.1 };
+        add_part(&mut parts, at.0, insert);
+        self.twopc.run(parts, c).await?;
+        Ok(Reply::Done)
+    }
+
+    /// `unlink` of a link entry: the entry goes and the shared inode loses a link, in one
+    /// transaction.
+    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Cred) -> Response {
+        let (dir, name) = split_entry(p)?;
+        let home = e.link_home.expect("a link entry");
+        let mut parts = Parts::new();
+        let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
+        add_part(&mut parts, self.engine.id, remove);
+        add_part(&mut parts, home, SubOp::AdjustLinks { ino: e.ino, delta: -1 });
+        self.twopc.retrying(|| async { self.twopc.run(parts.clone(), c).await.map(|_| Reply::Done) }).await
+    }
+}
