@@ -5,7 +5,7 @@
 use crate::bench::{client_files, BenchArgs, Outcome, Phase};
 use anyhow::{Context, Result};
 use plusfs_proto::{DirObject, FileKind, Inode};
-use plusfs_store::{Batch, DirStore, RocksStore};
+use plusfs_store::{Batch, DirStore, RocksStore, StoreRead};
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;

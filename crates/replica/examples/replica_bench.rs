@@ -11,7 +11,7 @@
 use plusfs_proto::Inode;
 use plusfs_replica::Node;
 use plusfs_replica::{Group, MemberId, Timing};
-use plusfs_store::{Batch, DirStore, RocksStore};
+use plusfs_store::{Batch, DirStore, RocksStore, StoreRead};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 
 use plusfs_proto::{DirObject, FileKind, Inode};
 use plusfs_replica::{Group, MemberId, Timing};
-use plusfs_store::{commit, Batch, DirStore, RocksStore};
+use plusfs_store::{commit, Batch, DirStore, RocksStore, StoreRead};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -190,7 +190,7 @@ impl Batches {
             names.filter(|n| check_name(n).is_ok()).map(|n| (dir.to_string(), Scope::Name(n.to_string()))).collect();
         wanted.sort();
         wanted.dedup();
-        self.engine.locks.lock(&wanted, None, true).await
+        self.engine.locks().lock(&wanted, None, true).await
     }
 
     /// `statv` and `openv` without creation: reads only, no lock.
@@ -208,7 +208,7 @@ impl Batches {
         let mut results = Results::new(semantics, names.len());
         // One batched lookup of every valid name (stop-on-failure may leave some unused).
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
-        let mut found = self.engine.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
+        let mut found = self.engine.store().get_entries(d.ino, &valid).map_err(eio)?.into_iter();
         for name in names {
             let r = match check_name(name) {
                 Err(e) => Err(e.errno),
@@ -260,7 +260,7 @@ impl Batches {
         // What every valid name is now, in one batched lookup; then, entry by entry, what
         // the earlier entries of this batch made of it.
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
-        let found = self.engine.store.get_entries(host.obj.ino, &valid).map_err(eio)?;
+        let found = self.engine.store().get_entries(host.obj.ino, &valid).map_err(eio)?;
         if found.iter().flatten().any(|e| e.link_home.is_some()) {
             return Ok(None); // hard links: entry by entry (`each`)
         }
@@ -305,7 +305,7 @@ impl Batches {
             }
         }
         let over = !host.shard && self.engine.over_threshold(&host.obj);
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let remote = self.engine.drop_unused(&gone, &Default::default(), &mut batch)?;
         if !batch.is_empty() {
             host.save(&mut batch, dir);
@@ -400,7 +400,7 @@ impl Batches {
             out[i] = match check_name(name) {
                 Err(e) => Some(Err(e.errno)),
                 Ok(()) if !seen.insert(name.as_str()) => Some(Err(Errno::EEXIST)),
-                Ok(()) => match self.engine.store.get_entry(parent.ino, name) {
+                Ok(()) => match self.engine.store().get_entry(parent.ino, name) {
                     Err(_) => Some(Err(Errno::EIO)),
                     Ok(Some(_)) => Some(Err(Errno::EEXIST)),
                     Ok(None) => {
@@ -415,7 +415,8 @@ impl Batches {
         let together = if batch.is_empty() {
             Ok(Vec::new())
         } else {
-            self.twopc.mkdir_many(dir, &batch, mode, owner, policy, via, c).await
+            let plan = crate::twopc::Plan::now(&self.engine);
+            self.twopc.mkdir_many(plan, dir, &batch, mode, owner, policy, via, c).await
         };
         match together {
             Ok(attrs) => {
@@ -446,7 +447,7 @@ impl Batches {
         check_name(name).map_err(|e| e.errno)?;
         let path = join(dir, name);
         let policy = (plusfs_proto::Threshold::Cluster, 0);
-        match self.twopc.retrying(|| self.twopc.mkdir(&path, mode, owner, policy, via, c)).await {
+        match self.twopc.retrying(|plan| self.twopc.mkdir(plan, &path, mode, owner, policy, via, c)).await {
             Ok(Reply::Attr(a)) => Ok(Some(a)),
             Ok(_) => Err(Errno::EIO),
             Err(e) => Err(e.errno),

@@ -84,7 +84,7 @@ impl Bfo {
         let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
         let found: Vec<Option<Inode>> = {
             let valid: Vec<&str> = names.iter().copied().filter(|n| check_name(n).is_ok()).collect();
-            let mut got = self.engine.store.get_entries(host.obj.ino, &valid).map_err(eio)?.into_iter();
+            let mut got = self.engine.store().get_entries(host.obj.ino, &valid).map_err(eio)?.into_iter();
             names.iter().map(|n| if check_name(n).is_ok() { got.next().flatten() } else { None }).collect()
         };
         // Decide every file first: (index, current inode) of those to store.
@@ -122,11 +122,11 @@ impl Bfo {
                 None => self.engine.new_ino().await?,
             });
         }
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let stored: Vec<usize> = todo.iter().map(|t| t.0).filter(|&i| !files[i].data.is_empty()).collect();
         let owners: Vec<u64> =
             todo.iter().zip(&inos).filter(|((i, _), _)| !files[*i].data.is_empty()).map(|(_, o)| *o).collect();
-        let data = self.engine.data.clone();
+        let data = self.engine.data().clone();
         let (files, extents) = tokio::task::spawn_blocking(move || {
             let recs: Vec<(u64, &[u8])> =
                 stored.iter().zip(&owners).map(|(&i, &o)| (o, files[i].data.as_slice())).collect();
@@ -159,7 +159,7 @@ impl Bfo {
                 inode.pieces.push(Piece {
                     file_off: 0,
                     len: f.data.len() as u64,
-                    server: self.engine.id,
+                    server: self.engine.id(),
                     record: id,
                     skip: 0,
                 });
@@ -210,7 +210,7 @@ impl Bfo {
         let d = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &d, dir)?;
         let valid: Vec<&str> = names.iter().map(String::as_str).filter(|n| check_name(n).is_ok()).collect();
-        let mut found = self.engine.store.get_entries(d.ino, &valid).map_err(eio)?.into_iter();
+        let mut found = self.engine.store().get_entries(d.ino, &valid).map_err(eio)?.into_iter();
         let mut out: Vec<FileRead> = Vec::with_capacity(names.len());
         // Phase 1: the layout of every file; (file, piece) pairs to read.
         let mut wanted: Vec<(usize, Piece)> = Vec::new();

@@ -9,6 +9,7 @@
 //! so that server does not spend a round trip asking for them after the client's request
 //! reached it (the ancestry is read at the same point of the operation either way).
 
+use crate::backoff::Backoff;
 use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::locks::Scope;
 use crate::engine::perm;
@@ -16,8 +17,8 @@ use crate::engine::Engine;
 use crate::hugedir::HugeDirs;
 use crate::peers::Peers;
 use crate::pushed::PUSH_WAIT;
-use crate::twopc::TwoPhase;
 use crate::twopc::{add_part, Parts};
+use crate::twopc::{Plan, TwoPhase};
 use plusfs_proto::{
     Cred, CxRole, DirObject, Errno, FileKind, OpId, ParentPerms, Replace, Reply, Request, Response, ServerId, SetAttr,
     SubOp, Timespec,
@@ -152,7 +153,7 @@ impl DirPerms {
         }
         for sub in ops {
             let SubOp::InsertEntry { dir, name, inode, replace: Replace::Never, .. } = sub else { continue };
-            if inode.kind != FileKind::Dir || self.engine.map().home_of_dir(dir) != self.engine.id {
+            if inode.kind != FileKind::Dir || self.engine.map().home_of_dir(dir) != self.engine.id() {
                 continue;
             }
             if self.engine.map().home_of_dir(&plusfs_proto::path::join(dir, name)) != peer {
@@ -160,8 +161,8 @@ impl DirPerms {
             }
             let (osd, path) = (self.clone(), dir.clone());
             tokio::spawn(async move {
-                if osd.engine.locks.tx_count() > 0 {
-                    osd.engine.locks.settle(&[(path.clone(), Scope::object_only())], true).await;
+                if osd.engine.locks().tx_count() > 0 {
+                    osd.engine.locks().settle(&[(path.clone(), Scope::object_only())], true).await;
                 }
                 let answer = osd.engine.dir_object(&path).map(|d| ParentPerms {
                     mode: d.mode,
@@ -182,19 +183,18 @@ impl DirPerms {
     async fn parent_perms(self: &Arc<Self>, dir: &str, wait: Duration) -> OpResult<ParentPerms> {
         let home = self.engine.map().home_of_dir(dir);
         let req = Request::DirPerms { path: dir.into() };
-        if home == self.engine.id && self.engine.locks.tx_count() > 0 {
-            self.engine.locks.settle(&[(dir.to_string(), Scope::object_only())], true).await;
+        if home == self.engine.id() && self.engine.locks().tx_count() > 0 {
+            self.engine.locks().settle(&[(dir.to_string(), Scope::object_only())], true).await;
         }
         let deadline = tokio::time::Instant::now() + wait;
-        let mut pause = Duration::from_millis(50);
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).until(deadline);
         loop {
             match self.peers.call(home, req.clone(), &Cred::server()).await {
                 Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok(ParentPerms { mode, gid, ancestry }),
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                 Err(e) if e.errno == Errno::EIO && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(dir, cause = %e.message, "parent's home unreachable; asking again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
+                    backoff.wait().await;
                 }
                 Err(e) => return Err(e),
             }
@@ -209,12 +209,12 @@ impl DirPerms {
         if set.size.is_some() {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
         }
-        self.twopc.retrying(|| self.dir_set_attr_once(p, set, c)).await?;
+        self.twopc.retrying(|plan| self.dir_set_attr_once(plan, p, set, c)).await?;
         Ok(Reply::Attr(self.hugedirs.dir_attr(p, c.session).await?))
     }
 
-    async fn dir_set_attr_once(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
-        let g = self.engine.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+    async fn dir_set_attr_once(self: &Arc<Self>, plan: Plan, p: &str, set: &SetAttr, c: &Cred) -> Response {
+        let g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;
         let cur = perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true };
@@ -227,9 +227,9 @@ impl DirPerms {
             return Ok(Reply::Done);
         }
         drop(g);
-        self.reancestry(p, &d, &n).await?;
+        self.reancestry(plan, p, &d, &n).await?;
         if set.atime.is_some() || set.mtime.is_some() {
-            let _g = self.engine.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+            let _g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
             let mut now = self.engine.dir_object(p)?;
             (now.atime, now.mtime) = (n.atime, n.mtime);
             let mut b = Batch::new();
@@ -241,7 +241,7 @@ impl DirPerms {
 
     /// Runs `SubOp::Reancestry` for directory `p` going from `old` to `new` on every
     /// server (the peers' trusted credential: the caller was checked here).
-    async fn reancestry(self: &Arc<Self>, p: &str, old: &DirObject, new: &DirObject) -> OpResult<()> {
+    async fn reancestry(self: &Arc<Self>, plan: Plan, p: &str, old: &DirObject, new: &DirObject) -> OpResult<()> {
         let mut parts = Parts::new();
         for s in &self.engine.map().servers {
             let op = SubOp::Reancestry {
@@ -254,6 +254,6 @@ impl DirPerms {
             };
             add_part(&mut parts, s.id, op);
         }
-        self.twopc.run(parts, &Cred::server()).await
+        self.twopc.run(plan, parts, &Cred::server()).await
     }
 }

@@ -1,4 +1,4 @@
-//! Failpoints: named steps where a fault-injection test stops a server.
+//! Failpoints: the steps ([`FailStep`]) where a fault-injection test stops a server.
 //!
 //! Two ways to arm one:
 //! - `PLUSFS_FAILPOINT=<name>` in a server process's environment makes the process abort
@@ -8,7 +8,7 @@
 //!   *crash* the server (its runtime is torn down by the test cluster; the task that hit the
 //!   step never runs another instruction) or *pause* it until the test releases it.
 //!
-//! Names: `coordinator_after_votes`, `coordinator_after_commit_record`,
+//! Steps, by name: `coordinator_after_votes`, `coordinator_after_commit_record`,
 //! `participant_after_prepare_record` (two-phase commit); `distribute_after_intent`,
 //! `distribute_after_entries`, `distribute_after_shards` (a primary redistributing a huge
 //! directory), `storing_before_shard_object` (a storing server receiving its shard);
@@ -31,6 +31,95 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::Notify;
 
+/// A step where a fault-injection test may stop a server. Names (`FailStep::name`) are what
+/// `PLUSFS_FAILPOINT` takes; a name that is none of these stops the server at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailStep {
+    CoordinatorAfterVotes,
+    CoordinatorAfterCommitRecord,
+    ParticipantAfterPrepareRecord,
+    DistributeAfterIntent,
+    DistributeAfterEntries,
+    DistributeAfterShards,
+    StoringBeforeShardObject,
+    CxExecBeforeInsert,
+    CxAfterResult,
+    CxBeforeVote,
+    CxAfterVote,
+    CxAfterCommitRecord,
+    DataAfterAppend,
+    OnceBeforeAnswerRecord,
+    MigrateAfterOutbox,
+    MigrateBeforeImport,
+    StatfsHandler,
+    CompactionBeforeSwitch,
+    CompactionAfterSwitch,
+    CxDuringRecovery,
+}
+
+impl FailStep {
+    /// Every step.
+    pub const ALL: [FailStep; 20] = [
+        FailStep::CoordinatorAfterVotes,
+        FailStep::CoordinatorAfterCommitRecord,
+        FailStep::ParticipantAfterPrepareRecord,
+        FailStep::DistributeAfterIntent,
+        FailStep::DistributeAfterEntries,
+        FailStep::DistributeAfterShards,
+        FailStep::StoringBeforeShardObject,
+        FailStep::CxExecBeforeInsert,
+        FailStep::CxAfterResult,
+        FailStep::CxBeforeVote,
+        FailStep::CxAfterVote,
+        FailStep::CxAfterCommitRecord,
+        FailStep::DataAfterAppend,
+        FailStep::OnceBeforeAnswerRecord,
+        FailStep::MigrateAfterOutbox,
+        FailStep::MigrateBeforeImport,
+        FailStep::StatfsHandler,
+        FailStep::CompactionBeforeSwitch,
+        FailStep::CompactionAfterSwitch,
+        FailStep::CxDuringRecovery,
+    ];
+
+    /// The step's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailStep::CoordinatorAfterVotes => "coordinator_after_votes",
+            FailStep::CoordinatorAfterCommitRecord => "coordinator_after_commit_record",
+            FailStep::ParticipantAfterPrepareRecord => "participant_after_prepare_record",
+            FailStep::DistributeAfterIntent => "distribute_after_intent",
+            FailStep::DistributeAfterEntries => "distribute_after_entries",
+            FailStep::DistributeAfterShards => "distribute_after_shards",
+            FailStep::StoringBeforeShardObject => "storing_before_shard_object",
+            FailStep::CxExecBeforeInsert => "cx_exec_before_insert",
+            FailStep::CxAfterResult => "cx_after_result",
+            FailStep::CxBeforeVote => "cx_before_vote",
+            FailStep::CxAfterVote => "cx_after_vote",
+            FailStep::CxAfterCommitRecord => "cx_after_commit_record",
+            FailStep::DataAfterAppend => "data_after_append",
+            FailStep::OnceBeforeAnswerRecord => "once_before_answer_record",
+            FailStep::MigrateAfterOutbox => "migrate_after_outbox",
+            FailStep::MigrateBeforeImport => "migrate_before_import",
+            FailStep::StatfsHandler => "statfs_handler",
+            FailStep::CompactionBeforeSwitch => "compaction_before_switch",
+            FailStep::CompactionAfterSwitch => "compaction_after_switch",
+            FailStep::CxDuringRecovery => "cx_during_recovery",
+        }
+    }
+
+    /// The step called `name`.
+    pub fn from_name(name: &str) -> Option<FailStep> {
+        FailStep::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl std::fmt::Display for FailStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What an armed failpoint does when a server reaches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailAction {
@@ -43,7 +132,7 @@ pub enum FailAction {
 /// One armed failpoint, shared by the server and the test that armed it.
 #[derive(Debug)]
 pub struct Failpoint {
-    name: String,
+    step: FailStep,
     action: FailAction,
     hits: AtomicU64,
     reached: Notify,
@@ -53,8 +142,13 @@ pub struct Failpoint {
 
 impl Failpoint {
     /// The step's name.
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn name(&self) -> &'static str {
+        self.step.name()
+    }
+
+    /// The step.
+    pub fn step(&self) -> FailStep {
+        self.step
     }
 
     /// How many times a server reached the step while it was armed.
@@ -97,24 +191,46 @@ type CrashHook = Box<dyn Fn(&str) + Send + Sync>;
 pub struct Failpoints {
     /// False while nothing is armed: the common case costs one load.
     any: AtomicBool,
-    armed: Mutex<HashMap<String, Arc<Failpoint>>>,
+    armed: Mutex<HashMap<FailStep, Arc<Failpoint>>>,
     crash_hook: OnceLock<CrashHook>,
 }
 
-fn process_failpoint() -> Option<&'static str> {
-    static NAME: OnceLock<Option<String>> = OnceLock::new();
-    NAME.get_or_init(|| std::env::var("PLUSFS_FAILPOINT").ok().filter(|s| !s.is_empty())).as_deref()
+/// What `PLUSFS_FAILPOINT` arms in this process: a step, and whether it panics (the
+/// reaching task only) instead of aborting.
+type ProcessArm = Option<(FailStep, bool)>;
+
+/// `PLUSFS_FAILPOINT` (`NAME` or `panic:NAME`) read and checked.
+pub fn process_failpoint() -> Result<ProcessArm, String> {
+    let Some(value) = std::env::var("PLUSFS_FAILPOINT").ok().filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let (name, panics) = match value.strip_prefix("panic:") {
+        Some(n) => (n, true),
+        None => (value.as_str(), false),
+    };
+    match FailStep::from_name(name) {
+        Some(step) => Ok(Some((step, panics))),
+        None => Err(format!(
+            "PLUSFS_FAILPOINT: no failpoint is called '{name}' (known: {})",
+            FailStep::ALL.map(FailStep::name).join(", ")
+        )),
+    }
 }
 
-/// Aborts the process if `PLUSFS_FAILPOINT` names `name` (for steps in synchronous code);
+fn process_arm() -> ProcessArm {
+    static ARM: OnceLock<ProcessArm> = OnceLock::new();
+    *ARM.get_or_init(|| process_failpoint().unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Aborts the process if `PLUSFS_FAILPOINT` names `step` (for steps in synchronous code);
 /// panics (the reaching task only) if it names `panic:NAME`.
-pub fn hit_process(name: &str) {
-    match process_failpoint() {
-        Some(n) if n == name => {
-            eprintln!("plusfs: failpoint {name} reached: aborting");
+pub fn hit_process(step: FailStep) {
+    match process_arm() {
+        Some((s, false)) if s == step => {
+            eprintln!("plusfs: failpoint {step} reached: aborting");
             std::process::abort();
         }
-        Some(n) if n.strip_prefix("panic:") == Some(name) => panic!("failpoint {name}: a forced panic"),
+        Some((s, true)) if s == step => panic!("failpoint {step}: a forced panic"),
         _ => {}
     }
 }
@@ -126,31 +242,31 @@ impl Failpoints {
         let _ = self.crash_hook.set(Box::new(hook));
     }
 
-    /// Arms `name` with `action`, replacing an earlier arming of it.
-    pub fn arm(&self, name: &str, action: FailAction) -> Arc<Failpoint> {
+    /// Arms `step` with `action`, replacing an earlier arming of it.
+    pub fn arm(&self, step: FailStep, action: FailAction) -> Arc<Failpoint> {
         let fp = Arc::new(Failpoint {
-            name: name.to_string(),
+            step,
             action,
             hits: AtomicU64::new(0),
             reached: Notify::new(),
             released: AtomicBool::new(false),
             release: Notify::new(),
         });
-        self.armed.lock().insert(name.to_string(), fp.clone());
+        self.armed.lock().insert(step, fp.clone());
         self.any.store(true, Ordering::Release);
         fp
     }
 
-    /// Disarms `name` (a paused arrival is released).
-    pub fn disarm(&self, name: &str) {
-        if let Some(fp) = self.armed.lock().remove(name) {
+    /// Disarms `step` (a paused arrival is released).
+    pub fn disarm(&self, step: FailStep) {
+        if let Some(fp) = self.armed.lock().remove(&step) {
             fp.release();
         }
     }
 
-    /// Called by the server at step `name`.
-    pub async fn hit(&self, name: &str) {
-        hit_process(name);
+    /// Called by the server at `step`.
+    pub async fn hit(&self, step: FailStep) {
+        hit_process(step);
         if !self.any.load(Ordering::Acquire) {
             return;
         }
@@ -159,7 +275,7 @@ impl Failpoints {
             if armed.is_empty() {
                 return;
             }
-            match armed.get(name) {
+            match armed.get(&step) {
                 Some(fp) => fp.clone(),
                 None => return,
             }
@@ -168,13 +284,13 @@ impl Failpoints {
         fp.reached.notify_waiters();
         match fp.action {
             FailAction::Pause => {
-                tracing::info!(failpoint = name, "paused at failpoint");
+                tracing::info!(failpoint = step.name(), "paused at failpoint");
                 fp.wait_release().await;
             }
             FailAction::Crash => {
-                tracing::info!(failpoint = name, "crashing at failpoint");
+                tracing::info!(failpoint = step.name(), "crashing at failpoint");
                 if let Some(hook) = self.crash_hook.get() {
-                    hook(name);
+                    hook(step.name());
                 }
                 std::future::pending::<()>().await;
             }

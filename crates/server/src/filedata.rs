@@ -18,7 +18,6 @@
 //! append until their index entries are committed, so a compaction that picks its
 //! segments under the exclusive gate never misses a record that is about to be used.
 
-use crate::engine::encode;
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
@@ -37,7 +36,7 @@ use plusfs_proto::{
     Attr, Capability, Cred, Errno, FileKind, Ino, Inode, Piece, Receipt, Reply, Request, Response, ServerId, Timespec,
     MAX_FILE_SIZE, MAX_RECORD, MAY_READ, MAY_WRITE,
 };
-use plusfs_store::{Batch, DirStore};
+use plusfs_store::Batch;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,22 +181,22 @@ impl FileData {
         match early {
             Some(pieces) => new_pieces = pieces,
             None => {
-                for &(at, server, range) in parts.iter().filter(|p| p.1 != self.engine.id) {
+                for &(at, server, range) in parts.iter().filter(|p| p.1 != self.engine.id()) {
                     let put = self.put_remote(server, inode.ino, at, bytes_of(range)).await?;
                     stored.extend(put.iter().map(|q| (q.server, q.record)));
                     new_pieces.extend(put);
                 }
             }
         }
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
-        for &(at, _, range) in parts.iter().filter(|p| p.1 == self.engine.id) {
+        for &(at, _, range) in parts.iter().filter(|p| p.1 == self.engine.id()) {
             new_pieces.extend(self.put_local(inode.ino, at, bytes_of(range), &mut b).await?);
         }
         lay_over(inode, new_pieces, (end, !data.is_empty()), c);
         let remote = self.engine.drop_unused(&before, &records(&inode.pieces), &mut b)?;
         t.save(&mut b);
-        self.failpoints.hit("data_after_append").await;
+        self.failpoints.hit(crate::failpoint::FailStep::DataAfterAppend).await;
         let answer = Ok(Reply::Attr(Attr::of_inode(&t.inode)));
         crate::engine::answers::answer_with_next_batch(&answer);
         self.engine.apply(b).await?;
@@ -271,7 +270,7 @@ impl FileData {
         }
         let before = records(&t.inode.pieces);
         lay_over(&mut t.inode, pieces, (end, len > 0), c);
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         let remote = self.engine.drop_unused(&before, &records(&t.inode.pieces), &mut b)?;
         t.save(&mut b);
@@ -299,11 +298,11 @@ impl FileData {
         };
         let ino = t.inode.ino;
         let parts = self.placement(ino, offset, end);
-        if parts.iter().all(|q| q.1 == self.engine.id) {
+        if parts.iter().all(|q| q.1 == self.engine.id()) {
             return Ok(None);
         }
         let mut pieces = Vec::new();
-        for &(at, server, (from, to)) in parts.iter().filter(|q| q.1 != self.engine.id) {
+        for &(at, server, (from, to)) in parts.iter().filter(|q| q.1 != self.engine.id()) {
             let bytes = data.slice((from - offset) as usize..(to - offset) as usize);
             match self.put_remote(server, ino, at, bytes).await {
                 Ok(stored) => pieces.extend(stored),
@@ -324,7 +323,7 @@ impl FileData {
         let mut at = off;
         while at < end {
             let (server, stop) = if at < small {
-                (self.engine.id, end.min(small))
+                (self.engine.id(), end.min(small))
             } else {
                 let idx = at / chunk;
                 (self.engine.map().chunk_server(ino, idx), end.min((idx + 1) * chunk))
@@ -351,7 +350,7 @@ impl FileData {
         b: &mut Batch,
     ) -> OpResult<Vec<Piece>> {
         let lens: Vec<u64> = parts.iter().map(|p| p.len() as u64).collect();
-        let data = self.engine.data.clone();
+        let data = self.engine.data().clone();
         let extents = blocking(move || {
             let recs: Vec<(u64, &[u8])> = parts.iter().map(|p| (owner, &p[..])).collect();
             data.append_records(&recs)
@@ -361,7 +360,7 @@ impl FileData {
         let mut file_off = at;
         for (len, extent) in lens.into_iter().zip(extents) {
             let id = self.engine.index_record(extent, owner, b).await?;
-            pieces.push(Piece { file_off, len, server: self.engine.id, record: id, skip: 0 });
+            pieces.push(Piece { file_off, len, server: self.engine.id(), record: id, skip: 0 });
             file_off += len;
         }
         Ok(pieces)
@@ -422,14 +421,14 @@ impl FileData {
             return Err(err(Errno::EINVAL, format!("a record holds at most {MAX_RECORD} bytes")));
         }
         let len = data.len() as u64;
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         let pieces = self.put_local_parts(owner, 0, vec![data], &mut b).await?;
         self.engine.apply(b).await?;
         drop(gate);
         let record = pieces.first().map_or(0, |p| p.record);
         let (Some(cap), Some(key)) = (cap, self.caps.as_ref()) else { return Ok(Reply::Record(record)) };
-        let (server, expires, holder) = (self.engine.id, cap.expires, cap.holder);
+        let (server, expires, holder) = (self.engine.id(), cap.expires, cap.holder);
         let mut receipt = Receipt { server, record, owner, file_off, len, expires, holder, mac: Vec::new() };
         key.sign_receipt(&mut receipt);
         Ok(Reply::Receipt(receipt))
@@ -453,10 +452,10 @@ impl FileData {
     /// `DataDrop`: records no file uses. A client's (with receipts, checked at admission)
     /// names only records stored here.
     pub(crate) async fn data_drop(self: &Arc<Self>, ids: &[u64], receipts: &[Receipt]) -> Response {
-        if let Some(r) = receipts.iter().find(|r| r.server != self.engine.id) {
+        if let Some(r) = receipts.iter().find(|r| r.server != self.engine.id()) {
             return Err(err(Errno::EACCES, format!("record {} was stored on server {}, not here", r.record, r.server)));
         }
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         self.engine.drop_local(ids, &mut b)?;
         self.engine.apply(b).await?;
@@ -539,17 +538,16 @@ impl FileData {
     ) -> OpResult<Vec<Bytes>> {
         let ids: Vec<u64> = ranges.iter().map(|r| r.0).collect();
         let mut extents = Vec::with_capacity(ids.len());
-        for (id, loc) in ids.iter().zip(self.engine.store.get_records(&ids).map_err(eio)?) {
+        for (id, loc) in ids.iter().zip(self.engine.store().get_records(&ids).map_err(eio)?) {
             let bytes =
-                loc.ok_or_else(|| err(Errno::EIO, format!("record {id} is not on server {}", self.engine.id)))?;
-            let loc: RecordLoc =
-                postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
+                loc.ok_or_else(|| err(Errno::EIO, format!("record {id} is not on server {}", self.engine.id())))?;
+            let loc = RecordLoc::read(*id, &bytes)?;
             if let Some(o) = owner.filter(|o| *o != loc.owner) {
                 return Err(err(Errno::EACCES, format!("record {id} belongs to another file than inode {o}")));
             }
             extents.push(loc.extent);
         }
-        let data = self.engine.data.clone();
+        let data = self.engine.data().clone();
         let gap = self.engine.map().data.merge_gap_bytes;
         let records = blocking(move || data.read_many(&extents, gap)).await?;
         let mut out = Vec::with_capacity(ranges.len());
@@ -569,7 +567,7 @@ impl FileData {
         server: ServerId,
         ranges: Vec<(u64, u64, u64)>,
     ) -> OpResult<Vec<Bytes>> {
-        if server == self.engine.id {
+        if server == self.engine.id() {
             return self.read_ranges(&ranges).await;
         }
         let lens: Vec<u64> = ranges.iter().map(|r| r.2).collect();
@@ -612,10 +610,10 @@ impl FileData {
             }
         };
         let mut servers: BTreeSet<ServerId> = inode.pieces.iter().map(|q| q.server).collect();
-        servers.insert(self.engine.id);
-        let data = self.engine.data.clone();
+        servers.insert(self.engine.id());
+        let data = self.engine.data().clone();
         blocking(move || data.sync()).await?;
-        for s in servers.into_iter().filter(|s| *s != self.engine.id) {
+        for s in servers.into_iter().filter(|s| *s != self.engine.id()) {
             match self.peers.pool.call(s, &Request::Fsync { path: String::new() }).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(e),
@@ -627,22 +625,25 @@ impl FileData {
 
     /// `Fsync` with an empty path, from another server: sync this server's data store.
     pub(crate) async fn fsync_data(self: &Arc<Self>) -> Response {
-        let data = self.engine.data.clone();
+        let data = self.engine.data().clone();
         blocking(move || data.sync()).await?;
         Ok(Reply::Done)
     }
 
     /// Every record in this server's data store (id, bytes), from the record index:
     /// what `fsck` compares with the pieces the files name.
-    pub(crate) fn record_inventory(&self) -> OpResult<Vec<(u64, u64)>> {
+    pub(crate) async fn record_inventory(&self) -> OpResult<Vec<(u64, u64)>> {
+        // Compaction switches records to their new segment under the gate: read the index
+        // on either side of a switch, never across it (a record read in neither segment
+        // would look lost).
+        let _gate = self.engine.data_gate().read().await;
         let mut out = Vec::new();
-        for seg in self.engine.data.segments() {
-            let refs = self.engine.store.seg_refs(seg.id).map_err(eio)?;
+        for seg in self.engine.data().segments() {
+            let refs = self.engine.store().seg_refs(seg.id).map_err(eio)?;
             let ids: Vec<u64> = refs.iter().map(|r| r.1).collect();
-            for ((off, id), loc) in refs.into_iter().zip(self.engine.store.get_records(&ids).map_err(eio)?) {
+            for ((off, id), loc) in refs.into_iter().zip(self.engine.store().get_records(&ids).map_err(eio)?) {
                 let Some(bytes) = loc else { continue };
-                let loc: RecordLoc = postcard::from_bytes(&bytes)
-                    .map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
+                let loc = RecordLoc::read(id, &bytes)?;
                 // A back reference left by a move counts where the record is now.
                 if loc.extent.segment == seg.id && loc.extent.offset == off {
                     out.push((id, loc.extent.len as u64));
@@ -675,16 +676,16 @@ impl FileData {
             let ids = {
                 // With writers held off every appended record is in the index, so the
                 // live counts below are exact for every sealed segment.
-                let _gate = osd.engine.data_gate.blocking_write();
-                let active = osd.engine.data.segments().into_iter().find(|s| s.active);
+                let _gate = osd.engine.data_gate().blocking_write();
+                let active = osd.engine.data().segments().into_iter().find(|s| s.active);
                 if let Some(a) = active.filter(|a| a.bytes >= SEAL_FOR_COMPACTION) {
                     if plusfs_data::live_bytes(&index.live_in(a.id)?) as f64 <= ratio * a.bytes as f64 {
-                        osd.engine.data.seal_active()?;
+                        osd.engine.data().seal_active()?;
                     }
                 }
-                plusfs_data::candidates(&osd.engine.data, &index, ratio)?
+                plusfs_data::candidates(osd.engine.data(), &index, ratio)?
             };
-            plusfs_data::compact_segments(&osd.engine.data, &mut index, &ids)
+            plusfs_data::compact_segments(osd.engine.data(), &mut index, &ids)
         })
         .await
         .map_err(|e| err(Errno::EIO, format!("compaction task failed: {e}")))?
@@ -708,13 +709,13 @@ fn index_err(e: impl std::fmt::Display) -> DataError {
 
 impl LiveIndex for RocksLiveIndex<'_> {
     fn live_in(&self, segment: u32) -> Result<Vec<Live>, DataError> {
-        let refs = self.osd.engine.store.seg_refs(segment).map_err(index_err)?;
+        let refs = self.osd.engine.store().seg_refs(segment).map_err(index_err)?;
         let ids: Vec<u64> = refs.iter().map(|r| r.1).collect();
-        let locs = self.osd.engine.store.get_records(&ids).map_err(index_err)?;
+        let locs = self.osd.engine.store().get_records(&ids).map_err(index_err)?;
         let mut out = Vec::new();
         for ((off, id), loc) in refs.into_iter().zip(locs) {
             let Some(bytes) = loc else { continue };
-            let loc: RecordLoc = postcard::from_bytes(&bytes).map_err(index_err)?;
+            let loc = RecordLoc::decode(id, &bytes).map_err(index_err)?;
             if loc.extent.segment == segment && loc.extent.offset == off {
                 out.push(Live { key: id, owner: loc.owner, extent: loc.extent });
             }
@@ -724,28 +725,27 @@ impl LiveIndex for RocksLiveIndex<'_> {
 
     fn relocate(&mut self, moves: &[Move]) -> Result<(), DataError> {
         // The copies are written and synced; the old segment still holds the live data.
-        crate::failpoint::hit_process("compaction_before_switch");
+        crate::failpoint::hit_process(crate::failpoint::FailStep::CompactionBeforeSwitch);
         // Writers are held off while the index switches, so none drops a record between
         // the check and the write below.
-        let _gate = self.osd.engine.data_gate.blocking_write();
+        let _gate = self.osd.engine.data_gate().blocking_write();
         let ids: Vec<u64> = moves.iter().map(|m| m.key).collect();
-        let current = self.osd.engine.store.get_records(&ids).map_err(index_err)?;
+        let current = self.osd.engine.store().get_records(&ids).map_err(index_err)?;
         let mut b = Batch::new();
         for (m, loc) in moves.iter().zip(current) {
             let Some(bytes) = loc else { continue }; // dropped meanwhile: the copy is garbage
-            let loc: RecordLoc = postcard::from_bytes(&bytes).map_err(index_err)?;
+            let loc = RecordLoc::decode(m.key, &bytes).map_err(index_err)?;
             if loc.extent != m.from {
                 continue;
             }
-            b.put_record(m.key, encode(&RecordLoc { extent: m.to, owner: loc.owner }));
+            b.put_record(m.key, RecordLoc { extent: m.to, owner: loc.owner }.encode());
             b.del_seg_ref(m.from.segment, m.from.offset);
             b.put_seg_ref(m.to.segment, m.to.offset, m.key);
         }
-        let store: &dyn DirStore = self.osd.engine.store.as_ref();
-        let commit = store.submit(b);
+        let commit = self.osd.engine.submit(b);
         self.handle.block_on(commit).map_err(|_| index_err("store closed"))?.map_err(index_err)?;
         // Switched, the old segment not yet deleted: a later pass deletes it.
-        crate::failpoint::hit_process("compaction_after_switch");
+        crate::failpoint::hit_process(crate::failpoint::FailStep::CompactionAfterSwitch);
         Ok(())
     }
 }
@@ -806,4 +806,26 @@ fn split_reply(all: &Bytes, lens: impl Iterator<Item = u64>) -> OpResult<Vec<Byt
         at += n;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::attrs::NewNode;
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{FileKind, Reply};
+
+    #[tokio::test]
+    async fn written_data_reads_back_after_a_restart() {
+        let kit = Kit::new().await;
+        let node = NewNode { target: None, rdev: 0, access: 0 };
+        let c = root();
+        kit.osd.namespace.create("/f", FileKind::File, 0o644, (0, 0), true, node, Via::Home, &c).await.unwrap();
+        let data = bytes::Bytes::from_static(b"hello, plusfs");
+        kit.osd.filedata.write_file("/f", 3, data, false, Via::Home, &c).await.unwrap();
+        let kit = kit.crash_and_restart().await;
+        let got = kit.osd.filedata.read_file("/f", 0, 64, Via::Home, &root()).await.unwrap();
+        let Reply::Data(bytes) = got else { panic!("{got:?}") };
+        assert_eq!(bytes.to_vec(), b"\0\0\0hello, plusfs");
+    }
 }

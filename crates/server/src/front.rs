@@ -214,7 +214,7 @@ impl Front {
 
     /// Starts serving `osd` (this member took over its slot).
     pub fn take_over(&self, osd: Arc<Osd>) {
-        self.exporter.take_store(osd.engine.store.latency_histograms());
+        self.exporter.take_store(osd.engine.store_handle().latency_histograms());
         let _ = self.osd.set(osd);
     }
 
@@ -229,9 +229,9 @@ impl Front {
         self.osd.get().map_or(0, |o| o.peers.pool.counters().epochs.current())
     }
 
-    /// Serves `req` from a frame that carried the epoch hint `hint`.
-    pub async fn handle_hinted(&self, cred: Cred, req: Request, hint: u16) -> Response {
-        crate::migrate::route::SENDER_EPOCH.scope(hint, self.handle(cred, req)).await
+    /// Serves `req` made by `cred` (no epoch hint).
+    pub async fn handle(&self, cred: Cred, req: Request) -> Response {
+        self.handle_hinted(cred, req, 0).await
     }
 
     /// A frame carried the epoch hint `hint`: a newer one makes the server fetch the map
@@ -243,11 +243,12 @@ impl Front {
     }
 
     pub fn metrics(&self) -> &Metrics {
-        self.osd.get().map_or(&self.idle_metrics, |o| &o.engine.metrics)
+        self.osd.get().map_or(&self.idle_metrics, |o| o.engine.metrics())
     }
 
-    /// Answers one request made by `cred`.
-    pub async fn handle(&self, cred: Cred, req: Request) -> Response {
+    /// Answers one request made by `cred`, from a frame that carried the epoch hint `hint`
+    /// (0: none).
+    pub async fn handle_hinted(&self, cred: Cred, req: Request, hint: u16) -> Response {
         if let Some(m) = &self.member {
             match req {
                 Request::GroupStatus => {
@@ -272,10 +273,10 @@ impl Front {
         }
         match (self.osd.get(), req) {
             (Some(osd), Request::Once { client, seq, op }) => match &self.member {
-                Some(m) => crate::once::handle(osd, (&m.store, &m.running), cred, (client, seq), *op).await,
-                None => osd.handle(cred, *op).await,
+                Some(m) => crate::once::handle(osd, (&m.store, &m.running), cred, (client, seq), *op, hint).await,
+                None => osd.handle_from(cred, *op, hint).await,
             },
-            (Some(osd), req) => osd.handle(cred, req).await,
+            (Some(osd), req) => osd.handle_from(cred, req, hint).await,
             (None, _) => Ok(Reply::Redirect { leader: None }),
         }
     }

@@ -30,6 +30,7 @@
 //! every `Distributing` directory); imports are idempotent. After it, the directory is
 //! distributed and the primary only routes.
 
+use crate::backoff::Backoff;
 use crate::deleg::Delegations;
 use crate::engine::errors::check_dir_path;
 use crate::engine::errors::{eio, err, OpResult};
@@ -49,7 +50,6 @@ use plusfs_store::Batch;
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Entries per `ShardImport` request while distributing.
 const IMPORT_CHUNK: usize = 16_384;
@@ -83,7 +83,7 @@ impl HugeDirs {
     async fn lock_whole(self: &Arc<Self>, dir: &str) -> OpResult<crate::engine::locks::Guard> {
         // With wait_tx set the lock waits instead of reporting a conflict.
         self.engine
-            .locks
+            .locks()
             .lock(&[(dir.to_string(), Scope::Whole)], None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("'{dir}': unexpected conflict with transaction {}", c.0)))
@@ -116,14 +116,14 @@ impl HugeDirs {
         // Work queued under a delegation of the directory is applied first: it could not
         // be once the directory is spread (its holder's own requests do not recall it).
         // (Not for a directory already distributed: its delegations are of its shards.)
-        let spread = matches!(self.engine.store.get_dir(dir), Ok(Some(d)) if d.dist.state == DistState::Distributed);
+        let spread = matches!(self.engine.store().get_dir(dir), Ok(Some(d)) if d.dist.state == DistState::Distributed);
         let recalled = match spread {
             true => None,
             false => Some(self.deleg.recall_all(dir).await),
         };
         let d = {
             let _guard = self.lock_whole(dir).await?;
-            let Some(mut d) = self.engine.store.get_dir(dir).map_err(eio)? else { return Ok(None) };
+            let Some(mut d) = self.engine.store().get_dir(dir).map_err(eio)? else { return Ok(None) };
             match d.dist.state {
                 DistState::Distributed => return Ok(Some(self.engine.dist_info(dir, &d))),
                 DistState::Nondistributed if !self.engine.over_threshold(&d) => return Ok(None),
@@ -140,18 +140,18 @@ impl HugeDirs {
             d
         };
         drop(recalled);
-        self.failpoints.hit("distribute_after_intent").await;
+        self.failpoints.hit(crate::failpoint::FailStep::DistributeAfterIntent).await;
         let started = std::time::Instant::now();
         let set = d.dist.set.clone();
         let (counts, moved) = self.export_entries(dir, &d, &set).await?;
-        self.failpoints.hit("distribute_after_entries").await;
+        self.failpoints.hit(crate::failpoint::FailStep::DistributeAfterEntries).await;
         let shard_of = |s: ServerId| {
             let (entries, subdirs) = counts.get(&s).copied().unwrap_or((0, 0));
             let mut shard = DirObject { entries, subdirs, ..d.clone() };
             shard.dist.state = DistState::Distributed;
             shard
         };
-        let remote: Vec<ServerId> = set.iter().copied().filter(|&s| s != self.engine.id).collect();
+        let remote: Vec<ServerId> = set.iter().copied().filter(|&s| s != self.engine.id()).collect();
         join_all(remote.iter().map(|&s| {
             let req = Request::ShardImport {
                 path: dir.to_string(),
@@ -162,12 +162,12 @@ impl HugeDirs {
             self.send_until_acked(s, req)
         }))
         .await;
-        self.failpoints.hit("distribute_after_shards").await;
+        self.failpoints.hit(crate::failpoint::FailStep::DistributeAfterShards).await;
         // Flip: drop what moved, keep our own part as our shard, record Distributed. The
         // object is read again: its attributes (and threshold) may have changed since step 1,
         // not its entries (their counts say so) nor its storing set.
         let _guard = self.lock_whole(dir).await?;
-        let mut now = match self.engine.store.get_dir(dir).map_err(eio)? {
+        let mut now = match self.engine.store().get_dir(dir).map_err(eio)? {
             Some(now)
                 if now.ino == d.ino
                     && (now.dist.state, &now.dist.set) == (d.dist.state, &d.dist.set)
@@ -190,15 +190,15 @@ impl HugeDirs {
         for name in &moved {
             b.del_entry(now.ino, name);
         }
-        if set.contains(&self.engine.id) {
-            b.put_shard(dir, &shard_of(self.engine.id));
+        if set.contains(&self.engine.id()) {
+            b.put_shard(dir, &shard_of(self.engine.id()));
         }
         now.dist.state = DistState::Distributed;
         now.entries = 0;
         now.subdirs = 0;
         b.put_dir(dir, &now);
         self.engine.apply(b).await?;
-        let moved: u64 = counts.iter().filter(|(s, _)| **s != self.engine.id).map(|(_, c)| c.0).sum();
+        let moved: u64 = counts.iter().filter(|(s, _)| **s != self.engine.id()).map(|(_, c)| c.0).sum();
         tracing::info!(
             dir,
             set = ?set,
@@ -221,7 +221,7 @@ impl HugeDirs {
         let mut moved = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page = self.engine.store.list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
+            let page = self.engine.store().list_entries(d.ino, after.as_deref(), IMPORT_CHUNK).map_err(eio)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
             let mut parts: HashMap<ServerId, Vec<(String, Inode)>> = HashMap::new();
@@ -230,7 +230,7 @@ impl HugeDirs {
                 let c = counts.entry(s).or_default();
                 c.0 += 1;
                 c.1 += u64::from(inode.kind == FileKind::Dir);
-                if s != self.engine.id {
+                if s != self.engine.id() {
                     moved.push(name.clone());
                     parts.entry(s).or_default().push((name, inode));
                 }
@@ -246,15 +246,14 @@ impl HugeDirs {
 
     /// Sends `req` to `server` until it succeeds; the directory waits meanwhile.
     async fn send_until_acked(self: &Arc<Self>, server: ServerId, req: Request) {
-        let mut delay = Duration::from_millis(50);
+        let mut backoff = Backoff::delivery();
         loop {
             match self.peers.pool.call(server, &req).await {
                 Ok(Ok(_)) => return,
                 Ok(Err(e)) => tracing::warn!(server, cause = %e.message, "shard import refused; retrying"),
                 Err(e) => tracing::warn!(server, cause = %e, "storing server unreachable; retrying"),
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
+            backoff.wait().await;
         }
     }
 
@@ -279,11 +278,11 @@ impl HugeDirs {
         }
         let _g = self
             .engine
-            .locks
+            .locks()
             .lock(&wanted, None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("'{path}': unexpected conflict with transaction {}", c.0)))?;
-        if let Some(old) = self.engine.store.get_shard(path).map_err(eio)? {
+        if let Some(old) = self.engine.store().get_shard(path).map_err(eio)? {
             if old.ino != ino {
                 tracing::warn!(path, old = old.ino, new = ino, "replacing the shard of an older directory");
             }
@@ -293,7 +292,7 @@ impl HugeDirs {
             b.put_entry(ino, name, inode);
         }
         if let Some(s) = &shard {
-            self.failpoints.hit("storing_before_shard_object").await;
+            self.failpoints.hit(crate::failpoint::FailStep::StoringBeforeShardObject).await;
             if s.ino != ino {
                 return Err(err(Errno::EINVAL, format!("shard of '{path}' has inode {} not {ino}", s.ino)));
             }
@@ -365,7 +364,7 @@ impl HugeDirs {
             DistState::Distributed => {
                 self.shard_attrs(path, d, 0).await?.into_iter().map(|(s, a)| (s, a.size)).collect()
             }
-            _ => vec![(self.engine.id, d.entries)],
+            _ => vec![(self.engine.id(), d.entries)],
         };
         Ok(DistReport { entries, ..self.base_report(path, d) })
     }
@@ -377,7 +376,7 @@ impl HugeDirs {
     async fn shard_attrs(self: &Arc<Self>, path: &str, d: &DirObject, session: u64) -> OpResult<Vec<(ServerId, Attr)>> {
         let cred = &Cred { session, ..Cred::server() };
         let asks = d.dist.set.iter().map(|&s| async move {
-            let r = if s == self.engine.id {
+            let r = if s == self.engine.id() {
                 self.engine.host(path, Via::Shard(d.incarnation)).map(|h| Reply::Attr(Attr::of_dir(&h.obj)))
             } else {
                 let req = Request::Shard {
@@ -426,7 +425,7 @@ impl HugeDirs {
     /// operations in it (monitoring must not change what it measures).
     pub(crate) async fn hugedir_reports(self: &Arc<Self>) -> OpResult<Vec<DistReport>> {
         let mut out = Vec::new();
-        for (path, d) in self.engine.store.dirs_within("/").map_err(eio)? {
+        for (path, d) in self.engine.store().dirs_within("/").map_err(eio)? {
             if d.dist.state != DistState::Nondistributed {
                 out.push(self.base_report(&path, &d));
             }
@@ -436,11 +435,46 @@ impl HugeDirs {
 
     /// After a restart: resume every redistribution that was under way.
     pub(crate) fn resume_distributions(self: &Arc<Self>) -> Result<(), plusfs_store::StoreError> {
-        for (path, d) in self.engine.store.dirs_within("/")? {
+        for (path, d) in self.engine.store().dirs_within("/")? {
             if d.dist.state == DistState::Distributing {
                 self.ensure_distributing(&path);
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::attrs::NewNode;
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{DistState, Errno, FileKind, Reply, Threshold};
+
+    #[tokio::test]
+    async fn a_directory_over_its_threshold_is_spread_and_stays_so_after_a_crash() {
+        let kit = Kit::new().await;
+        let (ns, c) = (&kit.osd.namespace, root());
+        let plan = crate::twopc::Plan::now(&kit.osd.engine);
+        kit.osd.twopc.mkdir(plan, "/big", 0o755, (0, 0), (Threshold::Never, 0), Via::Home, &c).await.unwrap();
+        for i in 0..5 {
+            let node = NewNode { target: None, rdev: 0, access: 0 };
+            let p = format!("/big/f{i}");
+            ns.create(&p, FileKind::File, 0o644, (0, 0), true, node, Via::Home, &c).await.unwrap();
+        }
+        let status = kit.osd.hugedirs.set_policy("/big", Some(Threshold::Entries(2)), None).await.unwrap();
+        assert!(matches!(status, Reply::Dist(_)), "{status:?}");
+
+        let kit = kit.crash_and_restart().await;
+        let home = kit.osd.engine.store().get_dir("/big").unwrap().expect("the home object stays");
+        assert_eq!(home.dist.state, DistState::Distributed);
+        assert_eq!(home.dist.set, [0], "one server stores every entry");
+        let shard = kit.osd.engine.store().get_shard("/big").unwrap().expect("its shard");
+        // The home redirects entry requests; the shard answers them.
+        let e = kit.osd.namespace.stat("/big/f3", Via::Home, &root()).await.unwrap_err();
+        assert_eq!(e.errno, Errno::EREMCHG, "{e}");
+        let via = Via::Shard(home.incarnation);
+        assert!(kit.osd.namespace.stat("/big/f3", via, &root()).await.is_ok());
+        assert_eq!(shard.entries, 5, "every entry moved to the shard");
     }
 }

@@ -5,6 +5,7 @@
 //! that span servers. [`run`] takes a bound listener and a shutdown signal, so tests and
 //! the CLI start servers the same way.
 
+mod backoff;
 mod batch;
 mod bfo;
 mod budget;
@@ -33,10 +34,12 @@ mod replica_data;
 pub mod security;
 mod serial;
 mod space;
+#[cfg(test)]
+mod testkit;
 mod turns;
 mod twopc;
 
-pub use failpoint::{FailAction, Failpoint, Failpoints};
+pub use failpoint::{FailAction, FailStep, Failpoint, Failpoints};
 pub use front::{Front, Member};
 pub use osd::Osd;
 pub use plusfs_rpc::Pool;
@@ -103,6 +106,8 @@ pub enum StartError {
     Tls(#[from] plusfs_tls::CertError),
     #[error("cannot make the data directory {path} private: {source}")]
     Private { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Failpoint(String),
 }
 
 /// How a server process ended.
@@ -185,6 +190,7 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Exit, StartError> {
     let entry = config.entry()?;
+    failpoint::process_failpoint().map_err(StartError::Failpoint)?;
     private_data_dir(&config.data_dir)?;
     let security = secure(&config)?;
     if !entry.members.is_empty() {
@@ -193,10 +199,10 @@ pub async fn run(
     let peers = Pool::new(&config.map, 2, 0);
     let osd = open(&config, peers, Arc::default()).await?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), tls = security.is_some(), "server ready");
-    let store = osd.engine.store.clone();
+    let store = osd.engine.store_handle();
     let space =
         space::Space::new(config.data_dir.clone(), config.map.data.reserve_bytes, Box::new(move || store.flush_room()));
-    let store = osd.engine.store.clone();
+    let store = osd.engine.store_handle();
     let front = Front::serving(osd, Arc::new(space));
     front.keep_space(store);
     let metrics = endpoint::start(entry.metrics.as_deref(), &front).await;

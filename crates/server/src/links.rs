@@ -65,7 +65,9 @@ impl Links {
         }
         let (dir, name) = split_entry(p)?;
         let guard = match lock {
-            true => self.engine.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await.ok(),
+            true => {
+                self.engine.locks().lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await.ok()
+            }
             false => None,
         };
         let host = self.engine.host(dir, via)?;
@@ -77,7 +79,7 @@ impl Links {
                 slot: Slot::Entry { dir: host.obj.ino, name: name.into() },
                 _guard: guard,
             })),
-            Some(home) if home == self.engine.id => {
+            Some(home) if home == self.engine.id() => {
                 drop(guard);
                 Ok(Found::Here(self.shared_target(p, e.ino, lock).await?))
             }
@@ -87,12 +89,12 @@ impl Links {
 
     async fn shared_target(self: &Arc<Self>, p: &str, ino: Ino, lock: bool) -> OpResult<Target> {
         let guard = match lock {
-            true => self.engine.locks.lock(&[inode_lock(ino)], None, true).await.ok(),
+            true => self.engine.locks().lock(&[inode_lock(ino)], None, true).await.ok(),
             false => None,
         };
         let inode = self
             .engine
-            .store
+            .store()
             .get_inode(ino)
             .map_err(eio)?
             .ok_or_else(|| err(Errno::ENOENT, format!("'{p}' does not exist (inode {ino} has no links left)")))?;
@@ -129,7 +131,7 @@ impl Links {
     pub(crate) async fn resolve(self: &Arc<Self>, p: &str, e: Inode) -> OpResult<Inode> {
         match e.link_home {
             None => Ok(e),
-            Some(home) if home == self.engine.id => Ok(self.shared_target(p, e.ino, false).await?.inode),
+            Some(home) if home == self.engine.id() => Ok(self.shared_target(p, e.ino, false).await?.inode),
             Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }, &Cred::server()).await? {
                 Reply::Attr(a) => Ok(Inode {
                     ino: a.ino,

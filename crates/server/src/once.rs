@@ -31,7 +31,7 @@
 use crate::osd::Osd;
 use parking_lot::Mutex;
 use plusfs_proto::{BatchReply, Cred, Errno, Reply, Request, Response, WireError};
-use plusfs_store::{commit, Batch, BatchOp, OnceId, OnceState, RocksStore, ONCE};
+use plusfs_store::{Batch, BatchOp, OnceId, OnceState, RocksStore, ONCE};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +63,7 @@ pub(crate) async fn handle(
     cred: Cred,
     (client, seq): (u64, u64),
     op: Request,
+    hint: u16,
 ) -> Response {
     let key = (client, seq);
     let first = running.0.lock().get(&key).cloned();
@@ -74,7 +75,7 @@ pub(crate) async fn handle(
     }
     let (tx, rx) = watch::channel(None);
     running.0.lock().insert(key, rx);
-    let answer = run(osd, table, cred, key, op).await;
+    let answer = run(osd, table, cred, key, (op, hint)).await;
     let _ = tx.send(Some(answer.clone()));
     running.0.lock().remove(&key);
     if table.replication_failed() {
@@ -85,7 +86,13 @@ pub(crate) async fn handle(
     answer
 }
 
-async fn run(osd: &Arc<Osd>, table: &RocksStore, cred: Cred, (client, seq): (u64, u64), op: Request) -> Response {
+async fn run(
+    osd: &Arc<Osd>,
+    table: &RocksStore,
+    cred: Cred,
+    (client, seq): (u64, u64),
+    (op, hint): (Request, u16),
+) -> Response {
     match table.get_once(client, seq) {
         Ok(Some(OnceState::Answered(bytes))) => {
             return postcard::from_bytes(&bytes).map_err(|e| eio(format!("bad recorded answer: {e}")))?;
@@ -101,12 +108,12 @@ async fn run(osd: &Arc<Osd>, table: &RocksStore, cred: Cred, (client, seq): (u64
     let id = OnceId::new(client, seq);
     let (answer, marked, answered) = ONCE
         .scope(id, async {
-            let answer = osd.handle(cred, op).await;
+            let answer = osd.handle_from(cred, op, hint).await;
             ONCE.with(|id| (answer, id.marked.get(), id.answered.get()))
         })
         .await;
     if marked {
-        osd.failpoints.hit("once_before_answer_record").await;
+        osd.failpoints.hit(crate::failpoint::FailStep::OnceBeforeAnswerRecord).await;
     }
     // Nothing applied: a resend may run it again. Recorded with its effects: done.
     // Otherwise the answer is recorded, without waiting (if it is lost with the leader, a
@@ -115,9 +122,9 @@ async fn run(osd: &Arc<Osd>, table: &RocksStore, cred: Cred, (client, seq): (u64
         if let Ok(bytes) = postcard::to_allocvec(&answer) {
             let mut b = Batch::new();
             b.ops.push(BatchOp::PutOnce(client, seq, plusfs_store::once_value(Some(&bytes))));
-            let store = osd.engine.store.clone();
+            let engine = osd.engine.clone();
             tokio::spawn(async move {
-                if let Err(e) = commit(store.as_ref(), b).await {
+                if let Err(e) = engine.commit(b).await {
                     tracing::debug!(cause = %e, "an answer was not recorded");
                 }
             });
@@ -259,7 +266,7 @@ async fn settle_mkdirs(
 async fn dir_stat(osd: &Arc<Osd>, path: &str) -> Response {
     let req = Request::DirStat { path: path.to_string() };
     let home = osd.engine.map().home_of_dir(path);
-    if home == osd.engine.id {
+    if home == osd.engine.id() {
         return osd.handle(Cred::server(), req).await;
     }
     osd.peers.pool.call(home, &req).await.map_err(|e| eio(format!("cannot ask the home of '{path}': {e}")))?
@@ -281,7 +288,7 @@ pub(crate) async fn expire(osd: Arc<Osd>, store: Arc<RocksStore>) {
         for chunk in old.chunks(EXPIRE_BATCH) {
             let mut b = Batch::new();
             b.ops.extend(chunk.iter().map(|&(c, s)| BatchOp::DelOnce(c, s)));
-            if let Err(e) = commit(osd.engine.store.as_ref(), b).await {
+            if let Err(e) = osd.engine.commit(b).await {
                 tracing::warn!(cause = %e, "cannot delete expired exactly-once records");
                 break;
             }

@@ -42,7 +42,7 @@ impl Peers {
 
     /// Sends `req` to `server` as `c` (served here directly when `server` is this one).
     pub(crate) async fn call(&self, server: ServerId, req: Request, c: &Cred) -> Response {
-        if server == self.engine.id {
+        if server == self.engine.id() {
             let Some(local) = self.local.get().and_then(Weak::upgrade) else {
                 return Err(err(Errno::EIO, "this server is shutting down"));
             };

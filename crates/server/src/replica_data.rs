@@ -28,7 +28,7 @@ fn bad(e: impl std::fmt::Display) -> StoreError {
 }
 
 fn decode_loc(value: &[u8]) -> Result<RecordLoc, String> {
-    postcard::from_bytes(value).map_err(|e| format!("bad record index entry: {e}"))
+    RecordLoc::decode(0, value)
 }
 
 /// The leader's data store, read for the records each batch starts using.
@@ -81,7 +81,7 @@ impl Sink {
     /// Deletes the segments no index entry refers to any more (on a member that does not
     /// lead; the leader's compaction deletes its own). Returns how many.
     pub fn collect(&self) -> Result<u32, String> {
-        use plusfs_store::DirStore;
+        use plusfs_store::StoreRead;
         let referred = |seg| {
             self.store.seg_refs(seg).map(|r| !r.is_empty()).map_err(|e| plusfs_data::DataError::Corrupt {
                 segment: seg,
@@ -106,7 +106,7 @@ impl plusfs_replica::DataSink for Sink {
     }
 
     fn gather(&self, each: &mut dyn FnMut(DataPiece) -> Result<(), String>) -> Result<(), String> {
-        use plusfs_store::DirStore;
+        use plusfs_store::StoreRead;
         let refs = self.store.all_seg_refs().map_err(|e| e.to_string())?;
         // Index entries looked up a few at a time, records read one at a time.
         for chunk in refs.chunks(256) {

@@ -4,7 +4,7 @@
 //! on one server.
 
 use crate::dirperms::DirPerms;
-use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::errors::{err, OpResult};
 use crate::engine::Engine;
 use crate::filedata::FileData;
 use plusfs_proto::{CommitPayload, Cred, Errno, Reply, Response, SubOp};
@@ -28,7 +28,7 @@ impl Serial {
     /// the sub-operations that take them back.
     pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> Response {
         self.dirperms.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false, None).await?;
-        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
+        let txid = self.engine.new_txid().await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let undo = self.undo_of(&ops)?;
         let (batch, remote) = self.engine.commit_batch(&prepared, &CommitPayload::default())?;

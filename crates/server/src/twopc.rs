@@ -11,10 +11,11 @@
 //! aborts `Preparing` transactions and re-sends the decision of the others until
 //! acknowledged; participants keep their locks until they hear it.
 
-use crate::engine::encode;
+use crate::backoff::Backoff;
 use crate::engine::errors::{eio, err, split_entry, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
+use crate::engine::logrec::{self, Logged};
 use crate::engine::perm;
 use crate::engine::subops::{rebase_ancestry, Prepared};
 use crate::engine::Engine;
@@ -30,7 +31,6 @@ use plusfs_proto::{
     Replace, Reply, Request, Response, ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
 };
 use plusfs_store::{Batch, LogKind};
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -53,6 +53,11 @@ struct CoordRecord {
     state: CoordState,
     participants: Vec<ServerId>,
     payloads: Vec<(ServerId, CommitPayload)>,
+}
+
+impl Logged for CoordRecord {
+    const KIND: LogKind = LogKind::Coordinator;
+    const WHAT: &'static str = "coordinator record";
 }
 
 /// Where a rename puts the destination entry.
@@ -113,9 +118,19 @@ pub(crate) fn still_distributing(dir: &str) -> WireError {
     err(Errno::EAGAIN, format!("'{dir}' is still being distributed"))
 }
 
-tokio::task_local! {
-    /// The epoch of the map the running attempt of an operation planned with.
-    static PLAN_EPOCH: u64;
+/// One attempt of an operation that may span servers: the epoch of the map it plans
+/// with, which its transaction carries (a participant at a newer epoch refuses it, and
+/// the operation plans again).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    epoch: u64,
+}
+
+impl Plan {
+    /// An attempt planned with the map `engine` works with now.
+    pub(crate) fn now(engine: &Engine) -> Plan {
+        Plan { epoch: engine.map().epoch }
+    }
 }
 
 /// Operations spanning servers and the two-phase commit under them.
@@ -145,8 +160,10 @@ impl TwoPhase {
     // ----- client-facing operations -------------------------------------------------
 
     /// `mkdir`; `policy` is the new directory's huge-directory threshold and width.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn mkdir(
         self: &Arc<Self>,
+        plan: Plan,
         p: &str,
         mode: u32,
         owner: (u32, u32),
@@ -157,10 +174,10 @@ impl TwoPhase {
         let (dir, name) = split_entry(p)?;
         let parent = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &parent, dir)?;
-        if self.engine.store.get_entry(parent.ino, name).map_err(eio)?.is_some() {
+        if self.engine.store().get_entry(parent.ino, name).map_err(eio)?.is_some() {
             return Err(err(Errno::EEXIST, format!("'{p}' exists")));
         }
-        let attrs = self.mkdir_many(dir, &[name], mode, owner, policy, via, c).await?;
+        let attrs = self.mkdir_many(plan, dir, &[name], mode, owner, policy, via, c).await?;
         if policy.0.resolve(self.engine.cluster_threshold()) == Threshold::Entries(0) {
             // Distributed from creation: its home distributes it now.
             let req = Request::SetPolicy { path: p.to_string(), threshold: None, width: None };
@@ -176,6 +193,7 @@ impl TwoPhase {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn mkdir_many(
         self: &Arc<Self>,
+        plan: Plan,
         dir: &str,
         names: &[&str],
         mode: u32,
@@ -201,17 +219,17 @@ impl TwoPhase {
                 replace: Replace::Never,
                 shard: via.shard(),
             };
-            add_part(&mut parts, self.engine.id, entry);
+            add_part(&mut parts, self.engine.id(), entry);
             attrs.push(Attr::of_dir(&object));
             add_part(&mut parts, self.engine.map().home_of_dir(&path), SubOp::CreateDir { path, object });
         }
-        self.run(parts, c).await?;
+        self.run(plan, parts, c).await?;
         Ok(attrs)
     }
 
     /// `rmdir`. A distributed directory's shards are removed in the same transaction;
     /// the first attempt learns them from the home's redirect.
-    pub(crate) async fn rmdir(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn rmdir(self: &Arc<Self>, plan: Plan, p: &str, via: Via, c: &Cred) -> Response {
         let (dir, name) = split_entry(p)?;
         let host = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &host, dir)?;
@@ -222,7 +240,7 @@ impl TwoPhase {
         let parts = |shards: &[ServerId]| {
             let mut parts = Parts::new();
             let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
-            add_part(&mut parts, self.engine.id, remove);
+            add_part(&mut parts, self.engine.id(), remove);
             let remove_dir = SubOp::RemoveDir { path: p.into(), ino: e.ino, shards: shards.to_vec() };
             add_part(&mut parts, self.engine.map().home_of_dir(p), remove_dir);
             for &s in shards {
@@ -230,9 +248,9 @@ impl TwoPhase {
             }
             parts
         };
-        match self.run(parts(&[]), c).await {
+        match self.run(plan, parts(&[]), c).await {
             Err(WireError { redirect: Some(info), .. }) if info.path == p && info.state == DistState::Distributed => {
-                self.run(parts(&info.set), c).await?
+                self.run(plan, parts(&info.set), c).await?
             }
             r => r?,
         }
@@ -241,7 +259,7 @@ impl TwoPhase {
 
     /// `rename`. The destination entry's server is learnt like a client would: the home of
     /// its parent, or the storing server Eq. 2 gives after a redirect.
-    pub(crate) async fn rename(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn rename(self: &Arc<Self>, plan: Plan, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         let src_host = self.engine.host(sdir, via)?;
@@ -262,7 +280,7 @@ impl TwoPhase {
             replaced_link: None,
         };
         if ddir == sdir {
-            at.server = self.engine.id;
+            at.server = self.engine.id();
             if let Via::Shard(inc) = via {
                 let set = &src_host.obj.dist.set;
                 at = DstAt { server: set[plusfs_proto::hugedir::slot_of(dname, set.len())], shard: Some(inc), ..at };
@@ -272,7 +290,7 @@ impl TwoPhase {
         let mut changes = 0;
         while changes < 4 {
             changes += 1;
-            match self.rename_to(src, dst, &e, via, &at, c).await {
+            match self.rename_to(plan, src, dst, &e, via, &at, c).await {
                 // Two links of one file: POSIX says the rename does nothing.
                 Err(WireError { replaced_link: Some((ino, _)), .. }) if ino == e.ino => return Ok(Reply::Done),
                 Err(WireError { replaced_link: Some(link), .. }) => at.replaced_link = Some(link),
@@ -300,12 +318,22 @@ impl TwoPhase {
         Err(err(Errno::EBUSY, format!("the distribution of '{ddir}' keeps changing")))
     }
 
-    async fn rename_to(self: &Arc<Self>, src: &str, dst: &str, e: &Inode, via: Via, at: &DstAt, c: &Cred) -> Response {
+    #[allow(clippy::too_many_arguments)]
+    async fn rename_to(
+        self: &Arc<Self>,
+        plan: Plan,
+        src: &str,
+        dst: &str,
+        e: &Inode,
+        via: Via,
+        at: &DstAt,
+        c: &Cred,
+    ) -> Response {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         let mut parts = Parts::new();
         let remove = SubOp::RemoveEntry { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() };
-        add_part(&mut parts, self.engine.id, remove);
+        add_part(&mut parts, self.engine.id(), remove);
         let dst_home = at.server;
         if e.kind != FileKind::Dir {
             let mut inode = e.clone();
@@ -354,7 +382,7 @@ impl TwoPhase {
                 add_part(&mut parts, s.id, export);
             }
         }
-        self.run(parts, c).await?;
+        self.run(plan, parts, c).await?;
         Ok(Reply::Done)
     }
 
@@ -383,15 +411,16 @@ impl TwoPhase {
     /// directory is being distributed is waited out instead (up to [`DISTRIBUTING_WAIT`]).
     pub(crate) async fn retrying<F, Fut>(self: &Arc<Self>, mut op: F) -> Response
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Plan) -> Fut,
         Fut: std::future::Future<Output = Response>,
     {
         let mut attempt = 0;
+        let mut backoff = Backoff::new(Duration::from_millis(4), Duration::from_millis(128)).jittered();
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         loop {
             // Each attempt plans with the map it starts with; its transaction carries that
             // epoch.
-            match PLAN_EPOCH.scope(self.engine.map().epoch, op()).await {
+            match op(Plan::now(&self.engine)).await {
                 Err(e) if e.errno == Errno::EBUSY && is_distributing(&e) => {
                     if !waiting.wait().await {
                         return Err(e);
@@ -402,8 +431,7 @@ impl TwoPhase {
                     // A participant may have refused because a newer map homes a
                     // directory elsewhere: plan the next attempt with that map.
                     self.migrate.refresh_if_stale().await;
-                    let wait = rand::thread_rng().gen_range(1..=(2u64 << attempt.min(6)));
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                    backoff.wait().await;
                 }
                 r => return r,
             }
@@ -413,16 +441,16 @@ impl TwoPhase {
     /// Runs `parts` atomically for caller `c` (whose permissions each participant checks
     /// at prepare): in one local store batch when only this server takes part, else by
     /// two-phase commit.
-    pub(crate) async fn run(self: &Arc<Self>, parts: Parts, c: &Cred) -> OpResult<()> {
-        if parts.len() == 1 && parts[0].0 == self.engine.id {
+    pub(crate) async fn run(self: &Arc<Self>, plan: Plan, parts: Parts, c: &Cred) -> OpResult<()> {
+        if parts.len() == 1 && parts[0].0 == self.engine.id() {
             return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default(), c).await;
         }
-        self.two_phase_commit(&parts, c).await
+        self.two_phase_commit(plan, &parts, c).await
     }
 
     /// All sub-operations are local: prepare and commit them as one batch, no log.
     async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>, c: &Cred) -> OpResult<()> {
-        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
+        let txid = self.engine.new_txid().await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let mut payloads = if prepared.exported.is_empty() {
             HashMap::new()
@@ -431,9 +459,9 @@ impl TwoPhase {
             let exports = self.engine.dump(&prepared.exported)?;
             self.payloads_from_exports(&ops, exports)
         };
-        let parts = vec![(self.engine.id, ops.clone())];
+        let parts = vec![(self.engine.id(), ops.clone())];
         swap_payloads(&parts, self.engine.swap_out(&ops)?, &mut payloads);
-        let payload = payloads.remove(&self.engine.id).unwrap_or_default();
+        let payload = payloads.remove(&self.engine.id()).unwrap_or_default();
         let (batch, remote) = self.engine.commit_batch(&prepared, &payload)?;
         plusfs_store::commit_point();
         self.engine.apply(batch).await?;
@@ -443,13 +471,13 @@ impl TwoPhase {
         Ok(())
     }
 
-    async fn two_phase_commit(self: &Arc<Self>, parts: &Parts, c: &Cred) -> OpResult<()> {
-        let epoch = PLAN_EPOCH.try_with(|e| *e).unwrap_or_else(|_| self.engine.map().epoch);
+    async fn two_phase_commit(self: &Arc<Self>, plan: Plan, parts: &Parts, c: &Cred) -> OpResult<()> {
+        let epoch = plan.epoch;
         if epoch < self.engine.map().epoch {
             return Err(err(Errno::EBUSY, "the map changed while the operation was planned"));
         }
-        self.engine.metrics.tx_started.fetch_add(1, Ordering::Relaxed);
-        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
+        self.engine.metrics().tx_started.fetch_add(1, Ordering::Relaxed);
+        let txid = self.engine.new_txid().await?;
         let participants: Vec<ServerId> = parts.iter().map(|p| p.0).collect();
         let mut rec = CoordRecord { state: CoordState::Preparing, participants, payloads: vec![] };
         self.log_coord(txid, &rec).await?;
@@ -467,7 +495,7 @@ impl TwoPhase {
             self.clone().finish(txid, rec).await;
             return Err(no);
         }
-        self.failpoints.hit("coordinator_after_votes").await;
+        self.failpoints.hit(crate::failpoint::FailStep::CoordinatorAfterVotes).await;
         let (mut exports, mut swapped) = (Vec::new(), Vec::new());
         for v in votes {
             if let Ok(Reply::Vote(Vote { exports: e, swap_out })) = v {
@@ -482,7 +510,7 @@ impl TwoPhase {
         rec.payloads = parts.iter().map(|(s, _)| (*s, payloads.remove(s).unwrap_or_default())).collect();
         plusfs_store::commit_point();
         self.log_coord(txid, &rec).await?;
-        self.failpoints.hit("coordinator_after_commit_record").await;
+        self.failpoints.hit(crate::failpoint::FailStep::CoordinatorAfterCommitRecord).await;
         self.clone().finish(txid, rec).await;
         Ok(())
     }
@@ -508,11 +536,15 @@ impl TwoPhase {
             let mut parts = Parts::new();
             add_part(
                 &mut parts,
-                self.engine.id,
+                self.engine.id(),
                 SubOp::ExchangeEntry { dir: adir.into(), name: aname.into(), shard: via.shard() },
             );
             add_part(&mut parts, at.0, SubOp::ExchangeEntry { dir: bdir.into(), name: bname.into(), shard: at.1 });
-            match self.retrying(|| async { self.run(parts.clone(), c).await.map(|_| Reply::Done) }).await {
+            let attempt = |plan| {
+                let parts = parts.clone();
+                async move { self.run(plan, parts, c).await.map(|_| Reply::Done) }
+            };
+            match self.retrying(attempt).await {
                 // Being distributed: its storing servers may not hold their shards yet.
                 Err(WireError { redirect: Some(info), .. })
                     if info.path == bdir && info.state == DistState::Distributing =>
@@ -554,7 +586,7 @@ impl TwoPhase {
 
     async fn log_coord(&self, txid: TxId, rec: &CoordRecord) -> OpResult<()> {
         let mut b = Batch::new();
-        b.put_log(LogKind::Coordinator, txid, encode(rec));
+        logrec::put(&mut b, txid, rec);
         self.engine.apply(b).await
     }
 
@@ -605,20 +637,16 @@ impl TwoPhase {
 
     /// Resumes every unfinished transaction of the coordinator log (after a restart).
     pub async fn recover(self: &Arc<Self>) -> Result<(), plusfs_store::StoreError> {
-        for (txid, bytes) in self.engine.store.log_records(LogKind::Participant)? {
-            let p: Prepared = postcard::from_bytes(&bytes)
-                .map_err(|e| plusfs_store::StoreError::Corrupt { key: format!("P{txid}"), reason: e.to_string() })?;
-            self.engine.locks.add_tx_locks(txid, &p.locks);
+        for (txid, p) in self.engine.log_all::<Prepared>()? {
+            self.engine.locks().add_tx_locks(txid, &p.locks);
             tracing::info!(txid, "participant waits for the decision of an in-doubt transaction");
         }
-        for (txid, bytes) in self.engine.store.log_records(LogKind::Coordinator)? {
-            let mut rec: CoordRecord = postcard::from_bytes(&bytes)
-                .map_err(|e| plusfs_store::StoreError::Corrupt { key: format!("C{txid}"), reason: e.to_string() })?;
+        for (txid, mut rec) in self.engine.log_all::<CoordRecord>()? {
             if rec.state == CoordState::Preparing {
                 rec.state = CoordState::Aborting;
                 let mut b = Batch::new();
-                b.put_log(LogKind::Coordinator, txid, encode(&rec));
-                plusfs_store::commit(self.engine.store.as_ref(), b).await?;
+                logrec::put(&mut b, txid, &rec);
+                self.engine.commit(b).await?;
             }
             tracing::info!(txid, state = ?rec.state, "resuming transaction");
             let targets = rec.participants.clone();
@@ -642,27 +670,25 @@ impl TwoPhase {
         let (guard, prepared) = self.engine.check_subops(txid, &ops, false, &mut Vec::new(), c).await?;
         let exports = self.engine.dump(&prepared.exported)?;
         let mut b = Batch::new();
-        b.put_log(LogKind::Participant, txid, encode(&prepared));
+        logrec::put(&mut b, txid, &prepared);
         self.engine.apply(b).await?;
-        self.failpoints.hit("participant_after_prepare_record").await;
-        self.engine.locks.add_tx_locks(txid, &prepared.locks);
+        self.failpoints.hit(crate::failpoint::FailStep::ParticipantAfterPrepareRecord).await;
+        self.engine.locks().add_tx_locks(txid, &prepared.locks);
         drop(guard);
         Ok(Reply::Vote(Vote { exports, swap_out: self.engine.swap_out(&prepared.ops)? }))
     }
 
     pub(crate) async fn tx_commit(self: &Arc<Self>, txid: TxId, payload: CommitPayload) -> Response {
-        let Some(bytes) = self.engine.store.get_log(LogKind::Participant, txid).map_err(eio)? else {
+        let Some(prepared) = self.engine.log_get::<Prepared>(txid)? else {
             return Ok(Reply::Done); // already committed: the coordinator re-sent its decision
         };
-        let prepared: Prepared =
-            postcard::from_bytes(&bytes).map_err(|e| err(Errno::EIO, format!("corrupt prepare record: {e}")))?;
         let mut locks = prepared.locks.clone();
         locks.extend(payload.imports.iter().map(|d| (d.path.clone(), Scope::Whole)));
-        let guard = self.engine.locks.lock(&locks, Some(txid), true).await.map_err(|_| err(Errno::EIO, "lock"))?;
+        let guard = self.engine.locks().lock(&locks, Some(txid), true).await.map_err(|_| err(Errno::EIO, "lock"))?;
         let (mut batch, remote) = self.engine.commit_batch(&prepared, &payload)?;
         batch.del_log(LogKind::Participant, txid);
         self.engine.apply(batch).await?;
-        self.engine.locks.release_tx(txid);
+        self.engine.locks().release_tx(txid);
         drop(guard);
         self.filedata.drop_remote(remote).await;
         self.engine.check_thresholds(&prepared.ops);
@@ -671,12 +697,74 @@ impl TwoPhase {
     }
 
     pub(crate) async fn tx_abort(self: &Arc<Self>, txid: TxId) -> Response {
-        if self.engine.store.get_log(LogKind::Participant, txid).map_err(eio)?.is_some() {
+        if self.engine.store().get_log(LogKind::Participant, txid).map_err(eio)?.is_some() {
             let mut b = Batch::new();
             b.del_log(LogKind::Participant, txid);
             self.engine.apply(b).await?;
         }
-        self.engine.locks.release_tx(txid);
+        self.engine.locks().release_tx(txid);
         Ok(Reply::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{CommitPayload, FileKind, Inode, Replace, Reply, SubOp};
+    use plusfs_store::LogKind;
+
+    fn insert(name: &str, ino: u64) -> SubOp {
+        let inode = Inode::new(ino, FileKind::File, 0o644, 0, 0);
+        SubOp::InsertEntry { dir: "/".into(), name: name.into(), inode, replace: Replace::Never, shard: None }
+    }
+
+    #[tokio::test]
+    async fn a_prepared_participant_keeps_its_locks_across_a_crash_and_commits_once() {
+        let kit = Kit::new().await;
+        let txid = kit.osd.engine.new_txid().await.unwrap();
+        let vote = kit.osd.twopc.tx_prepare(txid, vec![insert("f", 900)], 0, &root()).await.unwrap();
+        assert!(matches!(vote, Reply::Vote(_)), "{vote:?}");
+        let root_ino = kit.osd.engine.dir_object("/").unwrap().ino;
+        assert!(kit.osd.engine.store().get_entry(root_ino, "f").unwrap().is_none(), "not applied at prepare");
+
+        let kit = kit.crash_and_restart().await;
+        assert_eq!(kit.osd.engine.locks().tx_count(), 1, "the in-doubt transaction holds its locks");
+        let twopc = &kit.osd.twopc;
+        assert_eq!(twopc.tx_commit(txid, CommitPayload::default()).await.unwrap(), Reply::Done);
+        assert_eq!(kit.osd.engine.store().get_entry(root_ino, "f").unwrap().map(|e| e.ino), Some(900));
+        assert_eq!(kit.osd.engine.locks().tx_count(), 0);
+        assert!(kit.osd.engine.store().get_log(LogKind::Participant, txid).unwrap().is_none());
+        // The coordinator resends its decision: nothing happens twice.
+        assert_eq!(twopc.tx_commit(txid, CommitPayload::default()).await.unwrap(), Reply::Done);
+        assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 1);
+    }
+
+    #[tokio::test]
+    async fn an_aborted_prepare_leaves_nothing_behind() {
+        let kit = Kit::new().await;
+        let txid = kit.osd.engine.new_txid().await.unwrap();
+        kit.osd.twopc.tx_prepare(txid, vec![insert("g", 901)], 0, &root()).await.unwrap();
+        assert_eq!(kit.osd.twopc.tx_abort(txid).await.unwrap(), Reply::Done);
+        let store = kit.osd.engine.store();
+        assert!(store.get_log(LogKind::Participant, txid).unwrap().is_none());
+        assert!(store.get_entry(kit.osd.engine.dir_object("/").unwrap().ino, "g").unwrap().is_none());
+        assert_eq!(kit.osd.engine.locks().tx_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_local_mkdir_runs_in_one_batch_without_a_log() {
+        let kit = Kit::new().await;
+        let policy = (plusfs_proto::Threshold::Cluster, 0);
+        let via = crate::engine::host::Via::Home;
+        // Reserve id blocks first, so what is counted below is the mkdir's own writes.
+        kit.osd.engine.new_txid().await.unwrap();
+        kit.osd.engine.new_inos(1).await.unwrap();
+        let before = kit.store.committed();
+        let plan = super::Plan::now(&kit.osd.engine);
+        let r = kit.osd.twopc.mkdir(plan, "/d", 0o755, (0, 0), policy, via, &root()).await;
+        assert!(matches!(r.unwrap(), Reply::Attr(a) if a.kind == FileKind::Dir && a.nlink == 2));
+        assert!(kit.osd.engine.store().get_dir("/d").unwrap().is_some());
+        assert!(kit.osd.engine.store().log_records(LogKind::Coordinator).unwrap().is_empty());
+        assert_eq!(kit.store.committed() - before, 1, "one batch: entry and directory object together");
     }
 }

@@ -26,6 +26,8 @@
 //! part of a distributed directory): renaming a huge directory re-keys each shard record
 //! and moves no entry.
 
+pub mod mem;
+pub mod record;
 mod rocks;
 
 pub use rocks::RocksStore;
@@ -329,21 +331,9 @@ pub trait DataSource: Send + Sync + 'static {
     fn pieces(&self, batch: &Batch) -> Result<Vec<DataPiece>, StoreError>;
 }
 
-/// What an OSD+ server needs from its directory-object store.
-pub trait DirStore: Send + Sync + 'static {
-    /// Bytes of disk the store's next flush of what it holds in memory may need (0 for a
-    /// store that keeps nothing in memory): a write must leave that much free, or the
-    /// flush fails and the store stops taking writes until space returns.
-    fn flush_room(&self) -> u64 {
-        0
-    }
-    /// Gives the disk back the space of deleted objects now (flush and compact), instead
-    /// of whenever the engine would, as far as `free` bytes of disk allow: called when the
-    /// disk is nearly full.
-    fn reclaim(&self, free: u64) -> Result<(), StoreError> {
-        let _ = free;
-        Ok(())
-    }
+/// The reads of a directory-object store: what every protocol of a server may use. Only
+/// the server's engine holds the whole [`DirStore`] and so can write.
+pub trait StoreRead: Send + Sync + 'static {
     /// The directory object at `path`, if it is homed here.
     fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError>;
     /// This server's shard of the distributed directory at `path`, if it stores one.
@@ -380,6 +370,23 @@ pub trait DirStore: Send + Sync + 'static {
     fn seg_refs(&self, segment: u32) -> Result<Vec<(u64, u64)>, StoreError>;
     /// Number of file-data records held.
     fn record_count(&self) -> Result<u64, StoreError>;
+}
+
+/// What an OSD+ server needs from its directory-object store.
+pub trait DirStore: StoreRead {
+    /// Bytes of disk the store's next flush of what it holds in memory may need (0 for a
+    /// store that keeps nothing in memory): a write must leave that much free, or the
+    /// flush fails and the store stops taking writes until space returns.
+    fn flush_room(&self) -> u64 {
+        0
+    }
+    /// Gives the disk back the space of deleted objects now (flush and compact), instead
+    /// of whenever the engine would, as far as `free` bytes of disk allow: called when the
+    /// disk is nearly full.
+    fn reclaim(&self, free: u64) -> Result<(), StoreError> {
+        let _ = free;
+        Ok(())
+    }
     /// Applies `batch` atomically. The returned receiver resolves when it is durable.
     fn submit(&self, batch: Batch) -> Commit;
     /// Activity counters.

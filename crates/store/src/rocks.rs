@@ -1,6 +1,6 @@
 //! The RocksDB engine of [`DirStore`](crate::DirStore).
 
-use crate::{Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreStats};
+use crate::{Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreRead, StoreStats};
 use plusfs_metrics::prometheus::{Histogram, HistogramOpts};
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
@@ -427,36 +427,7 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::S
     tx
 }
 
-impl DirStore for RocksStore {
-    fn flush_room(&self) -> u64 {
-        // The table file it writes (the memtables' bytes, and a quarter more for its index
-        // and filter), and the next write-ahead log, preallocated 1.1 write buffers long.
-        let unflushed = self.db.property_int_value("rocksdb.cur-size-all-mem-tables").ok().flatten().unwrap_or(0);
-        unflushed + unflushed / 4 + WRITE_BUFFER + WRITE_BUFFER / 10
-    }
-
-    fn reclaim(&self, free: u64) -> Result<(), StoreError> {
-        // Not after a background error: the engine is stopped, and a flush would sync a
-        // log whose last write failed (which some builds answer with an abort).
-        let errors = self.db.property_int_value("rocksdb.background-errors").ok().flatten().unwrap_or(0);
-        if errors > 0 {
-            return Err(StoreError::Engine(format!("{errors} background errors: not flushing")));
-        }
-        // A flush drops the versions deletes hid within the memtable (only where it fits:
-        // one that does not stops the engine); a whole compaction then drops deleted
-        // objects from the files on disk, where there is room to rewrite them all (the
-        // engine refuses a compaction it has no room for).
-        if free < self.flush_room() {
-            return Ok(());
-        }
-        self.db.flush().map_err(engine)?;
-        let tables = self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(u64::MAX);
-        if free.saturating_sub(self.flush_room()) > tables {
-            self.db.compact_range::<&[u8], &[u8]>(None, None);
-        }
-        Ok(())
-    }
-
+impl StoreRead for RocksStore {
     fn get_dir(&self, path: &str) -> Result<Option<DirObject>, StoreError> {
         self.get_object(&dir_key(path))
     }
@@ -608,6 +579,37 @@ impl DirStore for RocksStore {
             out.push((u64::from_be_bytes(k[1..9].try_into().expect("8 bytes")), v.to_vec()));
         }
         Ok(out)
+    }
+}
+
+impl DirStore for RocksStore {
+    fn flush_room(&self) -> u64 {
+        // The table file it writes (the memtables' bytes, and a quarter more for its index
+        // and filter), and the next write-ahead log, preallocated 1.1 write buffers long.
+        let unflushed = self.db.property_int_value("rocksdb.cur-size-all-mem-tables").ok().flatten().unwrap_or(0);
+        unflushed + unflushed / 4 + WRITE_BUFFER + WRITE_BUFFER / 10
+    }
+
+    fn reclaim(&self, free: u64) -> Result<(), StoreError> {
+        // Not after a background error: the engine is stopped, and a flush would sync a
+        // log whose last write failed (which some builds answer with an abort).
+        let errors = self.db.property_int_value("rocksdb.background-errors").ok().flatten().unwrap_or(0);
+        if errors > 0 {
+            return Err(StoreError::Engine(format!("{errors} background errors: not flushing")));
+        }
+        // A flush drops the versions deletes hid within the memtable (only where it fits:
+        // one that does not stops the engine); a whole compaction then drops deleted
+        // objects from the files on disk, where there is room to rewrite them all (the
+        // engine refuses a compaction it has no room for).
+        if free < self.flush_room() {
+            return Ok(());
+        }
+        self.db.flush().map_err(engine)?;
+        let tables = self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(u64::MAX);
+        if free.saturating_sub(self.flush_room()) > tables {
+            self.db.compact_range::<&[u8], &[u8]>(None, None);
+        }
+        Ok(())
     }
 
     fn submit(&self, batch: Batch) -> Commit {

@@ -14,14 +14,14 @@
 //! ```text
 //! let cluster = TestCluster::start(Options { servers: 4, seed: 7, ..Options::default() }).await?;
 //! let client = cluster.client();
-//! let fp = cluster.failpoint(2, "cx_after_result", FailAction::Crash);
+//! let fp = cluster.failpoint(2, FailStep::CxAfterResult, FailAction::Crash);
 //! ```
 
 pub mod model;
 mod net;
 
 pub use net::{client_node, FateCounts, Faults, NodeId, SimNet, SimTransport, CLIENT_BASE};
-pub use plusfs_server::{FailAction, Failpoint};
+pub use plusfs_server::{FailAction, FailStep, Failpoint};
 
 use plusfs_client::{Client, ClientOptions};
 use plusfs_placement::{ClusterMap, ServerEntry, SyncMode, TxnProtocol, TxnSettings};
@@ -187,15 +187,15 @@ impl TestCluster {
         self.nodes.get(&id).map_or(0, |n| n.crashes.load(Ordering::Acquire))
     }
 
-    /// Arms failpoint `name` on server `id`. With [`FailAction::Crash`] the server crashes
+    /// Arms failpoint `step` on server `id`. With [`FailAction::Crash`] the server crashes
     /// when it reaches the step; restart it with [`restart`](Self::restart).
-    pub fn failpoint(&self, id: ServerId, name: &str, action: FailAction) -> Arc<Failpoint> {
-        self.nodes[&id].failpoints.arm(name, action)
+    pub fn failpoint(&self, id: ServerId, step: FailStep, action: FailAction) -> Arc<Failpoint> {
+        self.nodes[&id].failpoints.arm(step, action)
     }
 
-    /// Disarms failpoint `name` on server `id`.
-    pub fn disarm(&self, id: ServerId, name: &str) {
-        self.nodes[&id].failpoints.disarm(name);
+    /// Disarms failpoint `step` on server `id`.
+    pub fn disarm(&self, id: ServerId, step: FailStep) {
+        self.nodes[&id].failpoints.disarm(step);
     }
 
     /// Crashes server `id` now (a no-op if it is down) and waits until its stores are closed.
@@ -247,7 +247,7 @@ impl TestCluster {
                 };
             }
         };
-        *node.last_store.lock().expect("node lock") = Some(Arc::downgrade(&osd.engine.store));
+        *node.last_store.lock().expect("node lock") = Some(Arc::downgrade(&osd.engine.store_handle()));
         let mut running = node.running.lock().expect("node lock");
         if node.crash_requested.swap(false, Ordering::AcqRel) {
             node.crashes.fetch_add(1, Ordering::AcqRel);

@@ -29,7 +29,7 @@ use plusfs_proto::{Attr, DistState, Errno, FileKind, Threshold};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::strategy::Union;
-use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestError, TestRunner};
 use proptest_state_machine::ReferenceStateMachine;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -892,7 +892,11 @@ pub fn explore<F: FaultSource>(
     let seed = env_u64("PLUSFS_MODEL_SEED").unwrap_or(1);
     let config = Config {
         cases: env_u64("PLUSFS_MODEL_CASES").map_or(cases, |n| n as u32),
-        failure_persistence: None,
+        // A failing case's seed is kept in `tests/regressions/<name>.txt` (committed): every
+        // later run replays it (and shrinks it again) before any new case.
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(Box::leak(
+            format!("tests/regressions/{name}.txt").into_boxed_str(),
+        )))),
         max_shrink_iters: env_u64("PLUSFS_MODEL_SHRINK").unwrap_or(256) as u32,
         max_shrink_time: 120_000,
         rng_seed: RngSeed::Fixed(seed),

@@ -6,7 +6,7 @@ use plusfs_client::{fsck, Client};
 use plusfs_placement::TxnProtocol;
 use plusfs_proto::Errno;
 use plusfs_testcluster::cross_server_name;
-use plusfs_testcluster::{FailAction, Options, TestCluster};
+use plusfs_testcluster::{FailAction, FailStep, Options, TestCluster};
 use std::time::Duration;
 
 async fn start(protocol: TxnProtocol) -> TestCluster {
@@ -25,7 +25,7 @@ async fn a_paused_cx_participant_holds_its_operation_until_released() {
     let cluster = start(TxnProtocol::Cx).await;
     let (a, b) = (cluster.client(), cluster.client());
     let (p, _, participant) = cross_server_name(&a, "d");
-    let fp = cluster.failpoint(participant, "cx_after_result", FailAction::Pause);
+    let fp = cluster.failpoint(participant, FailStep::CxAfterResult, FailAction::Pause);
     let mkdir = {
         let (a, p) = (a.clone(), p.clone());
         tokio::spawn(async move { a.mkdir(&p, 0o755).await })
@@ -54,7 +54,7 @@ async fn a_vote_that_overtakes_a_cx_exec_makes_it_answer_no() {
     let cluster = start(TxnProtocol::Cx).await;
     let a = cluster.client();
     let (p, coordinator, participant) = cross_server_name(&a, "v");
-    let fp = cluster.failpoint(participant, "cx_exec_before_insert", FailAction::Pause);
+    let fp = cluster.failpoint(participant, FailStep::CxExecBeforeInsert, FailAction::Pause);
     let mkdir = {
         let (a, p) = (a.clone(), p.clone());
         tokio::spawn(async move { a.mkdir(&p, 0o755).await })
@@ -81,7 +81,7 @@ async fn a_vote_that_overtakes_a_cx_exec_makes_it_answer_no() {
 /// Crashes the server of `point` while a cross-server mkdir (`mkdir`) or rename runs under
 /// `protocol`, restarts it, and checks the operation is all-or-nothing, and done if it was
 /// acknowledged.
-async fn crash_at(protocol: TxnProtocol, point: &str, on_participant: bool) {
+async fn crash_at(protocol: TxnProtocol, point: FailStep, on_participant: bool) {
     let cluster = start(protocol).await;
     let c = cluster.client();
     let (p, coordinator, participant) = cross_server_name(&c, "x");
@@ -94,7 +94,7 @@ async fn crash_at(protocol: TxnProtocol, point: &str, on_participant: bool) {
         let (cluster, fp) = (cluster.clone(), fp.clone());
         tokio::spawn(async move {
             fp.reached().await;
-            cluster.disarm(victim, fp.name());
+            cluster.disarm(victim, fp.step());
             tokio::time::sleep(Duration::from_millis(50)).await;
             cluster.restart(victim).await.unwrap();
         })
@@ -128,18 +128,18 @@ async fn crash_at(protocol: TxnProtocol, point: &str, on_participant: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_every_two_phase_commit_step_is_all_or_nothing() {
-    crash_at(TxnProtocol::TwoPhase, "coordinator_after_votes", false).await;
-    crash_at(TxnProtocol::TwoPhase, "coordinator_after_commit_record", false).await;
-    crash_at(TxnProtocol::TwoPhase, "participant_after_prepare_record", true).await;
+    crash_at(TxnProtocol::TwoPhase, FailStep::CoordinatorAfterVotes, false).await;
+    crash_at(TxnProtocol::TwoPhase, FailStep::CoordinatorAfterCommitRecord, false).await;
+    crash_at(TxnProtocol::TwoPhase, FailStep::ParticipantAfterPrepareRecord, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_every_cx_step_is_all_or_nothing() {
-    crash_at(TxnProtocol::Cx, "cx_after_result", true).await;
-    crash_at(TxnProtocol::Cx, "cx_after_result", false).await;
-    crash_at(TxnProtocol::Cx, "cx_before_vote", false).await;
-    crash_at(TxnProtocol::Cx, "cx_after_vote", true).await;
-    crash_at(TxnProtocol::Cx, "cx_after_commit_record", false).await;
+    crash_at(TxnProtocol::Cx, FailStep::CxAfterResult, true).await;
+    crash_at(TxnProtocol::Cx, FailStep::CxAfterResult, false).await;
+    crash_at(TxnProtocol::Cx, FailStep::CxBeforeVote, false).await;
+    crash_at(TxnProtocol::Cx, FailStep::CxAfterVote, true).await;
+    crash_at(TxnProtocol::Cx, FailStep::CxAfterCommitRecord, false).await;
 }
 
 /// A rename onto a directory whose redistribution is under way: the rename prepares on
@@ -153,7 +153,7 @@ async fn a_rename_onto_a_directory_being_distributed_waits_for_it() {
     let (a, b) = (cluster.client(), cluster.client());
     a.mkdir("/src", 0o755).await.unwrap();
     let big = "/big";
-    let fp = cluster.failpoint(a.home(big), "distribute_after_intent", FailAction::Pause);
+    let fp = cluster.failpoint(a.home(big), FailStep::DistributeAfterIntent, FailAction::Pause);
     // Distributed from creation: the mkdir answers once its home has distributed it.
     let mkdir = {
         let a = a.clone();

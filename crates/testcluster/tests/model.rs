@@ -24,7 +24,7 @@ use plusfs_testcluster::model::{
     check_answer, check_distribution, compare, explore, fsck_clean, run_exact, run_op, seen, Answer, Case, Entry,
     Expect, FaultSource, Model, NoFault, Op, Setup, Step, Tally, Totals,
 };
-use plusfs_testcluster::{FailAction, Failpoint, Faults, Options, TestCluster};
+use plusfs_testcluster::{FailAction, FailStep, Failpoint, Faults, Options, TestCluster};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -50,24 +50,24 @@ enum Fault {
     /// A server cut off from everyone for [`OUTAGE`].
     Cut(u32),
     /// A server crashes when it next reaches this failpoint.
-    Arm(u32, &'static str),
+    Arm(u32, FailStep),
 }
 
 /// Failpoints a case may crash a server at: Cx, two-phase commit (renames, links and
 /// exchanges use it under every protocol), redistribution, file data.
-const FAILPOINTS: [&str; 12] = [
-    "cx_after_result",
-    "cx_before_vote",
-    "cx_after_vote",
-    "cx_after_commit_record",
-    "coordinator_after_votes",
-    "coordinator_after_commit_record",
-    "participant_after_prepare_record",
-    "distribute_after_intent",
-    "distribute_after_entries",
-    "distribute_after_shards",
-    "storing_before_shard_object",
-    "data_after_append",
+const FAILPOINTS: [FailStep; 12] = [
+    FailStep::CxAfterResult,
+    FailStep::CxBeforeVote,
+    FailStep::CxAfterVote,
+    FailStep::CxAfterCommitRecord,
+    FailStep::CoordinatorAfterVotes,
+    FailStep::CoordinatorAfterCommitRecord,
+    FailStep::ParticipantAfterPrepareRecord,
+    FailStep::DistributeAfterIntent,
+    FailStep::DistributeAfterEntries,
+    FailStep::DistributeAfterShards,
+    FailStep::StoringBeforeShardObject,
+    FailStep::DataAfterAppend,
 ];
 
 /// Faults for the lossy protocols; none as steps for serial (it is not crash-safe).
@@ -279,7 +279,7 @@ impl Faulty {
                 let reached = fp.clone();
                 let watcher = tokio::spawn(async move {
                     reached.reached().await;
-                    cluster.disarm(id, reached.name());
+                    cluster.disarm(id, reached.step());
                     tokio::time::sleep(OUTAGE).await;
                     cluster.restart(id).await.expect("restart after a failpoint");
                 });
@@ -294,7 +294,7 @@ impl Faulty {
         let net = self.cluster.net();
         net.set_faults(Faults::none());
         for (id, fp, watcher) in self.armed.drain(..) {
-            self.cluster.disarm(id, fp.name());
+            self.cluster.disarm(id, fp.step());
             if fp.hits() == 0 {
                 watcher.abort();
             } else {
@@ -437,7 +437,7 @@ async fn a_lookup_waits_for_an_acknowledged_directory_rename() {
     let fps: Vec<_> = cluster
         .ids()
         .into_iter()
-        .map(|id| cluster.failpoint(id, "coordinator_after_commit_record", FailAction::Pause))
+        .map(|id| cluster.failpoint(id, FailStep::CoordinatorAfterCommitRecord, FailAction::Pause))
         .collect();
     let renaming = {
         let (c, to) = (cluster.client(), to.clone());

@@ -6,7 +6,7 @@
 use plusfs_client::{fsck, Client, FsError};
 use plusfs_placement::TxnProtocol;
 use plusfs_proto::{Cred, Errno, Threshold, TimeSet, Timespec, MAY_READ, MAY_WRITE};
-use plusfs_testcluster::{FailAction, Options, TestCluster};
+use plusfs_testcluster::{FailAction, FailStep, Options, TestCluster};
 use std::time::Duration;
 
 async fn start(protocol: TxnProtocol) -> TestCluster {
@@ -279,7 +279,7 @@ async fn chmod_propagation_survives_a_coordinator_crash() {
     // The chmod's transaction is decided (commit record logged), then its coordinator
     // (the home of /p) dies before telling anyone: after the restart it finishes.
     let home = root.home("/p");
-    let _fp = cluster.failpoint(home, "coordinator_after_commit_record", FailAction::Crash);
+    let _fp = cluster.failpoint(home, FailStep::CoordinatorAfterCommitRecord, FailAction::Crash);
     let chmod = {
         let root = root.clone();
         tokio::spawn(async move { root.chmod("/p", 0o755).await })
@@ -291,7 +291,7 @@ async fn chmod_propagation_survives_a_coordinator_crash() {
     })
     .await
     .expect("the coordinator crashed at the step");
-    cluster.disarm(home, "coordinator_after_commit_record");
+    cluster.disarm(home, FailStep::CoordinatorAfterCommitRecord);
     cluster.restart(home).await.unwrap();
     let _ = chmod.await.unwrap();
     assert!(cluster.settle(Duration::from_secs(20)).await, "the transaction ends");
@@ -308,7 +308,7 @@ async fn chmod_aborted_by_a_participant_crash_changes_nothing() {
     root.mkdir(&q, 0o755).await.unwrap();
     let u = user(&root, 1, 1, &[]);
     let victim = root.home(&q);
-    let _fp = cluster.failpoint(victim, "participant_after_prepare_record", FailAction::Crash);
+    let _fp = cluster.failpoint(victim, FailStep::ParticipantAfterPrepareRecord, FailAction::Crash);
     let chmod = {
         let root = root.clone();
         tokio::spawn(async move { root.chmod("/p", 0o755).await })
@@ -320,7 +320,7 @@ async fn chmod_aborted_by_a_participant_crash_changes_nothing() {
     })
     .await
     .expect("the participant crashed at the step");
-    cluster.disarm(victim, "participant_after_prepare_record");
+    cluster.disarm(victim, FailStep::ParticipantAfterPrepareRecord);
     cluster.restart(victim).await.unwrap();
     let answer = chmod.await.unwrap();
     assert!(cluster.settle(Duration::from_secs(20)).await, "the transaction ends");
@@ -344,7 +344,7 @@ async fn a_cx_mkdir_whose_coordinator_crashes_still_gets_its_ancestry() {
     let u = user(&root, 7, 7, &[]);
     // The coordinator dies after logging its Result: the participant may not reach it to
     // read /s's ancestry, and then fills it in at commitment.
-    let _fp = cluster.failpoint(coordinator, "cx_after_result", FailAction::Crash);
+    let _fp = cluster.failpoint(coordinator, FailStep::CxAfterResult, FailAction::Crash);
     let mkdir = {
         let (u, n) = (u.clone(), n.clone());
         tokio::spawn(async move { u.mkdir(&n, 0o755).await })
@@ -356,7 +356,7 @@ async fn a_cx_mkdir_whose_coordinator_crashes_still_gets_its_ancestry() {
     })
     .await
     .expect("the coordinator crashed at the step");
-    cluster.disarm(coordinator, "cx_after_result");
+    cluster.disarm(coordinator, FailStep::CxAfterResult);
     tokio::time::sleep(Duration::from_millis(300)).await;
     cluster.restart(coordinator).await.unwrap();
     let _ = mkdir.await.unwrap();

@@ -15,7 +15,7 @@ use plusfs_client::{fsck, Client, ClientOptions, FsError};
 use plusfs_placement::TxnProtocol;
 use plusfs_proto::path::split;
 use plusfs_proto::{Errno, FileKind};
-use plusfs_testcluster::{client_node, FailAction, FateCounts, Faults, Options, TestCluster};
+use plusfs_testcluster::{client_node, FailAction, FailStep, FateCounts, Faults, Options, TestCluster};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -192,16 +192,20 @@ fn random_op(rng: &mut StdRng) -> Op {
 }
 
 /// The failpoints a schedule may crash a server at, by protocol.
-fn failpoints(protocol: TxnProtocol) -> &'static [&'static str] {
+fn failpoints(protocol: TxnProtocol) -> &'static [FailStep] {
     match protocol {
-        TxnProtocol::Cx => {
-            &["cx_after_result", "cx_before_vote", "cx_after_vote", "cx_after_commit_record", "data_after_append"]
-        }
+        TxnProtocol::Cx => &[
+            FailStep::CxAfterResult,
+            FailStep::CxBeforeVote,
+            FailStep::CxAfterVote,
+            FailStep::CxAfterCommitRecord,
+            FailStep::DataAfterAppend,
+        ],
         TxnProtocol::TwoPhase => &[
-            "coordinator_after_votes",
-            "coordinator_after_commit_record",
-            "participant_after_prepare_record",
-            "data_after_append",
+            FailStep::CoordinatorAfterVotes,
+            FailStep::CoordinatorAfterCommitRecord,
+            FailStep::ParticipantAfterPrepareRecord,
+            FailStep::DataAfterAppend,
         ],
         TxnProtocol::Serial => &[],
     }
@@ -214,7 +218,7 @@ struct Plan {
     servers: usize,
     faults: Faults,
     /// Crash this server at this failpoint (armed from the start).
-    failpoint: Option<(u32, &'static str)>,
+    failpoint: Option<(u32, FailStep)>,
     /// Kill this server before this operation (restarted a few operations later).
     kill: Option<(u32, usize)>,
     /// Cut this server off from everyone before this operation, for a few operations.
@@ -284,7 +288,7 @@ async fn schedule(seed: u64) -> Result<Outcome, String> {
         let c = cluster.clone();
         watcher = Some(tokio::spawn(async move {
             fp.reached().await;
-            c.disarm(id, fp.name());
+            c.disarm(id, fp.step());
             tokio::time::sleep(OUTAGE).await;
             c.restart(id).await.map_err(|e| format!("restart {id}: {e}"))
         }));
@@ -331,7 +335,7 @@ async fn schedule(seed: u64) -> Result<Outcome, String> {
     }
     if let (Some((id, fp)), Some(w)) = (&fp, watcher) {
         if fp.hits() == 0 {
-            cluster.disarm(*id, fp.name());
+            cluster.disarm(*id, fp.step());
             w.abort();
         } else {
             w.await.map_err(|e| format!("restart task: {e}"))??;

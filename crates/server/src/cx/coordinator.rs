@@ -3,6 +3,7 @@
 
 use super::Cx;
 use super::*;
+use crate::backoff::Backoff;
 
 impl Cx {
     // ----- commitment (coordinator) ---------------------------------------------------
@@ -67,8 +68,9 @@ impl Cx {
             let st = self.cx.st();
             ids.iter().map(|id| (*id, st.ops.get(id).map(|o| o.waiters.clone()).unwrap_or_default())).collect()
         };
-        self.failpoints.hit("cx_before_vote").await;
-        let votes = match self.peer_call_cx(peer, Request::CxVote { coordinator: self.engine.id, ops: ballot }).await {
+        self.failpoints.hit(crate::failpoint::FailStep::CxBeforeVote).await;
+        let votes = match self.peer_call_cx(peer, Request::CxVote { coordinator: self.engine.id(), ops: ballot }).await
+        {
             Ok(Reply::CxVotes(v)) => v,
             other => {
                 tracing::warn!(peer, result = ?other.err(), "Cx vote failed; the operations stay pending");
@@ -112,7 +114,7 @@ impl Cx {
     }
 
     pub(super) async fn peer_call_cx(self: &Arc<Self>, peer: ServerId, req: Request) -> Response {
-        if peer == self.engine.id {
+        if peer == self.engine.id() {
             return Box::pin(self.handle_cx(req, &Cred::server())).await;
         }
         match self.peers.pool.call(peer, &req).await {
@@ -144,12 +146,12 @@ impl Cx {
         }
         // Busy locks: another commit or a single-server change of the same directory
         // (its counts) cannot interleave with this read-modify-write.
-        let guard = self.engine.locks.lock_owned(&applied.locks, &released).await;
+        let guard = self.engine.locks().lock_owned(&applied.locks, &released).await;
         let (effects, remote) = self.engine.commit_batch(&applied, &CommitPayload::default())?;
         let mut all = effects;
         all.extend(b);
         self.engine.apply(all).await?;
-        self.failpoints.hit("cx_after_commit_record").await;
+        self.failpoints.hit(crate::failpoint::FailStep::CxAfterCommitRecord).await;
         {
             let mut st = self.cx.st();
             for (id, size) in sizes {
@@ -161,7 +163,7 @@ impl Cx {
             st.peak_bytes = st.peak_bytes.max(st.live_bytes);
         }
         for t in released {
-            self.engine.locks.release_tx(t);
+            self.engine.locks().release_tx(t);
         }
         drop(guard);
         self.filedata.drop_remote(remote).await;
@@ -174,16 +176,10 @@ impl Cx {
     /// Sends the decisions until the participant ACKs, then prunes them (Complete).
     pub(super) async fn deliver_decisions(self: Arc<Self>, peer: ServerId, commits: Vec<OpId>, aborts: Vec<OpId>) {
         let req = Request::CxDecide { commits: commits.clone(), aborts: aborts.clone() };
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match self.peer_call_cx(peer, req.clone()).await {
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::warn!(peer, cause = %e.message, "Cx decision not delivered; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                }
-            }
+        let mut backoff = Backoff::delivery();
+        while let Err(e) = self.peer_call_cx(peer, req.clone()).await {
+            tracing::warn!(peer, cause = %e.message, "Cx decision not delivered; retrying");
+            backoff.wait().await;
         }
         let ended: Vec<(OpId, bool)> =
             commits.iter().map(|i| (*i, true)).chain(aborts.iter().map(|i| (*i, false))).collect();

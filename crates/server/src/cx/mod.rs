@@ -34,7 +34,7 @@ pub(crate) mod state;
 pub(crate) use scopes::request_scopes;
 
 use crate::dirperms::DirPerms;
-use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::errors::{err, OpResult};
 use crate::engine::subops::Prepared;
 use crate::engine::Engine;
 use crate::failpoint::Failpoints;
@@ -83,7 +83,7 @@ impl Cx {
     pub(crate) fn start_cx(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         self.engine
-            .locks
+            .locks()
             .set_urge(Box::new(move |txid, waiter| weak.upgrade().is_some_and(|osd| osd.urge_tx(txid, waiter))));
         tokio::spawn(self.clone().commit_loop());
     }
@@ -132,7 +132,7 @@ impl Cx {
     }
 
     async fn urge_coordinator(self: Arc<Self>, coordinator: ServerId, ops: Vec<OpId>) {
-        let req = Request::CxUrge { participant: self.engine.id, ops: ops.clone() };
+        let req = Request::CxUrge { participant: self.engine.id(), ops: ops.clone() };
         if let Err(e) = self
             .peers
             .pool
@@ -162,7 +162,7 @@ impl Cx {
         leased: bool,
         c: &Cred,
     ) -> Response {
-        if peer == self.engine.id {
+        if peer == self.engine.id() {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
         }
         // Before looking the operation up: what follows up to its insertion must not wait,
@@ -174,8 +174,8 @@ impl Cx {
         // The number is taken first (a duplicate wastes one): the look-up of what is known
         // of `id` and its insertion happen under one lock, so a vote or an abort that
         // refuses an operation not yet here is either seen now or sees it inserted.
-        let txid = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
-        self.failpoints.hit("cx_exec_before_insert").await;
+        let txid = self.engine.new_txid().await?;
+        self.failpoints.hit(crate::failpoint::FailStep::CxExecBeforeInsert).await;
         let resent = {
             let mut st = self.cx.st();
             if st.ops.get(&id).is_some_and(|o| o.role != role) {
@@ -288,8 +288,8 @@ impl Cx {
         if let Err(e) = self.engine.apply(b).await {
             return self.refuse(id, e, hint);
         }
-        self.failpoints.hit("cx_after_result").await;
-        self.engine.locks.add_tx_locks(txid, &prepared.locks);
+        self.failpoints.hit(crate::failpoint::FailStep::CxAfterResult).await;
+        self.engine.locks().add_tx_locks(txid, &prepared.locks);
         drop(guard);
         // YES only if no VOTE or abort refused the operation meanwhile (checked under the
         // same lock that refusals take, so a participant never votes NO and answers YES).
@@ -321,7 +321,7 @@ impl Cx {
             if let Err(e) = self.engine.apply(b).await {
                 tracing::error!(cause = %e.message, "cannot drop a refused Cx result; after a restart its coordinator aborts it");
             }
-            self.engine.locks.release_tx(txid);
+            self.engine.locks().release_tx(txid);
             return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was aborted")), hint);
         };
         self.cx.counters.executed.fetch_add(1, Ordering::Relaxed);

@@ -1,11 +1,13 @@
 //! Cx log records: what a server logs for an operation, checksummed.
 
 use crate::engine::locks::Scope;
+use crate::engine::logrec::RecordError;
 use plusfs_proto::{CxRole, OpId, ServerId, SubOp, TxId};
+use plusfs_store::record::FrameError;
 use plusfs_store::StoreError;
 use serde::{Deserialize, Serialize};
 
-/// A Cx log record. Stored as a CRC-32C of the encoding followed by the encoding.
+/// A Cx log record (framed with its version and a checksum).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) enum Record {
     /// A YES execution: what will be applied at commitment and what it locks.
@@ -14,23 +16,28 @@ pub(super) enum Record {
     Decided { op: OpId, peer: ServerId, commit: bool },
 }
 
+/// The stored form of `rec` (framed by the engine's record layer).
 pub(super) fn frame(rec: &Record) -> Vec<u8> {
-    let body = postcard::to_allocvec(rec).expect("in-memory encoding cannot fail");
-    let mut out = crc32c::crc32c(&body).to_be_bytes().to_vec();
-    out.extend_from_slice(&body);
-    out
+    crate::engine::logrec::encode_framed(1, rec)
 }
 
+/// The record stored under `key`, or the store's "corrupt" error naming it.
 pub(super) fn unframe(key: TxId, bytes: &[u8]) -> Result<Record, StoreError> {
-    let corrupt = |reason: String| StoreError::Corrupt { key: format!("X{key}"), reason };
+    use crate::engine::logrec::{decode_framed, no_upgrade};
+    decode_framed(bytes, 1, no_upgrade, legacy)
+        .map_err(|e| StoreError::Corrupt { key: format!("Cx record {key}"), reason: e.to_string() })
+}
+
+/// A record of an earlier build: a CRC-32C of the encoding, then the encoding.
+fn legacy(bytes: &[u8]) -> Result<Record, RecordError> {
     if bytes.len() < 4 {
-        return Err(corrupt("record shorter than its checksum".into()));
+        return Err(FrameError::Short(bytes.len()).into());
     }
     let (crc, body) = bytes.split_at(4);
     if u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]) != crc32c::crc32c(body) {
-        return Err(corrupt("checksum mismatch".into()));
+        return Err(FrameError::Checksum.into());
     }
-    postcard::from_bytes(body).map_err(|e| corrupt(e.to_string()))
+    Ok(postcard::from_bytes(body)?)
 }
 
 #[cfg(test)]
@@ -46,5 +53,10 @@ mod tests {
         bytes[last] ^= 1;
         assert!(unframe(9, &bytes).is_err());
         assert!(unframe(9, &bytes[..3]).is_err());
+        assert!(unframe(9, b"\x00\x01\x02\x03\x04\x05\x06").is_err(), "neither framed nor sound");
+        let body = postcard::to_allocvec(&rec).unwrap();
+        let mut old = crc32c::crc32c(&body).to_be_bytes().to_vec();
+        old.extend_from_slice(&body);
+        assert!(matches!(unframe(9, &old), Ok(Record::Decided { peer: 4, .. })), "a record of an earlier build");
     }
 }

@@ -2,6 +2,7 @@
 
 use super::Cx;
 use super::*;
+use crate::backoff::Backoff;
 
 impl Cx {
     // ----- recovery -------------------------------------------------------------------
@@ -12,7 +13,7 @@ impl Cx {
     pub(crate) fn recover_cx(self: &Arc<Self>) -> Result<(), StoreError> {
         let mut resend: BTreeMap<ServerId, (Vec<OpId>, Vec<OpId>)> = BTreeMap::new();
         let mut urge: BTreeMap<ServerId, Vec<OpId>> = BTreeMap::new();
-        let records = self.engine.store.log_records(LogKind::Cx)?;
+        let records = self.engine.store().log_records(LogKind::Cx)?;
         let n = records.len();
         {
             let mut st = self.cx.st();
@@ -20,7 +21,7 @@ impl Cx {
                 let size = bytes.len() as u64;
                 let (id, op) = match unframe(txid, &bytes)? {
                     Record::Result { op: id, role, peer, ops, locks, hint } => {
-                        self.engine.locks.add_tx_locks(txid, &locks);
+                        self.engine.locks().add_tx_locks(txid, &locks);
                         if role == CxRole::Participant {
                             urge.entry(peer).or_default().push(id);
                         }
@@ -48,7 +49,7 @@ impl Cx {
         if n > 0 {
             tracing::info!(records = n, "resuming Cx operations from the log");
         }
-        crate::failpoint::hit_process("cx_during_recovery");
+        crate::failpoint::hit_process(crate::failpoint::FailStep::CxDuringRecovery);
         for (peer, (commits, aborts)) in resend {
             tokio::spawn(self.clone().deliver_decisions(peer, commits, aborts));
         }
@@ -61,11 +62,10 @@ impl Cx {
 
     /// Urges `coord` about `ops` until it answers (it may be restarting too).
     pub(super) async fn urge_until_decided(self: Arc<Self>, coord: ServerId, ops: Vec<OpId>) {
-        let req = Request::CxUrge { participant: self.engine.id, ops };
-        let mut delay = Duration::from_millis(50);
+        let req = Request::CxUrge { participant: self.engine.id(), ops };
+        let mut backoff = Backoff::delivery();
         while self.peer_call_cx(coord, req.clone()).await.is_err() {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
+            backoff.wait().await;
         }
     }
 }

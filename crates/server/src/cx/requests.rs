@@ -3,6 +3,7 @@
 
 use super::Cx;
 use super::*;
+use crate::backoff::Backoff;
 
 impl Cx {
     // ----- requests -------------------------------------------------------------------
@@ -45,7 +46,7 @@ impl Cx {
             (*id, self.final_vote(*id, answer.error), side)
         }))
         .await;
-        self.failpoints.hit("cx_after_vote").await;
+        self.failpoints.hit(crate::failpoint::FailStep::CxAfterVote).await;
         Ok(Reply::CxVotes(votes))
     }
 
@@ -98,7 +99,7 @@ impl Cx {
                 st.live_bytes = st.live_bytes.saturating_sub(bytes);
             }
         }
-        self.engine.locks.release_tx(txid);
+        self.engine.locks().release_tx(txid);
         self.cx.counters.invalidated.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(op = %id, "Cx result invalidated; executing again");
         self.cx.changed.notify_waiters();
@@ -160,12 +161,12 @@ impl Cx {
             }
         }
         if !b.is_empty() {
-            let guard = self.engine.locks.lock_owned(&applied.locks, &txids).await;
+            let guard = self.engine.locks().lock_owned(&applied.locks, &txids).await;
             let (mut all, remote) = self.engine.commit_batch(&applied, &CommitPayload::default())?;
             all.extend(b);
             self.engine.apply(all).await?;
             for t in txids {
-                self.engine.locks.release_tx(t);
+                self.engine.locks().release_tx(t);
             }
             drop(guard);
             self.filedata.drop_remote(remote).await;
@@ -297,11 +298,10 @@ impl Cx {
 
     pub(super) async fn send_abort(self: &Arc<Self>, participant: ServerId, id: OpId) {
         let req = Request::CxDecide { commits: vec![], aborts: vec![id] };
-        let mut delay = Duration::from_millis(50);
+        let mut backoff = Backoff::delivery();
         while let Err(e) = self.peer_call_cx(participant, req.clone()).await {
             tracing::warn!(participant, cause = %e.message, "Cx abort not delivered; retrying");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
+            backoff.wait().await;
         }
         self.cx.changed.notify_waiters();
     }

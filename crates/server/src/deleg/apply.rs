@@ -25,7 +25,7 @@ impl Overlay<'_> {
         if let Some(e) = self.entries.get(name) {
             return Ok(e.clone());
         }
-        let e = self.osd.engine.store.get_entry(self.dir_ino, name).map_err(crate::engine::errors::eio)?;
+        let e = self.osd.engine.store().get_entry(self.dir_ino, name).map_err(crate::engine::errors::eio)?;
         self.entries.insert(name.to_string(), e.clone());
         Ok(e)
     }
@@ -127,7 +127,7 @@ impl Delegations {
         if sizes.iter().any(|n| *n as u64 > small) {
             return Err(err(Errno::EFBIG, "delegated contents larger than a small file"));
         }
-        let data = self.engine.data.clone();
+        let data = self.engine.data().clone();
         crate::filedata::blocking(move || {
             let recs: Vec<(u64, &[u8])> = ops.iter().filter_map(contents).map(|d| (0, d)).collect();
             let extents = data.append_records(&recs)?;
@@ -162,7 +162,7 @@ impl Delegations {
         e.pieces.clear();
         if let Some(extent) = extent {
             let id = self.engine.index_record(extent, e.ino, b).await.map_err(|e| e.errno)?;
-            e.pieces.push(Piece { file_off: 0, len, server: self.engine.id, record: id, skip: 0 });
+            e.pieces.push(Piece { file_off: 0, len, server: self.engine.id(), record: id, skip: 0 });
         }
         e.size = len;
         (e.mtime, e.ctime) = (mtime, ctime);

@@ -73,7 +73,7 @@ impl Delegations {
 impl Delegations {
     /// Loads the delegations recorded in the store (at start).
     pub(crate) fn load_delegations(&self) -> Result<(), plusfs_store::StoreError> {
-        for (id, bytes) in self.engine.store.log_records(LogKind::Deleg)? {
+        for (id, bytes) in self.engine.store().log_records(LogKind::Deleg)? {
             match Stored::decode(&bytes) {
                 Ok(s) => self.delegs.load(id, s),
                 Err(e) => tracing::error!(id, error = %e, "unreadable delegation record; ignored"),
@@ -143,7 +143,7 @@ impl Delegations {
         if !self.engine.map().delegations.enabled || cred.session == 0 {
             return Err(err(Errno::EAGAIN, format!("delegations are off for '{dir}'")));
         }
-        let id = self.engine.txids.next(self.engine.store.as_ref()).await.map_err(eio)?;
+        let id = self.engine.new_txid().await?;
         let shard = match via {
             Via::Home => None,
             Via::Shard(incarnation) => Some(incarnation),
@@ -183,7 +183,7 @@ impl Delegations {
                 None => return Err(err(Errno::EBUSY, format!("another client needs '{dir}'"))),
             }
         }
-        let _g = self.engine.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
+        let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
         let host = self.engine.host(dir, via_of(shard)).map_err(|e| match e.redirect {
             Some(_) => err(Errno::EAGAIN, format!("'{dir}' is distributed: its shards are delegated")),
             None => e,
@@ -200,16 +200,13 @@ impl Delegations {
         let (entries, digests) = self.grant_contents(&host.obj, settings.max_entries)?;
         let (first_ino, ino_count) = match read {
             true => (0, 0),
-            false => (
-                self.engine.inos.next_block(self.engine.store.as_ref(), INO_BLOCK as u64).await.map_err(eio)?,
-                INO_BLOCK,
-            ),
+            false => (self.engine.new_inos(INO_BLOCK as u64).await?, INO_BLOCK),
         };
         let lease = Lease::new(first_ino, ino_count);
         let stored =
             Stored { dir: dir.to_string(), session: cred.session, applied_seq: 0, ended_at: 0, read, shard, lease };
         let mut b = Batch::new();
-        b.put_log(LogKind::Deleg, id, encode(&stored));
+        b.put_log(LogKind::Deleg, id, stored.encode());
         if let Some(old) = replaced {
             b.del_log(LogKind::Deleg, old);
         }
@@ -236,13 +233,16 @@ impl Delegations {
         if d.entries <= whole {
             // The count may lag a listing by entries being added: one more than `whole`
             // tells.
-            let entries = self.engine.store.list_entries(d.ino, None, whole as usize + 1).map_err(eio)?;
+            let entries = self.engine.store().list_entries(d.ino, None, whole as usize + 1).map_err(eio)?;
             if entries.len() as u64 <= whole {
                 return Ok((entries, None));
             }
         }
         let mut digests = Vec::with_capacity(d.entries as usize);
-        self.engine.store.entry_names(d.ino, &mut |name| digests.push(plusfs_proto::name_digest(name))).map_err(eio)?;
+        self.engine
+            .store()
+            .entry_names(d.ino, &mut |name| digests.push(plusfs_proto::name_digest(name)))
+            .map_err(eio)?;
         digests.sort_unstable();
         Ok((Vec::new(), Some(digests)))
     }
@@ -260,7 +260,7 @@ impl Delegations {
         release: bool,
         c: &Cred,
     ) -> Response {
-        let _g = self.engine.locks.lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
+        let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
         let rec = self.delegs.record(id).filter(|r| r.dir == dir);
         let Some(Record { applied_seq, live, session, read, shard, mut lease, .. }) = rec else {
             return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
@@ -278,14 +278,14 @@ impl Delegations {
             return Err(err(Errno::EINVAL, format!("delegation {id} of '{dir}' is a read delegation")));
         }
         let mut host = self.engine.host(dir, via_of(shard))?;
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         let (failed, remote) =
             self.apply_deleg_ops(dir, &mut host, (shard.is_some(), &mut lease), &creds, ops, &mut b).await?;
         let ended = release || self.engine.over_threshold(&host.obj);
         let ended_at = if ended { unix_now() } else { 0 };
         let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at, read, shard, lease };
-        b.put_log(LogKind::Deleg, id, encode(&stored));
+        b.put_log(LogKind::Deleg, id, stored.encode());
         host.save(&mut b, dir);
         self.engine.apply(b).await?;
         drop(gate);
@@ -324,7 +324,7 @@ impl Delegations {
         let mut found = Vec::with_capacity(names.len());
         let mut bytes = 0;
         for name in names {
-            let e = self.engine.store.get_entry(host.obj.ino, name).map_err(eio)?;
+            let e = self.engine.store().get_entry(host.obj.ino, name).map_err(eio)?;
             bytes += name.len() + e.as_ref().map_or(1, |i| encode(i).len());
             if bytes > MAX_ENTRIES_BYTES && !found.is_empty() {
                 break; // the holder asks for the rest again
@@ -371,5 +371,48 @@ impl Delegations {
     /// Delegations held on this server (for `cluster status`).
     pub(crate) fn delegations_held(&self) -> u64 {
         self.delegs.live_count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{Cred, DelegOp, FileKind, Reply, Threshold, Timespec};
+
+    async fn flush(kit: &Kit, id: u64, cred: &Cred, op: &DelegOp) {
+        let deleg = &kit.osd.deleg;
+        deleg.deleg_flush("/d", id, 1, vec![cred.clone()], vec![op.clone()], false, cred).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_write_back_is_applied_once_even_when_resent_after_a_crash() {
+        let kit = Kit::new().await;
+        let plan = crate::twopc::Plan::now(&kit.osd.engine);
+        let policy = (Threshold::Never, 0);
+        kit.osd.twopc.mkdir(plan, "/d", 0o755, (0, 0), policy, Via::Home, &root()).await.unwrap();
+        let cred = plusfs_proto::Cred { session: 7, ..root() };
+        let grant = kit.osd.deleg.deleg_acquire("/d", false, Via::Home, &cred).await.unwrap();
+        let Reply::Deleg(g) = grant else { panic!("a grant: {grant:?}") };
+        assert!(g.ino_count > 0, "a writer gets inode numbers");
+        let create = DelegOp::Create {
+            name: "f".into(),
+            ino: g.first_ino,
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            target: None,
+            time: Timespec::now(),
+            by: 0,
+        };
+        flush(&kit, g.id, &cred, &create).await;
+        let kit = kit.crash_and_restart().await;
+        assert_eq!(kit.osd.deleg.delegations_held(), 1, "the grant is kept across the crash");
+        flush(&kit, g.id, &cred, &create).await;
+        let d = kit.osd.engine.dir_object("/d").unwrap();
+        assert_eq!(d.entries, 1, "applied once");
+        assert_eq!(kit.osd.engine.store().get_entry(d.ino, "f").unwrap().map(|e| e.ino), Some(g.first_ino));
     }
 }

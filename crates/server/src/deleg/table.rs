@@ -83,9 +83,23 @@ struct StoredV1 {
 }
 
 impl Stored {
-    /// Decodes a stored record, also one written before leases or read delegations
-    /// existed.
-    pub fn decode(bytes: &[u8]) -> Result<Stored, postcard::Error> {
+    /// Format version of the framed record.
+    const VERSION: u8 = 3;
+
+    /// The stored form of the record (framed by the engine's record layer).
+    pub fn encode(&self) -> Vec<u8> {
+        crate::engine::logrec::encode_framed(Stored::VERSION, self)
+    }
+
+    /// Decodes a stored record: a framed one, or an unframed one of an older build
+    /// (also one written before leases or read delegations existed).
+    pub fn decode(bytes: &[u8]) -> Result<Stored, crate::engine::logrec::RecordError> {
+        use crate::engine::logrec::{decode_framed, no_upgrade};
+        let legacy = |b: &[u8]| Ok(Stored::decode_unframed(b)?);
+        decode_framed(bytes, Stored::VERSION, no_upgrade, legacy)
+    }
+
+    fn decode_unframed(bytes: &[u8]) -> Result<Stored, postcard::Error> {
         let e = match postcard::from_bytes::<Stored>(bytes) {
             Ok(s) => return Ok(s),
             Err(e) => e,
@@ -587,6 +601,11 @@ mod lease_tests {
             shard: Some(4),
             lease: Lease::new(7, 5),
         };
+        let round = Stored::decode(&s.encode()).unwrap();
+        assert_eq!((round.lease, round.read, round.shard), (s.lease, true, Some(4)));
+        let mut torn = s.encode();
+        *torn.last_mut().unwrap() ^= 1;
+        assert!(Stored::decode(&torn).is_err(), "a flipped bit is refused");
         let round = Stored::decode(&postcard::to_allocvec(&s).unwrap()).unwrap();
         assert_eq!((round.lease, round.read, round.shard), (s.lease, true, Some(4)));
         let v2 = postcard::to_allocvec(&("/d", 9u64, 2u64, 0u64, true, Some(4u64))).unwrap();

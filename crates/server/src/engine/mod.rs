@@ -13,6 +13,7 @@ pub(crate) mod host;
 pub(crate) mod ids;
 pub(crate) mod links;
 pub(crate) mod locks;
+pub(crate) mod logrec;
 pub(crate) mod perm;
 pub(crate) mod records;
 pub(crate) mod subops;
@@ -23,27 +24,28 @@ use ids::IdAllocator;
 use locks::LockTable;
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{DirObject, Errno, Inode, ServerId, WireError};
-use plusfs_store::{commit, Batch, DirStore, StoreError};
+use plusfs_store::{commit, Batch, DirStore, StoreError, StoreRead};
 use serde::Serialize;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// One server's state.
+/// One server's state. Its fields are private: protocols read through [`Engine::store`]
+/// (a read-only view) and change state only through [`Engine::apply`].
 pub struct Engine {
-    pub id: ServerId,
+    id: ServerId,
     /// The cluster map, replaced when a newer epoch arrives ([`Engine::map`]).
     map_cell: parking_lot::RwLock<Arc<ClusterMap>>,
-    pub store: Arc<dyn DirStore>,
-    pub locks: Arc<LockTable>,
-    pub metrics: Metrics,
-    pub(crate) inos: IdAllocator,
-    pub(crate) txids: IdAllocator,
+    store: Arc<dyn DirStore>,
+    locks: Arc<LockTable>,
+    metrics: Metrics,
+    inos: IdAllocator,
+    txids: IdAllocator,
     /// Record ids of the data store.
-    pub(crate) records: IdAllocator,
+    records: IdAllocator,
     /// File data stored on this server.
-    pub(crate) data: Arc<plusfs_data::DataStore>,
+    data: Arc<plusfs_data::DataStore>,
     /// Held (shared) by changes of the record index, (exclusively) by compaction's switch.
-    pub(crate) data_gate: tokio::sync::RwLock<()>,
+    data_gate: tokio::sync::RwLock<()>,
     /// Directories a read found half-distributed: the redistribution protocol finishes them.
     distribution_wanted: mpsc::UnboundedSender<String>,
 }
@@ -106,8 +108,65 @@ impl Engine {
         self.inos.next(self.store.as_ref()).await.map_err(eio)
     }
 
+    /// Makes `b` durable atomically: the only way a server's state changes.
     pub(crate) async fn apply(&self, b: Batch) -> OpResult<()> {
-        commit(self.store.as_ref(), b).await.map_err(eio)
+        self.commit(b).await.map_err(eio)
+    }
+
+    /// [`Engine::apply`] with the store's error (start-up and recovery, which report it).
+    pub(crate) async fn commit(&self, b: Batch) -> Result<(), StoreError> {
+        commit(self.store.as_ref(), b).await
+    }
+
+    /// Submits `b` without waiting (a caller that waits by blocking, like compaction).
+    pub(crate) fn submit(&self, b: Batch) -> plusfs_store::Commit {
+        self.store.submit(b)
+    }
+
+    /// This server's id.
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    /// Reads of the store.
+    pub fn store(&self) -> &dyn StoreRead {
+        self.store.as_ref()
+    }
+
+    /// The store itself, for what runs beside the protocols: the disk-space keeper
+    /// (flush room, reclaim), metrics (latency histograms) and tests (to see it closed).
+    pub fn store_handle(&self) -> Arc<dyn DirStore> {
+        self.store.clone()
+    }
+
+    /// The busy and transaction locks.
+    pub fn locks(&self) -> &Arc<LockTable> {
+        &self.locks
+    }
+
+    /// The server's counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The file data stored here.
+    pub(crate) fn data(&self) -> &Arc<plusfs_data::DataStore> {
+        &self.data
+    }
+
+    /// Held shared by changes of the record index, exclusively by compaction's switch.
+    pub(crate) fn data_gate(&self) -> &tokio::sync::RwLock<()> {
+        &self.data_gate
+    }
+
+    /// A new transaction (or delegation) id.
+    pub(crate) async fn new_txid(&self) -> OpResult<u64> {
+        self.txids.next(self.store.as_ref()).await.map_err(eio)
+    }
+
+    /// The first of `n` consecutive new inode numbers.
+    pub(crate) async fn new_inos(&self, n: u64) -> OpResult<u64> {
+        self.inos.next_block(self.store.as_ref(), n).await.map_err(eio)
     }
 
     /// The entry `name` of `dir`, or ENOENT.
@@ -116,5 +175,35 @@ impl Engine {
             .get_entry(d.ino, name)
             .map_err(eio)?
             .ok_or_else(|| err(Errno::ENOENT, format!("'{p}' does not exist")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::Kit;
+    use plusfs_proto::Errno;
+    use plusfs_store::mem::Faults;
+    use plusfs_store::Batch;
+
+    #[tokio::test]
+    async fn ids_are_never_reused_after_a_crash() {
+        let kit = Kit::new().await;
+        let before = [kit.osd.engine.new_txid().await.unwrap(), kit.osd.engine.new_inos(10).await.unwrap()];
+        let kit = kit.crash_and_restart().await;
+        assert!(kit.osd.engine.new_txid().await.unwrap() > before[0]);
+        assert!(kit.osd.engine.new_inos(1).await.unwrap() >= before[1] + 10);
+    }
+
+    #[tokio::test]
+    async fn a_write_the_store_refuses_changes_nothing() {
+        let kit = Kit::new().await;
+        let committed = kit.store.committed();
+        kit.store.inject(Faults { fail_from: Some(0), no_space: true });
+        let mut b = Batch::new();
+        b.put_counter("probe", 7);
+        let e = kit.osd.engine.apply(b).await.unwrap_err();
+        assert_eq!(e.errno, Errno::ENOSPC, "{e}");
+        assert_eq!(kit.osd.engine.store().get_counter("probe").unwrap(), None);
+        assert_eq!(kit.store.committed(), committed);
     }
 }

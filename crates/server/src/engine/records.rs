@@ -1,7 +1,6 @@
 //! The index of file-data records: which extent of which segment holds a record, and the
 //! bookkeeping when records stop being used.
 
-use super::encode;
 use super::errors::{eio, err, OpResult};
 use super::Engine;
 use plusfs_data::Extent;
@@ -15,6 +14,24 @@ use std::collections::BTreeSet;
 pub(crate) struct RecordLoc {
     pub(crate) extent: Extent,
     pub(crate) owner: Ino,
+}
+
+impl RecordLoc {
+    /// The stored form (framed by the engine's record layer).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        super::logrec::encode_framed(1, self)
+    }
+
+    /// The index entry of record `id` stored as `bytes`, or why it cannot be read.
+    pub(crate) fn decode(id: u64, bytes: &[u8]) -> Result<RecordLoc, String> {
+        use super::logrec::{decode_framed, no_upgrade, unframed};
+        decode_framed(bytes, 1, no_upgrade, unframed).map_err(|e| format!("corrupt index entry of record {id}: {e}"))
+    }
+
+    /// [`RecordLoc::decode`] as an EIO.
+    pub(crate) fn read(id: u64, bytes: &[u8]) -> OpResult<RecordLoc> {
+        RecordLoc::decode(id, bytes).map_err(|e| err(Errno::EIO, e))
+    }
 }
 
 impl Engine {
@@ -37,8 +54,7 @@ impl Engine {
     pub(crate) fn drop_local(&self, ids: &[u64], b: &mut Batch) -> OpResult<()> {
         for (id, loc) in ids.iter().zip(self.store.get_records(ids).map_err(eio)?) {
             if let Some(bytes) = loc {
-                let loc: RecordLoc = postcard::from_bytes(&bytes)
-                    .map_err(|e| err(Errno::EIO, format!("corrupt record index {id}: {e}")))?;
+                let loc = RecordLoc::read(*id, &bytes)?;
                 b.del_seg_ref(loc.extent.segment, loc.extent.offset);
             }
             b.del_record(*id);
@@ -49,7 +65,7 @@ impl Engine {
     /// A new record id for `extent` of `owner`, with its index entries added to `b`.
     pub(crate) async fn index_record(&self, extent: Extent, owner: Ino, b: &mut Batch) -> OpResult<u64> {
         let id = self.records.next(self.store.as_ref()).await.map_err(eio)?;
-        b.put_record(id, encode(&RecordLoc { extent, owner }));
+        b.put_record(id, RecordLoc { extent, owner }.encode());
         b.put_seg_ref(extent.segment, extent.offset, id);
         Ok(id)
     }

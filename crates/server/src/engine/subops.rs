@@ -29,6 +29,11 @@ pub(crate) struct Prepared {
     pub(crate) reshards: Vec<String>,
 }
 
+impl crate::engine::logrec::Logged for Prepared {
+    const KIND: plusfs_store::LogKind = plusfs_store::LogKind::Participant;
+    const WHAT: &'static str = "prepare record";
+}
+
 /// The ancestry of an object moved from under one parent to another: `anc` is (old
 /// parent's, new parent's), `None` when either has none (the object then has none).
 pub(crate) fn rebase_ancestry(own: Option<Ancestry>, anc: Option<&(Ancestry, Ancestry)>) -> Option<Ancestry> {
@@ -82,8 +87,8 @@ impl Engine {
     /// The directory objects this server handed to their new home and keeps until the new
     /// home confirms them (the migration outbox: path and object).
     pub(crate) fn handed_over(&self) -> OpResult<Vec<(String, plusfs_proto::DirObject)>> {
-        let recs = self.store.log_records(plusfs_store::LogKind::Outbox).map_err(eio)?;
-        Ok(recs.into_iter().filter_map(|(_, raw)| postcard::from_bytes(&raw).ok()).collect())
+        let recs = self.log_all::<crate::engine::logrec::Outbox>().map_err(eio)?;
+        Ok(recs.into_iter().map(|(_, r)| (r.path, r.object)).collect())
     }
 
     /// Locks and checks `ops` for caller `c`. Returns the held busy locks and the prepared

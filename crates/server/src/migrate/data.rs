@@ -84,7 +84,7 @@ impl Migration {
             let ids = self.store_local(&owners, data).await?;
             for (&(e, k), id) in part.iter().zip(ids) {
                 let p = &mut entries[e].1.pieces[k];
-                (p.server, p.record, p.skip) = (self.engine.id, id, 0);
+                (p.server, p.record, p.skip) = (self.engine.id(), id, 0);
             }
             moved += bytes;
             from = to;
@@ -96,8 +96,8 @@ impl Migration {
     /// Appends records (one per owner and buffer) to this server's data store with one
     /// write and indexes them; answers their ids.
     async fn store_local(self: &Arc<Self>, owners: &[Ino], data: Vec<Bytes>) -> OpResult<Vec<u64>> {
-        let gate = self.engine.data_gate.read().await;
-        let store = self.engine.data.clone();
+        let gate = self.engine.data_gate().read().await;
+        let store = self.engine.data().clone();
         let recs: Vec<(Ino, Bytes)> = owners.iter().copied().zip(data).collect();
         let extents = crate::filedata::blocking(move || {
             let refs: Vec<(u64, &[u8])> = recs.iter().map(|(o, b)| (*o, &b[..])).collect();
@@ -121,7 +121,9 @@ impl Migration {
         entries
             .iter()
             .filter(|(_, i)| i.kind == FileKind::File && i.link_home.is_none())
-            .flat_map(|(_, i)| i.pieces.iter().filter(|p| travels_with_dir(p, small, self.engine.id)).map(|p| p.record))
+            .flat_map(|(_, i)| {
+                i.pieces.iter().filter(|p| travels_with_dir(p, small, self.engine.id())).map(|p| p.record)
+            })
             .collect()
     }
 
@@ -130,21 +132,21 @@ impl Migration {
     /// began (0: nothing was left).
     pub(crate) async fn move_data_once(self: &Arc<Self>, map: &ClusterMap) -> OpResult<u64> {
         let mut places: HashMap<Ino, String> = HashMap::new();
-        for (p, d) in self.engine.store.dirs_within("/").map_err(eio)? {
+        for (p, d) in self.engine.store().dirs_within("/").map_err(eio)? {
             if d.dist.state == DistState::Nondistributed {
                 places.insert(d.ino, p);
             }
         }
-        for (p, d) in self.engine.store.shards_within("/").map_err(eio)? {
+        for (p, d) in self.engine.store().shards_within("/").map_err(eio)? {
             places.insert(d.ino, p);
         }
         let mut todo = Vec::new();
         let mut left = 0;
-        for (dir, name, inode) in self.engine.store.all_entries().map_err(eio)? {
+        for (dir, name, inode) in self.engine.store().all_entries().map_err(eio)? {
             let bytes: u64 = inode
                 .pieces
                 .iter()
-                .filter(|p| new_place(map, self.engine.id, inode.ino, p).is_some())
+                .filter(|p| new_place(map, self.engine.id(), inode.ino, p).is_some())
                 .map(|p| p.len)
                 .sum();
             if let (true, None, Some(path)) = (bytes > 0, inode.link_home, places.get(&dir)) {
@@ -174,22 +176,25 @@ impl Migration {
         let wanted = [(path.to_string(), Scope::Name(name.to_string()))];
         let _g = self
             .engine
-            .locks
+            .locks()
             .lock(&wanted, None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("unexpected conflict with transaction {}", c.0)))?;
-        let Some(mut inode) = self.engine.store.get_entry(dir, name).map_err(eio)? else { return Ok(0) };
-        let moving: Vec<(Piece, ServerId)> =
-            inode.pieces.iter().filter_map(|p| new_place(map, self.engine.id, inode.ino, p).map(|t| (*p, t))).collect();
+        let Some(mut inode) = self.engine.store().get_entry(dir, name).map_err(eio)? else { return Ok(0) };
+        let moving: Vec<(Piece, ServerId)> = inode
+            .pieces
+            .iter()
+            .filter_map(|p| new_place(map, self.engine.id(), inode.ino, p).map(|t| (*p, t)))
+            .collect();
         let mut gone = Vec::new();
         let mut added = Vec::new();
         let mut moved = 0;
         for (p, target) in moving {
             let data = self.filedata.fetch_ranges(p.server, vec![(p.record, p.skip, p.len)]).await?;
             let bytes = data.into_iter().next().unwrap_or_default();
-            let copies = if target == self.engine.id {
+            let copies = if target == self.engine.id() {
                 let mut b = Batch::new();
-                let gate = self.engine.data_gate.read().await;
+                let gate = self.engine.data_gate().read().await;
                 let copies = self.filedata.put_local_parts(inode.ino, p.file_off, vec![bytes], &mut b).await?;
                 self.engine.apply(b).await?;
                 drop(gate);

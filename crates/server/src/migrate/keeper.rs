@@ -76,7 +76,7 @@ impl Migration {
     /// Asks the map service for the map and adopts it if newer; answers whether the map
     /// service answered.
     pub(crate) async fn fetch_map(self: &Arc<Self>) -> bool {
-        if self.engine.id == KEEPER {
+        if self.engine.id() == KEEPER {
             // The keeper's map is the newest there is; a newer hint came from a stale
             // store (a member that lost its log): nothing to fetch.
             self.peers.pool.counters().epochs.set_current(self.engine.map().epoch);
@@ -107,7 +107,7 @@ impl Migration {
     /// (proceeding with the file's if it cannot be reached); the walker resumes a
     /// migration.
     pub(crate) async fn join_map(self: &Arc<Self>) {
-        if self.engine.id == KEEPER {
+        if self.engine.id() == KEEPER {
             if let Err(e) = self.load_kept_map().await {
                 tracing::error!(cause = %e.message, "cannot load the kept cluster map");
             }
@@ -125,10 +125,10 @@ impl Migration {
     /// On the keeper at start: the stored map if it is newer than the file's, else the
     /// file's stored.
     pub(crate) async fn load_kept_map(self: &Arc<Self>) -> OpResult<()> {
-        if self.engine.id != KEEPER {
+        if self.engine.id() != KEEPER {
             return Ok(());
         }
-        if let Some(raw) = self.engine.store.get_log(LogKind::Meta, 0).map_err(eio)? {
+        if let Some(raw) = self.engine.store().get_log(LogKind::Meta, 0).map_err(eio)? {
             let text = String::from_utf8(raw).map_err(|_| err(Errno::EIO, "stored cluster map is not UTF-8"))?;
             let kept = parse_map(&text)?;
             if kept.epoch >= self.engine.map().epoch {
@@ -150,10 +150,10 @@ impl Migration {
     /// `MapChange` on the keeper: applies `change` (TOML of a [`MapChange`]), stores the
     /// next epoch, pushes it to every server and answers it.
     pub(crate) async fn change_map(self: &Arc<Self>, change: &str) -> Response {
-        if self.engine.id != KEEPER {
+        if self.engine.id() != KEEPER {
             return Err(err(
                 Errno::EINVAL,
-                format!("server {} does not keep the cluster map; server {KEEPER} does", self.engine.id),
+                format!("server {} does not keep the cluster map; server {KEEPER} does", self.engine.id()),
             ));
         }
         let change = MapChange::from_text(change).map_err(|e| err(Errno::EINVAL, e.to_string()))?;
@@ -242,7 +242,7 @@ impl Migration {
         }
         targets.sort_unstable();
         targets.dedup();
-        for id in targets.into_iter().filter(|&id| id != self.engine.id) {
+        for id in targets.into_iter().filter(|&id| id != self.engine.id()) {
             let (osd, text) = (self.clone(), text.clone());
             tokio::spawn(async move {
                 let req = Request::MapPush { map: text };
@@ -264,11 +264,11 @@ impl Migration {
     /// `all`, everything) for the migration from `from_epoch`.
     pub(crate) async fn report_done(self: &Arc<Self>, from_epoch: u64, all: bool) -> OpResult<()> {
         let change = match all {
-            false => MapChange::DirsDone { id: self.engine.id, from_epoch },
-            true => MapChange::Done { id: self.engine.id, from_epoch },
+            false => MapChange::DirsDone { id: self.engine.id(), from_epoch },
+            true => MapChange::Done { id: self.engine.id(), from_epoch },
         };
         let text = change.to_text();
-        let resp = if self.engine.id == KEEPER {
+        let resp = if self.engine.id() == KEEPER {
             self.change_map(&text).await
         } else {
             self.peers

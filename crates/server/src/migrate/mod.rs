@@ -22,6 +22,7 @@ mod walker;
 
 use crate::engine::errors::{eio, err, OpResult};
 use crate::engine::locks::Scope;
+use crate::engine::logrec::{self, Outbox, Receipt};
 use crate::engine::Engine;
 use crate::failpoint::Failpoints;
 use crate::filedata::FileData;
@@ -50,11 +51,6 @@ fn receipt_epoch(map: &plusfs_placement::ClusterMap) -> u64 {
 fn path_key(path: &str) -> u64 {
     plusfs_placement::path_hash(path)
 }
-
-fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
-}
-
 /// A path with its ancestors' objects: what a hand-over locks (as a shard import does), so
 /// a transaction moving or re-ancestrying a subtree above it cannot interleave.
 fn with_ancestors(path: &str) -> Vec<(String, Scope)> {
@@ -108,23 +104,19 @@ impl Migration {
 impl Migration {
     /// The object at `path` this server handed over and still keeps in its outbox.
     pub(crate) fn outbox(&self, path: &str) -> OpResult<Option<DirObject>> {
-        let Some(raw) = self.engine.store.get_log(LogKind::Outbox, path_key(path)).map_err(eio)? else {
+        let Some(rec) = self.engine.log_get::<Outbox>(path_key(path))? else {
             return Ok(None);
         };
-        let (p, obj): (String, DirObject) =
-            postcard::from_bytes(&raw).map_err(|e| err(Errno::EIO, format!("outbox record of '{path}': {e}")))?;
-        Ok((p == path).then_some(obj))
+        Ok((rec.path == path).then_some(rec.object))
     }
 
     /// Whether this server took over the object at `path` during the running migration
     /// (receipts of earlier migrations, kept by a crash, do not count).
     fn has_receipt(&self, path: &str) -> OpResult<bool> {
-        let Some(raw) = self.engine.store.get_log(LogKind::Receipt, path_key(path)).map_err(eio)? else {
+        let Some(rec) = self.engine.log_get::<Receipt>(path_key(path))? else {
             return Ok(false);
         };
-        let (p, _, of): (String, u64, u64) =
-            postcard::from_bytes(&raw).map_err(|e| err(Errno::EIO, format!("receipt of '{path}': {e}")))?;
-        Ok(p == path && of == receipt_epoch(&self.engine.map()))
+        Ok(rec.path == path && rec.of == receipt_epoch(&self.engine.map()))
     }
 
     /// Paths in this server's outbox (handed over, not yet confirmed).
@@ -138,11 +130,11 @@ impl Migration {
         let map = self.engine.map();
         let mut by_old: HashMap<ServerId, Vec<String>> = HashMap::new();
         for p in paths {
-            if map.home_of_dir(p) != self.engine.id {
+            if map.home_of_dir(p) != self.engine.id() {
                 continue;
             }
             let Some(old) = map.previous_home_of_dir(p) else { continue };
-            if self.engine.store.get_dir(p).map_err(eio)?.is_some() || self.has_receipt(p)? {
+            if self.engine.store().get_dir(p).map_err(eio)?.is_some() || self.has_receipt(p)? {
                 continue;
             }
             by_old.entry(old).or_default().push(p.clone());
@@ -175,7 +167,7 @@ impl Migration {
         loop {
             let mut missing = Vec::new();
             for p in paths {
-                if self.engine.store.get_dir(p).map_err(eio)?.is_none() && !self.has_receipt(p)? {
+                if self.engine.store().get_dir(p).map_err(eio)?.is_none() && !self.has_receipt(p)? {
                     missing.push(p.clone());
                 }
             }
@@ -236,7 +228,7 @@ impl Migration {
         wanted.dedup();
         let _g = self
             .engine
-            .locks
+            .locks()
             .lock(&wanted, None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("unexpected conflict with transaction {}", c.0)))?;
@@ -245,9 +237,10 @@ impl Migration {
             let Some(obj) = &m.object else { continue };
             last.put_dir(&m.path, obj);
             let of = receipt_epoch(&self.engine.map());
-            last.put_log(LogKind::Receipt, path_key(&m.path), encode(&(&m.path, obj.incarnation, of)));
+            let receipt = Receipt { path: m.path.clone(), incarnation: obj.incarnation, of };
+            logrec::put(&mut last, path_key(&m.path), &receipt);
         }
-        self.failpoints.hit("migrate_before_import").await;
+        self.failpoints.hit(crate::failpoint::FailStep::MigrateBeforeImport).await;
         self.engine.apply(last).await?;
         let objects = moved.iter().filter(|m| m.object.is_some()).count() as u64;
         self.migration.objects_in.fetch_add(objects, Ordering::Relaxed);
@@ -294,20 +287,20 @@ impl Migration {
     /// directory a transaction holds is left out; the new home asks again).
     pub(crate) async fn migrate_out(self: &Arc<Self>, paths: &[String]) -> Response {
         let map = self.engine.map();
-        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) == self.engine.id) {
+        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) == self.engine.id()) {
             return Err(err(Errno::EBUSY, format!("'{p}' is homed here at epoch {}: the maps differ", map.epoch)));
         }
         let mut wanted: Vec<(String, Scope)> = paths.iter().flat_map(|p| with_ancestors(p)).collect();
         wanted.sort();
         wanted.dedup();
-        let Ok(_g) = self.engine.locks.lock(&wanted, None, false).await else {
+        let Ok(_g) = self.engine.locks().lock(&wanted, None, false).await else {
             return Err(err(Errno::EBUSY, "a transaction holds a directory being handed over"));
         };
         let mut b = Batch::new();
         let mut out = Vec::new();
         let mut budget = ENTRIES_PER_MESSAGE;
         for p in paths {
-            let (obj, live) = match self.engine.store.get_dir(p).map_err(eio)? {
+            let (obj, live) = match self.engine.store().get_dir(p).map_err(eio)? {
                 Some(o) => (Some(o), true),
                 None => (self.outbox(p)?, false),
             };
@@ -324,7 +317,7 @@ impl Migration {
             }
             let entries = if obj.dist.state == DistState::Nondistributed {
                 let limit = budget.max(1);
-                self.engine.store.list_entries(obj.ino, None, limit + 1).map_err(eio)?
+                self.engine.store().list_entries(obj.ino, None, limit + 1).map_err(eio)?
             } else {
                 Vec::new() // the entries are the shards', which stay where they are
             };
@@ -333,13 +326,13 @@ impl Migration {
             budget = budget.saturating_sub(entries.len());
             if live {
                 b.del_dir(p);
-                b.put_log(LogKind::Outbox, path_key(p), encode(&(p, &obj)));
+                logrec::put(&mut b, path_key(p), &Outbox { path: p.clone(), object: obj.clone() });
             }
             out.push(MovedDir::new(p.clone(), Some(obj), entries, more));
         }
         if !b.is_empty() {
             self.engine.apply(b).await?;
-            self.failpoints.hit("migrate_after_outbox").await;
+            self.failpoints.hit(crate::failpoint::FailStep::MigrateAfterOutbox).await;
         }
         Ok(Reply::Moved(out))
     }
@@ -351,7 +344,7 @@ impl Migration {
             _ => return Err(err(Errno::ENOENT, format!("'{path}' (inode {ino}) is not being handed over from here"))),
         }
         let limit = (limit as usize).clamp(1, ENTRIES_PER_MESSAGE);
-        let mut page = self.engine.store.list_entries(ino, after, limit + 1).map_err(eio)?;
+        let mut page = self.engine.store().list_entries(ino, after, limit + 1).map_err(eio)?;
         let more = page.len() > limit;
         page.truncate(limit);
         Ok(Reply::Moved(vec![MovedDir::new(path.to_string(), None, page, more)]))
@@ -364,12 +357,12 @@ impl Migration {
             let Some(obj) = self.outbox(p)? else { continue };
             if obj.dist.state == DistState::Nondistributed {
                 loop {
-                    let page = self.engine.store.list_entries(obj.ino, None, 16_384).map_err(eio)?;
+                    let page = self.engine.store().list_entries(obj.ino, None, 16_384).map_err(eio)?;
                     if page.is_empty() {
                         break;
                     }
                     // The small-file data that travelled goes with the entries.
-                    let gate = self.engine.data_gate.read().await;
+                    let gate = self.engine.data_gate().read().await;
                     let mut b = Batch::new();
                     self.engine.drop_local(&self.travelled_records(&page), &mut b)?;
                     for (name, _) in &page {
@@ -391,7 +384,7 @@ impl Migration {
     /// once they are all here (or were taken over before).
     pub(crate) async fn migrate_in(self: &Arc<Self>, paths: &[String], from: ServerId) -> Response {
         let map = self.engine.map();
-        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) != self.engine.id) {
+        if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) != self.engine.id()) {
             return Err(err(Errno::EBUSY, format!("'{p}' is not homed here at epoch {}: the maps differ", map.epoch)));
         }
         for chunk in paths.chunks(map.rebalance.batch.max(1) as usize) {
@@ -402,7 +395,7 @@ impl Migration {
 
     /// Drops the receipts of a finished migration.
     pub(crate) async fn drop_receipts(&self) -> OpResult<()> {
-        let recs = self.engine.store.log_records(LogKind::Receipt).map_err(eio)?;
+        let recs = self.engine.store().log_records(LogKind::Receipt).map_err(eio)?;
         for chunk in recs.chunks(4096) {
             let mut b = Batch::new();
             for (k, _) in chunk {
@@ -419,5 +412,27 @@ fn check_intact(m: &MovedDir) -> OpResult<()> {
         Ok(())
     } else {
         Err(err(Errno::EIO, format!("hand-over of '{}' arrived damaged (checksum mismatch)", m.path)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_key;
+    use crate::engine::logrec::{self, Outbox};
+    use crate::testkit::Kit;
+    use plusfs_proto::DirObject;
+    use plusfs_store::Batch;
+
+    #[tokio::test]
+    async fn the_outbox_answers_for_its_own_path_only() {
+        let kit = Kit::new().await;
+        let mut b = Batch::new();
+        let object = DirObject::new(77, 0o755, 0, 0);
+        logrec::put(&mut b, path_key("/moved"), &Outbox { path: "/moved".into(), object });
+        kit.osd.engine.apply(b).await.unwrap();
+        let m = &kit.osd.migrate;
+        assert_eq!(m.outbox("/moved").unwrap().map(|d| d.ino), Some(77));
+        assert!(m.outbox("/other").unwrap().is_none());
+        assert_eq!(m.outbox_paths().unwrap(), ["/moved"]);
     }
 }

@@ -9,14 +9,9 @@ use plusfs_proto::peer::SubOp;
 use plusfs_proto::{Cred, Errno, Request, Response};
 use std::sync::Arc;
 
-tokio::task_local! {
-    /// The epoch hint of the frame the request being served came in (0: none).
-    pub(crate) static SENDER_EPOCH: u16;
-}
-
-/// Whether the request being served was sent by a process whose map is older than `mine`.
-fn sent_with_older_map(mine: u64) -> bool {
-    let hint = SENDER_EPOCH.try_with(|h| *h).unwrap_or(0);
+/// Whether a request whose frame carried the epoch hint `hint` (0: none) was sent by a
+/// process whose map is older than `mine`.
+fn sent_with_older_map(mine: u64, hint: u16) -> bool {
     hint != 0 && plusfs_proto::epoch_is_newer(mine as u16, hint as u64)
 }
 
@@ -88,9 +83,9 @@ pub(crate) enum Placed {
 }
 
 impl Migration {
-    /// Decides where `req` is served, pulling what it touches here first if the running
-    /// migration brings it here.
-    pub(crate) async fn place(self: &Arc<Self>, req: &Request) -> OpResult<Placed> {
+    /// Decides where `req`, sent with the epoch hint `sender_epoch` (0: none), is served,
+    /// pulling what it touches here first if the running migration brings it here.
+    pub(crate) async fn place(self: &Arc<Self>, req: &Request, sender_epoch: u16) -> OpResult<Placed> {
         self.refresh_if_stale().await;
         let map = self.engine.map();
         if let Some(dir) = target_dir(req) {
@@ -101,15 +96,15 @@ impl Migration {
             let delegation = matches!(req, Request::DelegFlush { .. } | Request::DelegAcquire { .. });
             let eio = crate::engine::errors::eio;
             let held_here = delegation
-                && (self.engine.store.get_dir(dir).map_err(eio)?.is_some()
-                    || self.engine.store.get_shard(dir).map_err(eio)?.is_some());
-            if home != self.engine.id && !held_here {
+                && (self.engine.store().get_dir(dir).map_err(eio)?.is_some()
+                    || self.engine.store().get_shard(dir).map_err(eio)?.is_some());
+            if home != self.engine.id() && !held_here {
                 return Ok(Placed::Forward(home));
             }
         }
         let subs = subop_dirs(req);
         let planned = matches!(req, Request::TxPrepare { .. } | Request::CxExec { .. } | Request::SubExec { .. });
-        if planned && sent_with_older_map(map.epoch) {
+        if planned && sent_with_older_map(map.epoch, sender_epoch) {
             // Planned with an older map: it may miss servers objects moved to, or send
             // objects to old homes. Its coordinator plans again with the new map.
             return Err(err(
@@ -120,7 +115,7 @@ impl Migration {
                 ),
             ));
         }
-        if let Some(d) = subs.iter().find(|d| map.home_of_dir(d) != self.engine.id) {
+        if let Some(d) = subs.iter().find(|d| map.home_of_dir(d) != self.engine.id()) {
             return Err(err(
                 Errno::EBUSY,
                 format!("'{d}' is homed on server {} at epoch {}", map.home_of_dir(d), map.epoch),

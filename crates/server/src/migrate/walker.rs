@@ -25,7 +25,7 @@ impl Migration {
             osd.walk().await;
             osd.walker_running.store(false, Ordering::Release);
             // A map adopted while the walker was finishing may need it again.
-            if osd.engine.map().migration.as_ref().is_some_and(|m| !m.done.contains(&osd.engine.id)) {
+            if osd.engine.map().migration.as_ref().is_some_and(|m| !m.done.contains(&osd.engine.id())) {
                 osd.start_walker();
             }
         });
@@ -35,11 +35,11 @@ impl Migration {
         loop {
             let map = self.engine.map();
             let Some(m) = map.migration.clone() else { return };
-            if m.done.contains(&self.engine.id) {
+            if m.done.contains(&self.engine.id()) {
                 return;
             }
             self.migration.start(m.from_epoch);
-            let dirs = !m.dirs_done.contains(&self.engine.id);
+            let dirs = !m.dirs_done.contains(&self.engine.id());
             let pass = if dirs {
                 self.walk_once(&map).await
             } else if m.dirs_settled(&map) {
@@ -77,12 +77,12 @@ impl Migration {
     /// Hurries every transaction holding locks now and waits (30 s at most) until they
     /// have all ended; answers whether they did.
     async fn settle_older_transactions(&self) -> bool {
-        let older = self.engine.locks.transactions();
+        let older = self.engine.locks().transactions();
         for t in &older {
-            self.engine.locks.hurry(*t);
+            self.engine.locks().hurry(*t);
         }
         let started = Instant::now();
-        while self.engine.locks.any_held(&older) {
+        while self.engine.locks().any_held(&older) {
             if started.elapsed() > Duration::from_secs(30) {
                 return false;
             }
@@ -97,7 +97,7 @@ impl Migration {
     pub(crate) fn hand_over_strays(self: &Arc<Self>, paths: Vec<String>) {
         let map = self.engine.map();
         let mut by_home: BTreeMap<ServerId, Vec<String>> = BTreeMap::new();
-        for p in paths.into_iter().filter(|p| map.home_of_dir(p) != self.engine.id) {
+        for p in paths.into_iter().filter(|p| map.home_of_dir(p) != self.engine.id()) {
             by_home.entry(map.home_of_dir(&p)).or_default().push(p);
         }
         for (home, paths) in by_home {
@@ -106,7 +106,7 @@ impl Migration {
             tokio::spawn(async move {
                 let mut pause = Duration::from_millis(20);
                 for _ in 0..60 {
-                    let req = Request::MigrateIn { paths: paths.clone(), from: osd.engine.id };
+                    let req = Request::MigrateIn { paths: paths.clone(), from: osd.engine.id() };
                     if let Ok(Ok(Reply::Done)) = osd.peers.pool.call(home, &req).await {
                         if osd.migrate_done(&paths).await.is_ok() {
                             return;
@@ -123,9 +123,9 @@ impl Migration {
     /// What this server still holds that `map` homes elsewhere, by new home.
     fn to_hand_over(&self, map: &ClusterMap) -> OpResult<BTreeMap<ServerId, Vec<String>>> {
         let mut by_home: BTreeMap<ServerId, Vec<String>> = BTreeMap::new();
-        for (p, _) in self.engine.store.dirs_within("/").map_err(eio)? {
+        for (p, _) in self.engine.store().dirs_within("/").map_err(eio)? {
             let home = map.home_of_dir(&p);
-            if home != self.engine.id {
+            if home != self.engine.id() {
                 by_home.entry(home).or_default().push(p);
             }
         }
@@ -164,7 +164,7 @@ impl Migration {
                     return Ok(false); // plan again with the newer map
                 }
                 let started = Instant::now();
-                let req = Request::MigrateIn { paths: chunk.to_vec(), from: self.engine.id };
+                let req = Request::MigrateIn { paths: chunk.to_vec(), from: self.engine.id() };
                 match self.peers.pool.call(home, &req).await {
                     Ok(Ok(Reply::Done)) => {
                         self.migrate_done(chunk).await?;

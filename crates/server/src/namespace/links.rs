@@ -6,7 +6,7 @@ use super::Namespace;
 use crate::engine::errors::{err, split_entry};
 use crate::engine::host::Via;
 use crate::engine::perm;
-use crate::twopc::{add_part, still_distributing, Parts, DISTRIBUTING_WAIT};
+use crate::twopc::{add_part, still_distributing, Parts, Plan, DISTRIBUTING_WAIT};
 use plusfs_proto::DistributionWait;
 use plusfs_proto::{Cred, Errno, FileKind, Inode, Replace, Reply, Response, ServerId, SubOp, WireError};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ impl Namespace {
         let mut changes = 0;
         while changes < 3 {
             changes += 1;
-            match self.twopc.retrying(|| self.link_once(src, dst, via, at, c)).await {
+            match self.twopc.retrying(|plan| self.link_once(plan, src, dst, via, at, c)).await {
                 // Being distributed: its storing servers may not hold their shards yet.
                 Err(WireError { redirect: Some(info), .. })
                     if info.path == ddir && info.state == plusfs_proto::DistState::Distributing =>
@@ -47,6 +47,7 @@ impl Namespace {
     /// One attempt of `link` with the new entry on `at` (server, shard incarnation).
     async fn link_once(
         self: &Arc<Self>,
+        plan: Plan,
         src: &str,
         dst: &str,
         via: Via,
@@ -63,7 +64,7 @@ impl Namespace {
         }
         let (home, grow) = match e.link_home {
             None => (
-                self.engine.id,
+                self.engine.id(),
                 SubOp::ShareInode { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() },
             ),
             Some(home) => (home, SubOp::AdjustLinks { ino: e.ino, delta: 1 }),
@@ -74,7 +75,7 @@ impl Namespace {
         let insert =
             SubOp::InsertEntry { dir: ddir.into(), name: dname.into(), inode, replace: Replace::Never, shard: at.1 };
         add_part(&mut parts, at.0, insert);
-        self.twopc.run(parts, c).await?;
+        self.twopc.run(plan, parts, c).await?;
         Ok(Reply::Done)
     }
 
@@ -85,8 +86,12 @@ impl Namespace {
         let home = e.link_home.expect("a link entry");
         let mut parts = Parts::new();
         let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
-        add_part(&mut parts, self.engine.id, remove);
+        add_part(&mut parts, self.engine.id(), remove);
         add_part(&mut parts, home, SubOp::AdjustLinks { ino: e.ino, delta: -1 });
-        self.twopc.retrying(|| async { self.twopc.run(parts.clone(), c).await.map(|_| Reply::Done) }).await
+        let attempt = |plan| {
+            let parts = parts.clone();
+            async move { self.twopc.run(plan, parts, c).await.map(|_| Reply::Done) }
+        };
+        self.twopc.retrying(attempt).await
     }
 }

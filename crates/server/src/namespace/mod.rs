@@ -68,7 +68,7 @@ impl Namespace {
         if kind == FileKind::Dir {
             return Err(err(Errno::EINVAL, "create cannot make directories"));
         }
-        let g = self.engine.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let g = self.engine.locks().lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
         let mut host = self.engine.host(dir, via)?;
         if !host.shard && self.engine.over_threshold(&host.obj) {
             // Due for distribution (another writer crossed the threshold): distribute
@@ -78,7 +78,7 @@ impl Namespace {
             return Err(WireError::redirect(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj))));
         }
         perm::check_search(c, &host.obj, dir)?;
-        if let Some(e) = self.engine.store.get_entry(host.obj.ino, name).map_err(eio)? {
+        if let Some(e) = self.engine.store().get_entry(host.obj.ino, name).map_err(eio)? {
             return match e.kind {
                 _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
                 FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
@@ -171,7 +171,7 @@ impl Namespace {
 
     pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
         let (dir, name) = split_entry(p)?;
-        let _g = self.engine.locks.lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
+        let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
         let mut host = self.engine.host(dir, via)?;
         perm::check_search(c, &host.obj, dir)?;
         let e = self.engine.entry(&host.obj, p, name)?;
@@ -188,7 +188,7 @@ impl Namespace {
             return self.unlink_link(p, &e, via, c).await;
         }
         count_entry(&mut host.obj, e.kind, -1);
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         let remote =
             self.engine.drop_unused(&plusfs_proto::filedata::records(&e.pieces), &Default::default(), &mut b)?;
@@ -213,7 +213,7 @@ impl Namespace {
         perm::check_search_above(c, &d, p)?;
         perm::check(c, d.mode, d.uid, d.gid, MAY_READ, p)?;
         let limit = if limit == 0 { 1024 } else { limit.min(MAX_READDIR_PAGE) } as usize;
-        let mut page = self.engine.store.list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
+        let mut page = self.engine.store().list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
         let more = page.len() > limit;
         page.truncate(limit);
         let entries = page.into_iter().map(|(name, i)| DirEntry { name, ino: i.ino, kind: i.kind }).collect();
@@ -233,7 +233,7 @@ impl Namespace {
         }
         let cur = perm::Owned { mode: e.mode, uid: e.uid, gid: e.gid, dir: false };
         let set = &perm::check_setattr(c, cur, set, p)?;
-        let gate = self.engine.data_gate.read().await;
+        let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         let mut remote = Vec::new();
         if let Some(size) = set.size {
@@ -265,8 +265,8 @@ impl Namespace {
 
     /// Directory objects homed here, and entries held here (in objects and shards).
     pub(crate) fn totals(&self) -> OpResult<(u64, u64)> {
-        let dirs = self.engine.store.dirs_within("/").map_err(eio)?;
-        let shards = self.engine.store.shards_within("/").map_err(eio)?;
+        let dirs = self.engine.store().dirs_within("/").map_err(eio)?;
+        let shards = self.engine.store().shards_within("/").map_err(eio)?;
         let entries = dirs.iter().chain(&shards).map(|(_, d)| d.entries).sum();
         Ok((dirs.len() as u64, entries))
     }
@@ -276,9 +276,9 @@ impl Namespace {
         Ok(Reply::Statfs(Statfs { dir_objects, entries }))
     }
 
-    pub(crate) fn fsck_scan(&self) -> Response {
-        let dirs = self.engine.store.dirs_within("/").map_err(eio)?;
-        let shards = self.engine.store.shards_within("/").map_err(eio)?;
+    pub(crate) async fn fsck_scan(&self) -> Response {
+        let dirs = self.engine.store().dirs_within("/").map_err(eio)?;
+        let shards = self.engine.store().shards_within("/").map_err(eio)?;
         // Entries belong to a nondistributed directory object or to a shard held here.
         let local: HashSet<u64> =
             dirs.iter().filter(|(_, d)| d.dist.state != DistState::Distributed).map(|(_, d)| d.ino).collect();
@@ -289,8 +289,8 @@ impl Namespace {
         let moving: HashSet<u64> = self.engine.handed_over()?.into_iter().map(|(_, d)| d.ino).collect();
         let mut data = FsckData {
             dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
-            pending_tx: (self.engine.store.log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()
-                + self.engine.store.log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()
+            pending_tx: (self.engine.store().log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()
+                + self.engine.store().log_records(plusfs_store::LogKind::Cx).map_err(eio)?.len()
                 + moving.len()) as u64,
             shards: shards.iter().map(|(p, d)| (p.clone(), d.ino, d.incarnation)).collect(),
             distributed: dirs
@@ -300,11 +300,11 @@ impl Namespace {
                 .collect(),
             ..Default::default()
         };
-        let shared = self.engine.store.all_inodes().map_err(eio)?;
+        let shared = self.engine.store().all_inodes().map_err(eio)?;
         data.shared = shared.iter().map(|i| (i.ino, i.nlink)).collect();
         data.pieces = shared.iter().flat_map(|i| i.pieces.iter().map(|q| (q.server, q.record))).collect();
-        data.records = self.filedata.record_inventory()?;
-        for (parent, name, inode) in self.engine.store.all_entries().map_err(eio)? {
+        data.records = self.filedata.record_inventory().await?;
+        for (parent, name, inode) in self.engine.store().all_entries().map_err(eio)? {
             data.pieces.extend(inode.pieces.iter().map(|q| (q.server, q.record)));
             if let Some(home) = inode.link_home {
                 data.links.push((inode.ino, home));
@@ -314,7 +314,7 @@ impl Namespace {
             }
             if let Some((path, shard)) = shard_of.get(&parent) {
                 let set = &shard.dist.set;
-                if set.get(plusfs_proto::hugedir::slot_of(&name, set.len())) != Some(&self.engine.id) {
+                if set.get(plusfs_proto::hugedir::slot_of(&name, set.len())) != Some(&self.engine.id()) {
                     data.misplaced.push(((*path).clone(), name.clone()));
                 }
             } else if !local.contains(&parent) {
@@ -326,5 +326,53 @@ impl Namespace {
             }
         }
         Ok(Reply::Fsck(data))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::attrs::NewNode;
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{Cred, Errno, FileKind, Reply};
+    use plusfs_store::mem::Faults;
+
+    async fn create(kit: &Kit, p: &str, c: &Cred) -> plusfs_proto::Response {
+        let node = NewNode { target: None, rdev: 0, access: 0 };
+        kit.osd.namespace.create(p, FileKind::File, 0o644, (c.uid, c.gid), true, node, Via::Home, c).await
+    }
+
+    #[tokio::test]
+    async fn create_stat_and_unlink_on_one_server() {
+        let kit = Kit::new().await;
+        create(&kit, "/f", &root()).await.unwrap();
+        let ns = &kit.osd.namespace;
+        assert!(matches!(ns.stat("/f", Via::Home, &root()).await.unwrap(), Reply::Attr(a) if a.size == 0));
+        assert_eq!(create(&kit, "/f", &root()).await.unwrap_err().errno, Errno::EEXIST);
+        ns.unlink("/f", Via::Home, &root()).await.unwrap();
+        let e = ns.stat("/f", Via::Home, &root()).await.unwrap_err();
+        assert_eq!(e.errno, Errno::ENOENT);
+        assert!(e.message.contains("/f"), "the error names the path: {e}");
+        assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 0);
+    }
+
+    #[tokio::test]
+    async fn a_user_cannot_create_in_a_directory_it_may_not_write() {
+        let kit = Kit::new().await;
+        let e = create(&kit, "/mine", &Cred::new(1000, 1000, Vec::new())).await.unwrap_err();
+        assert_eq!(e.errno, Errno::EACCES, "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_fails_a_create_and_keeps_nothing() {
+        let kit = Kit::new().await;
+        kit.store.inject(Faults { fail_from: Some(0), no_space: true });
+        let e = create(&kit, "/g", &root()).await.unwrap_err();
+        assert_eq!(e.errno, Errno::ENOSPC, "{e}");
+        kit.store.inject(Faults::default());
+        let kit = kit.crash_and_restart().await;
+        let e = kit.osd.namespace.stat("/g", Via::Home, &root()).await.unwrap_err();
+        assert_eq!(e.errno, Errno::ENOENT);
+        assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 0);
     }
 }

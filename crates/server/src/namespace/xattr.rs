@@ -103,7 +103,7 @@ impl Namespace {
     /// `DirXattr` on the directory's home.
     pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Cred) -> Response {
         check_dir_path(p)?;
-        let _g = self.engine.locks.lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+        let _g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let mut d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;
         perm::check_xattr(c, perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true }, op, p)?;

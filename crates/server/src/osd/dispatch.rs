@@ -1,11 +1,11 @@
 //! Routing: each request to the protocol or operation that serves it.
 
+use super::Osd;
 use crate::engine::attrs::NewNode;
 use crate::engine::errors::{eio, err};
 use crate::engine::host::Via;
 use crate::metrics::Metrics;
 use crate::migrate::route::{target_dir, Placed};
-use super::Osd;
 use crate::peers::{Answer, LocalPeer};
 use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response};
 use std::sync::Arc;
@@ -17,10 +17,16 @@ const HIDDEN_PATH: &str = "(path shown to admins only)";
 static PROBE_ZEROS: [u8; 4 << 20] = [0; 4 << 20];
 
 impl Osd {
-    /// Serves one request made by `cred`.
+    /// Serves one request made by `cred` (no epoch hint: see [`Osd::handle_from`]).
     pub async fn handle(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
-        self.engine.metrics.count_op(req.opcode());
-        match self.migrate.place(&req).await {
+        self.handle_from(cred, req, 0).await
+    }
+
+    /// Serves one request made by `cred`, whose frame carried the sender's epoch hint
+    /// `sender_epoch` (0: none).
+    pub async fn handle_from(self: &Arc<Self>, cred: Cred, req: Request, sender_epoch: u16) -> Response {
+        self.engine.metrics().count_op(req.opcode());
+        match self.migrate.place(&req, sender_epoch).await {
             Ok(Placed::Forward(home)) => return self.migrate.forward_to_home(home, &cred, req).await,
             Ok(Placed::Here) => {}
             Err(e) => return Err(e),
@@ -38,13 +44,13 @@ impl Osd {
             (Err(e), _)
                 if e.missing_dir
                     .as_ref()
-                    .is_some_and(|d| own.contains(d) && self.engine.map().home_of_dir(d) != self.engine.id) =>
+                    .is_some_and(|d| own.contains(d) && self.engine.map().home_of_dir(d) != self.engine.id()) =>
             {
                 Err(crate::engine::errors::err(Errno::EBUSY, format!("{} (moved to its new home)", e.message)))
             }
             (Err(e), Some(req)) if self.engine.map().epoch != before => {
-                let home = target_dir(&req).map(|d| self.engine.map().home_of_dir(d)).unwrap_or(self.engine.id);
-                if home != self.engine.id {
+                let home = target_dir(&req).map(|d| self.engine.map().home_of_dir(d)).unwrap_or(self.engine.id());
+                if home != self.engine.id() {
                     return self.migrate.forward_to_home(home, &cred, req).await;
                 }
                 Err(e)
@@ -68,22 +74,22 @@ impl Osd {
 
     /// Serves a request that belongs to this server.
     async fn handle_here(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
-        if self.engine.locks.tx_count() > 0 {
+        if self.engine.locks().tx_count() > 0 {
             // A client must not see objects a pending Cx operation changes before it commits.
             let scopes = crate::cx::request_scopes(&req);
             tracing::trace!(?req, ?scopes, "settling");
             // Forwarded requests (their sender holds busy locks) wait for Cx operations only.
-            self.engine.locks.settle(&scopes, !matches!(req, Request::OnInode { .. })).await;
+            self.engine.locks().settle(&scopes, !matches!(req, Request::OnInode { .. })).await;
         }
         // Other sessions' delegations on what the request touches are recalled first.
         let _inflight = self.deleg.enter_delegated(&cred, &req).await;
         match req {
             Request::Shard { incarnation, op } => {
-                self.engine.metrics.count_op(op.opcode());
+                self.engine.metrics().count_op(op.opcode());
                 self.dispatch(*op, Via::Shard(incarnation), &cred).await
             }
             Request::OnInode { ino, op } => {
-                self.engine.metrics.count_op(op.opcode());
+                self.engine.metrics().count_op(op.opcode());
                 use Request::*;
                 match *op {
                     op @ (Stat { .. }
@@ -109,9 +115,11 @@ impl Osd {
         use Request::*;
         match req {
             Mkdir { path, mode, uid, gid, threshold, width } => {
-                self.twopc.retrying(|| self.twopc.mkdir(&path, mode, (uid, gid), (threshold, width), via, c)).await
+                self.twopc
+                    .retrying(|plan| self.twopc.mkdir(plan, &path, mode, (uid, gid), (threshold, width), via, c))
+                    .await
             }
-            Rmdir { path } => self.twopc.retrying(|| self.twopc.rmdir(&path, via, c)).await,
+            Rmdir { path } => self.twopc.retrying(|plan| self.twopc.rmdir(plan, &path, via, c)).await,
             Create { path, kind, mode, uid, gid, exclusive, rdev, access } => {
                 let node = NewNode { target: None, rdev, access };
                 self.namespace.create(&path, kind, mode, (uid, gid), exclusive, node, via, c).await
@@ -122,7 +130,7 @@ impl Osd {
             DirStat { path } => self.namespace.dir_stat(&path, via, c).await,
             Unlink { path } => self.namespace.unlink(&path, via, c).await,
             Readdir { path, after, limit } => self.namespace.readdir(&path, after, limit, via, c),
-            Rename { src, dst } => self.twopc.retrying(|| self.twopc.rename(&src, &dst, via, c)).await,
+            Rename { src, dst } => self.twopc.retrying(|plan| self.twopc.rename(plan, &src, &dst, via, c)).await,
             SetAttr { path, set } => self.namespace.set_attr(&path, &set, via, c).await,
             Symlink { path, target, uid, gid } => {
                 let node = NewNode { target: Some(target), rdev: 0, access: 0 };
@@ -152,10 +160,10 @@ impl Osd {
             other if via != Via::Home => {
                 Err(err(Errno::EINVAL, format!("{} cannot be addressed to a shard or inode", other.name())))
             }
-            Ping => Ok(Reply::Pong { server: self.engine.id, epoch: self.engine.map().epoch }),
+            Ping => Ok(Reply::Pong { server: self.engine.id(), epoch: self.engine.map().epoch }),
             DirSetAttr { path, set } => self.dirperms.dir_set_attr(&path, &set, c).await,
             Statfs => {
-                self.failpoints.hit("statfs_handler").await;
+                self.failpoints.hit(crate::failpoint::FailStep::StatfsHandler).await;
                 self.namespace.statfs()
             }
             Status => {
@@ -171,7 +179,7 @@ impl Osd {
                 }
                 status
             }
-            FsckScan => self.namespace.fsck_scan(),
+            FsckScan => self.namespace.fsck_scan().await,
             TxPrepare { txid, ops, epoch } => self.twopc.tx_prepare(txid, ops, epoch, c).await,
             TxCommit { txid, payload } => self.twopc.tx_commit(txid, payload).await,
             TxAbort { txid } => self.twopc.tx_abort(txid).await,
@@ -181,7 +189,7 @@ impl Osd {
             SubExec { ops } => self.serial.sub_exec(ops, c).await,
             AllocInos { count } => {
                 let count = count.clamp(1, 4096);
-                let first = self.engine.inos.next_block(self.engine.store.as_ref(), count as u64).await.map_err(eio)?;
+                let first = self.engine.new_inos(count as u64).await?;
                 self.cx.ino_leases.grant(c.session, first, count as u64);
                 Ok(Reply::Inos { first, count })
             }
@@ -215,9 +223,10 @@ impl Osd {
                 Ok(Reply::Done)
             }
             Once { .. } => Err(err(Errno::EINVAL, "an exactly-once request cannot be nested")),
-            GroupStatus | GroupDigest | GroupReplace { .. } => {
-                Err(err(Errno::EINVAL, format!("server {} is not replicated: it has no replica group", self.engine.id)))
-            }
+            GroupStatus | GroupDigest | GroupReplace { .. } => Err(err(
+                Errno::EINVAL,
+                format!("server {} is not replicated: it has no replica group", self.engine.id()),
+            )),
             MapGet => Ok(Reply::Map(self.engine.map().to_toml())),
             MapChange { change } => self.migrate.change_map(&change).await,
             MapPush { map } => self.migrate.pushed_map(&map),
@@ -234,15 +243,15 @@ impl Osd {
 
     pub(crate) async fn status(self: &Arc<Self>) -> Response {
         let (dir_objects, entries) = self.namespace.totals()?;
-        let m = &self.engine.metrics;
+        let m = self.engine.metrics();
         let peer = self.peers.pool.counters().snapshot();
-        let st = self.engine.store.stats();
-        let segments = self.engine.data.segments();
-        let io = self.engine.data.stats();
+        let st = self.engine.store_handle().stats();
+        let segments = self.engine.data().segments();
+        let io = self.engine.data().stats();
         let (cx_pending, cx_log_bytes, cx_log_peak) = self.cx.cx.gauges();
         let map = self.engine.map();
         Ok(Reply::Status(Box::new(plusfs_proto::ServerStatus {
-            id: self.engine.id,
+            id: self.engine.id(),
             epoch: map.epoch,
             dir_objects,
             entries,
@@ -255,17 +264,17 @@ impl Osd {
             store_writes: st.writes,
             store_syncs: st.syncs,
             tx_started: Metrics::get(&m.tx_started),
-            tx_pending: self.engine.locks.tx_count() as u64,
+            tx_pending: self.engine.locks().tx_count() as u64,
             hugedirs: self.hugedirs.hugedir_reports().await?,
             shards: self
                 .engine
-                .store
+                .store()
                 .shards_within("/")
                 .map_err(eio)?
                 .into_iter()
                 .map(|(p, d)| (p, d.entries))
                 .collect(),
-            data_records: self.engine.store.record_count().map_err(eio)?,
+            data_records: self.engine.store().record_count().map_err(eio)?,
             data_segments: segments.len() as u64,
             data_bytes: segments.iter().map(|s| s.bytes).sum(),
             data_appends: io.appends,
@@ -286,9 +295,9 @@ impl Osd {
             deleg_recalls: self.deleg.delegs.counters.recalls.load(std::sync::atomic::Ordering::Relaxed),
             deleg_revoked: self.deleg.delegs.counters.revoked.load(std::sync::atomic::Ordering::Relaxed),
             deleg_flushes: self.deleg.delegs.counters.flushes.load(std::sync::atomic::Ordering::Relaxed),
-            inodes: self.engine.store.all_inodes().map_err(eio)?.len() as u64,
-            data_live_bytes: self.filedata.record_inventory()?.iter().map(|r| r.1).sum(),
-            weight_milli: map.server(self.engine.id).map_or(0, |s| (s.weight * 1000.0).round() as u64),
+            inodes: self.engine.store().all_inodes().map_err(eio)?.len() as u64,
+            data_live_bytes: self.filedata.record_inventory().await?.iter().map(|r| r.1).sum(),
+            weight_milli: map.server(self.engine.id()).map_or(0, |s| (s.weight * 1000.0).round() as u64),
             migrating: map.migrating(),
             migration: self.migrate.migration.report(map.migration.as_ref().map(|m| m.from_epoch)),
             forwarded: self.migrate.migration.forwarded.load(std::sync::atomic::Ordering::Relaxed),

@@ -79,12 +79,12 @@ impl Osd {
         // Only a new cluster makes `/`: a server that becomes its home later takes it over.
         let engine = &osd.engine;
         let new_cluster = engine.map().epoch <= 1 && !engine.map().migrating();
-        if new_cluster && engine.map().home_of_dir("/") == id && engine.store.get_dir("/")?.is_none() {
+        if new_cluster && engine.map().home_of_dir("/") == id && engine.store().get_dir("/")?.is_none() {
             let mut root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
             root.ancestry = Some(plusfs_proto::Ancestry::root(root.search_perm()));
             let mut b = Batch::new();
             b.put_dir("/", &root);
-            plusfs_store::commit(engine.store.as_ref(), b).await?;
+            engine.commit(b).await?;
             tracing::info!("created the root directory");
         }
         Ok(osd)
@@ -135,6 +135,6 @@ impl Osd {
     /// Cross-server operations this server has not finished: open two-phase commits and
     /// pending Cx operations (zero once the cluster has settled).
     pub fn pending_ops(&self) -> usize {
-        self.engine.locks.tx_count() + self.cx.cx.gauges().0 as usize
+        self.engine.locks().tx_count() + self.cx.cx.gauges().0 as usize
     }
 }
