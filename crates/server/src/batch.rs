@@ -468,3 +468,31 @@ enum Change {
     Create(Inode),
     Remove(FileKind),
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{BatchOp, Errno, Reply, Semantics};
+
+    #[tokio::test]
+    async fn a_batch_of_creates_is_one_store_write_with_a_result_per_name() {
+        let kit = Kit::new().await;
+        kit.osd.engine.new_inos(1).await.unwrap(); // the id block reserved first
+        let mut names: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
+        let c = root();
+        let before = kit.store.committed();
+        let op = BatchOp::Create { exclusive: true };
+        let r = kit.osd.batches.batch(op, "/", &names, 0o644, (0, 0), Semantics::PerformAll, Via::Home, &c);
+        let Reply::Batch(reply) = r.await.unwrap() else { panic!("a batch reply") };
+        assert!(reply.errnos.iter().all(|e| *e == Errno::OK), "{:?}", reply.errnos);
+        assert_eq!(kit.store.committed() - before, 1, "one store write for 100 creates");
+        assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 100);
+        // Again with one new name: the others exist.
+        names.push("new".into());
+        let r = kit.osd.batches.batch(op, "/", &names, 0o644, (0, 0), Semantics::PerformAll, Via::Home, &c);
+        let Reply::Batch(reply) = r.await.unwrap() else { panic!("a batch reply") };
+        assert_eq!(reply.errnos.iter().filter(|e| **e == Errno::EEXIST).count(), 100);
+        assert_eq!(reply.errnos.last(), Some(&Errno::OK));
+    }
+}

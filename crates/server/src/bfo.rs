@@ -271,3 +271,34 @@ impl Bfo {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{FileRead, FileWrite, Reply, Semantics};
+
+    #[tokio::test]
+    async fn files_written_in_one_batch_read_back_in_one() {
+        let kit = Kit::new().await;
+        let files: Vec<FileWrite> = (0..3)
+            .map(|i| FileWrite {
+                name: format!("b{i}"),
+                data: vec![b'a' + i as u8; 100 * (i + 1)],
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                mtime: None,
+            })
+            .collect();
+        let bfo = &kit.osd.bfo;
+        bfo.batch_write("/", files.clone(), Semantics::PerformAll, Via::Home, &root()).await.unwrap();
+        let kit = kit.crash_and_restart().await;
+        let names: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
+        let got = kit.osd.bfo.batch_read("/", &names, 1 << 20, Via::Home, &root()).await.unwrap();
+        let Reply::Files(read) = got else { panic!("{got:?}") };
+        for (f, r) in files.iter().zip(read) {
+            assert!(matches!(&r, FileRead::Data { data, .. } if *data == f.data), "{}: {r:?}", f.name);
+        }
+    }
+}

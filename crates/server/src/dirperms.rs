@@ -257,3 +257,26 @@ impl DirPerms {
         self.twopc.run(plan, parts, &Cred::server()).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{SetAttr, Threshold};
+
+    #[tokio::test]
+    async fn a_directory_chmod_reaches_its_object_and_the_ancestry_below() {
+        let kit = Kit::new().await;
+        let plan = crate::twopc::Plan::now(&kit.osd.engine);
+        let policy = (Threshold::Never, 0);
+        kit.osd.twopc.mkdir(plan, "/p", 0o755, (0, 0), policy, Via::Home, &root()).await.unwrap();
+        let plan = crate::twopc::Plan::now(&kit.osd.engine);
+        kit.osd.twopc.mkdir(plan, "/p/q", 0o755, (0, 0), policy, Via::Home, &root()).await.unwrap();
+        let set = SetAttr { mode: Some(0o700), ..SetAttr::default() };
+        kit.osd.dirperms.dir_set_attr("/p", &set, &root()).await.unwrap();
+        let p = kit.osd.engine.dir_object("/p").unwrap();
+        assert_eq!(p.mode & 0o7777, 0o700);
+        let q = kit.osd.engine.dir_object("/p/q").unwrap();
+        assert_eq!(q.ancestry, p.ancestry.map(|a| a.with(q.search_perm())), "the child's ancestry follows");
+    }
+}

@@ -54,3 +54,18 @@ impl Peers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{Reply, Request};
+
+    #[tokio::test]
+    async fn a_request_to_this_server_is_served_without_a_message() {
+        let kit = Kit::new().await;
+        let sent = kit.osd.peers.pool.counters().snapshot().msgs_out;
+        let r = kit.osd.peers.call(0, Request::DirPerms { path: "/".into() }, &root()).await.unwrap();
+        assert!(matches!(r, Reply::DirPerms { mode: 0o755, .. }), "{r:?}");
+        assert_eq!(kit.osd.peers.pool.counters().snapshot().msgs_out, sent);
+    }
+}

@@ -80,3 +80,25 @@ impl Serial {
         Ok(undo)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{FileKind, Inode, Replace, Reply, SubOp};
+
+    #[tokio::test]
+    async fn a_sub_exec_applies_at_once_and_its_undo_takes_it_back() {
+        let kit = Kit::new().await;
+        let inode = Inode::new(4242, FileKind::File, 0o644, 0, 0);
+        let insert =
+            SubOp::InsertEntry { dir: "/".into(), name: "s".into(), inode, replace: Replace::Never, shard: None };
+        let Reply::Undo { ops, .. } = kit.osd.serial.sub_exec(vec![insert], &root()).await.unwrap() else {
+            panic!("an undo")
+        };
+        let root_dir = kit.osd.engine.dir_object("/").unwrap();
+        assert_eq!(root_dir.entries, 1, "applied at once, no log");
+        kit.osd.serial.sub_exec(ops, &root()).await.unwrap();
+        assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 0, "the undo took it back");
+        assert!(kit.osd.engine.store().get_entry(root_dir.ino, "s").unwrap().is_none());
+    }
+}

@@ -95,3 +95,32 @@ impl Namespace {
         self.twopc.retrying(attempt).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::attrs::NewNode;
+    use crate::engine::host::Via;
+    use crate::testkit::{root, Kit};
+    use plusfs_proto::{FileKind, Reply};
+
+    async fn nlink(kit: &Kit, p: &str) -> u32 {
+        match kit.osd.namespace.stat(p, Via::Home, &root()).await.unwrap() {
+            Reply::Attr(a) => a.nlink,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_link_shares_the_inode_and_an_unlink_drops_one_name() {
+        let kit = Kit::new().await;
+        let (ns, c) = (&kit.osd.namespace, root());
+        let node = NewNode { target: None, rdev: 0, access: 0 };
+        ns.create("/a", FileKind::File, 0o644, (0, 0), true, node, Via::Home, &c).await.unwrap();
+        ns.link("/a", "/b", Via::Home, &c).await.unwrap();
+        assert_eq!((nlink(&kit, "/a").await, nlink(&kit, "/b").await), (2, 2));
+        ns.unlink("/a", Via::Home, &c).await.unwrap();
+        let kit = kit.crash_and_restart().await;
+        assert_eq!(nlink(&kit, "/b").await, 1, "the count equals the names left");
+        assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 1);
+    }
+}
