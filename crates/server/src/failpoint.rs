@@ -199,8 +199,13 @@ pub struct Failpoints {
 /// reaching task only) instead of aborting.
 type ProcessArm = Option<(FailStep, bool)>;
 
+/// A `PLUSFS_FAILPOINT` that names no step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("PLUSFS_FAILPOINT: no failpoint is called '{0}' (known: {known})", known = FailStep::ALL.map(FailStep::name).join(", "))]
+pub struct UnknownFailpoint(pub String);
+
 /// `PLUSFS_FAILPOINT` (`NAME` or `panic:NAME`) read and checked.
-pub fn process_failpoint() -> Result<ProcessArm, String> {
+pub fn process_failpoint() -> Result<ProcessArm, UnknownFailpoint> {
     let Some(value) = std::env::var("PLUSFS_FAILPOINT").ok().filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
@@ -210,10 +215,7 @@ pub fn process_failpoint() -> Result<ProcessArm, String> {
     };
     match FailStep::from_name(name) {
         Some(step) => Ok(Some((step, panics))),
-        None => Err(format!(
-            "PLUSFS_FAILPOINT: no failpoint is called '{name}' (known: {})",
-            FailStep::ALL.map(FailStep::name).join(", ")
-        )),
+        None => Err(UnknownFailpoint(name.to_string())),
     }
 }
 
@@ -295,5 +297,34 @@ impl Failpoints {
                 std::future::pending::<()>().await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_step_is_found_by_its_name_and_a_typo_is_named_with_the_known_ones() {
+        for step in FailStep::ALL {
+            assert_eq!(FailStep::from_name(step.name()), Some(step));
+        }
+        assert_eq!(FailStep::from_name("cx_after_results"), None);
+        let e = UnknownFailpoint("cx_after_results".into()).to_string();
+        assert!(e.contains("'cx_after_results'") && e.contains("cx_after_result,"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_armed_pause_holds_the_step_until_released() {
+        let fps = Arc::new(Failpoints::default());
+        let fp = fps.arm(FailStep::CxAfterVote, FailAction::Pause);
+        let f = fps.clone();
+        let task = tokio::spawn(async move { f.hit(FailStep::CxAfterVote).await });
+        fp.reached().await;
+        fps.hit(FailStep::CxBeforeVote).await; // another step: not held
+        assert!(!task.is_finished());
+        fp.release();
+        task.await.unwrap();
+        assert_eq!(fp.hits(), 1);
     }
 }

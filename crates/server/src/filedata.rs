@@ -715,7 +715,7 @@ impl LiveIndex for RocksLiveIndex<'_> {
         let mut out = Vec::new();
         for ((off, id), loc) in refs.into_iter().zip(locs) {
             let Some(bytes) = loc else { continue };
-            let loc = RecordLoc::decode(id, &bytes).map_err(index_err)?;
+            let loc = RecordLoc::decode(&bytes).map_err(index_err)?;
             if loc.extent.segment == segment && loc.extent.offset == off {
                 out.push(Live { key: id, owner: loc.owner, extent: loc.extent });
             }
@@ -734,7 +734,7 @@ impl LiveIndex for RocksLiveIndex<'_> {
         let mut b = Batch::new();
         for (m, loc) in moves.iter().zip(current) {
             let Some(bytes) = loc else { continue }; // dropped meanwhile: the copy is garbage
-            let loc = RecordLoc::decode(m.key, &bytes).map_err(index_err)?;
+            let loc = RecordLoc::decode(&bytes).map_err(index_err)?;
             if loc.extent != m.from {
                 continue;
             }

@@ -106,8 +106,8 @@ pub enum StartError {
     Tls(#[from] plusfs_tls::CertError),
     #[error("cannot make the data directory {path} private: {source}")]
     Private { path: String, source: std::io::Error },
-    #[error("{0}")]
-    Failpoint(String),
+    #[error(transparent)]
+    Failpoint(#[from] failpoint::UnknownFailpoint),
 }
 
 /// How a server process ended.
@@ -190,7 +190,7 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Exit, StartError> {
     let entry = config.entry()?;
-    failpoint::process_failpoint().map_err(StartError::Failpoint)?;
+    failpoint::process_failpoint()?;
     private_data_dir(&config.data_dir)?;
     let security = secure(&config)?;
     if !entry.members.is_empty() {

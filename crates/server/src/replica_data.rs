@@ -28,7 +28,7 @@ fn bad(e: impl std::fmt::Display) -> StoreError {
 }
 
 fn decode_loc(value: &[u8]) -> Result<RecordLoc, String> {
-    RecordLoc::decode(0, value)
+    RecordLoc::decode(value).map_err(|e| format!("bad record index entry: {e}"))
 }
 
 /// The leader's data store, read for the records each batch starts using.

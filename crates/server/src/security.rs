@@ -222,6 +222,35 @@ pub fn admit(who: &Claimant, cred: Cred, req: &mut Request) -> Result<Cred, Wire
     }
 }
 
+/// Why a request of a client that is no admin is refused before it is served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapRefusal {
+    #[error("it needs a capability from the file's server")]
+    NoCapability,
+    #[error("capability refused: {0}")]
+    BadCapability(plusfs_tls::CapError),
+    #[error("capability refused: it was issued to certificate {0}")]
+    OthersCapability(String),
+    #[error("a write capability does not read")]
+    WriteCapabilityReads,
+    #[error("the capability does not let it store bytes {off}..+{len} of inode {ino}")]
+    NotCovered { ino: u64, off: u64, len: u64 },
+    #[error("receipt of record {record} refused: {why}")]
+    BadReceipt { record: u64, why: plusfs_tls::CapError },
+    #[error("receipt of record {record} refused: it was made for certificate {holder}")]
+    OthersReceipt { record: u64, holder: String },
+    #[error("record {0} has no receipt of its own")]
+    NoReceipt(u64),
+    #[error("record {record} of server {server} has no receipt for inode {ino}")]
+    NoReceiptFor { record: u64, server: u32, ino: u64 },
+    #[error("a probe reply of {asked} bytes for {sent} sent needs an admin identity")]
+    ProbeTooLarge { asked: u64, sent: usize },
+    #[error("a Cx side holds one sub-operation")]
+    CxSideNotOne,
+    #[error("{role} side {op} is not one of a mkdir or rmdir")]
+    CxSideNotMkdirRmdir { role: String, op: String },
+}
+
 /// Reply bytes of a `Probe` any identity may ask for, whatever it sent.
 const PROBE_FREE: usize = 64 << 10;
 
@@ -230,39 +259,36 @@ const PROBE_FREE: usize = 64 << 10;
 /// needs a read capability, `DataPut` a write capability for the record's owner and bytes;
 /// `DataDrop` and `CommitWrite` name only records with receipts made for this certificate.
 /// Data servers then check each record's owner against the capability's inode.
-pub fn check_caps(who: &Claimant, req: &mut Request, now: u64) -> Result<(), String> {
+pub fn check_caps(who: &Claimant, req: &mut Request, now: u64) -> Result<(), CapRefusal> {
     match req {
         Request::Layout { holder, .. } => *holder = who.serial.to_string(),
         Request::DataGet { cap, .. } => {
             let cap = held_cap(who, cap.as_ref(), now)?;
             if cap.write {
-                return Err("a write capability does not read".into());
+                return Err(CapRefusal::WriteCapabilityReads);
             }
         }
         Request::DataPut { owner, data, file_off, cap } => {
             let cap = held_cap(who, cap.as_ref(), now)?;
             if !cap.write || cap.ino != *owner || !cap.covers(*file_off, data.len() as u64) {
-                return Err(format!(
-                    "the capability does not let it store bytes {file_off}..+{} of inode {owner}",
-                    data.len()
-                ));
+                return Err(CapRefusal::NotCovered { ino: *owner, off: *file_off, len: data.len() as u64 });
             }
         }
         Request::DataDrop { records, receipts } => {
             held_receipts(who, receipts, now)?;
             if let Some(r) = records.iter().find(|r| !receipts.iter().any(|x| x.record == **r)) {
-                return Err(format!("record {r} has no receipt of its own"));
+                return Err(CapRefusal::NoReceipt(*r));
             }
         }
         // The wire probe answers with as many bytes as asked: more than it sent only for
         // admins (a user could otherwise make a server send 4 MiB per 40 bytes).
         Request::Probe { data, reply_len } if *reply_len as usize > data.len().max(PROBE_FREE) => {
-            return Err(format!("a probe reply of {reply_len} bytes for {} sent needs an admin identity", data.len()));
+            return Err(CapRefusal::ProbeTooLarge { asked: *reply_len as u64, sent: data.len() });
         }
         Request::CommitWrite { ino, pieces, receipts, .. } => {
             held_receipts(who, receipts, now)?;
             if let Some(q) = pieces.iter().find(|q| !receipts.iter().any(|r| r.vouches(q, *ino))) {
-                return Err(format!("record {} of server {} has no receipt for inode {ino}", q.record, q.server));
+                return Err(CapRefusal::NoReceiptFor { record: q.record, server: q.server, ino: *ino });
             }
         }
         _ => {}
@@ -277,10 +303,10 @@ pub fn check_caps(who: &Claimant, req: &mut Request, now: u64) -> Result<(), Str
 /// ancestry are the server's (from the credential and the parent), no extended
 /// attributes or distribution policy come along, and the participant checks the inode
 /// number against the sender's lease.
-pub fn rebuild_cx(req: &mut Request) -> Result<(), String> {
+pub fn rebuild_cx(req: &mut Request) -> Result<(), CapRefusal> {
     let Request::CxExec { role, ops, leased, .. } = req else { return Ok(()) };
     *leased = true;
-    let [op] = ops.as_mut_slice() else { return Err("a Cx side holds one sub-operation".into()) };
+    let [op] = ops.as_mut_slice() else { return Err(CapRefusal::CxSideNotOne) };
     match (role, op) {
         (CxRole::Participant, SubOp::CreateDir { object, .. }) => {
             // mkdir(2) keeps the permission and sticky bits; set-gid comes from the parent.
@@ -291,7 +317,7 @@ pub fn rebuild_cx(req: &mut Request) -> Result<(), String> {
             *inode = Inode { uid: inode.uid, ..Inode::subdir(inode.ino) };
         }
         (CxRole::Coordinator, SubOp::RemoveEntry { .. }) => {}
-        (role, op) => return Err(format!("{role:?} side {} is not one of a mkdir or rmdir", subop_name(op))),
+        (role, op) => return Err(CapRefusal::CxSideNotMkdirRmdir { role: format!("{role:?}"), op: subop_name(op) }),
     }
     Ok(())
 }
@@ -302,21 +328,21 @@ fn subop_name(op: &SubOp) -> String {
 
 /// The capability a request presents, if it is the cluster's, current and this
 /// connection's.
-fn held_cap<'c>(who: &Claimant, cap: Option<&'c Capability>, now: u64) -> Result<&'c Capability, String> {
-    let cap = cap.ok_or("it needs a capability from the file's server")?;
-    who.caps.check_cap(cap, now).map_err(|e| format!("capability refused: {e}"))?;
+fn held_cap<'c>(who: &Claimant, cap: Option<&'c Capability>, now: u64) -> Result<&'c Capability, CapRefusal> {
+    let cap = cap.ok_or(CapRefusal::NoCapability)?;
+    who.caps.check_cap(cap, now).map_err(CapRefusal::BadCapability)?;
     if cap.holder != who.serial {
-        return Err(format!("capability refused: it was issued to certificate {}", cap.holder));
+        return Err(CapRefusal::OthersCapability(cap.holder.clone()));
     }
     Ok(cap)
 }
 
 /// Checks that every receipt is the cluster's, current and this connection's.
-fn held_receipts(who: &Claimant, receipts: &[Receipt], now: u64) -> Result<(), String> {
+fn held_receipts(who: &Claimant, receipts: &[Receipt], now: u64) -> Result<(), CapRefusal> {
     for r in receipts {
-        who.caps.check_receipt(r, now).map_err(|e| format!("receipt of record {} refused: {e}", r.record))?;
+        who.caps.check_receipt(r, now).map_err(|why| CapRefusal::BadReceipt { record: r.record, why })?;
         if r.holder != who.serial {
-            return Err(format!("receipt of record {} refused: it was made for certificate {}", r.record, r.holder));
+            return Err(CapRefusal::OthersReceipt { record: r.record, holder: r.holder.clone() });
         }
     }
     Ok(())

@@ -22,15 +22,15 @@ impl RecordLoc {
         super::logrec::encode_framed(1, self)
     }
 
-    /// The index entry of record `id` stored as `bytes`, or why it cannot be read.
-    pub(crate) fn decode(id: u64, bytes: &[u8]) -> Result<RecordLoc, String> {
+    /// The index entry stored as `bytes`, or why it cannot be read.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<RecordLoc, super::logrec::RecordError> {
         use super::logrec::{decode_framed, no_upgrade, unframed};
-        decode_framed(bytes, 1, no_upgrade, unframed).map_err(|e| format!("corrupt index entry of record {id}: {e}"))
+        decode_framed(bytes, 1, no_upgrade, unframed)
     }
 
-    /// [`RecordLoc::decode`] as an EIO.
+    /// [`RecordLoc::decode`] of record `id`'s entry, as an EIO naming it.
     pub(crate) fn read(id: u64, bytes: &[u8]) -> OpResult<RecordLoc> {
-        RecordLoc::decode(id, bytes).map_err(|e| err(Errno::EIO, e))
+        RecordLoc::decode(bytes).map_err(|e| err(Errno::EIO, format!("corrupt index entry of record {id}: {e}")))
     }
 }
 
