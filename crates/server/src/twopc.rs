@@ -767,4 +767,28 @@ mod tests {
         assert!(kit.osd.engine.store().log_records(LogKind::Coordinator).unwrap().is_empty());
         assert_eq!(kit.store.committed() - before, 1, "one batch: entry and directory object together");
     }
+
+    #[tokio::test]
+    async fn a_mkdir_over_two_servers_commits_on_both_and_leaves_no_record() {
+        let mesh = crate::testkit::Mesh::new(2).await;
+        let coord = mesh.home("/");
+        let name = (0..64).map(|i| format!("e{i}")).find(|n| mesh.home(&format!("/{n}")) != coord).unwrap();
+        let path = format!("/{name}");
+        let osd = mesh.server(coord);
+        let plan = super::Plan::now(&osd.engine);
+        let policy = (plusfs_proto::Threshold::Cluster, 0);
+        let via = crate::engine::host::Via::Home;
+        let started = osd.engine.metrics().tx_started.load(std::sync::atomic::Ordering::Relaxed);
+        osd.twopc.mkdir(plan, &path, 0o755, (0, 0), policy, via, &root()).await.unwrap();
+        assert_eq!(osd.engine.metrics().tx_started.load(std::sync::atomic::Ordering::Relaxed), started + 1);
+        let other = mesh.server(mesh.home(&path));
+        assert!(other.engine.store().get_dir(&path).unwrap().is_some(), "the object on its home");
+        let root_ino = osd.engine.dir_object("/").unwrap().ino;
+        assert!(osd.engine.store().get_entry(root_ino, &name).unwrap().is_some(), "the entry on the parent's");
+        for s in [osd, other] {
+            assert!(s.engine.store().log_records(LogKind::Coordinator).unwrap().is_empty());
+            assert!(s.engine.store().log_records(LogKind::Participant).unwrap().is_empty());
+            assert_eq!(s.engine.locks().tx_count(), 0);
+        }
+    }
 }

@@ -404,3 +404,49 @@ fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>, cred: Cred)
         waiters: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::{root, Mesh};
+    use plusfs_proto::{CxRole, DirObject, Inode, OpId, Replace, Reply, Request, SubOp};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_cx_mkdir_executes_on_both_servers_and_commits_later() {
+        let mesh = Mesh::new(2).await;
+        let coord = mesh.home("/");
+        let name = (0..64).map(|i| format!("d{i}")).find(|n| mesh.home(&format!("/{n}")) != coord).unwrap();
+        let path = format!("/{name}");
+        let part = mesh.home(&path);
+        let ino = mesh.server(coord).engine.new_inos(1).await.unwrap();
+        let op = OpId { client: 1, process: 1, seq: 1 };
+        let entry = SubOp::InsertEntry {
+            dir: "/".into(),
+            name: name.clone(),
+            inode: Inode::subdir(ino),
+            replace: Replace::Never,
+            shard: None,
+        };
+        let object = DirObject::new(ino, 0o755, 0, 0);
+        let exec = |role, peer, ops| Request::CxExec { op, role, peer, ops, leased: false };
+        let to_coord = exec(CxRole::Coordinator, part, vec![entry]);
+        let to_part = exec(CxRole::Participant, coord, vec![SubOp::CreateDir { path: path.clone(), object }]);
+        let (c, p) =
+            tokio::join!(mesh.server(coord).handle(root(), to_coord), mesh.server(part).handle(root(), to_part));
+        for answer in [c, p] {
+            assert!(matches!(answer, Ok(Reply::CxAnswer(ref a)) if a.error.is_none()), "{answer:?}");
+        }
+        // Committed in the background (a commitment round), with no client message.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while mesh.server(coord).pending_ops() + mesh.server(part).pending_ops() > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the operation was never committed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let root_dir = mesh.server(coord).engine.dir_object("/").unwrap();
+        let entry = mesh.server(coord).engine.store().get_entry(root_dir.ino, &name).unwrap();
+        assert_eq!(entry.map(|e| e.ino), Some(ino), "the parent's entry");
+        let made = mesh.server(part).engine.dir_object(&path).unwrap();
+        assert_eq!(made.ino, ino, "the directory object on its home");
+        assert!(made.ancestry.is_some(), "its ancestry came from the parent's home");
+    }
+}
