@@ -3,6 +3,7 @@
 //! keys aside), read from one RocksDB snapshot, so the two belong together. Members at the
 //! same position must have the same digest; a difference is divergence.
 
+use crate::StoreOpenError;
 use rocksdb::{IteratorMode, ReadOptions, DB};
 use std::collections::BTreeMap;
 use xxhash_rust::xxh3::Xxh3;
@@ -19,27 +20,29 @@ pub struct Digest {
 }
 
 /// The log index the store `db` reflects now (0 before any entry).
-pub fn applied(db: &DB) -> Result<u64, String> {
-    let applied: Option<openraft::LogId<u64>> = match db.get(crate::sm::APPLIED).map_err(|e| e.to_string())? {
-        Some(v) => postcard::from_bytes(&v).map_err(|e| format!("bad applied position: {e}"))?,
-        None => None,
-    };
+pub fn applied(db: &DB) -> Result<u64, StoreOpenError> {
+    let applied: Option<openraft::LogId<u64>> =
+        match db.get(crate::sm::APPLIED).map_err(StoreOpenError::rocks("cannot read the applied position"))? {
+            Some(v) => postcard::from_bytes(&v).map_err(StoreOpenError::decode("applied position"))?,
+            None => None,
+        };
     Ok(applied.map_or(0, |l| l.index))
 }
 
 /// Sums up the store `db` as of one snapshot.
-pub fn digest(db: &DB) -> Result<Digest, String> {
+pub fn digest(db: &DB) -> Result<Digest, StoreOpenError> {
     let snap = db.snapshot();
     let mut opts = ReadOptions::default();
     opts.set_snapshot(&snap);
-    let applied: Option<openraft::LogId<u64>> = match snap.get(crate::sm::APPLIED).map_err(|e| e.to_string())? {
-        Some(v) => postcard::from_bytes(&v).map_err(|e| format!("bad applied position: {e}"))?,
-        None => None,
-    };
+    let applied: Option<openraft::LogId<u64>> =
+        match snap.get(crate::sm::APPLIED).map_err(StoreOpenError::rocks("cannot read the applied position"))? {
+            Some(v) => postcard::from_bytes(&v).map_err(StoreOpenError::decode("applied position"))?,
+            None => None,
+        };
     let mut h = Xxh3::new();
     let mut keys = 0;
     for kv in db.iterator_opt(IteratorMode::Start, opts) {
-        let (k, v) = kv.map_err(|e| e.to_string())?;
+        let (k, v) = kv.map_err(StoreOpenError::rocks("cannot read the store"))?;
         if k.first() == Some(&0) {
             continue;
         }

@@ -118,6 +118,9 @@ pub type Raft = openraft::Raft<TypeConfig>;
 /// Errors of a group operation.
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
+    /// A member's stores could not be opened or read.
+    #[error("cannot start the replica: {0}")]
+    Open(#[from] StoreOpenError),
     /// This member is not the leader; the leader's id and address if known.
     #[error("not the group's leader (leader: {0:?})")]
     NotLeader(Option<(MemberId, String)>),
@@ -127,6 +130,31 @@ pub enum GroupError {
     /// Opening the member's stores or its listener failed.
     #[error("cannot start the replica: {0}")]
     Start(String),
+}
+
+/// Why a member's log, state or snapshot directory cannot be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreOpenError {
+    #[error("{what}: {source}")]
+    Rocks { what: String, source: rocksdb::Error },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("bad {what}: {source}")]
+    Decode { what: String, source: postcard::Error },
+    #[error("{0}")]
+    Snapshot(String),
+}
+
+impl StoreOpenError {
+    fn rocks(what: impl Into<String>) -> impl FnOnce(rocksdb::Error) -> StoreOpenError {
+        let what = what.into();
+        move |source| StoreOpenError::Rocks { what, source }
+    }
+
+    fn decode(what: impl Into<String>) -> impl FnOnce(postcard::Error) -> StoreOpenError {
+        let what = what.into();
+        move |source| StoreOpenError::Decode { what, source }
+    }
 }
 
 /// Bytes of a snapshot sent per message.
@@ -255,10 +283,8 @@ impl Group {
         tls: Option<net::RaftTls>,
     ) -> Result<Group, GroupError> {
         let config = Arc::new(timing.config()?);
-        let log =
-            log::LogStore::open(&dir.join("log"), timing.fsync_log).map_err(|e| GroupError::Start(e.to_string()))?;
-        let sm = sm::StateMachine::open(store.clone(), data, &dir.join("snapshot"))
-            .map_err(|e| GroupError::Start(e.to_string()))?;
+        let log = log::LogStore::open(&dir.join("log"), timing.fsync_log)?;
+        let sm = sm::StateMachine::open(store.clone(), data, &dir.join("snapshot"))?;
         let server_tls = tls.as_ref().map(|t| t.server.clone());
         let raft = Raft::new(id, config, net::Network::new(tls), log, sm)
             .await

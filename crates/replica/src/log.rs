@@ -59,10 +59,11 @@ pub struct LogStore {
 
 impl LogStore {
     /// Opens (or creates) the log in `dir`.
-    pub fn open(dir: &Path, fsync_appends: bool) -> Result<LogStore, String> {
+    pub fn open(dir: &Path, fsync_appends: bool) -> Result<LogStore, crate::StoreOpenError> {
         let mut o = Options::default();
         o.create_if_missing(true);
-        let db = DB::open(&o, dir).map_err(|e| format!("cannot open the Raft log {}: {e}", dir.display()))?;
+        let db = DB::open(&o, dir)
+            .map_err(crate::StoreOpenError::rocks(format!("cannot open the Raft log {}", dir.display())))?;
         Ok(LogStore { db: Arc::new(db), fsync_appends })
     }
 

@@ -22,6 +22,7 @@
 
 use crate::log::{encode, synced};
 use crate::snapfile::{self, Item};
+use crate::StoreOpenError;
 use crate::{Applied, DataSink, MemberId, Node, TypeConfig};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -107,15 +108,16 @@ impl Names {
 impl StateMachine {
     /// Opens the state machine over `db` and its file data `data`, keeping snapshots in
     /// `dir`. An install cut off by a crash is finished first.
-    pub fn open(db: Arc<DB>, data: Option<Arc<dyn DataSink>>, dir: &Path) -> Result<StateMachine, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let get = |k: &[u8]| db.get(k).map_err(|e| format!("cannot read the replica's state: {e}"));
+    pub fn open(db: Arc<DB>, data: Option<Arc<dyn DataSink>>, dir: &Path) -> Result<StateMachine, StoreOpenError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| StoreOpenError::Io { what: format!("cannot create {}", dir.display()), source })?;
+        let get = |k: &[u8]| db.get(k).map_err(StoreOpenError::rocks("cannot read the replica's state"));
         let applied = match get(APPLIED)? {
-            Some(v) => postcard::from_bytes(&v).map_err(|e| format!("bad applied position: {e}"))?,
+            Some(v) => postcard::from_bytes(&v).map_err(StoreOpenError::decode("applied position"))?,
             None => None,
         };
         let membership = match get(MEMBERSHIP)? {
-            Some(v) => postcard::from_bytes(&v).map_err(|e| format!("bad membership: {e}"))?,
+            Some(v) => postcard::from_bytes(&v).map_err(StoreOpenError::decode("membership"))?,
             None => Membership::default(),
         };
         let installing = get(INSTALLING)?.is_some();
@@ -135,9 +137,11 @@ impl StateMachine {
         // before the store was touched (the store is behind its own snapshot): install it.
         let behind = current.as_ref().is_some_and(|c| c.meta.last_log_id > sm.applied);
         if installing || behind {
-            let c = current.ok_or("the store was being replaced by a snapshot that is not on disk")?;
+            let c = current.ok_or_else(|| {
+                StoreOpenError::Snapshot("the store was being replaced by a snapshot that is not on disk".into())
+            })?;
             tracing::warn!(snapshot = %c.meta.snapshot_id, "finishing a snapshot install cut off by a crash");
-            sm.load(&dir.join(&c.data), &c.meta).map_err(|e| e.to_string())?;
+            sm.load(&dir.join(&c.data), &c.meta).map_err(|e| StoreOpenError::Snapshot(e.to_string()))?;
         }
         Ok(sm)
     }
@@ -252,12 +256,14 @@ impl StateMachine {
 }
 
 /// The current snapshot named by `dir`'s `current.meta`, if any.
-fn read_current(dir: &Path) -> Result<Option<Current>, String> {
+fn read_current(dir: &Path) -> Result<Option<Current>, StoreOpenError> {
     let path = dir.join(CURRENT);
     match std::fs::read(&path) {
-        Ok(b) => postcard::from_bytes(&b).map(Some).map_err(|e| format!("bad snapshot file {}: {e}", path.display())),
+        Ok(b) => postcard::from_bytes(&b)
+            .map(Some)
+            .map_err(StoreOpenError::decode(format!("snapshot file {}", path.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(source) => Err(StoreOpenError::Io { what: format!("cannot read {}", path.display()), source }),
     }
 }
 

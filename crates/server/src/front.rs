@@ -83,7 +83,8 @@ impl Member {
             // The store is summed from a snapshot, the file data live: both belong to the
             // same log position only if nothing was applied meanwhile (else: again).
             for _ in 0..5 {
-                let store = plusfs_replica::check::digest(&db).map_err(|e| eio("cannot sum up the store", e))?;
+                let store =
+                    plusfs_replica::check::digest(&db).map_err(|e| eio("cannot sum up the store", e.to_string()))?;
                 // Summed as gathered: bounded memory for file data of any size.
                 let mut h = xxhash_rust::xxh3::Xxh3::new();
                 let (mut records, mut bytes) = (0u64, 0u64);
@@ -96,7 +97,8 @@ impl Member {
                     Ok(())
                 })
                 .map_err(|e| eio("cannot sum up the file data", e))?;
-                if plusfs_replica::check::applied(&db).map_err(|e| eio("cannot read the log position", e))?
+                if plusfs_replica::check::applied(&db)
+                    .map_err(|e| eio("cannot read the log position", e.to_string()))?
                     != store.applied
                 {
                     continue;
