@@ -42,6 +42,7 @@ impl Kit {
         osd.twopc.recover().await.expect("two-phase commit recovers");
         osd.cx.start_cx();
         osd.cx.recover_cx().expect("Cx recovers");
+        osd.migrate.join_map().await;
         Kit { osd, store, data_dir: dir }
     }
 

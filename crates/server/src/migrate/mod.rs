@@ -435,4 +435,48 @@ mod tests {
         assert!(m.outbox("/other").unwrap().is_none());
         assert_eq!(m.outbox_paths().unwrap(), ["/moved"]);
     }
+
+    #[tokio::test]
+    async fn a_drained_server_hands_every_directory_to_the_other() {
+        use crate::engine::attrs::NewNode;
+        use crate::engine::host::Via;
+        use crate::testkit::{root, Mesh};
+        use plusfs_placement::MapChange;
+        use plusfs_proto::{FileKind, Threshold};
+        let mesh = Mesh::new(2).await;
+        let c = root();
+        let on_one: Vec<String> = (0..40).map(|i| format!("/m{i}")).filter(|p| mesh.home(p) == 1).take(4).collect();
+        assert_eq!(on_one.len(), 4, "some directories are homed on server 1");
+        for p in &on_one {
+            let entry_server = mesh.server(mesh.home("/"));
+            let plan = crate::twopc::Plan::now(&entry_server.engine);
+            let policy = (Threshold::Never, 0);
+            entry_server.twopc.mkdir(plan, p, 0o755, (0, 0), policy, Via::Home, &c).await.unwrap();
+            let node = NewNode { target: None, rdev: 0, access: 0 };
+            let f = format!("{p}/f");
+            mesh.server(1)
+                .namespace
+                .create(&f, FileKind::File, 0o644, (0, 0), true, node, Via::Home, &c)
+                .await
+                .unwrap();
+        }
+        let drain = MapChange::Reweight { id: 1, weight: 0.0 }.to_text();
+        mesh.server(0).migrate.change_map(&drain).await.unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let map = mesh.server(0).engine.map();
+            let left = mesh.server(1).engine.store().dirs_within("/").unwrap();
+            if !map.migrating() && left.is_empty() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the drain did not end: {left:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        for p in &on_one {
+            let d = mesh.server(0).engine.dir_object(p).unwrap();
+            assert_eq!(d.entries, 1, "{p} came with its entry");
+            let f = format!("{p}/f");
+            assert!(mesh.server(0).namespace.stat(&f, Via::Home, &root()).await.is_ok(), "{f}");
+        }
+    }
 }
