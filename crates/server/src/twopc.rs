@@ -791,4 +791,34 @@ mod tests {
             assert_eq!(s.engine.locks().tx_count(), 0);
         }
     }
+
+    #[tokio::test]
+    async fn a_participant_that_cannot_write_its_prepare_record_aborts_the_whole_mkdir() {
+        let mesh = crate::testkit::Mesh::new(2).await;
+        let coord = mesh.home("/");
+        let name = (0..64).map(|i| format!("n{i}")).find(|n| mesh.home(&format!("/{n}")) != coord).unwrap();
+        let path = format!("/{name}");
+        let other = mesh.home(&path);
+        mesh.servers[other as usize].store.inject(plusfs_store::mem::Faults { fail_from: Some(0), no_space: true });
+        let osd = mesh.server(coord);
+        let plan = super::Plan::now(&osd.engine);
+        let policy = (plusfs_proto::Threshold::Cluster, 0);
+        let via = crate::engine::host::Via::Home;
+        let e = osd.twopc.mkdir(plan, &path, 0o755, (0, 0), policy, via, &root()).await.unwrap_err();
+        assert_eq!(e.errno, plusfs_proto::Errno::ENOSPC, "the participant's refusal reaches the caller: {e}");
+        let root_dir = osd.engine.dir_object("/").unwrap();
+        assert!(osd.engine.store().get_entry(root_dir.ino, &name).unwrap().is_none(), "no entry without its object");
+        assert_eq!(root_dir.entries, 0);
+        // The decision was delivered: nothing is left locked or logged on the coordinator.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while osd.engine.locks().tx_count() > 0
+            || !osd.engine.store().log_records(LogKind::Coordinator).unwrap().is_empty()
+        {
+            assert!(tokio::time::Instant::now() < deadline, "the abort was not finished");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        mesh.servers[other as usize].store.inject(plusfs_store::mem::Faults::default());
+        let plan = super::Plan::now(&osd.engine);
+        osd.twopc.mkdir(plan, &path, 0o755, (0, 0), policy, via, &root()).await.expect("works once the disk has room");
+    }
 }
