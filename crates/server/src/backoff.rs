@@ -1,11 +1,11 @@
 //! The pauses between attempts of a call that must get through (a decision to deliver, a
 //! shard to hand over, a parent's permissions to ask for) or an operation that lost to
 //! another (a transaction retried): one type, so every retry loop of the server doubles
-//! its pause the same way, optionally at random, and stops at the same kind of deadline.
+//! its pause the same way, optionally at random. When to give up is the loop's own
+//! business (a number of attempts, a deadline checked before each pause).
 
 use rand::Rng;
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// Pauses doubling from a first one up to a longest one.
 #[derive(Debug, Clone)]
@@ -13,13 +13,12 @@ pub(crate) struct Backoff {
     next: Duration,
     max: Duration,
     jitter: bool,
-    deadline: Option<Instant>,
 }
 
 impl Backoff {
     /// Pauses of `first`, twice that, ... up to `max`.
     pub(crate) fn new(first: Duration, max: Duration) -> Backoff {
-        Backoff { next: first, max, jitter: false, deadline: None }
+        Backoff { next: first, max, jitter: false }
     }
 
     /// For deliveries that must get through (decisions, urges, hand-overs): 50 ms
@@ -32,12 +31,6 @@ impl Backoff {
     /// conflicting operations then spread apart).
     pub(crate) fn jittered(mut self) -> Backoff {
         self.jitter = true;
-        self
-    }
-
-    /// No pause ends after `deadline`: [`Backoff::wait`] answers false once it passed.
-    pub(crate) fn until(mut self, deadline: Instant) -> Backoff {
-        self.deadline = Some(deadline);
         self
     }
 
@@ -54,15 +47,9 @@ impl Backoff {
         pause
     }
 
-    /// Waits before the next attempt; false (without waiting) once the deadline passed.
-    pub(crate) async fn wait(&mut self) -> bool {
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            return false;
-        }
-        let pause = self.next_pause();
-        let until = Instant::now() + pause;
-        tokio::time::sleep_until(self.deadline.map_or(until, |d| until.min(d))).await;
-        true
+    /// Waits before the next attempt.
+    pub(crate) async fn wait(&mut self) {
+        tokio::time::sleep(self.next_pause()).await;
     }
 }
 
@@ -83,11 +70,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_deadline_ends_the_waits() {
-        let mut b = Backoff::new(Duration::from_millis(40), Duration::from_millis(100))
-            .until(Instant::now() + Duration::from_millis(60));
-        assert!(b.wait().await);
-        assert!(b.wait().await, "the second wait is cut at the deadline");
-        assert!(!b.wait().await);
+    async fn a_wait_lasts_the_pause() {
+        let mut b = Backoff::new(Duration::from_millis(30), Duration::from_millis(100));
+        let t = tokio::time::Instant::now();
+        b.wait().await;
+        b.wait().await;
+        assert!(t.elapsed() >= Duration::from_millis(90), "30 then 60 ms: {:?}", t.elapsed());
     }
 }

@@ -87,8 +87,16 @@ impl Engine {
     /// The directory objects this server handed to their new home and keeps until the new
     /// home confirms them (the migration outbox: path and object).
     pub(crate) fn handed_over(&self) -> OpResult<Vec<(String, plusfs_proto::DirObject)>> {
-        let recs = self.log_all::<crate::engine::logrec::Outbox>().map_err(eio)?;
-        Ok(recs.into_iter().map(|(_, r)| (r.path, r.object)).collect())
+        // One record that cannot be read is skipped (and logged), not made an error of
+        // every subtree operation, fsck and the walker.
+        let mut out = Vec::new();
+        for (key, raw) in self.store.log_records(plusfs_store::LogKind::Outbox).map_err(eio)? {
+            match crate::engine::logrec::decode::<crate::engine::logrec::Outbox>(key, &raw) {
+                Ok(r) => out.push((r.path, r.object)),
+                Err(e) => tracing::error!(cause = %e, "an outbox record cannot be read; skipped"),
+            }
+        }
+        Ok(out)
     }
 
     /// Locks and checks `ops` for caller `c`. Returns the held busy locks and the prepared
