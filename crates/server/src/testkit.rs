@@ -102,6 +102,12 @@ impl Mesh {
         &self.servers[id as usize].osd
     }
 
+    /// A name `PREFIXn` whose directory `/PREFIXn` is homed on another server than `/`.
+    pub(crate) fn name_away_from_root(&self, prefix: &str) -> String {
+        let root = self.home("/");
+        (0..64).map(|i| format!("{prefix}{i}")).find(|n| self.home(&format!("/{n}")) != root).expect("a name")
+    }
+
     /// The server a directory at `path` is homed on.
     pub(crate) fn home(&self, path: &str) -> ServerId {
         self.servers[0].osd.engine.map().home_of_dir(path)

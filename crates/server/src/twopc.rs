@@ -772,7 +772,7 @@ mod tests {
     async fn a_mkdir_over_two_servers_commits_on_both_and_leaves_no_record() {
         let mesh = crate::testkit::Mesh::new(2).await;
         let coord = mesh.home("/");
-        let name = (0..64).map(|i| format!("e{i}")).find(|n| mesh.home(&format!("/{n}")) != coord).unwrap();
+        let name = mesh.name_away_from_root("e");
         let path = format!("/{name}");
         let osd = mesh.server(coord);
         let plan = super::Plan::now(&osd.engine);
@@ -796,7 +796,7 @@ mod tests {
     async fn a_participant_that_cannot_write_its_prepare_record_aborts_the_whole_mkdir() {
         let mesh = crate::testkit::Mesh::new(2).await;
         let coord = mesh.home("/");
-        let name = (0..64).map(|i| format!("n{i}")).find(|n| mesh.home(&format!("/{n}")) != coord).unwrap();
+        let name = mesh.name_away_from_root("n");
         let path = format!("/{name}");
         let other = mesh.home(&path);
         mesh.servers[other as usize].store.inject(plusfs_store::mem::Faults { fail_from: Some(0), no_space: true });

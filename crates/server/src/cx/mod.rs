@@ -415,7 +415,7 @@ mod tests {
     async fn a_cx_mkdir_executes_on_both_servers_and_commits_later() {
         let mesh = Mesh::new(2).await;
         let coord = mesh.home("/");
-        let name = (0..64).map(|i| format!("d{i}")).find(|n| mesh.home(&format!("/{n}")) != coord).unwrap();
+        let name = mesh.name_away_from_root("d");
         let path = format!("/{name}");
         let part = mesh.home(&path);
         let ino = mesh.server(coord).engine.new_inos(1).await.unwrap();
