@@ -85,12 +85,12 @@ impl Drop for Disk {
     }
 }
 
-/// What the workload had acknowledged.
+/// What the workload had acknowledged, each with the instant its answer arrived.
 #[derive(Default)]
 struct Acked {
-    dirs: Vec<String>,
-    files: Vec<(String, Vec<u8>)>,
-    batched: Vec<String>,
+    dirs: Vec<(String, Instant)>,
+    files: Vec<(String, Vec<u8>, Instant)>,
+    batched: Vec<(String, Instant)>,
     /// Operations that failed after the cut (the proof it hit mid-workload).
     failed_after_cut: usize,
 }
@@ -115,7 +115,7 @@ async fn workload(c: Client, acked: Arc<Mutex<Acked>>, cut_at: Instant, stop: In
             }
             let p = format!("/x/d{i}");
             match tokio::time::timeout(Duration::from_secs(3), c.mkdir(&p, 0o755)).await {
-                Ok(Ok(_)) => acked.lock().unwrap().dirs.push(p),
+                Ok(Ok(_)) => acked.lock().unwrap().dirs.push((p, Instant::now())),
                 _ => note_failure(&acked),
             }
         }
@@ -128,7 +128,9 @@ async fn workload(c: Client, acked: Arc<Mutex<Acked>>, cut_at: Instant, stop: In
             let f = NewFile { path: format!("/f/p{i}"), data: content(i), mode: 0o644, owner: None, mtime: None };
             let data = f.data.clone();
             match tokio::time::timeout(Duration::from_secs(3), c.batch_write(vec![f])).await {
-                Ok(r) if r.iter().all(Result::is_ok) => acked.lock().unwrap().files.push((format!("/f/p{i}"), data)),
+                Ok(r) if r.iter().all(Result::is_ok) => {
+                    acked.lock().unwrap().files.push((format!("/f/p{i}"), data, Instant::now()))
+                }
                 other => {
                     if Instant::now() < cut_at {
                         let why = other.map(|r| format!("{r:?}")).unwrap_or_else(|_| "no answer in 3 s".into());
@@ -153,10 +155,11 @@ async fn workload(c: Client, acked: Arc<Mutex<Acked>>, cut_at: Instant, stop: In
             .await
             {
                 Ok(Ok(out)) => {
+                    let at = Instant::now();
                     let mut a = acked.lock().unwrap();
                     for (n, o) in names.iter().zip(out) {
                         if o.into_result().is_ok() {
-                            a.batched.push(format!("/b/{n}"));
+                            a.batched.push((format!("/b/{n}"), at));
                         }
                     }
                 }
@@ -200,6 +203,11 @@ async fn one_cut(base: &Path, servers: usize, settings: &ClusterSettings, run: u
     // it (the cut really drops what was not fsynced).
     let canary = disk.mnt.join("canary");
     std::fs::write(&canary, vec![7u8; 1 << 20]).unwrap();
+    // The instant of the power loss. A real one stops every server at once, so nothing
+    // is acknowledged after it; here the servers run on until they are killed, and an
+    // fsync racing with the shutdown may still report success for a journal commit the
+    // shutdown dropped. What the promise covers is what was acknowledged before it.
+    let cut_started = Instant::now();
     disk.cut();
     // Everything of every server is frozen at the same instant; now the processes die.
     let pids: Vec<u32> = cluster_pids(&cluster);
@@ -218,37 +226,54 @@ async fn one_cut(base: &Path, servers: usize, settings: &ClusterSettings, run: u
     assert!(acked.failed_after_cut > 0, "no operation failed after the cut: it did not hit mid-workload");
     let mut restarted = LocalCluster::up(&exe(), &data, None, settings).expect("the cluster restarts after the cut");
     let c = Client::new(restarted.map().clone(), ClientOptions { retries: 5, ..Default::default() });
-    let mut lost = Vec::new();
-    for d in &acked.dirs {
+    // Losses of operations acknowledged before the cut (a broken promise), and of those
+    // acknowledged while it was under way (reported only).
+    let (mut lost, mut lost_late) = (Vec::new(), Vec::new());
+    let mut note = |what: String, at: Instant| {
+        if at < cut_started {
+            lost.push(what);
+        } else {
+            lost_late.push(what);
+        }
+    };
+    for (d, at) in &acked.dirs {
         if c.lstat(d).await.is_err() {
-            lost.push(format!("mkdir {d}"));
+            note(format!("mkdir {d}"), *at);
         }
     }
-    for (f, want) in &acked.files {
+    for (f, want, at) in &acked.files {
         match c.read_all(f).await {
             Ok(got) if got == *want => {}
-            Ok(got) => lost.push(format!("put {f}: {} bytes back of {}", got.len(), want.len())),
-            Err(e) => lost.push(format!("put {f}: {e}")),
+            Ok(got) => note(format!("put {f}: {} bytes back of {}", got.len(), want.len()), *at),
+            Err(e) => note(format!("put {f}: {e}"), *at),
         }
     }
-    for f in &acked.batched {
+    for (f, at) in &acked.batched {
         if c.lstat(f).await.is_err() {
-            lost.push(format!("batch create {f}"));
+            note(format!("batch create {f}"), *at);
         }
     }
     let n = acked.dirs.len() + acked.files.len() + acked.batched.len();
+    let late =
+        acked.dirs.iter().map(|d| d.1).chain(acked.files.iter().map(|f| f.2)).chain(acked.batched.iter().map(|b| b.1));
+    let late = late.filter(|at| *at >= cut_started).count();
     let fsck = Command::new(exe()).arg("fsck").env("PLUSFS_CLUSTER", restarted.map_file()).output().unwrap();
     if !fsck.status.success() {
         lost.push(format!("fsck: {}", String::from_utf8_lossy(&fsck.stdout)));
     }
     eprintln!(
-        "run {run}: {n} acknowledged ({} mkdirs, {} puts, {} batch creates), {} failed after the cut, {} lost",
+        "run {run}: {n} acknowledged ({} mkdirs, {} puts, {} batch creates; {late} of them while the cut was under \
+         way), {} failed after the cut, {} lost, {} acknowledged during the cut lost",
         acked.dirs.len(),
         acked.files.len(),
         acked.batched.len(),
         acked.failed_after_cut,
-        lost.len()
+        lost.len(),
+        lost_late.len()
     );
+    for l in &lost_late {
+        eprintln!("  acknowledged while the cut was under way, lost: {l}");
+    }
     restarted.shutdown().unwrap();
     drop(restarted);
     (n, lost)
