@@ -52,6 +52,7 @@ test: deps lint unit ctest pytest
 lint: venv-base
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_FEATURES) -- -D warnings
+	$(CARGO) clippy -p plusfs -p plusfs-server $(CARGO_FEATURES) -- -D warnings  # as released: no failpoints
 	$(VENV)/bin/ruff check python scripts tests/py
 	$(PYTHON) scripts/modgraph.py
 

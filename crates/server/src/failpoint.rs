@@ -24,6 +24,12 @@
 //! Process-only (reached in synchronous code): `compaction_before_switch`,
 //! `compaction_after_switch` (data compaction), `cx_during_recovery` (a restarted server
 //! loaded its Cx log, before resuming). Unarmed, checking costs two loads.
+//!
+//! Failpoints exist only in builds with the `failpoints` feature (test builds: the test
+//! cluster and the CLI's tests turn it on). In other builds reaching a step does nothing,
+//! arming is not there, and a server started with `PLUSFS_FAILPOINT` set refuses to start.
+
+#![cfg_attr(not(any(test, feature = "failpoints")), allow(dead_code))]
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -199,23 +205,32 @@ pub struct Failpoints {
 /// reaching task only) instead of aborting.
 type ProcessArm = Option<(FailStep, bool)>;
 
-/// A `PLUSFS_FAILPOINT` that names no step.
+/// A `PLUSFS_FAILPOINT` the server cannot honour.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("PLUSFS_FAILPOINT: no failpoint is called '{0}' (known: {known})", known = FailStep::ALL.map(FailStep::name).join(", "))]
-pub struct UnknownFailpoint(pub String);
+pub enum UnknownFailpoint {
+    /// It names no step.
+    #[error("PLUSFS_FAILPOINT: no failpoint is called '{0}' (known: {known})", known = FailStep::ALL.map(FailStep::name).join(", "))]
+    Name(String),
+    /// This build has no failpoints.
+    #[error("PLUSFS_FAILPOINT={0}: this build has no failpoints (they are in test builds, feature `failpoints`)")]
+    NotBuilt(String),
+}
 
 /// `PLUSFS_FAILPOINT` (`NAME` or `panic:NAME`) read and checked.
 pub fn process_failpoint() -> Result<ProcessArm, UnknownFailpoint> {
     let Some(value) = std::env::var("PLUSFS_FAILPOINT").ok().filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
+    if !cfg!(any(test, feature = "failpoints")) {
+        return Err(UnknownFailpoint::NotBuilt(value));
+    }
     let (name, panics) = match value.strip_prefix("panic:") {
         Some(n) => (n, true),
         None => (value.as_str(), false),
     };
     match FailStep::from_name(name) {
         Some(step) => Ok(Some((step, panics))),
-        None => Err(UnknownFailpoint(name.to_string())),
+        None => Err(UnknownFailpoint::Name(name.to_string())),
     }
 }
 
@@ -225,8 +240,12 @@ fn process_arm() -> ProcessArm {
 }
 
 /// Aborts the process if `PLUSFS_FAILPOINT` names `step` (for steps in synchronous code);
-/// panics (the reaching task only) if it names `panic:NAME`.
+/// panics (the reaching task only) if it names `panic:NAME`. Nothing without failpoints.
+#[inline]
 pub fn hit_process(step: FailStep) {
+    if !cfg!(any(test, feature = "failpoints")) {
+        return;
+    }
     match process_arm() {
         Some((s, false)) if s == step => {
             eprintln!("plusfs: failpoint {step} reached: aborting");
@@ -238,12 +257,14 @@ pub fn hit_process(step: FailStep) {
 }
 
 impl Failpoints {
+    #[cfg(any(test, feature = "failpoints"))]
     /// Sets what a [`FailAction::Crash`] does (the test cluster tears the server down).
     /// Only the first hook set counts.
     pub fn on_crash(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
         let _ = self.crash_hook.set(Box::new(hook));
     }
 
+    #[cfg(any(test, feature = "failpoints"))]
     /// Arms `step` with `action`, replacing an earlier arming of it.
     pub fn arm(&self, step: FailStep, action: FailAction) -> Arc<Failpoint> {
         let fp = Arc::new(Failpoint {
@@ -259,6 +280,7 @@ impl Failpoints {
         fp
     }
 
+    #[cfg(any(test, feature = "failpoints"))]
     /// Disarms `step` (a paused arrival is released).
     pub fn disarm(&self, step: FailStep) {
         if let Some(fp) = self.armed.lock().remove(&step) {
@@ -266,8 +288,17 @@ impl Failpoints {
         }
     }
 
-    /// Called by the server at `step`.
+    /// Called by the server at `step` (nothing in a build without failpoints).
+    #[inline]
     pub async fn hit(&self, step: FailStep) {
+        #[cfg(any(test, feature = "failpoints"))]
+        self.hit_armed(step).await;
+        #[cfg(not(any(test, feature = "failpoints")))]
+        let _ = step;
+    }
+
+    #[cfg(any(test, feature = "failpoints"))]
+    async fn hit_armed(&self, step: FailStep) {
         hit_process(step);
         if !self.any.load(Ordering::Acquire) {
             return;
@@ -310,7 +341,7 @@ mod tests {
             assert_eq!(FailStep::from_name(step.name()), Some(step));
         }
         assert_eq!(FailStep::from_name("cx_after_results"), None);
-        let e = UnknownFailpoint("cx_after_results".into()).to_string();
+        let e = UnknownFailpoint::Name("cx_after_results".into()).to_string();
         assert!(e.contains("'cx_after_results'") && e.contains("cx_after_result,"), "{e}");
     }
 
