@@ -321,6 +321,7 @@ impl LocalCluster {
                 migration: None,
                 retired: Vec::new(),
                 rebalance: settings.rebalance.clone(),
+                retry: Default::default(),
             };
             plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
             map

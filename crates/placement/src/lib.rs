@@ -471,6 +471,66 @@ impl Default for DelegSettings {
     }
 }
 
+/// The pauses of one kind of server retry loop: the first, doubling up to the longest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffSetting {
+    /// The first pause, in milliseconds.
+    pub first_ms: u64,
+    /// The longest pause, in milliseconds.
+    pub max_ms: u64,
+}
+
+/// The pauses of the servers' retry loops (`[retry]`): each loop doubles its pause from
+/// `first_ms` up to `max_ms`; when to give up stays each loop's own (its attempts, or a
+/// deadline such as `txn.commit_timeout_ms`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySettings {
+    /// Deliveries that must get through: Cx decisions, aborts and urges, a shard handed to
+    /// its storing server (default 50 ms up to 2 s).
+    #[serde(default = "default_delivery")]
+    pub delivery: BackoffSetting,
+    /// A cross-server operation that lost to a conflicting one, tried again; each pause a
+    /// random one up to the doubling one, so the two spread apart (default 4 ms up to 128 ms).
+    #[serde(default = "default_conflict")]
+    pub conflict: BackoffSetting,
+    /// Asking a parent directory's home for its permissions while it is unreachable (a
+    /// failover; default 50 ms up to 500 ms).
+    #[serde(default = "default_parent")]
+    pub parent: BackoffSetting,
+}
+
+fn default_delivery() -> BackoffSetting {
+    BackoffSetting { first_ms: 50, max_ms: 2000 }
+}
+fn default_conflict() -> BackoffSetting {
+    BackoffSetting { first_ms: 4, max_ms: 128 }
+}
+fn default_parent() -> BackoffSetting {
+    BackoffSetting { first_ms: 50, max_ms: 500 }
+}
+
+impl Default for RetrySettings {
+    fn default() -> RetrySettings {
+        RetrySettings { delivery: default_delivery(), conflict: default_conflict(), parent: default_parent() }
+    }
+}
+
+impl RetrySettings {
+    fn validate(&self) -> Result<(), MapError> {
+        for (name, b) in [("delivery", self.delivery), ("conflict", self.conflict), ("parent", self.parent)] {
+            if b.first_ms == 0 || b.max_ms < b.first_ms || b.max_ms > 60_000 {
+                return Err(MapError::Invalid(format!(
+                    "retry.{name}: first_ms must be positive and max_ms between first_ms and 60000 (got {} and {})",
+                    b.first_ms, b.max_ms
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The pace of migration (`[rebalance]`): each server moves at most `objects_per_sec`
 /// directory objects and `mib_per_sec` MiB of file data a second to their new homes, in
 /// hand-overs of `batch` objects, so client work keeps most of the capacity.
@@ -534,6 +594,9 @@ pub struct ClusterMap {
     /// How fast objects move to new homes after a change of the server set.
     #[serde(default)]
     pub rebalance: RebalanceSettings,
+    /// The pauses of the servers' retry loops.
+    #[serde(default)]
+    pub retry: RetrySettings,
     pub servers: Vec<ServerEntry>,
     /// The move of objects to the homes this epoch gives them, while it lasts (none: every
     /// object is at its home).
@@ -568,6 +631,7 @@ impl ClusterMap {
             replication: ReplicationSettings::default(),
             tls: TlsSettings::default(),
             rebalance: RebalanceSettings::default(),
+            retry: RetrySettings::default(),
             servers,
             migration: None,
             retired: Vec::new(),
@@ -653,6 +717,7 @@ impl ClusterMap {
                     .into(),
             ));
         }
+        self.retry.validate()?;
         if self.txn.commit_timeout_ms == 0 || self.txn.commit_threshold == 0 {
             return Err(MapError::Invalid("txn.commit_timeout_ms and txn.commit_threshold must be positive".into()));
         }
@@ -818,6 +883,7 @@ mod tests {
             replication: ReplicationSettings::default(),
             tls: TlsSettings::default(),
             rebalance: RebalanceSettings::default(),
+            retry: RetrySettings::default(),
             servers: servers(3),
             migration: None,
             retired: Vec::new(),

@@ -2,8 +2,10 @@
 //! shard to hand over, a parent's permissions to ask for) or an operation that lost to
 //! another (a transaction retried): one type, so every retry loop of the server doubles
 //! its pause the same way, optionally at random. When to give up is the loop's own
-//! business (a number of attempts, a deadline checked before each pause).
+//! business (a number of attempts, a deadline checked before each pause). The pauses of
+//! each kind of loop come from the map's `[retry]` settings.
 
+use plusfs_placement::{BackoffSetting, ClusterMap};
 use rand::Rng;
 use std::time::Duration;
 
@@ -21,10 +23,26 @@ impl Backoff {
         Backoff { next: first, max, jitter: false }
     }
 
-    /// For deliveries that must get through (decisions, urges, hand-overs): 50 ms
-    /// doubling up to 2 s.
-    pub(crate) fn delivery() -> Backoff {
-        Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+    /// Pauses as `setting` says.
+    pub(crate) fn from_setting(setting: BackoffSetting) -> Backoff {
+        Backoff::new(Duration::from_millis(setting.first_ms), Duration::from_millis(setting.max_ms))
+    }
+
+    /// For deliveries that must get through (decisions, urges, hand-overs):
+    /// `[retry] delivery`.
+    pub(crate) fn delivery(map: &ClusterMap) -> Backoff {
+        Backoff::from_setting(map.retry.delivery)
+    }
+
+    /// For a cross-server operation that lost to another, tried again: `[retry] conflict`,
+    /// jittered.
+    pub(crate) fn conflict(map: &ClusterMap) -> Backoff {
+        Backoff::from_setting(map.retry.conflict).jittered()
+    }
+
+    /// For asking an unreachable parent's home for its permissions: `[retry] parent`.
+    pub(crate) fn parent(map: &ClusterMap) -> Backoff {
+        Backoff::from_setting(map.retry.parent)
     }
 
     /// Each pause a random one between 1 ms and the doubling one (attempts of two
@@ -67,6 +85,21 @@ mod tests {
             let p = j.next_pause().as_millis() as u64;
             assert!((1..=bound).contains(&p), "{p} within 1..={bound}");
         }
+    }
+
+    #[test]
+    fn each_kind_pauses_as_the_map_says() {
+        let mut map = ClusterMap::with_servers(vec![plusfs_placement::ServerEntry::new(0, "127.0.0.1:1".into(), 1.0)]);
+        map.retry.delivery = BackoffSetting { first_ms: 7, max_ms: 20 };
+        let pauses: Vec<u64> = (0..3)
+            .map({
+                let mut b = Backoff::delivery(&map);
+                move |_| b.next_pause().as_millis() as u64
+            })
+            .collect();
+        assert_eq!(pauses, [7, 14, 20]);
+        assert_eq!(Backoff::parent(&map).next_pause(), Duration::from_millis(50), "the default");
+        assert!(Backoff::conflict(&map).next_pause() <= Duration::from_millis(4));
     }
 
     #[tokio::test]

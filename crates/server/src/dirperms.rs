@@ -189,7 +189,7 @@ impl DirPerms {
         let deadline = tokio::time::Instant::now() + wait;
         // The deadline is checked before each pause, not within it: the last ask may come
         // a pause after the deadline (a failover of the parent's home takes about that).
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
+        let mut backoff = Backoff::parent(&self.engine.map());
         loop {
             match self.peers.call(home, req.clone(), &Cred::server()).await {
                 Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok(ParentPerms { mode, gid, ancestry }),

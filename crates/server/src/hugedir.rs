@@ -246,7 +246,7 @@ impl HugeDirs {
 
     /// Sends `req` to `server` until it succeeds; the directory waits meanwhile.
     async fn send_until_acked(self: &Arc<Self>, server: ServerId, req: Request) {
-        let mut backoff = Backoff::delivery();
+        let mut backoff = Backoff::delivery(&self.engine.map());
         loop {
             match self.peers.pool.call(server, &req).await {
                 Ok(Ok(_)) => return,

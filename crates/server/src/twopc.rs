@@ -415,7 +415,7 @@ impl TwoPhase {
         Fut: std::future::Future<Output = Response>,
     {
         let mut attempt = 0;
-        let mut backoff = Backoff::new(Duration::from_millis(4), Duration::from_millis(128)).jittered();
+        let mut backoff = Backoff::conflict(&self.engine.map());
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         loop {
             // Each attempt plans with the map it starts with; its transaction carries that

@@ -111,6 +111,7 @@ impl TestCluster {
             migration: None,
             retired: Vec::new(),
             rebalance: Default::default(),
+            retry: Default::default(),
         };
         let net = Arc::new(SimNet::new(opts.seed));
         let nodes = map

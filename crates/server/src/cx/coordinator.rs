@@ -176,7 +176,7 @@ impl Cx {
     /// Sends the decisions until the participant ACKs, then prunes them (Complete).
     pub(super) async fn deliver_decisions(self: Arc<Self>, peer: ServerId, commits: Vec<OpId>, aborts: Vec<OpId>) {
         let req = Request::CxDecide { commits: commits.clone(), aborts: aborts.clone() };
-        let mut backoff = Backoff::delivery();
+        let mut backoff = Backoff::delivery(&self.engine.map());
         while let Err(e) = self.peer_call_cx(peer, req.clone()).await {
             tracing::warn!(peer, cause = %e.message, "Cx decision not delivered; retrying");
             backoff.wait().await;

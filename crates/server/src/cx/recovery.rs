@@ -63,7 +63,7 @@ impl Cx {
     /// Urges `coord` about `ops` until it answers (it may be restarting too).
     pub(super) async fn urge_until_decided(self: Arc<Self>, coord: ServerId, ops: Vec<OpId>) {
         let req = Request::CxUrge { participant: self.engine.id(), ops };
-        let mut backoff = Backoff::delivery();
+        let mut backoff = Backoff::delivery(&self.engine.map());
         while self.peer_call_cx(coord, req.clone()).await.is_err() {
             backoff.wait().await;
         }

@@ -298,7 +298,7 @@ impl Cx {
 
     pub(super) async fn send_abort(self: &Arc<Self>, participant: ServerId, id: OpId) {
         let req = Request::CxDecide { commits: vec![], aborts: vec![id] };
-        let mut backoff = Backoff::delivery();
+        let mut backoff = Backoff::delivery(&self.engine.map());
         while let Err(e) = self.peer_call_cx(participant, req.clone()).await {
             tracing::warn!(participant, cause = %e.message, "Cx abort not delivered; retrying");
             backoff.wait().await;
