@@ -4,7 +4,7 @@
 //! thousand creates costs one request, one reply and one store write.
 
 use crate::engine::attrs::count_entry;
-use crate::engine::errors::{check_dir_path, eio};
+use crate::engine::errors::{check_dir_path, eio, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
@@ -15,7 +15,7 @@ use crate::links::Links;
 use crate::namespace::Namespace;
 use crate::twopc::TwoPhase;
 use plusfs_proto::path::{check_name, join};
-use plusfs_proto::{Attr, BatchOp, BatchReply, Cred, Errno, FileKind, Ino, Inode, Reply, Response, Semantics};
+use plusfs_proto::{Attr, BatchOp, BatchReply, Cred, Errno, FileKind, Ino, Inode, Reply, Semantics};
 use plusfs_store::Batch;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,7 +88,7 @@ impl Batches {
         semantics: Semantics,
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         let (uid, gid) = owner;
         if matches!(op, BatchOp::Create { .. } | BatchOp::Unlink) && !self.may_batch(dir, via, c) {
@@ -162,16 +162,16 @@ impl Batches {
                     let node = crate::engine::attrs::NewNode { target: None, rdev: 0, access: 0 };
                     self.namespace.create(&p, FileKind::File, mode, (uid, gid), exclusive, node, via, c).await
                 }
-                _ => Err(plusfs_proto::WireError::new(Errno::EINVAL, "not a write batch")),
+                _ => Err(err(Errno::EINVAL, "not a write batch")),
             };
             let r = match r {
                 Ok(Reply::Attr(a)) => Ok(Some(a)),
                 Ok(_) => Ok(None),
-                Err(e) if e.redirect.is_some() => {
-                    results.reply.dist = e.redirect.map(|d| *d);
+                Err(e) if e.dist().is_some() => {
+                    results.reply.dist = e.dist().cloned();
                     break;
                 }
-                Err(e) => Err(e.errno),
+                Err(e) => Err(e.errno()),
             };
             if !results.push(r) {
                 break;
@@ -202,7 +202,7 @@ impl Batches {
         semantics: Semantics,
         via: Via,
         c: &Cred,
-    ) -> Result<BatchReply, plusfs_proto::WireError> {
+    ) -> OpResult<BatchReply> {
         let d = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &d, dir)?;
         let mut results = Results::new(semantics, names.len());
@@ -218,7 +218,7 @@ impl Batches {
                     Some(e) if e.kind == FileKind::Dir => Ok(Some(Attr { incarnation: 0, ..Attr::of_inode(&e) })),
                     Some(e) if e.link_home.is_some() => match self.links.resolve(&join(dir, name), e).await {
                         Ok(i) => Ok(Some(Attr::of_inode(&i))),
-                        Err(e) => Err(e.errno),
+                        Err(e) => Err(e.errno()),
                     },
                     Some(e) => Ok(Some(Attr::of_inode(&e))),
                 },
@@ -242,7 +242,7 @@ impl Batches {
         semantics: Semantics,
         via: Via,
         decide: F,
-    ) -> Result<Option<BatchReply>, plusfs_proto::WireError>
+    ) -> OpResult<Option<BatchReply>>
     where
         F: Fn(Option<&Inode>) -> Result<Change, Errno>,
     {
@@ -332,7 +332,7 @@ impl Batches {
                 // Not distributed after all (its policy changed meanwhile): send the rest again.
                 Ok(None) => self.engine.dist_info(dir, &host.obj),
                 Err(e) => {
-                    tracing::error!(dir, cause = %e.message, "redistribution failed");
+                    tracing::error!(dir, cause = %e.message(), "redistribution failed");
                     let mut info = self.engine.dist_info(dir, &host.obj);
                     info.state = plusfs_proto::DistState::Distributing;
                     info
@@ -355,7 +355,7 @@ impl Batches {
         semantics: Semantics,
         via: Via,
         c: &Cred,
-    ) -> Result<BatchReply, plusfs_proto::WireError> {
+    ) -> OpResult<BatchReply> {
         // A distributed directory redirects here, before anything is done.
         perm::check_search(c, &self.engine.host(dir, via)?.obj, dir)?;
         let mut results = Results::new(semantics, names.len());
@@ -391,7 +391,7 @@ impl Batches {
     ) -> Vec<EntryResult> {
         let parent = match self.engine.host(dir, via) {
             Ok(h) => h.obj,
-            Err(e) => return vec![Err(e.errno); names.len()],
+            Err(e) => return vec![Err(e.errno()); names.len()],
         };
         let mut out: Vec<Option<EntryResult>> = vec![None; names.len()];
         let mut seen = std::collections::HashSet::new();
@@ -450,12 +450,12 @@ impl Batches {
         match self.twopc.retrying(|plan| self.twopc.mkdir(plan, &path, mode, owner, policy, via, c)).await {
             Ok(Reply::Attr(a)) => Ok(Some(a)),
             Ok(_) => Err(Errno::EIO),
-            Err(e) => Err(e.errno),
+            Err(e) => Err(e.errno()),
         }
     }
 
     /// `closev`: no server state is kept for open files yet, so every handle closes.
-    pub(crate) fn closev(&self, inos: &[Ino]) -> Response {
+    pub(crate) fn closev(&self, inos: &[Ino]) -> OpResult<Reply> {
         Ok(Reply::Batch(BatchReply { errnos: vec![Errno::OK; inos.len()], attrs: Vec::new(), dist: None }))
     }
 }

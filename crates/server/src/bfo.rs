@@ -20,7 +20,7 @@
 
 use crate::batch::Batches;
 use crate::engine::attrs::count_entry;
-use crate::engine::errors::{check_dir_path, eio, err, OpResult};
+use crate::engine::errors::{check_dir_path, eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
 use crate::engine::Engine;
@@ -29,8 +29,8 @@ use crate::hugedir::HugeDirs;
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
 use plusfs_proto::{
-    Attr, BatchReply, Cred, Errno, FileKind, FileRead, FileWrite, Inode, Piece, Reply, Response, Semantics, Timespec,
-    MAY_READ, MAY_WRITE,
+    Attr, BatchReply, Cred, Errno, FileKind, FileRead, FileWrite, Inode, Piece, Reply, Semantics, Timespec, MAY_READ,
+    MAY_WRITE,
 };
 use plusfs_store::Batch;
 use std::collections::HashSet;
@@ -68,16 +68,14 @@ impl Bfo {
         semantics: Semantics,
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         let guard = self.batches.lock_names(dir, files.iter().map(|f| f.name.as_str())).await;
         let mut host = self.engine.host(dir, via)?;
         if !host.shard && self.engine.over_threshold(&host.obj) {
             drop(guard);
             let info = self.hugedirs.distribute(dir).await?;
-            return Err(plusfs_proto::WireError::redirect(
-                info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj)),
-            ));
+            return Err(OpError::Redirect(Box::new(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj)))));
         }
         perm::check_search(c, &host.obj, dir)?;
         let may_create = perm::check_dir_write(c, &host.obj, dir).is_ok();
@@ -204,7 +202,7 @@ impl Bfo {
         max_bytes: u64,
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         let max_bytes = max_bytes.min(MAX_REPLY_BYTES);
         let d = self.engine.host(dir, via)?.obj;

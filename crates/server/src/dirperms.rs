@@ -10,7 +10,7 @@
 //! reached it (the ancestry is read at the same point of the operation either way).
 
 use crate::backoff::Backoff;
-use crate::engine::errors::{check_dir_path, err, OpResult};
+use crate::engine::errors::{check_dir_path, err, OpError, OpResult};
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::engine::Engine;
@@ -20,8 +20,8 @@ use crate::pushed::PUSH_WAIT;
 use crate::twopc::{add_part, Parts};
 use crate::twopc::{Plan, TwoPhase};
 use plusfs_proto::{
-    Cred, CxRole, DirObject, Errno, FileKind, OpId, ParentPerms, Replace, Reply, Request, Response, ServerId, SetAttr,
-    SubOp, Timespec,
+    Cred, CxRole, DirObject, Errno, FileKind, OpId, ParentPerms, Replace, Reply, Request, ServerId, SetAttr, SubOp,
+    Timespec,
 };
 use plusfs_store::Batch;
 use std::sync::Arc;
@@ -94,8 +94,8 @@ impl DirPerms {
                     let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
                     match self.pushed_or_asked(parent, wait, cx).await {
                         Ok(perms) => inherit(object, perms),
-                        Err(e) if defer && e.errno == Errno::EIO => {
-                            tracing::info!(path = %path, cause = %e.message, "ancestry filled at commit");
+                        Err(e) if defer && e.errno() == Errno::EIO => {
+                            tracing::info!(path = %path, cause = %e.message(), "ancestry filled at commit");
                         }
                         Err(e) => return Err(e),
                     }
@@ -137,7 +137,7 @@ impl DirPerms {
     ) -> OpResult<ParentPerms> {
         if let Some((op, coordinator)) = cx.filter(|(_, co)| self.engine.map().home_of_dir(parent) == *co) {
             match self.pushed_perms.take(op, parent, PUSH_WAIT).await {
-                Some(answer) => return answer,
+                Some(answer) => return answer.map_err(OpError::from),
                 None => tracing::debug!(%op, coordinator, parent, "no pushed permissions; asking"),
             }
         }
@@ -169,7 +169,7 @@ impl DirPerms {
                     gid: d.gid,
                     ancestry: d.ancestry,
                 });
-                let req = Request::CxPerms { op, path, answer };
+                let req = Request::CxPerms { op, path, answer: answer.map_err(plusfs_proto::WireError::from) };
                 if let Err(e) = osd.peers.call(peer, req, &Cred::server()).await {
                     tracing::debug!(%op, peer, cause = %e.message, "cannot push a parent's permissions");
                 }
@@ -198,7 +198,7 @@ impl DirPerms {
                     tracing::debug!(dir, cause = %e.message, "parent's home unreachable; asking again");
                     backoff.wait().await;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -206,7 +206,7 @@ impl DirPerms {
     /// `DirSetAttr` on the directory's home: checked for `c`; a change of owner, group or
     /// search bits (or of any of mode, owner, group of a distributed directory, whose
     /// shards check writes) goes to every server as one transaction.
-    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> Response {
+    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> OpResult<Reply> {
         check_dir_path(p)?;
         if set.size.is_some() {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
@@ -215,7 +215,7 @@ impl DirPerms {
         Ok(Reply::Attr(self.hugedirs.dir_attr(p, c.session).await?))
     }
 
-    async fn dir_set_attr_once(self: &Arc<Self>, plan: Plan, p: &str, set: &SetAttr, c: &Cred) -> Response {
+    async fn dir_set_attr_once(self: &Arc<Self>, plan: Plan, p: &str, set: &SetAttr, c: &Cred) -> OpResult<Reply> {
         let g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;

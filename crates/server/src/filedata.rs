@@ -18,7 +18,7 @@
 //! append until their index entries are committed, so a compaction that picks its
 //! segments under the exclusive gate never misses a record that is about to be used.
 
-use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::errors::{eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
 use crate::engine::records::RecordLoc;
@@ -33,7 +33,7 @@ use plusfs_data::{DataError, Live, LiveIndex, Move};
 use plusfs_proto::filedata::{overlay, records, truncate};
 use plusfs_proto::Payload;
 use plusfs_proto::{
-    Attr, Capability, Cred, Errno, FileKind, Ino, Inode, Piece, Receipt, Reply, Request, Response, ServerId, Timespec,
+    Attr, Capability, Cred, Errno, FileKind, Ino, Inode, Piece, Receipt, Reply, Request, ServerId, Timespec,
     MAX_FILE_SIZE, MAX_RECORD, MAY_READ, MAY_WRITE,
 };
 use plusfs_store::Batch;
@@ -50,7 +50,7 @@ const SEAL_FOR_COMPACTION: u64 = 1 << 20;
 
 pub(crate) fn data_err(e: DataError) -> plusfs_proto::WireError {
     tracing::error!(cause = %e, "data store failure");
-    err(Errno(e.errno()), format!("data store: {e}"))
+    err(Errno(e.errno()), format!("data store: {e}")).into()
 }
 
 /// Runs blocking data-store work off the async threads.
@@ -61,6 +61,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| err(Errno::EIO, format!("data task failed: {e}")))?
         .map_err(data_err)
+        .map_err(OpError::from)
 }
 
 /// File data: writes, reads, capabilities of client-direct I/O, records on other
@@ -120,7 +121,7 @@ impl FileData {
         append: bool,
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         // Bytes of a write (not appending) that go to other servers are stored before the
         // entry is locked, so writers of one file overlap their transfers.
         let early = match append {
@@ -150,7 +151,7 @@ impl FileData {
         via: Via,
         c: &Cred,
         stored: &mut Vec<(ServerId, u64)>,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
@@ -203,7 +204,7 @@ impl FileData {
         stored.clear();
         drop(gate);
         self.drop_remote(remote).await;
-        answer
+        answer.map_err(OpError::from)
     }
 
     /// `Layout`: the attributes of the regular file at `p` and its pieces that hold bytes
@@ -217,7 +218,7 @@ impl FileData {
         holder: String,
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let want = if write { MAY_WRITE } else { MAY_READ };
         let inode = match self.file_target(p, via, false, c, want).await? {
             Found::Here(t) => t.inode,
@@ -253,7 +254,7 @@ impl FileData {
         (pieces, receipts): (Vec<Piece>, Vec<Receipt>),
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino: at } => {
@@ -396,7 +397,7 @@ impl FileData {
                     pieces.push(Piece { file_off, len: part.len() as u64, server, record: id, skip: 0 })
                 }
                 Ok(Ok(other)) => failed = failed.or(Some(err(Errno::EIO, format!("unexpected reply {other:?}")))),
-                Ok(Err(e)) => failed = failed.or(Some(e)),
+                Ok(Err(e)) => failed = failed.or(Some(e.into())),
                 Err(e) => failed = failed.or(Some(err(Errno::EIO, format!("data server {server}: {e}")))),
             }
         }
@@ -416,7 +417,7 @@ impl FileData {
         data: Bytes,
         file_off: u64,
         cap: Option<Capability>,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         if data.len() as u64 > MAX_RECORD {
             return Err(err(Errno::EINVAL, format!("a record holds at most {MAX_RECORD} bytes")));
         }
@@ -451,7 +452,7 @@ impl FileData {
 
     /// `DataDrop`: records no file uses. A client's (with receipts, checked at admission)
     /// names only records stored here.
-    pub(crate) async fn data_drop(self: &Arc<Self>, ids: &[u64], receipts: &[Receipt]) -> Response {
+    pub(crate) async fn data_drop(self: &Arc<Self>, ids: &[u64], receipts: &[Receipt]) -> OpResult<Reply> {
         if let Some(r) = receipts.iter().find(|r| r.server != self.engine.id()) {
             return Err(err(Errno::EACCES, format!("record {} was stored on server {}, not here", r.record, r.server)));
         }
@@ -464,7 +465,14 @@ impl FileData {
     }
 
     /// `Read`: up to `len` bytes at `offset`; holes read as zeros.
-    pub(crate) async fn read_file(self: &Arc<Self>, p: &str, offset: u64, len: u32, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn read_file(
+        self: &Arc<Self>,
+        p: &str,
+        offset: u64,
+        len: u32,
+        via: Via,
+        c: &Cred,
+    ) -> OpResult<Reply> {
         // A read may race with a rewrite or a compaction that moves what it looked up:
         // it then starts again from the inode.
         let mut last = None;
@@ -499,7 +507,7 @@ impl FileData {
         let fetches = wanted.iter().map(|(&server, ranges)| async move {
             let r: Vec<(u64, u64, u64)> = ranges.iter().map(|x| (x.1, x.2, x.3)).collect();
             let parts = self.fetch_ranges(server, r).await?;
-            Ok(ranges.iter().map(|x| x.0).zip(parts).collect::<Vec<_>>())
+            Ok::<_, OpError>(ranges.iter().map(|x| x.0).zip(parts).collect::<Vec<_>>())
         });
         // The file's bytes in order, holes as zeros.
         let mut found: Vec<(u64, Bytes)> = Vec::new();
@@ -574,7 +582,7 @@ impl FileData {
         let all = match self.peers.pool.call(server, &Request::DataGet { ranges, cap: None }).await {
             Ok(Ok(Reply::Data(d))) => d.into_bytes(),
             Ok(Ok(other)) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
-            Ok(Err(e)) => return Err(e),
+            Ok(Err(e)) => return Err(e.into()),
             Err(e) => return Err(err(Errno::EIO, format!("data server {server}: {e}"))),
         };
         split_reply(&all, lens.into_iter())
@@ -582,7 +590,11 @@ impl FileData {
 
     /// `DataGet`: bytes of records here; under a capability (checked at admission), only
     /// of records of the capability's file.
-    pub(crate) async fn data_get(self: &Arc<Self>, ranges: &[(u64, u64, u64)], cap: Option<&Capability>) -> Response {
+    pub(crate) async fn data_get(
+        self: &Arc<Self>,
+        ranges: &[(u64, u64, u64)],
+        cap: Option<&Capability>,
+    ) -> OpResult<Reply> {
         let owner = cap.map(|c| c.ino);
         Ok(Reply::Data(Payload::from_chunks(self.read_owned_ranges(ranges, owner).await?)))
     }
@@ -602,7 +614,7 @@ impl FileData {
 
     /// `Fsync`: file data and metadata durable (the metadata already is with `sync =
     /// always`; data appends are synced here too).
-    pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         let inode = match self.file_target(p, via, false, c, 0).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -616,7 +628,7 @@ impl FileData {
         for s in servers.into_iter().filter(|s| *s != self.engine.id()) {
             match self.peers.pool.call(s, &Request::Fsync { path: String::new() }).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(e),
+                Ok(Err(e)) => return Err(e.into()),
                 Err(e) => return Err(err(Errno::EIO, format!("data server {s}: {e}"))),
             }
         }
@@ -624,7 +636,7 @@ impl FileData {
     }
 
     /// `Fsync` with an empty path, from another server: sync this server's data store.
-    pub(crate) async fn fsync_data(self: &Arc<Self>) -> Response {
+    pub(crate) async fn fsync_data(self: &Arc<Self>) -> OpResult<Reply> {
         let data = self.engine.data().clone();
         blocking(move || data.sync()).await?;
         Ok(Reply::Done)
@@ -661,7 +673,7 @@ impl FileData {
                 tokio::time::sleep(COMPACT_EVERY).await;
                 let Some(osd) = osd.upgrade() else { return };
                 if let Err(e) = osd.compact_now(COMPACT_LIVE_RATIO).await {
-                    tracing::error!(cause = %e.message, "compaction failed");
+                    tracing::error!(cause = %e.message(), "compaction failed");
                 }
             }
         });

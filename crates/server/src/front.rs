@@ -190,7 +190,7 @@ impl Front {
                     // gives the store room to flush and compact.
                     if let Some(osd) = osd {
                         if let Err(e) = osd.filedata.compact_now(crate::filedata::COMPACT_LIVE_RATIO).await {
-                            tracing::warn!(cause = %e.message, "cannot compact file data on a full disk");
+                            tracing::warn!(cause = %e.message(), "cannot compact file data on a full disk");
                         }
                     }
                     let free = space.free_now();

@@ -32,8 +32,7 @@
 
 use crate::backoff::Backoff;
 use crate::deleg::Delegations;
-use crate::engine::errors::check_dir_path;
-use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::errors::{check_dir_path, eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::Engine;
@@ -43,7 +42,7 @@ use futures::future::join_all;
 use parking_lot::Mutex;
 use plusfs_proto::hugedir::slot_of;
 use plusfs_proto::{
-    Attr, Cred, DirObject, DistInfo, DistReport, DistState, Errno, FileKind, Inode, Reply, Request, Response, ServerId,
+    Attr, Cred, DirObject, DistInfo, DistReport, DistState, Errno, FileKind, Inode, Reply, Request, ServerId,
     Threshold, Timespec,
 };
 use plusfs_store::Batch;
@@ -99,7 +98,7 @@ impl HugeDirs {
         let dir = dir.to_string();
         tokio::spawn(async move {
             if let Err(e) = osd.distribute(&dir).await {
-                tracing::error!(dir, cause = %e.message, "redistribution failed");
+                tracing::error!(dir, cause = %e.message(), "redistribution failed");
             }
             osd.distributing.lock().remove(&dir);
         });
@@ -264,7 +263,7 @@ impl HugeDirs {
         ino: u64,
         entries: Vec<(String, Inode)>,
         shard: Option<DirObject>,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         check_dir_path(path)?;
         // The path, and its ancestors' objects: a transaction that moves or re-ancestries a
         // subtree holding the path (locking its root Whole on every server) may have scanned
@@ -309,7 +308,7 @@ impl HugeDirs {
         path: &str,
         threshold: Option<Threshold>,
         width: Option<u32>,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         check_dir_path(path)?;
         {
             let _g = self.lock_whole(path).await?;
@@ -339,7 +338,7 @@ impl HugeDirs {
     }
 
     /// `DistStatus`: the distribution of a directory homed here and entries per server.
-    pub(crate) async fn dist_status(self: &Arc<Self>, path: &str) -> Response {
+    pub(crate) async fn dist_status(self: &Arc<Self>, path: &str) -> OpResult<Reply> {
         check_dir_path(path)?;
         let d = self.engine.dir_object(path)?;
         Ok(Reply::Dist(self.report(path, &d).await?))
@@ -384,7 +383,7 @@ impl HugeDirs {
                     op: Box::new(Request::DirStat { path: path.to_string() }),
                 };
                 match self.peers.pool.call_as(s, cred, &req).await {
-                    Ok(r) => r,
+                    Ok(r) => r.map_err(OpError::from),
                     Err(e) => Err(err(Errno::EIO, format!("storing server {s} of '{path}': {e}"))),
                 }
             };
@@ -472,7 +471,7 @@ mod tests {
         let shard = kit.osd.engine.store().get_shard("/big").unwrap().expect("its shard");
         // The home redirects entry requests; the shard answers them.
         let e = kit.osd.namespace.stat("/big/f3", Via::Home, &root()).await.unwrap_err();
-        assert_eq!(e.errno, Errno::EREMCHG, "{e}");
+        assert_eq!(e.errno(), Errno::EREMCHG, "{e}");
         let via = Via::Shard(home.incarnation);
         assert!(kit.osd.namespace.stat("/big/f3", via, &root()).await.is_ok());
         assert_eq!(shard.entries, 5, "every entry moved to the shard");

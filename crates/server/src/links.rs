@@ -13,14 +13,14 @@
 //! count always equals the number of link entries. At zero the shared object and its data
 //! go; at one it stays shared.
 
-use crate::engine::errors::{eio, err, split_entry, OpResult};
+use crate::engine::errors::{eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::links::{inode_lock, Slot, Target};
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::engine::Engine;
 use crate::peers::Peers;
-use plusfs_proto::{Cred, Errno, Ino, Inode, Reply, Request, Response, ServerId};
+use plusfs_proto::{Cred, Errno, Ino, Inode, Reply, Request, ServerId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,7 +103,7 @@ impl Links {
 
     /// Sends entry request `op` of caller `c` to the home of shared inode `ino` (which
     /// checks `c`'s permissions on the inode).
-    pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request, c: &Cred) -> Response {
+    pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request, c: &Cred) -> OpResult<Reply> {
         let mut req = Request::OnInode { ino, op: Box::new(op) };
         // Part of an exactly-once request: the inode's slot answers a resend (ours, after
         // a failover of either slot) from its own table, under the same id, so it is
@@ -117,7 +117,7 @@ impl Links {
         }
         loop {
             match self.peers.pool.call_as(home, c, &req).await {
-                Ok(r) => return r,
+                Ok(r) => return r.map_err(OpError::from),
                 Err(e) if e.is_transport() && resend_until.is_some_and(|t| std::time::Instant::now() < t) => {
                     tracing::debug!(home, cause = %e, "resending a forwarded exactly-once request");
                     tokio::time::sleep(FORWARD_RESEND_PAUSE).await;

@@ -44,13 +44,13 @@ impl Peers {
     pub(crate) async fn call(&self, server: ServerId, req: Request, c: &Cred) -> Response {
         if server == self.engine.id() {
             let Some(local) = self.local.get().and_then(Weak::upgrade) else {
-                return Err(err(Errno::EIO, "this server is shutting down"));
+                return Err(err(Errno::EIO, "this server is shutting down").into());
             };
             return local.serve_peer(req, c).await;
         }
         match self.pool.call_as(server, c, &req).await {
             Ok(r) => r,
-            Err(e) => Err(err(e.errno(), format!("server {server}: {e}"))),
+            Err(e) => Err(err(e.errno(), format!("server {server}: {e}")).into()),
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::dirperms::DirPerms;
 use crate::engine::errors::{err, OpResult};
 use crate::engine::Engine;
 use crate::filedata::FileData;
-use plusfs_proto::{CommitPayload, Cred, Errno, Reply, Response, SubOp};
+use plusfs_proto::{CommitPayload, Cred, Errno, Reply, SubOp};
 use std::sync::Arc;
 
 /// The serial protocol's server side.
@@ -26,7 +26,7 @@ impl Serial {
 impl Serial {
     /// `SubExec`: applies `ops` here at once (serial protocol and its CLEAR) and returns
     /// the sub-operations that take them back.
-    pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> Response {
+    pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> OpResult<Reply> {
         self.dirperms.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false, None).await?;
         let txid = self.engine.new_txid().await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;

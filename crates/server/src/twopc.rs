@@ -12,7 +12,7 @@
 //! acknowledged; participants keep their locks until they hear it.
 
 use crate::backoff::Backoff;
-use crate::engine::errors::{eio, err, split_entry, OpResult};
+use crate::engine::errors::{eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::logrec::{self, Logged};
@@ -28,7 +28,7 @@ use futures::future::join_all;
 use plusfs_proto::path::{is_within, rebase};
 use plusfs_proto::{
     Ancestry, Attr, CommitPayload, Cred, DirDump, DirObject, DistState, DistributionWait, Errno, FileKind, Ino, Inode,
-    Replace, Reply, Request, Response, ServerId, SubOp, Threshold, Timespec, TxId, Vote, WireError,
+    Replace, Reply, Request, ServerId, SubOp, Threshold, Timespec, TxId, Vote,
 };
 use plusfs_store::{Batch, LogKind};
 use serde::{Deserialize, Serialize};
@@ -108,13 +108,8 @@ fn swap_payloads(
 /// How long a rename or link waits for its destination directory to be distributed.
 pub(crate) const DISTRIBUTING_WAIT: Duration = Duration::from_secs(60);
 
-/// True for a refusal carrying a `Distributing` distribution (see `Engine::being_distributed`).
-fn is_distributing(e: &WireError) -> bool {
-    e.redirect.as_ref().is_some_and(|i| i.state == DistState::Distributing)
-}
-
 /// EAGAIN for a directory that stayed `Distributing` longer than [`DISTRIBUTING_WAIT`].
-pub(crate) fn still_distributing(dir: &str) -> WireError {
+pub(crate) fn still_distributing(dir: &str) -> OpError {
     err(Errno::EAGAIN, format!("'{dir}' is still being distributed"))
 }
 
@@ -170,7 +165,7 @@ impl TwoPhase {
         policy: (Threshold, u32),
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let parent = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &parent, dir)?;
@@ -229,7 +224,7 @@ impl TwoPhase {
 
     /// `rmdir`. A distributed directory's shards are removed in the same transaction;
     /// the first attempt learns them from the home's redirect.
-    pub(crate) async fn rmdir(self: &Arc<Self>, plan: Plan, p: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn rmdir(self: &Arc<Self>, plan: Plan, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let host = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &host, dir)?;
@@ -249,7 +244,7 @@ impl TwoPhase {
             parts
         };
         match self.run(plan, parts(&[]), c).await {
-            Err(WireError { redirect: Some(info), .. }) if info.path == p && info.state == DistState::Distributed => {
+            Err(OpError::Redirect(info)) if info.path == p && info.state == DistState::Distributed => {
                 self.run(plan, parts(&info.set), c).await?
             }
             r => r?,
@@ -259,7 +254,14 @@ impl TwoPhase {
 
     /// `rename`. The destination entry's server is learnt like a client would: the home of
     /// its parent, or the storing server Eq. 2 gives after a redirect.
-    pub(crate) async fn rename(self: &Arc<Self>, plan: Plan, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn rename(
+        self: &Arc<Self>,
+        plan: Plan,
+        src: &str,
+        dst: &str,
+        via: Via,
+        c: &Cred,
+    ) -> OpResult<Reply> {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         let src_host = self.engine.host(sdir, via)?;
@@ -292,10 +294,10 @@ impl TwoPhase {
             changes += 1;
             match self.rename_to(plan, src, dst, &e, via, &at, c).await {
                 // Two links of one file: POSIX says the rename does nothing.
-                Err(WireError { replaced_link: Some((ino, _)), .. }) if ino == e.ino => return Ok(Reply::Done),
-                Err(WireError { replaced_link: Some(link), .. }) => at.replaced_link = Some(link),
+                Err(OpError::ReplacedLink { ino, .. }) if ino == e.ino => return Ok(Reply::Done),
+                Err(OpError::ReplacedLink { ino, home, .. }) => at.replaced_link = Some((ino, home)),
                 // Being distributed: its storing servers may not hold their shards yet.
-                Err(WireError { redirect: Some(info), .. })
+                Err(OpError::Redirect(info) | OpError::Distributing(info))
                     if info.path == ddir && info.state == DistState::Distributing =>
                 {
                     if !waiting.wait().await {
@@ -303,19 +305,17 @@ impl TwoPhase {
                     }
                     changes -= 1;
                 }
-                Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
+                Err(OpError::Redirect(info) | OpError::Distributing(info)) if info.path == ddir => {
                     at.server = info.server_of(dname);
                     at.shard = Some(info.incarnation);
                 }
-                Err(WireError { redirect: Some(info), .. })
-                    if info.path == dst && info.state == DistState::Distributed =>
-                {
+                Err(OpError::Redirect(info)) if info.path == dst && info.state == DistState::Distributed => {
                     at.replaced_shards = info.set.clone()
                 }
                 r => return r,
             }
         }
-        Err(err(Errno::EBUSY, format!("the distribution of '{ddir}' keeps changing")))
+        Err(OpError::Conflict(format!("the distribution of '{ddir}' keeps changing")))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -328,7 +328,7 @@ impl TwoPhase {
         via: Via,
         at: &DstAt,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         let mut parts = Parts::new();
@@ -356,7 +356,7 @@ impl TwoPhase {
                 Ok(Reply::Attr(_)) => return Err(err(Errno::ENOTDIR, format!("'{dst}' is not a directory"))),
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                 Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => Replace::Never,
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
             if is_within(dst, src) {
                 return Err(err(Errno::EINVAL, format!("cannot move '{src}' into itself ('{dst}')")));
@@ -409,10 +409,10 @@ impl TwoPhase {
     /// depends on) while it loses against another transaction (EBUSY), with a random
     /// back-off; after [`MAX_ATTEMPTS`] the client gets EBUSY. A refusal because a
     /// directory is being distributed is waited out instead (up to [`DISTRIBUTING_WAIT`]).
-    pub(crate) async fn retrying<F, Fut>(self: &Arc<Self>, mut op: F) -> Response
+    pub(crate) async fn retrying<F, Fut>(self: &Arc<Self>, mut op: F) -> OpResult<Reply>
     where
         F: FnMut(Plan) -> Fut,
-        Fut: std::future::Future<Output = Response>,
+        Fut: std::future::Future<Output = OpResult<Reply>>,
     {
         let mut attempt = 0;
         let mut backoff = Backoff::conflict(&self.engine.map());
@@ -421,12 +421,12 @@ impl TwoPhase {
             // Each attempt plans with the map it starts with; its transaction carries that
             // epoch.
             match op(Plan::now(&self.engine)).await {
-                Err(e) if e.errno == Errno::EBUSY && is_distributing(&e) => {
+                Err(e @ OpError::Distributing(_)) => {
                     if !waiting.wait().await {
                         return Err(e);
                     }
                 }
-                Err(e) if e.errno == Errno::EBUSY && attempt + 1 < MAX_ATTEMPTS => {
+                Err(e) if e.is_retryable() && attempt + 1 < MAX_ATTEMPTS => {
                     attempt += 1;
                     // A participant may have refused because a newer map homes a
                     // directory elsewhere: plan the next attempt with that map.
@@ -474,7 +474,7 @@ impl TwoPhase {
     async fn two_phase_commit(self: &Arc<Self>, plan: Plan, parts: &Parts, c: &Cred) -> OpResult<()> {
         let epoch = plan.epoch;
         if epoch < self.engine.map().epoch {
-            return Err(err(Errno::EBUSY, "the map changed while the operation was planned"));
+            return Err(OpError::StaleEpoch("the map changed while the operation was planned".into()));
         }
         self.engine.metrics().tx_started.fetch_add(1, Ordering::Relaxed);
         let txid = self.engine.new_txid().await?;
@@ -493,7 +493,7 @@ impl TwoPhase {
             rec.state = CoordState::Aborting;
             self.log_coord(txid, &rec).await?;
             self.clone().finish(txid, rec).await;
-            return Err(no);
+            return Err(no.into());
         }
         self.failpoints.hit(crate::failpoint::FailStep::CoordinatorAfterVotes).await;
         let (mut exports, mut swapped) = (Vec::new(), Vec::new());
@@ -517,7 +517,7 @@ impl TwoPhase {
 
     /// `rename(a, b)` with `RENAME_EXCHANGE`, on `a`'s entry server: both entries (files,
     /// symlinks, links; not directories) swap their inodes in one transaction.
-    pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         let (adir, aname) = split_entry(a)?;
         let (bdir, bname) = split_entry(b)?;
         let host = self.engine.host(adir, via)?.obj;
@@ -546,7 +546,7 @@ impl TwoPhase {
             };
             match self.retrying(attempt).await {
                 // Being distributed: its storing servers may not hold their shards yet.
-                Err(WireError { redirect: Some(info), .. })
+                Err(OpError::Redirect(info) | OpError::Distributing(info))
                     if info.path == bdir && info.state == DistState::Distributing =>
                 {
                     if !waiting.wait().await {
@@ -554,13 +554,13 @@ impl TwoPhase {
                     }
                     changes -= 1;
                 }
-                Err(WireError { redirect: Some(info), .. }) if info.path == bdir => {
+                Err(OpError::Redirect(info) | OpError::Distributing(info)) if info.path == bdir => {
                     at = (info.server_of(bname), Some(info.incarnation));
                 }
                 r => return r,
             }
         }
-        Err(err(Errno::EBUSY, format!("the distribution of '{bdir}' keeps changing")))
+        Err(OpError::Conflict(format!("the distribution of '{bdir}' keeps changing")))
     }
 
     /// New homes of exported directory objects (directory rename).
@@ -631,7 +631,7 @@ impl TwoPhase {
         let mut b = Batch::new();
         b.del_log(LogKind::Coordinator, txid);
         if let Err(e) = self.engine.apply(b).await {
-            tracing::error!(txid, cause = %e.message, "cannot delete coordinator record");
+            tracing::error!(txid, cause = %e.message(), "cannot delete coordinator record");
         }
     }
 
@@ -657,15 +657,20 @@ impl TwoPhase {
 
     // ----- participant --------------------------------------------------------------
 
-    pub(crate) async fn tx_prepare(self: &Arc<Self>, txid: TxId, ops: Vec<SubOp>, epoch: u64, c: &Cred) -> Response {
+    pub(crate) async fn tx_prepare(
+        self: &Arc<Self>,
+        txid: TxId,
+        ops: Vec<SubOp>,
+        epoch: u64,
+        c: &Cred,
+    ) -> OpResult<Reply> {
         let mine = self.engine.map().epoch;
         if epoch != 0 && epoch < mine {
             // A transaction over a subtree planned with an older map could miss a server
             // objects moved to since: its coordinator plans again.
-            return Err(err(
-                Errno::EBUSY,
-                format!("planned with the map of epoch {epoch}; this server is at epoch {mine}"),
-            ));
+            return Err(OpError::StaleEpoch(format!(
+                "planned with the map of epoch {epoch}; this server is at epoch {mine}"
+            )));
         }
         let (guard, prepared) = self.engine.check_subops(txid, &ops, false, &mut Vec::new(), c).await?;
         let exports = self.engine.dump(&prepared.exported)?;
@@ -678,7 +683,7 @@ impl TwoPhase {
         Ok(Reply::Vote(Vote { exports, swap_out: self.engine.swap_out(&prepared.ops)? }))
     }
 
-    pub(crate) async fn tx_commit(self: &Arc<Self>, txid: TxId, payload: CommitPayload) -> Response {
+    pub(crate) async fn tx_commit(self: &Arc<Self>, txid: TxId, payload: CommitPayload) -> OpResult<Reply> {
         let Some(prepared) = self.engine.log_get::<Prepared>(txid)? else {
             return Ok(Reply::Done); // already committed: the coordinator re-sent its decision
         };
@@ -696,7 +701,7 @@ impl TwoPhase {
         Ok(Reply::Done)
     }
 
-    pub(crate) async fn tx_abort(self: &Arc<Self>, txid: TxId) -> Response {
+    pub(crate) async fn tx_abort(self: &Arc<Self>, txid: TxId) -> OpResult<Reply> {
         if self.engine.store().get_log(LogKind::Participant, txid).map_err(eio)?.is_some() {
             let mut b = Batch::new();
             b.del_log(LogKind::Participant, txid);
@@ -805,7 +810,7 @@ mod tests {
         let policy = (plusfs_proto::Threshold::Cluster, 0);
         let via = crate::engine::host::Via::Home;
         let e = osd.twopc.mkdir(plan, &path, 0o755, (0, 0), policy, via, &root()).await.unwrap_err();
-        assert_eq!(e.errno, plusfs_proto::Errno::ENOSPC, "the participant's refusal reaches the caller: {e}");
+        assert_eq!(e.errno(), plusfs_proto::Errno::ENOSPC, "the participant's refusal reaches the caller: {e}");
         let root_dir = osd.engine.dir_object("/").unwrap();
         assert!(osd.engine.store().get_entry(root_dir.ino, &name).unwrap().is_none(), "no entry without its object");
         assert_eq!(root_dir.entries, 0);

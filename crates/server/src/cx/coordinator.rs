@@ -85,7 +85,7 @@ impl Cx {
         let (commits, aborts): (Vec<OpId>, Vec<OpId>) = ids.iter().partition(|id| yes.contains(id));
         tracing::debug!(peer, ?commits, ?aborts, "Cx decisions");
         if let Err(e) = self.decide(peer, &commits, &aborts).await {
-            tracing::error!(cause = %e.message, "cannot write Cx decisions; the operations stay pending");
+            tracing::error!(cause = %e.message(), "cannot write Cx decisions; the operations stay pending");
             self.back_to_pending(&ids);
             return;
         }
@@ -113,12 +113,12 @@ impl Cx {
         }
     }
 
-    pub(super) async fn peer_call_cx(self: &Arc<Self>, peer: ServerId, req: Request) -> Response {
+    pub(super) async fn peer_call_cx(self: &Arc<Self>, peer: ServerId, req: Request) -> OpResult<Reply> {
         if peer == self.engine.id() {
             return Box::pin(self.handle_cx(req, &Cred::server())).await;
         }
         match self.peers.pool.call(peer, &req).await {
-            Ok(r) => r,
+            Ok(r) => r.map_err(OpError::from),
             Err(e) => Err(err(e.errno(), format!("server {peer}: {e}"))),
         }
     }
@@ -178,7 +178,7 @@ impl Cx {
         let req = Request::CxDecide { commits: commits.clone(), aborts: aborts.clone() };
         let mut backoff = Backoff::delivery(&self.engine.map());
         while let Err(e) = self.peer_call_cx(peer, req.clone()).await {
-            tracing::warn!(peer, cause = %e.message, "Cx decision not delivered; retrying");
+            tracing::warn!(peer, cause = %e.message(), "Cx decision not delivered; retrying");
             backoff.wait().await;
         }
         let ended: Vec<(OpId, bool)> =
@@ -198,7 +198,7 @@ impl Cx {
             }
         }
         if let Err(e) = self.engine.apply(b).await {
-            tracing::error!(cause = %e.message, "cannot prune Cx records (they are pruned at the next start)");
+            tracing::error!(cause = %e.message(), "cannot prune Cx records (they are pruned at the next start)");
         }
         self.forget_ended(ended);
     }

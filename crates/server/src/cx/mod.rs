@@ -34,7 +34,7 @@ pub(crate) mod state;
 pub(crate) use scopes::request_scopes;
 
 use crate::dirperms::DirPerms;
-use crate::engine::errors::{err, OpResult};
+use crate::engine::errors::{err, OpError, OpResult};
 use crate::engine::subops::Prepared;
 use crate::engine::Engine;
 use crate::failpoint::Failpoints;
@@ -42,8 +42,7 @@ use crate::filedata::FileData;
 use crate::peers::Peers;
 use futures::future::join_all;
 use plusfs_proto::{
-    CommitPayload, Cred, CxAnswer, CxRole, DirSide, Errno, OpId, Reply, Request, Response, ServerId, SubOp, TxId,
-    WireError,
+    CommitPayload, Cred, CxAnswer, CxRole, DirSide, Errno, OpId, Reply, Request, ServerId, SubOp, TxId, WireError,
 };
 use plusfs_store::{Batch, LogKind, StoreError};
 use record::{frame, unframe, Record};
@@ -161,7 +160,7 @@ impl Cx {
         mut ops: Vec<SubOp>,
         leased: bool,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         if peer == self.engine.id() {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
         }
@@ -212,7 +211,7 @@ impl Cx {
             return Some(match committed {
                 true => CxAnswer::default(),
                 false => CxAnswer {
-                    error: Some(err(Errno::EBUSY, format!("operation {id} was aborted"))),
+                    error: Some(OpError::Conflict(format!("operation {id} was aborted")).into()),
                     hint: Vec::new(),
                     made: None,
                 },
@@ -239,15 +238,15 @@ impl Cx {
                     return a;
                 }
                 if !st.ops.contains_key(&id) {
-                    let e = err(Errno::EBUSY, format!("operation {id} is unknown here"));
-                    return CxAnswer { error: Some(e), hint: Vec::new(), made: None };
+                    let e = OpError::Conflict(format!("operation {id} is unknown here"));
+                    return CxAnswer { error: Some(e.into()), hint: Vec::new(), made: None };
                 }
             }
             match deadline {
                 Some(d) => {
                     if tokio::time::timeout_at(d.into(), notified).await.is_err() {
-                        let e = err(Errno::EBUSY, format!("operation {id} did not execute in time"));
-                        return CxAnswer { error: Some(e), hint: Vec::new(), made: None };
+                        let e = OpError::Conflict(format!("operation {id} did not execute in time"));
+                        return CxAnswer { error: Some(e.into()), hint: Vec::new(), made: None };
                     }
                 }
                 None => notified.await,
@@ -259,7 +258,7 @@ impl Cx {
     async fn execute(self: &Arc<Self>, id: OpId) -> CxAnswer {
         let Some((txid, ops, cred)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone(), o.cred.clone())) else {
             return CxAnswer {
-                error: Some(err(Errno::EBUSY, format!("operation {id} was dropped"))),
+                error: Some(OpError::Conflict(format!("operation {id} was dropped")).into()),
                 hint: vec![],
                 made: None,
             };
@@ -270,14 +269,14 @@ impl Cx {
         let hint = self.cx.st().ops.get(&id).map(|o| o.hint.clone()).unwrap_or_default();
         let (guard, prepared) = match checked {
             Ok(x) => x,
-            Err(e) => return self.refuse(id, e, hint),
+            Err(e) => return self.refuse(id, e.into(), hint),
         };
         if self.cx.st().ops.get(&id).is_none_or(|o| o.vetoed) {
             drop(guard);
-            return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was aborted")), hint);
+            return self.refuse(id, OpError::Conflict(format!("operation {id} was aborted")).into(), hint);
         }
         let Some((role, peer)) = self.cx.st().ops.get(&id).map(|o| (o.role, o.peer)) else {
-            return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was dropped")), hint);
+            return self.refuse(id, OpError::Conflict(format!("operation {id} was dropped")).into(), hint);
         };
         let made_attr = made(&ops);
         let rec = Record::Result { op: id, role, peer, ops, locks: prepared.locks.clone(), hint: hint.clone() };
@@ -286,7 +285,7 @@ impl Cx {
         let size = bytes.len() as u64;
         b.put_log(LogKind::Cx, txid, bytes);
         if let Err(e) = self.engine.apply(b).await {
-            return self.refuse(id, e, hint);
+            return self.refuse(id, e.into(), hint);
         }
         self.failpoints.hit(crate::failpoint::FailStep::CxAfterResult).await;
         self.engine.locks().add_tx_locks(txid, &prepared.locks);
@@ -319,10 +318,10 @@ impl Cx {
             let mut b = Batch::new();
             b.del_log(LogKind::Cx, txid);
             if let Err(e) = self.engine.apply(b).await {
-                tracing::error!(cause = %e.message, "cannot drop a refused Cx result; after a restart its coordinator aborts it");
+                tracing::error!(cause = %e.message(), "cannot drop a refused Cx result; after a restart its coordinator aborts it");
             }
             self.engine.locks().release_tx(txid);
-            return self.refuse(id, err(Errno::EBUSY, format!("operation {id} was aborted")), hint);
+            return self.refuse(id, OpError::Conflict(format!("operation {id} was aborted")).into(), hint);
         };
         self.cx.counters.executed.fetch_add(1, Ordering::Relaxed);
         self.cx.changed.notify_waiters();

@@ -4,6 +4,7 @@
 use super::Cx;
 use super::*;
 use crate::backoff::Backoff;
+use crate::engine::errors::OpError;
 
 impl Cx {
     // ----- requests -------------------------------------------------------------------
@@ -11,7 +12,7 @@ impl Cx {
     /// Serves the Cx requests.
     /// Serves the Cx requests (`c`: the caller of a `CxExec`, whose permissions its
     /// execution checks).
-    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request, c: &Cred) -> Response {
+    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request, c: &Cred) -> OpResult<Reply> {
         match req {
             Request::CxExec { op, role, peer, ops, leased } => self.cx_exec(op, (role, peer), ops, leased, c).await,
             Request::CxVote { coordinator, ops } => self.cx_vote(coordinator, ops).await,
@@ -24,7 +25,11 @@ impl Cx {
 
     /// Participant: votes on each operation from its Result record, first invalidating
     /// operations it executed that the coordinator ordered after it.
-    pub(super) async fn cx_vote(self: &Arc<Self>, coordinator: ServerId, ballot: Vec<(OpId, Vec<OpId>)>) -> Response {
+    pub(super) async fn cx_vote(
+        self: &Arc<Self>,
+        coordinator: ServerId,
+        ballot: Vec<(OpId, Vec<OpId>)>,
+    ) -> OpResult<Reply> {
         for (first, after) in &ballot {
             for b in after {
                 self.invalidate(*b, *first, coordinator).await;
@@ -38,7 +43,7 @@ impl Cx {
             } else {
                 let st = self.cx.st();
                 self.known_answer(&st, id).unwrap_or_else(|| CxAnswer {
-                    error: Some(err(Errno::EBUSY, format!("operation {id} never reached server"))),
+                    error: Some(OpError::Conflict(format!("operation {id} never reached server")).into()),
                     hint: vec![],
                     made: None,
                 })
@@ -90,7 +95,7 @@ impl Cx {
         let mut b = Batch::new();
         b.del_log(LogKind::Cx, txid);
         if let Err(e) = self.engine.apply(b).await {
-            tracing::error!(cause = %e.message, "cannot invalidate a Cx result");
+            tracing::error!(cause = %e.message(), "cannot invalidate a Cx result");
         }
         {
             let mut st = self.cx.st();
@@ -125,7 +130,7 @@ impl Cx {
     }
 
     /// Participant: applies commits and drops aborts, in one write; the reply is the ACK.
-    pub(super) async fn cx_decide(self: &Arc<Self>, commits: &[OpId], aborts: &[OpId]) -> Response {
+    pub(super) async fn cx_decide(self: &Arc<Self>, commits: &[OpId], aborts: &[OpId]) -> OpResult<Reply> {
         self.fill_committed(commits).await?;
         let mut applied = Prepared::default();
         let mut b = Batch::new();
@@ -176,7 +181,7 @@ impl Cx {
         for id in applying {
             if tokio::time::timeout(VOTE_WAIT, self.wait_ended(id)).await.is_err() {
                 let why = format!("Cx operation {id}: its decision is still being applied; send it again");
-                return Err(WireError::new(Errno::EAGAIN, why));
+                return Err(WireError::new(Errno::EAGAIN, why).into());
             }
         }
         Ok(Reply::Done)
@@ -207,7 +212,7 @@ impl Cx {
     }
 
     /// Coordinator: a participant needs these operations decided now.
-    pub(super) fn cx_urge(self: &Arc<Self>, participant: ServerId, ids: Vec<OpId>) -> Response {
+    pub(super) fn cx_urge(self: &Arc<Self>, participant: ServerId, ids: Vec<OpId>) -> OpResult<Reply> {
         for id in ids {
             let osd = self.clone();
             tokio::spawn(async move {
@@ -218,7 +223,7 @@ impl Cx {
     }
 
     /// Coordinator: L-COM. Commits or aborts `id` now and says which.
-    pub(super) async fn cx_launch(self: &Arc<Self>, id: OpId, participant: ServerId) -> Response {
+    pub(super) async fn cx_launch(self: &Arc<Self>, id: OpId, participant: ServerId) -> OpResult<Reply> {
         Ok(Reply::CxOutcome { committed: self.commit_now(id, participant).await })
     }
 
@@ -300,7 +305,7 @@ impl Cx {
         let req = Request::CxDecide { commits: vec![], aborts: vec![id] };
         let mut backoff = Backoff::delivery(&self.engine.map());
         while let Err(e) = self.peer_call_cx(participant, req.clone()).await {
-            tracing::warn!(participant, cause = %e.message, "Cx abort not delivered; retrying");
+            tracing::warn!(participant, cause = %e.message(), "Cx abort not delivered; retrying");
             backoff.wait().await;
         }
         self.cx.changed.notify_waiters();

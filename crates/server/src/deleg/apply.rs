@@ -32,7 +32,7 @@ impl Overlay<'_> {
 
     /// A plain (non-directory, not hard-linked) entry: what delegated work may change.
     fn plain(&mut self, name: &str) -> Result<Inode, Errno> {
-        match self.get(name).map_err(|e| e.errno)? {
+        match self.get(name).map_err(|e| e.errno())? {
             None => Err(Errno::ENOENT),
             Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
             Some(e) if e.link_home.is_some() => Err(Errno::EXDEV),
@@ -161,7 +161,7 @@ impl Delegations {
         gone.extend(records(&e.pieces));
         e.pieces.clear();
         if let Some(extent) = extent {
-            let id = self.engine.index_record(extent, e.ino, b).await.map_err(|e| e.errno)?;
+            let id = self.engine.index_record(extent, e.ino, b).await.map_err(|e| e.errno())?;
             e.pieces.push(Piece { file_off: 0, len, server: self.engine.id(), record: id, skip: 0 });
         }
         e.size = len;
@@ -193,13 +193,12 @@ fn replay_dir_attr(
     time: Timespec,
     shard: bool,
 ) -> Result<(), Errno> {
-    let e = |x: plusfs_proto::WireError| x.errno;
     if shard || set.size.is_some() {
         return Err(Errno::EINVAL);
     }
-    perm::check_search_above(c, &host.obj, dir).map_err(e)?;
+    perm::check_search_above(c, &host.obj, dir).map_err(errno_of)?;
     let cur = perm::Owned { mode: host.obj.mode, uid: host.obj.uid, gid: host.obj.gid, dir: true };
-    let set = perm::check_setattr(c, cur, set, dir).map_err(e)?;
+    let set = perm::check_setattr(c, cur, set, dir).map_err(errno_of)?;
     let n = host.obj.with_set(&set, time);
     if !host.obj.change_stays_here(&n) {
         return Err(Errno::EINVAL);
@@ -219,18 +218,17 @@ fn replay_namespace(
     gone: &mut std::collections::BTreeSet<(ServerId, u64)>,
 ) -> Result<(), Errno> {
     let c = c.ok_or(Errno::EINVAL)?;
-    let e = |x: plusfs_proto::WireError| x.errno;
     match op {
         DelegOp::Create { name, ino, kind, mode, uid, gid, rdev, target, time, .. } => {
             check_name(name).map_err(|x| x.errno)?;
             if *kind == FileKind::Dir {
                 return Err(Errno::EINVAL);
             }
-            if ov.get(name).map_err(e)?.is_some() {
+            if ov.get(name).map_err(errno_of)?.is_some() {
                 return Err(Errno::EEXIST);
             }
-            perm::check_dir_write(c, &host.obj, dir).map_err(e)?;
-            perm::check_mknod(c, *kind, name).map_err(e)?;
+            perm::check_dir_write(c, &host.obj, dir).map_err(errno_of)?;
+            perm::check_mknod(c, *kind, name).map_err(errno_of)?;
             if !lease.take(*ino) {
                 return Err(Errno::EINVAL); // not a number of this delegation, or used
             }
@@ -245,7 +243,7 @@ fn replay_namespace(
         DelegOp::SetAttr { name, set, time, .. } => {
             let mut i = ov.plain(name)?;
             let cur = perm::Owned { mode: i.mode, uid: i.uid, gid: i.gid, dir: false };
-            let set = perm::check_setattr(c, cur, set, name).map_err(e)?;
+            let set = perm::check_setattr(c, cur, set, name).map_err(errno_of)?;
             if set.size.is_some_and(|s| s > small) {
                 return Err(Errno::EFBIG);
             }
@@ -259,8 +257,8 @@ fn replay_namespace(
         }
         DelegOp::Unlink { name, time, .. } => {
             let i = ov.plain(name)?;
-            perm::check_dir_write(c, &host.obj, dir).map_err(e)?;
-            perm::check_sticky(c, &host.obj, i.uid, name).map_err(e)?;
+            perm::check_dir_write(c, &host.obj, dir).map_err(errno_of)?;
+            perm::check_sticky(c, &host.obj, i.uid, name).map_err(errno_of)?;
             gone.extend(records(&i.pieces));
             host.obj.count_entry(i.kind, -1, *time);
             ov.entries.insert(name.clone(), None);
@@ -268,14 +266,14 @@ fn replay_namespace(
         DelegOp::Rename { from, to, time, .. } => {
             check_name(to).map_err(|x| x.errno)?;
             let mut i = ov.plain(from)?;
-            perm::check_dir_write(c, &host.obj, dir).map_err(e)?;
-            perm::check_sticky(c, &host.obj, i.uid, from).map_err(e)?;
+            perm::check_dir_write(c, &host.obj, dir).map_err(errno_of)?;
+            perm::check_sticky(c, &host.obj, i.uid, from).map_err(errno_of)?;
             if from == to {
                 return Ok(());
             }
-            if let Some(old) = ov.get(to).map_err(e)? {
+            if let Some(old) = ov.get(to).map_err(errno_of)? {
                 let old = ov.plain(to).map(|_| old)?;
-                perm::check_sticky(c, &host.obj, old.uid, to).map_err(e)?;
+                perm::check_sticky(c, &host.obj, old.uid, to).map_err(errno_of)?;
                 gone.extend(records(&old.pieces));
                 host.obj.count_entry(old.kind, -1, *time);
             }
@@ -287,4 +285,9 @@ fn replay_namespace(
         DelegOp::Contents { .. } | DelegOp::Touch { .. } | DelegOp::DirAttr { .. } => return Err(Errno::EINVAL),
     }
     Ok(())
+}
+
+/// The errno of an operation's or a permission check's error.
+fn errno_of(e: impl Into<crate::engine::errors::OpError>) -> Errno {
+    e.into().errno()
 }

@@ -19,13 +19,13 @@ mod apply;
 pub(crate) mod table;
 
 use crate::engine::encode;
-use crate::engine::errors::{check_dir_path, eio, err};
+use crate::engine::errors::{check_dir_path, eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::engine::Engine;
 use crate::filedata::FileData;
-use plusfs_proto::{Cred, DelegGrant, DelegOp, Errno, Flushed, Reply, Request, Response, MAY_READ, MAY_WRITE};
+use plusfs_proto::{Cred, DelegGrant, DelegOp, Errno, Flushed, Reply, Request, MAY_READ, MAY_WRITE};
 use plusfs_store::{Batch, LogKind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,14 +131,20 @@ impl Delegations {
             b.del_log(LogKind::Deleg, *id);
         }
         if let Err(e) = self.engine.apply(b).await {
-            tracing::error!(error = %e.message, "cannot record revoked delegations");
+            tracing::error!(error = %e.message(), "cannot record revoked delegations");
         }
         self.delegs.revoked(&ids);
     }
 
     /// `DelegAcquire`: grants `cred`'s session a write (or `read`) delegation on `dir` (as
     /// `via` addresses it: its home object, or this server's shard of it when distributed).
-    pub(crate) async fn deleg_acquire(self: &Arc<Self>, dir: &str, read: bool, via: Via, cred: &Cred) -> Response {
+    pub(crate) async fn deleg_acquire(
+        self: &Arc<Self>,
+        dir: &str,
+        read: bool,
+        via: Via,
+        cred: &Cred,
+    ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         if !self.engine.map().delegations.enabled || cred.session == 0 {
             return Err(err(Errno::EAGAIN, format!("delegations are off for '{dir}'")));
@@ -150,7 +156,7 @@ impl Delegations {
             Via::Inode(_) => return Err(err(Errno::EINVAL, format!("'{dir}': a delegation is of a directory"))),
         };
         let (id, replaced) = self.delegs.start_grant(dir, id, cred.session, (read, shard)).map_err(|holder| {
-            err(Errno::EBUSY, format!("'{dir}' is delegated to another client (delegation {holder})"))
+            OpError::Delegated(format!("'{dir}' is delegated to another client (delegation {holder})"))
         })?;
         match self.grant(dir, id, replaced, (read, shard), cred).await {
             Ok(g) => Ok(Reply::Deleg(Box::new(g))),
@@ -170,7 +176,7 @@ impl Delegations {
         replaced: Option<u64>,
         (read, shard): (bool, Option<u64>),
         cred: &Cred,
-    ) -> Result<DelegGrant, plusfs_proto::WireError> {
+    ) -> OpResult<DelegGrant> {
         loop {
             let wait = self.delegs.changed();
             tokio::pin!(wait);
@@ -180,11 +186,11 @@ impl Delegations {
                 Some(false) => {
                     let _ = tokio::time::timeout(self.recall_timeout(), wait).await;
                 }
-                None => return Err(err(Errno::EBUSY, format!("another client needs '{dir}'"))),
+                None => return Err(OpError::Delegated(format!("another client needs '{dir}'"))),
             }
         }
         let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
-        let host = self.engine.host(dir, via_of(shard)).map_err(|e| match e.redirect {
+        let host = self.engine.host(dir, via_of(shard)).map_err(|e| match e.dist() {
             Some(_) => err(Errno::EAGAIN, format!("'{dir}' is distributed: its shards are delegated")),
             None => e,
         })?;
@@ -215,7 +221,7 @@ impl Delegations {
             let mut b = Batch::new();
             b.del_log(LogKind::Deleg, id);
             self.engine.apply(b).await?;
-            return Err(err(Errno::EBUSY, format!("another client needs '{dir}'")));
+            return Err(OpError::Delegated(format!("another client needs '{dir}'")));
         }
         tracing::debug!(dir, id, read, session = cred.session, entries = host.obj.entries, "delegation granted");
         Ok(DelegGrant { id, dir: host.obj, entries, digests, first_ino, ino_count })
@@ -229,7 +235,7 @@ impl Delegations {
         &self,
         d: &plusfs_proto::DirObject,
         whole: u64,
-    ) -> Result<(Vec<(String, plusfs_proto::Inode)>, Option<Vec<u64>>), plusfs_proto::WireError> {
+    ) -> OpResult<(Vec<(String, plusfs_proto::Inode)>, Option<Vec<u64>>)> {
         if d.entries <= whole {
             // The count may lag a listing by entries being added: one more than `whole`
             // tells.
@@ -259,7 +265,7 @@ impl Delegations {
         ops: Vec<DelegOp>,
         release: bool,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
         let rec = self.delegs.record(id).filter(|r| r.dir == dir);
         let Some(Record { applied_seq, live, session, read, shard, mut lease, .. }) = rec else {
@@ -308,7 +314,7 @@ impl Delegations {
     /// live delegation `id`, for its holder (granted digests only) to answer later calls
     /// on them itself. Only the holding session may ask, and only as a caller that may
     /// search the directory.
-    pub(crate) fn deleg_entries(&self, dir: &str, id: u64, names: &[String], c: &Cred) -> Response {
+    pub(crate) fn deleg_entries(&self, dir: &str, id: u64, names: &[String], c: &Cred) -> OpResult<Reply> {
         let rec = self.delegs.record(id).filter(|r| r.dir == dir && r.live);
         let Some(Record { session, shard, .. }) = rec else {
             return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
@@ -349,7 +355,7 @@ impl Delegations {
 
     /// `DelegWait` from `c`: the delegations of `session` (its own) recalled here, once
     /// there are any.
-    pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64, c: &Cred) -> Response {
+    pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64, c: &Cred) -> OpResult<Reply> {
         if session != c.session {
             return Err(err(Errno::EPERM, "a client waits only for its own session's recalls"));
         }

@@ -3,7 +3,8 @@
 
 use super::errors::{eio, err, OpResult};
 use super::Engine;
-use plusfs_proto::{DirObject, DistInfo, DistState, Errno, Threshold, WireError};
+use crate::engine::errors::OpError;
+use plusfs_proto::{DirObject, DistInfo, DistState, Errno, Threshold};
 use plusfs_store::Batch;
 
 /// Where an entry request was addressed: the directory's home (Eq. 1) or this server's
@@ -66,15 +67,16 @@ impl Engine {
                 let obj = self.dir_object(dir)?;
                 match obj.dist.state {
                     DistState::Nondistributed => Ok(Host { obj, shard: false }),
-                    DistState::Distributed => Err(WireError::redirect(self.dist_info(dir, &obj))),
+                    DistState::Distributed => Err(OpError::Redirect(Box::new(self.dist_info(dir, &obj)))),
                     DistState::Distributing => {
                         self.want_distribution(dir);
-                        Err(WireError::redirect(self.dist_info(dir, &obj)))
+                        Err(OpError::Redirect(Box::new(self.dist_info(dir, &obj))))
                     }
                 }
             }
             Via::Shard(incarnation) => {
-                let obj = self.store.get_shard(dir).map_err(eio)?.ok_or_else(|| WireError::missing_dir(dir))?;
+                let obj =
+                    self.store.get_shard(dir).map_err(eio)?.ok_or_else(|| OpError::MissingDir((dir).to_string()))?;
                 if obj.incarnation != incarnation {
                     return Err(err(
                         Errno::ESTALE,
@@ -102,11 +104,8 @@ impl Engine {
     /// `d`) or change its entries while it is being distributed: EBUSY carrying the
     /// `Distributing` distribution, so that coordinators and clients wait for its end and
     /// try again, as for a redirect, instead of counting a lost race.
-    pub(crate) fn being_distributed(&self, dir: &str, d: &DirObject) -> WireError {
-        WireError {
-            redirect: Some(Box::new(self.dist_info(dir, d))),
-            ..err(Errno::EBUSY, format!("'{dir}' is being distributed"))
-        }
+    pub(crate) fn being_distributed(&self, dir: &str, d: &DirObject) -> OpError {
+        OpError::Distributing(Box::new(self.dist_info(dir, d)))
     }
 
     /// The cluster's threshold (`[hugedirs] threshold`).

@@ -5,6 +5,7 @@ use super::errors::{eio, err, OpResult};
 use super::host::Via;
 use super::locks::{Guard, Scope};
 use super::Engine;
+use crate::engine::errors::OpError;
 use plusfs_proto::{Errno, Ino, Inode, ServerId};
 use plusfs_store::Batch;
 
@@ -47,8 +48,8 @@ impl Engine {
         let p = plusfs_proto::path::join(dir, name);
         let e = self.entry(&self.host(dir, shard.map_or(Via::Home, Via::Shard))?.obj, &p, name)?;
         match e.link_home {
-            _ if e.ino != ino => Err(err(Errno::EBUSY, format!("'{p}' changed during the operation"))),
-            Some(_) => Err(err(Errno::EBUSY, format!("'{p}' was linked during the operation"))),
+            _ if e.ino != ino => Err(OpError::Conflict(format!("'{p}' changed during the operation"))),
+            Some(_) => Err(OpError::Conflict(format!("'{p}' was linked during the operation"))),
             None => Ok(()),
         }
     }

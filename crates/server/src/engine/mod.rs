@@ -18,12 +18,13 @@ pub(crate) mod perm;
 pub(crate) mod records;
 pub(crate) mod subops;
 
+use crate::engine::errors::OpError;
 use crate::metrics::Metrics;
 use errors::{eio, err, OpResult};
 use ids::IdAllocator;
 use locks::LockTable;
 use plusfs_placement::ClusterMap;
-use plusfs_proto::{DirObject, Errno, Inode, ServerId, WireError};
+use plusfs_proto::{DirObject, Errno, Inode, ServerId};
 use plusfs_store::{commit, Batch, DirStore, StoreError, StoreRead};
 use serde::Serialize;
 use std::sync::Arc;
@@ -101,7 +102,7 @@ impl Engine {
 
     /// The directory object at `dir`, or the "missing directory" error.
     pub(crate) fn dir_object(&self, dir: &str) -> OpResult<DirObject> {
-        self.store.get_dir(dir).map_err(eio)?.ok_or_else(|| WireError::missing_dir(dir))
+        self.store.get_dir(dir).map_err(eio)?.ok_or_else(|| OpError::MissingDir((dir).to_string()))
     }
 
     pub(crate) async fn new_ino(&self) -> OpResult<u64> {
@@ -202,7 +203,7 @@ mod tests {
         let mut b = Batch::new();
         b.put_counter("probe", 7);
         let e = kit.osd.engine.apply(b).await.unwrap_err();
-        assert_eq!(e.errno, Errno::ENOSPC, "{e}");
+        assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
         assert_eq!(kit.osd.engine.store().get_counter("probe").unwrap(), None);
         assert_eq!(kit.store.committed(), committed);
     }

@@ -8,6 +8,7 @@ use super::host::Via;
 use super::locks::Scope;
 use super::perm;
 use super::Engine;
+use crate::engine::errors::OpError;
 use plusfs_proto::path::rebase;
 use plusfs_proto::WireError;
 use plusfs_proto::{
@@ -136,10 +137,10 @@ impl Engine {
                 .locks
                 .lock_noting(&locks, Some(txid), wait_tx, blockers)
                 .await
-                .map_err(|c| err(Errno::EBUSY, format!("conflicts with transaction {}", c.0)))?;
+                .map_err(|c| OpError::Conflict(format!("conflicts with transaction {}", c.0)))?;
             if let Some(root) = &export_root {
                 if let Some(t) = self.locks.tx_locked_within(root, txid) {
-                    return Err(err(Errno::EBUSY, format!("conflicts with transaction {t}")));
+                    return Err(OpError::Conflict(format!("conflicts with transaction {t}")));
                 }
                 let again: Vec<(String, Ino)> =
                     self.store.dirs_within(root).map_err(eio)?.into_iter().map(|(p, d)| (p, d.ino)).collect();
@@ -147,7 +148,7 @@ impl Engine {
                     continue; // an object appeared or vanished between scan and lock
                 }
                 if let Some(p) = self.handed_over_within(root)? {
-                    return Err(err(Errno::EBUSY, format!("'{p}' is moving to its new home")));
+                    return Err(OpError::Moved(format!("'{p}' is moving to its new home")));
                 }
                 if let Some((p, d)) = self
                     .store
@@ -200,16 +201,16 @@ impl Engine {
                         Err(err(Errno::ENOTDIR, format!("'{p}' is not a directory")))
                     }
                     (Some(e), Replace::Dir(ino)) if e.ino != *ino => {
-                        Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")))
+                        Err(OpError::Conflict(format!("'{p}' changed during the operation")))
                     }
                     // A hard link goes only with one of its links (the coordinator retries).
                     (Some(e), Replace::NonDir) if e.link_home.is_some() => {
-                        Err(WireError::replaced_link(&p, e.ino, e.link_home.expect("a link")))
+                        Err(WireError::replaced_link(&p, e.ino, e.link_home.expect("a link")).into())
                     }
                     (Some(e), Replace::Link(ino)) if e.ino != *ino || e.link_home.is_none() => {
-                        Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")))
+                        Err(OpError::Conflict(format!("'{p}' changed during the operation")))
                     }
-                    (Some(e), _) if e.ino == inode.ino => Err(err(Errno::EBUSY, format!("'{p}' is being moved"))),
+                    (Some(e), _) if e.ino == inode.ino => Err(OpError::Conflict(format!("'{p}' is being moved"))),
                     _ => Ok(()),
                 }
             }
@@ -224,7 +225,7 @@ impl Engine {
                     };
                 }
                 if e.ino != *ino {
-                    return Err(err(Errno::EBUSY, format!("'{p}' changed during the operation")));
+                    return Err(OpError::Conflict(format!("'{p}' changed during the operation")));
                 }
                 Ok(())
             }
@@ -236,21 +237,21 @@ impl Engine {
                 let d = self.store.get_dir(path).map_err(eio)?;
                 match d {
                     Some(d) if *ino != 0 && d.ino != *ino => {
-                        Err(err(Errno::EBUSY, format!("'{path}' changed during the operation")))
+                        Err(OpError::Conflict(format!("'{path}' changed during the operation")))
                     }
                     Some(d) if d.dist.state == DistState::Distributing => Err(self.being_distributed(path, &d)),
                     // Its shards must be removed by the same transaction.
                     Some(d) if d.dist.state == DistState::Distributed && d.dist.set != *shards => {
-                        Err(WireError::redirect(self.dist_info(path, &d)))
+                        Err(OpError::Redirect(Box::new(self.dist_info(path, &d))))
                     }
                     Some(d) if d.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
                     Some(_) => Ok(()),
                     // The client tells ENOENT from ENOTDIR (a file of that name) by looking.
-                    None => Err(WireError::missing_dir(path)),
+                    None => Err(OpError::MissingDir((path).to_string())),
                 }
             }
             SubOp::RemoveShard { path, ino } => match self.store.get_shard(path).map_err(eio)? {
-                Some(s) if s.ino != *ino => Err(err(Errno::EBUSY, format!("'{path}' changed during the operation"))),
+                Some(s) if s.ino != *ino => Err(OpError::Conflict(format!("'{path}' changed during the operation"))),
                 Some(s) if s.entries > 0 => Err(err(Errno::ENOTEMPTY, format!("'{path}' is not empty"))),
                 Some(_) => Ok(()),
                 None => Err(err(Errno::ENOENT, format!("no shard of '{path}' here"))),
@@ -268,7 +269,7 @@ impl Engine {
             // The directory must still have the search element the change replaces.
             SubOp::Reancestry { root, old, .. } => match self.store.get_dir(root).map_err(eio)? {
                 Some(d) if d.search_perm() != *old => {
-                    Err(err(Errno::EBUSY, format!("'{root}' changed during the operation")))
+                    Err(OpError::Conflict(format!("'{root}' changed during the operation")))
                 }
                 _ => Ok(()),
             },
@@ -289,7 +290,7 @@ impl Engine {
                 match self.store.get_entry(d.ino, name).map_err(eio)? {
                     // A hard link's owner is with its inode: the operation's server checks it.
                     Some(e) if e.link_home.is_none() => {
-                        perm::check_sticky(c, &d, e.uid, &plusfs_proto::path::join(dir, name))
+                        perm::check_sticky(c, &d, e.uid, &plusfs_proto::path::join(dir, name)).map_err(OpError::from)
                     }
                     _ => Ok(()),
                 }
@@ -299,18 +300,18 @@ impl Engine {
                 perm::check_dir_write(c, &d, dir)?;
                 let p = plusfs_proto::path::join(dir, name);
                 match self.entry(&d, &p, name)? {
-                    e if e.link_home.is_none() => perm::check_sticky(c, &d, e.uid, &p),
+                    e if e.link_home.is_none() => perm::check_sticky(c, &d, e.uid, &p).map_err(OpError::from),
                     // A hard link: its owner is with its inode (not checked here).
                     _ => Ok(()),
                 }
             }
-            SubOp::ShareInode { dir, shard, .. } => perm::check_search(c, &self.sub_host(dir, *shard)?.obj, dir),
+            SubOp::ShareInode { dir, shard, .. } => Ok(perm::check_search(c, &self.sub_host(dir, *shard)?.obj, dir)?),
             SubOp::ExportSubtree { root, new_root, .. } => {
                 let moved =
                     plusfs_proto::path::split(root).map(|x| x.0) != plusfs_proto::path::split(new_root).map(|x| x.0);
                 match self.store.get_dir(root).map_err(eio)? {
                     // Linux: moving a directory to another parent rewrites its "..".
-                    Some(d) if moved => perm::check(c, d.mode, d.uid, d.gid, MAY_WRITE, root),
+                    Some(d) if moved => perm::check(c, d.mode, d.uid, d.gid, MAY_WRITE, root).map_err(OpError::from),
                     _ => Ok(()),
                 }
             }
@@ -353,7 +354,11 @@ impl Engine {
             let key = (path.to_string(), shard.is_some());
             if !hosts.contains_key(&key) {
                 let obj = match shard {
-                    Some(_) => self.store.get_shard(path).map_err(eio)?.ok_or_else(|| WireError::missing_dir(path))?,
+                    Some(_) => self
+                        .store
+                        .get_shard(path)
+                        .map_err(eio)?
+                        .ok_or_else(|| OpError::MissingDir((path).to_string()))?,
                     None => self.dir_object(path)?,
                 };
                 hosts.insert(key.clone(), obj);

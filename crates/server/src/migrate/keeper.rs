@@ -8,9 +8,9 @@
 //! section: certificate paths are local facts.
 
 use super::Migration;
-use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::errors::{eio, err, OpError, OpResult};
 use plusfs_placement::{ClusterMap, MapChange};
-use plusfs_proto::{Cred, Errno, Reply, Request, Response, ServerId};
+use plusfs_proto::{Cred, Errno, Reply, Request, ServerId};
 use plusfs_store::{Batch, LogKind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +50,7 @@ impl Migration {
             let osd = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = osd.drop_receipts().await {
-                    tracing::warn!(cause = %e.message, "cannot drop the receipts of the finished migration");
+                    tracing::warn!(cause = %e.message(), "cannot drop the receipts of the finished migration");
                 }
             });
         }
@@ -92,7 +92,7 @@ impl Migration {
                     true
                 }
                 Err(e) => {
-                    tracing::warn!(cause = %e.message, "the map service sent a bad map");
+                    tracing::warn!(cause = %e.message(), "the map service sent a bad map");
                     false
                 }
             },
@@ -109,7 +109,7 @@ impl Migration {
     pub(crate) async fn join_map(self: &Arc<Self>) {
         if self.engine.id() == KEEPER {
             if let Err(e) = self.load_kept_map().await {
-                tracing::error!(cause = %e.message, "cannot load the kept cluster map");
+                tracing::error!(cause = %e.message(), "cannot load the kept cluster map");
             }
         } else {
             self.fetch_map().await;
@@ -118,7 +118,7 @@ impl Migration {
         if self.engine.map().migrating() {
             self.start_walker();
         } else if let Err(e) = self.drop_receipts().await {
-            tracing::warn!(cause = %e.message, "cannot drop the receipts of a finished migration");
+            tracing::warn!(cause = %e.message(), "cannot drop the receipts of a finished migration");
         }
     }
 
@@ -149,7 +149,7 @@ impl Migration {
 
     /// `MapChange` on the keeper: applies `change` (TOML of a [`MapChange`]), stores the
     /// next epoch, pushes it to every server and answers it.
-    pub(crate) async fn change_map(self: &Arc<Self>, change: &str) -> Response {
+    pub(crate) async fn change_map(self: &Arc<Self>, change: &str) -> OpResult<Reply> {
         if self.engine.id() != KEEPER {
             return Err(err(
                 Errno::EINVAL,
@@ -187,7 +187,7 @@ impl Migration {
     async fn status_of(self: &Arc<Self>, id: ServerId) -> OpResult<plusfs_proto::ServerStatus> {
         match self.peers.pool.call(id, &Request::Status).await {
             Ok(Ok(Reply::Status(s))) => Ok(*s),
-            Ok(Err(e)) => Err(e),
+            Ok(Err(e)) => Err(e.into()),
             Ok(Ok(other)) => Err(err(Errno::EIO, format!("server {id} answered status with {other:?}"))),
             Err(e) => Err(err(Errno::EIO, format!("cannot ask server {id} what it holds: {e}"))),
         }
@@ -254,7 +254,7 @@ impl Migration {
     }
 
     /// `MapPush` from the keeper.
-    pub(crate) fn pushed_map(self: &Arc<Self>, text: &str) -> Response {
+    pub(crate) fn pushed_map(self: &Arc<Self>, text: &str) -> OpResult<Reply> {
         let map = parse_map(text)?;
         self.adopt_map(map);
         Ok(Reply::Done)
@@ -276,6 +276,7 @@ impl Migration {
                 .call_as(KEEPER, &Cred::server(), &Request::MapChange { change: text })
                 .await
                 .map_err(|e| err(e.errno(), format!("cannot reach the map service: {e}")))?
+                .map_err(OpError::from)
         };
         match resp? {
             Reply::Map(text) => {

@@ -20,7 +20,7 @@ pub(crate) mod route;
 pub(crate) mod state;
 mod walker;
 
-use crate::engine::errors::{eio, err, OpResult};
+use crate::engine::errors::{eio, err, OpError, OpResult};
 use crate::engine::locks::Scope;
 use crate::engine::logrec::{self, Outbox, Receipt};
 use crate::engine::Engine;
@@ -28,7 +28,7 @@ use crate::failpoint::Failpoints;
 use crate::filedata::FileData;
 use crate::peers::Peers;
 use plusfs_proto::migrate::MovedDir;
-use plusfs_proto::{DirObject, DistState, Errno, Inode, Reply, Request, Response, ServerId};
+use plusfs_proto::{DirObject, DistState, Errno, Inode, Reply, Request, ServerId};
 use plusfs_store::{Batch, LogKind};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -182,7 +182,7 @@ impl Migration {
                 Ok(Reply::Moved(m)) => m,
                 Ok(other) => return Err(err(Errno::EIO, format!("server {old} answered a hand-over with {other:?}"))),
                 Err(e) if e.errno == Errno::EBUSY => Vec::new(),
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
             let taken: Vec<String> = moved.iter().map(|m| m.path.clone()).collect();
             if !moved.is_empty() {
@@ -193,7 +193,7 @@ impl Migration {
                 return Ok(());
             }
             if started.elapsed() > PULL_PATIENCE {
-                return Err(err(Errno::EBUSY, format!("'{}' is still moving here from server {old}", missing[0])));
+                return Err(OpError::Moved(format!("'{}' is still moving here from server {old}", missing[0])));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(200));
@@ -285,16 +285,16 @@ impl Migration {
 
     /// `MigrateOut` on an old home: hands over what it can of `paths` (a path whose
     /// directory a transaction holds is left out; the new home asks again).
-    pub(crate) async fn migrate_out(self: &Arc<Self>, paths: &[String]) -> Response {
+    pub(crate) async fn migrate_out(self: &Arc<Self>, paths: &[String]) -> OpResult<Reply> {
         let map = self.engine.map();
         if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) == self.engine.id()) {
-            return Err(err(Errno::EBUSY, format!("'{p}' is homed here at epoch {}: the maps differ", map.epoch)));
+            return Err(OpError::StaleEpoch(format!("'{p}' is homed here at epoch {}: the maps differ", map.epoch)));
         }
         let mut wanted: Vec<(String, Scope)> = paths.iter().flat_map(|p| with_ancestors(p)).collect();
         wanted.sort();
         wanted.dedup();
         let Ok(_g) = self.engine.locks().lock(&wanted, None, false).await else {
-            return Err(err(Errno::EBUSY, "a transaction holds a directory being handed over"));
+            return Err(OpError::Moved("a transaction holds a directory being handed over".into()));
         };
         let mut b = Batch::new();
         let mut out = Vec::new();
@@ -338,7 +338,7 @@ impl Migration {
     }
 
     /// `MigrateEntries` on an old home: a page of a handed-over directory's entries.
-    pub(crate) fn migrate_entries(&self, path: &str, ino: u64, after: Option<&str>, limit: u32) -> Response {
+    pub(crate) fn migrate_entries(&self, path: &str, ino: u64, after: Option<&str>, limit: u32) -> OpResult<Reply> {
         match self.outbox(path)? {
             Some(obj) if obj.ino == ino && obj.dist.state == DistState::Nondistributed => {}
             _ => return Err(err(Errno::ENOENT, format!("'{path}' (inode {ino}) is not being handed over from here"))),
@@ -352,7 +352,7 @@ impl Migration {
 
     /// `MigrateDone` (or the walker, for objects their new home has): drops the outbox
     /// copies of `paths` and their entries.
-    pub(crate) async fn migrate_done(self: &Arc<Self>, paths: &[String]) -> Response {
+    pub(crate) async fn migrate_done(self: &Arc<Self>, paths: &[String]) -> OpResult<Reply> {
         for p in paths {
             let Some(obj) = self.outbox(p)? else { continue };
             if obj.dist.state == DistState::Nondistributed {
@@ -382,10 +382,13 @@ impl Migration {
 
     /// `MigrateIn` on a new home: pulls `paths` from `from`, which holds them; answers
     /// once they are all here (or were taken over before).
-    pub(crate) async fn migrate_in(self: &Arc<Self>, paths: &[String], from: ServerId) -> Response {
+    pub(crate) async fn migrate_in(self: &Arc<Self>, paths: &[String], from: ServerId) -> OpResult<Reply> {
         let map = self.engine.map();
         if let Some(p) = paths.iter().find(|p| map.home_of_dir(p) != self.engine.id()) {
-            return Err(err(Errno::EBUSY, format!("'{p}' is not homed here at epoch {}: the maps differ", map.epoch)));
+            return Err(OpError::StaleEpoch(format!(
+                "'{p}' is not homed here at epoch {}: the maps differ",
+                map.epoch
+            )));
         }
         for chunk in paths.chunks(map.rebalance.batch.max(1) as usize) {
             self.pull_from(from, chunk).await?;

@@ -4,9 +4,10 @@
 //! after the directories it touches were pulled here.
 
 use super::Migration;
-use crate::engine::errors::{err, OpResult};
+use crate::engine::errors::{err, OpError, OpResult};
 use plusfs_proto::peer::SubOp;
-use plusfs_proto::{Cred, Errno, Request, Response};
+use plusfs_proto::Reply;
+use plusfs_proto::{Cred, Request};
 use std::sync::Arc;
 
 /// Whether a request whose frame carried the epoch hint `hint` (0: none) was sent by a
@@ -107,19 +108,17 @@ impl Migration {
         if planned && sent_with_older_map(map.epoch, sender_epoch) {
             // Planned with an older map: it may miss servers objects moved to, or send
             // objects to old homes. Its coordinator plans again with the new map.
-            return Err(err(
-                Errno::EBUSY,
-                format!(
-                    "the operation was planned with the map of an older epoch; this server is at epoch {}",
-                    map.epoch
-                ),
-            ));
+            return Err(OpError::StaleEpoch(format!(
+                "the operation was planned with the map of an older epoch; this server is at epoch {}",
+                map.epoch
+            )));
         }
         if let Some(d) = subs.iter().find(|d| map.home_of_dir(d) != self.engine.id()) {
-            return Err(err(
-                Errno::EBUSY,
-                format!("'{d}' is homed on server {} at epoch {}", map.home_of_dir(d), map.epoch),
-            ));
+            return Err(OpError::StaleEpoch(format!(
+                "'{d}' is homed on server {} at epoch {}",
+                map.home_of_dir(d),
+                map.epoch
+            )));
         }
         if map.migrating() {
             let mut touched: Vec<String> = plusfs_proto::touch::touched(req).into_iter().map(|t| t.0).collect();
@@ -143,10 +142,10 @@ impl Migration {
         home: plusfs_proto::ServerId,
         cred: &Cred,
         req: Request,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         self.migration.forwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.peers.pool.call_as(home, cred, &req).await {
-            Ok(r) => r,
+            Ok(r) => r.map_err(OpError::from),
             Err(e) => Err(err(e.errno(), format!("forwarding to server {home}: {e}"))),
         }
     }

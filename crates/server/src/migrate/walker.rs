@@ -61,13 +61,13 @@ impl Migration {
                         tracing::info!(from_epoch = m.from_epoch, stage, "this server's part of the migration is done");
                     }
                     Err(e) => {
-                        tracing::warn!(cause = %e.message, "cannot report the migration stage done; retrying");
+                        tracing::warn!(cause = %e.message(), "cannot report the migration stage done; retrying");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 },
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(cause = %e.message, "migration pass failed; retrying");
+                    tracing::warn!(cause = %e.message(), "migration pass failed; retrying");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }

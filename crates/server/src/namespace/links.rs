@@ -3,17 +3,17 @@
 //! shared inodes themselves).
 
 use super::Namespace;
-use crate::engine::errors::{err, split_entry};
+use crate::engine::errors::{err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
 use crate::twopc::{add_part, still_distributing, Parts, Plan, DISTRIBUTING_WAIT};
 use plusfs_proto::DistributionWait;
-use plusfs_proto::{Cred, Errno, FileKind, Inode, Replace, Reply, Response, ServerId, SubOp, WireError};
+use plusfs_proto::{Cred, Errno, FileKind, Inode, Replace, Reply, ServerId, SubOp};
 use std::sync::Arc;
 
 impl Namespace {
     /// `link`, on the server of `src`'s entry: a new entry `dst` for the same inode.
-    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         let (sdir, _) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         // A source in a distributed directory the client did not address by its shard: the
@@ -27,7 +27,7 @@ impl Namespace {
             changes += 1;
             match self.twopc.retrying(|plan| self.link_once(plan, src, dst, via, at, c)).await {
                 // Being distributed: its storing servers may not hold their shards yet.
-                Err(WireError { redirect: Some(info), .. })
+                Err(OpError::Redirect(info) | OpError::Distributing(info))
                     if info.path == ddir && info.state == plusfs_proto::DistState::Distributing =>
                 {
                     if !waiting.wait().await {
@@ -35,13 +35,13 @@ impl Namespace {
                     }
                     changes -= 1;
                 }
-                Err(WireError { redirect: Some(info), .. }) if info.path == ddir => {
+                Err(OpError::Redirect(info) | OpError::Distributing(info)) if info.path == ddir => {
                     at = (info.server_of(dname), Some(info.incarnation));
                 }
                 r => return r,
             }
         }
-        Err(err(Errno::EBUSY, format!("the distribution of '{ddir}' keeps changing")))
+        Err(OpError::Conflict(format!("the distribution of '{ddir}' keeps changing")))
     }
 
     /// One attempt of `link` with the new entry on `at` (server, shard incarnation).
@@ -53,7 +53,7 @@ impl Namespace {
         via: Via,
         at: (ServerId, Option<u64>),
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         let host = self.engine.host(sdir, via)?.obj;
@@ -81,7 +81,7 @@ impl Namespace {
 
     /// `unlink` of a link entry: the entry goes and the shared inode loses a link, in one
     /// transaction.
-    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Cred) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let home = e.link_home.expect("a link entry");
         let mut parts = Parts::new();

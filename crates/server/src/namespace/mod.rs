@@ -6,7 +6,7 @@ mod links;
 mod xattr;
 
 use crate::engine::attrs::{apply_set, count_entry, NewNode};
-use crate::engine::errors::{check_dir_path, eio, err, split_entry, OpResult};
+use crate::engine::errors::{check_dir_path, eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
@@ -17,8 +17,8 @@ use crate::links::Found;
 use crate::links::Links;
 use crate::twopc::TwoPhase;
 use plusfs_proto::{
-    Attr, Cred, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, Response,
-    SetAttr, Statfs, WireError, MAY_READ, MAY_WRITE,
+    Attr, Cred, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, SetAttr,
+    Statfs, MAY_READ, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use std::collections::HashSet;
@@ -62,7 +62,7 @@ impl Namespace {
         node: NewNode,
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         let NewNode { target, rdev, access } = node;
         let (dir, name) = split_entry(p)?;
         if kind == FileKind::Dir {
@@ -75,7 +75,7 @@ impl Namespace {
             // first, so writers cannot keep the directory from ever being distributed.
             drop(g);
             let info = self.hugedirs.distribute(dir).await?;
-            return Err(WireError::redirect(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj))));
+            return Err(OpError::Redirect(Box::new(info.unwrap_or_else(|| self.engine.dist_info(dir, &host.obj)))));
         }
         perm::check_search(c, &host.obj, dir)?;
         if let Some(e) = self.engine.store().get_entry(host.obj.ino, name).map_err(eio)? {
@@ -108,14 +108,14 @@ impl Namespace {
             // The create is done whatever happens to the distribution (a failed one stays
             // `Distributing` and is finished by the next request or restart).
             if let Err(e) = self.hugedirs.distribute(dir).await {
-                tracing::error!(dir, cause = %e.message, "redistribution failed");
+                tracing::error!(dir, cause = %e.message(), "redistribution failed");
             }
         }
         Ok(Reply::Attr(Attr::of_inode(&inode)))
     }
 
     /// `lstat` of an entry: its attributes, or `IsDir` for a subdirectory.
-    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -130,7 +130,7 @@ impl Namespace {
 
     /// `open` of an entry: as `stat`, after checking the opener's `access` (`MAY_READ`,
     /// `MAY_WRITE`) against the file (a directory's own server checks nothing more).
-    pub(crate) async fn open_entry(self: &Arc<Self>, p: &str, access: u32, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn open_entry(self: &Arc<Self>, p: &str, access: u32, via: Via, c: &Cred) -> OpResult<Reply> {
         let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -146,7 +146,7 @@ impl Namespace {
         Ok(Reply::Attr(Attr::of_inode(&e)))
     }
 
-    pub(crate) async fn dir_stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn dir_stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         check_dir_path(p)?;
         match via {
             Via::Home => {
@@ -163,13 +163,13 @@ impl Namespace {
 
     /// A directory's mode, owner and ancestry (`DirPerms`, from the server of a new
     /// subdirectory's object).
-    pub(crate) fn dir_perms(&self, p: &str) -> Response {
+    pub(crate) fn dir_perms(&self, p: &str) -> OpResult<Reply> {
         check_dir_path(p)?;
         let d = self.engine.dir_object(p)?;
         Ok(Reply::DirPerms { mode: d.mode, uid: d.uid, gid: d.gid, ancestry: d.ancestry })
     }
 
-    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
         let mut host = self.engine.host(dir, via)?;
@@ -207,7 +207,7 @@ impl Namespace {
         limit: u32,
         via: Via,
         c: &Cred,
-    ) -> Response {
+    ) -> OpResult<Reply> {
         check_dir_path(p)?;
         let d = self.engine.host(p, via)?.obj;
         perm::check_search_above(c, &d, p)?;
@@ -220,7 +220,7 @@ impl Namespace {
         Ok(Reply::Dirents(Dirents { incarnation: d.incarnation, entries, more }))
     }
 
-    pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via, c: &Cred) -> OpResult<Reply> {
         let mut t = match self.links.find(p, via, true, c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
@@ -250,7 +250,7 @@ impl Namespace {
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
     }
 
-    pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
         let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -271,12 +271,12 @@ impl Namespace {
         Ok((dirs.len() as u64, entries))
     }
 
-    pub(crate) fn statfs(&self) -> Response {
+    pub(crate) fn statfs(&self) -> OpResult<Reply> {
         let (dir_objects, entries) = self.totals()?;
         Ok(Reply::Statfs(Statfs { dir_objects, entries }))
     }
 
-    pub(crate) async fn fsck_scan(&self) -> Response {
+    pub(crate) async fn fsck_scan(&self) -> OpResult<Reply> {
         let dirs = self.engine.store().dirs_within("/").map_err(eio)?;
         let shards = self.engine.store().shards_within("/").map_err(eio)?;
         // Entries belong to a nondistributed directory object or to a shard held here.
@@ -339,7 +339,11 @@ mod tests {
 
     async fn create(kit: &Kit, p: &str, c: &Cred) -> plusfs_proto::Response {
         let node = NewNode { target: None, rdev: 0, access: 0 };
-        kit.osd.namespace.create(p, FileKind::File, 0o644, (c.uid, c.gid), true, node, Via::Home, c).await
+        kit.osd
+            .namespace
+            .create(p, FileKind::File, 0o644, (c.uid, c.gid), true, node, Via::Home, c)
+            .await
+            .map_err(plusfs_proto::WireError::from)
     }
 
     #[tokio::test]
@@ -351,8 +355,8 @@ mod tests {
         assert_eq!(create(&kit, "/f", &root()).await.unwrap_err().errno, Errno::EEXIST);
         ns.unlink("/f", Via::Home, &root()).await.unwrap();
         let e = ns.stat("/f", Via::Home, &root()).await.unwrap_err();
-        assert_eq!(e.errno, Errno::ENOENT);
-        assert!(e.message.contains("/f"), "the error names the path: {e}");
+        assert_eq!(e.errno(), Errno::ENOENT);
+        assert!(e.message().contains("/f"), "the error names the path: {e}");
         assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 0);
     }
 
@@ -372,7 +376,7 @@ mod tests {
         kit.store.inject(Faults::default());
         let kit = kit.crash_and_restart().await;
         let e = kit.osd.namespace.stat("/g", Via::Home, &root()).await.unwrap_err();
-        assert_eq!(e.errno, Errno::ENOENT);
+        assert_eq!(e.errno(), Errno::ENOENT);
         assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 0);
     }
 }

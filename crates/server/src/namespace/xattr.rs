@@ -8,7 +8,7 @@ use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::links::Found;
 use plusfs_proto::filedata::{MAX_XATTR_NAME, MAX_XATTR_TOTAL, MAX_XATTR_VALUE};
-use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response, Timespec, XattrOp};
+use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Timespec, XattrOp};
 use plusfs_store::Batch;
 use std::sync::Arc;
 
@@ -77,7 +77,7 @@ fn check_name(name: &str, p: &str) -> OpResult<()> {
 
 impl Namespace {
     /// `Xattr` on the entry's server: files, symlinks and FIFOs; `IsDir` for directories.
-    pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via, c: &Cred) -> Response {
+    pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via, c: &Cred) -> OpResult<Reply> {
         let mut t = match self.links.find(p, via, !matches!(op, XattrOp::Get { .. } | XattrOp::List), c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
@@ -101,7 +101,7 @@ impl Namespace {
     }
 
     /// `DirXattr` on the directory's home.
-    pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Cred) -> Response {
+    pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Cred) -> OpResult<Reply> {
         check_dir_path(p)?;
         let _g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let mut d = self.engine.dir_object(p)?;
@@ -134,12 +134,12 @@ mod tests {
         };
         assert!(apply(&mut a, &set("user.b", b"2", false, false), "/f").unwrap().1);
         apply(&mut a, &set("user.a", b"1", true, false), "/f").unwrap();
-        assert_eq!(apply(&mut a, &set("user.a", b"x", true, false), "/f").unwrap_err().errno, Errno::EEXIST);
-        assert_eq!(apply(&mut a, &set("user.c", b"x", false, true), "/f").unwrap_err().errno, Errno::ENODATA);
-        assert_eq!(apply(&mut a, &set("security.x", b"x", false, false), "/f").unwrap_err().errno, Errno::EOPNOTSUPP);
+        assert_eq!(apply(&mut a, &set("user.a", b"x", true, false), "/f").unwrap_err().errno(), Errno::EEXIST);
+        assert_eq!(apply(&mut a, &set("user.c", b"x", false, true), "/f").unwrap_err().errno(), Errno::ENODATA);
+        assert_eq!(apply(&mut a, &set("security.x", b"x", false, false), "/f").unwrap_err().errno(), Errno::EOPNOTSUPP);
         let big = vec![0u8; MAX_XATTR_VALUE + 1];
-        assert_eq!(apply(&mut a, &set("user.big", &big, false, false), "/f").unwrap_err().errno, Errno::E2BIG);
-        assert_eq!(apply(&mut a, &set(&"u".repeat(300), b"", false, false), "/f").unwrap_err().errno, Errno::ERANGE);
+        assert_eq!(apply(&mut a, &set("user.big", &big, false, false), "/f").unwrap_err().errno(), Errno::E2BIG);
+        assert_eq!(apply(&mut a, &set(&"u".repeat(300), b"", false, false), "/f").unwrap_err().errno(), Errno::ERANGE);
         assert_eq!(
             apply(&mut a, &XattrOp::List, "/f").unwrap().0,
             Reply::Names(vec!["user.a".into(), "user.b".into()])
@@ -149,10 +149,10 @@ mod tests {
             Reply::Data(b"2".to_vec().into())
         );
         apply(&mut a, &XattrOp::Remove { name: "user.a".into() }, "/f").unwrap();
-        assert_eq!(apply(&mut a, &XattrOp::Get { name: "user.a".into() }, "/f").unwrap_err().errno, Errno::ENODATA);
+        assert_eq!(apply(&mut a, &XattrOp::Get { name: "user.a".into() }, "/f").unwrap_err().errno(), Errno::ENODATA);
         // The total per object is bounded.
         let half = vec![0u8; MAX_XATTR_VALUE / 2];
         apply(&mut a, &set("user.h1", &half, false, false), "/f").unwrap();
-        assert_eq!(apply(&mut a, &set("user.h2", &half, false, false), "/f").unwrap_err().errno, Errno::ENOSPC);
+        assert_eq!(apply(&mut a, &set("user.h2", &half, false, false), "/f").unwrap_err().errno(), Errno::ENOSPC);
     }
 }

@@ -2,12 +2,12 @@
 
 use super::Osd;
 use crate::engine::attrs::NewNode;
-use crate::engine::errors::{eio, err};
+use crate::engine::errors::{eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::metrics::Metrics;
 use crate::migrate::route::{target_dir, Placed};
 use crate::peers::{Answer, LocalPeer};
-use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response};
+use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Response, WireError};
 use std::sync::Arc;
 
 /// What `cluster status` shows non-root callers in place of a distributed directory's path.
@@ -25,6 +25,12 @@ impl Osd {
     /// Serves one request made by `cred`, whose frame carried the sender's epoch hint
     /// `sender_epoch` (0: none).
     pub async fn handle_from(self: &Arc<Self>, cred: Cred, req: Request, sender_epoch: u16) -> Response {
+        // The one place where an operation's error becomes the wire's.
+        self.serve(cred, req, sender_epoch).await.map_err(WireError::from)
+    }
+
+    /// [`Osd::handle_from`] with the operation's own error.
+    async fn serve(self: &Arc<Self>, cred: Cred, req: Request, sender_epoch: u16) -> OpResult<Reply> {
         self.engine.metrics().count_op(req.opcode());
         match self.migrate.place(&req, sender_epoch).await {
             Ok(Placed::Forward(home)) => return self.migrate.forward_to_home(home, &cred, req).await,
@@ -41,12 +47,12 @@ impl Osd {
         match (resp, again) {
             // A sub-operation's own directory handed to its new home meanwhile: its
             // coordinator plans again (not "no such directory").
-            (Err(e), _)
+            (Err(OpError::Posix(e)), _)
                 if e.missing_dir
                     .as_ref()
                     .is_some_and(|d| own.contains(d) && self.engine.map().home_of_dir(d) != self.engine.id()) =>
             {
-                Err(crate::engine::errors::err(Errno::EBUSY, format!("{} (moved to its new home)", e.message)))
+                Err(OpError::Moved(format!("{} (moved to its new home)", e.message)))
             }
             (Err(e), Some(req)) if self.engine.map().epoch != before => {
                 let home = target_dir(&req).map(|d| self.engine.map().home_of_dir(d)).unwrap_or(self.engine.id());
@@ -63,17 +69,17 @@ impl Osd {
     /// servers of its entries: it goes only to a caller that may reach those entries
     /// (search permission on every directory down to it). Any other caller gets the
     /// refusal it would get from a shard, and learns nothing of the directory.
-    fn hide_redirect(&self, cred: &Cred, resp: Response) -> Response {
+    fn hide_redirect(&self, cred: &Cred, resp: OpResult<Reply>) -> OpResult<Reply> {
         let Err(e) = &resp else { return resp };
-        let Some(info) = &e.redirect else { return resp };
+        let Some(info) = e.dist() else { return resp };
         match self.engine.dir_object(&info.path) {
-            Ok(d) => plusfs_proto::perm::check_search(cred, &d, &info.path).and(resp),
+            Ok(d) => plusfs_proto::perm::check_search(cred, &d, &info.path).map_err(OpError::from).and(resp),
             Err(_) => resp,
         }
     }
 
     /// Serves a request that belongs to this server.
-    async fn handle_here(self: &Arc<Self>, cred: Cred, req: Request) -> Response {
+    async fn handle_here(self: &Arc<Self>, cred: Cred, req: Request) -> OpResult<Reply> {
         if self.engine.locks().tx_count() > 0 {
             // A client must not see objects a pending Cx operation changes before it commits.
             let scopes = crate::cx::request_scopes(&req);
@@ -111,7 +117,7 @@ impl Osd {
 
     /// Serves a request addressed to a directory's home (`Via::Home`) or to this server's
     /// shard of a distributed directory (only requests about entries), made by `c`.
-    async fn dispatch(self: &Arc<Self>, req: Request, via: Via, c: &Cred) -> Response {
+    async fn dispatch(self: &Arc<Self>, req: Request, via: Via, c: &Cred) -> OpResult<Reply> {
         use Request::*;
         match req {
             Mkdir { path, mode, uid, gid, threshold, width } => {
@@ -241,7 +247,7 @@ impl Osd {
         }
     }
 
-    pub(crate) async fn status(self: &Arc<Self>) -> Response {
+    pub(crate) async fn status(self: &Arc<Self>) -> OpResult<Reply> {
         let (dir_objects, entries) = self.namespace.totals()?;
         let m = self.engine.metrics();
         let peer = self.peers.pool.counters().snapshot();
@@ -310,7 +316,7 @@ impl LocalPeer for Osd {
     /// `handle`, so no operation recurses into another.
     fn serve_peer<'a>(self: Arc<Self>, req: Request, c: &'a Cred) -> Answer<'a> {
         Box::pin(async move {
-            match req {
+            let answer = match req {
                 Request::Stat { path } => self.namespace.stat(&path, Via::Home, c).await,
                 Request::DirPerms { path } => self.namespace.dir_perms(&path),
                 Request::Shard { incarnation, op } => match *op {
@@ -324,7 +330,8 @@ impl LocalPeer for Osd {
                 Request::TxCommit { txid, payload } => self.twopc.tx_commit(txid, payload).await,
                 Request::TxAbort { txid } => self.twopc.tx_abort(txid).await,
                 other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
-            }
+            };
+            answer.map_err(WireError::from)
         })
     }
 }
