@@ -41,13 +41,13 @@ impl RecordHeader {
     }
 
     /// Decodes a header, or says why the bytes are not one.
-    pub fn decode(h: &[u8]) -> Result<RecordHeader, String> {
+    pub fn decode(h: &[u8]) -> Result<RecordHeader, HeaderError> {
         if h.len() < HEADER_LEN || &h[0..4] != MAGIC {
-            return Err("no record header".into());
+            return Err(HeaderError::Missing);
         }
         let stored = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes"));
         if stored != header_crc(h) {
-            return Err("record header checksum mismatch".into());
+            return Err(HeaderError::Checksum);
         }
         Ok(RecordHeader {
             len: u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")),
@@ -57,6 +57,17 @@ impl RecordHeader {
     }
 }
 
+/// Why bytes are not a record header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Too short, or no magic.
+    #[error("no record header")]
+    Missing,
+    /// The header's checksum does not match its bytes.
+    #[error("record header checksum mismatch")]
+    Checksum,
+}
+
 fn header_crc(h: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&h[0..12]), &h[16..24])
 }
@@ -64,7 +75,7 @@ fn header_crc(h: &[u8]) -> u32 {
 /// Checks a record (header + data) read for extent `e`; returns its data, a slice of `rec`.
 pub(crate) fn check(rec: Bytes, e: Extent) -> Result<Bytes, DataError> {
     let corrupt = |reason: String| DataError::Corrupt { segment: e.segment, offset: e.offset, reason };
-    let h = RecordHeader::decode(&rec).map_err(corrupt)?;
+    let h = RecordHeader::decode(&rec).map_err(|e| corrupt(e.to_string()))?;
     if h.len != e.len {
         return Err(corrupt(format!("record holds {} bytes, the extent says {}", h.len, e.len)));
     }

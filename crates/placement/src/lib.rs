@@ -216,14 +216,19 @@ impl TxnProtocol {
     }
 }
 
+/// A protocol name that is none of `cx`, `2pc` and `serial`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown protocol '{0}': give cx, 2pc or serial")]
+pub struct UnknownProtocol(pub String);
+
 impl std::str::FromStr for TxnProtocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownProtocol;
+    fn from_str(s: &str) -> Result<Self, UnknownProtocol> {
         match s {
             "cx" => Ok(TxnProtocol::Cx),
             "2pc" => Ok(TxnProtocol::TwoPhase),
             "serial" => Ok(TxnProtocol::Serial),
-            other => Err(format!("unknown protocol '{other}': give cx, 2pc or serial")),
+            other => Err(UnknownProtocol(other.to_string())),
         }
     }
 }

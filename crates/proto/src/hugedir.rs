@@ -25,16 +25,18 @@ pub enum Threshold {
     Never,
 }
 
+/// A threshold that is none of `never`, `cluster` and a number of entries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("threshold '{0}' is not a number of entries, 'never' or 'cluster'")]
+pub struct BadThreshold(pub String);
+
 impl Threshold {
     /// Parses `never`, `cluster` or a number of entries.
-    pub fn parse(s: &str) -> Result<Threshold, String> {
+    pub fn parse(s: &str) -> Result<Threshold, BadThreshold> {
         match s {
             "never" => Ok(Threshold::Never),
             "cluster" | "default" => Ok(Threshold::Cluster),
-            n => n
-                .parse::<u64>()
-                .map(Threshold::Entries)
-                .map_err(|_| format!("threshold '{s}' is not a number of entries, 'never' or 'cluster'")),
+            n => n.parse::<u64>().map(Threshold::Entries).map_err(|_| BadThreshold(s.to_string())),
         }
     }
 

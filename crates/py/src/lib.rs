@@ -301,7 +301,9 @@ fn _plusfs(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 fn parse_threshold(t: Option<&str>) -> PyResult<Option<plusfs_proto::Threshold>> {
-    t.map(plusfs_proto::Threshold::parse).transpose().map_err(pyo3::exceptions::PyValueError::new_err)
+    t.map(plusfs_proto::Threshold::parse)
+        .transpose()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
 }
 
 fn dist_dict(py: Python<'_>, d: &plusfs_proto::DistReport) -> std::collections::HashMap<String, Py<PyAny>> {

@@ -63,11 +63,32 @@ pub trait DataSink: Send + Sync + 'static {
     /// A member that proposed the entry in its current reign has them already and may
     /// skip them; after a restart it must not (its own appends may not have survived).
     /// Snapshots' data comes with `proposer` `None`.
-    fn place(&self, pieces: &[plusfs_store::DataPiece], proposer: Option<(MemberId, u64)>) -> Result<(), String>;
+    fn place(&self, pieces: &[plusfs_store::DataPiece], proposer: Option<(MemberId, u64)>) -> Result<(), SinkError>;
     /// Hands `each` the stored bytes of every record the member's store refers to, one
     /// record at a time (for a snapshot taken now, between two applies); stops at the
     /// first error.
-    fn gather(&self, each: &mut dyn FnMut(plusfs_store::DataPiece) -> Result<(), String>) -> Result<(), String>;
+    fn gather(&self, each: &mut dyn FnMut(plusfs_store::DataPiece) -> Result<(), SinkError>) -> Result<(), SinkError>;
+}
+
+/// A data store's own error, as its [`DataSink`] reports it (the sink's implementation
+/// decides its types; the group logs and returns it).
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a snapshot's data file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Writing the file failed.
+    #[error("cannot write the snapshot {path}: {source}")]
+    Write { path: std::path::PathBuf, source: std::io::Error },
+    /// Reading the store failed (or making it durable first).
+    #[error("cannot read the store for a snapshot: {0}")]
+    Store(#[from] rocksdb::Error),
+    /// The data store could not hand over its records.
+    #[error("cannot gather file data for a snapshot: {0}")]
+    Data(SinkError),
+    /// The builder was asked for a second snapshot.
+    #[error("snapshot already built")]
+    Built,
 }
 
 /// A member as its group knows it: where its Raft messages go, and where it serves

@@ -22,8 +22,8 @@
 
 use crate::log::{encode, synced};
 use crate::snapfile::{self, Item};
-use crate::StoreOpenError;
 use crate::{Applied, DataSink, MemberId, Node, TypeConfig};
+use crate::{SinkError, SnapshotError, StoreOpenError};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
@@ -148,7 +148,7 @@ impl StateMachine {
 
     /// Writes every key and value of the store (with the replica's own keys) and the file
     /// data it refers to into a new data file; returns its name.
-    fn dump(&self) -> Result<String, String> {
+    fn dump(&self) -> Result<String, SnapshotError> {
         let name = self.names.next("snap");
         let path = self.dir.join(&name);
         let res = self.dump_to(&path);
@@ -161,24 +161,26 @@ impl StateMachine {
         })
     }
 
-    fn dump_to(&self, path: &Path) -> Result<u64, String> {
-        let io = |e: std::io::Error| format!("cannot write the snapshot {}: {e}", path.display());
+    fn dump_to(&self, path: &Path) -> Result<u64, SnapshotError> {
+        let io = |source: std::io::Error| SnapshotError::Write { path: path.to_path_buf(), source };
         let mut w = snapfile::Writer::create(path).map_err(io)?;
         if let Some(d) = &self.data {
+            // A failed write stops the gathering; its error is the one reported.
             let mut failed = None;
-            d.gather(&mut |p| {
+            let gathered = d.gather(&mut |p| {
                 w.piece(&p).map_err(|e| {
-                    let m = io(e);
-                    failed = Some(m.clone());
-                    m
+                    let message = e.to_string();
+                    failed = Some(e);
+                    SinkError::from(message)
                 })
-            })?;
-            if let Some(m) = failed {
-                return Err(m);
+            });
+            if let Some(e) = failed {
+                return Err(io(e));
             }
+            gathered.map_err(SnapshotError::Data)?;
         }
         for kv in self.db.iterator(IteratorMode::Start) {
-            let (k, v) = kv.map_err(|e| format!("cannot read the store: {e}"))?;
+            let (k, v) = kv?;
             w.kv(&k, &v).map_err(io)?;
         }
         w.finish().map_err(io)
@@ -319,14 +321,14 @@ async fn open_data(path: &Path) -> Result<Box<tokio::fs::File>, SErr> {
 /// Builds a snapshot from a data file written between two applies.
 pub struct Builder {
     meta: Meta,
-    data: Result<String, String>,
+    data: Result<String, SnapshotError>,
     dir: PathBuf,
     saved: Saved,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
-        let name = std::mem::replace(&mut self.data, Err("snapshot already built".into())).map_err(snap_err)?;
+        let name = std::mem::replace(&mut self.data, Err(SnapshotError::Built)).map_err(snap_err)?;
         let path = self.dir.join(&name);
         // Opened before it can be replaced (and removed) by a newer snapshot.
         let file = open_data(&path).await?;
@@ -385,7 +387,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let data = match self.db.flush_wal(true) {
             // Written here, between applies: consistent. An error fails the build.
             Ok(()) => self.dump(),
-            Err(e) => Err(format!("cannot flush the store before a snapshot: {e}")),
+            Err(e) => Err(SnapshotError::Store(e)),
         };
         Builder { meta, data, dir: self.dir.clone(), saved: self.saved.clone() }
     }

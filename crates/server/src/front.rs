@@ -96,7 +96,7 @@ impl Member {
                     bytes += p.bytes.len() as u64;
                     Ok(())
                 })
-                .map_err(|e| eio("cannot sum up the file data", e))?;
+                .map_err(|e| eio("cannot sum up the file data", e.to_string()))?;
                 if plusfs_replica::check::applied(&db)
                     .map_err(|e| eio("cannot read the log position", e.to_string()))?
                     != store.applied

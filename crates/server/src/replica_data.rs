@@ -11,8 +11,10 @@
 //! lets Raft do what a separate data path would have to redo: order, retries, catch-up of
 //! a member that was down, and agreement on which records exist.
 
+use crate::engine::logrec::RecordError;
 use crate::engine::records::RecordLoc;
 use plusfs_data::{replica, DataStore};
+use plusfs_replica::SinkError;
 use plusfs_store::{Batch, BatchOp, DataPiece, DataSource, RocksStore, StoreError};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -27,8 +29,25 @@ fn bad(e: impl std::fmt::Display) -> StoreError {
     StoreError::Replica(format!("cannot read file data to replicate: {e}"))
 }
 
-fn decode_loc(value: &[u8]) -> Result<RecordLoc, String> {
-    RecordLoc::decode(value).map_err(|e| format!("bad record index entry: {e}"))
+fn decode_loc(value: &[u8]) -> Result<RecordLoc, RecordError> {
+    RecordLoc::decode(value)
+}
+
+/// Why a member's data store could not place or hand over file data.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkFailure {
+    /// The data store failed.
+    #[error(transparent)]
+    Data(#[from] plusfs_data::DataError),
+    /// The store of directory objects failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A record index entry is unreadable.
+    #[error("bad record index entry: {0}")]
+    Index(#[from] RecordError),
+    /// A reference names a record with no index entry.
+    #[error("record {0} is referred to but has no index entry")]
+    Unindexed(u64),
 }
 
 /// The leader's data store, read for the records each batch starts using.
@@ -80,7 +99,7 @@ pub struct Sink {
 impl Sink {
     /// Deletes the segments no index entry refers to any more (on a member that does not
     /// lead; the leader's compaction deletes its own). Returns how many.
-    pub fn collect(&self) -> Result<u32, String> {
+    pub fn collect(&self) -> Result<u32, plusfs_data::DataError> {
         use plusfs_store::StoreRead;
         let referred = |seg| {
             self.store.seg_refs(seg).map(|r| !r.is_empty()).map_err(|e| plusfs_data::DataError::Corrupt {
@@ -90,35 +109,35 @@ impl Sink {
             })
         };
         let _turn = self.turn.lock();
-        replica::collect(&self.dir, QUIET, referred).map_err(|e| e.to_string())
+        replica::collect(&self.dir, QUIET, referred)
     }
 }
 
 impl plusfs_replica::DataSink for Sink {
-    fn place(&self, pieces: &[DataPiece], proposer: Option<(u64, u64)>) -> Result<(), String> {
+    fn place(&self, pieces: &[DataPiece], proposer: Option<(u64, u64)>) -> Result<(), SinkError> {
         let leading = self.leading.load(std::sync::atomic::Ordering::Acquire);
         if leading != 0 && proposer == Some((self.member, leading)) {
             return Ok(());
         }
         let _turn = self.turn.lock();
         let tuples: Vec<(u32, u64, &[u8])> = pieces.iter().map(|p| (p.segment, p.offset, p.bytes.as_slice())).collect();
-        replica::place(&self.dir, &tuples, self.sync).map_err(|e| e.to_string())
+        Ok(replica::place(&self.dir, &tuples, self.sync)?)
     }
 
-    fn gather(&self, each: &mut dyn FnMut(DataPiece) -> Result<(), String>) -> Result<(), String> {
+    fn gather(&self, each: &mut dyn FnMut(DataPiece) -> Result<(), SinkError>) -> Result<(), SinkError> {
         use plusfs_store::StoreRead;
-        let refs = self.store.all_seg_refs().map_err(|e| e.to_string())?;
+        let refs = self.store.all_seg_refs().map_err(SinkFailure::from)?;
         // Index entries looked up a few at a time, records read one at a time.
         for chunk in refs.chunks(256) {
             let ids: Vec<u64> = chunk.iter().map(|r| r.2).collect();
-            let values = self.store.get_records(&ids).map_err(|e| e.to_string())?;
+            let values = self.store.get_records(&ids).map_err(SinkFailure::from)?;
             for (&(segment, offset, id), value) in chunk.iter().zip(values) {
-                let value = value.ok_or_else(|| format!("record {id} is referred to but has no index entry"))?;
-                let loc = decode_loc(&value)?;
+                let value = value.ok_or(SinkFailure::Unindexed(id))?;
+                let loc = decode_loc(&value).map_err(SinkFailure::from)?;
                 if (loc.extent.segment, loc.extent.offset) != (segment, offset) {
                     continue; // a stale reference (compaction moved the record): not live here
                 }
-                let (offset, bytes) = replica::read_stored_at(&self.dir, &loc.extent).map_err(|e| e.to_string())?;
+                let (offset, bytes) = replica::read_stored_at(&self.dir, &loc.extent).map_err(SinkFailure::from)?;
                 each(DataPiece { segment, offset, bytes })?;
             }
         }

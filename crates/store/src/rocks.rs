@@ -161,8 +161,8 @@ fn encode<T: Serialize>(format: Format, v: &T) -> Vec<u8> {
 fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason };
     let body = match (format.0, v.split_first()) {
-        (0, _) => return decode_v1(v).map_err(corrupt),
-        (_, Some((1, body))) => return decode_v1(body).map_err(corrupt),
+        (0, _) => return decode_v1(v).map_err(|e| corrupt(e.to_string())),
+        (_, Some((1, body))) => return decode_v1(body).map_err(|e| corrupt(e.to_string())),
         (_, Some((&RECORD_VERSION, body))) => body,
         (_, Some((version, _))) => {
             return Err(corrupt(format!(
@@ -178,11 +178,11 @@ fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T
 /// appended `ancestry: Option<Ancestry>` to directory objects, so the body is read as if
 /// it ended in `None` (postcard ignores the byte after records of other types, and after
 /// a version-2 directory object that a format-0 store wrote).
-fn decode_v1<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+fn decode_v1<T: DeserializeOwned>(body: &[u8]) -> Result<T, postcard::Error> {
     let mut padded = Vec::with_capacity(body.len() + 1);
     padded.extend_from_slice(body);
     padded.push(0);
-    postcard::from_bytes(&padded).map_err(|e| e.to_string())
+    postcard::from_bytes(&padded)
 }
 
 /// The format of the store in `db`: the recorded one, 0 for a store from before formats

@@ -30,7 +30,27 @@ pub enum Refused {
     #[error("certificate {serial} of '{name}' is revoked")]
     Revoked { name: String, serial: String },
     #[error("the peer's certificate names no plusfs identity: {0}")]
-    NoIdentity(String),
+    NoIdentity(IdentityError),
+}
+
+/// Why a certificate names no plusfs identity.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum IdentityError {
+    /// The peer presented none.
+    #[error("no certificate")]
+    NoCertificate,
+    /// Its bytes are not an X.509 certificate.
+    #[error("not a certificate: {0}")]
+    Unparsable(String),
+    /// Its subject has no common name.
+    #[error("the certificate has no common name")]
+    NoCommonName,
+    /// It has no subject alternative name with a plusfs identity URI.
+    #[error("the certificate has no identity")]
+    NoUri,
+    /// Its identity URI is malformed.
+    #[error("bad identity: {0}")]
+    BadUri(String),
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -157,7 +177,7 @@ impl ServerTls {
             Err(_) => return Err(Refused::Timeout),
         };
         let der = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
-        let der = der.ok_or_else(|| Refused::NoIdentity("no certificate".into()))?;
+        let der = der.ok_or(Refused::NoIdentity(IdentityError::NoCertificate))?;
         let (identity, serial) = identity_of(&der).map_err(Refused::NoIdentity)?;
         if self.is_revoked(&serial) {
             return Err(Refused::Revoked { name: identity.name, serial });
@@ -172,16 +192,17 @@ impl ServerTls {
 }
 
 /// The identity and serial number (hex) a certificate (DER) carries.
-pub fn identity_of(der: &[u8]) -> Result<(Identity, String), String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
+pub fn identity_of(der: &[u8]) -> Result<(Identity, String), IdentityError> {
+    let unparsable = |e: &dyn std::fmt::Display| IdentityError::Unparsable(e.to_string());
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| unparsable(&e))?;
     let name = cert
         .subject()
         .iter_common_name()
         .next()
         .and_then(|cn| cn.as_str().ok())
-        .ok_or("the certificate has no common name")?
+        .ok_or(IdentityError::NoCommonName)?
         .to_string();
-    let san = cert.subject_alternative_name().map_err(|e| e.to_string())?.ok_or("the certificate has no identity")?;
+    let san = cert.subject_alternative_name().map_err(|e| unparsable(&e))?.ok_or(IdentityError::NoUri)?;
     let uri = san
         .value
         .general_names
@@ -190,8 +211,8 @@ pub fn identity_of(der: &[u8]) -> Result<(Identity, String), String> {
             x509_parser::extensions::GeneralName::URI(u) if u.starts_with(URI_PREFIX) => Some(*u),
             _ => None,
         })
-        .ok_or("the certificate has no identity")?;
-    let identity = Identity::from_uri(&name, uri).map_err(|e| e.to_string())?;
+        .ok_or(IdentityError::NoUri)?;
+    let identity = Identity::from_uri(&name, uri).map_err(|e| IdentityError::BadUri(e.to_string()))?;
     Ok((identity, hex(cert.raw_serial())))
 }
 
