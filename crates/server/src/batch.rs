@@ -4,6 +4,7 @@
 //! thousand creates costs one request, one reply and one store write.
 
 use crate::engine::attrs::count_entry;
+use crate::engine::call::Call;
 use crate::engine::errors::{check_dir_path, eio, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
@@ -15,7 +16,7 @@ use crate::links::Links;
 use crate::namespace::Namespace;
 use crate::twopc::TwoPhase;
 use plusfs_proto::path::{check_name, join};
-use plusfs_proto::{Attr, BatchOp, BatchReply, Cred, Errno, FileKind, Ino, Inode, Reply, Semantics};
+use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Inode, Reply, Semantics};
 use plusfs_store::Batch;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,7 +88,7 @@ impl Batches {
         owner: (u32, u32),
         semantics: Semantics,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         let (uid, gid) = owner;
@@ -103,7 +104,7 @@ impl Batches {
             BatchOp::Mkdir => self.mkdirv(dir, names, mode, owner, semantics, via, c).await?,
             BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics, via, c).await?,
             BatchOp::Create { exclusive } => match self
-                .write_batch(dir, names, semantics, via, |cur| match cur {
+                .write_batch(dir, names, semantics, via, c, |cur| match cur {
                     Some(_) if exclusive => Err(Errno::EEXIST),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Keep(Attr::of_inode(e))),
@@ -115,7 +116,7 @@ impl Batches {
                 None => self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await,
             },
             BatchOp::Unlink => match self
-                .write_batch(dir, names, semantics, via, |cur| match cur {
+                .write_batch(dir, names, semantics, via, c, |cur| match cur {
                     None => Err(Errno::ENOENT),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Remove(e.kind)),
@@ -132,7 +133,7 @@ impl Batches {
     /// True when `c` may create and remove any entry of `dir` here (search and write
     /// permission, and no sticky bit that could refuse some); a missing directory is
     /// left to the batch to report.
-    fn may_batch(&self, dir: &str, via: Via, c: &Cred) -> bool {
+    fn may_batch(&self, dir: &str, via: Via, c: &Call) -> bool {
         match self.engine.host(dir, via) {
             Err(_) => true,
             Ok(h) => c.is_root() || (perm::check_dir_write(c, &h.obj, dir).is_ok() && h.obj.mode & libc::S_ISVTX == 0),
@@ -151,7 +152,7 @@ impl Batches {
         (mode, uid, gid): (u32, u32, u32),
         semantics: Semantics,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> BatchReply {
         let mut results = Results::new(semantics, names.len());
         for name in names {
@@ -201,7 +202,7 @@ impl Batches {
         names: &[String],
         semantics: Semantics,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<BatchReply> {
         let d = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &d, dir)?;
@@ -241,6 +242,7 @@ impl Batches {
         names: &[String],
         semantics: Semantics,
         via: Via,
+        c: &Call,
         decide: F,
     ) -> OpResult<Option<BatchReply>>
     where
@@ -317,8 +319,8 @@ impl Batches {
                 info.state = plusfs_proto::DistState::Distributing;
                 recorded.dist = Some(info);
             }
-            crate::engine::answers::answer_with_next_batch(&Ok(Reply::Batch(recorded)));
-            self.engine.apply(batch).await?;
+            c.answer_with_next_batch(&Ok(Reply::Batch(recorded)));
+            self.engine.apply_for(c, batch).await?;
         }
         drop(gate);
         drop(guard);
@@ -354,7 +356,7 @@ impl Batches {
         owner: (u32, u32),
         semantics: Semantics,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<BatchReply> {
         // A distributed directory redirects here, before anything is done.
         perm::check_search(c, &self.engine.host(dir, via)?.obj, dir)?;
@@ -387,7 +389,7 @@ impl Batches {
         mode: u32,
         owner: (u32, u32),
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> Vec<EntryResult> {
         let parent = match self.engine.host(dir, via) {
             Ok(h) => h.obj,
@@ -442,7 +444,7 @@ impl Batches {
         mode: u32,
         owner: (u32, u32),
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> EntryResult {
         check_name(name).map_err(|e| e.errno)?;
         let path = join(dir, name);

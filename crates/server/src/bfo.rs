@@ -20,6 +20,7 @@
 
 use crate::batch::Batches;
 use crate::engine::attrs::count_entry;
+use crate::engine::call::Call;
 use crate::engine::errors::{check_dir_path, eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
@@ -29,7 +30,7 @@ use crate::hugedir::HugeDirs;
 use plusfs_proto::filedata::records;
 use plusfs_proto::path::check_name;
 use plusfs_proto::{
-    Attr, BatchReply, Cred, Errno, FileKind, FileRead, FileWrite, Inode, Piece, Reply, Semantics, Timespec, MAY_READ,
+    Attr, BatchReply, Errno, FileKind, FileRead, FileWrite, Inode, Piece, Reply, Semantics, Timespec, MAY_READ,
     MAY_WRITE,
 };
 use plusfs_store::Batch;
@@ -67,7 +68,7 @@ impl Bfo {
         files: Vec<FileWrite>,
         semantics: Semantics,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         let guard = self.batches.lock_names(dir, files.iter().map(|f| f.name.as_str())).await;
@@ -183,7 +184,7 @@ impl Bfo {
             host.obj.mtime = now;
             host.obj.ctime = now;
             host.save(&mut b, dir);
-            self.engine.apply(b).await?;
+            self.engine.apply_for(c, b).await?;
         }
         drop(gate);
         drop(guard);
@@ -201,7 +202,7 @@ impl Bfo {
         names: &[String],
         max_bytes: u64,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         let max_bytes = max_bytes.min(MAX_REPLY_BYTES);

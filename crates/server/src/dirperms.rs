@@ -10,6 +10,7 @@
 //! reached it (the ancestry is read at the same point of the operation either way).
 
 use crate::backoff::Backoff;
+use crate::engine::call::Call;
 use crate::engine::errors::{check_dir_path, err, OpError, OpResult};
 use crate::engine::locks::Scope;
 use crate::engine::perm;
@@ -81,7 +82,7 @@ impl DirPerms {
     pub(crate) async fn fill_new_dirs(
         self: &Arc<Self>,
         ops: &mut [SubOp],
-        c: &Cred,
+        c: &Call,
         wait: Duration,
         defer: bool,
         cx: Option<CxSide>,
@@ -206,7 +207,7 @@ impl DirPerms {
     /// `DirSetAttr` on the directory's home: checked for `c`; a change of owner, group or
     /// search bits (or of any of mode, owner, group of a distributed directory, whose
     /// shards check writes) goes to every server as one transaction.
-    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn dir_set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, c: &Call) -> OpResult<Reply> {
         check_dir_path(p)?;
         if set.size.is_some() {
             return Err(err(Errno::EISDIR, format!("'{p}' is a directory")));
@@ -215,7 +216,7 @@ impl DirPerms {
         Ok(Reply::Attr(self.hugedirs.dir_attr(p, c.session).await?))
     }
 
-    async fn dir_set_attr_once(self: &Arc<Self>, plan: Plan, p: &str, set: &SetAttr, c: &Cred) -> OpResult<Reply> {
+    async fn dir_set_attr_once(self: &Arc<Self>, plan: Plan, p: &str, set: &SetAttr, c: &Call) -> OpResult<Reply> {
         let g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;
@@ -225,7 +226,7 @@ impl DirPerms {
         if d.change_stays_here(&n) {
             let mut b = Batch::new();
             b.put_dir(p, &n);
-            self.engine.apply(b).await?;
+            self.engine.apply_for(c, b).await?;
             return Ok(Reply::Done);
         }
         drop(g);
@@ -236,7 +237,7 @@ impl DirPerms {
             (now.atime, now.mtime) = (n.atime, n.mtime);
             let mut b = Batch::new();
             b.put_dir(p, &now);
-            self.engine.apply(b).await?;
+            self.engine.apply_for(c, b).await?;
         }
         Ok(Reply::Done)
     }
@@ -256,7 +257,7 @@ impl DirPerms {
             };
             add_part(&mut parts, s.id, op);
         }
-        self.twopc.run(plan, parts, &Cred::server()).await
+        self.twopc.run(plan, parts, &Call::server()).await
     }
 }
 

@@ -18,6 +18,7 @@
 //! append until their index entries are committed, so a compaction that picks its
 //! segments under the exclusive gate never misses a record that is about to be used.
 
+use crate::engine::call::Call;
 use crate::engine::errors::{eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
@@ -33,8 +34,8 @@ use plusfs_data::{DataError, Live, LiveIndex, Move};
 use plusfs_proto::filedata::{overlay, records, truncate};
 use plusfs_proto::Payload;
 use plusfs_proto::{
-    Attr, Capability, Cred, Errno, FileKind, Ino, Inode, Piece, Receipt, Reply, Request, ServerId, Timespec,
-    MAX_FILE_SIZE, MAX_RECORD, MAY_READ, MAY_WRITE,
+    Attr, Capability, Errno, FileKind, Ino, Inode, Piece, Receipt, Reply, Request, ServerId, Timespec, MAX_FILE_SIZE,
+    MAX_RECORD, MAY_READ, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use std::collections::BTreeSet;
@@ -91,7 +92,7 @@ impl FileData {
     /// The regular file at `p` (as addressed by `via`), locked with `lock`, on which `c`
     /// has the permissions `want` (`MAY_*` bits), or which `c` owns and reaches through a
     /// descriptor.
-    async fn file_target(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Cred, want: u32) -> OpResult<Found> {
+    async fn file_target(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Call, want: u32) -> OpResult<Found> {
         let found = self.links.find(p, via, lock, c).await?;
         if let Found::Here(t) = &found {
             match t.inode.kind {
@@ -120,7 +121,7 @@ impl FileData {
         data: Bytes,
         append: bool,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         // Bytes of a write (not appending) that go to other servers are stored before the
         // entry is locked, so writers of one file overlap their transfers.
@@ -149,7 +150,7 @@ impl FileData {
         (offset, data, append): (u64, Bytes, bool),
         early: Option<(Ino, Vec<Piece>)>,
         via: Via,
-        c: &Cred,
+        c: &Call,
         stored: &mut Vec<(ServerId, u64)>,
     ) -> OpResult<Reply> {
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
@@ -199,8 +200,8 @@ impl FileData {
         t.save(&mut b);
         self.failpoints.hit(crate::failpoint::FailStep::DataAfterAppend).await;
         let answer = Ok(Reply::Attr(Attr::of_inode(&t.inode)));
-        crate::engine::answers::answer_with_next_batch(&answer);
-        self.engine.apply(b).await?;
+        c.answer_with_next_batch(&answer);
+        self.engine.apply_for(c, b).await?;
         stored.clear();
         drop(gate);
         self.drop_remote(remote).await;
@@ -217,7 +218,7 @@ impl FileData {
         (offset, len, write): (u64, u64, bool),
         holder: String,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let want = if write { MAY_WRITE } else { MAY_READ };
         let inode = match self.file_target(p, via, false, c, want).await? {
@@ -253,7 +254,7 @@ impl FileData {
         (offset, len): (u64, u64),
         (pieces, receipts): (Vec<Piece>, Vec<Receipt>),
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let mut t = match self.file_target(p, via, true, c, MAY_WRITE).await? {
             Found::Here(t) => t,
@@ -275,7 +276,7 @@ impl FileData {
         let mut b = Batch::new();
         let remote = self.engine.drop_unused(&before, &records(&t.inode.pieces), &mut b)?;
         t.save(&mut b);
-        self.engine.apply(b).await?;
+        self.engine.apply_for(c, b).await?;
         drop(gate);
         self.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
@@ -291,7 +292,7 @@ impl FileData {
         offset: u64,
         data: &Bytes,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Option<(Ino, Vec<Piece>)>> {
         let Found::Here(t) = self.file_target(p, via, false, c, MAY_WRITE).await? else { return Ok(None) };
         let Some(end) = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE) else {
@@ -471,7 +472,7 @@ impl FileData {
         offset: u64,
         len: u32,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         // A read may race with a rewrite or a compaction that moves what it looked up:
         // it then starts again from the inode.
@@ -614,7 +615,7 @@ impl FileData {
 
     /// `Fsync`: file data and metadata durable (the metadata already is with `sync =
     /// always`; data appends are synced here too).
-    pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn fsync_file(self: &Arc<Self>, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
         let inode = match self.file_target(p, via, false, c, 0).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -765,7 +766,7 @@ impl LiveIndex for RocksLiveIndex<'_> {
 /// Lays `pieces`, new bytes of a write by `c` ending at `end`, over `inode`; when bytes
 /// were `written`, the size grows to `end` and the times are now's. Linux: a write by an
 /// unprivileged process drops setuid (and setgid).
-fn lay_over(inode: &mut Inode, pieces: Vec<Piece>, (end, written): (u64, bool), c: &Cred) {
+fn lay_over(inode: &mut Inode, pieces: Vec<Piece>, (end, written): (u64, bool), c: &Call) {
     if !c.is_root() {
         inode.mode = perm::kill_suid(inode.mode);
     }

@@ -13,6 +13,7 @@
 //! count always equals the number of link entries. At zero the shared object and its data
 //! go; at one it stays shared.
 
+use crate::engine::call::Call;
 use crate::engine::errors::{eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::links::{inode_lock, Slot, Target};
@@ -20,7 +21,7 @@ use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::engine::Engine;
 use crate::peers::Peers;
-use plusfs_proto::{Cred, Errno, Ino, Inode, Reply, Request, ServerId};
+use plusfs_proto::{Errno, Ino, Inode, Reply, Request, ServerId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,7 +60,7 @@ impl Links {
     /// entry's (or the shared inode's) busy lock is held by the returned target.
     /// `c` must have search permission on the whole path of the entry's directory
     /// (checked here; a forwarded request was checked by the entry's server).
-    pub(crate) async fn find(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Cred) -> OpResult<Found> {
+    pub(crate) async fn find(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Call) -> OpResult<Found> {
         if let Via::Inode(ino) = via {
             return Ok(Found::Here(self.shared_target(p, ino, lock).await?));
         }
@@ -103,13 +104,13 @@ impl Links {
 
     /// Sends entry request `op` of caller `c` to the home of shared inode `ino` (which
     /// checks `c`'s permissions on the inode).
-    pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn forward(self: &Arc<Self>, home: ServerId, ino: Ino, op: Request, c: &Call) -> OpResult<Reply> {
         let mut req = Request::OnInode { ino, op: Box::new(op) };
         // Part of an exactly-once request: the inode's slot answers a resend (ours, after
         // a failover of either slot) from its own table, under the same id, so it is
         // resent across a failover of that slot like an idempotent request.
         let mut resend_until = None;
-        if let Some((client, seq)) = plusfs_store::current_once().filter(|_| !req.is_idempotent()) {
+        if let Some((client, seq)) = c.once_id().filter(|_| !req.is_idempotent()) {
             if self.peers.pool.replicated(home) {
                 req = Request::Once { client, seq, op: Box::new(req) };
                 resend_until = Some(std::time::Instant::now() + FORWARD_FAILOVER);
@@ -132,7 +133,7 @@ impl Links {
         match e.link_home {
             None => Ok(e),
             Some(home) if home == self.engine.id() => Ok(self.shared_target(p, e.ino, false).await?.inode),
-            Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }, &Cred::server()).await? {
+            Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }, &Call::server()).await? {
                 Reply::Attr(a) => Ok(Inode {
                     ino: a.ino,
                     kind: a.kind,

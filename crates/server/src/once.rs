@@ -1,10 +1,11 @@
 //! The exactly-once table of a replicated slot (`Request::Once`).
 //!
 //! A client sends each request that is not idempotent to a replicated slot with its id and
-//! a sequence number. While the request runs, every store batch it submits also records
-//! that it was applied (`ONCE` in `plusfs_store`), atomically with its effects (inode and
-//! record number reservations excepted: `plusfs_store::unmarked`); once it is answered,
-//! the answer itself is recorded (not waited for). A resend — after its connection broke,
+//! a sequence number. The request runs with a [`Call`] carrying that id, and every batch
+//! of its effects (`Engine::apply_for`) also records that it was applied, atomically with
+//! them (inode and record number reservations, and work the request hands to other
+//! tasks, are applied without it); once it is answered, the answer itself is recorded
+//! (not waited for). A resend — after its connection broke,
 //! typically because the leader died — then gets:
 //! - the first run's answer, if that run is still going on here (it is waited for);
 //! - the recorded answer, if there is one;
@@ -19,8 +20,9 @@
 //! - otherwise nothing of it was applied, and it runs.
 //!
 //! Requests whose answer is known before their last batch — appends, xattr changes,
-//! create and unlink batches, exchanges — record it in that batch ([`answer_with_next_batch`],
-//! [`answer_at_commit`]), atomically with their effects, so no window is left for them.
+//! create and unlink batches, exchanges — record it in that batch
+//! ([`Call::answer_with_next_batch`], [`Call::answer_at_commit`]), atomically with their
+//! effects, so no window is left for them.
 //! A request the server forwards to another slot (an append to a hard-linked file's
 //! inode home) goes there under the same id, so that slot's table answers its resend.
 //!
@@ -28,10 +30,11 @@
 //! client is redirected and resends to the next leader, which knows what was applied.
 //! Records expire after [`KEEP`]: a resend comes within seconds.
 
+use crate::engine::call::Call;
 use crate::osd::Osd;
 use parking_lot::Mutex;
 use plusfs_proto::{BatchReply, Cred, Errno, Reply, Request, Response, WireError};
-use plusfs_store::{Batch, BatchOp, OnceId, OnceState, RocksStore, ONCE};
+use plusfs_store::{Batch, BatchOp, OnceState, RocksStore};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,13 +108,9 @@ async fn run(
         Ok(None) => {}
         Err(e) => return Err(eio(format!("cannot read the exactly-once table: {e}"))),
     }
-    let id = OnceId::new(client, seq);
-    let (answer, marked, answered) = ONCE
-        .scope(id, async {
-            let answer = osd.handle_from(cred, op, hint).await;
-            ONCE.with(|id| (answer, id.marked.get(), id.answered.get()))
-        })
-        .await;
+    let call = Call::once(cred, client, seq);
+    let answer = osd.handle_call(&call, op, hint).await;
+    let (marked, answered) = call.progress();
     if marked {
         osd.failpoints.hit(crate::failpoint::FailStep::OnceBeforeAnswerRecord).await;
     }

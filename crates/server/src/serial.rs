@@ -4,10 +4,11 @@
 //! on one server.
 
 use crate::dirperms::DirPerms;
+use crate::engine::call::Call;
 use crate::engine::errors::{err, OpResult};
 use crate::engine::Engine;
 use crate::filedata::FileData;
-use plusfs_proto::{CommitPayload, Cred, Errno, Reply, SubOp};
+use plusfs_proto::{CommitPayload, Errno, Reply, SubOp};
 use std::sync::Arc;
 
 /// The serial protocol's server side.
@@ -26,13 +27,13 @@ impl Serial {
 impl Serial {
     /// `SubExec`: applies `ops` here at once (serial protocol and its CLEAR) and returns
     /// the sub-operations that take them back.
-    pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn sub_exec(self: &Arc<Self>, mut ops: Vec<SubOp>, c: &Call) -> OpResult<Reply> {
         self.dirperms.fill_new_dirs(&mut ops, c, crate::dirperms::PARENT_WAIT, false, None).await?;
         let txid = self.engine.new_txid().await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let undo = self.undo_of(&ops)?;
         let (batch, remote) = self.engine.commit_batch(&prepared, &CommitPayload::default())?;
-        self.engine.apply(batch).await?;
+        self.engine.apply_for(c, batch).await?;
         drop(guard);
         self.filedata.drop_remote(remote).await;
         self.engine.check_thresholds(&prepared.ops);

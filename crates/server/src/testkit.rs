@@ -115,6 +115,6 @@ impl Mesh {
 }
 
 /// The credential of root.
-pub(crate) fn root() -> Cred {
-    Cred::new(0, 0, Vec::new())
+pub(crate) fn root() -> crate::engine::call::Call {
+    crate::engine::call::Call::new(Cred::new(0, 0, Vec::new()))
 }

@@ -12,6 +12,7 @@
 //! acknowledged; participants keep their locks until they hear it.
 
 use crate::backoff::Backoff;
+use crate::engine::call::Call;
 use crate::engine::errors::{eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
@@ -164,7 +165,7 @@ impl TwoPhase {
         owner: (u32, u32),
         policy: (Threshold, u32),
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let parent = self.engine.host(dir, via)?.obj;
@@ -195,7 +196,7 @@ impl TwoPhase {
         owner: (u32, u32),
         policy: (Threshold, u32),
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Vec<Attr>> {
         let mut parts = Parts::new();
         let mut attrs = Vec::with_capacity(names.len());
@@ -224,7 +225,7 @@ impl TwoPhase {
 
     /// `rmdir`. A distributed directory's shards are removed in the same transaction;
     /// the first attempt learns them from the home's redirect.
-    pub(crate) async fn rmdir(self: &Arc<Self>, plan: Plan, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn rmdir(self: &Arc<Self>, plan: Plan, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let host = self.engine.host(dir, via)?.obj;
         perm::check_search(c, &host, dir)?;
@@ -260,7 +261,7 @@ impl TwoPhase {
         src: &str,
         dst: &str,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
@@ -327,7 +328,7 @@ impl TwoPhase {
         e: &Inode,
         via: Via,
         at: &DstAt,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
@@ -388,7 +389,7 @@ impl TwoPhase {
 
     /// The ancestries of a moved directory's old and new parents (`None` when one has
     /// none), read from their homes.
-    async fn rebase_of(self: &Arc<Self>, sdir: &str, ddir: &str, c: &Cred) -> OpResult<Option<(Ancestry, Ancestry)>> {
+    async fn rebase_of(self: &Arc<Self>, sdir: &str, ddir: &str, c: &Call) -> OpResult<Option<(Ancestry, Ancestry)>> {
         let mut get = Vec::new();
         for d in [sdir, ddir] {
             get.push(
@@ -441,7 +442,7 @@ impl TwoPhase {
     /// Runs `parts` atomically for caller `c` (whose permissions each participant checks
     /// at prepare): in one local store batch when only this server takes part, else by
     /// two-phase commit.
-    pub(crate) async fn run(self: &Arc<Self>, plan: Plan, parts: Parts, c: &Cred) -> OpResult<()> {
+    pub(crate) async fn run(self: &Arc<Self>, plan: Plan, parts: Parts, c: &Call) -> OpResult<()> {
         if parts.len() == 1 && parts[0].0 == self.engine.id() {
             return self.run_local(parts.into_iter().next().map(|p| p.1).unwrap_or_default(), c).await;
         }
@@ -449,7 +450,7 @@ impl TwoPhase {
     }
 
     /// All sub-operations are local: prepare and commit them as one batch, no log.
-    async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>, c: &Cred) -> OpResult<()> {
+    async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>, c: &Call) -> OpResult<()> {
         let txid = self.engine.new_txid().await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let mut payloads = if prepared.exported.is_empty() {
@@ -463,15 +464,15 @@ impl TwoPhase {
         swap_payloads(&parts, self.engine.swap_out(&ops)?, &mut payloads);
         let payload = payloads.remove(&self.engine.id()).unwrap_or_default();
         let (batch, remote) = self.engine.commit_batch(&prepared, &payload)?;
-        plusfs_store::commit_point();
-        self.engine.apply(batch).await?;
+        c.commit_point();
+        self.engine.apply_for(c, batch).await?;
         drop(guard);
         self.filedata.drop_remote(remote).await;
         self.engine.check_thresholds(&prepared.ops);
         Ok(())
     }
 
-    async fn two_phase_commit(self: &Arc<Self>, plan: Plan, parts: &Parts, c: &Cred) -> OpResult<()> {
+    async fn two_phase_commit(self: &Arc<Self>, plan: Plan, parts: &Parts, c: &Call) -> OpResult<()> {
         let epoch = plan.epoch;
         if epoch < self.engine.map().epoch {
             return Err(OpError::StaleEpoch("the map changed while the operation was planned".into()));
@@ -480,7 +481,7 @@ impl TwoPhase {
         let txid = self.engine.new_txid().await?;
         let participants: Vec<ServerId> = parts.iter().map(|p| p.0).collect();
         let mut rec = CoordRecord { state: CoordState::Preparing, participants, payloads: vec![] };
-        self.log_coord(txid, &rec).await?;
+        self.log_coord(txid, &rec, c).await?;
 
         let votes = join_all(parts.iter().map(|(s, ops)| {
             let ops = ops.clone();
@@ -491,7 +492,7 @@ impl TwoPhase {
         if let Some(no) = first_no {
             tracing::debug!(txid, cause = %no.message, "transaction aborted");
             rec.state = CoordState::Aborting;
-            self.log_coord(txid, &rec).await?;
+            self.log_coord(txid, &rec, c).await?;
             self.clone().finish(txid, rec).await;
             return Err(no.into());
         }
@@ -508,8 +509,8 @@ impl TwoPhase {
         swap_payloads(parts, swapped, &mut payloads);
         rec.state = CoordState::Committing;
         rec.payloads = parts.iter().map(|(s, _)| (*s, payloads.remove(s).unwrap_or_default())).collect();
-        plusfs_store::commit_point();
-        self.log_coord(txid, &rec).await?;
+        c.commit_point();
+        self.log_coord(txid, &rec, c).await?;
         self.failpoints.hit(crate::failpoint::FailStep::CoordinatorAfterCommitRecord).await;
         self.clone().finish(txid, rec).await;
         Ok(())
@@ -517,7 +518,7 @@ impl TwoPhase {
 
     /// `rename(a, b)` with `RENAME_EXCHANGE`, on `a`'s entry server: both entries (files,
     /// symlinks, links; not directories) swap their inodes in one transaction.
-    pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn exchange(self: &Arc<Self>, a: &str, b: &str, via: Via, c: &Call) -> OpResult<Reply> {
         let (adir, aname) = split_entry(a)?;
         let (bdir, bname) = split_entry(b)?;
         let host = self.engine.host(adir, via)?.obj;
@@ -527,7 +528,7 @@ impl TwoPhase {
             return Ok(Reply::Done);
         }
         // Recorded with the commit decision: a resend after a failover then knows.
-        crate::engine::answers::answer_at_commit(&Ok(Reply::Done));
+        c.answer_at_commit(&Ok(Reply::Done));
         let mut at = (self.engine.map().home_of_dir(bdir), None);
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);
         let mut changes = 0;
@@ -584,10 +585,10 @@ impl TwoPhase {
         out
     }
 
-    async fn log_coord(&self, txid: TxId, rec: &CoordRecord) -> OpResult<()> {
+    async fn log_coord(&self, txid: TxId, rec: &CoordRecord, c: &Call) -> OpResult<()> {
         let mut b = Batch::new();
         logrec::put(&mut b, txid, rec);
-        self.engine.apply(b).await
+        self.engine.apply_for(c, b).await
     }
 
     /// Delivers the decision to every participant. The first round is awaited; if a
@@ -662,7 +663,7 @@ impl TwoPhase {
         txid: TxId,
         ops: Vec<SubOp>,
         epoch: u64,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let mine = self.engine.map().epoch;
         if epoch != 0 && epoch < mine {

@@ -616,17 +616,6 @@ impl DirStore for RocksStore {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Some((r, source)) = self.replicator.get() {
-            let mut batch = batch;
-            // A batch of an exactly-once request records that the request was applied.
-            let _ = crate::ONCE.try_with(|id| {
-                // Once its answer is recorded (at its commit point), what follows (delivering
-                // a decision) leaves the record as it is.
-                if !id.off && !id.answered.get() {
-                    let answer = id.take_armed();
-                    batch.ops.push(BatchOp::PutOnce(id.client, id.seq, crate::once_value(answer.as_deref())));
-                    id.marked.set(true);
-                }
-            });
             let pieces = match source {
                 Some(s) => match s.pieces(&batch) {
                     Ok(p) => p,

@@ -115,7 +115,7 @@ impl Cx {
 
     pub(super) async fn peer_call_cx(self: &Arc<Self>, peer: ServerId, req: Request) -> OpResult<Reply> {
         if peer == self.engine.id() {
-            return Box::pin(self.handle_cx(req, &Cred::server())).await;
+            return Box::pin(self.handle_cx(req, &Call::server())).await;
         }
         match self.peers.pool.call(peer, &req).await {
             Ok(r) => r.map_err(OpError::from),

@@ -34,6 +34,7 @@ pub(crate) mod state;
 pub(crate) use scopes::request_scopes;
 
 use crate::dirperms::DirPerms;
+use crate::engine::call::Call;
 use crate::engine::errors::{err, OpError, OpResult};
 use crate::engine::subops::Prepared;
 use crate::engine::Engine;
@@ -159,7 +160,7 @@ impl Cx {
         (role, peer): (CxRole, ServerId),
         mut ops: Vec<SubOp>,
         leased: bool,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         if peer == self.engine.id() {
             return Err(err(Errno::EINVAL, format!("operation {id}: both sides are on this server (use SubExec)")));
@@ -191,7 +192,7 @@ impl Cx {
                     return Err(err(Errno::ESTALE, why));
                 }
                 st.by_tx.insert(txid, id);
-                st.ops.insert(id, new_op(role, peer, txid, ops, c.clone()));
+                st.ops.insert(id, new_op(role, peer, txid, ops, c.cred().clone()));
             }
             resent
         };
@@ -199,7 +200,7 @@ impl Cx {
             // A resent request while the first is still executing: wait for its answer.
             return Ok(Reply::CxAnswer(self.wait_answer(id, None).await));
         }
-        Ok(Reply::CxAnswer(self.execute(id).await))
+        Ok(Reply::CxAnswer(self.execute(id, c).await))
     }
 
     /// The answer already given for `id`, if it is no longer executing.
@@ -255,7 +256,7 @@ impl Cx {
     }
 
     /// Runs the execution of known operation `id` (first time or after invalidation).
-    async fn execute(self: &Arc<Self>, id: OpId) -> CxAnswer {
+    async fn execute(self: &Arc<Self>, id: OpId, call: &Call) -> CxAnswer {
         let Some((txid, ops, cred)) = self.cx.st().ops.get(&id).map(|o| (o.txid, o.ops.clone(), o.cred.clone())) else {
             return CxAnswer {
                 error: Some(OpError::Conflict(format!("operation {id} was dropped")).into()),
@@ -284,7 +285,7 @@ impl Cx {
         let mut b = Batch::new();
         let size = bytes.len() as u64;
         b.put_log(LogKind::Cx, txid, bytes);
-        if let Err(e) = self.engine.apply(b).await {
+        if let Err(e) = self.engine.apply_for(call, b).await {
             return self.refuse(id, e.into(), hint);
         }
         self.failpoints.hit(crate::failpoint::FailStep::CxAfterResult).await;
@@ -430,8 +431,10 @@ mod tests {
         let exec = |role, peer, ops| Request::CxExec { op, role, peer, ops, leased: false };
         let to_coord = exec(CxRole::Coordinator, part, vec![entry]);
         let to_part = exec(CxRole::Participant, coord, vec![SubOp::CreateDir { path: path.clone(), object }]);
-        let (c, p) =
-            tokio::join!(mesh.server(coord).handle(root(), to_coord), mesh.server(part).handle(root(), to_part));
+        let (c, p) = tokio::join!(
+            mesh.server(coord).handle(root().cred().clone(), to_coord),
+            mesh.server(part).handle(root().cred().clone(), to_part)
+        );
         for answer in [c, p] {
             assert!(matches!(answer, Ok(Reply::CxAnswer(ref a)) if a.error.is_none()), "{answer:?}");
         }

@@ -4,6 +4,7 @@
 use super::Cx;
 use super::*;
 use crate::backoff::Backoff;
+use crate::engine::call::Call;
 use crate::engine::errors::OpError;
 
 impl Cx {
@@ -12,7 +13,7 @@ impl Cx {
     /// Serves the Cx requests.
     /// Serves the Cx requests (`c`: the caller of a `CxExec`, whose permissions its
     /// execution checks).
-    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn handle_cx(self: &Arc<Self>, req: Request, c: &Call) -> OpResult<Reply> {
         match req {
             Request::CxExec { op, role, peer, ops, leased } => self.cx_exec(op, (role, peer), ops, leased, c).await,
             Request::CxVote { coordinator, ops } => self.cx_vote(coordinator, ops).await,
@@ -112,7 +113,7 @@ impl Cx {
         tokio::spawn(async move {
             // Bounded: a `first` that never comes must not hold `id` back for ever.
             let _ = tokio::time::timeout(VOTE_WAIT * 2, osd.wait_ended(first)).await;
-            osd.execute(id).await;
+            osd.execute(id, &Call::server()).await;
         });
     }
 

@@ -18,6 +18,7 @@
 mod apply;
 pub(crate) mod table;
 
+use crate::engine::call::Call;
 use crate::engine::encode;
 use crate::engine::errors::{check_dir_path, eio, err, OpError, OpResult};
 use crate::engine::host::Via;
@@ -85,7 +86,7 @@ impl Delegations {
     /// Registers `req` (made by `cred`) as in flight on the directories it touches and
     /// recalls the delegations other sessions hold on them; returns when none is left.
     /// Delegations whose holder did not answer within the recall timeout are revoked.
-    pub(crate) async fn enter_delegated(self: &Arc<Self>, cred: &Cred, req: &Request) -> table::InFlight {
+    pub(crate) async fn enter_delegated(self: &Arc<Self>, cred: &Call, req: &Request) -> table::InFlight {
         self.enter_touched(cred.session, plusfs_proto::touch::touched(req)).await
     }
 
@@ -143,7 +144,7 @@ impl Delegations {
         dir: &str,
         read: bool,
         via: Via,
-        cred: &Cred,
+        cred: &Call,
     ) -> OpResult<Reply> {
         check_dir_path(dir)?;
         if !self.engine.map().delegations.enabled || cred.session == 0 {
@@ -175,7 +176,7 @@ impl Delegations {
         id: u64,
         replaced: Option<u64>,
         (read, shard): (bool, Option<u64>),
-        cred: &Cred,
+        cred: &Call,
     ) -> OpResult<DelegGrant> {
         loop {
             let wait = self.delegs.changed();
@@ -216,11 +217,11 @@ impl Delegations {
         if let Some(old) = replaced {
             b.del_log(LogKind::Deleg, old);
         }
-        self.engine.apply(b).await?;
+        self.engine.apply_for(cred, b).await?;
         if !self.delegs.granted(id, lease) {
             let mut b = Batch::new();
             b.del_log(LogKind::Deleg, id);
-            self.engine.apply(b).await?;
+            self.engine.apply_for(cred, b).await?;
             return Err(OpError::Delegated(format!("another client needs '{dir}'")));
         }
         tracing::debug!(dir, id, read, session = cred.session, entries = host.obj.entries, "delegation granted");
@@ -264,7 +265,7 @@ impl Delegations {
         creds: Vec<Cred>,
         ops: Vec<DelegOp>,
         release: bool,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Whole)], None, true).await;
         let rec = self.delegs.record(id).filter(|r| r.dir == dir);
@@ -293,7 +294,7 @@ impl Delegations {
         let stored = Stored { dir: dir.to_string(), session, applied_seq: seq, ended_at, read, shard, lease };
         b.put_log(LogKind::Deleg, id, stored.encode());
         host.save(&mut b, dir);
-        self.engine.apply(b).await?;
+        self.engine.apply_for(c, b).await?;
         drop(gate);
         self.delegs.flushed(id, seq, ended, lease);
         drop(_g);
@@ -314,7 +315,7 @@ impl Delegations {
     /// live delegation `id`, for its holder (granted digests only) to answer later calls
     /// on them itself. Only the holding session may ask, and only as a caller that may
     /// search the directory.
-    pub(crate) fn deleg_entries(&self, dir: &str, id: u64, names: &[String], c: &Cred) -> OpResult<Reply> {
+    pub(crate) fn deleg_entries(&self, dir: &str, id: u64, names: &[String], c: &Call) -> OpResult<Reply> {
         let rec = self.delegs.record(id).filter(|r| r.dir == dir && r.live);
         let Some(Record { session, shard, .. }) = rec else {
             return Err(err(Errno::ESTALE, format!("delegation {id} of '{dir}' was revoked")));
@@ -355,7 +356,7 @@ impl Delegations {
 
     /// `DelegWait` from `c`: the delegations of `session` (its own) recalled here, once
     /// there are any.
-    pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn deleg_wait(self: &Arc<Self>, session: u64, c: &Call) -> OpResult<Reply> {
         if session != c.session {
             return Err(err(Errno::EPERM, "a client waits only for its own session's recalls"));
         }
@@ -382,13 +383,14 @@ impl Delegations {
 
 #[cfg(test)]
 mod tests {
+    use crate::engine::call::Call;
     use crate::engine::host::Via;
     use crate::testkit::{root, Kit};
-    use plusfs_proto::{Cred, DelegOp, FileKind, Reply, Threshold, Timespec};
+    use plusfs_proto::{DelegOp, FileKind, Reply, Threshold, Timespec};
 
-    async fn flush(kit: &Kit, id: u64, cred: &Cred, op: &DelegOp) {
+    async fn flush(kit: &Kit, id: u64, cred: &Call, op: &DelegOp) {
         let deleg = &kit.osd.deleg;
-        deleg.deleg_flush("/d", id, 1, vec![cred.clone()], vec![op.clone()], false, cred).await.unwrap();
+        deleg.deleg_flush("/d", id, 1, vec![cred.cred().clone()], vec![op.clone()], false, cred).await.unwrap();
     }
 
     #[tokio::test]
@@ -397,7 +399,7 @@ mod tests {
         let plan = crate::twopc::Plan::now(&kit.osd.engine);
         let policy = (Threshold::Never, 0);
         kit.osd.twopc.mkdir(plan, "/d", 0o755, (0, 0), policy, Via::Home, &root()).await.unwrap();
-        let cred = plusfs_proto::Cred { session: 7, ..root() };
+        let cred = Call::new(plusfs_proto::Cred { session: 7, ..root().cred().clone() });
         let grant = kit.osd.deleg.deleg_acquire("/d", false, Via::Home, &cred).await.unwrap();
         let Reply::Deleg(g) = grant else { panic!("a grant: {grant:?}") };
         assert!(g.ino_count > 0, "a writer gets inode numbers");

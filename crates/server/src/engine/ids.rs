@@ -51,7 +51,7 @@ impl IdAllocator {
                 let mut b = Batch::new();
                 b.put_counter(self.counter, upto);
                 // Not the effect of the request that needed the number.
-                plusfs_store::unmarked(commit(store, b)).await?;
+                commit(store, b).await?;
                 self.reserved.store(upto, Ordering::Release);
             }
         }

@@ -6,8 +6,8 @@
 //! nothing of the network: protocols (`twopc`, `cx`, `serial`, `hugedir`, `links`, `bfo`,
 //! `filedata`) hold it together with their peers.
 
-pub(crate) mod answers;
 pub(crate) mod attrs;
+pub(crate) mod call;
 pub(crate) mod errors;
 pub(crate) mod host;
 pub(crate) mod ids;
@@ -112,6 +112,13 @@ impl Engine {
     /// Makes `b` durable atomically: the only way a server's state changes.
     pub(crate) async fn apply(&self, b: Batch) -> OpResult<()> {
         self.commit(b).await.map_err(eio)
+    }
+
+    /// Applies `b`, a batch of `call`'s effects: with the request's exactly-once mark (and
+    /// at its commit point its answer) if it is an exactly-once request.
+    pub(crate) async fn apply_for(&self, call: &call::Call, mut b: Batch) -> OpResult<()> {
+        call.mark(&mut b);
+        self.apply(b).await
     }
 
     /// [`Engine::apply`] with the store's error (start-up and recovery, which report it).

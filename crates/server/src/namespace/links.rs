@@ -3,17 +3,18 @@
 //! shared inodes themselves).
 
 use super::Namespace;
+use crate::engine::call::Call;
 use crate::engine::errors::{err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::perm;
 use crate::twopc::{add_part, still_distributing, Parts, Plan, DISTRIBUTING_WAIT};
 use plusfs_proto::DistributionWait;
-use plusfs_proto::{Cred, Errno, FileKind, Inode, Replace, Reply, ServerId, SubOp};
+use plusfs_proto::{Errno, FileKind, Inode, Replace, Reply, ServerId, SubOp};
 use std::sync::Arc;
 
 impl Namespace {
     /// `link`, on the server of `src`'s entry: a new entry `dst` for the same inode.
-    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn link(self: &Arc<Self>, src: &str, dst: &str, via: Via, c: &Call) -> OpResult<Reply> {
         let (sdir, _) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
         // A source in a distributed directory the client did not address by its shard: the
@@ -52,7 +53,7 @@ impl Namespace {
         dst: &str,
         via: Via,
         at: (ServerId, Option<u64>),
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let (sdir, sname) = split_entry(src)?;
         let (ddir, dname) = split_entry(dst)?;
@@ -81,7 +82,7 @@ impl Namespace {
 
     /// `unlink` of a link entry: the entry goes and the shared inode loses a link, in one
     /// transaction.
-    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Call) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let home = e.link_home.expect("a link entry");
         let mut parts = Parts::new();

@@ -6,6 +6,7 @@ mod links;
 mod xattr;
 
 use crate::engine::attrs::{apply_set, count_entry, NewNode};
+use crate::engine::call::Call;
 use crate::engine::errors::{check_dir_path, eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
@@ -17,8 +18,8 @@ use crate::links::Found;
 use crate::links::Links;
 use crate::twopc::TwoPhase;
 use plusfs_proto::{
-    Attr, Cred, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, SetAttr,
-    Statfs, MAY_READ, MAY_WRITE,
+    Attr, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, SetAttr, Statfs,
+    MAY_READ, MAY_WRITE,
 };
 use plusfs_store::Batch;
 use std::collections::HashSet;
@@ -61,7 +62,7 @@ impl Namespace {
         exclusive: bool,
         node: NewNode,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         let NewNode { target, rdev, access } = node;
         let (dir, name) = split_entry(p)?;
@@ -102,7 +103,7 @@ impl Namespace {
         let mut b = Batch::new();
         b.put_entry(host.obj.ino, name, &inode);
         host.save(&mut b, dir);
-        self.engine.apply(b).await?;
+        self.engine.apply_for(c, b).await?;
         drop(g);
         if !host.shard && self.engine.over_threshold(&host.obj) {
             // The create is done whatever happens to the distribution (a failed one stays
@@ -115,7 +116,7 @@ impl Namespace {
     }
 
     /// `lstat` of an entry: its attributes, or `IsDir` for a subdirectory.
-    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn stat(self: &Arc<Self>, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
         let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -130,7 +131,7 @@ impl Namespace {
 
     /// `open` of an entry: as `stat`, after checking the opener's `access` (`MAY_READ`,
     /// `MAY_WRITE`) against the file (a directory's own server checks nothing more).
-    pub(crate) async fn open_entry(self: &Arc<Self>, p: &str, access: u32, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn open_entry(self: &Arc<Self>, p: &str, access: u32, via: Via, c: &Call) -> OpResult<Reply> {
         let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -146,7 +147,7 @@ impl Namespace {
         Ok(Reply::Attr(Attr::of_inode(&e)))
     }
 
-    pub(crate) async fn dir_stat(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn dir_stat(self: &Arc<Self>, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
         check_dir_path(p)?;
         match via {
             Via::Home => {
@@ -169,7 +170,7 @@ impl Namespace {
         Ok(Reply::DirPerms { mode: d.mode, uid: d.uid, gid: d.gid, ancestry: d.ancestry })
     }
 
-    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let _g = self.engine.locks().lock(&[(dir.to_string(), Scope::Name(name.to_string()))], None, true).await;
         let mut host = self.engine.host(dir, via)?;
@@ -194,7 +195,7 @@ impl Namespace {
             self.engine.drop_unused(&plusfs_proto::filedata::records(&e.pieces), &Default::default(), &mut b)?;
         b.del_entry(host.obj.ino, name);
         host.save(&mut b, dir);
-        self.engine.apply(b).await?;
+        self.engine.apply_for(c, b).await?;
         drop(gate);
         self.filedata.drop_remote(remote).await;
         Ok(Reply::Done)
@@ -206,7 +207,7 @@ impl Namespace {
         after: Option<String>,
         limit: u32,
         via: Via,
-        c: &Cred,
+        c: &Call,
     ) -> OpResult<Reply> {
         check_dir_path(p)?;
         let d = self.engine.host(p, via)?.obj;
@@ -220,7 +221,7 @@ impl Namespace {
         Ok(Reply::Dirents(Dirents { incarnation: d.incarnation, entries, more }))
     }
 
-    pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn set_attr(self: &Arc<Self>, p: &str, set: &SetAttr, via: Via, c: &Call) -> OpResult<Reply> {
         let mut t = match self.links.find(p, via, true, c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
@@ -244,13 +245,13 @@ impl Namespace {
         }
         apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
         t.save(&mut b);
-        self.engine.apply(b).await?;
+        self.engine.apply_for(c, b).await?;
         drop(gate);
         self.filedata.drop_remote(remote).await;
         Ok(Reply::Attr(Attr::of_inode(&t.inode)))
     }
 
-    pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
         let e = match self.links.find(p, via, false, c).await? {
             Found::Here(t) => t.inode,
             Found::Elsewhere { home, ino } => {
@@ -332,12 +333,13 @@ impl Namespace {
 #[cfg(test)]
 mod tests {
     use crate::engine::attrs::NewNode;
+    use crate::engine::call::Call;
     use crate::engine::host::Via;
     use crate::testkit::{root, Kit};
     use plusfs_proto::{Cred, Errno, FileKind, Reply};
     use plusfs_store::mem::Faults;
 
-    async fn create(kit: &Kit, p: &str, c: &Cred) -> plusfs_proto::Response {
+    async fn create(kit: &Kit, p: &str, c: &Call) -> plusfs_proto::Response {
         let node = NewNode { target: None, rdev: 0, access: 0 };
         kit.osd
             .namespace
@@ -363,7 +365,7 @@ mod tests {
     #[tokio::test]
     async fn a_user_cannot_create_in_a_directory_it_may_not_write() {
         let kit = Kit::new().await;
-        let e = create(&kit, "/mine", &Cred::new(1000, 1000, Vec::new())).await.unwrap_err();
+        let e = create(&kit, "/mine", &Call::new(Cred::new(1000, 1000, Vec::new()))).await.unwrap_err();
         assert_eq!(e.errno, Errno::EACCES, "{e}");
     }
 

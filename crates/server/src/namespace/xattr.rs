@@ -2,13 +2,14 @@
 //! directory), so they change in the same store write as the rest of its metadata.
 
 use super::Namespace;
+use crate::engine::call::Call;
 use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::links::Found;
 use plusfs_proto::filedata::{MAX_XATTR_NAME, MAX_XATTR_TOTAL, MAX_XATTR_VALUE};
-use plusfs_proto::{Cred, Errno, FileKind, Reply, Request, Timespec, XattrOp};
+use plusfs_proto::{Errno, FileKind, Reply, Request, Timespec, XattrOp};
 use plusfs_store::Batch;
 use std::sync::Arc;
 
@@ -77,7 +78,7 @@ fn check_name(name: &str, p: &str) -> OpResult<()> {
 
 impl Namespace {
     /// `Xattr` on the entry's server: files, symlinks and FIFOs; `IsDir` for directories.
-    pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn xattr(self: &Arc<Self>, p: &str, op: &XattrOp, via: Via, c: &Call) -> OpResult<Reply> {
         let mut t = match self.links.find(p, via, !matches!(op, XattrOp::Get { .. } | XattrOp::List), c).await? {
             Found::Here(t) => t,
             Found::Elsewhere { home, ino } => {
@@ -94,14 +95,14 @@ impl Namespace {
             t.inode.ctime = Timespec::now();
             let mut b = Batch::new();
             t.save(&mut b);
-            crate::engine::answers::answer_with_next_batch(&Ok(reply.clone()));
-            self.engine.apply(b).await?;
+            c.answer_with_next_batch(&Ok(reply.clone()));
+            self.engine.apply_for(c, b).await?;
         }
         Ok(reply)
     }
 
     /// `DirXattr` on the directory's home.
-    pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Cred) -> OpResult<Reply> {
+    pub(crate) async fn dir_xattr(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Call) -> OpResult<Reply> {
         check_dir_path(p)?;
         let _g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let mut d = self.engine.dir_object(p)?;
@@ -112,8 +113,8 @@ impl Namespace {
             d.ctime = Timespec::now();
             let mut b = Batch::new();
             b.put_dir(p, &d);
-            crate::engine::answers::answer_with_next_batch(&Ok(reply.clone()));
-            self.engine.apply(b).await?;
+            c.answer_with_next_batch(&Ok(reply.clone()));
+            self.engine.apply_for(c, b).await?;
         }
         Ok(reply)
     }

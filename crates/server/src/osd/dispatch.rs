@@ -2,6 +2,7 @@
 
 use super::Osd;
 use crate::engine::attrs::NewNode;
+use crate::engine::call::Call;
 use crate::engine::errors::{eio, err, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::metrics::Metrics;
@@ -25,15 +26,21 @@ impl Osd {
     /// Serves one request made by `cred`, whose frame carried the sender's epoch hint
     /// `sender_epoch` (0: none).
     pub async fn handle_from(self: &Arc<Self>, cred: Cred, req: Request, sender_epoch: u16) -> Response {
-        // The one place where an operation's error becomes the wire's.
-        self.serve(cred, req, sender_epoch).await.map_err(WireError::from)
+        self.handle_call(&Call::new(cred), req, sender_epoch).await
     }
 
-    /// [`Osd::handle_from`] with the operation's own error.
-    async fn serve(self: &Arc<Self>, cred: Cred, req: Request, sender_epoch: u16) -> OpResult<Reply> {
+    /// Serves one request in the context `call` (an exactly-once request carries its mark
+    /// there: `once::handle`).
+    pub(crate) async fn handle_call(self: &Arc<Self>, call: &Call, req: Request, sender_epoch: u16) -> Response {
+        // The one place where an operation's error becomes the wire's.
+        self.serve(call, req, sender_epoch).await.map_err(WireError::from)
+    }
+
+    /// [`Osd::handle_call`] with the operation's own error.
+    async fn serve(self: &Arc<Self>, cred: &Call, req: Request, sender_epoch: u16) -> OpResult<Reply> {
         self.engine.metrics().count_op(req.opcode());
         match self.migrate.place(&req, sender_epoch).await {
-            Ok(Placed::Forward(home)) => return self.migrate.forward_to_home(home, &cred, req).await,
+            Ok(Placed::Forward(home)) => return self.migrate.forward_to_home(home, cred, req).await,
             Ok(Placed::Here) => {}
             Err(e) => return Err(e),
         }
@@ -42,8 +49,8 @@ impl Osd {
         let before = self.engine.map().epoch;
         let again = (target_dir(&req).is_some()).then(|| req.clone());
         let own: Vec<String> = crate::migrate::route::subop_dirs(&req).into_iter().map(String::from).collect();
-        let resp = self.handle_here(cred.clone(), req).await;
-        let resp = self.hide_redirect(&cred, resp);
+        let resp = self.handle_here(cred, req).await;
+        let resp = self.hide_redirect(cred, resp);
         match (resp, again) {
             // A sub-operation's own directory handed to its new home meanwhile: its
             // coordinator plans again (not "no such directory").
@@ -57,7 +64,7 @@ impl Osd {
             (Err(e), Some(req)) if self.engine.map().epoch != before => {
                 let home = target_dir(&req).map(|d| self.engine.map().home_of_dir(d)).unwrap_or(self.engine.id());
                 if home != self.engine.id() {
-                    return self.migrate.forward_to_home(home, &cred, req).await;
+                    return self.migrate.forward_to_home(home, cred, req).await;
                 }
                 Err(e)
             }
@@ -69,7 +76,7 @@ impl Osd {
     /// servers of its entries: it goes only to a caller that may reach those entries
     /// (search permission on every directory down to it). Any other caller gets the
     /// refusal it would get from a shard, and learns nothing of the directory.
-    fn hide_redirect(&self, cred: &Cred, resp: OpResult<Reply>) -> OpResult<Reply> {
+    fn hide_redirect(&self, cred: &Call, resp: OpResult<Reply>) -> OpResult<Reply> {
         let Err(e) = &resp else { return resp };
         let Some(info) = e.dist() else { return resp };
         match self.engine.dir_object(&info.path) {
@@ -79,7 +86,7 @@ impl Osd {
     }
 
     /// Serves a request that belongs to this server.
-    async fn handle_here(self: &Arc<Self>, cred: Cred, req: Request) -> OpResult<Reply> {
+    async fn handle_here(self: &Arc<Self>, cred: &Call, req: Request) -> OpResult<Reply> {
         if self.engine.locks().tx_count() > 0 {
             // A client must not see objects a pending Cx operation changes before it commits.
             let scopes = crate::cx::request_scopes(&req);
@@ -88,11 +95,11 @@ impl Osd {
             self.engine.locks().settle(&scopes, !matches!(req, Request::OnInode { .. })).await;
         }
         // Other sessions' delegations on what the request touches are recalled first.
-        let _inflight = self.deleg.enter_delegated(&cred, &req).await;
+        let _inflight = self.deleg.enter_delegated(cred, &req).await;
         match req {
             Request::Shard { incarnation, op } => {
                 self.engine.metrics().count_op(op.opcode());
-                self.dispatch(*op, Via::Shard(incarnation), &cred).await
+                self.dispatch(*op, Via::Shard(incarnation), cred).await
             }
             Request::OnInode { ino, op } => {
                 self.engine.metrics().count_op(op.opcode());
@@ -107,17 +114,17 @@ impl Osd {
                     | Layout { .. }
                     | Fsync { .. }
                     | Xattr { .. }
-                    | Readlink { .. }) => self.dispatch(op, Via::Inode(ino), &cred).await,
+                    | Readlink { .. }) => self.dispatch(op, Via::Inode(ino), cred).await,
                     other => Err(err(Errno::EINVAL, format!("{} does not apply to a shared inode", other.name()))),
                 }
             }
-            req => self.dispatch(req, Via::Home, &cred).await,
+            req => self.dispatch(req, Via::Home, cred).await,
         }
     }
 
     /// Serves a request addressed to a directory's home (`Via::Home`) or to this server's
     /// shard of a distributed directory (only requests about entries), made by `c`.
-    async fn dispatch(self: &Arc<Self>, req: Request, via: Via, c: &Cred) -> OpResult<Reply> {
+    async fn dispatch(self: &Arc<Self>, req: Request, via: Via, c: &Call) -> OpResult<Reply> {
         use Request::*;
         match req {
             Mkdir { path, mode, uid, gid, threshold, width } => {
@@ -316,6 +323,9 @@ impl LocalPeer for Osd {
     /// `handle`, so no operation recurses into another.
     fn serve_peer<'a>(self: Arc<Self>, req: Request, c: &'a Cred) -> Answer<'a> {
         Box::pin(async move {
+            // Not a client's request: its batches are never a request's effects.
+            let call = Call::new(c.clone());
+            let c = &call;
             let answer = match req {
                 Request::Stat { path } => self.namespace.stat(&path, Via::Home, c).await,
                 Request::DirPerms { path } => self.namespace.dir_perms(&path),
