@@ -17,9 +17,11 @@
 //! let fp = cluster.failpoint(2, FailStep::CxAfterResult, FailAction::Crash);
 //! ```
 
+pub mod kit;
 pub mod model;
 mod net;
 
+pub use kit::{Cluster, KitError, ProcCluster, Program};
 pub use net::{client_node, FateCounts, Faults, NodeId, SimNet, SimTransport, CLIENT_BASE};
 pub use plusfs_server::{FailAction, FailStep, Failpoint};
 

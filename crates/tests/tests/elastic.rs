@@ -1,0 +1,410 @@
+//! An elastic cluster: servers added, drained and removed while clients work. Real server
+//! processes; the changes are made with the `plusfs cluster` commands an operator uses.
+//! Each test checks that every acknowledged operation is there afterwards, that fsck finds
+//! every directory object at its home under the final map, and that the change really
+//! happened while the workload ran (or the fault really hit a migration under way).
+
+mod common;
+mod mounts;
+
+use common::ProcCluster;
+use plusfs_client::{Client, ClientOptions, NewFile};
+use plusfs_localcluster::ClusterSettings;
+use plusfs_placement::{ClusterMap, RebalanceSettings};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Stops every server of the cluster in a data directory when dropped, those the
+/// `cluster add` command started included (the test cluster knows only its own).
+struct DownOnDrop(PathBuf);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = plusfs_localcluster::down(&self.0, Duration::from_secs(5));
+    }
+}
+
+fn data_dir(c: &ProcCluster) -> String {
+    c.cluster.data().display().to_string()
+}
+
+/// Every server's `cluster status --json` object, by id.
+fn statuses(c: &ProcCluster) -> Vec<Value> {
+    let (_, out, err) = c.cli(&["cluster", "status", "--json", "--data", &data_dir(c)]);
+    let all: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("a JSON status line")).collect();
+    assert!(!all.is_empty(), "status failed: {out}{err}");
+    // Servers that do not answer are reported as down; the others' statuses are wanted.
+    all.into_iter().filter(|s| s.get("down").is_none()).collect()
+}
+
+fn status_of(c: &ProcCluster, id: u64) -> Value {
+    statuses(c).into_iter().find(|s| s["id"] == id).unwrap_or_else(|| panic!("no status of server {id}"))
+}
+
+/// The map the map service holds now (the file, which every command brings up to date).
+fn current_map(c: &ProcCluster) -> ClusterMap {
+    let (code, out, err) = c.cli(&["cluster", "status", "--data", &data_dir(c)]);
+    assert!(code == 0 || out.contains("epoch"), "status failed: {out}{err}");
+    ClusterMap::load(&c.cluster.map_file()).unwrap()
+}
+
+/// Waits until no migration runs.
+fn wait_balanced(c: &ProcCluster, limit: Duration) -> ClusterMap {
+    let started = Instant::now();
+    loop {
+        let map = current_map(c);
+        if !map.migrating() {
+            return map;
+        }
+        assert!(started.elapsed() < limit, "the migration did not end within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn content(i: usize, len: usize) -> Vec<u8> {
+    common::bytes(i as u64 * 7919 + 1, len)
+}
+
+/// When the change under test started, and ended (none: still running).
+type Window = Arc<std::sync::Mutex<Option<(Instant, Option<Instant>)>>>;
+
+/// What the workload was told succeeded.
+#[derive(Default)]
+struct Acked {
+    files: Vec<(String, Vec<u8>)>,
+    dirs: Vec<String>,
+    /// Acknowledged operations that ended while the migration ran.
+    during: usize,
+}
+
+/// Creates files (some with a chunk beyond the small-file part), makes directories with
+/// Cx and renames some, and writes BFO batches, until `stop`; notes what succeeded and how
+/// many acknowledgements fell inside `window` (set by the test while the change runs).
+async fn workload(c: Client, stop: Arc<AtomicBool>, window: Window) -> Acked {
+    let mut a = Acked::default();
+    let in_window = |w: &Window| matches!(*w.lock().unwrap(), Some((_, None)));
+    for i in 0..4000 {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let len = if i % 97 == 5 { (1 << 20) + 300_000 } else { 200 + (i * 37) % 3000 };
+        let f = format!("/w/a{}/f{i}", i % 40);
+        let data = content(i, len);
+        if c.create(&f, 0o644, true).await.is_ok() && c.write(&f, 0, &data).await.is_ok() {
+            a.files.push((f, data));
+            a.during += in_window(&window) as usize;
+        }
+        let d = format!("/m/d{i}");
+        if c.mkdir(&d, 0o755).await.is_ok() {
+            let sub = format!("{d}/s");
+            let sub_ok = c.mkdir(&sub, 0o755).await.is_ok();
+            if i % 3 == 0 {
+                let r = format!("/m/r{i}");
+                if c.rename(&d, &r).await.is_ok() {
+                    a.dirs.push(r.clone());
+                    if sub_ok {
+                        a.dirs.push(format!("{r}/s"));
+                    }
+                } else {
+                    // Unacknowledged: either name may hold it; not checked.
+                }
+            } else {
+                a.dirs.push(d.clone());
+                if sub_ok {
+                    a.dirs.push(sub);
+                }
+            }
+            a.during += in_window(&window) as usize;
+        }
+        if i % 10 == 0 {
+            let files: Vec<NewFile> = (0..20)
+                .map(|k| {
+                    NewFile::new(format!("/b/g{}/x{i}_{k}", (i / 10) % 10), content(100_000 + i * 20 + k, 500 + k * 50))
+                })
+                .collect();
+            let expect: Vec<(String, Vec<u8>)> = files.iter().map(|f| (f.path.clone(), f.data.clone())).collect();
+            for (r, e) in c.batch_write(files).await.into_iter().zip(expect) {
+                if r.is_ok() {
+                    a.files.push(e);
+                }
+            }
+        }
+    }
+    a
+}
+
+async fn check_acked(c: &Client, a: &Acked) {
+    for (p, data) in &a.files {
+        let got = c.read_all(p).await.unwrap_or_else(|e| panic!("acknowledged file {p}: {e}"));
+        assert!(got == *data, "{p}: contents differ ({} bytes, {} expected)", got.len(), data.len());
+    }
+    for d in &a.dirs {
+        let st = c.lstat(d).await.unwrap_or_else(|e| panic!("acknowledged directory {d}: {e}"));
+        assert_eq!(st.kind, plusfs_proto::FileKind::Dir, "{d}");
+    }
+}
+
+async fn make_tree(c: &Client) {
+    for p in ["/w", "/m", "/b"] {
+        c.mkdir(p, 0o755).await.unwrap();
+    }
+    for k in 0..40 {
+        c.mkdir(&format!("/w/a{k}"), 0o755).await.unwrap();
+    }
+    for k in 0..10 {
+        c.mkdir(&format!("/b/g{k}"), 0o755).await.unwrap();
+    }
+}
+
+/// Objects the fsck of the final map finds at their homes, and the new server holds some.
+fn assert_placed(c: &ProcCluster, new_id: u64) {
+    c.assert_fsck_clean();
+    let st = status_of(c, new_id);
+    assert!(st["dir_objects"].as_u64().unwrap() > 0, "the new server holds no directory object: {st}");
+}
+
+#[test]
+fn a_server_added_under_a_mixed_workload_loses_nothing() {
+    let cluster = ProcCluster::start(3);
+    let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let c = cluster.client();
+    rt.block_on(make_tree(&c));
+    let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
+    let stop = Arc::new(AtomicBool::new(false));
+    let window = Arc::new(std::sync::Mutex::new(None));
+    let work = rt.spawn(workload(c.clone(), stop.clone(), window.clone()));
+    // A mount extracting a tree with tar, again and again, in its own thread.
+    let tar = mount.as_ref().map(|m| {
+        let (mnt, stop) = (m.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("proto").canonicalize().unwrap();
+            let mut done = Vec::new();
+            for k in 0..50 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let dst = mnt.join(format!("t{k}"));
+                mounts::sh(&format!(
+                    "mkdir {dst} && tar -C {src} -cf - . | tar -C {dst} -xf - && diff -r {src} {dst}",
+                    dst = dst.display(),
+                    src = src.display()
+                ));
+                done.push((k, dst));
+            }
+            (src, done)
+        })
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    *window.lock().unwrap() = Some((Instant::now(), None));
+    let (code, out, err) = cluster.cli(&["cluster", "add", "--data", &data_dir(&cluster), "--wait"]);
+    assert_eq!(code, 0, "cluster add failed:\n{out}\n{err}");
+    assert!(out.contains("balanced at epoch"), "{out}");
+    window.lock().unwrap().as_mut().unwrap().1 = Some(Instant::now());
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let acked = rt.block_on(work).unwrap();
+    let tars = tar.map(|t| t.join().expect("tar through the mount failed"));
+    eprintln!(
+        "{} files and {} directories acknowledged, {} during the migration",
+        acked.files.len(),
+        acked.dirs.len(),
+        acked.during
+    );
+    assert!(acked.during > 0, "no operation ran during the migration: the test did not test it");
+    let map = wait_balanced(&cluster, Duration::from_secs(60));
+    let new_id = map.servers.iter().map(|s| s.id).max().unwrap() as u64;
+    assert_eq!(map.servers.len(), 4);
+    // A fresh client of the final map, and the old one (which followed the epochs).
+    let fresh = Client::new(map.clone(), ClientOptions { retries: 5, ..Default::default() });
+    rt.block_on(check_acked(&fresh, &acked));
+    assert!(c.map().epoch >= map.epoch - 2, "the workload's client followed the map (epoch {})", c.map().epoch);
+    if let Some((src, done)) = tars {
+        assert!(!done.is_empty(), "tar made no tree through the mount");
+        for (_, dst) in &done {
+            mounts::sh(&format!("diff -r {} {}", src.display(), dst.display()));
+        }
+    }
+    drop(mount);
+    assert_placed(&cluster, new_id);
+    cluster.assert_no_errors_logged();
+}
+
+#[test]
+fn a_server_is_drained_then_removed() {
+    let cluster = ProcCluster::start(3);
+    let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let c = cluster.client();
+    rt.block_on(make_tree(&c));
+    let stop = Arc::new(AtomicBool::new(false));
+    let window = Arc::new(std::sync::Mutex::new(None));
+    let work = rt.spawn(workload(c.clone(), stop.clone(), window.clone()));
+    std::thread::sleep(Duration::from_millis(1500));
+    let d = data_dir(&cluster);
+    // Not drained yet: refused, and nothing changes.
+    let (code, _, err) = cluster.cli(&["cluster", "remove", "--server", "1", "--data", &d]);
+    assert_ne!(code, 0, "removing a server that holds objects must be refused");
+    assert!(err.contains("drain it first"), "{err}");
+    // The map service keeps the map: server 0 cannot leave.
+    let (code, _, err) = cluster.cli(&["cluster", "drain", "--server", "0", "--data", &d]);
+    assert_ne!(code, 0);
+    assert!(err.contains("keeps the cluster map"), "{err}");
+    let before = status_of(&cluster, 1);
+    assert!(before["dir_objects"].as_u64().unwrap() > 0 && before["data_records"].as_u64().unwrap() > 0, "{before}");
+    *window.lock().unwrap() = Some((Instant::now(), None));
+    let (code, out, err) = cluster.cli(&["cluster", "drain", "--server", "1", "--data", &d, "--wait"]);
+    assert_eq!(code, 0, "drain failed:\n{out}\n{err}");
+    window.lock().unwrap().as_mut().unwrap().1 = Some(Instant::now());
+    stop.store(true, Ordering::Relaxed);
+    let acked = rt.block_on(work).unwrap();
+    assert!(acked.during > 0, "no operation ran during the drain");
+    let st = status_of(&cluster, 1);
+    for field in ["dir_objects", "data_records", "inodes"] {
+        assert_eq!(st[field].as_u64(), Some(0), "drained server still holds {field}: {st}");
+    }
+    assert_eq!(st["shards"].as_array().map(Vec::len), Some(0));
+    let (code, out, err) = cluster.cli(&["cluster", "remove", "--server", "1", "--data", &d]);
+    assert_eq!(code, 0, "remove failed:\n{out}\n{err}");
+    let map = current_map(&cluster);
+    assert!(map.server(1).is_none() && map.servers.len() == 2);
+    // Its process is gone; the data is all on the others.
+    assert!(plusfs_localcluster::stop_server(cluster.cluster.data(), 1, Duration::from_secs(1)).is_ok());
+    let fresh = Client::new(map, ClientOptions { retries: 5, ..Default::default() });
+    rt.block_on(check_acked(&fresh, &acked));
+    cluster.assert_fsck_clean();
+    cluster.assert_no_errors_logged();
+}
+
+/// Many small directories, each with a file, for a slow migration that tests can interrupt.
+async fn fill(c: &Client, dirs: usize) -> Vec<(String, Vec<u8>)> {
+    c.mkdir("/k", 0o755).await.unwrap();
+    let mut files = Vec::new();
+    for i in 0..dirs {
+        let d = format!("/k/d{i}");
+        c.mkdir(&d, 0o755).await.unwrap();
+        let f = format!("{d}/f");
+        let data = content(i, 100 + i % 900);
+        c.create(&f, 0o644, true).await.unwrap();
+        c.write(&f, 0, &data).await.unwrap();
+        files.push((f, data));
+    }
+    files
+}
+
+fn slow_cluster() -> ProcCluster {
+    let rebalance = RebalanceSettings { objects_per_sec: 40, batch: 4, ..Default::default() };
+    ProcCluster::start_settings(3, &ClusterSettings { rebalance, ..Default::default() })
+}
+
+#[test]
+fn kill_dash_nine_of_source_and_destination_mid_migration() {
+    let mut cluster = slow_cluster();
+    let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let c = cluster.client();
+    let files = rt.block_on(fill(&c, 240));
+    // Server 1 restarted so that it aborts (like kill -9) the first time it has moved an
+    // object into its outbox and before its new home has it.
+    cluster.cluster.kill(1).unwrap();
+    cluster.cluster.start_with_env(1, &[("PLUSFS_FAILPOINT", "migrate_after_outbox")]).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let (code, out, err) = cluster.cli(&["cluster", "add", "--data", &data_dir(&cluster)]);
+    assert_eq!(code, 0, "cluster add failed:\n{out}\n{err}");
+    // The source hit its failpoint: it is gone mid-hand-over.
+    let started = Instant::now();
+    while !cluster.cluster.has_exited(1).unwrap() {
+        assert!(started.elapsed() < Duration::from_secs(30), "server 1 never reached its failpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(cluster.cluster.data().join("server-1.log")).unwrap();
+    assert!(log.contains("migrate_after_outbox"), "server 1 did not abort at the failpoint");
+    // The destination is killed while objects still move to it.
+    cluster.cluster.reload_map().unwrap();
+    let new_id = cluster.cluster.ids().into_iter().max().unwrap();
+    let new_pid = std::fs::read_to_string(cluster.cluster.data().join(format!("server-{new_id}.pid"))).unwrap();
+    let new_pid: u32 = new_pid.trim().parse().unwrap();
+    let started = Instant::now();
+    loop {
+        let st = status_of(&cluster, new_id as u64);
+        let taken = st["migration"]["objects_taken"].as_u64().unwrap_or(0);
+        if taken > 0 && st["migrating"] == true {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the new server took nothing: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    plusfs_localcluster::kill_pid(new_pid);
+    assert!(current_map(&cluster).migrating(), "the migration ended before the destination was killed");
+    std::thread::sleep(Duration::from_millis(500));
+    // Both come back (plain restarts); the migration resumes from what each stored.
+    cluster.cluster.start(1).unwrap();
+    cluster.cluster.start(new_id).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let map = wait_balanced(&cluster, Duration::from_secs(120));
+    let fresh = Client::new(map, ClientOptions { retries: 5, ..Default::default() });
+    for (p, data) in &files {
+        let got = rt.block_on(fresh.read_all(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert!(got == *data, "{p}: contents differ");
+    }
+    assert_placed(&cluster, new_id as u64);
+    // Nothing is left half-moved: no server keeps an outbox copy or a stale object.
+    for st in statuses(&cluster) {
+        assert_eq!(st["migrating"], false, "{st}");
+    }
+}
+
+#[test]
+fn a_client_with_an_old_map_is_redirected_and_learns_the_new_epoch() {
+    let cluster = ProcCluster::start(3);
+    let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let old_map = cluster.cluster.map().clone();
+    let c = cluster.client();
+    let files = rt.block_on(fill(&c, 60));
+    let (code, out, err) = cluster.cli(&["cluster", "add", "--data", &data_dir(&cluster), "--wait"]);
+    assert_eq!(code, 0, "cluster add failed:\n{out}\n{err}");
+    let map = current_map(&cluster);
+    let new_id = map.servers.iter().map(|s| s.id).max().unwrap();
+    let moved: Vec<&(String, Vec<u8>)> = files
+        .iter()
+        .filter(|(p, _)| {
+            let dir = plusfs_proto::path::split(p).unwrap().0;
+            old_map.home_of_dir(dir) != new_id && map.home_of_dir(dir) == new_id
+        })
+        .collect();
+    assert!(!moved.is_empty(), "no directory moved to the new server");
+    let forwarded_before: u64 = statuses(&cluster).iter().map(|s| s["forwarded"].as_u64().unwrap()).sum();
+    // A client that still holds epoch 1's map: it sends to the old homes.
+    let stale = Client::new(old_map.clone(), ClientOptions { retries: 5, ..Default::default() });
+    assert_eq!(stale.map().epoch, old_map.epoch);
+    let (p, data) = moved[0];
+    let got = rt.block_on(stale.read_all(p)).unwrap();
+    assert!(got == *data, "{p}: the stale client read wrong data");
+    let forwarded_after: u64 = statuses(&cluster).iter().map(|s| s["forwarded"].as_u64().unwrap()).sum();
+    assert!(forwarded_after > forwarded_before, "the old home did not redirect the stale request");
+    // It learns the new epoch from the answers' frames, then routes with it.
+    let started = Instant::now();
+    while stale.map().epoch < map.epoch {
+        assert!(started.elapsed() < Duration::from_secs(10), "the stale client never learnt the new epoch");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (p, data) in &moved {
+        let got = rt.block_on(stale.read_all(p)).unwrap();
+        assert!(got == *data, "{p}: contents differ");
+        let d = plusfs_proto::path::split(p).unwrap().0;
+        assert_eq!(stale.home(d), new_id);
+    }
+    // Writes too: a new file in a moved directory, through a fresh stale client.
+    let stale2 = Client::new(old_map, ClientOptions { retries: 5, ..Default::default() });
+    let newf = format!("{}/g", plusfs_proto::path::split(&moved[0].0).unwrap().0);
+    rt.block_on(async {
+        stale2.create(&newf, 0o644, true).await.unwrap();
+        stale2.write(&newf, 0, b"after the change").await.unwrap();
+    });
+    assert_eq!(rt.block_on(c.read_all(&newf)).unwrap(), b"after the change");
+    cluster.assert_fsck_clean();
+}
