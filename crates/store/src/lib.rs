@@ -99,12 +99,36 @@ pub enum OnceState {
 
 /// The value of an exactly-once record: a tag, the time in seconds since the epoch (for
 /// expiry), and the encoded answer if any.
+/// Framed as a record of format [`ONCE_VERSION`] (`record::frame`).
 pub fn once_value(answer: Option<&[u8]>) -> Vec<u8> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut v = vec![u8::from(answer.is_some())];
     v.extend_from_slice(&now.to_be_bytes());
     v.extend_from_slice(answer.unwrap_or_default());
-    v
+    record::frame(ONCE_VERSION, &v)
+}
+
+/// The format version of exactly-once records.
+pub const ONCE_VERSION: u8 = 1;
+
+/// An exactly-once record read back: what it holds and when it was written (seconds since
+/// the epoch). Records of earlier builds (unframed, the same layout) are read as well.
+pub fn decode_once(value: &[u8]) -> Result<(OnceState, u64), StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt { key: "exactly-once record".into(), reason };
+    let body = if record::is_framed(value) {
+        match record::unframe(value).map_err(|e| corrupt(e.to_string()))? {
+            (ONCE_VERSION, body) => body,
+            (v, _) => return Err(corrupt(format!("format {v}: this plusfs reads format {ONCE_VERSION}"))),
+        }
+    } else {
+        value
+    };
+    let time = body.get(1..9).map(|t| u64::from_be_bytes(t.try_into().expect("8 bytes")));
+    match (body.first(), time) {
+        (Some(0), Some(t)) => Ok((OnceState::Applied, t)),
+        (Some(1), Some(t)) => Ok((OnceState::Answered(body[9..].to_vec()), t)),
+        _ => Err(corrupt("bad tag or length".into())),
+    }
 }
 
 /// One change inside a [`Batch`].
@@ -307,4 +331,24 @@ pub trait DirStore: StoreRead {
 /// Submits `batch` and waits until it is durable.
 pub async fn commit(store: &dyn DirStore, batch: Batch) -> Result<(), StoreError> {
     store.submit(batch).await.map_err(|_| StoreError::Closed)?
+}
+
+#[cfg(test)]
+mod once_tests {
+    use super::*;
+
+    #[test]
+    fn once_records_are_framed_and_earlier_ones_still_read() {
+        let framed = once_value(Some(b"answer"));
+        assert!(record::is_framed(&framed));
+        assert!(matches!(decode_once(&framed), Ok((OnceState::Answered(a), _)) if a == b"answer"));
+        // An earlier build's record: tag, time, answer, unframed.
+        let mut legacy = vec![0u8];
+        legacy.extend_from_slice(&77u64.to_be_bytes());
+        assert!(matches!(decode_once(&legacy), Ok((OnceState::Applied, 77))));
+        let mut flipped = framed.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert!(decode_once(&flipped).is_err(), "a flipped byte is refused");
+        assert!(decode_once(&[2, 0]).is_err());
+    }
 }

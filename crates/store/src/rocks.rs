@@ -288,11 +288,7 @@ impl RocksStore {
     /// What the exactly-once table holds for request `seq` of `client`.
     pub fn get_once(&self, client: u64, seq: u64) -> Result<Option<crate::OnceState>, StoreError> {
         let Some(v) = self.db.get(once_key(client, seq)).map_err(engine)? else { return Ok(None) };
-        match v.first() {
-            Some(0) => Ok(Some(crate::OnceState::Applied)),
-            Some(1) if v.len() >= 9 => Ok(Some(crate::OnceState::Answered(v[9..].to_vec()))),
-            _ => Err(StoreError::Corrupt { key: "exactly-once record".into(), reason: "bad tag".into() }),
-        }
+        crate::decode_once(&v).map(|(state, _)| Some(state))
     }
 
     /// The exactly-once records written before `secs` (seconds since the epoch).
@@ -300,11 +296,12 @@ impl RocksStore {
         let mut out = Vec::new();
         for item in self.scan_prefix(b"Q") {
             let (k, v) = item?;
-            let (Ok(c), Ok(s), Some(t)) = (<[u8; 8]>::try_from(&k[1..9]), <[u8; 8]>::try_from(&k[9..]), v.get(1..9))
+            let (Ok(c), Ok(s), Ok((_, t))) =
+                (<[u8; 8]>::try_from(&k[1..9]), <[u8; 8]>::try_from(&k[9..]), crate::decode_once(&v))
             else {
                 continue;
             };
-            if u64::from_be_bytes(t.try_into().expect("8 bytes")) < secs {
+            if t < secs {
                 out.push((u64::from_be_bytes(c), u64::from_be_bytes(s)));
             }
         }

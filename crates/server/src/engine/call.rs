@@ -133,8 +133,16 @@ mod tests {
     use super::*;
     use plusfs_proto::Reply;
 
-    fn marks(b: &Batch) -> Vec<Vec<u8>> {
-        b.ops.iter().filter_map(|op| if let BatchOp::PutOnce(1, 7, v) = op { Some(v.clone()) } else { None }).collect()
+    /// The exactly-once records `b` writes for request (1, 7): whether each has an answer.
+    fn marks(b: &Batch) -> Vec<bool> {
+        let answered = |v: &Vec<u8>| match plusfs_store::decode_once(v).expect("a sound record").0 {
+            plusfs_store::OnceState::Answered(_) => true,
+            plusfs_store::OnceState::Applied => false,
+        };
+        b.ops
+            .iter()
+            .filter_map(|op| if let BatchOp::PutOnce(1, 7, v) = op { Some(answered(v)) } else { None })
+            .collect()
     }
 
     #[test]
@@ -142,16 +150,15 @@ mod tests {
         let call = Call::once(Cred::server(), 1, 7);
         let mut first = Batch::new();
         call.mark(&mut first);
-        assert_eq!(marks(&first).len(), 1);
-        assert_eq!(marks(&first)[0][0], 0, "applied, no answer yet");
+        assert_eq!(marks(&first), [false], "applied, no answer yet");
         call.answer_at_commit(&Ok(Reply::Done));
         let mut second = Batch::new();
         call.mark(&mut second);
-        assert_eq!(marks(&second)[0][0], 0, "the answer waits for the commit point");
+        assert_eq!(marks(&second), [false], "the answer waits for the commit point");
         call.commit_point();
         let mut third = Batch::new();
         call.mark(&mut third);
-        assert_eq!(marks(&third)[0][0], 1, "the commit point records the answer");
+        assert_eq!(marks(&third), [true], "the commit point records the answer");
         let mut after = Batch::new();
         call.mark(&mut after);
         assert!(marks(&after).is_empty(), "later batches leave the record as it is");
