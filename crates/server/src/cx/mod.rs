@@ -451,4 +451,45 @@ mod tests {
         assert_eq!(made.ino, ino, "the directory object on its home");
         assert!(made.ancestry.is_some(), "its ancestry came from the parent's home");
     }
+
+    #[tokio::test]
+    async fn sides_that_name_different_directories_are_aborted_on_both_and_leave_nothing() {
+        let mesh = Mesh::new(2).await;
+        let coord = mesh.home("/");
+        let name = mesh.name_away_from_root("d");
+        let path = format!("/{name}");
+        let part = mesh.home(&path);
+        let ino = mesh.server(coord).engine.new_inos(2).await.unwrap();
+        let op = OpId { client: 1, process: 1, seq: 2 };
+        let entry = SubOp::InsertEntry {
+            dir: "/".into(),
+            name: name.clone(),
+            inode: Inode::subdir(ino),
+            replace: Replace::Never,
+            shard: None,
+        };
+        // The participant is told to make a directory with another inode number than the
+        // entry names: a client bug or a forged request.
+        let object = DirObject::new(ino + 1, 0o755, 0, 0);
+        let exec = |role, peer, ops| Request::CxExec { op, role, peer, ops, leased: false };
+        let to_coord = exec(CxRole::Coordinator, part, vec![entry]);
+        let to_part = exec(CxRole::Participant, coord, vec![SubOp::CreateDir { path: path.clone(), object }]);
+        let _ = tokio::join!(
+            mesh.server(coord).handle(root().cred().clone(), to_coord),
+            mesh.server(part).handle(root().cred().clone(), to_part)
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while mesh.server(coord).pending_ops() + mesh.server(part).pending_ops() > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the operation never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let root_dir = mesh.server(coord).engine.dir_object("/").unwrap();
+        assert!(mesh.server(coord).engine.store().get_entry(root_dir.ino, &name).unwrap().is_none(), "no entry");
+        assert!(mesh.server(part).engine.store().get_dir(&path).unwrap().is_none(), "no directory object");
+        for id in [coord, part] {
+            let s = mesh.server(id);
+            assert!(s.engine.store().log_records(plusfs_store::LogKind::Cx).unwrap().is_empty(), "no Cx record left");
+            assert_eq!(s.engine.locks().tx_count(), 0, "no lock left");
+        }
+    }
 }

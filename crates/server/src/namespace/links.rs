@@ -124,4 +124,41 @@ mod tests {
         assert_eq!(nlink(&kit, "/b").await, 1, "the count equals the names left");
         assert_eq!(kit.osd.engine.dir_object("/").unwrap().entries, 1);
     }
+
+    #[tokio::test]
+    async fn a_link_in_a_directory_of_another_server_shares_one_inode_homed_once() {
+        let mesh = crate::testkit::Mesh::new(2).await;
+        let (r, c) = (mesh.home("/"), root());
+        let d = format!("/{}", mesh.name_away_from_root("d"));
+        let (rs, ds) = (mesh.server(r), mesh.server(mesh.home(&d)));
+        let plan = crate::twopc::Plan::now(&rs.engine);
+        rs.twopc.mkdir(plan, &d, 0o755, (0, 0), (plusfs_proto::Threshold::Cluster, 0), Via::Home, &c).await.unwrap();
+        let node = NewNode { target: None, rdev: 0, access: 0 };
+        rs.namespace.create("/f", FileKind::File, 0o644, (0, 0), true, node, Via::Home, &c).await.unwrap();
+        let g = format!("{d}/g");
+        rs.namespace.link("/f", &g, Via::Home, &c).await.unwrap();
+        let nlink = |s: &std::sync::Arc<crate::osd::Osd>, p: String| {
+            let s = s.clone();
+            async move {
+                match s.namespace.stat(&p, Via::Home, &root()).await.unwrap() {
+                    Reply::Attr(a) => (a.ino, a.nlink),
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        let (ino_f, n_f) = nlink(rs, "/f".into()).await;
+        let (ino_g, n_g) = nlink(ds, g.clone()).await;
+        assert_eq!((ino_f, n_f), (ino_g, n_g), "both names, on two servers, are one inode with two links");
+        assert_eq!(n_f, 2);
+        // The inode is kept once, at one home; both entries name that home.
+        let homes = [rs, ds].iter().filter(|s| s.engine.store().get_inode(ino_f).unwrap().is_some()).count();
+        assert_eq!(homes, 1, "the shared inode has exactly one home");
+        rs.namespace.unlink("/f", Via::Home, &c).await.unwrap();
+        assert_eq!(nlink(ds, g.clone()).await, (ino_f, 1), "the other server's name keeps the file");
+        ds.namespace.unlink(&g, Via::Home, &c).await.unwrap();
+        for s in [rs, ds] {
+            assert!(s.engine.store().get_inode(ino_f).unwrap().is_none(), "the last unlink frees the inode");
+            assert_eq!(s.engine.locks().tx_count(), 0);
+        }
+    }
 }
