@@ -408,46 +408,55 @@ fn new_op(role: CxRole, peer: ServerId, txid: TxId, ops: Vec<SubOp>, cred: Cred)
 #[cfg(test)]
 mod tests {
     use crate::testkit::{root, Mesh};
-    use plusfs_proto::{CxRole, DirObject, Inode, OpId, Replace, Reply, Request, SubOp};
+    use plusfs_proto::{CxRole, DirObject, Inode, OpId, Replace, Reply, Request, Response, SubOp};
     use std::time::Duration;
 
-    #[tokio::test]
-    async fn a_cx_mkdir_executes_on_both_servers_and_commits_later() {
-        let mesh = Mesh::new(2).await;
+    /// A Cx mkdir of `/NAME` (homed off the root's server) sent as a client sends it: both
+    /// sides at once, the participant's object with inode number `ino + skew` (0: the
+    /// entry's). Returns the two servers, the name, the entry's inode number and the answers.
+    async fn cx_mkdir(mesh: &Mesh, seq: u64, skew: u64) -> ((u32, u32), String, u64, [Response; 2]) {
         let coord = mesh.home("/");
         let name = mesh.name_away_from_root("d");
         let path = format!("/{name}");
         let part = mesh.home(&path);
-        let ino = mesh.server(coord).engine.new_inos(1).await.unwrap();
-        let op = OpId { client: 1, process: 1, seq: 1 };
-        let entry = SubOp::InsertEntry {
-            dir: "/".into(),
-            name: name.clone(),
-            inode: Inode::subdir(ino),
-            replace: Replace::Never,
-            shard: None,
-        };
-        let object = DirObject::new(ino, 0o755, 0, 0);
+        let ino = mesh.server(coord).engine.new_inos(2).await.unwrap();
+        let op = OpId { client: 1, process: 1, seq };
+        let inode = Inode::subdir(ino);
+        let entry =
+            SubOp::InsertEntry { dir: "/".into(), name: name.clone(), inode, replace: Replace::Never, shard: None };
+        let object = DirObject::new(ino + skew, 0o755, 0, 0);
         let exec = |role, peer, ops| Request::CxExec { op, role, peer, ops, leased: false };
         let to_coord = exec(CxRole::Coordinator, part, vec![entry]);
-        let to_part = exec(CxRole::Participant, coord, vec![SubOp::CreateDir { path: path.clone(), object }]);
+        let to_part = exec(CxRole::Participant, coord, vec![SubOp::CreateDir { path, object }]);
         let (c, p) = tokio::join!(
             mesh.server(coord).handle(root().cred().clone(), to_coord),
             mesh.server(part).handle(root().cred().clone(), to_part)
         );
-        for answer in [c, p] {
+        ((coord, part), name, ino, [c, p])
+    }
+
+    /// Waits until neither server has the operation pending (committed or aborted).
+    async fn until_ended(mesh: &Mesh, (coord, part): (u32, u32)) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while mesh.server(coord).pending_ops() + mesh.server(part).pending_ops() > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the operation never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cx_mkdir_executes_on_both_servers_and_commits_later() {
+        let mesh = Mesh::new(2).await;
+        let ((coord, part), name, ino, answers) = cx_mkdir(&mesh, 1, 0).await;
+        for answer in answers {
             assert!(matches!(answer, Ok(Reply::CxAnswer(ref a)) if a.error.is_none()), "{answer:?}");
         }
         // Committed in the background (a commitment round), with no client message.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while mesh.server(coord).pending_ops() + mesh.server(part).pending_ops() > 0 {
-            assert!(tokio::time::Instant::now() < deadline, "the operation was never committed");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_ended(&mesh, (coord, part)).await;
         let root_dir = mesh.server(coord).engine.dir_object("/").unwrap();
         let entry = mesh.server(coord).engine.store().get_entry(root_dir.ino, &name).unwrap();
         assert_eq!(entry.map(|e| e.ino), Some(ino), "the parent's entry");
-        let made = mesh.server(part).engine.dir_object(&path).unwrap();
+        let made = mesh.server(part).engine.dir_object(&format!("/{name}")).unwrap();
         assert_eq!(made.ino, ino, "the directory object on its home");
         assert!(made.ancestry.is_some(), "its ancestry came from the parent's home");
     }
@@ -455,37 +464,16 @@ mod tests {
     #[tokio::test]
     async fn sides_that_name_different_directories_are_aborted_on_both_and_leave_nothing() {
         let mesh = Mesh::new(2).await;
-        let coord = mesh.home("/");
-        let name = mesh.name_away_from_root("d");
-        let path = format!("/{name}");
-        let part = mesh.home(&path);
-        let ino = mesh.server(coord).engine.new_inos(2).await.unwrap();
-        let op = OpId { client: 1, process: 1, seq: 2 };
-        let entry = SubOp::InsertEntry {
-            dir: "/".into(),
-            name: name.clone(),
-            inode: Inode::subdir(ino),
-            replace: Replace::Never,
-            shard: None,
-        };
         // The participant is told to make a directory with another inode number than the
         // entry names: a client bug or a forged request.
-        let object = DirObject::new(ino + 1, 0o755, 0, 0);
-        let exec = |role, peer, ops| Request::CxExec { op, role, peer, ops, leased: false };
-        let to_coord = exec(CxRole::Coordinator, part, vec![entry]);
-        let to_part = exec(CxRole::Participant, coord, vec![SubOp::CreateDir { path: path.clone(), object }]);
-        let _ = tokio::join!(
-            mesh.server(coord).handle(root().cred().clone(), to_coord),
-            mesh.server(part).handle(root().cred().clone(), to_part)
-        );
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while mesh.server(coord).pending_ops() + mesh.server(part).pending_ops() > 0 {
-            assert!(tokio::time::Instant::now() < deadline, "the operation never ended");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let ((coord, part), name, _, _) = cx_mkdir(&mesh, 2, 1).await;
+        until_ended(&mesh, (coord, part)).await;
         let root_dir = mesh.server(coord).engine.dir_object("/").unwrap();
         assert!(mesh.server(coord).engine.store().get_entry(root_dir.ino, &name).unwrap().is_none(), "no entry");
-        assert!(mesh.server(part).engine.store().get_dir(&path).unwrap().is_none(), "no directory object");
+        assert!(
+            mesh.server(part).engine.store().get_dir(&format!("/{name}")).unwrap().is_none(),
+            "no directory object"
+        );
         for id in [coord, part] {
             let s = mesh.server(id);
             assert!(s.engine.store().log_records(plusfs_store::LogKind::Cx).unwrap().is_empty(), "no Cx record left");
