@@ -40,7 +40,7 @@ deps:
 
 ## build: release binary $(BIN)
 build: deps
-	$(CARGO) build --release --workspace $(CARGO_FEATURES)
+	$(CARGO) build --release --workspace --exclude plusfs-tests --exclude plusfs-testcluster $(CARGO_FEATURES)  # no failpoints
 
 ## demo: 4-server local cluster, a small tree, bench, status, fsck, cluster down
 demo: build

@@ -26,7 +26,8 @@
 //! loaded its Cx log, before resuming). Unarmed, checking costs two loads.
 //!
 //! Failpoints exist only in builds with the `failpoints` feature (test builds: the test
-//! cluster and the CLI's tests turn it on). In other builds reaching a step does nothing,
+//! cluster and the integration tests' `plusfs-tested` binary turn it on; `make build`
+//! leaves both out). In other builds reaching a step does nothing,
 //! arming is not there, and a server started with `PLUSFS_FAILPOINT` set refuses to start.
 
 #![cfg_attr(not(any(test, feature = "failpoints")), allow(dead_code))]

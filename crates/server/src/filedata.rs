@@ -418,6 +418,7 @@ impl FileData {
         data: Bytes,
         file_off: u64,
         cap: Option<Capability>,
+        c: &Call,
     ) -> OpResult<Reply> {
         if data.len() as u64 > MAX_RECORD {
             return Err(err(Errno::EINVAL, format!("a record holds at most {MAX_RECORD} bytes")));
@@ -426,7 +427,7 @@ impl FileData {
         let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         let pieces = self.put_local_parts(owner, 0, vec![data], &mut b).await?;
-        self.engine.apply(b).await?;
+        self.engine.apply_for(c, b).await?;
         drop(gate);
         let record = pieces.first().map_or(0, |p| p.record);
         let (Some(cap), Some(key)) = (cap, self.caps.as_ref()) else { return Ok(Reply::Record(record)) };

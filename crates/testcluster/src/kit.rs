@@ -178,7 +178,11 @@ impl<P: Program> Cluster for ProcCluster<P> {
     }
 
     async fn restart(&mut self, id: ServerId) -> Result<(), KitError> {
-        self.cluster.start(id).map_err(KitError::Process)
+        if !self.cluster.has_exited(id).map_err(KitError::Process)? {
+            return Ok(());
+        }
+        self.cluster.start(id).map_err(KitError::Process)?;
+        self.cluster.wait_ready(std::time::Duration::from_secs(30)).map_err(KitError::Process)
     }
 }
 

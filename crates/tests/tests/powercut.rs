@@ -2,9 +2,10 @@
 //! live on an ext4 file system (a loop device), a mixed workload runs (Cx mkdirs, file
 //! puts, batch creates), and in the middle of it the file system is shut down the way
 //! xfstests simulates a power loss (`FS_IOC_SHUTDOWN` without flushing its journal: every
-//! byte not fsynced is gone, for every server at the same instant). The servers are then
-//! killed, the file system mounted again and the cluster restarted: every operation that
-//! was acknowledged must be there, and fsck must find the namespace clean.
+//! byte not fsynced is gone, for every server at the same instant). The servers are
+//! stopped just before (SIGSTOP: the instant the power goes, no answer leaves after it)
+//! and killed after, the file system mounted again and the cluster restarted: every
+//! operation that was acknowledged must be there, and fsck must find the namespace clean.
 //!
 //! Needs root (loop devices, mount). `PLUSFS_POWERCUT_RUNS` sets the runs per cluster
 //! shape (default 2).
@@ -203,14 +204,16 @@ async fn one_cut(base: &Path, servers: usize, settings: &ClusterSettings, run: u
     // it (the cut really drops what was not fsynced).
     let canary = disk.mnt.join("canary");
     std::fs::write(&canary, vec![7u8; 1 << 20]).unwrap();
-    // The instant of the power loss. A real one stops every server at once, so nothing
-    // is acknowledged after it; here the servers run on until they are killed, and an
-    // fsync racing with the shutdown may still report success for a journal commit the
-    // shutdown dropped. What the promise covers is what was acknowledged before it.
+    // The instant of the power loss: a real one stops every server at once. Here every
+    // server process is stopped first (each thread once its system call returns, so an
+    // fsync under way finishes and is either answered before the cut or never), then the
+    // file system is shut down, then the processes die. Without the stop, an fsync racing
+    // with FS_IOC_SHUTDOWN could report success for a journal commit the shutdown drops,
+    // and its answer would reach a client after the "power" was gone.
+    let pids: Vec<u32> = cluster_pids(&cluster);
+    freeze(&pids);
     let cut_started = Instant::now();
     disk.cut();
-    // Everything of every server is frozen at the same instant; now the processes die.
-    let pids: Vec<u32> = cluster_pids(&cluster);
     for pid in &pids {
         plusfs_localcluster::kill_pid(*pid);
     }
@@ -226,14 +229,16 @@ async fn one_cut(base: &Path, servers: usize, settings: &ClusterSettings, run: u
     assert!(acked.failed_after_cut > 0, "no operation failed after the cut: it did not hit mid-workload");
     let mut restarted = LocalCluster::up(&exe(), &data, None, settings).expect("the cluster restarts after the cut");
     let c = Client::new(restarted.map().clone(), ClientOptions { retries: 5, ..Default::default() });
-    // Losses of operations acknowledged before the cut (a broken promise), and of those
-    // acknowledged while it was under way (reported only).
+    // Every acknowledged operation must be there: its answer left a server before the
+    // servers stopped, so its fsync returned before the cut. Those whose answer arrived
+    // after the cut began (in flight when the servers stopped) are counted apart, to show
+    // in the report where a loss falls.
     let (mut lost, mut lost_late) = (Vec::new(), Vec::new());
     let mut note = |what: String, at: Instant| {
         if at < cut_started {
             lost.push(what);
         } else {
-            lost_late.push(what);
+            lost_late.push(format!("{what} (answer received after the cut began)"));
         }
     };
     for (d, at) in &acked.dirs {
@@ -262,8 +267,8 @@ async fn one_cut(base: &Path, servers: usize, settings: &ClusterSettings, run: u
         lost.push(format!("fsck: {}", String::from_utf8_lossy(&fsck.stdout)));
     }
     eprintln!(
-        "run {run}: {n} acknowledged ({} mkdirs, {} puts, {} batch creates; {late} of them while the cut was under \
-         way), {} failed after the cut, {} lost, {} acknowledged during the cut lost",
+        "run {run}: {n} acknowledged ({} mkdirs, {} puts, {} batch creates; {late} answers received after the cut \
+         began), {} failed after the cut, {} lost before the cut, {} lost of those received after",
         acked.dirs.len(),
         acked.files.len(),
         acked.batched.len(),
@@ -271,12 +276,33 @@ async fn one_cut(base: &Path, servers: usize, settings: &ClusterSettings, run: u
         lost.len(),
         lost_late.len()
     );
-    for l in &lost_late {
-        eprintln!("  acknowledged while the cut was under way, lost: {l}");
-    }
+    lost.extend(lost_late);
     restarted.shutdown().unwrap();
     drop(restarted);
     (n, lost)
+}
+
+/// Stops every process of `pids` (SIGSTOP) and waits until each of their threads is
+/// stopped: a thread inside a system call (an fsync) stops when the call returns.
+fn freeze(pids: &[u32]) {
+    for &pid in pids {
+        // SAFETY: kill(2) with a pid this test's cluster started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stopped = |pid: u32| {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+        tasks.flatten().all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            // The state follows the command name's closing parenthesis.
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            matches!(state, None | Some('T') | Some('t') | Some('Z') | Some('X'))
+        })
+    };
+    while !pids.iter().all(|&p| stopped(p)) {
+        assert!(Instant::now() < deadline, "the servers did not stop within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn cluster_pids(c: &LocalCluster) -> Vec<u32> {

@@ -89,6 +89,15 @@ impl OpError {
         }
     }
 
+    /// The path of the directory object found missing, if that is the error.
+    pub(crate) fn missing_dir(&self) -> Option<&str> {
+        match self {
+            OpError::MissingDir(path) => Some(path),
+            OpError::Posix(w) => w.missing_dir.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The distribution a redirect or a `Distributing` refusal carries.
     pub(crate) fn dist(&self) -> Option<&DistInfo> {
         match self {

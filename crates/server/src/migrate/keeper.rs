@@ -8,6 +8,7 @@
 //! section: certificate paths are local facts.
 
 use super::Migration;
+use crate::engine::call::Call;
 use crate::engine::errors::{eio, err, OpError, OpResult};
 use plusfs_placement::{ClusterMap, MapChange};
 use plusfs_proto::{Cred, Errno, Reply, Request, ServerId};
@@ -140,16 +141,21 @@ impl Migration {
     }
 
     async fn keep(&self, map: &ClusterMap) -> OpResult<()> {
+        self.keep_for(&Call::server(), map).await
+    }
+
+    /// Keeps `map` as the effect of request `call` (a map change: exactly-once marked).
+    async fn keep_for(&self, call: &Call, map: &ClusterMap) -> OpResult<()> {
         let mut b = Batch::new();
         let mut stored = map.clone();
         stored.tls = Default::default();
         b.put_log(LogKind::Meta, 0, stored.to_toml().into_bytes());
-        self.engine.apply(b).await
+        self.engine.apply_for(call, b).await
     }
 
     /// `MapChange` on the keeper: applies `change` (TOML of a [`MapChange`]), stores the
     /// next epoch, pushes it to every server and answers it.
-    pub(crate) async fn change_map(self: &Arc<Self>, change: &str) -> OpResult<Reply> {
+    pub(crate) async fn change_map(self: &Arc<Self>, change: &str, call: &Call) -> OpResult<Reply> {
         if self.engine.id() != KEEPER {
             return Err(err(
                 Errno::EINVAL,
@@ -177,7 +183,7 @@ impl Migration {
         if next.epoch == current.epoch {
             return Ok(Reply::Map(next.to_toml()));
         }
-        self.keep(&next).await?;
+        self.keep_for(call, &next).await?;
         tracing::info!(epoch = next.epoch, ?change, "cluster map changed");
         self.adopt_map(next.clone());
         self.push_map(&next);
@@ -269,7 +275,7 @@ impl Migration {
         };
         let text = change.to_text();
         let resp = if self.engine.id() == KEEPER {
-            self.change_map(&text).await
+            self.change_map(&text, &Call::server()).await
         } else {
             self.peers
                 .pool

@@ -464,7 +464,7 @@ mod tests {
                 .unwrap();
         }
         let drain = MapChange::Reweight { id: 1, weight: 0.0 }.to_text();
-        mesh.server(0).migrate.change_map(&drain).await.unwrap();
+        mesh.server(0).migrate.change_map(&drain, &root()).await.unwrap();
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
             let map = mesh.server(0).engine.map();

@@ -54,12 +54,12 @@ impl Osd {
         match (resp, again) {
             // A sub-operation's own directory handed to its new home meanwhile: its
             // coordinator plans again (not "no such directory").
-            (Err(OpError::Posix(e)), _)
-                if e.missing_dir
-                    .as_ref()
-                    .is_some_and(|d| own.contains(d) && self.engine.map().home_of_dir(d) != self.engine.id()) =>
+            (Err(e), _)
+                if e.missing_dir().is_some_and(|d| {
+                    own.iter().any(|o| o == d) && self.engine.map().home_of_dir(d) != self.engine.id()
+                }) =>
             {
-                Err(OpError::Moved(format!("{} (moved to its new home)", e.message)))
+                Err(OpError::Moved(format!("{} (moved to its new home)", e.message())))
             }
             (Err(e), Some(req)) if self.engine.map().epoch != before => {
                 let home = target_dir(&req).map(|d| self.engine.map().home_of_dir(d)).unwrap_or(self.engine.id());
@@ -212,7 +212,7 @@ impl Osd {
             SetPolicy { path, threshold, width } => self.hugedirs.set_policy(&path, threshold, width).await,
             DistStatus { path } => self.hugedirs.dist_status(&path).await,
             DataPut { owner, data, file_off, cap } => {
-                self.filedata.data_put(owner, data.into_bytes(), file_off, cap).await
+                self.filedata.data_put(owner, data.into_bytes(), file_off, cap, c).await
             }
             DataGet { ranges, cap } => self.filedata.data_get(&ranges, cap.as_ref()).await,
             DataDrop { records, receipts } => self.filedata.data_drop(&records, &receipts).await,
@@ -241,7 +241,7 @@ impl Osd {
                 format!("server {} is not replicated: it has no replica group", self.engine.id()),
             )),
             MapGet => Ok(Reply::Map(self.engine.map().to_toml())),
-            MapChange { change } => self.migrate.change_map(&change).await,
+            MapChange { change } => self.migrate.change_map(&change, c).await,
             MapPush { map } => self.migrate.pushed_map(&map),
             MigrateIn { paths, from } => self.migrate.migrate_in(&paths, from).await,
             MigrateOut { paths } => self.migrate.migrate_out(&paths).await,
