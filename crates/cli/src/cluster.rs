@@ -412,6 +412,12 @@ pub fn parse_threshold(s: &str) -> Result<ThresholdSetting, String> {
 fn up(servers: Option<usize>, data: PathBuf, settings: &ClusterSettings, detach: bool) -> Result<ExitCode> {
     let exe = std::env::current_exe()?;
     let mut c = LocalCluster::up(&exe, &data, servers, settings)?;
+    let procs: usize = c.map().servers.iter().map(|s| s.members.len().max(1)).sum();
+    match c.already_running() {
+        0 => {}
+        n if n == procs => println!("all {n} server processes were already running"),
+        n => println!("{n} of {procs} server processes were already running; started the other {}", procs - n),
+    }
     println!("cluster of {} servers is up; map: {}", c.map().servers.len(), c.map_file().display());
     println!("export PLUSFS_CLUSTER={}", c.map_file().display());
     if detach {

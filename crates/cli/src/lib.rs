@@ -123,7 +123,9 @@ pub fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("PLUSFS_LOG").unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only for a terminal: a server's log file gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).init();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -17,6 +17,8 @@
 //! delaying proxy, at the address the map gives it; this process reaches them (to wait
 //! until they answer) from a thread moved into the first client host's namespace.
 
+pub mod procs;
+
 use anyhow::{bail, Context, Result};
 use plusfs_client::{Client, ClientOptions};
 use plusfs_netns::{Net, NsHandle};
@@ -44,6 +46,8 @@ pub struct LocalCluster {
     /// The map was made by this value: replica groups are created on the first start of
     /// their members (never again: a member whose data is lost must not found a group).
     new_cluster: bool,
+    /// Server processes found running by [`LocalCluster::up`] (not started by it).
+    already_running: usize,
 }
 
 /// Cluster-wide settings written into a new cluster map.
@@ -334,41 +338,45 @@ impl LocalCluster {
             net,
             proxies: Vec::new(),
             new_cluster,
+            already_running: 0,
         })
     }
 
-    /// Starts every server and waits until all answer.
+    /// Starts every server (every member of a replicated one) that is not running, and
+    /// waits until all answer: on a running cluster it starts only what is missing (a
+    /// member that died, a server stopped by hand), so it can be run again at any time.
+    /// What runs is found in the process table (`procs`), whoever started it.
     pub fn up(exe: &Path, data: &Path, servers: Option<usize>, settings: &ClusterSettings) -> Result<LocalCluster> {
         let mut c = LocalCluster::prepare(exe, data, servers, settings)?;
-        for s in &c.map.servers {
-            for m in procs_of(s) {
-                let pid_file = c.data.join(format!("{}.pid", proc_name(s.id, m)));
-                let running = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u32>().ok());
-                if running.is_some_and(alive) {
-                    bail!(
-                        "the cluster in {} is already running (server {}); `plusfs cluster down` first",
-                        c.data.display(),
-                        s.id
-                    );
-                }
-            }
-        }
+        let running = procs::server_procs(&c.map_file());
+        let all: Vec<(u32, Option<u64>)> =
+            c.map.servers.iter().flat_map(|s| procs_of(s).into_iter().map(move |m| (s.id, m))).collect();
+        let missing: Vec<(u32, Option<u64>)> =
+            all.iter().copied().filter(|&(id, m)| !running.iter().any(|p| p.id == id && p.member == m)).collect();
         if let Some(net) = &c.net {
-            // Rules and links start afresh: whatever a crash left is removed first.
-            plusfs_netns::destroy_namespaces(&c.data)?;
-            net.create()?;
-            for s in c.map.servers.clone() {
-                for m in procs_of(&s) {
-                    c.start_proxy(s.id, m)?;
+            if missing.len() == all.len() {
+                // Rules and links start afresh: whatever a crash left is removed first.
+                plusfs_netns::destroy_namespaces(&c.data)?;
+                net.create()?;
+            }
+            for &(id, m) in &missing {
+                if !pid_file_alive(&c.data, &proxy_name(id, m)) {
+                    c.start_proxy(id, m)?;
                 }
             }
         }
-        for id in c.ids() {
-            c.start(id)?;
+        for &(id, m) in &missing {
+            c.start_proc(id, m, &[])?;
         }
+        c.already_running = all.len() - missing.len();
         c.wait_ready(Duration::from_secs(30))?;
         c.new_cluster = false;
         Ok(c)
+    }
+
+    /// How many server processes were already running when [`LocalCluster::up`] ran.
+    pub fn already_running(&self) -> usize {
+        self.already_running
     }
 
     /// The private network, if the cluster has one.
@@ -839,7 +847,25 @@ pub fn stop_server(data: &Path, id: u32, grace: Duration) -> Result<bool> {
     Ok(was)
 }
 
+/// Whether the process in pid file `NAME.pid` of the cluster in `data` runs.
+fn pid_file_alive(data: &Path, name: &str) -> bool {
+    let pid = fs::read_to_string(data.join(format!("{name}.pid"))).ok().and_then(|t| t.trim().parse::<u32>().ok());
+    pid.is_some_and(alive)
+}
+
+/// Stops every server process of the cluster: those of its pid files, and any other
+/// `plusfs server` of its map (a member restarted by hand).
 fn stop_servers(data: &Path, map: &ClusterMap, grace: Duration) -> Result<usize> {
+    let mut stopped = stop_pid_files(data, map, grace)?;
+    for p in procs::server_procs(&map_path(data)) {
+        if terminate(p.pid, grace) {
+            stopped += 1;
+        }
+    }
+    Ok(stopped)
+}
+
+fn stop_pid_files(data: &Path, map: &ClusterMap, grace: Duration) -> Result<usize> {
     let mut stopped = 0;
     for s in &map.servers {
         for m in procs_of(s) {
