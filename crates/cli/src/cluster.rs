@@ -50,6 +50,41 @@ pub enum SyncArg {
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
+    /// Write the files a cluster of several machines starts from: a CA, the map, and one
+    /// bundle per host (its map, CA certificate, server identity and systemd env files) to
+    /// copy to --etc on that host. See docs/operations.md, "Several machines".
+    Init {
+        /// The machines' addresses, comma-separated (e.g. 10.0.0.1,10.0.0.2,10.0.0.3).
+        #[arg(long, value_delimiter = ',', required = true)]
+        hosts: Vec<String>,
+        /// Server slots (default: one per host).
+        #[arg(long)]
+        servers: Option<usize>,
+        /// Members per slot: 3 keeps every slot up through the loss of one machine.
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
+        /// Client port of slot 0 (slot S listens on PORT+S).
+        #[arg(long, default_value_t = 7000)]
+        port: u16,
+        /// Raft port of slot 0 (slot S uses RAFT_PORT+S).
+        #[arg(long, default_value_t = 7100)]
+        raft_port: u16,
+        /// Where each host keeps its bundle.
+        #[arg(long, default_value = "/etc/plusfs")]
+        etc: PathBuf,
+        /// Where each host keeps its servers' data.
+        #[arg(long, default_value = "/var/lib/plusfs")]
+        data_root: PathBuf,
+        /// Durability setting (`always` where machines can lose power).
+        #[arg(long, value_enum, default_value = "always")]
+        sync: SyncArg,
+        /// Validity of the certificates, in days.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+        /// The new directory to write into.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Start N servers on loopback with data under DIR (or restart the cluster in DIR).
     Up {
         /// Number of servers of a new cluster (default 4); an existing cluster keeps its own.
@@ -301,6 +336,18 @@ fn restart_self() -> Result<()> {
 
 pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
     match c {
+        ClusterCmd::Init { hosts, servers, replicas, port, raft_port, etc, data_root, sync, days, out } => {
+            let sync = match sync {
+                SyncArg::Os => SyncMode::Os,
+                SyncArg::Always => SyncMode::Always,
+            };
+            let servers = servers.unwrap_or(hosts.len());
+            let plan = crate::init::InitPlan { hosts, servers, replicas, port, raft_port, etc, data_root, sync, days };
+            for line in crate::init::init(&plan, &out)? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         ClusterCmd::Up {
             servers,
             data,

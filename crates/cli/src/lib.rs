@@ -11,6 +11,7 @@ mod engine_bench;
 mod files;
 mod fsck;
 mod groups;
+mod init;
 mod largefile;
 mod mount;
 mod netns;

@@ -30,12 +30,12 @@ pub enum Refused {
     #[error("certificate {serial} of '{name}' is revoked")]
     Revoked { name: String, serial: String },
     #[error("the peer's certificate names no plusfs identity: {0}")]
-    NoIdentity(IdentityError),
+    NoIdentity(CertIdentityError),
 }
 
-/// Why a certificate names no plusfs identity.
+/// Why a peer's certificate names no plusfs identity.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum IdentityError {
+pub enum CertIdentityError {
     /// The peer presented none.
     #[error("no certificate")]
     NoCertificate,
@@ -50,7 +50,7 @@ pub enum IdentityError {
     NoUri,
     /// Its identity URI is malformed.
     #[error("bad identity: {0}")]
-    BadUri(String),
+    BadUri(#[from] crate::identity::IdentityError),
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -177,7 +177,7 @@ impl ServerTls {
             Err(_) => return Err(Refused::Timeout),
         };
         let der = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
-        let der = der.ok_or(Refused::NoIdentity(IdentityError::NoCertificate))?;
+        let der = der.ok_or(Refused::NoIdentity(CertIdentityError::NoCertificate))?;
         let (identity, serial) = identity_of(&der).map_err(Refused::NoIdentity)?;
         if self.is_revoked(&serial) {
             return Err(Refused::Revoked { name: identity.name, serial });
@@ -192,17 +192,17 @@ impl ServerTls {
 }
 
 /// The identity and serial number (hex) a certificate (DER) carries.
-pub fn identity_of(der: &[u8]) -> Result<(Identity, String), IdentityError> {
-    let unparsable = |e: &dyn std::fmt::Display| IdentityError::Unparsable(e.to_string());
+pub fn identity_of(der: &[u8]) -> Result<(Identity, String), CertIdentityError> {
+    let unparsable = |e: &dyn std::fmt::Display| CertIdentityError::Unparsable(e.to_string());
     let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| unparsable(&e))?;
     let name = cert
         .subject()
         .iter_common_name()
         .next()
         .and_then(|cn| cn.as_str().ok())
-        .ok_or(IdentityError::NoCommonName)?
+        .ok_or(CertIdentityError::NoCommonName)?
         .to_string();
-    let san = cert.subject_alternative_name().map_err(|e| unparsable(&e))?.ok_or(IdentityError::NoUri)?;
+    let san = cert.subject_alternative_name().map_err(|e| unparsable(&e))?.ok_or(CertIdentityError::NoUri)?;
     let uri = san
         .value
         .general_names
@@ -211,8 +211,8 @@ pub fn identity_of(der: &[u8]) -> Result<(Identity, String), IdentityError> {
             x509_parser::extensions::GeneralName::URI(u) if u.starts_with(URI_PREFIX) => Some(*u),
             _ => None,
         })
-        .ok_or(IdentityError::NoUri)?;
-    let identity = Identity::from_uri(&name, uri).map_err(|e| IdentityError::BadUri(e.to_string()))?;
+        .ok_or(CertIdentityError::NoUri)?;
+    let identity = Identity::from_uri(&name, uri)?;
     Ok((identity, hex(cert.raw_serial())))
 }
 

@@ -10,7 +10,8 @@ pub mod identity;
 pub use authority::{Authority, CertError, Issued, Validity, SERVER_NAME};
 pub use caps::{now_secs, CapError, CapKey};
 pub use config::{
-    identity_of, peer_not_after, serial_of_file, ClientTls, Refused, ServerTls, TlsFiles, HANDSHAKE_TIMEOUT,
+    identity_of, peer_not_after, serial_of_file, CertIdentityError, ClientTls, Refused, ServerTls, TlsFiles,
+    HANDSHAKE_TIMEOUT,
 };
 pub use identity::{Identity, Ranges, Refusal, Role, RootClaim, NOBODY};
 pub use tokio_rustls;
