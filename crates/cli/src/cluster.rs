@@ -39,6 +39,15 @@ pub struct ServerArgs {
     join: bool,
 }
 
+impl From<SyncArg> for SyncMode {
+    fn from(s: SyncArg) -> SyncMode {
+        match s {
+            SyncArg::Os => SyncMode::Os,
+            SyncArg::Always => SyncMode::Always,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum SyncArg {
     /// WAL written before each reply: survives a process crash, NOT a power loss or kernel
@@ -337,10 +346,7 @@ fn restart_self() -> Result<()> {
 pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
     match c {
         ClusterCmd::Init { hosts, servers, replicas, port, raft_port, etc, data_root, sync, days, out } => {
-            let sync = match sync {
-                SyncArg::Os => SyncMode::Os,
-                SyncArg::Always => SyncMode::Always,
-            };
+            let sync = SyncMode::from(sync);
             let servers = servers.unwrap_or(hosts.len());
             let plan = crate::init::InitPlan { hosts, servers, replicas, port, raft_port, etc, data_root, sync, days };
             for line in crate::init::init(&plan, &out)? {
@@ -375,10 +381,7 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             }
             let netns =
                 netns.then(|| plusfs_localcluster::NetSettings { clients, shape: shape.over(Default::default()) });
-            let sync = match sync {
-                SyncArg::Os => SyncMode::Os,
-                SyncArg::Always => SyncMode::Always,
-            };
+            let sync = SyncMode::from(sync);
             let hugedirs = HugedirSettings { threshold: hugedir_threshold, width: hugedir_width };
             let data_settings = plusfs_placement::DataSettings {
                 reserve_bytes: data_reserve,

@@ -131,7 +131,7 @@ impl<P: Program> ProcCluster<P> {
 
     /// A new client with its own connections, retrying across restarts.
     pub fn client(&self) -> Client {
-        Client::new(self.cluster.map().clone(), ClientOptions { retries: 5, ..Default::default() })
+        Cluster::client(self)
     }
 
     /// Runs the `plusfs` command against this cluster; returns (exit code, stdout, stderr).
