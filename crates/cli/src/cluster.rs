@@ -214,6 +214,15 @@ pub enum ClusterCmd {
         /// Where the new server serves (host:port); a local cluster picks a free port.
         #[arg(long)]
         address: Option<String>,
+        /// A replica group's members on other machines, comma-separated, each
+        /// CLIENT_ADDR/RAFT_ADDR (host:port/host:port): the group joins at weight 0, is
+        /// reweighted once its members (started from the map this writes) answer.
+        #[arg(long, value_delimiter = ',', conflicts_with = "address")]
+        members: Vec<String>,
+        /// Members of the new replica group of a local cluster (default: as many as its
+        /// other groups have).
+        #[arg(long)]
+        replicas: Option<usize>,
         /// Its share of objects relative to the others (default 1).
         #[arg(long, default_value_t = 1.0)]
         weight: f64,
@@ -429,8 +438,9 @@ pub fn cluster(c: ClusterCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
                 false => status(map),
             }
         }
-        ClusterCmd::Add { address, weight, data, wait } => {
-            crate::elastic::add(address, weight, data.as_deref(), cluster.as_ref(), wait)
+        ClusterCmd::Add { address, members, replicas, weight, data, wait } => {
+            let how = crate::elastic::Joining { address, members, replicas };
+            crate::elastic::add(how, weight, data.as_deref(), cluster.as_ref(), wait)
         }
         ClusterCmd::Drain { server, data, wait } => {
             crate::elastic::reweight(server, 0.0, data.as_deref(), cluster.as_ref(), wait)

@@ -81,6 +81,34 @@ impl Admin {
         }
     }
 
+    /// Waits until server `id` of the map answers a ping (a replica group: once it has a
+    /// leader), telling every 30 s that it still waits.
+    pub fn wait_server(&self, id: u32, limit: Duration) -> Result<()> {
+        let started = Instant::now();
+        let mut told = Instant::now();
+        loop {
+            let ping = async {
+                tokio::time::timeout(Duration::from_secs(2), self.client.call_server(id, &Request::Ping)).await
+            };
+            match self.rt.block_on(ping) {
+                Ok(Ok(Reply::Pong { .. })) => return Ok(()),
+                Ok(Ok(other)) => bail!("server {id} answered a ping with {other:?}"),
+                Ok(Err(e)) if started.elapsed() > limit => {
+                    bail!("server {id} did not answer within {limit:?} ({e}); it stays in the map at weight 0")
+                }
+                _ if started.elapsed() > limit => {
+                    bail!("server {id} did not answer within {limit:?}; it stays in the map at weight 0")
+                }
+                _ => {}
+            }
+            if told.elapsed() > Duration::from_secs(30) {
+                println!("waiting for server {id} to answer ({:.0} s) ...", started.elapsed().as_secs_f64());
+                told = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits until a server answers at `address`.
     pub fn wait_answering(&self, address: &str, limit: Duration) -> Result<u32> {
         let started = Instant::now();
@@ -108,24 +136,32 @@ impl Admin {
     }
 }
 
+/// Where a new server comes from (`cluster add`'s options).
+pub struct Joining {
+    /// An unreplicated server already started with `--join` there.
+    pub address: Option<String>,
+    /// A replica group's members elsewhere: `CLIENT/RAFT` addresses.
+    pub members: Vec<String>,
+    /// Members of a new local replica group.
+    pub replicas: Option<usize>,
+}
+
 /// `cluster add`: a new server. With --data (a local cluster) it is started here on a free
 /// loopback port with the next free id; with --address it must already run there,
 /// started with `plusfs server --join`. Either way it answers before the map names it,
-/// so no request meets a server that is not there yet.
-pub fn add(
-    address: Option<String>,
-    weight: f64,
-    data: Option<&Path>,
-    cluster: Option<&PathBuf>,
-    wait: bool,
-) -> Result<ExitCode> {
+/// so no request meets a server that is not there yet. A replicated cluster gets a new
+/// replica group (see [`add_group`]).
+pub fn add(how: Joining, weight: f64, data: Option<&Path>, cluster: Option<&PathBuf>, wait: bool) -> Result<ExitCode> {
+    if !(weight > 0.0 && weight.is_finite()) {
+        bail!("--weight must be a finite number above 0 (a server of weight 0 would hold nothing)");
+    }
     let file = map_file(data, cluster)?;
     let admin = Admin::open(&file)?;
     let before = admin.current()?;
-    if before.servers.iter().any(|s| !s.members.is_empty()) {
-        bail!("the cluster's servers are replica groups: adding a server to it is not supported yet");
+    if before.servers.iter().any(|s| !s.members.is_empty()) || !how.members.is_empty() {
+        return add_group(admin, &before, how, weight, data, wait);
     }
-    let (id, address) = match (address, data) {
+    let (id, address) = match (how.address, data) {
         (Some(a), _) => (
             admin
                 .probe(&a)
@@ -133,9 +169,7 @@ pub fn add(
             a,
         ),
         (None, Some(d)) => {
-            if plusfs_netns::Net::load(d)?.is_some() {
-                bail!("{} holds a cluster on a private network: adding servers to it is not supported", d.display());
-            }
+            refuse_private_network(d)?;
             let id = before.next_server_id();
             let address = format!("127.0.0.1:{}", plusfs_localcluster::free_ports(1)?[0]);
             plusfs_localcluster::spawn_joining(&std::env::current_exe()?, d, id, &address)?;
@@ -149,9 +183,111 @@ pub fn add(
         }
         (None, None) => bail!("pass --address HOST:PORT (a server started with `plusfs server --join`), or --data DIR"),
     };
-    let map = admin.change(&MapChange::Add { id, address: address.clone(), weight, metrics: None })?;
+    let change = MapChange::Add { id, address: address.clone(), weight, metrics: None, members: Vec::new() };
+    let map = admin.change(&change)?;
     println!("server {id} added at {address} with weight {weight} (epoch {})", map.epoch);
     finish(&admin, wait)
+}
+
+fn refuse_private_network(d: &Path) -> Result<()> {
+    if plusfs_netns::Net::load(d)?.is_some() {
+        bail!("{} holds a cluster on a private network: adding servers to it is not supported", d.display());
+    }
+    Ok(())
+}
+
+/// How long a new replica group may take to elect a leader: members started here, or by
+/// an operator on other machines.
+const LOCAL_GROUP_WAIT: Duration = Duration::from_secs(60);
+const REMOTE_GROUP_WAIT: Duration = Duration::from_secs(1800);
+
+/// `cluster add` of a replica group: it joins the map at weight 0 (nothing moves to it),
+/// its members start from that map (here, for a local cluster; else the operator starts
+/// them), and once its group has a leader that answers it gets `weight` and objects move.
+fn add_group(
+    admin: Admin,
+    before: &ClusterMap,
+    how: Joining,
+    weight: f64,
+    data: Option<&Path>,
+    wait: bool,
+) -> Result<ExitCode> {
+    if how.address.is_some() {
+        bail!(
+            "the cluster's servers are replica groups: give the new group's --members CLIENT/RAFT,... (or --data DIR \
+             for a local cluster)"
+        );
+    }
+    let id = before.next_server_id();
+    let exe = std::env::current_exe()?;
+    let local = match (how.members.is_empty(), data) {
+        (true, Some(d)) => {
+            refuse_private_network(d)?;
+            Some(plusfs_localcluster::LocalCluster::prepare(&exe, d, None, &Default::default())?)
+        }
+        (true, None) => bail!("pass --members CLIENT/RAFT,... (the new group's members), or --data DIR"),
+        (false, _) => None,
+    };
+    let members = match &local {
+        Some(l) => {
+            let usual = before.servers.iter().map(|s| s.members.len()).max().unwrap_or(1).max(1);
+            let replicas = how.replicas.unwrap_or(usual);
+            if !(1..=7).contains(&replicas) {
+                bail!("--replicas must be between 1 and 7");
+            }
+            l.new_group_members(replicas)?
+        }
+        None => parse_members(&how.members)?,
+    };
+    let address = members[0].address.clone();
+    let change = MapChange::Add { id, address, weight: 0.0, metrics: None, members: members.clone() };
+    let joined = admin.change(&change)?;
+    println!("server {id} joins as a replica group of {} members at weight 0 (epoch {})", members.len(), joined.epoch);
+    let limit = match local {
+        Some(mut l) => {
+            l.reload_map()?;
+            l.start_new_group(id)?;
+            l.detach();
+            LOCAL_GROUP_WAIT
+        }
+        None => {
+            println!("start each member on its machine with this map ({}):", admin.file.display());
+            for m in &members {
+                let bootstrap = if m.id == 0 { " --bootstrap" } else { "" };
+                println!("  plusfs server --cluster MAP --id {id} --member {} --data DIR{bootstrap}   # at {}", m.id, m.address);
+            }
+            REMOTE_GROUP_WAIT
+        }
+    };
+    // A client of the map that names the group.
+    let admin = Admin::open(&admin.file)?;
+    admin.wait_server(id, limit)?;
+    println!("server {id} answers: its group has a leader");
+    let map = admin.change(&MapChange::Reweight { id, weight })?;
+    println!("server {id} has weight {weight} (epoch {}): objects move to it", map.epoch);
+    finish(&admin, wait)
+}
+
+/// `CLIENT/RAFT` address pairs as members 0, 1, ….
+fn parse_members(specs: &[String]) -> Result<Vec<plusfs_placement::MemberEntry>> {
+    if !(1..=7).contains(&specs.len()) {
+        bail!("a replica group has 1 to 7 members, not {}", specs.len());
+    }
+    specs
+        .iter()
+        .zip(0u64..)
+        .map(|(spec, id)| {
+            let (address, raft) = spec
+                .split_once('/')
+                .with_context(|| format!("member '{spec}': give CLIENT_ADDR/RAFT_ADDR, e.g. 10.0.0.4:7003/10.0.0.4:7103"))?;
+            for a in [address, raft] {
+                if a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
+                    bail!("member '{spec}': '{a}' is not HOST:PORT");
+                }
+            }
+            Ok(plusfs_placement::MemberEntry { id, address: address.into(), raft: raft.into(), metrics: None })
+        })
+        .collect()
 }
 
 /// `cluster reweight` (and `drain`: weight 0).
@@ -171,14 +307,18 @@ pub fn reweight(
     finish(&admin, wait)
 }
 
-/// `cluster remove`: a drained server leaves the map (a local one's process is stopped).
+/// `cluster remove`: a drained server leaves the map (a local one's processes, every
+/// member of a replica group, are stopped).
 pub fn remove(server: u32, data: Option<&Path>, cluster: Option<&PathBuf>) -> Result<ExitCode> {
     let admin = Admin::open(&map_file(data, cluster)?)?;
+    let slot = admin.current()?.server(server).cloned();
     let map = admin.change(&MapChange::Remove { id: server })?;
     println!("server {server} removed (epoch {})", map.epoch);
-    if let Some(d) = data {
-        if plusfs_localcluster::stop_server(d, server, Duration::from_secs(10))? {
-            println!("server {server} stopped");
+    if let (Some(d), Some(slot)) = (data, slot) {
+        match plusfs_localcluster::stop_slot(d, &slot, Duration::from_secs(10))? {
+            0 => {}
+            1 => println!("server {server} stopped"),
+            n => println!("server {server} stopped ({n} members)"),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -3,7 +3,7 @@
 //! `fsck --replicas`.
 
 use anyhow::{bail, Context, Result};
-use plusfs_placement::{ClusterMap, MemberEntry, ServerEntry, TlsSettings};
+use plusfs_placement::{ClusterMap, MapChange, MemberEntry, ServerEntry, TlsSettings};
 use plusfs_proto::{GroupInfo, Reply, Request, StoreDigest};
 use plusfs_rpc::{Connection, Counters};
 use std::path::PathBuf;
@@ -180,7 +180,10 @@ pub async fn check_replicas(map: &ClusterMap) -> bool {
 }
 
 /// `cluster replace`: member `old` of replicated server `group` replaced by a new member
-/// at `addrs` (client, Raft); with `data`, in the local cluster there.
+/// at `addrs` (client, Raft); with `data`, in the local cluster there. Each step of the
+/// group's member list is a change of the map service's map (the new member joins the
+/// list, then the old one leaves it), so servers and clients learn it by the epoch, and a
+/// migration under way goes on.
 pub fn replace(
     group: u32,
     old: u64,
@@ -188,50 +191,63 @@ pub fn replace(
     data: Option<PathBuf>,
     cluster: Option<PathBuf>,
 ) -> Result<ExitCode> {
-    let Some(data) = data else {
-        let map = crate::load_map(cluster.as_ref())?;
-        let (Some(address), Some(raft)) = addrs else {
-            bail!("give the new member's --address and --raft (or --data DIR for a local cluster)");
-        };
-        let new = next_member(&map, group, old, address, raft)?;
-        let path = cluster.expect("a map was loaded");
-        let map = with_member(map, group, new.clone())?;
-        plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
-        println!(
-            "map updated; start the new member now: plusfs server --cluster {} --id {group} --member {} --data DIR",
-            path.display(),
-            new.id
-        );
-        let map = swap_in(&map, group, old, &new)?;
-        plusfs_netns::write_durably(&path, map.to_toml().as_bytes())?;
-        println!("member {old} of server {group} replaced by member {}", new.id);
-        return Ok(ExitCode::SUCCESS);
-    };
+    let file = crate::elastic::map_file(data.as_deref(), cluster.as_ref())?;
+    let admin = crate::elastic::Admin::open(&file)?;
+    let map = admin.current()?;
     let exe = std::env::current_exe()?;
-    let mut local = plusfs_localcluster::LocalCluster::prepare(&exe, &data, None, &Default::default())?;
-    let fresh = local.new_member(group)?;
-    let (address, raft) = (addrs.0.unwrap_or(fresh.address), addrs.1.unwrap_or(fresh.raft));
-    let new = next_member(local.map(), group, old, address, raft)?;
-    local.set_map(with_member(local.map().clone(), group, new.clone())?)?;
-    local.start_member(group, new.id)?;
-    println!("started member {} of server {group} at {} (Raft {})", new.id, new.address, new.raft);
-    let map = match swap_in(local.map(), group, old, &new) {
-        Ok(m) => m,
-        Err(e) => {
-            local.detach();
-            return Err(e);
-        }
+    let mut local = match &data {
+        Some(d) => Some(plusfs_localcluster::LocalCluster::prepare(&exe, d, None, &Default::default())?),
+        None => None,
     };
-    local.set_map(map)?;
-    if local.stop_member_by_pid(group, old, Duration::from_secs(10))? {
-        println!("stopped member {old}");
+    let (address, raft) = match (&local, addrs) {
+        (_, (Some(a), Some(r))) => (a, r),
+        (Some(l), (a, r)) => {
+            let fresh = l.new_member(group)?;
+            (a.unwrap_or(fresh.address), r.unwrap_or(fresh.raft))
+        }
+        (None, _) => bail!("give the new member's --address and --raft (or --data DIR for a local cluster)"),
+    };
+    let new = next_member(&map, group, old, address, raft)?;
+    let mut members = map.server(group).expect("checked").members.clone();
+    members.push(new.clone());
+    let map = admin.change(&MapChange::Members { id: group, members: members.clone() })?;
+    match &mut local {
+        Some(l) => {
+            l.reload_map()?;
+            l.start_member(group, new.id)?;
+            println!("started member {} of server {group} at {} (Raft {})", new.id, new.address, new.raft);
+        }
+        None => println!(
+            "map updated (epoch {}); start the new member now: plusfs server --cluster {} --id {group} --member {} \
+             --data DIR",
+            map.epoch,
+            file.display(),
+            new.id
+        ),
     }
-    println!(
-        "member {old} of server {group} replaced by member {}; its data in {} is no longer used",
-        new.id,
-        data.join(plusfs_localcluster::proc_name(group, Some(old))).display()
-    );
-    local.detach();
+    if let Err(e) = swap_in(&map, group, old, &new) {
+        if let Some(l) = local {
+            l.detach();
+        }
+        return Err(e);
+    }
+    members.retain(|m| m.id != old);
+    let map = admin.change(&MapChange::Members { id: group, members })?;
+    if let Some(mut l) = local {
+        l.reload_map()?;
+        if l.stop_member_by_pid(group, old, Duration::from_secs(10))? {
+            println!("stopped member {old}");
+        }
+        println!(
+            "member {old} of server {group} replaced by member {} (epoch {}); its data in {} is no longer used",
+            new.id,
+            map.epoch,
+            l.data().join(plusfs_localcluster::proc_name(group, Some(old))).display()
+        );
+        l.detach();
+    } else {
+        println!("member {old} of server {group} replaced by member {} (epoch {})", new.id, map.epoch);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -246,18 +262,8 @@ fn next_member(map: &ClusterMap, group: u32, old: u64, address: String, raft: St
     Ok(MemberEntry { id, address, raft, metrics: None })
 }
 
-/// `map` with `new` added to `group`'s members (a new epoch).
-fn with_member(mut map: ClusterMap, group: u32, new: MemberEntry) -> Result<ClusterMap> {
-    let s = map.servers.iter_mut().find(|s| s.id == group).context("no such server")?;
-    s.members.push(new);
-    map.epoch += 1;
-    map.validate()?;
-    Ok(map)
-}
-
-/// Asks `group`'s leader to replace `old` by `new` (waiting while `new` catches up), and
-/// returns the map without `old` (a new epoch).
-fn swap_in(map: &ClusterMap, group: u32, old: u64, new: &MemberEntry) -> Result<ClusterMap> {
+/// Asks `group`'s leader to replace `old` by `new` (waiting while `new` catches up).
+fn swap_in(map: &ClusterMap, group: u32, old: u64, new: &MemberEntry) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let client = {
         let _g = rt.enter();
@@ -266,13 +272,5 @@ fn swap_in(map: &ClusterMap, group: u32, old: u64, new: &MemberEntry) -> Result<
     println!("member {} catching up and joining the voters ...", new.id);
     let req = Request::GroupReplace { remove: old, add: new.id, raft: new.raft.clone(), client: new.address.clone() };
     rt.block_on(client.call_server(group, &req)).map_err(|e| anyhow::anyhow!("replacing member {old}: {e}"))?;
-    let mut map = map.clone();
-    let s = map.servers.iter_mut().find(|s| s.id == group).context("no such server")?;
-    s.members.retain(|m| m.id != old);
-    if !s.members.iter().any(|m| m.address == s.address) {
-        s.address = s.members[0].address.clone();
-    }
-    map.epoch += 1;
-    map.validate()?;
-    Ok(map)
+    Ok(())
 }

@@ -226,7 +226,9 @@ impl Client {
             Some(dir) => self.classify_missing(dir).await,
             None => e.errno,
         };
-        FsError::new(op, shown, errno)
+        let err = FsError::new(op, shown, errno);
+        // An I/O error's cause is only known to the server: keep its words.
+        if errno == Errno::EIO && !e.message.is_empty() { err.with_detail(e.message) } else { err }
     }
 
     /// A directory object is missing: ENOTDIR if some ancestor is not a directory, ENOENT

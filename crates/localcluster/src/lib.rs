@@ -449,10 +449,40 @@ impl LocalCluster {
         self.start_proc(id, Some(member), &[])
     }
 
+    /// Starts every member of replicated server `id`, which joins a running cluster: its
+    /// lowest member makes the replica group on this first start.
+    pub fn start_new_group(&mut self, id: u32) -> Result<()> {
+        let s = self.map.server(id).with_context(|| format!("no server {id} in the map"))?.clone();
+        anyhow::ensure!(!s.members.is_empty(), "server {id} is not replicated");
+        let was_new = std::mem::replace(&mut self.new_cluster, true);
+        let started = s.members.iter().try_for_each(|m| self.start_proc(id, Some(m.id), &[]));
+        self.new_cluster = was_new;
+        started
+    }
+
+    /// New members for a replica group of `replicas` on free loopback ports (ids 0, 1, …),
+    /// with metrics endpoints if the cluster's servers have them.
+    pub fn new_group_members(&self, replicas: usize) -> Result<Vec<MemberEntry>> {
+        let with_metrics =
+            self.map.servers.iter().any(|s| s.metrics.is_some() || s.members.iter().any(|m| m.metrics.is_some()));
+        let ports = free_ports(replicas * 3)?;
+        Ok(ports
+            .chunks(3)
+            .enumerate()
+            .map(|(i, p)| MemberEntry {
+                id: i as u64,
+                address: format!("127.0.0.1:{}", p[0]),
+                raft: format!("127.0.0.1:{}", p[1]),
+                metrics: with_metrics.then(|| format!("127.0.0.1:{}", p[2])),
+            })
+            .collect())
+    }
+
     fn start_proc(&mut self, id: u32, member: Option<u64>, env: &[(&str, &str)]) -> Result<()> {
         let name = proc_name(id, member);
         let dir = self.data.join(&name);
-        // A replica group is made on the first start of a new cluster's members.
+        // A replica group is made on the first start of its members (a new cluster's, or
+        // a group joining a running one).
         let bootstrap = self.new_cluster && member.is_some() && !dir.exists();
         fs::create_dir_all(&dir)?;
         let log = private_log(self.data.join(format!("{name}.log")))?;
@@ -839,7 +869,21 @@ pub fn spawn_joining(exe: &Path, data: &Path, id: u32, listen: &str) -> Result<u
 /// Stops unreplicated server `id` of the cluster in `data` from its pid file (SIGTERM, then
 /// SIGKILL after `grace`). Returns whether it was running.
 pub fn stop_server(data: &Path, id: u32, grace: Duration) -> Result<bool> {
-    let pid_file = data.join(format!("{}.pid", proc_name(id, None)));
+    stop_named(data, &proc_name(id, None), grace)
+}
+
+/// Stops every process of server slot `s` (its members, if replicated) of the cluster in
+/// `data` from their pid files. Returns how many were running.
+pub fn stop_slot(data: &Path, s: &ServerEntry, grace: Duration) -> Result<usize> {
+    let mut stopped = 0;
+    for m in procs_of(s) {
+        stopped += stop_named(data, &proc_name(s.id, m), grace)? as usize;
+    }
+    Ok(stopped)
+}
+
+fn stop_named(data: &Path, name: &str, grace: Duration) -> Result<bool> {
+    let pid_file = data.join(format!("{name}.pid"));
     let Ok(text) = fs::read_to_string(&pid_file) else { return Ok(false) };
     let pid: u32 = text.trim().parse().with_context(|| format!("bad pid in {}", pid_file.display()))?;
     let was = terminate(pid, grace);

@@ -2,7 +2,7 @@
 //! changes move while [`Migration`] lasts (an elastic cluster, CRUSH's promise that only
 //! what must move moves).
 
-use crate::{ClusterMap, MapError, ServerEntry};
+use crate::{ClusterMap, MapError, MemberEntry, ServerEntry};
 use serde::{Deserialize, Serialize};
 
 /// The move of objects from the placement of epoch `from_epoch` to the current one.
@@ -39,9 +39,22 @@ impl Migration {
 /// One change an administrator asks of the map service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MapChange {
-    /// A new unreplicated server `id` (already running, started with `--join`) at
-    /// `address`.
-    Add { id: u32, address: String, weight: f64, metrics: Option<String> },
+    /// A new server `id` at `address`: an unreplicated one (already running, started with
+    /// `--join`), or with `members` a replica group, whose members start from the map that
+    /// names them. With weight 0 nothing moves (a group joins at weight 0, then is
+    /// reweighted once its members answer).
+    Add {
+        id: u32,
+        address: String,
+        weight: f64,
+        metrics: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<MemberEntry>,
+    },
+    /// Replicated server `id`'s members become `members` (one joins before a replacement,
+    /// the replaced one leaves after it). Placement does not change: allowed while a
+    /// migration runs.
+    Members { id: u32, members: Vec<MemberEntry> },
     /// Server `id` gets `weight` (0: drain it).
     Reweight { id: u32, weight: f64 },
     /// Server `id` leaves; allowed only once it is drained and holds nothing.
@@ -101,6 +114,23 @@ impl ClusterMap {
                 next.epoch += 1;
                 return Ok(next);
             }
+            MapChange::Members { id, members } => {
+                let Some(s) = next.servers.iter_mut().find(|s| s.id == *id) else {
+                    return invalid(format!("no server {id} in the cluster map"));
+                };
+                if s.members.is_empty() || members.is_empty() {
+                    return invalid(format!(
+                        "server {id}: a replicated server keeps at least one member, an unreplicated one gets none"
+                    ));
+                }
+                s.members = members.clone();
+                if !s.members.iter().any(|m| m.address == s.address) {
+                    s.address = s.members[0].address.clone();
+                }
+                next.epoch += 1;
+                next.validate()?;
+                return Ok(next);
+            }
             _ if self.migrating() => {
                 let m = self.migration.as_ref().expect("migrating");
                 return invalid(format!(
@@ -109,7 +139,7 @@ impl ClusterMap {
                     self.epoch, m.from_epoch
                 ));
             }
-            MapChange::Add { id, address, weight, metrics } => {
+            MapChange::Add { id, address, weight, metrics, members } => {
                 let id = *id;
                 if self.server(id).is_some() || self.retired.contains(&id) {
                     return invalid(format!(
@@ -120,7 +150,17 @@ impl ClusterMap {
                 }
                 let mut s = ServerEntry::new(id, address.clone(), *weight);
                 s.metrics = metrics.clone();
+                s.members = members.clone();
+                if !s.members.is_empty() && !s.members.iter().any(|m| m.address == s.address) {
+                    s.address = s.members[0].address.clone();
+                }
                 next.servers.push(s);
+                if *weight == 0.0 {
+                    next.epoch += 1;
+                    next.validate()?;
+                    // Nothing moves: a server of weight 0 is home to nothing.
+                    return Ok(next);
+                }
             }
             MapChange::Reweight { id, weight } => {
                 let Some(s) = next.servers.iter_mut().find(|s| s.id == *id) else {
@@ -172,7 +212,7 @@ mod tests {
     #[test]
     fn add_starts_a_migration_that_ends_when_every_server_is_done() {
         let m = map(2);
-        let add = MapChange::Add { id: 2, address: "127.0.0.1:7002".into(), weight: 1.0, metrics: None };
+        let add = MapChange::Add { id: 2, address: "127.0.0.1:7002".into(), weight: 1.0, metrics: None, members: vec![] };
         let m2 = m.apply_change(&add).unwrap();
         assert_eq!(m2.epoch, 2);
         assert_eq!(m2.servers[2].id, 2);
@@ -198,11 +238,46 @@ mod tests {
         assert!(moved.iter().all(|p| cur.home_of_dir(p) == 2));
     }
 
+    /// Three members on loopback ports derived from `base`.
+    fn members(base: u16) -> Vec<MemberEntry> {
+        (0..3u16)
+            .map(|m| MemberEntry {
+                id: m as u64,
+                address: format!("127.0.0.1:{}", 8000 + base * 10 + m),
+                raft: format!("127.0.0.1:{}", 9000 + base * 10 + m),
+                metrics: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_group_joins_at_weight_zero_and_its_members_change_during_a_migration() {
+        let m = map(2);
+        let join = MapChange::Add { id: 2, address: String::new(), weight: 0.0, metrics: None, members: members(2) };
+        let joined = m.apply_change(&join).unwrap();
+        assert!(!joined.migrating(), "nothing moves to a server of weight 0");
+        assert_eq!(joined.epoch, m.epoch + 1);
+        let g = joined.server(2).unwrap();
+        assert_eq!((g.members.len(), g.address.as_str()), (3, "127.0.0.1:8020"));
+        assert!((0..500).all(|i| joined.home_of_dir(&format!("/d{i}")) != 2));
+        let moving = joined.apply_change(&MapChange::Reweight { id: 2, weight: 1.0 }).unwrap();
+        assert!(moving.migrating());
+        // A member is replaced while objects move: the map changes, placement does not.
+        let mut next = members(2);
+        next[0] = MemberEntry { id: 3, ..members(7)[0].clone() };
+        let replaced = moving.apply_change(&MapChange::Members { id: 2, members: next }).unwrap();
+        assert_eq!(replaced.migration, moving.migration);
+        assert_eq!(replaced.server(2).unwrap().address, "127.0.0.1:8070", "the slot's address is a member's");
+        assert!(moving.apply_change(&MapChange::Members { id: 0, members: members(3) }).is_err(), "not replicated");
+        assert!(moving.apply_change(&MapChange::Members { id: 2, members: vec![] }).is_err());
+    }
+
     #[test]
     fn changes_cross_the_wire_as_text() {
         for c in [
-            MapChange::Add { id: 4, address: "h:1".into(), weight: 2.0, metrics: Some("h:2".into()) },
-            MapChange::Add { id: 5, address: "h:1".into(), weight: 1.0, metrics: None },
+            MapChange::Add { id: 4, address: "h:1".into(), weight: 2.0, metrics: Some("h:2".into()), members: vec![] },
+            MapChange::Add { id: 5, address: "h:1".into(), weight: 0.0, metrics: None, members: members(5) },
+            MapChange::Members { id: 5, members: members(6) },
             MapChange::Reweight { id: 3, weight: 0.0 },
             MapChange::Remove { id: 3 },
             MapChange::Done { id: 1, from_epoch: 9 },
@@ -231,7 +306,7 @@ mod tests {
         let removed = cur.apply_change(&MapChange::Remove { id: 1 }).unwrap();
         assert_eq!(removed.servers.len(), 2);
         // A removed server's id is never given again.
-        let again = MapChange::Add { id: 1, address: "127.0.0.1:7009".into(), weight: 1.0, metrics: None };
+        let again = MapChange::Add { id: 1, address: "127.0.0.1:7009".into(), weight: 1.0, metrics: None, members: vec![] };
         assert!(removed.apply_change(&again).is_err());
         assert_eq!(removed.next_server_id(), 3);
         assert!(!removed.migrating());

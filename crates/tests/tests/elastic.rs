@@ -166,6 +166,40 @@ fn assert_placed(c: &ProcCluster, new_id: u64) {
     assert!(st["dir_objects"].as_u64().unwrap() > 0, "the new server holds no directory object: {st}");
 }
 
+/// The tree `tar_loop` copies, and the copies it made.
+type Trees = (PathBuf, Vec<PathBuf>);
+
+/// A mount extracting a tree with tar, again and again (each copy compared with `diff -r`),
+/// in its own thread until `stop`.
+fn tar_loop(m: &mounts::Mount, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Trees> {
+    let mnt = m.path().to_path_buf();
+    std::thread::spawn(move || {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("proto").canonicalize().unwrap();
+        let mut done = Vec::new();
+        for k in 0..50 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let dst = mnt.join(format!("t{k}"));
+            mounts::sh(&format!(
+                "mkdir {dst} && tar -C {src} -cf - . | tar -C {dst} -xf - && diff -r {src} {dst}",
+                dst = dst.display(),
+                src = src.display()
+            ));
+            done.push(dst);
+        }
+        (src, done)
+    })
+}
+
+/// Every copy `tar_loop` made is still equal to its source.
+fn check_trees((src, done): &Trees) {
+    assert!(!done.is_empty(), "tar made no tree through the mount");
+    for dst in done {
+        mounts::sh(&format!("diff -r {} {}", src.display(), dst.display()));
+    }
+}
+
 #[test]
 fn a_server_added_under_a_mixed_workload_loses_nothing() {
     let cluster = ProcCluster::start(3);
@@ -177,27 +211,7 @@ fn a_server_added_under_a_mixed_workload_loses_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let window = Arc::new(std::sync::Mutex::new(None));
     let work = rt.spawn(workload(c.clone(), stop.clone(), window.clone()));
-    // A mount extracting a tree with tar, again and again, in its own thread.
-    let tar = mount.as_ref().map(|m| {
-        let (mnt, stop) = (m.path().to_path_buf(), stop.clone());
-        std::thread::spawn(move || {
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("proto").canonicalize().unwrap();
-            let mut done = Vec::new();
-            for k in 0..50 {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let dst = mnt.join(format!("t{k}"));
-                mounts::sh(&format!(
-                    "mkdir {dst} && tar -C {src} -cf - . | tar -C {dst} -xf - && diff -r {src} {dst}",
-                    dst = dst.display(),
-                    src = src.display()
-                ));
-                done.push((k, dst));
-            }
-            (src, done)
-        })
-    });
+    let tar = mount.as_ref().map(|m| tar_loop(m, stop.clone()));
     std::thread::sleep(Duration::from_millis(1500));
     *window.lock().unwrap() = Some((Instant::now(), None));
     let (code, out, err) = cluster.cli(&["cluster", "add", "--data", &data_dir(&cluster), "--wait"]);
@@ -222,11 +236,8 @@ fn a_server_added_under_a_mixed_workload_loses_nothing() {
     let fresh = Client::new(map.clone(), ClientOptions { retries: 5, ..Default::default() });
     rt.block_on(check_acked(&fresh, &acked));
     assert!(c.map().epoch >= map.epoch - 2, "the workload's client followed the map (epoch {})", c.map().epoch);
-    if let Some((src, done)) = tars {
-        assert!(!done.is_empty(), "tar made no tree through the mount");
-        for (_, dst) in &done {
-            mounts::sh(&format!("diff -r {} {}", src.display(), dst.display()));
-        }
+    if let Some(t) = tars {
+        check_trees(&t);
     }
     drop(mount);
     assert_placed(&cluster, new_id);
@@ -407,4 +418,103 @@ fn a_client_with_an_old_map_is_redirected_and_learns_the_new_epoch() {
     });
     assert_eq!(rt.block_on(c.read_all(&newf)).unwrap(), b"after the change");
     cluster.assert_fsck_clean();
+}
+
+/// Runs `plusfs ARGS`, which must succeed; answers its standard output.
+fn cli_ok(c: &ProcCluster, args: &[&str]) -> String {
+    let (code, out, err) = c.cli(args);
+    assert_eq!(code, 0, "plusfs {args:?} failed:\n{out}\n{err}");
+    out
+}
+
+/// Waits until server `id`'s migration status shows objects taken (or sent), so a change
+/// made now meets a migration under way.
+fn wait_moving(c: &ProcCluster, id: u64) {
+    let started = Instant::now();
+    loop {
+        let st = status_of(c, id);
+        let m = &st["migration"];
+        if m["objects_taken"].as_u64().unwrap_or(0) + m["objects_moved"].as_u64().unwrap_or(0) > 0 {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "server {id} moved nothing: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A replicated cluster (2 groups of 3 members, TLS) grows by a group, and another group is
+/// drained and removed, while clients and a mount work; a member is replaced while objects
+/// move. Every acknowledged operation is there afterwards, every group's members agree.
+#[test]
+fn replica_groups_join_drain_and_leave_under_load() {
+    let rebalance = RebalanceSettings { objects_per_sec: 300, batch: 16, ..Default::default() };
+    let cluster = ProcCluster::start_settings(2, &ClusterSettings { replicas: 3, rebalance, ..Default::default() });
+    let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
+    let d = data_dir(&cluster);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let c = cluster.client();
+    rt.block_on(make_tree(&c));
+    rt.block_on(fill(&c, 300));
+    let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
+    let stop = Arc::new(AtomicBool::new(false));
+    let window = Arc::new(std::sync::Mutex::new(None));
+    let work = rt.spawn(workload(c.clone(), stop.clone(), window.clone()));
+    let tar = mount.as_ref().map(|m| tar_loop(m, stop.clone()));
+    std::thread::sleep(Duration::from_millis(1000));
+
+    // A third group joins; objects move to it.
+    *window.lock().unwrap() = Some((Instant::now(), None));
+    let out = cli_ok(&cluster, &["cluster", "add", "--data", &d]);
+    assert!(out.contains("joins as a replica group of 3 members"), "{out}");
+    let map = current_map(&cluster);
+    let new_id = map.servers.iter().map(|s| s.id).max().unwrap();
+    assert_eq!((new_id, map.server(new_id).unwrap().members.len()), (2, 3));
+    // While they move, a member of the new group is replaced.
+    wait_moving(&cluster, new_id as u64);
+    let out = cli_ok(&cluster, &["cluster", "replace", "--group", "2", "--member", "1", "--data", &d]);
+    assert!(out.contains("replaced by member 3"), "{out}");
+    let replaced_during = current_map(&cluster).migrating();
+    wait_balanced(&cluster, Duration::from_secs(180));
+    assert!(replaced_during, "the migration ended before the replacement: it did not test one");
+
+    // Group 1 is drained and removed.
+    let out = cli_ok(&cluster, &["cluster", "drain", "--server", "1", "--data", &d, "--wait"]);
+    assert!(out.contains("balanced at epoch"), "{out}");
+    window.lock().unwrap().as_mut().unwrap().1 = Some(Instant::now());
+    let st = status_of(&cluster, 1);
+    for field in ["dir_objects", "data_records", "inodes"] {
+        assert_eq!(st[field].as_u64(), Some(0), "drained group still holds {field}: {st}");
+    }
+    let group1 = current_map(&cluster).server(1).unwrap().clone();
+    let out = cli_ok(&cluster, &["cluster", "remove", "--server", "1", "--data", &d]);
+    assert!(out.contains("stopped (3 members)"), "{out}");
+    for m in &group1.members {
+        let pid_file = cluster.cluster.data().join(format!("server-1-m{}.pid", m.id));
+        assert!(!pid_file.exists(), "member {} of the removed group has a pid file", m.id);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let acked = rt.block_on(work).unwrap();
+    let tars = tar.map(|t| t.join().expect("tar through the mount failed"));
+    eprintln!(
+        "{} files and {} directories acknowledged, {} while groups joined and left",
+        acked.files.len(),
+        acked.dirs.len(),
+        acked.during
+    );
+    assert!(acked.during > 0, "no operation ran while the groups changed");
+    let map = current_map(&cluster);
+    assert_eq!(map.servers.iter().map(|s| s.id).collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(map.server(2).unwrap().members.iter().map(|m| m.id).collect::<Vec<_>>(), vec![0, 2, 3]);
+    let fresh = Client::new(map, ClientOptions { retries: 5, ..Default::default() });
+    rt.block_on(check_acked(&fresh, &acked));
+    assert!(c.map().epoch >= current_map(&cluster).epoch - 2, "the workload's client followed the map");
+    if let Some(t) = tars {
+        check_trees(&t);
+    }
+    drop(mount);
+    assert_placed(&cluster, new_id as u64);
+    let out = cli_ok(&cluster, &["fsck", "--replicas"]);
+    assert!(out.contains("server 2: 3 members agree"), "{out}");
+    cluster.assert_no_errors_logged();
 }

@@ -44,8 +44,12 @@ fn content(i: usize) -> Vec<u8> {
 
 /// Creates the file `path` with `data`.
 async fn write_new(c: &plusfs_client::Client, path: &str, data: &[u8]) -> Result<(), Errno> {
-    c.create(path, 0o644, true).await.map_err(|e| e.errno)?;
-    c.write(path, 0, data).await.map(|_| ()).map_err(|e| e.errno)
+    let shown = |e: plusfs_client::FsError| {
+        eprintln!("{e}");
+        e.errno
+    };
+    c.create(path, 0o644, true).await.map_err(shown)?;
+    c.write(path, 0, data).await.map(|_| ()).map_err(shown)
 }
 
 #[derive(Default, Debug, Clone)]
