@@ -1,6 +1,6 @@
 //! `plusfs cluster add | drain | reweight | remove`: changing the server set of a running
-//! cluster through its map service (server 0), and following the migration that moves
-//! objects to their new homes.
+//! cluster through its map service (the map's keeper), and following the migration that
+//! moves objects to their new homes.
 
 use anyhow::{bail, Context, Result};
 use plusfs_client::{Client, ClientOptions};
@@ -10,9 +10,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-/// The server that keeps the cluster map.
-const KEEPER: u32 = 0;
 
 /// The cluster map file: `DIR/cluster.toml` of a local cluster, else `--cluster`.
 pub fn map_file(data: Option<&Path>, cluster: Option<&PathBuf>) -> Result<PathBuf> {
@@ -42,16 +39,44 @@ impl Admin {
         Ok(Admin { rt, client, file: file.to_path_buf(), local_tls: map.tls })
     }
 
-    /// The map the map service holds now; the file is brought up to date with it.
+    /// The map the map service holds now; the file is brought up to date with it. The
+    /// keeper the file names is asked (then, if the service moved, the one its answer
+    /// names), or any server if it does not answer.
     pub fn current(&self) -> Result<ClusterMap> {
-        let reply = self.rt.block_on(self.client.call_server(KEEPER, &Request::MapGet))?;
-        self.adopt(reply)
+        let file = ClusterMap::load(&self.file)?;
+        let mut asked = Vec::new();
+        let mut next = Some(file.keeper);
+        let mut newest: Option<ClusterMap> = None;
+        let mut failure = None;
+        while let Some(id) = next.take() {
+            asked.push(id);
+            match self.rt.block_on(self.client.call_server(id, &Request::MapGet)) {
+                Ok(reply) => {
+                    let map = self.adopt(reply)?;
+                    if map.keeper == id {
+                        return Ok(map);
+                    }
+                    next = (!asked.contains(&map.keeper)).then_some(map.keeper);
+                    newest = Some(map);
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    next = file.servers.iter().map(|s| s.id).find(|id| !asked.contains(id));
+                }
+            }
+        }
+        match (newest, failure) {
+            (Some(map), _) => Ok(map),
+            (None, Some(e)) => Err(e.into()),
+            (None, None) => bail!("no server of the map answered"),
+        }
     }
 
     /// Asks the map service for `change`; answers (and writes to the file) the new map.
     pub fn change(&self, change: &MapChange) -> Result<ClusterMap> {
+        let keeper = self.current()?.keeper;
         let req = Request::MapChange { change: change.to_text() };
-        let reply = self.rt.block_on(self.client.call_server(KEEPER, &req))?;
+        let reply = self.rt.block_on(self.client.call_server(keeper, &req))?;
         self.adopt(reply)
     }
 
@@ -254,7 +279,10 @@ fn add_group(
             println!("start each member on its machine with this map ({}):", admin.file.display());
             for m in &members {
                 let bootstrap = if m.id == 0 { " --bootstrap" } else { "" };
-                println!("  plusfs server --cluster MAP --id {id} --member {} --data DIR{bootstrap}   # at {}", m.id, m.address);
+                println!(
+                    "  plusfs server --cluster MAP --id {id} --member {} --data DIR{bootstrap}   # at {}",
+                    m.id, m.address
+                );
             }
             REMOTE_GROUP_WAIT
         }
@@ -277,9 +305,9 @@ fn parse_members(specs: &[String]) -> Result<Vec<plusfs_placement::MemberEntry>>
         .iter()
         .zip(0u64..)
         .map(|(spec, id)| {
-            let (address, raft) = spec
-                .split_once('/')
-                .with_context(|| format!("member '{spec}': give CLIENT_ADDR/RAFT_ADDR, e.g. 10.0.0.4:7003/10.0.0.4:7103"))?;
+            let (address, raft) = spec.split_once('/').with_context(|| {
+                format!("member '{spec}': give CLIENT_ADDR/RAFT_ADDR, e.g. 10.0.0.4:7003/10.0.0.4:7103")
+            })?;
             for a in [address, raft] {
                 if a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
                     bail!("member '{spec}': '{a}' is not HOST:PORT");

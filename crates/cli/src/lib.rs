@@ -205,5 +205,6 @@ pub(crate) fn load_map(cluster: Option<&PathBuf>) -> Result<ClusterMap> {
 
 /// A client for the cluster named by `--cluster`.
 pub(crate) fn connect(cluster: Option<&PathBuf>) -> Result<Client> {
-    Ok(Client::new(load_map(cluster)?, ClientOptions::default()))
+    let opts = ClientOptions { map_file: cluster.cloned(), ..Default::default() };
+    Ok(Client::new(load_map(cluster)?, opts))
 }

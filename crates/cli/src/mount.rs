@@ -71,6 +71,8 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             Some(("readers", v)) => {
                 s.readers = v.parse().ok().filter(|n| (1..=16).contains(n)).context("readers must be 1 to 16")?
             }
+            // Where a mount in the background logs (read by `mount` itself, below).
+            Some(("log", v)) if !v.is_empty() => {}
             Some(("metrics", v)) => {
                 v.parse::<std::net::SocketAddr>().with_context(|| format!("metrics={v}: expected HOST:PORT"))?;
                 s.metrics = Some(v.to_string());
@@ -85,7 +87,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
                  writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readers=N, \
-                 readahead=KIB, metrics=HOST:PORT)"
+                 readahead=KIB, metrics=HOST:PORT, log=FILE)"
             ),
         }
     }
@@ -150,8 +152,13 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
             cmd.arg("-o").arg(a.options.join(","));
         }
         use std::os::unix::process::CommandExt;
-        // Run `-f` in a terminal to see its log.
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
+        // Its log goes to `-o log=FILE` (appended), else nowhere: run `-f` in a terminal
+        // to see it.
+        let log = match a.options.iter().find_map(|o| o.strip_prefix("log=")) {
+            Some(path) => Stdio::from(private_append(Path::new(path))?),
+            None => Stdio::null(),
+        };
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).process_group(0);
         let mut child = cmd.spawn().context("cannot start the mount process")?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while !mounted(&a.mountpoint) {
@@ -169,11 +176,25 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
     let client = {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let _g = rt.enter();
-        Client::new(map, ClientOptions { retries: 5, delegations: s.delegations, ..Default::default() })
+        let opts =
+            ClientOptions { retries: 5, delegations: s.delegations, map_file: cluster.clone(), ..Default::default() };
+        Client::new(map, opts)
     };
     plusfs_fuse::mount(client, &a.mountpoint, &s)
         .with_context(|| format!("cannot mount on {}", a.mountpoint.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `path` opened for appending, made (mode 0600) if missing: a mount's log names its
+/// users' paths.
+fn private_append(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot open the mount's log {}", path.display()))
 }
 
 pub fn umount(a: UmountArgs) -> Result<ExitCode> {

@@ -76,7 +76,7 @@ impl Client {
         let caller = Cred { session, ..claimed.clone() };
         let map = Arc::new(map);
         let delegs = opts.delegations.then(|| crate::deleg::Delegations::new(pool.clone(), map.clone(), session));
-        let map = crate::epochs::SharedMap::new(map);
+        let map = crate::epochs::SharedMap::new(map, opts.map_file.clone());
         Client {
             map,
             pool,
@@ -194,7 +194,23 @@ impl Client {
                 return Ok(Err(plusfs_proto::WireError::new(plusfs_proto::Errno::EIO, why)));
             }
         }
-        self.pool.call_as(server, &self.caller, req).await
+        let sent = self.pool.call_as(server, &self.caller, req).await;
+        if let Err(plusfs_rpc::CallError::Connect { .. }) = &sent {
+            // Perhaps the server left the cluster: with a newer map, the request goes to
+            // the home it names (a request about no directory is not rerouted).
+            if self.map.rescue(&self.pool).await {
+                let map = self.map();
+                let dir = match req {
+                    Request::Once { op, .. } => op.target_dir(),
+                    other => other.target_dir(),
+                };
+                if let Some(home) = dir.map(|d| map.home_of_dir(d)).filter(|&h| h != server) {
+                    tracing::debug!(server, home, "server unreachable; resending to the home of the newer map");
+                    return self.pool.call_as(home, &self.caller, req).await;
+                }
+            }
+        }
+        sent
     }
 
     /// Sends a raw request to one server (tools such as fsck and status use this).
@@ -228,7 +244,11 @@ impl Client {
         };
         let err = FsError::new(op, shown, errno);
         // An I/O error's cause is only known to the server: keep its words.
-        if errno == Errno::EIO && !e.message.is_empty() { err.with_detail(e.message) } else { err }
+        if errno == Errno::EIO && !e.message.is_empty() {
+            err.with_detail(e.message)
+        } else {
+            err
+        }
     }
 
     /// A directory object is missing: ENOTDIR if some ancestor is not a directory, ENOENT

@@ -39,6 +39,9 @@ pub struct ClientOptions {
     /// delegations (their write-back carries what the holder did). Only trusted identities
     /// (admin, server) may send those.
     pub direct_io: bool,
+    /// The cluster map file this client's map came from: read again when no server the
+    /// client knows answers (default none).
+    pub map_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientOptions {
@@ -56,6 +59,7 @@ impl Default for ClientOptions {
             delegations: false,
             io_window: 16,
             direct_io: true,
+            map_file: None,
         }
     }
 }

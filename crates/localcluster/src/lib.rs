@@ -324,6 +324,7 @@ impl LocalCluster {
                 servers,
                 migration: None,
                 retired: Vec::new(),
+                keeper: 0,
                 rebalance: settings.rebalance.clone(),
                 retry: Default::default(),
             };

@@ -172,9 +172,18 @@ impl ClusterMap {
                     return invalid(format!("server {id} already has weight {weight}"));
                 }
                 s.weight = *weight;
+                if *id == next.keeper && *weight == 0.0 {
+                    // The map service leaves a drained server: to the lowest that stays.
+                    next.keeper = next.servers.iter().filter(|s| s.weight > 0.0).map(|s| s.id).min().unwrap_or(*id);
+                }
             }
             MapChange::Remove { id } => {
                 let Some(s) = self.server(*id) else { return invalid(format!("no server {id} in the cluster map")) };
+                if *id == self.keeper {
+                    return invalid(format!(
+                        "server {id} keeps the cluster map: drain it first, which moves the map service"
+                    ));
+                }
                 if s.weight != 0.0 {
                     return invalid(format!(
                         "server {id} has weight {}: drain it first (`plusfs cluster drain --server {id}`)",
@@ -212,7 +221,8 @@ mod tests {
     #[test]
     fn add_starts_a_migration_that_ends_when_every_server_is_done() {
         let m = map(2);
-        let add = MapChange::Add { id: 2, address: "127.0.0.1:7002".into(), weight: 1.0, metrics: None, members: vec![] };
+        let add =
+            MapChange::Add { id: 2, address: "127.0.0.1:7002".into(), weight: 1.0, metrics: None, members: vec![] };
         let m2 = m.apply_change(&add).unwrap();
         assert_eq!(m2.epoch, 2);
         assert_eq!(m2.servers[2].id, 2);
@@ -273,6 +283,32 @@ mod tests {
     }
 
     #[test]
+    fn draining_the_map_service_s_server_moves_the_service() {
+        let m = map(3);
+        assert_eq!(m.keeper, 0);
+        assert!(m.apply_change(&MapChange::Remove { id: 0 }).is_err());
+        let drained = m.apply_change(&MapChange::Reweight { id: 0, weight: 0.0 }).unwrap();
+        assert_eq!(drained.keeper, 1, "the lowest server that keeps a weight");
+        let again = ClusterMap::from_toml(&drained.to_toml()).unwrap();
+        assert_eq!(again.keeper, 1);
+        let mut done = drained;
+        for stage in [false, true] {
+            for id in 0..3 {
+                let c = match stage {
+                    false => MapChange::DirsDone { id, from_epoch: 1 },
+                    true => MapChange::Done { id, from_epoch: 1 },
+                };
+                done = done.apply_change(&c).unwrap();
+            }
+        }
+        let removed = done.apply_change(&MapChange::Remove { id: 0 }).unwrap();
+        assert_eq!((removed.keeper, removed.servers.len()), (1, 2));
+        // Reweighting another server leaves the service where it is.
+        let m2 = map(3).apply_change(&MapChange::Reweight { id: 2, weight: 0.0 }).unwrap();
+        assert_eq!(m2.keeper, 0);
+    }
+
+    #[test]
     fn changes_cross_the_wire_as_text() {
         for c in [
             MapChange::Add { id: 4, address: "h:1".into(), weight: 2.0, metrics: Some("h:2".into()), members: vec![] },
@@ -306,7 +342,8 @@ mod tests {
         let removed = cur.apply_change(&MapChange::Remove { id: 1 }).unwrap();
         assert_eq!(removed.servers.len(), 2);
         // A removed server's id is never given again.
-        let again = MapChange::Add { id: 1, address: "127.0.0.1:7009".into(), weight: 1.0, metrics: None, members: vec![] };
+        let again =
+            MapChange::Add { id: 1, address: "127.0.0.1:7009".into(), weight: 1.0, metrics: None, members: vec![] };
         assert!(removed.apply_change(&again).is_err());
         assert_eq!(removed.next_server_id(), 3);
         assert!(!removed.migrating());

@@ -610,6 +610,14 @@ pub struct ClusterMap {
     /// Ids of servers removed from the cluster (never given to another server).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<u32>,
+    /// The server that keeps this map (the map service): server 0 until it is drained,
+    /// then the lowest server of weight above 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub keeper: u32,
+}
+
+fn is_zero(id: &u32) -> bool {
+    *id == 0
 }
 
 /// Why a cluster map is unusable.
@@ -637,6 +645,7 @@ impl ClusterMap {
             tls: TlsSettings::default(),
             rebalance: RebalanceSettings::default(),
             retry: RetrySettings::default(),
+            keeper: servers.iter().map(|s| s.id).min().unwrap_or(0),
             servers,
             migration: None,
             retired: Vec::new(),
@@ -708,6 +717,9 @@ impl ClusterMap {
         }
         if let Some(s) = self.servers.iter().find(|s| !(s.weight >= 0.0 && s.weight.is_finite())) {
             return Err(MapError::Invalid(format!("server {} has weight {}", s.id, s.weight)));
+        }
+        if self.server(self.keeper).is_none() {
+            return Err(MapError::Invalid(format!("the map service's server {} is not in the map", self.keeper)));
         }
         if !self.servers.iter().any(|s| s.weight > 0.0) {
             return Err(MapError::Invalid("every server has weight 0: nothing could be placed".into()));
@@ -892,6 +904,7 @@ mod tests {
             servers: servers(3),
             migration: None,
             retired: Vec::new(),
+            keeper: 0,
         };
         let text = m.to_toml();
         let back: ClusterMap = toml::from_str(&text).unwrap();

@@ -436,6 +436,48 @@ pub enum Request {
 }
 
 impl Request {
+    /// The directory whose home a request is addressed to (none: a request addressed to a
+    /// server for another reason: a shard, an inode, data records, transactions, status, or
+    /// wrapped in `Once`).
+    pub fn target_dir(&self) -> Option<&str> {
+        use Request::*;
+        fn parent(p: &str) -> Option<&str> {
+            crate::path::split(p).map(|(d, _)| d)
+        }
+        match self {
+            Mkdir { path, .. }
+            | Rmdir { path }
+            | Create { path, .. }
+            | Open { path, .. }
+            | Stat { path }
+            | Unlink { path }
+            | SetAttr { path, .. }
+            | Symlink { path, .. }
+            | Readlink { path }
+            | Write { path, .. }
+            | Read { path, .. }
+            | Layout { path, .. }
+            | CommitWrite { path, .. }
+            | Xattr { path, .. } => parent(path),
+            Fsync { path } if !path.is_empty() => parent(path),
+            Rename { src, .. } | Link { src, .. } => parent(src),
+            Exchange { a, .. } => parent(a),
+            DirStat { path }
+            | Readdir { path, .. }
+            | DirSetAttr { path, .. }
+            | DirXattr { path, .. }
+            | SetPolicy { path, .. }
+            | DistStatus { path }
+            | DirPerms { path } => Some(path),
+            Batch { dir, .. }
+            | BatchWrite { dir, .. }
+            | BatchRead { dir, .. }
+            | DelegAcquire { dir, .. }
+            | DelegFlush { dir, .. } => Some(dir),
+            _ => None,
+        }
+    }
+
     /// The opcode carried in the frame header (variant index + 1).
     pub fn opcode(&self) -> u16 {
         use Request::*;

@@ -80,6 +80,14 @@ impl Pool {
         self.call_as(server, &Cred::server(), req).await
     }
 
+    /// Sends `req` to `server` as a server, once: a transport failure is answered at once
+    /// (a caller that has other servers to ask).
+    pub async fn call_no_resend(&self, server: ServerId, req: &Request) -> Result<Response, CallError> {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        crate::counters::count_task_request();
+        self.transport.send(server, &Cred::server(), req).await
+    }
+
     /// Sends `req`, made by `cred`, to `server`. Idempotent requests are resent after a
     /// transport failure (with a short back-off); others report the failure, since they
     /// may have been applied.

@@ -71,11 +71,12 @@ pub trait Program {
 }
 
 /// Real `plusfs server` processes on loopback, with their data in a temporary directory
-/// removed with the cluster (servers stop when it is dropped).
+/// removed with the cluster (servers stop when it is dropped). A failing test keeps the
+/// directory (its logs) when `PLUSFS_TEST_KEEP` is set.
 pub struct ProcCluster<P: Program> {
     /// The local cluster (its processes, map, logs).
     pub cluster: LocalCluster,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
     _program: PhantomData<P>,
 }
 
@@ -126,7 +127,7 @@ impl<P: Program> ProcCluster<P> {
     pub fn start_in(base: &Path, n: usize, settings: &ClusterSettings) -> Self {
         let dir = tempfile::tempdir_in(base).expect("tempdir");
         let cluster = LocalCluster::up(&P::exe(), dir.path(), Some(n), settings).expect("cluster up");
-        ProcCluster { cluster, _dir: dir, _program: PhantomData }
+        ProcCluster { cluster, dir: Some(dir), _program: PhantomData }
     }
 
     /// A new client with its own connections, retrying across restarts.
@@ -165,6 +166,16 @@ impl<P: Program> ProcCluster<P> {
             let log = std::fs::read_to_string(&path).unwrap_or_default();
             let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ") && !raft_retry(l)).collect();
             assert!(errors.is_empty(), "{} has errors:\n{}", path.display(), errors.join("\n"));
+        }
+    }
+}
+
+impl<P: Program> Drop for ProcCluster<P> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("PLUSFS_TEST_KEEP").is_some() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!("PLUSFS_TEST_KEEP: the cluster's data and logs stay in {}", dir.keep().display());
+            }
         }
     }
 }

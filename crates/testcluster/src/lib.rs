@@ -112,6 +112,7 @@ impl TestCluster {
             servers,
             migration: None,
             retired: Vec::new(),
+            keeper: 0,
             rebalance: Default::default(),
             retry: Default::default(),
         };

@@ -260,10 +260,11 @@ fn a_server_is_drained_then_removed() {
     let (code, _, err) = cluster.cli(&["cluster", "remove", "--server", "1", "--data", &d]);
     assert_ne!(code, 0, "removing a server that holds objects must be refused");
     assert!(err.contains("drain it first"), "{err}");
-    // The map service keeps the map: server 0 cannot leave.
-    let (code, _, err) = cluster.cli(&["cluster", "drain", "--server", "0", "--data", &d]);
+    // The map service's server cannot be removed before it is drained (which moves the
+    // service).
+    let (code, _, err) = cluster.cli(&["cluster", "remove", "--server", "0", "--data", &d]);
     assert_ne!(code, 0);
-    assert!(err.contains("keeps the cluster map"), "{err}");
+    assert!(err.contains("drain it first"), "{err}");
     let before = status_of(&cluster, 1);
     assert!(before["dir_objects"].as_u64().unwrap() > 0 && before["data_records"].as_u64().unwrap() > 0, "{before}");
     *window.lock().unwrap() = Some((Instant::now(), None));
@@ -442,9 +443,25 @@ fn wait_moving(c: &ProcCluster, id: u64) {
     }
 }
 
-/// A replicated cluster (2 groups of 3 members, TLS) grows by a group, and another group is
-/// drained and removed, while clients and a mount work; a member is replaced while objects
-/// move. Every acknowledged operation is there afterwards, every group's members agree.
+/// A drained group leaves the map; its member processes are stopped.
+fn remove_group(c: &ProcCluster, id: u32) {
+    let st = status_of(c, id as u64);
+    for field in ["dir_objects", "data_records", "inodes"] {
+        assert_eq!(st[field].as_u64(), Some(0), "drained group {id} still holds {field}: {st}");
+    }
+    let group = current_map(c).server(id).unwrap().clone();
+    let out = cli_ok(c, &["cluster", "remove", "--server", &id.to_string(), "--data", &data_dir(c)]);
+    assert!(out.contains("stopped (3 members)"), "{out}");
+    for m in &group.members {
+        let pid_file = c.cluster.data().join(format!("server-{id}-m{}.pid", m.id));
+        assert!(!pid_file.exists(), "member {} of the removed group {id} has a pid file", m.id);
+    }
+}
+
+/// A replicated cluster (2 groups of 3 members, TLS) grows by a group, and the two others
+/// are drained and removed (the map service's group among them, so the service moves),
+/// while clients and a mount work; a member is replaced while objects move. Every
+/// acknowledged operation is there afterwards, every group's members agree.
 #[test]
 fn replica_groups_join_drain_and_leave_under_load() {
     let rebalance = RebalanceSettings { objects_per_sec: 300, batch: 16, ..Default::default() };
@@ -480,18 +497,14 @@ fn replica_groups_join_drain_and_leave_under_load() {
     // Group 1 is drained and removed.
     let out = cli_ok(&cluster, &["cluster", "drain", "--server", "1", "--data", &d, "--wait"]);
     assert!(out.contains("balanced at epoch"), "{out}");
+    remove_group(&cluster, 1);
+    // Group 0, which keeps the map, is drained too: the map service moves to group 2.
+    assert_eq!(current_map(&cluster).keeper, 0);
+    let out = cli_ok(&cluster, &["cluster", "drain", "--server", "0", "--data", &d, "--wait"]);
+    assert!(out.contains("balanced at epoch"), "{out}");
+    assert_eq!(current_map(&cluster).keeper, 2, "the map service moved to the group that stays");
+    remove_group(&cluster, 0);
     window.lock().unwrap().as_mut().unwrap().1 = Some(Instant::now());
-    let st = status_of(&cluster, 1);
-    for field in ["dir_objects", "data_records", "inodes"] {
-        assert_eq!(st[field].as_u64(), Some(0), "drained group still holds {field}: {st}");
-    }
-    let group1 = current_map(&cluster).server(1).unwrap().clone();
-    let out = cli_ok(&cluster, &["cluster", "remove", "--server", "1", "--data", &d]);
-    assert!(out.contains("stopped (3 members)"), "{out}");
-    for m in &group1.members {
-        let pid_file = cluster.cluster.data().join(format!("server-1-m{}.pid", m.id));
-        assert!(!pid_file.exists(), "member {} of the removed group has a pid file", m.id);
-    }
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     let acked = rt.block_on(work).unwrap();
@@ -504,7 +517,7 @@ fn replica_groups_join_drain_and_leave_under_load() {
     );
     assert!(acked.during > 0, "no operation ran while the groups changed");
     let map = current_map(&cluster);
-    assert_eq!(map.servers.iter().map(|s| s.id).collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(map.servers.iter().map(|s| s.id).collect::<Vec<_>>(), vec![2]);
     assert_eq!(map.server(2).unwrap().members.iter().map(|m| m.id).collect::<Vec<_>>(), vec![0, 2, 3]);
     let fresh = Client::new(map, ClientOptions { retries: 5, ..Default::default() });
     rt.block_on(check_acked(&fresh, &acked));

@@ -16,45 +16,9 @@ fn sent_with_older_map(mine: u64, hint: u16) -> bool {
     hint != 0 && plusfs_proto::epoch_is_newer(mine as u16, hint as u64)
 }
 
-/// The directory whose home a request is addressed to (none: a request addressed to a
-/// server for another reason: a shard, an inode, data records, transactions, status).
+/// The directory whose home a request is addressed to (see [`Request::target_dir`]).
 pub(crate) fn target_dir(req: &Request) -> Option<&str> {
-    use Request::*;
-    fn parent(p: &str) -> Option<&str> {
-        plusfs_proto::path::split(p).map(|(d, _)| d)
-    }
-    match req {
-        Mkdir { path, .. }
-        | Rmdir { path }
-        | Create { path, .. }
-        | Open { path, .. }
-        | Stat { path }
-        | Unlink { path }
-        | SetAttr { path, .. }
-        | Symlink { path, .. }
-        | Readlink { path }
-        | Write { path, .. }
-        | Read { path, .. }
-        | Layout { path, .. }
-        | CommitWrite { path, .. }
-        | Xattr { path, .. } => parent(path),
-        Fsync { path } if !path.is_empty() => parent(path),
-        Rename { src, .. } | Link { src, .. } => parent(src),
-        Exchange { a, .. } => parent(a),
-        DirStat { path }
-        | Readdir { path, .. }
-        | DirSetAttr { path, .. }
-        | DirXattr { path, .. }
-        | SetPolicy { path, .. }
-        | DistStatus { path }
-        | DirPerms { path } => Some(path),
-        Batch { dir, .. }
-        | BatchWrite { dir, .. }
-        | BatchRead { dir, .. }
-        | DelegAcquire { dir, .. }
-        | DelegFlush { dir, .. } => Some(dir),
-        _ => None,
-    }
+    req.target_dir()
 }
 
 /// The directories of sub-operations a participant applies (each must be homed here).

@@ -242,7 +242,7 @@ impl Osd {
             )),
             MapGet => Ok(Reply::Map(self.engine.map().to_toml())),
             MapChange { change } => self.migrate.change_map(&change, c).await,
-            MapPush { map } => self.migrate.pushed_map(&map),
+            MapPush { map } => self.migrate.pushed_map(&map).await,
             MigrateIn { paths, from } => self.migrate.migrate_in(&paths, from).await,
             MigrateOut { paths } => self.migrate.migrate_out(&paths).await,
             MigrateEntries { path, ino, after, limit } => {

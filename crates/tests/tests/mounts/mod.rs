@@ -48,6 +48,11 @@ impl Mount {
         // Reachable by other users (the temporary directory is private to root).
         fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let mut args = vec!["mount", dir.path().to_str().unwrap()];
+        // The mount's log beside the servers' (kept with them: PLUSFS_TEST_KEEP).
+        let n = std::fs::read_dir(cluster.cluster.data()).map(|d| d.count()).unwrap_or(0);
+        let log = cluster.cluster.data().join(format!("mount-{n}.log"));
+        let log = format!("log={}", log.display());
+        let options: Vec<&str> = options.iter().copied().chain([log.as_str()]).collect();
         let joined = options.join(",");
         if !options.is_empty() {
             args.extend(["-o", &joined]);
