@@ -37,6 +37,10 @@ pub struct ServerArgs {
     /// add --address ADDR` puts it in and objects move to it.
     #[arg(long, requires = "listen")]
     join: bool,
+    /// Where a replica-group member listens for Raft messages (default: its `raft`
+    /// address in the map; a member on a private network listens behind its proxy).
+    #[arg(long, requires = "member")]
+    raft_listen: Option<String>,
 }
 
 impl From<SyncArg> for SyncMode {
@@ -307,6 +311,7 @@ pub fn server(a: ServerArgs, cluster: Option<PathBuf>) -> Result<()> {
         bootstrap: a.bootstrap,
         map_path: cluster,
         join: a.join,
+        raft_listen: a.raft_listen,
     };
     let rt = match a.threads {
         Some(0) => anyhow::bail!("--threads must be at least 1"),

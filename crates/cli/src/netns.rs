@@ -181,8 +181,14 @@ pub fn run(c: NetnsCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
         NetnsCmd::Proxy { data, host } => {
             let net = load(&data)?;
             let listen = net.host_address(&host).with_context(|| format!("no host {host}"))?;
-            let to = format!("127.0.0.1:{}", plusfs_netns::INNER_PORT);
-            plusfs_netns::proxy::run(listen.parse()?, to.parse()?, &data.canonicalize()?, &host)?;
+            let inner = |port: u16| format!("127.0.0.1:{port}").parse::<std::net::SocketAddr>();
+            let mut links = vec![(listen.parse()?, inner(plusfs_netns::INNER_PORT)?)];
+            // A replica-group member's Raft messages cross the same delayed link.
+            if host.contains('m') {
+                let ip = net.member(&host).with_context(|| format!("no host {host}"))?.addr;
+                links.push(((ip, plusfs_netns::RAFT_PORT).into(), inner(plusfs_netns::RAFT_INNER_PORT)?));
+            }
+            plusfs_netns::proxy::run(&links, &data.canonicalize()?, &host)?;
             Ok(ExitCode::SUCCESS)
         }
     }

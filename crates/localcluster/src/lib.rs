@@ -512,6 +512,9 @@ impl LocalCluster {
             let host = plusfs_netns::host_name(id, member);
             let ns = &net.member(&host).with_context(|| format!("no host {host} in the network"))?.ns;
             cmd.arg("--listen").arg(format!("127.0.0.1:{}", plusfs_netns::INNER_PORT));
+            if member.is_some() {
+                cmd.arg("--raft-listen").arg(format!("127.0.0.1:{}", plusfs_netns::RAFT_INNER_PORT));
+            }
             let h = NsHandle::open(ns)?;
             h.apply(&mut cmd);
             handle = Some(h);

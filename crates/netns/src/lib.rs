@@ -30,9 +30,11 @@ use std::path::{Path, PathBuf};
 pub const SERVER_PORT: u16 = 7000;
 /// Port a server listens on inside its namespace, behind its proxy.
 pub const INNER_PORT: u16 = 7001;
-/// Port a replica-group member exchanges Raft messages on (not through the proxy: those
-/// links are not delayed).
+/// Port a replica-group member exchanges Raft messages on (its proxy's: Raft links are
+/// delayed like the others).
 pub const RAFT_PORT: u16 = 7100;
+/// Port a member listens on for Raft messages inside its namespace, behind its proxy.
+pub const RAFT_INNER_PORT: u16 = 7101;
 
 /// The host name of server `id`, or of its replica-group member `member`.
 pub fn host_name(id: u32, member: Option<u64>) -> String {

@@ -38,17 +38,30 @@ impl Delay {
     }
 }
 
-/// Serves connections on `listen`, forwarding them to `to`, with the delay of host
-/// `host`'s link in the network whose state is in `data` (watched for changes). Runs
-/// until the process is killed.
-pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path, host: &str) -> Result<()> {
+/// Serves connections on each `(listen, to)` of `links`, forwarding them to `to`, with the
+/// delay of host `host`'s link in the network whose state is in `data` (watched for
+/// changes). Runs until the process is killed.
+pub fn run(links: &[(SocketAddr, SocketAddr)], data: &Path, host: &str) -> Result<()> {
     let delay = Arc::new(Delay::default());
     load_delay(data, host, &delay);
     let (watched, d) = (data.join(STATE_FILE), delay.clone());
     let h = host.to_string();
     std::thread::Builder::new().name("watch".into()).spawn(move || watch(&watched, &h, &d))?;
-    let listener = TcpListener::bind(listen).with_context(|| format!("proxy cannot listen on {listen}"))?;
-    tracing::info!(%listen, %to, "delaying proxy ready");
+    let mut acceptors = Vec::new();
+    for &(listen, to) in links {
+        let listener = TcpListener::bind(listen).with_context(|| format!("proxy cannot listen on {listen}"))?;
+        tracing::info!(%listen, %to, "delaying proxy ready");
+        let delay = delay.clone();
+        acceptors.push(std::thread::Builder::new().name("accept".into()).spawn(move || accept(listener, to, delay))?);
+    }
+    for a in acceptors {
+        let _ = a.join();
+    }
+    Ok(())
+}
+
+/// Forwards every connection `listener` accepts to `to`.
+fn accept(listener: TcpListener, to: SocketAddr, delay: Arc<Delay>) {
     for conn in listener.incoming() {
         let Ok(client) = conn else { continue };
         let delay = delay.clone();
@@ -58,7 +71,6 @@ pub fn run(listen: SocketAddr, to: SocketAddr, data: &Path, host: &str) -> Resul
             }
         });
     }
-    Ok(())
 }
 
 fn load_delay(data: &Path, host: &str, delay: &Delay) {

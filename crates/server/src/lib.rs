@@ -71,6 +71,8 @@ pub struct ServerConfig {
     /// The server is not in the map yet: it starts, then `plusfs cluster add` puts it in
     /// (it serves nothing until the map service's new map names it).
     pub join: bool,
+    /// Where a member binds its Raft listener (none: its `raft` address in the map).
+    pub raft_listen: Option<String>,
 }
 
 impl ServerConfig {

@@ -53,8 +53,9 @@ pub async fn run(
     let id = config.member.ok_or(StartError::MemberNeeded(server))?;
     let me = entry.member(id).ok_or(StartError::UnknownMember { server, member: id })?;
     let store = open_store(&config)?;
+    let raft_addr = config.raft_listen.clone().unwrap_or_else(|| me.raft.clone());
     let raft_listener =
-        TcpListener::bind(&me.raft).await.map_err(|source| StartError::Listen { addr: me.raft.clone(), source })?;
+        TcpListener::bind(&raft_addr).await.map_err(|source| StartError::Listen { addr: raft_addr.clone(), source })?;
     let group_err = |source| StartError::Group { server, source };
     let sink = Arc::new(Sink {
         turn: Default::default(),

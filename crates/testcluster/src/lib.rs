@@ -17,6 +17,7 @@
 //! let fp = cluster.failpoint(2, FailStep::CxAfterResult, FailAction::Crash);
 //! ```
 
+pub mod history;
 pub mod kit;
 pub mod model;
 mod net;
@@ -129,6 +130,7 @@ impl TestCluster {
                     bootstrap: false,
                     map_path: None,
                     join: false,
+                    raft_listen: None,
                 };
                 let node = Node {
                     config,

@@ -78,6 +78,8 @@ struct Acked {
     dirs: Vec<String>,
     /// Acknowledged operations that ended while the migration ran.
     during: usize,
+    /// Acknowledged operations that ended before it began.
+    before: usize,
 }
 
 /// Creates files (some with a chunk beyond the small-file part), makes directories with
@@ -86,6 +88,7 @@ struct Acked {
 async fn workload(c: Client, stop: Arc<AtomicBool>, window: Window) -> Acked {
     let mut a = Acked::default();
     let in_window = |w: &Window| matches!(*w.lock().unwrap(), Some((_, None)));
+    let before = |w: &Window| w.lock().unwrap().is_none();
     for i in 0..4000 {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -96,6 +99,7 @@ async fn workload(c: Client, stop: Arc<AtomicBool>, window: Window) -> Acked {
         if c.create(&f, 0o644, true).await.is_ok() && c.write(&f, 0, &data).await.is_ok() {
             a.files.push((f, data));
             a.during += in_window(&window) as usize;
+            a.before += before(&window) as usize;
         }
         let d = format!("/m/d{i}");
         if c.mkdir(&d, 0o755).await.is_ok() {
@@ -118,6 +122,7 @@ async fn workload(c: Client, stop: Arc<AtomicBool>, window: Window) -> Acked {
                 }
             }
             a.during += in_window(&window) as usize;
+            a.before += before(&window) as usize;
         }
         if i % 10 == 0 {
             let files: Vec<NewFile> = (0..20)
@@ -475,12 +480,15 @@ fn replica_groups_join_drain_and_leave_under_load() {
     let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
     let stop = Arc::new(AtomicBool::new(false));
     let window = Arc::new(std::sync::Mutex::new(None));
+    let work_started = Instant::now();
     let work = rt.spawn(workload(c.clone(), stop.clone(), window.clone()));
     let tar = mount.as_ref().map(|m| tar_loop(m, stop.clone()));
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(3000));
 
     // A third group joins; objects move to it.
-    *window.lock().unwrap() = Some((Instant::now(), None));
+    let held_before: u64 = statuses(&cluster).iter().map(|s| s["dir_objects"].as_u64().unwrap()).sum();
+    let change_started = Instant::now();
+    *window.lock().unwrap() = Some((change_started, None));
     let out = cli_ok(&cluster, &["cluster", "add", "--data", &d]);
     assert!(out.contains("joins as a replica group of 3 members"), "{out}");
     let map = current_map(&cluster);
@@ -493,6 +501,15 @@ fn replica_groups_join_drain_and_leave_under_load() {
     let replaced_during = current_map(&cluster).migrating();
     wait_balanced(&cluster, Duration::from_secs(180));
     assert!(replaced_during, "the migration ended before the replacement: it did not test one");
+    // What moved, against the ideal 1/(N+1) of what the cluster held.
+    let all = statuses(&cluster);
+    let held: u64 = all.iter().map(|s| s["dir_objects"].as_u64().unwrap()).sum();
+    let taken = all.iter().find(|s| s["id"] == new_id as u64).unwrap()["dir_objects"].as_u64().unwrap();
+    eprintln!(
+        "group add: the new group holds {taken} of {held} directory objects ({held_before} before): {:.2}x the \
+         ideal third",
+        taken as f64 / (held as f64 / 3.0)
+    );
 
     // Group 1 is drained and removed.
     let out = cli_ok(&cluster, &["cluster", "drain", "--server", "1", "--data", &d, "--wait"]);
@@ -516,6 +533,14 @@ fn replica_groups_join_drain_and_leave_under_load() {
         acked.during
     );
     assert!(acked.during > 0, "no operation ran while the groups changed");
+    let ended = window.lock().unwrap().and_then(|(_, end)| end).expect("the change ended");
+    let (before_s, during_s) = ((change_started - work_started).as_secs_f64(), (ended - change_started).as_secs_f64());
+    eprintln!(
+        "client throughput: {:.0} ops/s before, {:.0} ops/s while groups changed ({:.2}x)",
+        acked.before as f64 / before_s,
+        acked.during as f64 / during_s,
+        (acked.during as f64 / during_s) / (acked.before as f64 / before_s)
+    );
     let map = current_map(&cluster);
     assert_eq!(map.servers.iter().map(|s| s.id).collect::<Vec<_>>(), vec![2]);
     assert_eq!(map.server(2).unwrap().members.iter().map(|m| m.id).collect::<Vec<_>>(), vec![0, 2, 3]);
