@@ -21,8 +21,11 @@ use std::sync::Mutex;
 pub type Key = usize;
 /// The value of a file (its 8 bytes).
 pub type Value = u64;
-/// The value of an empty file.
-pub const EMPTY: Value = 0;
+/// The value of an empty file (no written value: those are above 2^32 and below this).
+pub const EMPTY: Value = u64::MAX - 1;
+/// What a read of a file whose size is neither 0 nor 8 bytes shows (no value the model
+/// knows, so always a violation). Eight zero bytes show as 0, also never written.
+pub const TORN: Value = u64::MAX;
 
 /// One operation on the keys.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -372,7 +375,7 @@ async fn apply(c: &plusfs_client::Client, paths: &[String], op: &Op) -> Outcome 
         Op::Read(k) => match c.read_all(&paths[k]).await {
             // A file of another size is no value the model knows: it shows as a violation.
             Ok(b) if b.is_empty() => Outcome::Read(Some(EMPTY)),
-            Ok(b) => Outcome::Read(Some(b.try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX))),
+            Ok(b) => Outcome::Read(Some(b.try_into().map(u64::from_le_bytes).unwrap_or(TORN))),
             Err(e) if e.errno == Errno::ENOENT => Outcome::Read(None),
             Err(_) => Outcome::Unknown,
         },

@@ -116,3 +116,15 @@ pub fn vm_mib(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
     kib / 1024
 }
+
+/// The member serving replicated server `id`, waiting up to 10 s for one.
+pub fn leader(tc: &ProcCluster, id: u32) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(m) = tc.cluster.serving_member(id).unwrap() {
+            return m;
+        }
+        assert!(std::time::Instant::now() < deadline, "no member of server {id} serves");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

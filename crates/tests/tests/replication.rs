@@ -6,7 +6,7 @@
 mod common;
 mod mounts;
 
-use common::ProcCluster;
+use common::{leader, ProcCluster};
 use plusfs_localcluster::ClusterSettings;
 use plusfs_proto::Errno;
 use std::collections::HashMap;
@@ -18,18 +18,6 @@ fn replicated(servers: usize) -> ProcCluster {
 
 fn replicated_with(servers: usize, settings: ClusterSettings) -> ProcCluster {
     ProcCluster::start_settings(servers, &ClusterSettings { replicas: 3, ..settings })
-}
-
-/// The member serving replicated server `id`, waiting up to 10 s for one.
-fn leader(tc: &ProcCluster, id: u32) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(m) = tc.cluster.serving_member(id).unwrap() {
-            return m;
-        }
-        assert!(Instant::now() < deadline, "no member of server {id} serves");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The term of replicated server `id`'s group as its serving member sees it.

@@ -295,7 +295,8 @@ impl Migration {
                 Errno::EBUSY,
                 format!(
                     "server {id} still holds {} directory objects, {} shards, {} data records and {} shared inodes: \
-                     drain it first",
+                     drain it first (data records no file uses, left by a failed drop, go with `plusfs fsck \
+                     --reclaim`)",
                     status.dir_objects,
                     status.shards.len(),
                     status.data_records,

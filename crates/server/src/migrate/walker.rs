@@ -32,6 +32,9 @@ impl Migration {
     }
 
     async fn walk(self: &Arc<Self>) {
+        // Passes in a row that left objects here: each waits longer (a directory whose
+        // hand-over keeps failing must not turn the walker into a busy loop).
+        let mut fruitless = 0u32;
         loop {
             let map = self.engine.map();
             let Some(m) = map.migration.clone() else { return };
@@ -54,6 +57,9 @@ impl Migration {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             };
+            if matches!(pass, Ok(true)) {
+                fruitless = 0;
+            }
             match pass {
                 Ok(true) => match self.report_done(m.from_epoch, !dirs).await {
                     Ok(()) => {
@@ -65,7 +71,18 @@ impl Migration {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 },
-                Ok(false) => {}
+                Ok(false) => {
+                    fruitless += 1;
+                    if fruitless == 100 {
+                        tracing::warn!(
+                            from_epoch = m.from_epoch,
+                            "100 migration passes in a row left objects here; still trying"
+                        );
+                    }
+                    let pause = Duration::from_millis(10) * (1 << fruitless.min(7));
+                    tokio::time::sleep(pause.min(Duration::from_secs(1))).await;
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(cause = %e.message(), "migration pass failed; retrying");
                     tokio::time::sleep(Duration::from_millis(500)).await;
