@@ -57,7 +57,9 @@ impl Admin {
                         return Ok(map);
                     }
                     next = (!asked.contains(&map.keeper)).then_some(map.keeper);
-                    newest = Some(map);
+                    if newest.as_ref().is_none_or(|n| n.epoch < map.epoch) {
+                        newest = Some(map);
+                    }
                 }
                 Err(e) => {
                     failure = Some(e);

@@ -194,11 +194,14 @@ impl Client {
                 return Ok(Err(plusfs_proto::WireError::new(plusfs_proto::Errno::EIO, why)));
             }
         }
+        let routed_with = self.map().epoch;
         let sent = self.pool.call_as(server, &self.caller, req).await;
-        if let Err(plusfs_rpc::CallError::Connect { .. }) = &sent {
-            // Perhaps the server left the cluster: with a newer map, the request goes to
-            // the home it names (a request about no directory is not rerouted).
-            if self.map.rescue(&self.pool).await {
+        // Perhaps the server left the cluster: with a newer map, an idempotent request goes
+        // to the home it names (another may have taken effect on an attempt before the
+        // last; a request about no directory is not rerouted).
+        if matches!(&sent, Err(plusfs_rpc::CallError::Connect { .. })) && req.is_idempotent() {
+            self.map.rescue(&self.pool).await;
+            if self.map().epoch > routed_with {
                 let map = self.map();
                 let dir = match req {
                     Request::Once { op, .. } => op.target_dir(),

@@ -213,7 +213,12 @@ impl Transport for TcpTransport {
     fn learn_map(&self, map: &ClusterMap) {
         let mut slots = self.slots.write().expect("slots");
         for s in &map.servers {
-            let known = slots.get(&s.id).is_some_and(|k| k.fixed == s.address);
+            // A slot is rebuilt when its address or a member it does not know changed (a
+            // replaced member); addresses a redirect taught it stay until then.
+            let known = slots.get(&s.id).is_some_and(|k| {
+                let addrs = k.addrs.read().expect("addresses");
+                k.fixed == s.address && s.addresses().iter().all(|a| addrs.contains(a))
+            });
             if !known {
                 slots.insert(s.id, Arc::new(new_slot(s, self.per_server)));
             }

@@ -184,7 +184,7 @@ impl fmt::Display for Verdict {
 }
 
 /// A search budget: histories whose search explores more states are reported as such.
-const MAX_EXPLORED: usize = 5_000_000;
+const MAX_EXPLORED: usize = 500_000;
 
 /// Checks that `history`, starting from `initial`, is linearizable.
 pub fn check(history: &[Entry], initial: State) -> Verdict {

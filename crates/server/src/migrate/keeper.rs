@@ -87,6 +87,14 @@ impl Migration {
         self.keeper() == self.engine.id()
     }
 
+    /// The epoch of the map this server stores (0: none).
+    fn kept_epoch(&self) -> OpResult<u64> {
+        match self.engine.store().get_log(LogKind::Meta, 0).map_err(eio)? {
+            Some(raw) => Ok(parse_map(&String::from_utf8_lossy(&raw))?.epoch),
+            None => Ok(0),
+        }
+    }
+
     /// Adopts `map` if newer; one that names this server its keeper is stored first (the
     /// map service's state must outlive a restart before this server acts as it).
     async fn adopt_newer(self: &Arc<Self>, map: ClusterMap) -> OpResult<bool> {
@@ -94,7 +102,7 @@ impl Migration {
         if map.epoch <= current.epoch {
             return Ok(false);
         }
-        if map.keeper == self.engine.id() && current.keeper != self.engine.id() {
+        if map.keeper == self.engine.id() && current.keeper != self.engine.id() && self.kept_epoch()? < map.epoch {
             self.keep(&map).await?;
             tracing::info!(epoch = map.epoch, "this server keeps the cluster map from now on");
         }
@@ -259,7 +267,13 @@ impl Migration {
     }
 
     async fn status_of(self: &Arc<Self>, id: ServerId) -> OpResult<plusfs_proto::ServerStatus> {
-        match self.peers.pool.call(id, &Request::Status).await {
+        // Bounded: the keeper asks itself too, while it holds the map lock a stale request
+        // of its own would wait for.
+        let asked = tokio::time::timeout(Duration::from_secs(10), self.peers.pool.call(id, &Request::Status)).await;
+        let Ok(asked) = asked else {
+            return Err(err(Errno::EIO, format!("server {id} did not say what it holds within 10 s")));
+        };
+        match asked {
             Ok(Ok(Reply::Status(s))) => Ok(*s),
             Ok(Err(e)) => Err(e.into()),
             Ok(Ok(other)) => Err(err(Errno::EIO, format!("server {id} answered status with {other:?}"))),

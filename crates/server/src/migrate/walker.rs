@@ -42,6 +42,7 @@ impl Migration {
                 return;
             }
             self.migration.start(m.from_epoch);
+            let moved_before = self.migration.objects_out.load(Ordering::Relaxed);
             let dirs = !m.dirs_done.contains(&self.engine.id());
             let pass = if dirs {
                 self.walk_once(&map).await
@@ -57,7 +58,11 @@ impl Migration {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             };
-            if matches!(pass, Ok(true)) {
+            // Progress (objects handed over, or a newer map to plan with) starts the count
+            // again.
+            let progressed = self.migration.objects_out.load(Ordering::Relaxed) != moved_before
+                || self.engine.map().epoch != map.epoch;
+            if matches!(pass, Ok(true)) || progressed {
                 fruitless = 0;
             }
             match pass {
@@ -71,6 +76,7 @@ impl Migration {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 },
+                Ok(false) if fruitless == 0 && progressed => {}
                 Ok(false) => {
                     fruitless += 1;
                     if fruitless == 100 {
