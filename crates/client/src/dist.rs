@@ -147,9 +147,12 @@ impl Client {
         limit: u32,
     ) -> Result<(Reply, ()), (WireError, Option<u64>)> {
         let cap = if limit == 0 { 1024 } else { limit as usize };
-        let servers = info.set.len().max(1);
-        let share = if servers == 1 { cap } else { (cap * 5 / 4 / servers + 16).min(cap) };
-        let pages = join_all(info.set.iter().map(|&s| {
+        let servers = info.servers();
+        let share = match servers.len() {
+            0 | 1 => cap,
+            n => (cap * 5 / 4 / n + 16).min(cap),
+        };
+        let pages = join_all(servers.into_iter().map(|s| {
             let req = Self::addressed(
                 Request::Readdir { path: info.path.clone(), after: after.clone(), limit: share as u32 },
                 Some(info.incarnation),

@@ -613,7 +613,7 @@ impl Client {
     /// in parallel, merged by name. `None` when the cached distribution was out of date
     /// (dropped; the caller lists again).
     async fn list_shards(&self, raw: &str, info: &plusfs_proto::DistInfo) -> Result<Option<Vec<DirEntry>>, FsError> {
-        let lists = futures::future::join_all(info.set.iter().map(|&s| async move {
+        let lists = futures::future::join_all(info.servers().into_iter().map(|s| async move {
             let mut all = Vec::new();
             let mut after: Option<String> = None;
             loop {

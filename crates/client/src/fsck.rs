@@ -107,7 +107,7 @@ fn check_shards(scans: &[(ServerId, FsckData)], problems: &mut Vec<String>) {
     for (_, data) in scans {
         for (p, ino, inc, set) in &data.distributed {
             let found = shards.remove(p.as_str()).unwrap_or_default();
-            for s in set {
+            for s in &plusfs_proto::hugedir::distinct(set) {
                 match found.iter().find(|f| f.0 == *s) {
                     None => problems.push(format!("distributed '{p}' has no shard on storing server {s}")),
                     Some(f) if (f.1, f.2) != (*ino, *inc) => problems.push(format!(

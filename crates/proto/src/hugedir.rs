@@ -110,6 +110,23 @@ impl DistInfo {
     pub fn server_of(&self, name: &str) -> ServerId {
         self.set[slot_of(name, self.set.len())]
     }
+
+    /// The storing servers, each once, in the order of their first slot (a server that
+    /// took a drained server's slots holds several).
+    pub fn servers(&self) -> Vec<ServerId> {
+        distinct(&self.set)
+    }
+}
+
+/// The servers of storing set `set`, each once, in the order of their first slot.
+pub fn distinct(set: &[ServerId]) -> Vec<ServerId> {
+    let mut out: Vec<ServerId> = Vec::with_capacity(set.len());
+    for &s in set {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
 }
 
 /// Index into a storing set of `len` servers for entry `name` (Eq. 2).

@@ -433,6 +433,50 @@ pub enum Request {
         id: u64,
         names: Vec<String>,
     },
+    /// From a storing server being drained to the home of distributed directory `path`:
+    /// give this server's slots of the storing set to another server (the home names it,
+    /// tells it with `ShardExpect`, then records the new set). Answers the distribution
+    /// (`Reply::Dist`), whose set no longer names `from`.
+    ShardEvict {
+        path: String,
+        from: ServerId,
+    },
+    /// From the home of `path` to the server that takes the slots of `from`: expect the
+    /// shard of incarnation `incarnation` (inode `ino`) from `from`; `set` is the new
+    /// storing set. Recorded durably before the home records the set.
+    ShardExpect {
+        path: String,
+        ino: Ino,
+        incarnation: u64,
+        from: ServerId,
+        set: Vec<ServerId>,
+    },
+    /// To a server expecting a shard of `path`: pull it now (answers once it is stored
+    /// here, or when nothing is expected any more).
+    ShardPull {
+        path: String,
+    },
+    /// From the server taking a shard to the one giving it: stop serving the shard of
+    /// `path` and answer it with its first entries (`Reply::Moved`); later requests about
+    /// it are redirected with the storing set `set`. Repeatable.
+    ShardOut {
+        path: String,
+        ino: Ino,
+        incarnation: u64,
+        set: Vec<ServerId>,
+    },
+    /// The next entries of a shard handed over with `ShardOut`, after `after`.
+    ShardEntries {
+        path: String,
+        ino: Ino,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// From the server that took a shard: it is stored; the giver drops its entries.
+    ShardDone {
+        path: String,
+        ino: Ino,
+    },
 }
 
 impl Request {
@@ -550,6 +594,12 @@ impl Request {
             MigrateEntries { .. } => 66,
             MigrateDone { .. } => 67,
             DelegEntries { .. } => 68,
+            ShardEvict { .. } => 69,
+            ShardExpect { .. } => 70,
+            ShardPull { .. } => 71,
+            ShardOut { .. } => 72,
+            ShardEntries { .. } => 73,
+            ShardDone { .. } => 74,
         }
     }
 
@@ -612,7 +662,13 @@ impl Request {
             | MigrateIn { .. }
             | MigrateOut { .. }
             | MigrateEntries { .. }
-            | MigrateDone { .. } => Privilege::Server,
+            | MigrateDone { .. }
+            | ShardEvict { .. }
+            | ShardExpect { .. }
+            | ShardPull { .. }
+            | ShardOut { .. }
+            | ShardEntries { .. }
+            | ShardDone { .. } => Privilege::Server,
             Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | MapChange { .. } => Privilege::Admin,
             // Data records by number (direct I/O) are any identity's: a client that is no
             // admin presents the capability the file's server issued with `Layout` (checked
@@ -686,6 +742,12 @@ impl Request {
                 | MigrateOut { .. }
                 | MigrateEntries { .. }
                 | MigrateDone { .. }
+                | ShardEvict { .. }
+                | ShardExpect { .. }
+                | ShardPull { .. }
+                | ShardOut { .. }
+                | ShardEntries { .. }
+                | ShardDone { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | DelegEntries { .. }
@@ -709,7 +771,7 @@ pub enum Privilege {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 69] = [
+pub const OPCODE_NAMES: [&str; 75] = [
     "invalid",
     "ping",
     "mkdir",
@@ -779,6 +841,12 @@ pub const OPCODE_NAMES: [&str; 69] = [
     "migrate_entries",
     "migrate_done",
     "deleg_entries",
+    "shard_evict",
+    "shard_expect",
+    "shard_pull",
+    "shard_out",
+    "shard_entries",
+    "shard_done",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).

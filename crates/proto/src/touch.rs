@@ -87,6 +87,8 @@ pub fn touched(req: &Request) -> Vec<(String, Touch, bool)> {
         // A directory handed to its new home: delegations on it are recalled first, so
         // their holders' queued work is in what moves.
         MigrateOut { paths } => out.extend(paths.iter().map(|p| (p.clone(), Touch::Object, false))),
+        // A shard handed to another storing server: the same, for delegations of the shard.
+        ShardOut { path, .. } => out.push((path.clone(), Touch::Object, false)),
         _ => {}
     }
     out

@@ -276,6 +276,12 @@ fn requests() -> Vec<Request> {
         Request::MigrateEntries { path: "/a".into(), ino: 7, after: Some("f".into()), limit: 100 },
         Request::MigrateDone { paths: vec!["/a".into()] },
         Request::DelegEntries { dir: "/d".into(), id: 12, names: vec!["a".into(), "b".into()] },
+        Request::ShardEvict { path: "/h".into(), from: 2 },
+        Request::ShardExpect { path: "/h".into(), ino: 7, incarnation: 9, from: 2, set: vec![1, 0, 1] },
+        Request::ShardPull { path: "/h".into() },
+        Request::ShardOut { path: "/h".into(), ino: 7, incarnation: 9, set: vec![1, 0, 1] },
+        Request::ShardEntries { path: "/h".into(), ino: 7, after: Some("a".into()), limit: 100 },
+        Request::ShardDone { path: "/h".into(), ino: 7 },
     ]
 }
 

@@ -18,7 +18,10 @@
 //! replying), `cx_after_commit_record` (a coordinator logged its decisions, before
 //! COMMIT-REQ); `data_after_append` (file data appended, before its index is committed);
 //! `once_before_answer_record` (an exactly-once request took effect on a replicated slot,
-//! before its answer is recorded on its own or sent).
+//! before its answer is recorded on its own or sent); `migrate_after_outbox`,
+//! `migrate_before_import` (a directory object's hand-over, on the old and the new home);
+//! `shard_after_out` (a drained server handed a shard over, before answering),
+//! `shard_before_take` (the taker stored a shard's entries, before its object).
 //! `statfs_handler` (a server serving `Statfs`; with `PLUSFS_FAILPOINT=panic:statfs_handler` the
 //! request's task panics, which the server answers with EIO).
 //! Process-only (reached in synchronous code): `compaction_before_switch`,
@@ -58,6 +61,8 @@ pub enum FailStep {
     OnceBeforeAnswerRecord,
     MigrateAfterOutbox,
     MigrateBeforeImport,
+    ShardAfterOut,
+    ShardBeforeTake,
     StatfsHandler,
     CompactionBeforeSwitch,
     CompactionAfterSwitch,
@@ -66,7 +71,7 @@ pub enum FailStep {
 
 impl FailStep {
     /// Every step.
-    pub const ALL: [FailStep; 20] = [
+    pub const ALL: [FailStep; 22] = [
         FailStep::CoordinatorAfterVotes,
         FailStep::CoordinatorAfterCommitRecord,
         FailStep::ParticipantAfterPrepareRecord,
@@ -83,6 +88,8 @@ impl FailStep {
         FailStep::OnceBeforeAnswerRecord,
         FailStep::MigrateAfterOutbox,
         FailStep::MigrateBeforeImport,
+        FailStep::ShardAfterOut,
+        FailStep::ShardBeforeTake,
         FailStep::StatfsHandler,
         FailStep::CompactionBeforeSwitch,
         FailStep::CompactionAfterSwitch,
@@ -108,6 +115,8 @@ impl FailStep {
             FailStep::OnceBeforeAnswerRecord => "once_before_answer_record",
             FailStep::MigrateAfterOutbox => "migrate_after_outbox",
             FailStep::MigrateBeforeImport => "migrate_before_import",
+            FailStep::ShardAfterOut => "shard_after_out",
+            FailStep::ShardBeforeTake => "shard_before_take",
             FailStep::StatfsHandler => "statfs_handler",
             FailStep::CompactionBeforeSwitch => "compaction_before_switch",
             FailStep::CompactionAfterSwitch => "compaction_after_switch",

@@ -53,6 +53,13 @@ use std::sync::Arc;
 /// Entries per `ShardImport` request while distributing.
 const IMPORT_CHUNK: usize = 16_384;
 
+/// The server that takes the slots of `from` in storing set `set` of the directory at
+/// `dir`: among the servers of weight > 0 (in their straw order for the path), one not in
+/// the set yet, else one holding the fewest slots.
+fn taker(map: &plusfs_placement::ClusterMap, dir: &str, set: &[ServerId], from: ServerId) -> Option<ServerId> {
+    map.storing_set(dir, 0).into_iter().filter(|&s| s != from).min_by_key(|s| set.iter().filter(|&&x| x == *s).count())
+}
+
 /// Huge directories: their redistribution over storing servers, policies, reports and
 /// attributes gathered from the shards.
 pub(crate) struct HugeDirs {
@@ -301,6 +308,55 @@ impl HugeDirs {
         Ok(Reply::Done)
     }
 
+    /// `ShardEvict` on the home of distributed directory `dir`: gives every slot of its
+    /// storing set held by `from` (a server being drained) to one taker, which records
+    /// that the shard comes before the new set is recorded here (`migrate/shards.rs`).
+    /// Answers the distribution, whose set no longer names `from`.
+    pub(crate) async fn evict_shard(self: &Arc<Self>, dir: &str, from: ServerId) -> OpResult<Reply> {
+        check_dir_path(dir)?;
+        let _turn = self.turns.take(dir).await;
+        let _guard = self.lock_whole(dir).await?;
+        let mut d = self.engine.dir_object(dir)?;
+        match d.dist.state {
+            DistState::Distributed => {}
+            DistState::Distributing => {
+                self.engine.want_distribution(dir);
+                return Err(self.engine.being_distributed(dir, &d));
+            }
+            DistState::Nondistributed => return Err(err(Errno::EINVAL, format!("'{dir}' is not distributed"))),
+        }
+        if d.dist.set.contains(&from) {
+            let map = self.engine.map();
+            if map.server(from).is_some_and(|s| s.weight > 0.0) {
+                return Err(err(
+                    Errno::EINVAL,
+                    format!("server {from} is not being drained: it keeps its shard of '{dir}'"),
+                ));
+            }
+            let Some(to) = taker(&map, dir, &d.dist.set, from) else {
+                return Err(err(
+                    Errno::ENOSPC,
+                    format!("no server of weight > 0 can take server {from}'s shard of '{dir}'"),
+                ));
+            };
+            let set: Vec<ServerId> = d.dist.set.iter().map(|&s| if s == from { to } else { s }).collect();
+            let expect = Request::ShardExpect {
+                path: dir.to_string(),
+                ino: d.ino,
+                incarnation: d.incarnation,
+                from,
+                set: set.clone(),
+            };
+            self.peers.call(to, expect, &Cred::server()).await.map_err(OpError::from)?;
+            d.dist.set = set;
+            let mut b = Batch::new();
+            b.put_dir(dir, &d);
+            self.engine.apply(b).await?;
+            tracing::info!(dir, from, to, set = ?d.dist.set, "storing slots given to another server");
+        }
+        Ok(Reply::Dist(self.base_report(dir, &d)))
+    }
+
     /// `SetPolicy`: changes the threshold and width of a directory on its home, then
     /// distributes it if it is over the new threshold.
     pub(crate) async fn set_policy(
@@ -374,7 +430,7 @@ impl HugeDirs {
     /// sending the request), only other sessions'.
     async fn shard_attrs(self: &Arc<Self>, path: &str, d: &DirObject, session: u64) -> OpResult<Vec<(ServerId, Attr)>> {
         let cred = &Cred { session, ..Cred::server() };
-        let asks = d.dist.set.iter().map(|&s| async move {
+        let asks = plusfs_proto::hugedir::distinct(&d.dist.set).into_iter().map(|s| async move {
             let r = if s == self.engine.id() {
                 self.engine.host(path, Via::Shard(d.incarnation)).map(|h| Reply::Attr(Attr::of_dir(&h.obj)))
             } else {

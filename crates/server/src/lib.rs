@@ -178,6 +178,7 @@ async fn open_over(
     osd.cx.start_cx();
     osd.cx.recover_cx().map_err(&store_err)?;
     osd.hugedirs.resume_distributions().map_err(&store_err)?;
+    osd.migrate.resume_shard_moves().map_err(&store_err)?;
     osd.migrate.join_map().await;
     osd.filedata.spawn_compactor();
     Ok(osd)

@@ -239,7 +239,7 @@ impl TwoPhase {
             add_part(&mut parts, self.engine.id(), remove);
             let remove_dir = SubOp::RemoveDir { path: p.into(), ino: e.ino, shards: shards.to_vec() };
             add_part(&mut parts, self.engine.map().home_of_dir(p), remove_dir);
-            for &s in shards {
+            for s in plusfs_proto::hugedir::distinct(shards) {
                 add_part(&mut parts, s, SubOp::RemoveShard { path: p.into(), ino: e.ino });
             }
             parts
@@ -373,7 +373,7 @@ impl TwoPhase {
             if let Replace::Dir(old) = replace {
                 let remove_dir = SubOp::RemoveDir { path: dst.into(), ino: old, shards: at.replaced_shards.clone() };
                 add_part(&mut parts, self.engine.map().home_of_dir(dst), remove_dir);
-                for &s in &at.replaced_shards {
+                for s in plusfs_proto::hugedir::distinct(&at.replaced_shards) {
                     add_part(&mut parts, s, SubOp::RemoveShard { path: dst.into(), ino: old });
                 }
             }

@@ -72,6 +72,9 @@ pub enum LogKind {
     Receipt,
     /// Cluster-wide records kept by the map service (id 0: the cluster map).
     Meta,
+    /// Shards of distributed directories moving between storing servers (the giver's
+    /// and the taker's side), keyed by the path's hash.
+    ShardMove,
 }
 
 impl LogKind {
@@ -84,6 +87,7 @@ impl LogKind {
             LogKind::Outbox => b'O',
             LogKind::Receipt => b'Y',
             LogKind::Meta => b'K',
+            LogKind::ShardMove => b'V',
         }
     }
 }

@@ -761,6 +761,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_log_has_a_key_space_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksStore::open(dir.path(), false).unwrap();
+        let kinds = [
+            LogKind::Coordinator,
+            LogKind::Participant,
+            LogKind::Cx,
+            LogKind::Deleg,
+            LogKind::Outbox,
+            LogKind::Receipt,
+            LogKind::Meta,
+            LogKind::ShardMove,
+        ];
+        let mut b = Batch::new();
+        // Objects, shards and entries of every kind of key next to the logs.
+        b.put_dir("/a", &DirObject::new(2, 0o755, 0, 0));
+        b.put_shard("/a", &DirObject::new(2, 0o755, 0, 0));
+        b.put_entry(2, "f", &file(9));
+        b.put_inode(&file(10));
+        b.put_record(11, b"data".to_vec());
+        for (i, k) in kinds.iter().enumerate() {
+            b.put_log(*k, i as u64, vec![i as u8]);
+        }
+        commit(&s, b).await.unwrap();
+        for (i, k) in kinds.iter().enumerate() {
+            assert_eq!(s.log_records(*k).unwrap(), vec![(i as u64, vec![i as u8])], "{k:?}");
+        }
+    }
+
+    #[tokio::test]
     async fn records_carry_their_version_and_old_stores_stay_readable() {
         let dir = tempfile::tempdir().unwrap();
         {

@@ -556,3 +556,162 @@ fn replica_groups_join_drain_and_leave_under_load() {
     assert!(out.contains("server 2: 3 members agree"), "{out}");
     cluster.assert_no_errors_logged();
 }
+
+/// What the huge-directory workload acknowledged.
+#[derive(Default)]
+struct BigAcked {
+    created: Vec<(String, Vec<u8>)>,
+    unlinked: Vec<String>,
+    /// Operations whose outcome is unknown (an error that may have come after the change).
+    unknown: usize,
+    /// Lookups of entries nobody removed that failed.
+    lost_lookups: Vec<String>,
+    during: usize,
+}
+
+/// Creates, unlinks and looks up entries of `/big` (whose first `initial` names `f{k}`
+/// exist) until `stop`.
+async fn big_workload(c: Client, initial: usize, stop: Arc<AtomicBool>, window: Window) -> BigAcked {
+    let mut a = BigAcked::default();
+    let in_window = |w: &Window| matches!(*w.lock().unwrap(), Some((_, None)));
+    for i in 0..20_000usize {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let f = format!("/big/n{i}");
+        let data = content(i, 100 + i % 700);
+        match c.create(&f, 0o644, true).await {
+            Ok(_) => match c.write(&f, 0, &data).await {
+                Ok(_) => {
+                    a.created.push((f, data));
+                    a.during += in_window(&window) as usize;
+                }
+                Err(_) => a.unknown += 1,
+            },
+            Err(_) => a.unknown += 1,
+        }
+        // Odd initial names are removed; even ones must always be found.
+        let gone = format!("/big/f{}", (i * 2 + 1) % initial);
+        if i * 2 + 1 < initial {
+            match c.unlink(&gone).await {
+                Ok(()) => a.unlinked.push(gone),
+                Err(_) => a.unknown += 1,
+            }
+        }
+        let kept = format!("/big/f{}", (i * 7919 * 2) % initial);
+        if c.lstat(&kept).await.is_err() {
+            a.lost_lookups.push(kept);
+        }
+    }
+    a
+}
+
+#[test]
+fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
+    const INITIAL: usize = 100_000;
+    let cluster = ProcCluster::start(3);
+    let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
+    let d = data_dir(&cluster);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let c = cluster.client();
+    // Distributed from its first entry over the three servers, then filled in batches.
+    rt.block_on(c.mkdir_with("/big", 0o755, plusfs_proto::Threshold::Entries(0), 0)).unwrap();
+    let filled = Instant::now();
+    for chunk in (0..INITIAL).collect::<Vec<_>>().chunks(1000) {
+        let files: Vec<NewFile> = chunk.iter().map(|&k| NewFile::new(format!("/big/f{k}"), content(k, 64))).collect();
+        for r in rt.block_on(c.batch_write(files)) {
+            r.expect("filling /big");
+        }
+    }
+    eprintln!("/big filled with {INITIAL} files in {:.1} s", filled.elapsed().as_secs_f64());
+    let before = rt.block_on(c.distribution("/big")).unwrap();
+    assert_eq!(before.set.len(), 3, "{before:?}");
+    let held = |id: u64| -> u64 {
+        let st = status_of(&cluster, id);
+        st["shards"].as_array().unwrap().iter().filter(|s| s[0] == "/big").map(|s| s[1].as_u64().unwrap()).sum()
+    };
+    let on_one = held(1);
+    assert!(on_one > INITIAL as u64 / 4, "server 1 holds a third of /big: {on_one}");
+    let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let window = Arc::new(std::sync::Mutex::new(None));
+    let work = rt.spawn(big_workload(c.clone(), INITIAL, stop.clone(), window.clone()));
+    // Through the mount: new files in /big and listings of it, while it changes.
+    let mounted = mount.as_ref().map(|m| {
+        let (big, stop) = (m.path().join("big"), stop.clone());
+        std::thread::spawn(move || {
+            let mut made = Vec::new();
+            for k in 0..5_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let p = big.join(format!("m{k}"));
+                std::fs::write(&p, format!("mount file {k}")).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                made.push(p);
+                if k % 500 == 0 {
+                    let listed = std::fs::read_dir(&big).unwrap().count();
+                    assert!(listed >= INITIAL / 2, "listing /big through the mount gave {listed} names");
+                }
+            }
+            made
+        })
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    *window.lock().unwrap() = Some((Instant::now(), None));
+    let drain_started = Instant::now();
+    let out = cli_ok(&cluster, &["cluster", "drain", "--server", "1", "--data", &d, "--wait"]);
+    let drain_s = drain_started.elapsed().as_secs_f64();
+    assert!(out.contains("balanced at epoch"), "{out}");
+    window.lock().unwrap().as_mut().unwrap().1 = Some(Instant::now());
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let acked = rt.block_on(work).unwrap();
+    let made = mounted.map(|t| t.join().expect("work through the mount failed")).unwrap_or_default();
+    eprintln!(
+        "drain of a server with a {on_one}-entry shard of /big: {drain_s:.1} s; {} creates, {} unlinks, {} \
+         through the mount, {} acknowledged during the drain",
+        acked.created.len(),
+        acked.unlinked.len(),
+        made.len(),
+        acked.during
+    );
+    assert!(acked.during > 0, "no operation ran during the drain");
+    assert!(acked.lost_lookups.is_empty(), "entries nobody removed were not found: {:?}", acked.lost_lookups);
+    assert_eq!(held(1), 0, "the drained server still holds its shard");
+    let after = rt.block_on(c.distribution("/big")).unwrap();
+    assert_eq!(after.set.len(), 3, "the set keeps its slots: {after:?}");
+    assert!(!after.set.contains(&1), "{after:?}");
+    let out = cli_ok(&cluster, &["cluster", "remove", "--server", "1", "--data", &d]);
+    assert!(out.contains("removed"), "{out}");
+
+    // Every acknowledged change is there, seen by a client that starts now.
+    let fresh = Client::new(current_map(&cluster), ClientOptions { retries: 5, ..Default::default() });
+    rt.block_on(async {
+        for (p, data) in &acked.created {
+            let got = fresh.read_all(p).await.unwrap_or_else(|e| panic!("acknowledged file {p}: {e}"));
+            assert!(got == *data, "{p}: contents differ");
+        }
+        for p in &acked.unlinked {
+            let e = fresh.lstat(p).await.expect_err("an unlinked file came back");
+            assert_eq!(e.errno, plusfs_proto::Errno::ENOENT, "{p}: {e}");
+        }
+        for k in (0..INITIAL).step_by(2) {
+            fresh.lstat(&format!("/big/f{k}")).await.unwrap_or_else(|e| panic!("/big/f{k}: {e}"));
+        }
+    });
+    let expected = INITIAL + acked.created.len() + made.len() - acked.unlinked.len();
+    let listed = rt.block_on(fresh.readdir("/big")).unwrap().len();
+    assert!(
+        (expected..=expected + acked.unknown).contains(&listed),
+        "/big lists {listed} names, {expected} acknowledged (+{} unknown)",
+        acked.unknown
+    );
+    if let Some(m) = &mount {
+        let through = std::fs::read_dir(m.path().join("big")).unwrap().count();
+        assert_eq!(through, listed, "the mount lists what the library lists");
+    }
+    drop(mount);
+    cluster.assert_fsck_clean();
+    cluster.assert_no_errors_logged();
+}

@@ -75,8 +75,11 @@ impl Engine {
                 }
             }
             Via::Shard(incarnation) => {
-                let obj =
-                    self.store.get_shard(dir).map_err(eio)?.ok_or_else(|| OpError::MissingDir((dir).to_string()))?;
+                let Some(obj) = self.store.get_shard(dir).map_err(eio)? else {
+                    return Err(self
+                        .moved_shard(dir, incarnation)?
+                        .unwrap_or_else(|| OpError::MissingDir(dir.to_string())));
+                };
                 if obj.incarnation != incarnation {
                     return Err(err(
                         Errno::ESTALE,
@@ -87,6 +90,26 @@ impl Engine {
             }
             Via::Inode(ino) => Err(err(Errno::EINVAL, format!("'{dir}': only file requests apply to inode {ino}"))),
         }
+    }
+
+    /// For a shard of `dir` (of `incarnation`) that this server handed to another storing
+    /// server: the redirect to the storing set after the move.
+    fn moved_shard(&self, dir: &str, incarnation: u64) -> OpResult<Option<OpError>> {
+        use super::logrec::{MoveStage, ShardMove};
+        let rec = self.log_get::<ShardMove>(plusfs_placement::path_hash(dir))?;
+        Ok(rec
+            .filter(|r| {
+                r.path == dir && r.incarnation == incarnation && matches!(r.stage, MoveStage::Out(_) | MoveStage::Gone)
+            })
+            .map(|r| {
+                OpError::Redirect(Box::new(DistInfo {
+                    path: dir.to_string(),
+                    ino: r.ino,
+                    incarnation,
+                    state: DistState::Distributed,
+                    set: r.set,
+                }))
+            }))
     }
 
     /// What clients need to route to the entries of `dir` (a primary or shard object).

@@ -135,6 +135,38 @@ impl Logged for Receipt {
     const WHAT: &'static str = "receipt";
 }
 
+/// A shard of a distributed directory moving from one storing server to another, on
+/// either side, keyed by the path's hash. `set` is the storing set after the move.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ShardMove {
+    pub(crate) path: String,
+    pub(crate) ino: u64,
+    pub(crate) incarnation: u64,
+    /// The server giving the shard and the one taking it.
+    pub(crate) from: u32,
+    pub(crate) to: u32,
+    pub(crate) set: Vec<u32>,
+    pub(crate) stage: MoveStage,
+}
+
+/// Where a shard move stands on the server keeping the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum MoveStage {
+    /// Taker: the home chose this server; the shard is to be pulled.
+    Expected,
+    /// Taker: stored here; the giver has not confirmed dropping its copy.
+    Taken,
+    /// Giver: handed over (no longer served here); its entries stay until `ShardDone`.
+    Out(DirObject),
+    /// Giver: gone; requests about it are redirected to `set`.
+    Gone,
+}
+
+impl Logged for ShardMove {
+    const KIND: LogKind = LogKind::ShardMove;
+    const WHAT: &'static str = "shard move record";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

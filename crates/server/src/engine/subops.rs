@@ -81,8 +81,31 @@ impl Engine {
 
     /// A directory at or below `root` this server has handed to its new home without the
     /// new home having confirmed it (a transaction over the subtree waits for it).
+    /// Shards of distributed directories count too: one this server hands over, or is
+    /// to take, from a drained storing server.
     fn handed_over_within(&self, root: &str) -> OpResult<Option<String>> {
-        Ok(self.handed_over()?.into_iter().map(|(p, _)| p).find(|p| plusfs_proto::path::is_within(p, root)))
+        let shards = self.shards_moving()?.into_iter().filter(|(_, _, taken)| !taken).map(|(p, _, _)| p);
+        Ok(self
+            .handed_over()?
+            .into_iter()
+            .map(|(p, _)| p)
+            .chain(shards)
+            .find(|p| plusfs_proto::path::is_within(p, root)))
+    }
+
+    /// Shards moving to or from this server: (path, inode, whether this server has taken
+    /// it), from the shard-move records (not the forwarding addresses of shards gone).
+    pub(crate) fn shards_moving(&self) -> OpResult<Vec<(String, u64, bool)>> {
+        use crate::engine::logrec::{MoveStage, ShardMove};
+        let recs = self.log_all::<ShardMove>().map_err(eio)?;
+        Ok(recs
+            .into_iter()
+            .filter_map(|(_, r)| match r.stage {
+                MoveStage::Gone => None,
+                MoveStage::Taken => Some((r.path, r.ino, true)),
+                MoveStage::Expected | MoveStage::Out(_) => Some((r.path, r.ino, false)),
+            })
+            .collect())
     }
 
     /// The directory objects this server handed to their new home and keeps until the new

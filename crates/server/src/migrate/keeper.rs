@@ -281,20 +281,15 @@ impl Migration {
         }
     }
 
-    /// Refuses to drain server `id` while it holds what draining cannot move yet: parts
-    /// of huge directories (their storing sets are fixed) and shared inodes of hard links
-    /// (their home is part of every link).
+    /// Refuses to drain server `id` while it holds what draining cannot move yet: shared
+    /// inodes of hard links (their home is part of every link). Shards of distributed
+    /// directories move to other storing servers (`shards.rs`).
     async fn check_drainable(self: &Arc<Self>, id: ServerId) -> OpResult<()> {
         let status = self.status_of(id).await?;
-        if !status.shards.is_empty() || status.inodes > 0 {
+        if status.inodes > 0 {
             return Err(err(
                 Errno::EBUSY,
-                format!(
-                    "server {id} stores parts of {} distributed directories and {} hard-linked inodes, which \
-                     draining cannot move",
-                    status.shards.len(),
-                    status.inodes
-                ),
+                format!("server {id} is the home of {} hard-linked inodes, which draining cannot move", status.inodes),
             ));
         }
         Ok(())

@@ -17,6 +17,7 @@
 mod data;
 pub(crate) mod keeper;
 pub(crate) mod route;
+mod shards;
 pub(crate) mod state;
 mod walker;
 
@@ -79,6 +80,11 @@ pub(crate) struct Migration {
     map_fetch: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// Whether the migration walker runs.
     walker_running: std::sync::atomic::AtomicBool,
+    /// Paths of the shards expected here from a drained server (`shards.rs`): requests
+    /// about them pull them first.
+    expected_shards: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// Pulls of shards under way, one per path.
+    shard_pulls: state::Pulls,
 }
 
 impl Migration {
@@ -97,6 +103,8 @@ impl Migration {
             pulls: Default::default(),
             map_fetch: Default::default(),
             walker_running: Default::default(),
+            expected_shards: Default::default(),
+            shard_pulls: Default::default(),
         }
     }
 }
@@ -220,7 +228,14 @@ impl Migration {
         for m in &moved {
             check_intact(m)?;
             if let Some(obj) = &m.object {
-                entries_total += self.store_entries(old, m, obj.ino).await?;
+                let (path, ino) = (m.path.clone(), obj.ino);
+                let next = |after| Request::MigrateEntries {
+                    path: path.clone(),
+                    ino,
+                    after,
+                    limit: ENTRIES_PER_MESSAGE as u32,
+                };
+                entries_total += self.store_entries(old, m, obj.ino, next).await?;
             }
         }
         let mut wanted: Vec<(String, Scope)> = moved.iter().flat_map(|m| with_ancestors(&m.path)).collect();
@@ -251,7 +266,14 @@ impl Migration {
     /// Writes the entries of one handed-over directory (their travelling data copied
     /// here first): those that came with it, then page after page from the old home.
     /// Returns how many.
-    async fn store_entries(self: &Arc<Self>, old: ServerId, m: &MovedDir, ino: u64) -> OpResult<u64> {
+    /// `next(after)` is the request for the page after `after`.
+    async fn store_entries(
+        self: &Arc<Self>,
+        old: ServerId,
+        m: &MovedDir,
+        ino: u64,
+        next: impl Fn(Option<String>) -> Request,
+    ) -> OpResult<u64> {
         let mut count = 0;
         let mut page = m.entries.clone();
         let (mut more, mut after) = (m.more, m.entries.last().map(|e| e.0.clone()));
@@ -266,12 +288,7 @@ impl Migration {
             if !more {
                 return Ok(count);
             }
-            let req = Request::MigrateEntries {
-                path: m.path.clone(),
-                ino,
-                after: after.clone(),
-                limit: ENTRIES_PER_MESSAGE as u32,
-            };
+            let req = next(after.clone());
             let next = match self.peers.call(old, req, &plusfs_proto::Cred::server()).await? {
                 Reply::Moved(mut v) if v.len() == 1 => v.remove(0),
                 other => return Err(err(Errno::EIO, format!("server {old} answered entries with {other:?}"))),
@@ -356,21 +373,7 @@ impl Migration {
         for p in paths {
             let Some(obj) = self.outbox(p)? else { continue };
             if obj.dist.state == DistState::Nondistributed {
-                loop {
-                    let page = self.engine.store().list_entries(obj.ino, None, 16_384).map_err(eio)?;
-                    if page.is_empty() {
-                        break;
-                    }
-                    // The small-file data that travelled goes with the entries.
-                    let gate = self.engine.data_gate().read().await;
-                    let mut b = Batch::new();
-                    self.engine.drop_local(&self.travelled_records(&page), &mut b)?;
-                    for (name, _) in &page {
-                        b.del_entry(obj.ino, name);
-                    }
-                    self.engine.apply(b).await?;
-                    drop(gate);
-                }
+                self.drop_entries(obj.ino).await?;
             }
             let mut b = Batch::new();
             b.del_log(LogKind::Outbox, path_key(p));
@@ -378,6 +381,25 @@ impl Migration {
             self.migration.objects_out.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Reply::Done)
+    }
+
+    /// Drops every entry of the directory (or shard) with inode `ino` that was handed
+    /// over, with the small-file data that travelled with them.
+    async fn drop_entries(&self, ino: u64) -> OpResult<()> {
+        loop {
+            let page = self.engine.store().list_entries(ino, None, 16_384).map_err(eio)?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            let gate = self.engine.data_gate().read().await;
+            let mut b = Batch::new();
+            self.engine.drop_local(&self.travelled_records(&page), &mut b)?;
+            for (name, _) in &page {
+                b.del_entry(ino, name);
+            }
+            self.engine.apply(b).await?;
+            drop(gate);
+        }
     }
 
     /// `MigrateIn` on a new home: pulls `paths` from `from`, which holds them; answers

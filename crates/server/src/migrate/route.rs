@@ -84,6 +84,7 @@ impl Migration {
                 map.epoch
             )));
         }
+        self.pull_expected(req).await?;
         if map.migrating() {
             let mut touched: Vec<String> = plusfs_proto::touch::touched(req).into_iter().map(|t| t.0).collect();
             touched.extend(subs.iter().map(|d| d.to_string()));

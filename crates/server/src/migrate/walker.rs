@@ -178,7 +178,9 @@ impl Migration {
         let mut left: u64 = by_home.values().map(|v| v.len() as u64).sum();
         self.migration.objects_left.store(left, Ordering::Relaxed);
         if left == 0 {
-            return Ok(true);
+            // A drained server's shards of distributed directories go last (their homes
+            // are settled by now).
+            return self.move_shards_once(map).await;
         }
         let pace = &map.rebalance;
         for (home, paths) in by_home {

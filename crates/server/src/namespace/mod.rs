@@ -287,7 +287,10 @@ impl Namespace {
             shards.iter().map(|(p, d)| (d.ino, (p, d))).collect();
         // Directories handed to their new home and not yet confirmed there: their entries
         // stay here until then (what the new home imports).
-        let moving: HashSet<u64> = self.engine.handed_over()?.into_iter().map(|(_, d)| d.ino).collect();
+        let mut moving: HashSet<u64> = self.engine.handed_over()?.into_iter().map(|(_, d)| d.ino).collect();
+        // Shards moving between storing servers: the giver's entries stay until the taker
+        // has them all, and the taker's are complete once it has.
+        moving.extend(self.engine.shards_moving()?.into_iter().filter(|(_, _, taken)| !taken).map(|(_, ino, _)| ino));
         let mut data = FsckData {
             dirs: dirs.iter().map(|(p, d)| (p.clone(), d.ino)).collect(),
             pending_tx: (self.engine.store().log_records(plusfs_store::LogKind::Participant).map_err(eio)?.len()

@@ -249,6 +249,14 @@ impl Osd {
                 self.migrate.migrate_entries(&path, ino, after.as_deref(), limit)
             }
             MigrateDone { paths } => self.migrate.migrate_done(&paths).await,
+            ShardEvict { path, from } => self.hugedirs.evict_shard(&path, from).await,
+            ShardExpect { path, ino, incarnation, from, set } => {
+                self.migrate.shard_expect(&path, ino, incarnation, from, set).await
+            }
+            ShardPull { path } => self.migrate.shard_pull(&path).await,
+            ShardOut { path, ino, incarnation, set } => self.migrate.shard_out(&path, ino, incarnation, set).await,
+            ShardEntries { path, ino, after, limit } => self.migrate.shard_entries(&path, ino, after.as_deref(), limit),
+            ShardDone { path, ino } => self.migrate.shard_done(&path, ino).await,
             // An empty path (from a peer): this server's data store.
             Fsync { .. } => self.filedata.fsync_data().await,
         }
@@ -339,6 +347,10 @@ impl LocalPeer for Osd {
                 Request::TxPrepare { txid, ops, epoch } => self.twopc.tx_prepare(txid, ops, epoch, c).await,
                 Request::TxCommit { txid, payload } => self.twopc.tx_commit(txid, payload).await,
                 Request::TxAbort { txid } => self.twopc.tx_abort(txid).await,
+                // The home of a distributed directory may take a drained server's shard.
+                Request::ShardExpect { path, ino, incarnation, from, set } => {
+                    self.migrate.shard_expect(&path, ino, incarnation, from, set).await
+                }
                 other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
             };
             answer.map_err(WireError::from)
