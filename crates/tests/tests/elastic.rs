@@ -477,6 +477,15 @@ fn replica_groups_join_drain_and_leave_under_load() {
     let c = cluster.client();
     rt.block_on(make_tree(&c));
     rt.block_on(fill(&c, 300));
+    // A directory spread over both groups: after both are drained its only storing group
+    // holds both slots.
+    rt.block_on(c.mkdir_with("/h", 0o755, plusfs_proto::Threshold::Entries(0), 0)).unwrap();
+    let spread: Vec<NewFile> = (0..3000).map(|k| NewFile::new(format!("/h/e{k}"), content(k, 200))).collect();
+    let spread_files: Vec<(String, Vec<u8>)> = spread.iter().map(|f| (f.path.clone(), f.data.clone())).collect();
+    for r in rt.block_on(c.batch_write(spread)) {
+        r.expect("filling /h");
+    }
+    assert_eq!(rt.block_on(c.distribution("/h")).unwrap().set.len(), 2);
     let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
     let stop = Arc::new(AtomicBool::new(false));
     let window = Arc::new(std::sync::Mutex::new(None));
@@ -547,6 +556,12 @@ fn replica_groups_join_drain_and_leave_under_load() {
     let fresh = Client::new(map, ClientOptions { retries: 5, ..Default::default() });
     rt.block_on(check_acked(&fresh, &acked));
     assert!(c.map().epoch >= current_map(&cluster).epoch - 2, "the workload's client followed the map");
+    let h = rt.block_on(fresh.distribution("/h")).unwrap();
+    assert_eq!(h.set, vec![2, 2], "both slots of /h went to the group that stays");
+    assert_eq!(rt.block_on(fresh.readdir("/h")).unwrap().len(), spread_files.len());
+    for (p, data) in spread_files.iter().step_by(3) {
+        assert!(rt.block_on(fresh.read_all(p)).unwrap_or_else(|e| panic!("{p}: {e}")) == *data, "{p}");
+    }
     if let Some(t) = tars {
         check_trees(&t);
     }
@@ -714,4 +729,68 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
     drop(mount);
     cluster.assert_fsck_clean();
     cluster.assert_no_errors_logged();
+}
+
+/// Waits until server `id` of `c` has exited at failpoint `step` (its log says so).
+fn wait_failpoint(c: &mut ProcCluster, id: u32, step: &str) {
+    let started = Instant::now();
+    while !c.cluster.has_exited(id).unwrap() {
+        assert!(started.elapsed() < Duration::from_secs(60), "server {id} never reached {step}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(c.cluster.data().join(format!("server-{id}.log"))).unwrap();
+    assert!(log.contains(step), "server {id} exited, but not at {step}");
+}
+
+#[test]
+fn kill_dash_nine_of_both_sides_of_a_shard_move() {
+    const FILES: usize = 20_000;
+    let mut cluster = ProcCluster::start(3);
+    let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
+    let d = data_dir(&cluster);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let c = cluster.client();
+    rt.block_on(c.mkdir_with("/big", 0o755, plusfs_proto::Threshold::Entries(0), 0)).unwrap();
+    let mut files = Vec::new();
+    for chunk in (0..FILES).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<NewFile> = chunk.iter().map(|&k| NewFile::new(format!("/big/f{k}"), content(k, 300))).collect();
+        files.extend(batch.iter().map(|f| (f.path.clone(), f.data.clone())));
+        for r in rt.block_on(c.batch_write(batch)) {
+            r.expect("filling /big");
+        }
+    }
+    // Server 1 gives its shard away; the taker is the first server of the directory's
+    // straw order that stays (all three are in the set, one slot each).
+    let mut drained_map = current_map(&cluster);
+    drained_map.servers.iter_mut().filter(|s| s.id == 1).for_each(|s| s.weight = 0.0);
+    let taker = drained_map.storing_set("/big", 0)[0];
+    assert_ne!(taker, 1);
+    // The giver aborts once it has handed the shard over, before answering; the taker
+    // aborts once it has stored the entries, before the shard object.
+    cluster.cluster.kill(1).unwrap();
+    cluster.cluster.start_with_env(1, &[("PLUSFS_FAILPOINT", "shard_after_out")]).unwrap();
+    cluster.cluster.kill(taker).unwrap();
+    cluster.cluster.start_with_env(taker, &[("PLUSFS_FAILPOINT", "shard_before_take")]).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    cli_ok(&cluster, &["cluster", "drain", "--server", "1", "--data", &d]);
+    wait_failpoint(&mut cluster, 1, "shard_after_out");
+    cluster.cluster.start(1).unwrap();
+    wait_failpoint(&mut cluster, taker, "shard_before_take");
+    // A client meanwhile: every name is found (the giver redirects; the taker pulls
+    // again once it is back).
+    cluster.cluster.start(taker).unwrap();
+    cluster.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let map = wait_balanced(&cluster, Duration::from_secs(120));
+    let fresh = Client::new(map, ClientOptions { retries: 5, ..Default::default() });
+    for (p, data) in files.iter().step_by(7) {
+        let got = rt.block_on(fresh.read_all(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert!(got == *data, "{p}: contents differ");
+    }
+    assert_eq!(rt.block_on(fresh.readdir("/big")).unwrap().len(), FILES);
+    let dist = rt.block_on(fresh.distribution("/big")).unwrap();
+    assert!(!dist.set.contains(&1) && dist.set.contains(&taker), "{dist:?}");
+    let st = status_of(&cluster, 1);
+    assert_eq!(st["shards"].as_array().map(Vec::len), Some(0), "{st}");
+    cli_ok(&cluster, &["cluster", "remove", "--server", "1", "--data", &d]);
+    cluster.assert_fsck_clean();
 }
