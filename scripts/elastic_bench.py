@@ -11,6 +11,12 @@ the drained server's share when draining), the time from the command to a balanc
 the migration rate, and the load's throughput while objects moved against before.
 PACE="OBJECTS MIB" sets the map's [rebalance] pace.
 
+Then (SHARD_ENTRIES, default 1,000,000; 0 skips) a 3-server cluster whose directory /huge
+is spread over two of them with SHARD_ENTRIES entries each (`plusfs bench create`,
+batches of 1,000) has one of those two drained: the time until the map is balanced, which
+includes moving that server's shard to a server that stays, and the shard's entries per
+second.
+
 JSON lines go to OUT/elastic.jsonl; a Markdown table to stdout.
 
     PLUSFS=target/release/plusfs python3 scripts/elastic_bench.py
@@ -40,6 +46,7 @@ LOAD_CLIENTS = int(os.environ.get("LOAD_CLIENTS", "4"))
 OUT = Path(os.environ.get("OUT", "bench/out"))
 # The map's [rebalance] pace (objects/s and MiB/s per server; empty: the defaults).
 PACE = os.environ.get("PACE", "").split()
+SHARD_ENTRIES = int(os.environ.get("SHARD_ENTRIES", "1000000"))
 
 
 def run(*args: str, env: dict | None = None) -> str:
@@ -224,6 +231,51 @@ def measure(n: int, work: Path) -> list[dict]:
     return results
 
 
+def measure_shard_drain(work: Path) -> dict:
+    """Drains a server holding a SHARD_ENTRIES-entry shard of /huge (see the module text)."""
+    data = work / "shard"
+    env = dict(os.environ, PLUSFS_CLUSTER=str(data / "cluster.toml"))
+    run("cluster", "up", "--servers", "3", "--data", str(data), "--detach")
+    try:
+        run("mkdir", "/huge", env=env)
+        run("hugedir", "--width", "2", "--threshold", "0", "/huge", env=env)
+        clients = 4
+        t0 = time.monotonic()
+        run(
+            "bench",
+            "create",
+            "-n",
+            str(SHARD_ENTRIES * 2 // clients),
+            "-c",
+            str(clients),
+            "-b",
+            "1000",
+            "-d",
+            "/huge",
+            env=env,
+        )
+        fill = time.monotonic() - t0
+        held = {i: dict(s["shards"]).get("/huge", 0) for i, s in statuses(data).items()}
+        victim = max((i for i in held if i != 0), key=lambda i: held[i])
+        secs, _ = change(["cluster", "drain", "--server", str(victim)], data, env)
+        after = {i: dict(s["shards"]).get("/huge", 0) for i, s in statuses(data).items()}
+        run("cluster", "remove", "--server", str(victim), "--data", str(data), env=env)
+        fsck = run("fsck", env=env).strip().splitlines()[-1]
+        return {
+            "change": "drain of a shard",
+            "shard_entries": held[victim],
+            "fill_seconds": fill,
+            "seconds": secs,
+            "entries_per_sec": held[victim] / secs,
+            "before": held,
+            "after": after,
+            "fsck": fsck,
+        }
+    finally:
+        subprocess.run([PLUSFS, "cluster", "down", "--data", str(data)], capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
@@ -240,6 +292,10 @@ def main() -> None:
                     out.flush()
                     all_results.append(r)
                     print(json.dumps(r), file=sys.stderr)
+            if SHARD_ENTRIES:
+                shard = measure_shard_drain(work)
+                out.write(json.dumps(shard) + "\n")
+                print(json.dumps(shard), file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(

@@ -14,6 +14,7 @@ mod groups;
 mod init;
 mod largefile;
 mod mount;
+mod mpirun;
 mod netns;
 mod sim;
 mod top;

@@ -90,6 +90,36 @@ pub enum NetnsCmd {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// Run an MPI program over client hosts: `mpirun` starts on the first host and
+    /// reaches the others through `plusfs netns rsh`; every host has its own host name
+    /// (`c0`, `c1`, …), so MPI and DMetabench see one node per host. PLUSFS_CLUSTER is
+    /// passed to every process.
+    Mpirun {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Client hosts to run on, comma-separated (default: every client host).
+        #[arg(long, value_delimiter = ',')]
+        hosts: Vec<String>,
+        /// Processes per host.
+        #[arg(long, default_value_t = 1)]
+        ppn: usize,
+        /// The mpirun program.
+        #[arg(long, default_value = "mpirun")]
+        mpirun: String,
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// (Internal) the remote shell `netns mpirun` gives mpirun: runs the words of CMD
+    /// with `sh -c` on host HOST (its name or address), as ssh would.
+    #[command(hide = true)]
+    Rsh {
+        #[arg(long)]
+        data: PathBuf,
+        host: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<String>,
+    },
     /// (Internal) the delaying proxy in front of the server on host HOST (`s0`, `s0m1`);
     /// `cluster up --netns` starts it.
     #[command(hide = true)]
@@ -126,10 +156,29 @@ pub fn run(c: NetnsCmd, cluster: Option<PathBuf>) -> Result<ExitCode> {
             let mut command = std::process::Command::new(&cmd[0]);
             command.args(&cmd[1..]).env("PLUSFS_CLUSTER", plusfs_localcluster::map_path(&data));
             let ns = NsHandle::open(&m.ns)?;
-            ns.apply(&mut command);
+            ns.apply_as_host(&mut command, &m.name);
             let e = command.exec();
             drop(ns);
             bail!("cannot run {}: {e}", cmd[0])
+        }
+        NetnsCmd::Mpirun { data, hosts, ppn, mpirun, cmd } => {
+            let data = data_dir(data, cluster.as_ref())?.canonicalize()?;
+            crate::mpirun::mpirun(&load(&data)?, &data, &hosts, ppn, &mpirun, &cmd)
+        }
+        NetnsCmd::Rsh { data, host, cmd } => {
+            let net = load(&data)?;
+            let m = net
+                .members
+                .iter()
+                .find(|m| m.name == host || m.addr.to_string() == host)
+                .with_context(|| format!("no host '{host}' (hosts: {})", net.names().join(", ")))?;
+            let mut command = std::process::Command::new("/bin/sh");
+            command.arg("-c").arg(cmd.join(" "));
+            let ns = NsHandle::open(&m.ns)?;
+            ns.apply_as_host(&mut command, &m.name);
+            let e = command.exec();
+            drop(ns);
+            bail!("cannot run a shell on {host}: {e}")
         }
         NetnsCmd::Partition { data, groups } => {
             let net = load(&data_dir(data, cluster.as_ref())?)?;

@@ -365,6 +365,26 @@ impl NsHandle {
         Ok(())
     }
 
+    /// Makes `cmd` start inside the namespace, in a UTS namespace of its own whose host
+    /// name is `hostname` (so programs that tell nodes apart by host name, like MPI and
+    /// DMetabench, see one node per host).
+    pub fn apply_as_host(&self, cmd: &mut std::process::Command, hostname: &str) {
+        use std::os::unix::process::CommandExt;
+        self.apply(cmd);
+        let name = hostname.as_bytes().to_vec();
+        #[allow(unsafe_code)]
+        // SAFETY: unshare(2) and sethostname(2) are async-signal-safe; `name` is owned by
+        // the closure.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::unshare(libc::CLONE_NEWUTS) != 0 || libc::sethostname(name.as_ptr().cast(), name.len()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
     /// Makes `cmd` start inside the namespace.
     pub fn apply(&self, cmd: &mut std::process::Command) {
         use std::os::fd::AsRawFd;

@@ -37,7 +37,19 @@ fn timing(map: &plusfs_placement::ClusterMap) -> (Timing, Duration, Duration) {
         keep_behind_snapshot: (r.snapshot_every / 4).max(50),
         fsync_log: r.fsync_log,
     };
+    if broken_lease() {
+        tracing::warn!("PLUSFS_BROKEN=lease: this leader serves reads after it is cut off (a broken build)");
+        return (timing, Duration::from_secs(3600), Duration::from_secs(3600));
+    }
     (timing, Duration::from_millis(r.election_min_ms * 3 / 4), Duration::from_millis(r.election_max_ms * 2))
+}
+
+/// A deliberately broken build, for the history checker to show it catches one (builds
+/// with failpoints only): with `PLUSFS_BROKEN=lease` a leader's lease lasts an hour and
+/// it is never deposed for silence, so a leader cut off from its group goes on answering
+/// reads from its own store after another member was elected and took writes.
+fn broken_lease() -> bool {
+    cfg!(feature = "failpoints") && std::env::var("PLUSFS_BROKEN").is_ok_and(|v| v == "lease")
 }
 
 /// Runs member `config.member` of replicated server `config.id`: serves `listener` (as

@@ -116,6 +116,15 @@ pub struct Entry {
     pub outcome: Outcome,
     /// When its client learnt the outcome (wall clock; `None`: not yet, or unknown).
     pub finished: Option<std::time::Instant>,
+    /// When it was invoked (wall clock; `None` in hand-made histories).
+    pub started: Option<std::time::Instant>,
+}
+
+impl Entry {
+    /// How long the operation took, if it completed.
+    pub fn latency(&self) -> Option<std::time::Duration> {
+        Some(self.finished? - self.started?)
+    }
 }
 
 /// Records the operations of concurrent clients, on one clock.
@@ -130,7 +139,8 @@ impl Recorder {
     pub fn invoke(&self, client: usize, op: Op) -> usize {
         let call = self.clock.fetch_add(1, Ordering::SeqCst);
         let mut e = self.entries.lock().expect("history");
-        e.push(Entry { client, op, call, ret: None, outcome: Outcome::Unknown, finished: None });
+        let started = Some(std::time::Instant::now());
+        e.push(Entry { client, op, call, ret: None, outcome: Outcome::Unknown, finished: None, started });
         e.len() - 1
     }
 
@@ -364,6 +374,14 @@ pub async fn run_client(
     }
 }
 
+/// Runs `op` on `paths` with `c` as client `client`, recorded in `rec`; answers its outcome.
+pub async fn run_op(c: &plusfs_client::Client, rec: &Recorder, client: usize, paths: &[String], op: Op) -> Outcome {
+    let id = rec.invoke(client, op.clone());
+    let outcome = apply(c, paths, &op).await;
+    rec.complete(id, outcome.clone());
+    outcome
+}
+
 /// Runs `op` with client `c`; its outcome as the model states it.
 async fn apply(c: &plusfs_client::Client, paths: &[String], op: &Op) -> Outcome {
     let done = |r: Result<(), plusfs_client::FsError>| match r {
@@ -397,7 +415,7 @@ mod tests {
 
     /// An entry invoked at `call` and completed at `ret`.
     fn e(client: usize, op: Op, call: u64, ret: Option<u64>, outcome: Outcome) -> Entry {
-        Entry { client, op, call, ret, outcome, finished: None }
+        Entry { client, op, call, ret, outcome, finished: None, started: None }
     }
 
     #[test]

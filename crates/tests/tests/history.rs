@@ -5,9 +5,10 @@
 
 mod common;
 
-use common::{leader, ProcCluster};
-use plusfs_localcluster::ClusterSettings;
-use plusfs_testcluster::history::{self, Recorder, Workload};
+use common::{leader, skip_allowed, ProcCluster};
+use plusfs_localcluster::{ClusterSettings, NetSettings};
+use plusfs_netns::shape::LinkShape;
+use plusfs_testcluster::history::{self, Op, Outcome, Recorder, Workload};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,4 +105,194 @@ fn histories_across_leader_kills_and_member_replacements_are_linearizable() {
     tc.assert_fsck_clean();
     let out = cli_ok(&tc, &["fsck", "--replicas"]);
     assert!(!out.contains("DIVERGED"), "{out}");
+}
+
+/// The latency below which `share` of the completed operations of `h` that overlap the
+/// window [`from`, `to`] finished (all of them without a window).
+fn latency_quantile(h: &[history::Entry], window: Option<(Instant, Instant)>, share: f64) -> Duration {
+    let mut l: Vec<Duration> = h
+        .iter()
+        .filter(|e| match (window, e.started, e.finished) {
+            (Some((from, to)), Some(s), Some(f)) => s <= to && f >= from,
+            (None, _, Some(_)) => true,
+            _ => false,
+        })
+        .filter_map(history::Entry::latency)
+        .collect();
+    l.sort();
+    l.get(((l.len() as f64 * share) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or_default()
+}
+
+/// The same checked workload on a private network whose every link (Raft's included)
+/// is delayed 1 ms, while the serving member of one group is cut off from everyone (a
+/// partition, then healed) and the serving member of the other is killed with -9. Needs
+/// root (network namespaces); fails without it unless PLUSFS_ALLOW_SKIP=1.
+#[test]
+fn histories_across_partitions_on_delayed_links_are_linearizable() {
+    #[allow(unsafe_code)]
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(skip_allowed(), "network namespaces need root (set PLUSFS_ALLOW_SKIP=1 to skip)");
+        return;
+    }
+    std::env::set_var("PLUSFS_TRANSPORT_TIMEOUT_MS", "2000");
+    let shape = LinkShape { delay_us: 1000, ..Default::default() };
+    let netns = Some(NetSettings { clients: 1, shape });
+    let mut tc = ProcCluster::start_settings(2, &ClusterSettings { replicas: 3, netns, ..Default::default() });
+    let _down = DownOnDrop(tc.cluster.data().to_path_buf());
+    let d = tc.cluster.data().display().to_string();
+    let dirs = ["/h0", "/h1", "/h2"];
+    let paths: Vec<String> = dirs.iter().flat_map(|d| [format!("{d}/a"), format!("{d}/b")]).collect();
+    let w =
+        Arc::new(Workload { paths: paths.clone(), max_ops: 3000, cross_dir_renames: false, exclusive_creates: false });
+    let rec = Arc::new(Recorder::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    // The clients run on client host c0 (the machine's own namespace has no route there).
+    let net = tc.cluster.net().expect("a private network").clone();
+    let ns = plusfs_netns::NsHandle::open(&net.member("c0").unwrap().ns).unwrap();
+    let (map, rec2, stop2, w2) = (tc.cluster.map().clone(), rec.clone(), stop.clone(), w.clone());
+    let work = std::thread::spawn(move || {
+        ns.enter().expect("enter c0's namespace");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let opts = || plusfs_client::ClientOptions { retries: 5, ..Default::default() };
+            let c = plusfs_client::Client::new(map.clone(), opts());
+            for dir in dirs {
+                c.mkdir(dir, 0o755).await.unwrap();
+            }
+            let clients: Vec<_> = (0..CLIENTS)
+                .map(|i| {
+                    let c = plusfs_client::Client::new(map.clone(), opts());
+                    tokio::spawn(history::run_client(c, rec2.clone(), i, w2.clone(), stop2.clone()))
+                })
+                .collect();
+            for c in clients {
+                c.await.unwrap();
+            }
+        })
+    });
+    let mut faults: Vec<(&str, Instant, Instant)> = Vec::new();
+    std::thread::sleep(Duration::from_millis(2000));
+
+    // The serving member of the group homing /h0 is cut off from every other host.
+    let busy = tc.cluster.map().home_of_dir("/h0");
+    let cut = leader(&tc, busy);
+    let cut_host = plusfs_netns::host_name(busy, Some(cut));
+    let others: Vec<String> = net.names().into_iter().filter(|n| *n != cut_host).collect();
+    let t = Instant::now();
+    cli_ok(&tc, &["netns", "partition", "--data", &d, &cut_host, &others.join(",")]);
+    std::thread::sleep(Duration::from_millis(4000));
+    cli_ok(&tc, &["netns", "heal", "--data", &d]);
+    faults.push(("partition of a leader", t, Instant::now()));
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // kill -9 of the serving member of the other group, restarted a second later.
+    let other = tc.cluster.ids().into_iter().find(|&id| id != busy).unwrap();
+    let t = Instant::now();
+    let victim = leader(&tc, other);
+    tc.cluster.kill_member(other, victim).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    tc.cluster.start_member(other, victim).unwrap();
+    faults.push(("kill -9 of a leader", t, Instant::now()));
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    work.join().expect("the clients failed");
+
+    let h = rec.entries();
+    let verdict = history::check(&h, vec![None; paths.len()]);
+    eprintln!("history on 1 ms links: {verdict}");
+    if verdict.violation.is_some() {
+        let dump: Vec<String> = h.iter().map(|e| format!("{e:?}")).collect();
+        let file = tc.cluster.data().join("history.txt");
+        std::fs::write(&file, dump.join("\n")).unwrap();
+        panic!("{verdict} (history in {})", file.display());
+    }
+    assert!(verdict.ops > 300, "too few operations: {verdict}");
+    eprintln!(
+        "latency, all operations: median {:?}, p99 {:?}",
+        latency_quantile(&h, None, 0.5),
+        latency_quantile(&h, None, 0.99)
+    );
+    for (what, from, to) in &faults {
+        let n = rec.completed_between(*from, *to);
+        eprintln!(
+            "{what}: {:?}, {n} operations completed meanwhile; p99 of those overlapping it {:?}, slowest {:?}",
+            *to - *from,
+            latency_quantile(&h, Some((*from, *to)), 0.99),
+            latency_quantile(&h, Some((*from, *to)), 1.0)
+        );
+        assert!(n > 0, "no operation completed during the {what}: it was not tested");
+    }
+    // fsck runs on the client host: the machine's own namespace has no route there.
+    let exe = common::exe().display().to_string();
+    let out = cli_ok(&tc, &["netns", "exec", "--data", &d, "c0", "--", &exe, "fsck", "--replicas"]);
+    assert!(!out.contains("DIVERGED"), "{out}");
+}
+
+/// Client 0 puts a value and reads it through the serving member of group 0; that member
+/// is cut off from its peers; client 1 puts a new value (through the member elected
+/// meanwhile); client 0 reads again. Answers the checker's verdict on the history.
+fn read_across_a_cut_off_leader(tc: &ProcCluster, path: &str) -> history::Verdict {
+    let d = tc.cluster.data().display().to_string();
+    let net = tc.cluster.net().expect("a private network").clone();
+    let cut_host = plusfs_netns::host_name(0, Some(leader(tc, 0)));
+    let peers: Vec<String> = net.names().into_iter().filter(|n| n.starts_with("s0m") && *n != cut_host).collect();
+    let exe = common::exe();
+    let ns = plusfs_netns::NsHandle::open(&net.member("c0").unwrap().ns).unwrap();
+    let (map, paths) = (tc.cluster.map().clone(), vec![path.to_string()]);
+    let rec = Arc::new(Recorder::default());
+    let rec2 = rec.clone();
+    std::thread::spawn(move || {
+        ns.enter().expect("enter c0's namespace");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let opts = || plusfs_client::ClientOptions { retries: 5, ..Default::default() };
+            let (a, b) = (plusfs_client::Client::new(map.clone(), opts()), plusfs_client::Client::new(map, opts()));
+            assert_eq!(history::run_op(&a, &rec2, 0, &paths, Op::Put(0, 1)).await, Outcome::Done);
+            assert_eq!(history::run_op(&a, &rec2, 0, &paths, Op::Read(0)).await, Outcome::Read(Some(1)));
+            let cut = std::process::Command::new(&exe)
+                .args(["netns", "partition", "--data", &d, &cut_host, &peers.join(",")])
+                .output()
+                .unwrap();
+            assert!(cut.status.success(), "{}", String::from_utf8_lossy(&cut.stderr));
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(history::run_op(&b, &rec2, 1, &paths, Op::Put(0, 2)).await, Outcome::Done);
+            history::run_op(&a, &rec2, 0, &paths, Op::Read(0)).await;
+            let heal = std::process::Command::new(&exe).args(["netns", "heal", "--data", &d]).output().unwrap();
+            assert!(heal.status.success());
+        })
+    })
+    .join()
+    .expect("the clients failed");
+    let h = rec.entries();
+    history::check(&h, vec![None])
+}
+
+/// The checker on a build known to be broken: a leader cut off from its group that goes
+/// on serving reads (`PLUSFS_BROKEN=lease`) answers a read with the value the new leader
+/// overwrote, and the checker says so; the same history with the real build is
+/// linearizable. Needs root (network namespaces); fails without it unless
+/// PLUSFS_ALLOW_SKIP=1.
+#[test]
+fn the_checker_catches_a_leader_that_serves_reads_when_cut_off() {
+    #[allow(unsafe_code)]
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(skip_allowed(), "network namespaces need root (set PLUSFS_ALLOW_SKIP=1 to skip)");
+        return;
+    }
+    std::env::set_var("PLUSFS_TRANSPORT_TIMEOUT_MS", "2000");
+    let netns = Some(NetSettings { clients: 1, shape: LinkShape::default() });
+    let mut tc = ProcCluster::start_settings(1, &ClusterSettings { replicas: 3, netns, ..Default::default() });
+    let _down = DownOnDrop(tc.cluster.data().to_path_buf());
+    let real = read_across_a_cut_off_leader(&tc, "/real");
+    eprintln!("real build: {real}");
+    assert!(real.violation.is_none(), "the real build: {real}");
+    // The same members restarted as the broken build.
+    tc.cluster.kill(0).unwrap();
+    tc.cluster.start_with_env(0, &[("PLUSFS_BROKEN", "lease")]).unwrap();
+    leader(&tc, 0);
+    let broken = read_across_a_cut_off_leader(&tc, "/broken");
+    eprintln!("broken build: {broken}");
+    assert!(broken.violation.is_some(), "the checker missed the stale read of the broken build: {broken}");
 }

@@ -92,6 +92,20 @@ class PlusfsStatFiles(PlusfsBenchmark):
             self.progress = i + 1
 
 
+class PlusfsStatMultinodeFiles(PlusfsStatFiles):
+    """StatMultinodeFiles through the API: each process stats the files a process on another
+    node created (its `partner_dir`), so neither the kernel's cache nor the client's
+    delegations of the creator help (needs at least two nodes)."""
+
+    needs_nodes = 2
+
+    def doBench(self) -> None:  # noqa: N802
+        partner = str(self.param_dict["partner_dir"])
+        for i, name in enumerate(self.names):
+            self.fs.lstat(f"{partner}/{name}")
+            self.progress = i + 1
+
+
 class PlusfsDeleteFiles(PlusfsStatFiles):
     def doBench(self) -> None:  # noqa: N802
         for i, name in enumerate(self.names):
