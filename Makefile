@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic bench-identity bench-bigdir venv clean
+.PHONY: deps build demo test lint unit check-broken soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic bench-identity bench-bigdir venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -68,6 +68,11 @@ pytest: venv
 	cd python/dmetabench && PLUSFS_BIN=$(CARGO_TARGET_DIR)/debug/plusfs ../../$(VENV)/bin/python -m pytest -q
 	PLUSFS_BIN=$(CARGO_TARGET_DIR)/debug/plusfs PLUSFS_LIB=$(CARGO_TARGET_DIR)/debug/libplusfs.so \
 	  $(VENV)/bin/python -m pytest -q tests/py
+
+## check-broken: the history checker against a deliberately broken build (a cut-off leader
+## that keeps serving reads): it must report the stale read (about 8 minutes; root)
+check-broken:
+	$(CARGO) test -p plusfs-tests $(CARGO_FEATURES) --test history -- --ignored --nocapture the_checker
 
 unit:
 	$(CARGO) test --workspace $(CARGO_FEATURES)

@@ -31,9 +31,16 @@ impl Client {
     fn deleg_target(&self, dir: &str, name: Option<&str>) -> Option<Target> {
         match self.dist.get(dir) {
             None => Some(Target { server: self.home(dir), shard: None, slot: None }),
-            Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => name.map(|n| {
+            Some(info) if info.state == DistState::Distributed && !info.set.is_empty() => name.and_then(|n| {
                 let index = plusfs_proto::hugedir::slot_of(n, info.set.len());
-                Target { server: info.set[index], shard: Some(info.incarnation), slot: Some((index, info.set.len())) }
+                let server = info.set[index];
+                // A server that took a drained server's slots holds several: a delegation
+                // of its shard knows one slot's names only, so none is used there.
+                (info.set.iter().filter(|&&s| s == server).count() == 1).then_some(Target {
+                    server,
+                    shard: Some(info.incarnation),
+                    slot: Some((index, info.set.len())),
+                })
             }),
             Some(_) => None,
         }

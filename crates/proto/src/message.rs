@@ -477,6 +477,11 @@ pub enum Request {
         path: String,
         ino: Ino,
     },
+    /// To the home of distributed directory `path`: its storing set now (`Reply::Dist`
+    /// without entry counts; no storing server is asked).
+    ShardSet {
+        path: String,
+    },
 }
 
 impl Request {
@@ -600,6 +605,7 @@ impl Request {
             ShardOut { .. } => 72,
             ShardEntries { .. } => 73,
             ShardDone { .. } => 74,
+            ShardSet { .. } => 75,
         }
     }
 
@@ -668,7 +674,8 @@ impl Request {
             | ShardPull { .. }
             | ShardOut { .. }
             | ShardEntries { .. }
-            | ShardDone { .. } => Privilege::Server,
+            | ShardDone { .. }
+            | ShardSet { .. } => Privilege::Server,
             Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | MapChange { .. } => Privilege::Admin,
             // Data records by number (direct I/O) are any identity's: a client that is no
             // admin presents the capability the file's server issued with `Layout` (checked
@@ -748,6 +755,7 @@ impl Request {
                 | ShardOut { .. }
                 | ShardEntries { .. }
                 | ShardDone { .. }
+                | ShardSet { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | DelegEntries { .. }
@@ -771,7 +779,7 @@ pub enum Privilege {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 75] = [
+pub const OPCODE_NAMES: [&str; 76] = [
     "invalid",
     "ping",
     "mkdir",
@@ -847,6 +855,7 @@ pub const OPCODE_NAMES: [&str; 75] = [
     "shard_out",
     "shard_entries",
     "shard_done",
+    "shard_set",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).

@@ -282,6 +282,7 @@ fn requests() -> Vec<Request> {
         Request::ShardOut { path: "/h".into(), ino: 7, incarnation: 9, set: vec![1, 0, 1] },
         Request::ShardEntries { path: "/h".into(), ino: 7, after: Some("a".into()), limit: 100 },
         Request::ShardDone { path: "/h".into(), ino: 7 },
+        Request::ShardSet { path: "/h".into() },
     ]
 }
 

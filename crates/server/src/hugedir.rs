@@ -340,6 +340,8 @@ impl HugeDirs {
                 ));
             };
             let set: Vec<ServerId> = d.dist.set.iter().map(|&s| if s == from { to } else { s }).collect();
+            // Under the busy lock across one call: the taker only writes a record (it takes
+            // no lock and asks no one), and the set must not change in between.
             let expect = Request::ShardExpect {
                 path: dir.to_string(),
                 ino: d.ino,
@@ -354,6 +356,13 @@ impl HugeDirs {
             self.engine.apply(b).await?;
             tracing::info!(dir, from, to, set = ?d.dist.set, "storing slots given to another server");
         }
+        Ok(Reply::Dist(self.base_report(dir, &d)))
+    }
+
+    /// `ShardSet` on the home of `dir`: its distribution without asking any storing server.
+    pub(crate) fn shard_set(&self, dir: &str) -> OpResult<Reply> {
+        check_dir_path(dir)?;
+        let d = self.engine.dir_object(dir)?;
         Ok(Reply::Dist(self.base_report(dir, &d)))
     }
 

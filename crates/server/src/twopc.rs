@@ -253,6 +253,21 @@ impl TwoPhase {
         Ok(Reply::Done)
     }
 
+    /// The storing server of entry `name` of distributed directory `dir` by `set`, this
+    /// shard's copy of the storing set; when that names a server being drained or gone (the
+    /// set changed since the copy: a shard moved), by the set the home holds now.
+    async fn dst_shard_server(&self, dir: &str, set: &[ServerId], name: &str) -> OpResult<ServerId> {
+        let server = set[plusfs_proto::hugedir::slot_of(name, set.len())];
+        if self.engine.map().server(server).is_some_and(|s| s.weight > 0.0) {
+            return Ok(server);
+        }
+        let ask = Request::ShardSet { path: dir.to_string() };
+        match self.peers.call(self.engine.map().home_of_dir(dir), ask, &plusfs_proto::Cred::server()).await? {
+            Reply::Dist(d) if !d.set.is_empty() => Ok(d.set[plusfs_proto::hugedir::slot_of(name, d.set.len())]),
+            other => Err(err(Errno::EIO, format!("the home of '{dir}' answered {other:?}"))),
+        }
+    }
+
     /// `rename`. The destination entry's server is learnt like a client would: the home of
     /// its parent, or the storing server Eq. 2 gives after a redirect.
     pub(crate) async fn rename(
@@ -285,8 +300,8 @@ impl TwoPhase {
         if ddir == sdir {
             at.server = self.engine.id();
             if let Via::Shard(inc) = via {
-                let set = &src_host.obj.dist.set;
-                at = DstAt { server: set[plusfs_proto::hugedir::slot_of(dname, set.len())], shard: Some(inc), ..at };
+                let server = self.dst_shard_server(sdir, &src_host.obj.dist.set, dname).await?;
+                at = DstAt { server, shard: Some(inc), ..at };
             }
         }
         let mut waiting = DistributionWait::new(DISTRIBUTING_WAIT);

@@ -32,6 +32,20 @@ impl Drop for DownOnDrop {
     }
 }
 
+/// Checks history `h` of `keys` files (all missing at first), failing with the history
+/// written next to the cluster's data when it is not linearizable or too short.
+fn assert_linearizable(tc: &ProcCluster, h: &[history::Entry], keys: usize, what: &str) {
+    let verdict = history::check(h, vec![None; keys]);
+    eprintln!("{what}: {verdict}");
+    if verdict.violation.is_some() {
+        let dump: Vec<String> = h.iter().map(|e| format!("{e:?}")).collect();
+        let file = tc.cluster.data().join("history.txt");
+        std::fs::write(&file, dump.join("\n")).unwrap();
+        panic!("{verdict} (history in {})", file.display());
+    }
+    assert!(verdict.ops > 300, "too few operations: {verdict}");
+}
+
 #[test]
 fn histories_across_leader_kills_and_member_replacements_are_linearizable() {
     let mut tc = ProcCluster::start_settings(2, &ClusterSettings { replicas: 3, ..Default::default() });
@@ -89,15 +103,7 @@ fn histories_across_leader_kills_and_member_replacements_are_linearizable() {
     }
 
     let h = rec.entries();
-    let verdict = history::check(&h, vec![None; paths.len()]);
-    eprintln!("history: {verdict}");
-    if verdict.violation.is_some() {
-        let dump: Vec<String> = h.iter().map(|e| format!("{e:?}")).collect();
-        let file = tc.cluster.data().join("history.txt");
-        std::fs::write(&file, dump.join("\n")).unwrap();
-        panic!("{verdict} (history in {})", file.display());
-    }
-    assert!(verdict.ops > 300, "too few operations: {verdict}");
+    assert_linearizable(&tc, &h, paths.len(), "history");
     // Each fault met operations that completed while it lasted.
     for (what, from, to) in &faults {
         let n = rec.completed_between(*from, *to);
@@ -201,15 +207,7 @@ fn histories_across_partitions_on_delayed_links_are_linearizable() {
     work.join().expect("the clients failed");
 
     let h = rec.entries();
-    let verdict = history::check(&h, vec![None; paths.len()]);
-    eprintln!("history on 1 ms links: {verdict}");
-    if verdict.violation.is_some() {
-        let dump: Vec<String> = h.iter().map(|e| format!("{e:?}")).collect();
-        let file = tc.cluster.data().join("history.txt");
-        std::fs::write(&file, dump.join("\n")).unwrap();
-        panic!("{verdict} (history in {})", file.display());
-    }
-    assert!(verdict.ops > 300, "too few operations: {verdict}");
+    assert_linearizable(&tc, &h, paths.len(), "history on 1 ms links");
     eprintln!(
         "latency, all operations: median {:?}, p99 {:?}",
         latency_quantile(&h, None, 0.5),
@@ -237,7 +235,8 @@ fn histories_across_partitions_on_delayed_links_are_linearizable() {
 fn read_across_a_cut_off_leader(tc: &ProcCluster, path: &str) -> history::Verdict {
     let d = tc.cluster.data().display().to_string();
     let net = tc.cluster.net().expect("a private network").clone();
-    let cut_host = plusfs_netns::host_name(0, Some(leader(tc, 0)));
+    let cut = leader(tc, 0);
+    let cut_host = plusfs_netns::host_name(0, Some(cut));
     let peers: Vec<String> = net.names().into_iter().filter(|n| n.starts_with("s0m") && *n != cut_host).collect();
     let exe = common::exe();
     let ns = plusfs_netns::NsHandle::open(&net.member("c0").unwrap().ns).unwrap();
@@ -248,8 +247,15 @@ fn read_across_a_cut_off_leader(tc: &ProcCluster, path: &str) -> history::Verdic
         ns.enter().expect("enter c0's namespace");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
-            let opts = || plusfs_client::ClientOptions { retries: 5, ..Default::default() };
-            let (a, b) = (plusfs_client::Client::new(map.clone(), opts()), plusfs_client::Client::new(map, opts()));
+            // No delegations: the broken member would keep the reader's delegation of `/`
+            // (the reader asks it, not the new leader, for recalls), and every write would
+            // wait for the recall to time out.
+            let opts = || plusfs_client::ClientOptions { retries: 5, delegations: false, ..Default::default() };
+            // The writer knows only the members that stay connected (a client that tries the
+            // cut-off one first waits for its transport timeout on each try).
+            let mut others = map.clone();
+            others.servers[0].members.retain(|m| m.id != cut);
+            let (a, b) = (plusfs_client::Client::new(map, opts()), plusfs_client::Client::new(others, opts()));
             assert_eq!(history::run_op(&a, &rec2, 0, &paths, Op::Put(0, 1)).await, Outcome::Done);
             assert_eq!(history::run_op(&a, &rec2, 0, &paths, Op::Read(0)).await, Outcome::Read(Some(1)));
             let cut = std::process::Command::new(&exe)
@@ -258,7 +264,16 @@ fn read_across_a_cut_off_leader(tc: &ProcCluster, path: &str) -> history::Verdic
                 .unwrap();
             assert!(cut.status.success(), "{}", String::from_utf8_lossy(&cut.stderr));
             tokio::time::sleep(Duration::from_secs(3)).await;
-            assert_eq!(history::run_op(&b, &rec2, 1, &paths, Op::Put(0, 2)).await, Outcome::Done);
+            // Its first tries may meet the cut-off member (a broken one takes the write and
+            // cannot commit it): unknown outcomes, which the checker allows.
+            let mut put = Outcome::Unknown;
+            for _ in 0..10 {
+                put = history::run_op(&b, &rec2, 1, &paths, Op::Put(0, 2)).await;
+                if put == Outcome::Done {
+                    break;
+                }
+            }
+            assert_eq!(put, Outcome::Done, "no write went through the member elected meanwhile");
             history::run_op(&a, &rec2, 0, &paths, Op::Read(0)).await;
             let heal = std::process::Command::new(&exe).args(["netns", "heal", "--data", &d]).output().unwrap();
             assert!(heal.status.success());
@@ -276,6 +291,7 @@ fn read_across_a_cut_off_leader(tc: &ProcCluster, path: &str) -> history::Verdic
 /// linearizable. Needs root (network namespaces); fails without it unless
 /// PLUSFS_ALLOW_SKIP=1.
 #[test]
+#[ignore = "about 8 minutes (the broken build's writes wait on the cut-off member): `make check-broken`"]
 fn the_checker_catches_a_leader_that_serves_reads_when_cut_off() {
     #[allow(unsafe_code)]
     // SAFETY: geteuid has no preconditions.

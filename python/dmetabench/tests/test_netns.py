@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 from test_plusfs_plugins import plusfs_bin
-from test_run import only_dir
+from test_run import ARGS, only_dir
+
+# The whole runs' options, with the plusfs-native stat plugins.
+OPTIONS = [*ARGS[2:], "--operations", "PlusfsStatMultinodeFiles,PlusfsStatFiles"]
 
 
 def test_multinode_stat_over_the_network_kit(tmp_path):
@@ -37,16 +40,7 @@ def test_multinode_stat_over_the_network_kit(tmp_path):
             sys.executable,
             "-m",
             "dmetabench.cli",
-            "--operations",
-            "PlusfsStatMultinodeFiles,PlusfsStatFiles",
-            "--problemsize",
-            "100",
-            "--runtime",
-            "0.5",
-            "--interval",
-            "0.05",
-            "--vmstat-seconds",
-            "1",
+            *OPTIONS,
             "--workdir",
             "/dmb",
             "--results",

@@ -195,6 +195,11 @@ impl Delegations {
             Some(_) => err(Errno::EAGAIN, format!("'{dir}' is distributed: its shards are delegated")),
             None => e,
         })?;
+        // A shard holding several slots of the set (taken from a drained server) is not
+        // delegated: a holder knows the names of one slot.
+        if shard.is_some() && host.obj.dist.set.iter().filter(|&&s| s == self.engine.id()).count() > 1 {
+            return Err(err(Errno::EAGAIN, format!("'{dir}': this shard holds several slots and is not delegated")));
+        }
         let settings = self.engine.map().delegations.clone();
         // A read delegation of a directory too large to send whole would answer only
         // negative lookups: not worth a scan of every name per grant.

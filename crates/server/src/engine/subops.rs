@@ -97,15 +97,19 @@ impl Engine {
     /// it), from the shard-move records (not the forwarding addresses of shards gone).
     pub(crate) fn shards_moving(&self) -> OpResult<Vec<(String, u64, bool)>> {
         use crate::engine::logrec::{MoveStage, ShardMove};
-        let recs = self.log_all::<ShardMove>().map_err(eio)?;
-        Ok(recs
-            .into_iter()
-            .filter_map(|(_, r)| match r.stage {
-                MoveStage::Gone => None,
-                MoveStage::Taken => Some((r.path, r.ino, true)),
-                MoveStage::Expected | MoveStage::Out(_) => Some((r.path, r.ino, false)),
-            })
-            .collect())
+        // As for the outbox: a record that cannot be read is skipped and logged.
+        let mut out = Vec::new();
+        for (key, raw) in self.store.log_records(plusfs_store::LogKind::ShardMove).map_err(eio)? {
+            match crate::engine::logrec::decode::<ShardMove>(key, &raw) {
+                Ok(r) => match r.stage {
+                    MoveStage::Gone => {}
+                    MoveStage::Taken => out.push((r.path, r.ino, true)),
+                    MoveStage::Expected | MoveStage::Out(_) => out.push((r.path, r.ino, false)),
+                },
+                Err(e) => tracing::error!(cause = %e, "a shard move record cannot be read; skipped"),
+            }
+        }
+        Ok(out)
     }
 
     /// The directory objects this server handed to their new home and keeps until the new

@@ -81,6 +81,13 @@ impl Migration {
             Some(r) if matches!(r.stage, MoveStage::Out(_)) => {
                 return Err(OpError::Moved(format!("server {me} is still handing its shard of '{path}' over")));
             }
+            // One giver at a time: another drained server's shard of it is still coming.
+            Some(r) if matches!(r.stage, MoveStage::Expected | MoveStage::Taken) => {
+                return Err(OpError::Moved(format!(
+                    "server {me} is still taking server {}'s shard of '{path}'",
+                    r.from
+                )));
+            }
             _ => {}
         }
         let rec = ShardMove { path: path.to_string(), ino, incarnation, from, to: me, set, stage: MoveStage::Expected };
@@ -92,9 +99,26 @@ impl Migration {
     }
 
     /// Before a request is served here: pulls every shard it is about that a drained
-    /// server is to hand here.
+    /// server is to hand here. A sub-operation of a cross-server operation does not wait
+    /// for a giver that refuses (a transaction of the same coordinator may hold the shard
+    /// there): it is refused with EBUSY and its coordinator tries again.
     pub(crate) async fn pull_expected(self: &Arc<Self>, req: &Request) -> OpResult<()> {
         if self.expected_shards.lock().is_empty() {
+            return Ok(());
+        }
+        // The moves' own requests never wait for a pull (a pull asks the home for its set,
+        // and the home may be this server).
+        use Request::*;
+        if matches!(
+            req,
+            ShardEvict { .. }
+                | ShardExpect { .. }
+                | ShardPull { .. }
+                | ShardOut { .. }
+                | ShardEntries { .. }
+                | ShardDone { .. }
+                | ShardSet { .. }
+        ) {
             return Ok(());
         }
         let mut about: Vec<String> = plusfs_proto::touch::touched(req).into_iter().map(|t| t.0).collect();
@@ -102,8 +126,10 @@ impl Migration {
         about.retain(|p| self.expected_shards.lock().contains(p));
         about.sort();
         about.dedup();
+        let planned = matches!(req, Request::TxPrepare { .. } | Request::CxExec { .. } | Request::SubExec { .. });
+        let patience = if planned { Duration::ZERO } else { PULL_PATIENCE };
         for p in about {
-            self.pull_shard(&p).await?;
+            self.pull_shard(&p, patience).await?;
         }
         Ok(())
     }
@@ -113,15 +139,17 @@ impl Migration {
     pub(crate) async fn shard_pull(self: &Arc<Self>, path: &str) -> OpResult<Reply> {
         check_dir_path(path)?;
         let (osd, p) = (self.clone(), path.to_string());
-        match tokio::spawn(async move { osd.pull_shard(&p).await }).await {
+        match tokio::spawn(async move { osd.pull_shard(&p, PULL_PATIENCE).await }).await {
             Ok(r) => r.map(|()| Reply::Done),
             Err(e) => Err(err(Errno::EIO, format!("pulling the shard of '{path}': {e}"))),
         }
     }
 
     /// Takes the shard of `path` from its giver if it is expected here (concurrent callers
-    /// wait for the first), retrying while the giver refuses.
-    async fn pull_shard(self: &Arc<Self>, path: &str) -> OpResult<()> {
+    /// wait for the first), retrying for `patience` while the giver refuses. A record the
+    /// home's decision no longer backs (it gave the slots to another server after a crash)
+    /// is dropped.
+    async fn pull_shard(self: &Arc<Self>, path: &str, patience: Duration) -> OpResult<()> {
         let gate = self.shard_pulls.gate(path);
         let _held = gate.lock().await;
         let started = Instant::now();
@@ -141,9 +169,17 @@ impl Migration {
                     self.confirm_in_background(taken);
                     return Ok(());
                 }
-                Err(e) if e.errno() == Errno::EBUSY && started.elapsed() < PULL_PATIENCE => {
+                Err(e) if e.errno() == Errno::EBUSY && started.elapsed() < patience => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Err(e) if e.errno() == Errno::ESTALE => {
+                    tracing::warn!(path, from = rec.from, cause = %e.message(), "dropping a shard move the home did not make");
+                    let mut b = Batch::new();
+                    b.del_log(LogKind::ShardMove, path_key(path));
+                    self.engine.apply(b).await?;
+                    self.expected_shards.lock().remove(path);
+                    return Ok(());
                 }
                 Err(e) => return Err(e),
             }
@@ -212,6 +248,14 @@ impl Migration {
                 tracing::debug!(from = rec.from, cause = %e.message, "shard confirmation not delivered; asked again later");
                 return;
             }
+            // The record goes only if it is still this move's (a later move of the path
+            // from another giver may have replaced it).
+            let gate = osd.shard_pulls.gate(&rec.path);
+            let _held = gate.lock().await;
+            match osd.shard_move(&rec.path) {
+                Ok(Some(now)) if now.from == rec.from && now.stage == MoveStage::Taken => {}
+                _ => return,
+            }
             let mut b = Batch::new();
             b.del_log(LogKind::ShardMove, path_key(&rec.path));
             if let Err(e) = osd.engine.apply(b).await {
@@ -233,18 +277,34 @@ impl Migration {
         if let Some(rec) = self.shard_move(path)? {
             match rec.stage {
                 MoveStage::Out(obj) if obj.ino == ino => return self.first_page(path, obj),
+                // Its taker has it: whoever asks holds a move the home did not make.
                 MoveStage::Gone if rec.ino == ino => {
-                    return Err(err(Errno::ENOENT, format!("the shard of '{path}' was handed over and dropped here")));
+                    return Err(err(
+                        Errno::ESTALE,
+                        format!("the shard of '{path}' went to server {} and was dropped here", rec.to),
+                    ));
                 }
                 _ => {}
             }
         }
+        // Only once the home records a set without this server: until then it sends
+        // requests about these names here, and this server serves them.
+        let home_set = self.home_set(path).await?;
+        if home_set.contains(&self.engine.id()) {
+            return Err(OpError::Moved(format!("the home of '{path}' has not given this server's slots away yet")));
+        }
+        if home_set != set {
+            return Err(err(Errno::ESTALE, format!("the home of '{path}' gave this server's slots to another server")));
+        }
         let mut wanted = with_ancestors(path);
         wanted.sort();
-        if let Err(c) = self.engine.locks().lock(&wanted, None, false).await {
-            self.engine.locks().hurry(c.0);
-            return Err(OpError::Moved(format!("a transaction holds the shard of '{path}'")));
-        }
+        let _g = match self.engine.locks().lock(&wanted, None, false).await {
+            Ok(g) => g,
+            Err(c) => {
+                self.engine.locks().hurry(c.0);
+                return Err(OpError::Moved(format!("a transaction holds the shard of '{path}'")));
+            }
+        };
         let Some(obj) = self.engine.store().get_shard(path).map_err(eio)? else {
             return Err(err(Errno::ENOENT, format!("no shard of '{path}' here")));
         };
@@ -253,7 +313,9 @@ impl Migration {
         }
         let me = self.engine.id();
         let slot = obj.dist.set.iter().position(|&s| s == me);
-        let to = slot.and_then(|i| set.get(i)).copied().unwrap_or(set[0]);
+        let Some(&to) = slot.and_then(|i| set.get(i)) else {
+            return Err(err(Errno::EINVAL, format!("'{path}': the set {set:?} has no slot of this server's shard")));
+        };
         let rec = ShardMove {
             path: path.to_string(),
             ino,
@@ -270,6 +332,16 @@ impl Migration {
         self.failpoints.hit(crate::failpoint::FailStep::ShardAfterOut).await;
         tracing::info!(path, to, entries = obj.entries, "handing a shard to another storing server");
         self.first_page(path, obj)
+    }
+
+    /// The storing set the home of distributed directory `path` holds now.
+    pub(crate) async fn home_set(&self, path: &str) -> OpResult<Vec<ServerId>> {
+        let home = self.engine.map().home_of_dir(path);
+        let ask = Request::ShardSet { path: path.to_string() };
+        match self.peers.call(home, ask, &Cred::server()).await? {
+            Reply::Dist(report) => Ok(report.set),
+            other => Err(err(Errno::EIO, format!("the home of '{path}' answered {other:?}"))),
+        }
     }
 
     fn first_page(&self, path: &str, obj: plusfs_proto::DirObject) -> OpResult<Reply> {
@@ -372,6 +444,7 @@ impl Migration {
 mod tests {
     use crate::engine::attrs::NewNode;
     use crate::engine::host::Via;
+    use crate::engine::logrec::MoveStage;
     use crate::testkit::{root, Mesh};
     use plusfs_placement::MapChange;
     use plusfs_proto::{FileKind, Threshold};
@@ -402,6 +475,19 @@ mod tests {
         assert!(mesh.server(drained).engine.store().get_shard("/big").unwrap().is_some());
         let drain = MapChange::Reweight { id: drained, weight: 0.0 }.to_text();
         mesh.server(0).migrate.change_map(&drain, &root()).await.unwrap();
+        // A server told the shard comes whose home never recorded it (a home that died
+        // between the two steps, or chose another taker): the giver refuses to hand over.
+        let stray = *before.dist.set.iter().find(|&&s| s != drained).unwrap();
+        let stray_set: Vec<u32> = before.dist.set.iter().map(|&s| if s == drained { stray } else { s }).collect();
+        let m = &mesh.server(stray).migrate;
+        m.shard_expect("/big", before.ino, before.incarnation, drained, stray_set).await.unwrap();
+        mesh.server(home).engine.dir_object("/big").unwrap(); // (the home's set is unchanged)
+        let refused = m.pull_shard("/big", Duration::ZERO).await;
+        if mesh.server(home).engine.dir_object("/big").unwrap().dist.set.contains(&drained) {
+            let e = refused.expect_err("the giver handed over a shard its home still routes to it");
+            assert_eq!(e.errno(), plusfs_proto::Errno::EBUSY, "{e}");
+            assert!(mesh.server(drained).engine.store().get_shard("/big").unwrap().is_some(), "still served");
+        }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             let gone = mesh.server(drained).engine.store().get_shard("/big").unwrap().is_none();
@@ -426,6 +512,9 @@ mod tests {
             let at = mesh.server(info.server_of(&name));
             at.namespace.stat(&p, Via::Shard(after.incarnation), &c).await.unwrap_or_else(|e| panic!("{p}: {e}"));
         }
+        // A stray expectation the home did not back is dropped at its next pull.
+        mesh.server(stray).migrate.pull_shard("/big", Duration::ZERO).await.unwrap();
+        assert!(mesh.server(stray).migrate.shard_move("/big").unwrap().is_none_or(|r| r.stage == MoveStage::Taken));
         // The drained server redirects a client with the old set to the new one.
         let e = mesh.server(drained).namespace.stat("/big/f1", Via::Shard(after.incarnation), &c).await.unwrap_err();
         assert_eq!(e.dist().map(|d| d.set.clone()), Some(after.dist.set.clone()), "{e}");

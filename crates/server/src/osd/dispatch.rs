@@ -257,6 +257,7 @@ impl Osd {
             ShardOut { path, ino, incarnation, set } => self.migrate.shard_out(&path, ino, incarnation, set).await,
             ShardEntries { path, ino, after, limit } => self.migrate.shard_entries(&path, ino, after.as_deref(), limit),
             ShardDone { path, ino } => self.migrate.shard_done(&path, ino).await,
+            ShardSet { path } => self.hugedirs.shard_set(&path),
             // An empty path (from a peer): this server's data store.
             Fsync { .. } => self.filedata.fsync_data().await,
         }
@@ -331,6 +332,11 @@ impl LocalPeer for Osd {
     /// `handle`, so no operation recurses into another.
     fn serve_peer<'a>(self: Arc<Self>, req: Request, c: &'a Cred) -> Answer<'a> {
         Box::pin(async move {
+            // A shard a drained server is to hand here is pulled first, as for a request
+            // from another server (`Migration::place`).
+            if let Err(e) = self.migrate.pull_expected(&req).await {
+                return Err(WireError::from(e));
+            }
             // Not a client's request: its batches are never a request's effects.
             let call = Call::new(c.clone());
             let c = &call;
@@ -351,6 +357,7 @@ impl LocalPeer for Osd {
                 Request::ShardExpect { path, ino, incarnation, from, set } => {
                     self.migrate.shard_expect(&path, ino, incarnation, from, set).await
                 }
+                Request::ShardSet { path } => self.hugedirs.shard_set(&path),
                 other => Err(err(Errno::EINVAL, format!("{} is not a peer request", other.name()))),
             };
             answer.map_err(WireError::from)
