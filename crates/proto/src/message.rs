@@ -527,6 +527,22 @@ impl Request {
         }
     }
 
+    /// Whether the request is a step of a shard's move off a drained server (`ShardEvict`
+    /// to `ShardSet`).
+    pub fn is_shard_move(&self) -> bool {
+        use Request::*;
+        matches!(
+            self,
+            ShardEvict { .. }
+                | ShardExpect { .. }
+                | ShardPull { .. }
+                | ShardOut { .. }
+                | ShardEntries { .. }
+                | ShardDone { .. }
+                | ShardSet { .. }
+        )
+    }
+
     /// The opcode carried in the frame header (variant index + 1).
     pub fn opcode(&self) -> u16 {
         use Request::*;

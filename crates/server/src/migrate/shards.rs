@@ -108,17 +108,7 @@ impl Migration {
         }
         // The moves' own requests never wait for a pull (a pull asks the home for its set,
         // and the home may be this server).
-        use Request::*;
-        if matches!(
-            req,
-            ShardEvict { .. }
-                | ShardExpect { .. }
-                | ShardPull { .. }
-                | ShardOut { .. }
-                | ShardEntries { .. }
-                | ShardDone { .. }
-                | ShardSet { .. }
-        ) {
+        if req.is_shard_move() {
             return Ok(());
         }
         let mut about: Vec<String> = plusfs_proto::touch::touched(req).into_iter().map(|t| t.0).collect();
