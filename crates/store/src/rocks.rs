@@ -602,9 +602,30 @@ impl DirStore for RocksStore {
             return Ok(());
         }
         self.db.flush().map_err(engine)?;
+        let budget = free.saturating_sub(self.flush_room());
         let tables = self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(u64::MAX);
-        if free.saturating_sub(self.flush_room()) > tables {
+        if budget > tables {
             self.db.compact_range::<&[u8], &[u8]>(None, None);
+            return Ok(());
+        }
+        // Too little room to rewrite every table at once: compact the key space piece by
+        // piece, each piece's tables fitting the room (a compaction's output is at most its
+        // input, and deleted objects leave far less).
+        // Each step moves past a table's first key: bounded by the tables there are (and a
+        // little more, for tables that writes add meanwhile).
+        let mut from: Option<Vec<u8>> = None;
+        for _ in 0..self.db.live_files().map_err(engine)?.len() * 2 + 16 {
+            match next_piece(&self.db.live_files().map_err(engine)?, from.as_deref(), budget) {
+                Some(Piece::Compact(to)) => {
+                    self.db.compact_range(from.as_deref(), to.as_deref());
+                    match to {
+                        Some(to) => from = Some(to),
+                        None => break,
+                    }
+                }
+                Some(Piece::Skip(to)) => from = Some(to),
+                None => break,
+            }
         }
         Ok(())
     }
@@ -651,6 +672,42 @@ impl DirStore for RocksStore {
             writes: self.stats.writes.load(Ordering::Relaxed),
             syncs: self.stats.syncs.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// What a reclaim does next with the key space from where it stands.
+#[derive(Debug, PartialEq)]
+enum Piece {
+    /// Compacts up to this key (inclusive; `None`: to the end of the key space).
+    Compact(Option<Vec<u8>>),
+    /// Steps over the key space up to this key: its tables alone exceed the room.
+    Skip(Vec<u8>),
+}
+
+/// The next piece of the key space from `from` (inclusive) whose overlapping tables
+/// together fit `budget` bytes: as far as the room allows, ending at some table's first
+/// key; `None` when nothing is left that may be compacted.
+fn next_piece(files: &[rocksdb::LiveFile], from: Option<&[u8]>, budget: u64) -> Option<Piece> {
+    // Bytes of the tables a compaction of [from, to] rewrites.
+    let bytes = |to: Option<&[u8]>| -> u64 {
+        let overlaps = |f: &&rocksdb::LiveFile| {
+            let starts_by_end = matches!((to, f.start_key.as_deref()), (Some(to), Some(s)) if s > to);
+            let ends_by_start = matches!((from, f.end_key.as_deref()), (Some(from), Some(e)) if e < from);
+            !starts_by_end && !ends_by_start
+        };
+        files.iter().filter(overlaps).map(|f| f.size as u64).sum()
+    };
+    let rest = bytes(None);
+    if rest <= budget {
+        return (rest > 0).then_some(Piece::Compact(None));
+    }
+    let mut bounds: Vec<&[u8]> =
+        files.iter().filter_map(|f| f.start_key.as_deref()).filter(|k| from.is_none_or(|f| *k > f)).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    match bounds.iter().take_while(|b| bytes(Some(b)) <= budget).last() {
+        Some(to) => Some(Piece::Compact(Some(to.to_vec()))),
+        None => bounds.first().map(|b| Piece::Skip(b.to_vec())),
     }
 }
 
@@ -712,6 +769,50 @@ mod tests {
         let skipped = ctx.metric(rocksdb::perf::PerfMetric::InternalDeleteSkippedCount);
         rocksdb::perf::set_perf_stats(rocksdb::perf::PerfStatsLevel::Disable);
         assert!(skipped < 10, "the scans stepped over {skipped} deleted keys");
+    }
+
+    /// A disk with less room than the tables: a reclaim compacts deleted objects away
+    /// piece by piece, never rewriting more than the room at once.
+    #[tokio::test]
+    async fn a_reclaim_without_room_for_every_table_compacts_piece_by_piece() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksStore::open(dir.path(), false).unwrap();
+        s.db.set_options(&[("disable_auto_compactions", "true")]).unwrap();
+        let tables = |s: &RocksStore| s.db.property_int_value("rocksdb.total-sst-files-size").unwrap().unwrap();
+        // Incompressible values (a table may be compressed).
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut value = || -> Vec<u8> {
+            (0..64 << 10)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        for t in 0..8u64 {
+            let mut b = Batch::new();
+            for i in 0..32 {
+                b.put_record(t * 1000 + i, value());
+            }
+            commit(&s, b).await.unwrap();
+            s.db.flush().unwrap();
+        }
+        let mut b = Batch::new();
+        for t in 0..8u64 {
+            for i in 0..32 {
+                b.del_record(t * 1000 + i);
+            }
+        }
+        commit(&s, b).await.unwrap();
+        let before = tables(&s);
+        assert!(before > 16 << 20, "{before} bytes of tables");
+        // Room for about three of the eight tables.
+        s.reclaim(s.flush_room() + (7 << 20)).unwrap();
+        let after = tables(&s);
+        assert!(after < 1 << 20, "{before} bytes of tables before, {after} after");
+        assert_eq!(s.get_records(&[3, 7003]).unwrap(), vec![None, None]);
     }
 
     #[tokio::test]

@@ -207,7 +207,8 @@ async fn a_full_disk_is_enospc_and_recovers_without_a_restart() {
     {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
-            "no file data fits 10 s after the metadata flood was deleted: {e}"
+            "no file data fits 10 s after the metadata flood was deleted: {e}\n{}",
+            diagnose(&cluster, &disk.0)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
