@@ -116,7 +116,8 @@ pub enum Replace {
 pub struct CommitPayload {
     /// Directory objects this server becomes the home of (directory rename).
     pub imports: Vec<DirDump>,
-    /// New inodes of `ExchangeEntry` entries here: (directory, name, inode).
+    /// New inodes of `ExchangeEntry` entries here, and the current inode of a file an
+    /// `InsertEntry` here moves by rename: (directory, name, inode).
     pub swap_in: Vec<(String, String, Inode)>,
 }
 
@@ -125,7 +126,8 @@ pub struct CommitPayload {
 pub struct Vote {
     /// Objects exported by an `ExportSubtree` sub-operation.
     pub exports: Vec<DirDump>,
-    /// Current inodes of `ExchangeEntry` entries: (directory, name, inode).
+    /// Current inodes of `ExchangeEntry` entries and of non-directory entries a
+    /// `RemoveEntry` takes away: (directory, name, inode).
     pub swap_out: Vec<(String, String, Inode)>,
 }
 

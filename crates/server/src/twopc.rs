@@ -83,8 +83,35 @@ pub(crate) fn add_part(parts: &mut Parts, server: ServerId, op: SubOp) {
 }
 
 /// Routes the inodes voted out by the two `ExchangeEntry` sub-operations of `parts` to
-/// the payload of the other side's server.
+/// the payload of the other side's server, and the inode of a file a rename moves (as its
+/// old entry held it at the vote) to the server of its new entry.
 fn swap_payloads(
+    parts: &Parts,
+    swapped: Vec<(String, String, Inode)>,
+    payloads: &mut HashMap<ServerId, CommitPayload>,
+) {
+    let removed: Vec<(&String, &String, Ino)> = parts
+        .iter()
+        .flat_map(|(_, ops)| ops.iter())
+        .filter_map(|o| match o {
+            SubOp::RemoveEntry { dir, name, ino, .. } if *ino != 0 => Some((dir, name, *ino)),
+            _ => None,
+        })
+        .collect();
+    for (server, ops) in parts {
+        for op in ops {
+            let SubOp::InsertEntry { dir, name, inode, .. } = op else { continue };
+            let Some((sd, sn, _)) = removed.iter().find(|r| r.2 == inode.ino) else { continue };
+            if let Some((_, _, now)) = swapped.iter().find(|(d, n, i)| d == *sd && n == *sn && i.ino == inode.ino) {
+                payloads.entry(*server).or_default().swap_in.push((dir.clone(), name.clone(), now.clone()));
+            }
+        }
+    }
+    exchange_payloads(parts, swapped, payloads);
+}
+
+/// The `ExchangeEntry` half of [`swap_payloads`].
+fn exchange_payloads(
     parts: &Parts,
     swapped: Vec<(String, String, Inode)>,
     payloads: &mut HashMap<ServerId, CommitPayload>,

@@ -172,3 +172,49 @@ async fn a_rename_onto_a_directory_being_distributed_waits_for_it() {
     a.lstat(big).await.unwrap();
     assert_consistent(&cluster, &a).await;
 }
+
+/// A rename of a file that a write is committing: the rename reads the source entry before
+/// it locks anything, then waits for the write. The moved entry must be the file as the
+/// write left it — not the copy read before, which names the data record the write dropped
+/// (fsck: a file naming a record its server does not hold; the write lost). Within one
+/// directory (one server, one batch) and across servers (two-phase commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_racing_a_write_moves_the_file_as_written() {
+    for protocol in [TxnProtocol::TwoPhase, TxnProtocol::Cx, TxnProtocol::Serial] {
+        rename_racing_a_write(protocol).await;
+    }
+}
+
+async fn rename_racing_a_write(protocol: TxnProtocol) {
+    let cluster = start(protocol).await;
+    let opts = || plusfs_client::ClientOptions { delegations: false, ..Default::default() };
+    let (w, r) = (cluster.client_with(opts()), cluster.client_with(opts()));
+    let (other, _, elsewhere) = cross_server_name(&w, "o");
+    w.mkdir(&other, 0o755).await.unwrap();
+    let dir = (0..).map(|i| format!("/d{i}")).find(|d| w.home(d) != elsewhere).unwrap();
+    w.mkdir(&dir, 0o755).await.unwrap();
+    let home = w.home(&dir);
+    for (i, dst) in [format!("{dir}/b"), format!("{other}/b")].into_iter().enumerate() {
+        let src = format!("{dir}/a{i}");
+        w.create(&src, 0o644, true).await.unwrap();
+        w.write(&src, 0, b"before").await.unwrap();
+        let fp = cluster.failpoint(home, FailStep::DataAfterAppend, FailAction::Pause);
+        let write = {
+            let (w, src) = (w.clone(), src.clone());
+            tokio::spawn(async move { w.write(&src, 0, b"after!").await })
+        };
+        tokio::time::timeout(Duration::from_secs(10), fp.reached()).await.expect("the write reached its commit");
+        let rename = {
+            let (r, src, dst) = (r.clone(), src.clone(), dst.clone());
+            tokio::spawn(async move { r.rename(&src, &dst).await })
+        };
+        // The rename has read the source and waits for the write's lock.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!rename.is_finished(), "the rename did not wait for the write");
+        cluster.disarm(home, FailStep::DataAfterAppend);
+        write.await.unwrap().expect("the write");
+        rename.await.unwrap().expect("the rename");
+        assert_eq!(r.read_all(&dst).await.expect("the moved file reads"), b"after!", "{protocol:?}: {src} -> {dst}");
+        assert_consistent(&cluster, &r).await;
+    }
+}

@@ -44,6 +44,19 @@ pub(crate) fn rebase_ancestry(own: Option<Ancestry>, anc: Option<&(Ancestry, Anc
     }
 }
 
+/// The inode an `InsertEntry` of `dir/name` writes: a moved file's inode as its old entry
+/// holds it at the vote (`payload`), with the rename's change time, else `inode` itself
+/// (a directory, or a coordinator of an earlier build that sends none).
+fn moved_inode<'a>(payload: &CommitPayload, dir: &str, name: &str, inode: &'a Inode) -> std::borrow::Cow<'a, Inode> {
+    let now = payload.swap_in.iter().find(|(d, n, i)| d == dir && n == name && i.ino == inode.ino);
+    match now {
+        Some((_, _, now)) if inode.kind != FileKind::Dir => {
+            std::borrow::Cow::Owned(Inode { ctime: inode.ctime, ..now.clone() })
+        }
+        _ => std::borrow::Cow::Borrowed(inode),
+    }
+}
+
 impl Engine {
     /// Directory locks a list of sub-operations needs (ExportSubtree adds its objects).
     pub(crate) fn subop_locks(ops: &[SubOp]) -> Vec<(String, Scope)> {
@@ -440,6 +453,7 @@ impl Engine {
         for op in &p.ops {
             match op {
                 SubOp::InsertEntry { dir, name, inode, shard, .. } => {
+                    let inode = &moved_inode(payload, dir, name, inode);
                     let key = load(&mut hosts, dir, *shard)?;
                     let d = hosts.get_mut(&key).expect("loaded");
                     match self.store.get_entry(d.ino, name).map_err(eio)? {
@@ -535,13 +549,23 @@ impl Engine {
         Ok(())
     }
 
-    /// The current inodes of the `ExchangeEntry` entries in `ops` (for the vote).
+    /// The current inodes of the `ExchangeEntry` entries in `ops`, and of the non-directory
+    /// entries a `RemoveEntry` takes away (a rename moves them): read under the prepared
+    /// locks for the vote, so what the other side writes is the inode as it is now, not the
+    /// copy its coordinator read before it locked anything (a write committed meanwhile
+    /// would otherwise be lost, and its new data records with it).
     pub(crate) fn swap_out(&self, ops: &[SubOp]) -> OpResult<Vec<(String, String, Inode)>> {
         let mut out = Vec::new();
         for op in ops {
-            if let SubOp::ExchangeEntry { dir, name, shard } = op {
-                let p = plusfs_proto::path::join(dir, name);
-                out.push((dir.clone(), name.clone(), self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?));
+            let (dir, name, shard) = match op {
+                SubOp::ExchangeEntry { dir, name, shard } => (dir, name, shard),
+                SubOp::RemoveEntry { dir, name, ino, shard } if *ino != 0 => (dir, name, shard),
+                _ => continue,
+            };
+            let p = plusfs_proto::path::join(dir, name);
+            let e = self.entry(&self.sub_host(dir, *shard)?.obj, &p, name)?;
+            if matches!(op, SubOp::ExchangeEntry { .. }) || e.kind != FileKind::Dir {
+                out.push((dir.clone(), name.clone(), e));
             }
         }
         Ok(out)
