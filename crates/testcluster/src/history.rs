@@ -331,12 +331,9 @@ pub struct Workload {
     /// Operations per client at most.
     pub max_ops: usize,
     /// Renames between any two keys; otherwise only between keys `2i` and `2i + 1` (the
-    /// caller puts each pair in one directory). A rename that replaces a file of another
-    /// server's directory was seen to let a concurrent reader of the target read an empty
-    /// file that never existed (issue 38's note): that is open.
+    /// caller puts each pair in one directory).
     pub cross_dir_renames: bool,
-    /// Exclusive creates of empty files among the operations. With them, a read was seen
-    /// to return an empty file where none could be (issue 38's note): that is open.
+    /// Exclusive creates of empty files among the operations.
     pub exclusive_creates: bool,
 }
 

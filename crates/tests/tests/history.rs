@@ -61,13 +61,11 @@ fn histories_across_leader_kills_and_member_replacements_are_linearizable() {
         }
     });
     let paths: Vec<String> = dirs.iter().flat_map(|d| [format!("{d}/a"), format!("{d}/b")]).collect();
-    // Renames stay within a directory and files are made by puts only: with renames across
-    // servers and exclusive creates of empty files, the checker found reads of an empty
-    // file where none could be (an open defect, see the issue note; both flags show it).
-    // HISTORY_FLAGS=1 turns both on, to reproduce the defect.
-    let flags = std::env::var("HISTORY_FLAGS").is_ok();
+    // Renames across servers and exclusive creates of empty files: with them the checker
+    // once found reads of an empty file where none could be, and fsck a moved file naming
+    // a dropped record (a rename wrote the copy of the inode it read before locking).
     let w =
-        Arc::new(Workload { paths: paths.clone(), max_ops: 3000, cross_dir_renames: flags, exclusive_creates: flags });
+        Arc::new(Workload { paths: paths.clone(), max_ops: 3000, cross_dir_renames: true, exclusive_creates: true });
     let rec = Arc::new(Recorder::default());
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
@@ -152,7 +150,7 @@ fn histories_across_partitions_on_delayed_links_are_linearizable() {
     let dirs = ["/h0", "/h1", "/h2"];
     let paths: Vec<String> = dirs.iter().flat_map(|d| [format!("{d}/a"), format!("{d}/b")]).collect();
     let w =
-        Arc::new(Workload { paths: paths.clone(), max_ops: 3000, cross_dir_renames: false, exclusive_creates: false });
+        Arc::new(Workload { paths: paths.clone(), max_ops: 3000, cross_dir_renames: true, exclusive_creates: true });
     let rec = Arc::new(Recorder::default());
     let stop = Arc::new(AtomicBool::new(false));
     // The clients run on client host c0 (the machine's own namespace has no route there).
