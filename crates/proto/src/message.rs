@@ -482,6 +482,25 @@ pub enum Request {
     ShardSet {
         path: String,
     },
+    /// From a drained server to the heir of one of its shared (hard-linked) inodes: keep
+    /// `inode`, copying here the bytes its pieces hold on `from`. Repeatable (a copy taken
+    /// before is replaced).
+    InodeIn {
+        inode: Inode,
+        from: ServerId,
+    },
+    /// To the server a link entry names as inode `ino`'s home: where the inode is now
+    /// (`Reply::Home`; a drained server names the heir it moved it to).
+    InodeHome {
+        ino: Ino,
+    },
+    /// From a drained server whose shared inodes moved (`moved`: inode, new home): link
+    /// entries here that name `from` as their home are rewritten to name the new one.
+    /// Answers how many entries naming `from` it found (`Reply::Count`).
+    Relink {
+        from: ServerId,
+        moved: Vec<(Ino, ServerId)>,
+    },
 }
 
 impl Request {
@@ -622,6 +641,9 @@ impl Request {
             ShardEntries { .. } => 73,
             ShardDone { .. } => 74,
             ShardSet { .. } => 75,
+            InodeIn { .. } => 76,
+            InodeHome { .. } => 77,
+            Relink { .. } => 78,
         }
     }
 
@@ -691,7 +713,10 @@ impl Request {
             | ShardOut { .. }
             | ShardEntries { .. }
             | ShardDone { .. }
-            | ShardSet { .. } => Privilege::Server,
+            | ShardSet { .. }
+            | InodeIn { .. }
+            | InodeHome { .. }
+            | Relink { .. } => Privilege::Server,
             Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | MapChange { .. } => Privilege::Admin,
             // Data records by number (direct I/O) are any identity's: a client that is no
             // admin presents the capability the file's server issued with `Layout` (checked
@@ -772,6 +797,9 @@ impl Request {
                 | ShardEntries { .. }
                 | ShardDone { .. }
                 | ShardSet { .. }
+                | InodeIn { .. }
+                | InodeHome { .. }
+                | Relink { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | DelegEntries { .. }
@@ -795,7 +823,7 @@ pub enum Privilege {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 76] = [
+pub const OPCODE_NAMES: [&str; 79] = [
     "invalid",
     "ping",
     "mkdir",
@@ -872,6 +900,9 @@ pub const OPCODE_NAMES: [&str; 76] = [
     "shard_entries",
     "shard_done",
     "shard_set",
+    "inode_in",
+    "inode_home",
+    "relink",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -968,6 +999,10 @@ pub enum Reply {
     Moved(Vec<crate::migrate::MovedDir>),
     /// Stored entries (`DelegEntries`), one per name asked, `None` for a name not there.
     Entries(Vec<Option<Inode>>),
+    /// Where a shared inode is (`InodeHome`).
+    Home(ServerId),
+    /// How many objects a request found (`Relink`).
+    Count(u64),
 }
 
 /// What a response body holds.

@@ -283,6 +283,9 @@ fn requests() -> Vec<Request> {
         Request::ShardEntries { path: "/h".into(), ino: 7, after: Some("a".into()), limit: 100 },
         Request::ShardDone { path: "/h".into(), ino: 7 },
         Request::ShardSet { path: "/h".into() },
+        Request::InodeIn { inode: inode(), from: 2 },
+        Request::InodeHome { ino: 7 },
+        Request::Relink { from: 2, moved: vec![(7, 1), (8, 0)] },
     ]
 }
 
@@ -427,6 +430,8 @@ fn responses() -> Vec<Response> {
         Err(WireError::missing_dir("/a")),
         Err(WireError::redirect(dist_info())),
         Ok(Reply::Entries(vec![Some(inode()), None])),
+        Ok(Reply::Home(1)),
+        Ok(Reply::Count(3)),
     ]
 }
 

@@ -3,8 +3,11 @@
 //! A file's inode is embedded in its directory entry while it has one name. `link` moves
 //! it into a *shared inode object* (`I<ino>`) on the server that holds the entry, and
 //! every name of the file becomes a link entry ([`Inode::link`]) naming that server, its
-//! *inode home*. The home never changes: renames move link entries like any other, and
-//! the data records stay where the pieces say.
+//! *inode home*. The home changes only when its server is drained (`migrate/inodes.rs`):
+//! the inode goes to an heir, the drained server forwards requests about it there and
+//! names the heir to link transactions ([`Links::home_now`]), and every link entry is then
+//! rewritten to name the heir. Renames move link entries like any other, and the data
+//! records stay where the pieces say.
 //!
 //! Requests about a link entry are served where the inode is: the entry's server forwards
 //! them to the home as `OnInode` (one extra hop, only for hard-linked files). `link`,
@@ -18,6 +21,7 @@ use crate::engine::errors::{eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::links::{inode_lock, Slot, Target};
 use crate::engine::locks::Scope;
+use crate::engine::logrec::InodeMoved;
 use crate::engine::perm;
 use crate::engine::Engine;
 use crate::peers::Peers;
@@ -62,7 +66,7 @@ impl Links {
     /// (checked here; a forwarded request was checked by the entry's server).
     pub(crate) async fn find(self: &Arc<Self>, p: &str, via: Via, lock: bool, c: &Call) -> OpResult<Found> {
         if let Via::Inode(ino) = via {
-            return Ok(Found::Here(self.shared_target(p, ino, lock).await?));
+            return self.shared_or_moved(p, ino, lock).await;
         }
         let (dir, name) = split_entry(p)?;
         let guard = match lock {
@@ -82,9 +86,37 @@ impl Links {
             })),
             Some(home) if home == self.engine.id() => {
                 drop(guard);
-                Ok(Found::Here(self.shared_target(p, e.ino, lock).await?))
+                self.shared_or_moved(p, e.ino, lock).await
             }
             Some(home) => Ok(Found::Elsewhere { home, ino: e.ino }),
+        }
+    }
+
+    /// Shared inode `ino` held here, or the heir this (drained) server moved it to.
+    async fn shared_or_moved(self: &Arc<Self>, p: &str, ino: Ino, lock: bool) -> OpResult<Found> {
+        match self.shared_target(p, ino, lock).await {
+            Err(e) if e.errno() == Errno::ENOENT => match self.engine.log_get::<InodeMoved>(ino)? {
+                Some(m) => Ok(Found::Elsewhere { home: m.to, ino }),
+                None => Err(e),
+            },
+            r => r.map(Found::Here),
+        }
+    }
+
+    /// Where shared inode `ino`, whose link entries name `home`, is now: `home` itself
+    /// unless that server is being drained, which then names the heir it moved it to.
+    pub(crate) async fn home_now(self: &Arc<Self>, home: ServerId, ino: Ino) -> OpResult<ServerId> {
+        if self.engine.map().server(home).is_some_and(|s| s.weight > 0.0) {
+            return Ok(home);
+        }
+        if home == self.engine.id() {
+            return self.engine.inode_home(ino);
+        }
+        match self.peers.pool.call(home, &Request::InodeHome { ino }).await {
+            Ok(Ok(Reply::Home(h))) => Ok(h),
+            Ok(Ok(other)) => Err(err(Errno::EIO, format!("inode server {home} answered {other:?}"))),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(err(e.errno(), format!("inode server {home}: {e}"))),
         }
     }
 
@@ -130,26 +162,30 @@ impl Links {
 
     /// The current inode behind entry `e` (itself unless it is a link), for reads.
     pub(crate) async fn resolve(self: &Arc<Self>, p: &str, e: Inode) -> OpResult<Inode> {
-        match e.link_home {
-            None => Ok(e),
-            Some(home) if home == self.engine.id() => Ok(self.shared_target(p, e.ino, false).await?.inode),
-            Some(home) => match self.forward(home, e.ino, Request::Stat { path: p.into() }, &Call::server()).await? {
-                Reply::Attr(a) => Ok(Inode {
-                    ino: a.ino,
-                    kind: a.kind,
-                    mode: a.mode & 0o7777,
-                    uid: a.uid,
-                    gid: a.gid,
-                    size: a.size,
-                    nlink: a.nlink,
-                    atime: a.atime,
-                    mtime: a.mtime,
-                    ctime: a.ctime,
-                    rdev: a.rdev,
-                    ..Inode::subdir(a.ino)
-                }),
-                other => Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
+        let home = match e.link_home {
+            None => return Ok(e),
+            Some(home) if home == self.engine.id() => match self.shared_or_moved(p, e.ino, false).await? {
+                Found::Here(t) => return Ok(t.inode),
+                Found::Elsewhere { home, .. } => home,
             },
+            Some(home) => home,
+        };
+        match self.forward(home, e.ino, Request::Stat { path: p.into() }, &Call::server()).await? {
+            Reply::Attr(a) => Ok(Inode {
+                ino: a.ino,
+                kind: a.kind,
+                mode: a.mode & 0o7777,
+                uid: a.uid,
+                gid: a.gid,
+                size: a.size,
+                nlink: a.nlink,
+                atime: a.atime,
+                mtime: a.mtime,
+                ctime: a.ctime,
+                rdev: a.rdev,
+                ..Inode::subdir(a.ino)
+            }),
+            other => Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
         }
     }
 }

@@ -338,7 +338,9 @@ impl TwoPhase {
             match self.rename_to(plan, src, dst, &e, via, &at, c).await {
                 // Two links of one file: POSIX says the rename does nothing.
                 Err(OpError::ReplacedLink { ino, .. }) if ino == e.ino => return Ok(Reply::Done),
-                Err(OpError::ReplacedLink { ino, home, .. }) => at.replaced_link = Some((ino, home)),
+                Err(OpError::ReplacedLink { ino, home, .. }) => {
+                    at.replaced_link = Some((ino, self.links.home_now(home, ino).await?))
+                }
                 // Being distributed: its storing servers may not hold their shards yet.
                 Err(OpError::Redirect(info) | OpError::Distributing(info))
                     if info.path == ddir && info.state == DistState::Distributing =>

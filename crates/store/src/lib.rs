@@ -75,6 +75,8 @@ pub enum LogKind {
     /// Shards of distributed directories moving between storing servers (the giver's
     /// and the taker's side), keyed by the path's hash.
     ShardMove,
+    /// Shared inodes a drained server moved to their heir, keyed by inode number.
+    InodeMove,
 }
 
 impl LogKind {
@@ -88,6 +90,7 @@ impl LogKind {
             LogKind::Receipt => b'Y',
             LogKind::Meta => b'K',
             LogKind::ShardMove => b'V',
+            LogKind::InodeMove => b'W',
         }
     }
 }

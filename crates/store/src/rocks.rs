@@ -874,6 +874,7 @@ mod tests {
             LogKind::Receipt,
             LogKind::Meta,
             LogKind::ShardMove,
+            LogKind::InodeMove,
         ];
         let mut b = Batch::new();
         // Objects, shards and entries of every kind of key next to the logs.

@@ -647,6 +647,25 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
     };
     let on_one = held(1);
     assert!(on_one > INITIAL as u64 / 4, "server 1 holds a third of /big: {on_one}");
+    // Hard links: files of /big (a third of them on server 1's shard) and a chunked file of
+    // a directory homed on server 1 get a second name in /hl: server 1 becomes the home of
+    // their shared inodes, which the drain must move and every link learn.
+    let on1 = (0..).map(|i| format!("/o{i}")).find(|p| c.home(p) == 1).unwrap();
+    let mut linked: Vec<(String, String, Vec<u8>)> =
+        (0..INITIAL).step_by(1000).map(|k| (format!("/big/f{k}"), format!("/hl/l{k}"), content(k, 64))).collect();
+    linked.push((format!("{on1}/g"), "/hl/g".into(), content(7, 3 << 20)));
+    rt.block_on(async {
+        c.mkdir("/hl", 0o755).await.unwrap();
+        c.mkdir(&on1, 0o755).await.unwrap();
+        let (g, _, data) = linked.last().unwrap();
+        c.create(g, 0o644, true).await.unwrap();
+        c.write(g, 0, data).await.unwrap();
+        for (a, b, _) in &linked {
+            c.link(a, b).await.unwrap_or_else(|e| panic!("link {a} {b}: {e}"));
+        }
+    });
+    let shared_on_one = status_of(&cluster, 1)["inodes"].as_u64().unwrap();
+    assert!(shared_on_one > 10, "server 1 is the home of {shared_on_one} shared inodes");
     let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -684,8 +703,8 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
     let acked = rt.block_on(work).unwrap();
     let made = mounted.map(|t| t.join().expect("work through the mount failed")).unwrap_or_default();
     eprintln!(
-        "drain of a server with a {on_one}-entry shard of /big: {drain_s:.1} s; {} creates, {} unlinks, {} \
-         through the mount, {} acknowledged during the drain",
+        "drain of a server with a {on_one}-entry shard of /big and {shared_on_one} shared inodes: {drain_s:.1} s; \
+         {} creates, {} unlinks, {} through the mount, {} acknowledged during the drain",
         acked.created.len(),
         acked.unlinked.len(),
         made.len(),
@@ -713,6 +732,17 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
         }
         for k in (0..INITIAL).step_by(2) {
             fresh.lstat(&format!("/big/f{k}")).await.unwrap_or_else(|e| panic!("/big/f{k}: {e}"));
+        }
+        // Both names of every linked file reach one inode, its data whole; an unlink
+        // through either name reaches the inode at its new home.
+        for (a, b, data) in &linked {
+            let (sa, sb) = (fresh.lstat(a).await.unwrap(), fresh.lstat(b).await.unwrap());
+            assert_eq!((sa.ino, sa.nlink), (sb.ino, 2), "{a} and {b}");
+            assert!(fresh.read_all(b).await.unwrap() == *data, "{b}: contents differ");
+        }
+        for (a, b, _) in linked.iter().step_by(2) {
+            fresh.unlink(b).await.unwrap_or_else(|e| panic!("unlink {b}: {e}"));
+            assert_eq!(fresh.lstat(a).await.unwrap().nlink, 1, "{a}");
         }
     });
     let expected = INITIAL + acked.created.len() + made.len() - acked.unlinked.len();

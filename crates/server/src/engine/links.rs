@@ -54,10 +54,26 @@ impl Engine {
         }
     }
 
+    /// `InodeHome`: where shared inode `ino` is, asked of the server its links name: here,
+    /// or the heir this drained server moved it to.
+    pub(crate) fn inode_home(&self, ino: Ino) -> OpResult<ServerId> {
+        if self.store.get_inode(ino).map_err(eio)?.is_some() {
+            return Ok(self.id);
+        }
+        match self.log_get::<super::logrec::InodeMoved>(ino)? {
+            Some(m) => Ok(m.to),
+            None => Err(err(Errno::ENOENT, format!("inode {ino} is not on server {}", self.id))),
+        }
+    }
+
     /// Checks an `AdjustLinks` sub-operation.
     pub(crate) fn check_adjust(&self, ino: Ino, delta: i32) -> OpResult<()> {
         let inode = self.store.get_inode(ino).map_err(eio)?;
         match inode {
+            // Moved off this drained server: the transaction is planned again with its heir.
+            None if self.log_get::<super::logrec::InodeMoved>(ino)?.is_some() => {
+                Err(OpError::Conflict(format!("inode {ino} moved to another server")))
+            }
             None => Err(err(Errno::ENOENT, format!("inode {ino} has no links left"))),
             Some(i) if delta > 0 && i.nlink.saturating_add(delta as u32) > MAX_LINKS => {
                 Err(err(Errno::EMLINK, format!("inode {ino} has {} links already", i.nlink)))

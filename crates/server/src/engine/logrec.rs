@@ -167,6 +167,18 @@ impl Logged for ShardMove {
     const WHAT: &'static str = "shard move record";
 }
 
+/// A shared inode a drained server handed to its heir `to`, keyed by inode number: the
+/// drained server redirects requests about it there until every link names the heir.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct InodeMoved {
+    pub(crate) to: u32,
+}
+
+impl Logged for InodeMoved {
+    const KIND: LogKind = LogKind::InodeMove;
+    const WHAT: &'static str = "inode move record";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

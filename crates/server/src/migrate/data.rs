@@ -6,9 +6,9 @@
 //! needs), and the old home drops its records when it drops its copy of the entries.
 //! Chunks of large files are moved in a second stage, once every directory is at its new
 //! home, by the server holding each file's entry: those on a server being drained, and
-//! those CRUSH now places on another server. A moved chunk is copied, the entry's pieces
-//! switched under the entry's lock (only if they did not change meanwhile) and the old
-//! record dropped.
+//! those CRUSH now places on another server; shared inodes (hard links) likewise by their
+//! home. A moved chunk is copied, the inode's pieces switched under its lock (only if they
+//! did not change meanwhile) and the old record dropped.
 
 use super::Migration;
 use crate::engine::errors::{eio, err, OpResult};
@@ -46,6 +46,15 @@ pub(crate) fn new_place(map: &ClusterMap, holder: ServerId, ino: Ino, p: &Piece)
     let now = map.chunk_server(ino, idx);
     let moved = map.previous_chunk_server(ino, idx) == Some(p.server) && now != p.server;
     (draining || moved).then_some(now)
+}
+
+/// Where an inode whose pieces move is kept here.
+#[derive(Clone, Copy)]
+enum Held<'a> {
+    /// Embedded in entry `name` of directory `dir` (at `path`).
+    Entry { path: &'a str, dir: Ino, name: &'a str },
+    /// A shared inode object (hard links).
+    Shared(Ino),
 }
 
 impl Migration {
@@ -95,7 +104,7 @@ impl Migration {
 
     /// Appends records (one per owner and buffer) to this server's data store with one
     /// write and indexes them; answers their ids.
-    async fn store_local(self: &Arc<Self>, owners: &[Ino], data: Vec<Bytes>) -> OpResult<Vec<u64>> {
+    pub(super) async fn store_local(self: &Arc<Self>, owners: &[Ino], data: Vec<Bytes>) -> OpResult<Vec<u64>> {
         let gate = self.engine.data_gate().read().await;
         let store = self.engine.data().clone();
         let recs: Vec<(Ino, Bytes)> = owners.iter().copied().zip(data).collect();
@@ -154,12 +163,29 @@ impl Migration {
                 todo.push((path.clone(), dir, name));
             }
         }
+        // Shared inodes (hard links) held here: their pieces move like an entry's.
+        for inode in self.engine.store().all_inodes().map_err(eio)? {
+            let bytes: u64 = inode
+                .pieces
+                .iter()
+                .filter(|p| new_place(map, self.engine.id(), inode.ino, p).is_some())
+                .map(|p| p.len)
+                .sum();
+            if bytes > 0 {
+                left += bytes;
+                todo.push((String::new(), inode.ino, String::new()));
+            }
+        }
         let initial = left;
         self.migration.bytes_left.store(left, Ordering::Relaxed);
         let budget = map.rebalance.mib_per_sec as f64 * (1 << 20) as f64;
         for (path, dir, name) in todo {
             let started = Instant::now();
-            let moved = self.move_entry_data(map, &path, dir, &name).await?;
+            let slot = match path.is_empty() {
+                true => Held::Shared(dir),
+                false => Held::Entry { path: &path, dir, name: &name },
+            };
+            let moved = self.move_entry_data(map, slot).await?;
             left = left.saturating_sub(moved);
             self.migration.bytes_left.store(left, Ordering::Relaxed);
             let due = Duration::from_secs_f64(moved as f64 / budget);
@@ -170,17 +196,24 @@ impl Migration {
         Ok(initial)
     }
 
-    /// Moves the misplaced pieces of entry `name` of directory `dir` (at `path`) under
-    /// the entry's lock. Answers the bytes moved.
-    async fn move_entry_data(self: &Arc<Self>, map: &ClusterMap, path: &str, dir: Ino, name: &str) -> OpResult<u64> {
-        let wanted = [(path.to_string(), Scope::Name(name.to_string()))];
+    /// Moves the misplaced pieces of the inode `held` names under its lock. Answers the
+    /// bytes moved.
+    async fn move_entry_data(self: &Arc<Self>, map: &ClusterMap, held: Held<'_>) -> OpResult<u64> {
+        let wanted = match held {
+            Held::Entry { path, name, .. } => (path.to_string(), Scope::Name(name.to_string())),
+            Held::Shared(ino) => crate::engine::links::inode_lock(ino),
+        };
         let _g = self
             .engine
             .locks()
-            .lock(&wanted, None, true)
+            .lock(&[wanted], None, true)
             .await
             .map_err(|c| err(Errno::EIO, format!("unexpected conflict with transaction {}", c.0)))?;
-        let Some(mut inode) = self.engine.store().get_entry(dir, name).map_err(eio)? else { return Ok(0) };
+        let found = match held {
+            Held::Entry { dir, name, .. } => self.engine.store().get_entry(dir, name),
+            Held::Shared(ino) => self.engine.store().get_inode(ino),
+        };
+        let Some(mut inode) = found.map_err(eio)? else { return Ok(0) };
         let moving: Vec<(Piece, ServerId)> = inode
             .pieces
             .iter()
@@ -217,7 +250,10 @@ impl Migration {
         gone.sort_unstable();
         gone.dedup();
         let mut b = Batch::new();
-        b.put_entry(dir, name, &inode);
+        match held {
+            Held::Entry { dir, name, .. } => b.put_entry(dir, name, &inode),
+            Held::Shared(_) => b.put_inode(&inode),
+        }
         if let Err(e) = self.engine.apply(b).await {
             self.filedata.drop_remote(added).await;
             return Err(e);

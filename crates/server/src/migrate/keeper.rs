@@ -223,9 +223,6 @@ impl Migration {
         if let MapChange::Remove { id } = change {
             self.check_drained(id).await?;
         }
-        if let MapChange::Reweight { id, weight: 0.0 } = change {
-            self.check_drainable(id).await?;
-        }
         let next = current.apply_change(&change).map_err(|e| err(Errno::EINVAL, e.to_string()))?;
         if next.epoch == current.epoch {
             return Ok(Reply::Map(next.to_toml()));
@@ -281,22 +278,16 @@ impl Migration {
         }
     }
 
-    /// Refuses to drain server `id` while it holds what draining cannot move yet: shared
-    /// inodes of hard links (their home is part of every link). Shards of distributed
-    /// directories move to other storing servers (`shards.rs`).
-    async fn check_drainable(self: &Arc<Self>, id: ServerId) -> OpResult<()> {
-        let status = self.status_of(id).await?;
-        if status.inodes > 0 {
-            return Err(err(
-                Errno::EBUSY,
-                format!("server {id} is the home of {} hard-linked inodes, which draining cannot move", status.inodes),
-            ));
-        }
-        Ok(())
-    }
-
     /// Refuses to remove server `id` unless it holds nothing.
     async fn check_drained(self: &Arc<Self>, id: ServerId) -> OpResult<()> {
+        // Its walker reports its part done only once nothing names it any more (the link
+        // entries of the shared inodes it moved included).
+        if self.engine.map().migration.as_ref().is_some_and(|m| !m.done.contains(&id)) {
+            return Err(err(
+                Errno::EBUSY,
+                format!("server {id} has not finished its part of the running migration: wait for it (`cluster drain --wait`)"),
+            ));
+        }
         let status = self.status_of(id).await?;
         let held = status.dir_objects + status.shards.len() as u64 + status.data_records + status.inodes;
         if held > 0 {

@@ -15,6 +15,7 @@
 //! takes an object twice).
 
 mod data;
+mod inodes;
 pub(crate) mod keeper;
 pub(crate) mod route;
 mod shards;

@@ -99,7 +99,7 @@ impl Migration {
 
     /// Hurries every transaction holding locks now and waits (30 s at most) until they
     /// have all ended; answers whether they did.
-    async fn settle_older_transactions(&self) -> bool {
+    pub(super) async fn settle_older_transactions(&self) -> bool {
         let older = self.engine.locks().transactions();
         for t in &older {
             self.engine.locks().hurry(*t);
@@ -179,8 +179,11 @@ impl Migration {
         self.migration.objects_left.store(left, Ordering::Relaxed);
         if left == 0 {
             // A drained server's shards of distributed directories go last (their homes
-            // are settled by now).
-            return self.move_shards_once(map).await;
+            // are settled by now), then its shared inodes.
+            if !self.move_shards_once(map).await? {
+                return Ok(false);
+            }
+            return self.move_inodes_once(map).await;
         }
         let pace = &map.rebalance;
         for (home, paths) in by_home {

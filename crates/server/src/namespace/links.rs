@@ -68,7 +68,7 @@ impl Namespace {
                 self.engine.id(),
                 SubOp::ShareInode { dir: sdir.into(), name: sname.into(), ino: e.ino, shard: via.shard() },
             ),
-            Some(home) => (home, SubOp::AdjustLinks { ino: e.ino, delta: 1 }),
+            Some(home) => (self.links.home_now(home, e.ino).await?, SubOp::AdjustLinks { ino: e.ino, delta: 1 }),
         };
         let mut parts = Parts::new();
         add_part(&mut parts, home, grow);
@@ -84,14 +84,16 @@ impl Namespace {
     /// transaction.
     pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Call) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
-        let home = e.link_home.expect("a link entry");
-        let mut parts = Parts::new();
-        let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
-        add_part(&mut parts, self.engine.id(), remove);
-        add_part(&mut parts, home, SubOp::AdjustLinks { ino: e.ino, delta: -1 });
-        let attempt = |plan| {
-            let parts = parts.clone();
-            async move { self.twopc.run(plan, parts, c).await.map(|_| Reply::Done) }
+        let named = e.link_home.expect("a link entry");
+        let attempt = |plan| async move {
+            // A drained home names the heir it moved the inode to (asked again after a
+            // conflict: it may have moved meanwhile).
+            let home = self.links.home_now(named, e.ino).await?;
+            let mut parts = Parts::new();
+            let remove = SubOp::RemoveEntry { dir: dir.into(), name: name.into(), ino: e.ino, shard: via.shard() };
+            add_part(&mut parts, self.engine.id(), remove);
+            add_part(&mut parts, home, SubOp::AdjustLinks { ino: e.ino, delta: -1 });
+            self.twopc.run(plan, parts, c).await.map(|_| Reply::Done)
         };
         self.twopc.retrying(attempt).await
     }

@@ -258,6 +258,9 @@ impl Osd {
             ShardEntries { path, ino, after, limit } => self.migrate.shard_entries(&path, ino, after.as_deref(), limit),
             ShardDone { path, ino } => self.migrate.shard_done(&path, ino).await,
             ShardSet { path } => self.hugedirs.shard_set(&path),
+            InodeIn { inode, from } => self.migrate.inode_in(inode, from).await,
+            InodeHome { ino } => self.engine.inode_home(ino).map(Reply::Home),
+            Relink { from, moved } => self.migrate.relink(from, moved).await.map(Reply::Count),
             // An empty path (from a peer): this server's data store.
             Fsync { .. } => self.filedata.fsync_data().await,
         }
