@@ -21,7 +21,6 @@ use crate::engine::errors::{eio, err, split_entry, OpError, OpResult};
 use crate::engine::host::Via;
 use crate::engine::links::{inode_lock, Slot, Target};
 use crate::engine::locks::Scope;
-use crate::engine::logrec::InodeMoved;
 use crate::engine::perm;
 use crate::engine::Engine;
 use crate::peers::Peers;
@@ -95,8 +94,8 @@ impl Links {
     /// Shared inode `ino` held here, or the heir this (drained) server moved it to.
     async fn shared_or_moved(self: &Arc<Self>, p: &str, ino: Ino, lock: bool) -> OpResult<Found> {
         match self.shared_target(p, ino, lock).await {
-            Err(e) if e.errno() == Errno::ENOENT => match self.engine.log_get::<InodeMoved>(ino)? {
-                Some(m) => Ok(Found::Elsewhere { home: m.to, ino }),
+            Err(e) if e.errno() == Errno::ENOENT => match self.engine.moved_inode(ino)? {
+                Some(heir) => Ok(Found::Elsewhere { home: heir, ino }),
                 None => Err(e),
             },
             r => r.map(Found::Here),

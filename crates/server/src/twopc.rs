@@ -505,7 +505,7 @@ impl TwoPhase {
             self.payloads_from_exports(&ops, exports)
         };
         let parts = vec![(self.engine.id(), ops.clone())];
-        swap_payloads(&parts, self.engine.swap_out(&ops)?, &mut payloads);
+        swap_payloads(&parts, self.swap_out(&ops).await?, &mut payloads);
         let payload = payloads.remove(&self.engine.id()).unwrap_or_default();
         let (batch, remote) = self.engine.commit_batch(&prepared, &payload)?;
         c.commit_point();
@@ -725,7 +725,20 @@ impl TwoPhase {
         self.failpoints.hit(crate::failpoint::FailStep::ParticipantAfterPrepareRecord).await;
         self.engine.locks().add_tx_locks(txid, &prepared.locks);
         drop(guard);
-        Ok(Reply::Vote(Vote { exports, swap_out: self.engine.swap_out(&prepared.ops)? }))
+        Ok(Reply::Vote(Vote { exports, swap_out: self.swap_out(&prepared.ops).await? }))
+    }
+
+    /// [`Engine::swap_out`], with every hard link whose entry names a drained inode home
+    /// naming where the inode is now: a link entry a transaction moves after the drained
+    /// server's last relink pass looked at its new server must not name it.
+    async fn swap_out(self: &Arc<Self>, ops: &[SubOp]) -> OpResult<Vec<(String, String, Inode)>> {
+        let mut out = self.engine.swap_out(ops)?;
+        for (_, _, inode) in &mut out {
+            if let Some(home) = inode.link_home {
+                inode.link_home = Some(self.links.home_now(home, inode.ino).await?);
+            }
+        }
+        Ok(out)
     }
 
     pub(crate) async fn tx_commit(self: &Arc<Self>, txid: TxId, payload: CommitPayload) -> OpResult<Reply> {

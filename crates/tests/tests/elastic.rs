@@ -666,11 +666,34 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
     });
     let shared_on_one = status_of(&cluster, 1)["inodes"].as_u64().unwrap();
     assert!(shared_on_one > 10, "server 1 is the home of {shared_on_one} shared inodes");
+    // During the drain, link entries move back and forth between /hl and a directory of
+    // another server (a moved link entry must name where its inode is by the end).
+    let hm = (0..).map(|i| format!("/hm{i}")).find(|p| ![1, c.home("/hl")].contains(&c.home(p))).unwrap();
+    rt.block_on(c.mkdir(&hm, 0o755)).unwrap();
     let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
 
     let stop = Arc::new(AtomicBool::new(false));
     let window = Arc::new(std::sync::Mutex::new(None));
     let work = rt.spawn(big_workload(c.clone(), INITIAL, stop.clone(), window.clone()));
+    let renames = {
+        let (c, stop, hm) = (c.clone(), stop.clone(), hm.clone());
+        let names: Vec<String> = linked.iter().map(|(_, b, _)| b.trim_start_matches("/hl/").to_string()).collect();
+        rt.spawn(async move {
+            let mut moved = 0;
+            for round in 0..1000 {
+                for n in &names {
+                    if stop.load(Ordering::Relaxed) {
+                        return moved;
+                    }
+                    let (from, to) = if round % 2 == 0 { ("/hl", hm.as_str()) } else { (hm.as_str(), "/hl") };
+                    if c.rename(&format!("{from}/{n}"), &format!("{to}/{n}")).await.is_ok() {
+                        moved += 1;
+                    }
+                }
+            }
+            moved
+        })
+    };
     // Through the mount: new files in /big and listings of it, while it changes.
     let mounted = mount.as_ref().map(|m| {
         let (big, stop) = (m.path().join("big"), stop.clone());
@@ -701,10 +724,12 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     let acked = rt.block_on(work).unwrap();
+    let link_renames = rt.block_on(renames).unwrap();
     let made = mounted.map(|t| t.join().expect("work through the mount failed")).unwrap_or_default();
     eprintln!(
         "drain of a server with a {on_one}-entry shard of /big and {shared_on_one} shared inodes: {drain_s:.1} s; \
-         {} creates, {} unlinks, {} through the mount, {} acknowledged during the drain",
+         {} creates, {} unlinks, {link_renames} renames of link entries, {} through the mount, {} acknowledged \
+         during the drain",
         acked.created.len(),
         acked.unlinked.len(),
         made.len(),
@@ -735,7 +760,14 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
         }
         // Both names of every linked file reach one inode, its data whole; an unlink
         // through either name reaches the inode at its new home.
-        for (a, b, data) in &linked {
+        for (a, b, data) in linked.iter_mut() {
+            // Wherever the renames left the link entry: in exactly one of the two.
+            let elsewhere = b.replace("/hl/", &format!("{hm}/"));
+            match (fresh.lstat(b).await.is_ok(), fresh.lstat(&elsewhere).await.is_ok()) {
+                (true, false) => {}
+                (false, true) => *b = elsewhere,
+                other => panic!("{b} and {elsewhere}: {other:?}"),
+            }
             let (sa, sb) = (fresh.lstat(a).await.unwrap(), fresh.lstat(b).await.unwrap());
             assert_eq!((sa.ino, sa.nlink), (sb.ino, 2), "{a} and {b}");
             assert!(fresh.read_all(b).await.unwrap() == *data, "{b}: contents differ");

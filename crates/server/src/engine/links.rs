@@ -60,10 +60,20 @@ impl Engine {
         if self.store.get_inode(ino).map_err(eio)?.is_some() {
             return Ok(self.id);
         }
-        match self.log_get::<super::logrec::InodeMoved>(ino)? {
-            Some(m) => Ok(m.to),
+        match self.moved_inode(ino)? {
+            Some(heir) => Ok(heir),
             None => Err(err(Errno::ENOENT, format!("inode {ino} is not on server {}", self.id))),
         }
+    }
+
+    /// The heir this server moved shared inode `ino` to, while this server is drained (a
+    /// server given weight again serves no such forwarding: nothing names it for the
+    /// inode any more, and an old record must not send requests around in a circle).
+    pub(crate) fn moved_inode(&self, ino: Ino) -> OpResult<Option<ServerId>> {
+        if self.map().server(self.id).is_some_and(|s| s.weight > 0.0) {
+            return Ok(None);
+        }
+        Ok(self.log_get::<super::logrec::InodeMoved>(ino)?.map(|m| m.to))
     }
 
     /// Checks an `AdjustLinks` sub-operation.
@@ -71,7 +81,7 @@ impl Engine {
         let inode = self.store.get_inode(ino).map_err(eio)?;
         match inode {
             // Moved off this drained server: the transaction is planned again with its heir.
-            None if self.log_get::<super::logrec::InodeMoved>(ino)?.is_some() => {
+            None if self.moved_inode(ino)?.is_some() => {
                 Err(OpError::Conflict(format!("inode {ino} moved to another server")))
             }
             None => Err(err(Errno::ENOENT, format!("inode {ino} has no links left"))),

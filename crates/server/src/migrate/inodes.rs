@@ -64,8 +64,10 @@ impl Migration {
     /// Hands shared inode `ino` to `heir` and forgets it here (steps 1 and 2).
     async fn move_inode(self: &Arc<Self>, ino: Ino, heir: ServerId) -> OpResult<()> {
         let me = self.engine.id();
-        let conflict = |c: crate::engine::locks::Conflict| err(Errno::EIO, format!("unexpected conflict with {}", c.0));
-        let _g = self.engine.locks().lock(&[inode_lock(ino)], None, true).await.map_err(conflict)?;
+        // A link transaction prepared on it goes first (its decision may be long in
+        // coming: this pass leaves the inode, the next tries again).
+        let busy = |c: crate::engine::locks::Conflict| err(Errno::EBUSY, format!("transaction {} holds it", c.0));
+        let _g = self.engine.locks().lock(&[inode_lock(ino)], None, false).await.map_err(busy)?;
         let Some(inode) = self.engine.store().get_inode(ino).map_err(eio)? else { return Ok(()) };
         match self.peers.pool.call(heir, &Request::InodeIn { inode: inode.clone(), from: me }).await {
             Ok(Ok(Reply::Done)) => {}
@@ -113,6 +115,8 @@ impl Migration {
             self.engine.drop_unused(&mine(&old), &mine(&inode), &mut b)?;
         }
         b.put_inode(&inode);
+        // Moved away from here once, it is back: the old forwarding record goes.
+        b.del_log(plusfs_store::LogKind::InodeMove, inode.ino);
         self.engine.apply(b).await?;
         drop(gate);
         Ok(Reply::Done)
@@ -172,11 +176,11 @@ impl Migration {
                 found += 1; // its inode is still to move
                 continue;
             };
+            found += 1; // counted until rewritten: the drain waits for it
             let Some(path) = places.get(&dir) else {
-                tracing::warn!(dir, name, ino = e.ino, "a link entry without its directory here is not relinked");
+                tracing::warn!(dir, name, ino = e.ino, "a link entry without its directory here cannot be relinked");
                 continue;
             };
-            found += 1;
             let wanted = [(path.clone(), Scope::Name(name.clone()))];
             let conflict =
                 |c: crate::engine::locks::Conflict| err(Errno::EIO, format!("unexpected conflict with {}", c.0));
@@ -197,7 +201,9 @@ impl Migration {
     fn entry_places(&self) -> OpResult<HashMap<Ino, String>> {
         let mut places = HashMap::new();
         for (p, d) in self.engine.store().dirs_within("/").map_err(eio)? {
-            if d.dist.state == DistState::Nondistributed {
+            // A distributed directory's entries are in its shards (a distributing one's
+            // still partly at its home).
+            if d.dist.state != DistState::Distributed {
                 places.insert(d.ino, p);
             }
         }
