@@ -18,6 +18,9 @@ use plusfs_proto::{DirEntry, Dirents, DistInfo, DistState, Errno, Reply, Request
 /// How often one call follows redirects or stale-cache answers before giving up (EAGAIN).
 const MAX_REROUTES: u32 = 12;
 
+/// How many times a request whose directory's object was in transit is sent again.
+const MISSING_DIR_RETRIES: u32 = 5;
+
 impl Client {
     /// Where requests about entry `name` of `dir` go: (server, shard incarnation).
     pub fn locate(&self, dir: &str, name: &str) -> (ServerId, Option<u64>) {
@@ -67,10 +70,37 @@ impl Client {
         name: &str,
         req: Request,
     ) -> Result<(Reply, ServerId), FsError> {
-        match self.entry_call(dir, name, &req).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(self.server_error(op, shown, e).await),
-            Err(e) => Err(FsError { op, path: shown.to_string(), ..e }),
+        let mut attempt = 0;
+        loop {
+            match self.entry_call(dir, name, &req).await {
+                Ok(Ok(r)) => return Ok(r),
+                // The directory's object was not where the request went, yet the directory
+                // exists: it was moving to a new home (a drain or a growth). The request
+                // found nothing to change: send it again rather than answer ENOENT.
+                Ok(Err(e))
+                    if e.missing_dir.as_deref() == Some(dir)
+                        && attempt < MISSING_DIR_RETRIES
+                        && self.dir_exists(dir).await =>
+                {
+                    attempt += 1;
+                    tracing::debug!(dir, attempt, cause = %e.message, "a directory in transit: sending again");
+                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
+                }
+                Ok(Err(e)) => return Err(self.server_error(op, shown, e).await),
+                Err(e) => return Err(FsError { op, path: shown.to_string(), ..e }),
+            }
+        }
+    }
+
+    /// Whether directory `dir` exists (its entry says so): after an error saying its
+    /// object was missing, that the object was in transit.
+    async fn dir_exists(&self, dir: &str) -> bool {
+        let Some((parent, name)) = plusfs_proto::path::split(dir) else { return true };
+        let req = Request::Stat { path: dir.to_string() };
+        match self.entry_call(parent, name, &req).await {
+            Ok(Ok((Reply::IsDir { .. }, _))) => true,
+            Ok(Ok((Reply::Attr(a), _))) => a.kind == plusfs_proto::FileKind::Dir,
+            _ => false,
         }
     }
 

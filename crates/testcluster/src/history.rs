@@ -379,7 +379,8 @@ pub async fn run_op(c: &plusfs_client::Client, rec: &Recorder, client: usize, pa
     outcome
 }
 
-/// Runs `op` with client `c`; its outcome as the model states it.
+/// Runs `op` with client `c`; its outcome as the model states it. With `HISTORY_TRACE`
+/// set, a failed rename prints its error and the time (to line up with server logs).
 async fn apply(c: &plusfs_client::Client, paths: &[String], op: &Op) -> Outcome {
     let done = |r: Result<(), plusfs_client::FsError>| match r {
         Ok(()) => Outcome::Done,
@@ -401,7 +402,18 @@ async fn apply(c: &plusfs_client::Client, paths: &[String], op: &Op) -> Outcome 
             let r = c.batch_write(vec![file]).await.into_iter().next().expect("one answer");
             done(r.map(|_| ()))
         }
-        Op::Rename(a, b) => done(c.rename(&paths[a], &paths[b]).await),
+        Op::Rename(a, b) => {
+            let r = c.rename(&paths[a], &paths[b]).await;
+            if let (Err(e), true) = (&r, std::env::var_os("HISTORY_TRACE").is_some()) {
+                eprintln!(
+                    "HISTORY_TRACE rename {} {}: {e:?} at {:?}",
+                    paths[a],
+                    paths[b],
+                    std::time::SystemTime::now()
+                );
+            }
+            done(r)
+        }
         Op::Unlink(k) => done(c.unlink(&paths[k]).await),
     }
 }

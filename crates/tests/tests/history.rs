@@ -1,7 +1,9 @@
-//! Checked histories: concurrent clients read, overwrite, put, rename (within a
-//! directory) and unlink a few files of a replicated cluster while its servers are killed, a member is replaced and a
-//! replica group joins and another is drained; the recorded history must be linearizable
-//! (`plusfs_testcluster::history`). Real server processes, TLS, the operator's commands.
+//! Checked histories: concurrent clients read, overwrite, put, exclusively create, rename
+//! (across servers) and unlink a few files of a replicated cluster while its servers are
+//! killed, a member is replaced, a replica group joins and the group homing the busiest
+//! directory is drained and removed, or its leader is cut off on 1 ms links; the recorded
+//! history must be linearizable (`plusfs_testcluster::history`) and fsck clean. Real
+//! server processes, TLS, the operator's commands.
 
 mod common;
 
@@ -90,10 +92,17 @@ fn histories_across_leader_kills_and_member_replacements_are_linearizable() {
     cli_ok(&tc, &["cluster", "replace", "--group", &other.to_string(), "--member", "1", "--data", &d]);
     faults.push(("member replacement", t, Instant::now()));
 
-    // Group changes are not part of the checked run: under this workload (4 clients on two
-    // files per directory) the hand-over of a directory kept failing and starting over,
-    // and a group add never balanced on a loaded machine (issue 38's note). The group
-    // tests of elastic.rs change groups under a lighter workload.
+    // A third replica group joins while the clients run; then the group homing /h0 is
+    // drained (its directories, and the map service if it keeps it, move) and removed.
+    let t = Instant::now();
+    let out = cli_ok(&tc, &["cluster", "add", "--data", &d]);
+    assert!(out.contains("joins as a replica group of 3 members"), "{out}");
+    wait_balanced(&tc, Duration::from_secs(240));
+    faults.push(("group add", t, Instant::now()));
+    let t = Instant::now();
+    cli_ok(&tc, &["cluster", "drain", "--server", &busy.to_string(), "--data", &d]);
+    wait_balanced(&tc, Duration::from_secs(240));
+    faults.push(("group drain", t, Instant::now()));
     std::thread::sleep(Duration::from_millis(1000));
     stop.store(true, Ordering::Relaxed);
     for c in clients {
@@ -111,6 +120,24 @@ fn histories_across_leader_kills_and_member_replacements_are_linearizable() {
     tc.assert_fsck_clean();
     let out = cli_ok(&tc, &["fsck", "--replicas"]);
     assert!(!out.contains("DIVERGED"), "{out}");
+    // The drained group holds nothing and leaves.
+    let out = cli_ok(&tc, &["cluster", "remove", "--server", &busy.to_string(), "--data", &d]);
+    assert!(out.contains("removed"), "{out}");
+    tc.assert_fsck_clean();
+}
+
+/// Waits until the map service says no migration runs (`limit` at most).
+fn wait_balanced(tc: &ProcCluster, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let out = cli_ok(tc, &["cluster", "status", "--data", &tc.cluster.data().display().to_string()]);
+        let map = plusfs_placement::ClusterMap::load(&tc.cluster.map_file()).unwrap();
+        if !map.migrating() {
+            return;
+        }
+        assert!(started.elapsed() < limit, "the migration did not end within {limit:?}:\n{out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The latency below which `share` of the completed operations of `h` that overlap the
