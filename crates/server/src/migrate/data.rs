@@ -152,12 +152,7 @@ impl Migration {
         let mut todo = Vec::new();
         let mut left = 0;
         for (dir, name, inode) in self.engine.store().all_entries().map_err(eio)? {
-            let bytes: u64 = inode
-                .pieces
-                .iter()
-                .filter(|p| new_place(map, self.engine.id(), inode.ino, p).is_some())
-                .map(|p| p.len)
-                .sum();
+            let bytes = self.misplaced_bytes(map, &inode);
             if let (true, None, Some(path)) = (bytes > 0, inode.link_home, places.get(&dir)) {
                 left += bytes;
                 todo.push((path.clone(), dir, name));
@@ -165,12 +160,7 @@ impl Migration {
         }
         // Shared inodes (hard links) held here: their pieces move like an entry's.
         for inode in self.engine.store().all_inodes().map_err(eio)? {
-            let bytes: u64 = inode
-                .pieces
-                .iter()
-                .filter(|p| new_place(map, self.engine.id(), inode.ino, p).is_some())
-                .map(|p| p.len)
-                .sum();
+            let bytes = self.misplaced_bytes(map, &inode);
             if bytes > 0 {
                 left += bytes;
                 todo.push((String::new(), inode.ino, String::new()));
@@ -194,6 +184,12 @@ impl Migration {
             }
         }
         Ok(initial)
+    }
+
+    /// Bytes of `inode`'s pieces that [`new_place`] sends elsewhere.
+    fn misplaced_bytes(&self, map: &ClusterMap, inode: &Inode) -> u64 {
+        let me = self.engine.id();
+        inode.pieces.iter().filter(|p| new_place(map, me, inode.ino, p).is_some()).map(|p| p.len).sum()
     }
 
     /// Moves the misplaced pieces of the inode `held` names under its lock. Answers the
