@@ -74,14 +74,11 @@ impl Client {
         loop {
             match self.entry_call(dir, name, &req).await {
                 Ok(Ok(r)) => return Ok(r),
-                // The directory's object was not where the request went, yet the directory
+                // A directory's object the request needs (its own, or a rename's
+                // destination's) was not where the request looked, yet the directory
                 // exists: it was moving to a new home (a drain or a growth). The request
-                // found nothing to change: send it again rather than answer ENOENT.
-                Ok(Err(e))
-                    if e.missing_dir.as_deref() == Some(dir)
-                        && attempt < MISSING_DIR_RETRIES
-                        && self.dir_exists(dir).await =>
-                {
+                // changed nothing: send it again rather than answer ENOENT.
+                Ok(Err(e)) if attempt < MISSING_DIR_RETRIES && self.in_transit(&e).await => {
                     attempt += 1;
                     tracing::debug!(dir, attempt, cause = %e.message, "a directory in transit: sending again");
                     tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
@@ -92,8 +89,16 @@ impl Client {
         }
     }
 
-    /// Whether directory `dir` exists (its entry says so): after an error saying its
-    /// object was missing, that the object was in transit.
+    /// Whether error `e` names a missing directory object whose directory exists (its
+    /// entry says so): then the object was in transit.
+    async fn in_transit(&self, e: &WireError) -> bool {
+        match &e.missing_dir {
+            Some(d) => self.dir_exists(d).await,
+            None => false,
+        }
+    }
+
+    /// Whether directory `dir` exists (its entry in its parent says so).
     async fn dir_exists(&self, dir: &str) -> bool {
         let Some((parent, name)) = plusfs_proto::path::split(dir) else { return true };
         let req = Request::Stat { path: dir.to_string() };

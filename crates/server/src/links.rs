@@ -24,7 +24,7 @@ use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::engine::Engine;
 use crate::peers::Peers;
-use plusfs_proto::{Errno, Ino, Inode, Reply, Request, ServerId};
+use plusfs_proto::{Errno, Ino, Inode, Reply, Request, ServerId, SubOp};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,6 +99,66 @@ impl Links {
                 None => Err(e),
             },
             r => r.map(Found::Here),
+        }
+    }
+
+    /// Link entries that a committed transaction's `ops` put here (a rename's, an
+    /// exchange's) and that name a drained home: rewritten in the background to name where
+    /// the inode is now. The drained server's relink passes may have looked here before
+    /// the entry landed.
+    pub(crate) fn relink_landed(self: &Arc<Self>, ops: &[SubOp]) {
+        for op in ops {
+            let (dir, name, shard) = match op {
+                SubOp::InsertEntry { dir, name, shard, .. } | SubOp::ExchangeEntry { dir, name, shard } => {
+                    (dir, name, shard.is_some())
+                }
+                _ => continue,
+            };
+            match self.landed_link(dir, name, shard) {
+                Ok(Some(home)) => {
+                    let (links, dir, name) = (self.clone(), dir.clone(), name.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = links.relink_entry(&dir, &name, shard, home).await {
+                            tracing::warn!(dir, name, cause = %e.message(), "cannot relink a link entry yet");
+                        }
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(dir, name, cause = %e.message(), "cannot read a landed entry"),
+            }
+        }
+    }
+
+    /// The drained home entry `name` of `dir` names, if it is a link entry naming one.
+    fn landed_link(&self, dir: &str, name: &str, shard: bool) -> OpResult<Option<ServerId>> {
+        let store = self.engine.store();
+        let obj = if shard { store.get_shard(dir) } else { store.get_dir(dir) }.map_err(eio)?;
+        let Some(obj) = obj else { return Ok(None) };
+        let home = store.get_entry(obj.ino, name).map_err(eio)?.and_then(|e| e.link_home);
+        Ok(home.filter(|h| self.engine.map().server(*h).is_none_or(|s| s.weight == 0.0)))
+    }
+
+    /// Rewrites link entry `name` of `dir` that names drained `home` to name where its
+    /// inode is now, if it moved.
+    async fn relink_entry(self: &Arc<Self>, dir: &str, name: &str, shard: bool, home: ServerId) -> OpResult<()> {
+        let store = self.engine.store();
+        let obj = if shard { store.get_shard(dir) } else { store.get_dir(dir) }.map_err(eio)?;
+        let Some(obj) = obj else { return Ok(()) };
+        let Some(e) = store.get_entry(obj.ino, name).map_err(eio)? else { return Ok(()) };
+        let now = self.home_now(home, e.ino).await?;
+        if now == home {
+            return Ok(()); // not moved yet: the drained server's relink passes will see it
+        }
+        let wanted = [(dir.to_string(), Scope::Name(name.to_string()))];
+        let _g = self.engine.locks().lock(&wanted, None, true).await.ok();
+        match self.engine.store().get_entry(obj.ino, name).map_err(eio)? {
+            Some(mut cur) if cur.ino == e.ino && cur.link_home == Some(home) => {
+                cur.link_home = Some(now);
+                let mut b = plusfs_store::Batch::new();
+                b.put_entry(obj.ino, name, &cur);
+                self.engine.apply(b).await
+            }
+            _ => Ok(()),
         }
     }
 

@@ -10,17 +10,18 @@
 //! - the first run's answer, if that run is still going on here (it is waited for);
 //! - the recorded answer, if there is one;
 //! - if only the mark is there (the leader died between its effects and the record of
-//!   its answer): for a create, symlink or unlink (also in a shard), and a mkdir, rmdir,
-//!   rename or link (over two servers: recovery settles them first), the state decides —
-//!   done if its effect is there, else it runs; an exchange runs again (its answer is
-//!   recorded with its commit decision, so a mark without it means the new leader's
-//!   recovery undid it); a batch of mkdirs answers the directories that exist as done and
-//!   makes the others; `EIO` "outcome unknown" for the rest (create or unlink batches
-//!   that went entry by entry, as they do for hard links);
+//!   its answer): for a create or symlink (also in a shard), and a mkdir, rmdir or link
+//!   (over two servers: recovery settles them first), the state decides — done if its
+//!   effect is there, else it runs; an exchange, rename or unlink runs again (its answer
+//!   is recorded with its commit: its one local batch or its transaction's decision, so a
+//!   mark without it means the new leader's recovery undid it — the state could not tell:
+//!   another client may have removed the source meanwhile); a batch of mkdirs answers the
+//!   directories that exist as done and makes the others; `EIO` "outcome unknown" for the
+//!   rest (create or unlink batches that went entry by entry, as they do for hard links);
 //! - otherwise nothing of it was applied, and it runs.
 //!
 //! Requests whose answer is known before their last batch — appends, xattr changes,
-//! create and unlink batches, exchanges — record it in that batch
+//! create and unlink batches, exchanges, renames, unlinks — record it in that batch
 //! ([`Call::answer_with_next_batch`], [`Call::answer_at_commit`]), atomically with their
 //! effects, so no window is left for them.
 //! A request the server forwards to another slot (an append to a hard-linked file's
@@ -158,11 +159,11 @@ async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> 
                 _ => unknown(path),
             }
         }
-        Request::Unlink { path } => match osd.handle(cred.clone(), stat(path)).await {
-            Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => Some(Ok(Reply::Done)),
-            Ok(_) => None,
-            _ => unknown(path),
-        },
+        // Their answer goes with their commit (the one local batch, or the decision of
+        // their transaction): marked without it, they were not applied (the new leader's
+        // recovery aborted the transaction). Their source being gone now says nothing: a
+        // concurrent request may have removed it.
+        Request::Unlink { .. } | Request::Rename { .. } => None,
         // Operations over two servers (2PC): the new leader's recovery finishes or undoes
         // them, and a look at an object they hold waits for that outcome; then the state
         // tells whether they were applied.
@@ -175,12 +176,6 @@ async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> 
             Err(e) if e.errno == Errno::ENOENT => Some(Ok(Reply::Done)),
             Ok(_) => None,
             _ => unknown(path),
-        },
-        // A rename is done once its source is gone here.
-        Request::Rename { src, .. } if incarnation.is_none() => match osd.handle(cred.clone(), stat(src)).await {
-            Err(e) if e.errno == Errno::ENOENT && e.missing_dir.is_none() => Some(Ok(Reply::Done)),
-            Ok(_) => None,
-            _ => unknown(src),
         },
         // A link is done once its new entry exists (asked here: its parent's home may be
         // another server, which answers it as unknown).

@@ -318,6 +318,10 @@ impl TwoPhase {
         if src == dst {
             return Ok(Reply::Done);
         }
+        // Recorded with its commit (decision or one local batch): a resend after a failover
+        // then knows, and one that finds it marked without an answer knows its transaction
+        // was aborted.
+        c.answer_at_commit(&Ok(Reply::Done));
         let mut at = DstAt {
             server: self.engine.map().home_of_dir(ddir),
             shard: None,
@@ -511,6 +515,7 @@ impl TwoPhase {
         c.commit_point();
         self.engine.apply_for(c, batch).await?;
         drop(guard);
+        self.links.relink_landed(&prepared.ops);
         self.filedata.drop_remote(remote).await;
         self.engine.check_thresholds(&prepared.ops);
         Ok(())
@@ -735,7 +740,9 @@ impl TwoPhase {
         let mut out = self.engine.swap_out(ops)?;
         for (_, _, inode) in &mut out {
             if let Some(home) = inode.link_home {
-                inode.link_home = Some(self.links.home_now(home, inode.ino).await?);
+                // Best effort (a drained home out of reach keeps its name): the server the
+                // entry lands on checks again after its commit (`Links::relink_landed`).
+                inode.link_home = Some(self.links.home_now(home, inode.ino).await.unwrap_or(home));
             }
         }
         Ok(out)
@@ -753,6 +760,7 @@ impl TwoPhase {
         self.engine.apply(batch).await?;
         self.engine.locks().release_tx(txid);
         drop(guard);
+        self.links.relink_landed(&prepared.ops);
         self.filedata.drop_remote(remote).await;
         self.engine.check_thresholds(&prepared.ops);
         self.migrate.hand_over_strays(payload.imports.iter().map(|d| d.path.clone()).collect());

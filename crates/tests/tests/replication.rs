@@ -579,7 +579,7 @@ async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
         c.write(path, 0, path.as_bytes()).await.unwrap();
     }
     c.mkdir("/done/pre", 0o755).await.unwrap();
-    for seq in 1..=6 {
+    for seq in 1..=8 {
         mark_applied(&mut tc, 7, seq);
     }
     let once = |seq, op| Request::Once { client: 7, seq, op: Box::new(op) };
@@ -625,6 +625,15 @@ async fn a_resend_whose_answer_was_lost_is_settled_from_the_state() {
     let set = plusfs_proto::XattrOp::Set { name: "user.x".into(), value: b"1".to_vec(), create: true, replace: false };
     let xattr = Request::Xattr { path: "/ex1".into(), op: set };
     assert_eq!(to_leader(&tc, &once(6, xattr)).await.unwrap_err().errno, Errno::EIO);
+    // A rename or an unlink records its answer with its commit too: marked without one,
+    // it runs. Its source being gone says nothing (another client may have removed it):
+    // ENOENT, not "done".
+    let rename = Request::Rename { src: "/never".into(), dst: "/ex3".into() };
+    assert_eq!(to_leader(&tc, &once(7, rename)).await.unwrap_err().errno, Errno::ENOENT);
+    assert_eq!(
+        to_leader(&tc, &once(8, Request::Unlink { path: "/never".into() })).await.unwrap_err().errno,
+        Errno::ENOENT
+    );
     tc.assert_fsck_clean();
 }
 

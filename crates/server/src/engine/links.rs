@@ -66,13 +66,10 @@ impl Engine {
         }
     }
 
-    /// The heir this server moved shared inode `ino` to, while this server is drained (a
-    /// server given weight again serves no such forwarding: nothing names it for the
-    /// inode any more, and an old record must not send requests around in a circle).
+    /// The heir this server moved shared inode `ino` to (kept until every link names the
+    /// heir; an heir drops its own old record of an inode that comes back to it, so the
+    /// records never send a request round in a circle).
     pub(crate) fn moved_inode(&self, ino: Ino) -> OpResult<Option<ServerId>> {
-        if self.map().server(self.id).is_some_and(|s| s.weight > 0.0) {
-            return Ok(None);
-        }
         Ok(self.log_get::<super::logrec::InodeMoved>(ino)?.map(|m| m.to))
     }
 

@@ -38,7 +38,9 @@ impl Migration {
     pub(super) async fn move_inodes_once(self: &Arc<Self>, map: &ClusterMap) -> OpResult<bool> {
         let me = self.engine.id();
         if map.server(me).is_some_and(|s| s.weight > 0.0) {
-            return Ok(true);
+            // Given weight again after a drain: links may still name it for inodes it
+            // moved; they learn the heirs, then the forwarding records go.
+            return self.relink_everywhere(map).await;
         }
         let inodes = self.engine.store().all_inodes().map_err(eio)?;
         let mut failed = 0;
@@ -152,8 +154,17 @@ impl Migration {
         }
         if found > 0 {
             tracing::info!(found, "link entries named this drained server as their inode's home");
+            return Ok(false);
         }
-        Ok(found == 0)
+        if map.server(me).is_some_and(|s| s.weight > 0.0) {
+            // Nothing names this server for the inodes it moved: no forwarding is needed.
+            let mut b = Batch::new();
+            for (ino, _) in &moved {
+                b.del_log(plusfs_store::LogKind::InodeMove, *ino);
+            }
+            self.engine.apply(b).await?;
+        }
+        Ok(true)
     }
 
     /// `Relink`: rewrites the link entries here that name `from` as their home, for the
@@ -167,20 +178,24 @@ impl Migration {
         }
         let to: HashMap<Ino, ServerId> = moved.into_iter().collect();
         let places = self.entry_places()?;
+        // A server given weight again holds shared inodes anew: only links to the moved
+        // ones count then.
+        let drained = self.engine.map().server(from).is_none_or(|s| s.weight == 0.0);
         let mut found = 0;
         for (dir, name, e) in self.engine.store().all_entries().map_err(eio)? {
             if e.link_home != Some(from) {
                 continue;
             }
             let Some(&heir) = to.get(&e.ino) else {
-                found += 1; // its inode is still to move
+                found += u64::from(drained); // its inode is still to move
                 continue;
             };
-            found += 1; // counted until rewritten: the drain waits for it
             let Some(path) = places.get(&dir) else {
+                // An orphan (fsck reports it): nothing to rewrite it under.
                 tracing::warn!(dir, name, ino = e.ino, "a link entry without its directory here cannot be relinked");
                 continue;
             };
+            found += 1; // counted until rewritten: the drain waits for it
             let wanted = [(path.clone(), Scope::Name(name.clone()))];
             let conflict =
                 |c: crate::engine::locks::Conflict| err(Errno::EIO, format!("unexpected conflict with {}", c.0));

@@ -85,6 +85,8 @@ impl Namespace {
     pub(crate) async fn unlink_link(self: &Arc<Self>, p: &str, e: &Inode, via: Via, c: &Call) -> OpResult<Reply> {
         let (dir, name) = split_entry(p)?;
         let named = e.link_home.expect("a link entry");
+        // Recorded with the commit decision (see `TwoPhase::rename`).
+        c.answer_at_commit(&Ok(Reply::Done));
         let attempt = |plan| async move {
             // A drained home names the heir it moved the inode to (asked again after a
             // conflict: it may have moved meanwhile).

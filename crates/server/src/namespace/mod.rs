@@ -195,6 +195,7 @@ impl Namespace {
             self.engine.drop_unused(&plusfs_proto::filedata::records(&e.pieces), &Default::default(), &mut b)?;
         b.del_entry(host.obj.ino, name);
         host.save(&mut b, dir);
+        c.answer_with_next_batch(&Ok(Reply::Done));
         self.engine.apply_for(c, b).await?;
         drop(gate);
         self.filedata.drop_remote(remote).await;
