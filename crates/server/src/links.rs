@@ -107,6 +107,11 @@ impl Links {
     /// the inode is now. The drained server's relink passes may have looked here before
     /// the entry landed.
     pub(crate) fn relink_landed(self: &Arc<Self>, ops: &[SubOp]) {
+        // Only while some server is drained can a link entry name a drained home: every
+        // other transaction's commit reads nothing more.
+        if !self.engine.map().servers.iter().any(|s| s.weight == 0.0) {
+            return;
+        }
         for op in ops {
             let (dir, name, shard) = match op {
                 SubOp::InsertEntry { dir, name, shard, .. } | SubOp::ExchangeEntry { dir, name, shard } => {
