@@ -203,8 +203,11 @@ pub async fn run(
     let osd = open(&config, peers, Arc::default()).await?;
     tracing::info!(id = config.id, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), tls = security.is_some(), "server ready");
     let store = osd.engine.store_handle();
-    let space =
-        space::Space::new(config.data_dir.clone(), config.map.data.reserve_bytes, Box::new(move || store.flush_room()));
+    let space = space::Space::new(
+        config.data_dir.clone(),
+        config.map.data.reserve_bytes,
+        Box::new(move || store.upkeep_room()),
+    );
     let store = osd.engine.store_handle();
     let front = Front::serving(osd, Arc::new(space));
     front.keep_space(store);

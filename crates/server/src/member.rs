@@ -96,7 +96,7 @@ pub async fn run(
         .map_err(group_err)?;
     let unflushed = {
         let store = store.clone();
-        Box::new(move || plusfs_store::DirStore::flush_room(&*store))
+        Box::new(move || plusfs_store::DirStore::upkeep_room(&*store))
     };
     let space = Arc::new(crate::space::Space::new(config.data_dir.clone(), config.map.data.reserve_bytes, unflushed));
     // Before it can stand for election (its timeout is hundreds of milliseconds).

@@ -1,11 +1,13 @@
 //! The free-space floor of a server's disk: requests that would add metadata are refused
 //! with `ENOSPC` while the file system holding the server's store has less free space than
-//! the floor (plus what the store's next memtable flush may need), before the store itself runs out (a store that fails a write mid-way stops
-//! until its space returns). Deletes, renames, reads and what admins and the cluster's own
-//! servers send still run in the floor, so users can free space and operations already
-//! under way finish. Admins and servers may fill the floor up to the room the store's next
-//! flush needs, which nobody's growth may take. File data appends have their own, larger reserve (`[data]
-//! reserve_bytes`); the floor is half of it.
+//! the floor plus the room the store's own upkeep may need next (its next memtable flush
+//! and its next compaction), before the store itself runs out (a store whose flush fails
+//! stops until its space returns; one whose compaction fails stops reclaiming until as
+//! much space as that compaction wanted is free). Deletes, renames, reads and what admins
+//! and the cluster's own servers send still run in the floor, so users can free space and
+//! operations already under way finish. Admins and servers may fill the floor up to the
+//! store's upkeep room, which nobody's growth may take. File data appends have their own,
+//! larger reserve (`[data] reserve_bytes`); the floor is half of it.
 
 use parking_lot::Mutex;
 use plusfs_proto::{BatchOp, DelegOp, Errno, Request, SubOp, WireError, XattrOp};
@@ -38,12 +40,12 @@ pub struct Space {
     /// The data reserve: file data stops this far above the floor, so metadata still has
     /// room once file data fills the disk.
     data_reserve: u64,
-    /// Bytes of disk the store's next flush may need (the floor grows by them: a flush
-    /// that does not fit stops the store).
-    flush_room: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Bytes of disk the store's upkeep (next flush, next compaction) may need: the floor
+    /// grows by them.
+    upkeep_room: Box<dyn Fn() -> u64 + Send + Sync>,
     /// Free bytes at the last measure, and when it was taken.
     free: AtomicU64,
-    /// The store's flush room at the last measure (taken with the free space: a property
+    /// The store's upkeep room at the last measure (taken with the free space: a property
     /// read of the store is not for every request).
     room: AtomicU64,
     measured: Mutex<Option<Instant>>,
@@ -54,11 +56,11 @@ pub struct Space {
 
 impl Space {
     /// The floor of the file system holding `dir`: half of `data_reserve` (at least 8 MiB)
-    /// plus what the store's next flush may need (`flush_room`).
-    pub fn new(dir: PathBuf, data_reserve: u64, flush_room: Box<dyn Fn() -> u64 + Send + Sync>) -> Space {
+    /// plus what the store's upkeep may need next (`upkeep_room`).
+    pub fn new(dir: PathBuf, data_reserve: u64, upkeep_room: Box<dyn Fn() -> u64 + Send + Sync>) -> Space {
         Space {
             dir,
-            flush_room,
+            upkeep_room,
             floor: (data_reserve / 2).max(MIN_FLOOR),
             data_reserve,
             free: AtomicU64::new(u64::MAX),
@@ -70,7 +72,7 @@ impl Space {
 
     /// Refuses `req` with ENOSPC when it would add metadata and the disk is down to its
     /// floor: the users' floor, or for a `privileged` sender (an admin, a server) only the
-    /// room the store's next flush needs (a store that runs out is not to be risked: it
+    /// room the store's upkeep needs (a store that runs out is not to be risked: it
     /// stops taking writes, and some builds of RocksDB abort on a later sync).
     pub fn admit(&self, req: &Request, privileged: bool) -> Result<(), WireError> {
         if !grows(req) {
@@ -98,7 +100,7 @@ impl Space {
         Err(WireError::new(
             Errno::ENOSPC,
             format!(
-                "{}: no space left on the server's disk ({} MiB free, {} MiB kept for deletes and the store's flushes)",
+                "{}: no space left on the server's disk ({} MiB free, {} MiB kept for deletes and the store's upkeep)",
                 req.inner().name(),
                 free >> 20,
                 floor >> 20
@@ -119,7 +121,7 @@ impl Space {
     }
 
     /// Whether the disk has room for a replica member's log, store and data store to take
-    /// the group's entries: more free space than the store's next flush needs and 8 MiB,
+    /// the group's entries: more free space than the store's upkeep needs and 8 MiB,
     /// plus the data reserve (entries carry file data), plus `margin` (the gap a member
     /// that lost its room must see before it takes entries again).
     pub fn member_room(&self, margin: u64) -> bool {
@@ -168,12 +170,12 @@ impl Space {
         });
     }
 
-    /// Free bytes of the disk, measured (with the store's flush room) at most every
+    /// Free bytes of the disk, measured (with the store's upkeep room) at most every
     /// [`FRESH`].
     fn free_bytes(&self) -> u64 {
         let mut measured = self.measured.lock();
         if measured.is_none_or(|t| t.elapsed() > FRESH) {
-            self.room.store((self.flush_room)(), Ordering::Relaxed);
+            self.room.store((self.upkeep_room)(), Ordering::Relaxed);
             match plusfs_data::free_bytes(&self.dir) {
                 Ok(free) => self.free.store(free, Ordering::Relaxed),
                 Err(e) => tracing::warn!(dir = %self.dir.display(), cause = %e, "cannot measure free space"),

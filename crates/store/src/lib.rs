@@ -312,10 +312,11 @@ pub trait StoreRead: Send + Sync + 'static {
 
 /// What an OSD+ server needs from its directory-object store.
 pub trait DirStore: StoreRead {
-    /// Bytes of disk the store's next flush of what it holds in memory may need (0 for a
-    /// store that keeps nothing in memory): a write must leave that much free, or the
-    /// flush fails and the store stops taking writes until space returns.
-    fn flush_room(&self) -> u64 {
+    /// Bytes of disk the store's own upkeep may need next (0 for a store that keeps
+    /// nothing in memory and never rewrites its files): flushing what it holds in memory
+    /// and its next compaction. Writes must leave that much free, or the upkeep runs out
+    /// of space and the store stops taking writes (or stops reclaiming) until space returns.
+    fn upkeep_room(&self) -> u64 {
         0
     }
     /// Gives the disk back the space of deleted objects now (flush and compact), instead

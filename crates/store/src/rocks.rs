@@ -48,8 +48,17 @@ pub struct Format(u8);
 /// `DirObject::ancestry`; records of version 1 are read with `ancestry: None`.
 pub const RECORD_VERSION: u8 = 2;
 
-/// Bytes of a memtable (RocksDB's write buffer).
-const WRITE_BUFFER: u64 = 64 << 20;
+/// Bytes of a memtable (RocksDB's write buffer), and so of a level-0 table.
+///
+/// The engine's structures are kept small so its largest compaction is small: the disk's
+/// floor holds room for the next compaction (see [`RocksStore::compaction_room`]), and a
+/// compaction that runs out of space stops the engine's background work until as much
+/// space as it wanted is free, which on a disk full of deleted objects never comes.
+const WRITE_BUFFER: u64 = 16 << 20;
+/// Target bytes of a table below level 0.
+const TABLE_BYTES: u64 = 16 << 20;
+/// Bytes of level 1 (each level below holds ten times more).
+const LEVEL1_BYTES: u64 = 64 << 20;
 
 /// Key of the store's format number.
 const FORMAT_KEY: &[u8] = b"M__format";
@@ -58,6 +67,10 @@ struct Counters {
     batches: AtomicU64,
     writes: AtomicU64,
     syncs: AtomicU64,
+    /// Set while the last engine write failed: its log may end in a torn record, which a
+    /// flush would sync (some builds abort on that); the engine resumes by itself once
+    /// space returns, and the next write that succeeds clears it.
+    write_failed: std::sync::atomic::AtomicBool,
     /// Time of an engine write without fsync, and of one with (group commit).
     write_seconds: Histogram,
     fsync_seconds: Histogram,
@@ -73,6 +86,7 @@ impl Default for Counters {
             batches: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            write_failed: Default::default(),
             write_seconds: hist("plusfs_store_write_seconds", "Time of a store write (WAL, no fsync)."),
             fsync_seconds: hist("plusfs_store_fsync_seconds", "Time of a store write with its WAL fsync."),
         }
@@ -249,6 +263,8 @@ impl RocksStore {
         opts.create_if_missing(true);
         opts.increase_parallelism(2);
         opts.set_write_buffer_size(WRITE_BUFFER as usize);
+        opts.set_target_file_size_base(TABLE_BYTES);
+        opts.set_max_bytes_for_level_base(LEVEL1_BYTES);
         opts.set_max_background_jobs(2);
         // Creates look up names that do not exist yet: bloom filters answer those without
         // reading data blocks.
@@ -261,6 +277,33 @@ impl RocksStore {
         let stats = Arc::new(Counters::default());
         let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone(), format));
         Ok(RocksStore { db, committer, stats, format, replicator: Default::default() })
+    }
+
+    /// An integer property of the engine (`None` if it has no such property).
+    fn property(&self, name: &str) -> Option<u64> {
+        self.db.property_int_value(name).ok().flatten()
+    }
+
+    /// Bytes of disk the next flush of the memtables may need: the table it writes (their
+    /// bytes, and a quarter more for its index and filter) and the next write-ahead log,
+    /// preallocated 1.1 write buffers long.
+    fn flush_needs(&self) -> u64 {
+        let unflushed = self.property("rocksdb.cur-size-all-mem-tables").unwrap_or(0);
+        unflushed + unflushed / 4 + WRITE_BUFFER + WRITE_BUFFER / 10
+    }
+
+    /// Bytes of disk the engine's next compaction may need, its output being at most its
+    /// input: the larger of level 0 (with the table the next flush adds) merged into
+    /// level 1, and the bytes the engine counts as due for compaction below; plus the
+    /// preallocated tail of the table it writes. Kept free, a compaction never runs out
+    /// of space (one that does stops the engine's background work until as much space as
+    /// it wanted is free: with the disk full of deleted objects, never).
+    pub fn compaction_room(&self) -> u64 {
+        let files = self.db.live_files().unwrap_or_default();
+        let level = |l: i32| files.iter().filter(|f| f.level == l).map(|f| f.size as u64).sum::<u64>();
+        let memtables = self.property("rocksdb.cur-size-all-mem-tables").unwrap_or(0);
+        let due = self.property("rocksdb.estimate-pending-compaction-bytes").unwrap_or(0);
+        (level(0) + memtables + level(1)).max(due) + TABLE_BYTES + TABLE_BYTES / 10
     }
 
     /// The RocksDB under the store (a replica group's state machine applies to it).
@@ -330,7 +373,9 @@ impl RocksStore {
         wo.set_sync(false);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         let _timer = self.stats.write_seconds.start_timer();
-        self.db.write_opt(wb, &wo).map_err(engine)
+        let result = self.db.write_opt(wb, &wo);
+        self.stats.write_failed.store(result.is_err(), Ordering::Relaxed);
+        result.map_err(engine)
     }
 
     fn get_object(&self, key: &[u8]) -> Result<Option<DirObject>, StoreError> {
@@ -412,6 +457,7 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::S
                 wo.set_sync(true);
                 let timer = stats.fsync_seconds.start_timer();
                 let result = db.write_opt(wb, &wo).map_err(engine);
+                stats.write_failed.store(result.is_err(), Ordering::Relaxed);
                 timer.observe_duration();
                 stats.writes.fetch_add(1, Ordering::Relaxed);
                 stats.syncs.fetch_add(1, Ordering::Relaxed);
@@ -580,37 +626,34 @@ impl StoreRead for RocksStore {
 }
 
 impl DirStore for RocksStore {
-    fn flush_room(&self) -> u64 {
-        // The table file it writes (the memtables' bytes, and a quarter more for its index
-        // and filter), and the next write-ahead log, preallocated 1.1 write buffers long.
-        let unflushed = self.db.property_int_value("rocksdb.cur-size-all-mem-tables").ok().flatten().unwrap_or(0);
-        unflushed + unflushed / 4 + WRITE_BUFFER + WRITE_BUFFER / 10
+    fn upkeep_room(&self) -> u64 {
+        self.flush_needs() + self.compaction_room()
     }
 
     fn reclaim(&self, free: u64) -> Result<(), StoreError> {
-        // Not after a background error: the engine is stopped, and a flush would sync a
-        // log whose last write failed (which some builds answer with an abort).
-        let errors = self.db.property_int_value("rocksdb.background-errors").ok().flatten().unwrap_or(0);
-        if errors > 0 {
-            return Err(StoreError::Engine(format!("{errors} background errors: not flushing")));
+        if self.stats.write_failed.load(Ordering::Relaxed) {
+            return Err(StoreError::Engine(
+                "the last write failed: not flushing (the engine resumes once space returns)".into(),
+            ));
         }
         // A flush drops the versions deletes hid within the memtable (only where it fits:
         // one that does not stops the engine); a whole compaction then drops deleted
         // objects from the files on disk, where there is room to rewrite them all (the
         // engine refuses a compaction it has no room for).
-        if free < self.flush_room() {
+        if free < self.flush_needs() {
             return Ok(());
         }
         self.db.flush().map_err(engine)?;
-        let budget = free.saturating_sub(self.flush_room());
-        let tables = self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(u64::MAX);
+        // What compactions may write: a compaction's output is at most its input, in
+        // tables preallocated a tenth past their target size.
+        let budget = free.saturating_sub(self.flush_needs()).saturating_sub(TABLE_BYTES + TABLE_BYTES / 10);
+        let tables = self.property("rocksdb.total-sst-files-size").unwrap_or(u64::MAX);
         if budget > tables {
             self.db.compact_range::<&[u8], &[u8]>(None, None);
             return Ok(());
         }
         // Too little room to rewrite every table at once: compact the key space piece by
-        // piece, each piece's tables fitting the room (a compaction's output is at most its
-        // input, and deleted objects leave far less).
+        // piece, each piece's tables fitting the room (deleted objects leave far less).
         // Each step moves past a table's first key: bounded by the tables there are (and a
         // little more, for tables that writes add meanwhile).
         let mut from: Option<Vec<u8>> = None;
@@ -809,7 +852,7 @@ mod tests {
         let before = tables(&s);
         assert!(before > 16 << 20, "{before} bytes of tables");
         // Room for about three of the eight tables.
-        s.reclaim(s.flush_room() + (7 << 20)).unwrap();
+        s.reclaim(s.flush_needs() + TABLE_BYTES + TABLE_BYTES / 10 + (7 << 20)).unwrap();
         let after = tables(&s);
         assert!(after < 1 << 20, "{before} bytes of tables before, {after} after");
         assert_eq!(s.get_records(&[3, 7003]).unwrap(), vec![None, None]);

@@ -134,12 +134,16 @@ fn diagnose(cluster: &LocalCluster, mnt: &Path) -> String {
     let df = Command::new("df").arg("-B1").arg(mnt).output().unwrap();
     let du = Command::new("du").arg("-b").arg("-d3").arg(mnt).output().unwrap();
     let ls = Command::new("ls").arg("-la").arg(mnt.join("cluster/server-0/store")).output().unwrap();
+    // The store engine's own account of its failures (a background error stops it).
+    let engine_log = std::fs::read_to_string(mnt.join("cluster/server-0/store/LOG")).unwrap_or_default();
+    let errors: Vec<&str> = engine_log.lines().filter(|l| l.contains("rror") || l.contains("space")).take(20).collect();
     format!(
-        "{}{}{}{}",
+        "{}{}{}{}\nstore engine log:\n{}",
         String::from_utf8_lossy(&df.stdout),
         String::from_utf8_lossy(&du.stdout),
         String::from_utf8_lossy(&ls.stdout),
-        tail.join("\n")
+        tail.join("\n"),
+        errors.join("\n")
     )
 }
 
