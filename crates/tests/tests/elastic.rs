@@ -197,6 +197,75 @@ fn tar_loop(m: &mounts::Mount, stop: Arc<AtomicBool>) -> std::thread::JoinHandle
     })
 }
 
+/// `tar_loop` as user 1000 through `m` (a mount presenting a node identity): the tree is a
+/// copy of the source others may read, the copies go below `/u` (owned by 1000).
+fn user_tar_loop(m: &mounts::Mount, base: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Trees> {
+    let mnt = m.path().join("u");
+    let src = base.join("src");
+    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("proto").canonicalize().unwrap();
+    mounts::sh(&format!("cp -r {} {} && chmod -R a+rX {}", proto.display(), src.display(), src.display()));
+    std::thread::spawn(move || {
+        let mut done = Vec::new();
+        for k in 0..50 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let dst = mnt.join(format!("t{k}"));
+            let cmd = format!(
+                "mkdir {dst} && tar -C {src} -cf - . | tar -C {dst} -xf - && diff -r {src} {dst}",
+                dst = dst.display(),
+                src = src.display()
+            );
+            let (ok, out, err) = mounts::as_user(1000, &[], &cmd);
+            assert!(ok, "as uid 1000 through the node mount: `{cmd}` failed: {out}{err}");
+            done.push(dst);
+        }
+        (src, done)
+    })
+}
+
+/// Issues, with `plusfs cert issue`, an identity `name` with `flags` below `base`.
+fn issue(c: &ProcCluster, base: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let out = base.join(name);
+    let mut args = vec!["cert", "issue", "--name", name, "--out", out.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let (code, stdout, stderr) = c.cli(&args);
+    assert_eq!(code, 0, "cert issue: {stdout}{stderr}");
+    out
+}
+
+/// A hostile user next to the others: `tasks` clients with `map` (which names the user's
+/// identity) create, look up and remove files in `/hog` as fast as the servers take them,
+/// until `stop` (at most 20,000 rounds each); answers the operations the servers answered.
+async fn hog(map: ClusterMap, tasks: usize, stop: Arc<AtomicBool>) -> usize {
+    let mut all = Vec::new();
+    for t in 0..tasks {
+        let opts = ClientOptions { retries: 1, uid: 2000, gid: 2000, groups: Vec::new(), ..Default::default() };
+        let hc = Client::new(map.clone(), opts);
+        let stop = stop.clone();
+        all.push(tokio::spawn(async move {
+            let mut answered = 0;
+            for i in 0..20_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let f = format!("/hog/t{t}-{}", i % 500);
+                answered += hc.create(&f, 0o644, false).await.is_ok() as usize;
+                answered += hc.lstat(&f).await.is_ok() as usize;
+                if i % 2 == 1 {
+                    answered += hc.unlink(&f).await.is_ok() as usize;
+                }
+            }
+            answered
+        }));
+    }
+    let mut n = 0;
+    for t in all {
+        n += t.await.unwrap();
+    }
+    n
+}
+
 /// Every copy `tar_loop` made is still equal to its source.
 fn check_trees((src, done): &Trees) {
     assert!(!done.is_empty(), "tar made no tree through the mount");
@@ -465,8 +534,10 @@ fn remove_group(c: &ProcCluster, id: u32) {
 
 /// A replicated cluster (2 groups of 3 members, TLS) grows by a group, and the two others
 /// are drained and removed (the map service's group among them, so the service moves),
-/// while clients and a mount work; a member is replaced while objects move. Every
-/// acknowledged operation is there afterwards, every group's members agree.
+/// while clients work, user 1000 extracts trees with tar through a mount presenting a node
+/// identity (uids 1000-1999, root squashed), and a hostile user floods the servers with
+/// requests; a member is replaced while objects move. Every acknowledged operation is
+/// there afterwards, every tree equal to its source, every group's members agree.
 #[test]
 fn replica_groups_join_drain_and_leave_under_load() {
     let rebalance = RebalanceSettings { objects_per_sec: 300, batch: 16, ..Default::default() };
@@ -486,12 +557,32 @@ fn replica_groups_join_drain_and_leave_under_load() {
         r.expect("filling /h");
     }
     assert_eq!(rt.block_on(c.distribution("/h")).unwrap().set.len(), 2);
-    let mount = mounts::fuse_available().then(|| mounts::Mount::new(&cluster));
+    // A node identity for the mount, a user identity for the hostile user, each with a
+    // directory of its own.
+    let ids = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(ids.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let node = issue(
+        &cluster,
+        ids.path(),
+        "node1",
+        &["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"],
+    );
+    let hostile = issue(&cluster, ids.path(), "hog", &["--uids", "2000", "--gids", "2000"]);
+    rt.block_on(async {
+        for (d, id) in [("/u", 1000), ("/hog", 2000)] {
+            c.mkdir(d, 0o755).await.unwrap();
+            c.chown(d, Some(id), Some(id)).await.unwrap();
+        }
+    });
+    let mount = mounts::fuse_available().then(|| mounts::Mount::with_identity(&cluster, &["allow_other"], Some(&node)));
     let stop = Arc::new(AtomicBool::new(false));
     let window = Arc::new(std::sync::Mutex::new(None));
     let work_started = Instant::now();
     let work = rt.spawn(workload(c.clone(), stop.clone(), window.clone()));
-    let tar = mount.as_ref().map(|m| tar_loop(m, stop.clone()));
+    let mut hog_map = cluster.cluster.map().clone();
+    hog_map.tls.identity = Some(hostile);
+    let hog_ops = rt.spawn(hog(hog_map, 8, stop.clone()));
+    let tar = mount.as_ref().map(|m| user_tar_loop(m, ids.path(), stop.clone()));
     std::thread::sleep(Duration::from_millis(3000));
 
     // A third group joins; objects move to it.
@@ -535,12 +626,16 @@ fn replica_groups_join_drain_and_leave_under_load() {
     stop.store(true, Ordering::Relaxed);
     let acked = rt.block_on(work).unwrap();
     let tars = tar.map(|t| t.join().expect("tar through the mount failed"));
+    let hog_ops = rt.block_on(hog_ops).unwrap();
     eprintln!(
-        "{} files and {} directories acknowledged, {} while groups joined and left",
+        "{} files and {} directories acknowledged, {} while groups joined and left; {} trees extracted by \
+         uid 1000 through the node mount; the hostile user got {hog_ops} answers",
         acked.files.len(),
         acked.dirs.len(),
-        acked.during
+        acked.during,
+        tars.as_ref().map_or(0, |t| t.1.len())
     );
+    assert!(hog_ops > 0, "the hostile user sent nothing: it was not tested");
     assert!(acked.during > 0, "no operation ran while the groups changed");
     let ended = window.lock().unwrap().and_then(|(_, end)| end).expect("the change ended");
     let (before_s, during_s) = ((change_started - work_started).as_secs_f64(), (ended - change_started).as_secs_f64());
