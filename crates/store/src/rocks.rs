@@ -59,6 +59,11 @@ const WRITE_BUFFER: u64 = 16 << 20;
 const TABLE_BYTES: u64 = 16 << 20;
 /// Bytes of level 1 (each level below holds ten times more).
 const LEVEL1_BYTES: u64 = 64 << 20;
+/// Level-0 tables that start a compaction into level 1 (RocksDB's default).
+const L0_TRIGGER: u64 = 4;
+/// Input of a compaction below level 1: one table and about ten of the next level, and a
+/// table's worth of margin for uneven overlaps.
+const BELOW_L1_COMPACTION: u64 = 12 * TABLE_BYTES;
 
 /// Key of the store's format number.
 const FORMAT_KEY: &[u8] = b"M__format";
@@ -67,10 +72,6 @@ struct Counters {
     batches: AtomicU64,
     writes: AtomicU64,
     syncs: AtomicU64,
-    /// Set while the last engine write failed: its log may end in a torn record, which a
-    /// flush would sync (some builds abort on that); the engine resumes by itself once
-    /// space returns, and the next write that succeeds clears it.
-    write_failed: std::sync::atomic::AtomicBool,
     /// Time of an engine write without fsync, and of one with (group commit).
     write_seconds: Histogram,
     fsync_seconds: Histogram,
@@ -86,7 +87,6 @@ impl Default for Counters {
             batches: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
-            write_failed: Default::default(),
             write_seconds: hist("plusfs_store_write_seconds", "Time of a store write (WAL, no fsync)."),
             fsync_seconds: hist("plusfs_store_fsync_seconds", "Time of a store write with its WAL fsync."),
         }
@@ -294,16 +294,33 @@ impl RocksStore {
 
     /// Bytes of disk the engine's next compaction may need, its output being at most its
     /// input: the larger of level 0 (with the table the next flush adds) merged into
-    /// level 1, and the bytes the engine counts as due for compaction below; plus the
+    /// level 1, and a compaction below level 1 (once there are levels below); plus the
     /// preallocated tail of the table it writes. Kept free, a compaction never runs out
     /// of space (one that does stops the engine's background work until as much space as
     /// it wanted is free: with the disk full of deleted objects, never).
     pub fn compaction_room(&self) -> u64 {
-        let files = self.db.live_files().unwrap_or_default();
+        // While the engine keeps up, level 0 is compacted once it holds four tables, and
+        // level 1 stays near its target: counting at least that keeps the room (and the
+        // floor) from swinging with every cycle of level 0.
+        let steady = L0_TRIGGER * WRITE_BUFFER + WRITE_BUFFER + LEVEL1_BYTES;
+        let Ok(files) = self.db.live_files() else {
+            return steady.max(BELOW_L1_COMPACTION) + TABLE_BYTES + TABLE_BYTES / 10;
+        };
         let level = |l: i32| files.iter().filter(|f| f.level == l).map(|f| f.size as u64).sum::<u64>();
         let memtables = self.property("rocksdb.cur-size-all-mem-tables").unwrap_or(0);
-        let due = self.property("rocksdb.estimate-pending-compaction-bytes").unwrap_or(0);
-        (level(0) + memtables + level(1)).max(due) + TABLE_BYTES + TABLE_BYTES / 10
+        let into_level1 = (level(0) + memtables + level(1)).max(steady);
+        // Below level 1, a compaction takes one table and the tables of the next level it
+        // overlaps (about ten: each level holds ten times the one above).
+        let below = if files.iter().any(|f| f.level >= 2) { BELOW_L1_COMPACTION } else { 0 };
+        into_level1.max(below) + TABLE_BYTES + TABLE_BYTES / 10
+    }
+
+    /// Whether the engine takes writes: an empty batch, past no log, meets the error of an
+    /// engine stopped by a failed write (whose log may end in a torn record).
+    fn takes_writes(&self) -> Result<(), StoreError> {
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        self.db.write_opt(WriteBatch::default(), &wo).map_err(engine)
     }
 
     /// The RocksDB under the store (a replica group's state machine applies to it).
@@ -373,9 +390,7 @@ impl RocksStore {
         wo.set_sync(false);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         let _timer = self.stats.write_seconds.start_timer();
-        let result = self.db.write_opt(wb, &wo);
-        self.stats.write_failed.store(result.is_err(), Ordering::Relaxed);
-        result.map_err(engine)
+        self.db.write_opt(wb, &wo).map_err(engine)
     }
 
     fn get_object(&self, key: &[u8]) -> Result<Option<DirObject>, StoreError> {
@@ -457,7 +472,6 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::S
                 wo.set_sync(true);
                 let timer = stats.fsync_seconds.start_timer();
                 let result = db.write_opt(wb, &wo).map_err(engine);
-                stats.write_failed.store(result.is_err(), Ordering::Relaxed);
                 timer.observe_duration();
                 stats.writes.fetch_add(1, Ordering::Relaxed);
                 stats.syncs.fetch_add(1, Ordering::Relaxed);
@@ -631,10 +645,8 @@ impl DirStore for RocksStore {
     }
 
     fn reclaim(&self, free: u64) -> Result<(), StoreError> {
-        if self.stats.write_failed.load(Ordering::Relaxed) {
-            return Err(StoreError::Engine(
-                "the last write failed: not flushing (the engine resumes once space returns)".into(),
-            ));
+        if let Err(e) = self.takes_writes() {
+            return Err(StoreError::Engine(format!("{e}: not flushing (the engine resumes once space returns)")));
         }
         // A flush drops the versions deletes hid within the memtable (only where it fits:
         // one that does not stops the engine); a whole compaction then drops deleted
@@ -856,6 +868,39 @@ mod tests {
         let after = tables(&s);
         assert!(after < 1 << 20, "{before} bytes of tables before, {after} after");
         assert_eq!(s.get_records(&[3, 7003]).unwrap(), vec![None, None]);
+    }
+
+    /// The room kept for compactions does not swing with level 0's cycle while the engine
+    /// keeps up, and grows once level 0 holds more than it would then.
+    #[tokio::test]
+    async fn the_compaction_room_is_steady_and_grows_with_a_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksStore::open(dir.path(), false).unwrap();
+        s.db.set_options(&[("disable_auto_compactions", "true")]).unwrap();
+        let steady = L0_TRIGGER * WRITE_BUFFER + WRITE_BUFFER + LEVEL1_BYTES + TABLE_BYTES + TABLE_BYTES / 10;
+        assert_eq!(s.compaction_room(), steady, "an empty store");
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut put_table = |s: &RocksStore| {
+            for i in 0..48u64 {
+                let v: Vec<u8> = (0..1 << 20)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                s.db.put(record_key(x ^ i), v).unwrap();
+            }
+            s.db.flush().unwrap();
+        };
+        put_table(&s);
+        assert_eq!(s.compaction_room(), steady, "one level-0 table");
+        for _ in 0..3 {
+            put_table(&s);
+        }
+        assert!(s.compaction_room() > steady, "a backlog of 192 MiB in level 0: {}", s.compaction_room());
+        s.takes_writes().unwrap();
     }
 
     #[tokio::test]

@@ -581,6 +581,18 @@ fn replica_groups_join_drain_and_leave_under_load() {
     let work = rt.spawn(workload(c.clone(), stop.clone(), window.clone()));
     let mut hog_map = cluster.cluster.map().clone();
     hog_map.tls.identity = Some(hostile);
+    // The hostile user's identity bounds it: it can claim no other uid, and its own uid
+    // may not write into another user's directory.
+    rt.block_on(async {
+        for (uid, path) in [(0, "/hog/as-root"), (1000, "/hog/as-1000"), (2000, "/u/intruder")] {
+            let opts = ClientOptions { retries: 1, uid, gid: uid, groups: Vec::new(), ..Default::default() };
+            let e = Client::new(hog_map.clone(), opts).create(path, 0o644, true).await.expect_err(path);
+            assert!(
+                matches!(e.errno, plusfs_proto::Errno::EPERM | plusfs_proto::Errno::EACCES),
+                "{path} as {uid}: {e}"
+            );
+        }
+    });
     let hog_ops = rt.spawn(hog(hog_map, 8, stop.clone()));
     let tar = mount.as_ref().map(|m| user_tar_loop(m, ids.path(), stop.clone()));
     std::thread::sleep(Duration::from_millis(3000));
@@ -657,8 +669,13 @@ fn replica_groups_join_drain_and_leave_under_load() {
     for (p, data) in spread_files.iter().step_by(3) {
         assert!(rt.block_on(fresh.read_all(p)).unwrap_or_else(|e| panic!("{p}: {e}")) == *data, "{p}");
     }
-    if let Some(t) = tars {
+    if let (Some(t), Some(m)) = (tars, &mount) {
         check_trees(&t);
+        // What uid 1000 extracted through the node mount is its own.
+        let foreign = mounts::sh(&format!("find {} ! -uid 1000", m.path().join("u").display()));
+        assert!(foreign.is_empty(), "entries uid 1000 made that it does not own:\n{foreign}");
+    } else {
+        eprintln!("no FUSE here: the mount's part of this test did not run");
     }
     drop(mount);
     assert_placed(&cluster, new_id as u64);

@@ -294,8 +294,9 @@ impl Drop for SmallDisk {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_data_disk_gives_enospc_and_loses_nothing() {
-    // Room for the metadata store's floor (its next flush) above the data reserve.
-    let Some(disk) = SmallDisk::mount(256) else { return };
+    // Room for the metadata store's floor (its next flush and compaction, about 210 MiB)
+    // above the data reserve.
+    let Some(disk) = SmallDisk::mount(384) else { return };
     let data = plusfs_placement::DataSettings { reserve_bytes: 8 << 20, segment_bytes: 4 << 20, ..Default::default() };
     let settings = plusfs_localcluster::ClusterSettings { data, ..Default::default() };
     let mut cluster = ProcCluster::start_in(disk.dir.path(), 1, &settings);
@@ -303,7 +304,7 @@ async fn a_full_data_disk_gives_enospc_and_loses_nothing() {
     let mut written = Vec::new();
     let full = loop {
         let i = written.len();
-        assert!(i < 300, "a 256 MiB disk cannot take 300 MiB");
+        assert!(i < 400, "a 384 MiB disk cannot take 400 MiB");
         let p = format!("/f{i}");
         c.create(&p, 0o644, true).await.unwrap();
         match c.write(&p, 0, &bytes(i as u64, 1 << 20)).await {

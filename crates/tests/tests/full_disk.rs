@@ -310,7 +310,7 @@ fn caught_up(cluster: &LocalCluster, m: u64, within: Duration, log: &Path) -> Du
 }
 
 /// What the other process leaves free on a member's disk: below the floor the member
-/// keeps for its store (8 MiB and the room of the store's next flush), above nothing.
+/// keeps for its store (8 MiB and the room of the store's upkeep), above nothing.
 const LEFT_FREE: u64 = 16 << 20;
 
 /// A replica member whose own disk fills (another process's file) neither aborts nor holds

@@ -142,7 +142,7 @@ impl Engine {
     }
 
     /// The store itself, for what runs beside the protocols: the disk-space keeper
-    /// (flush room, reclaim), metrics (latency histograms) and tests (to see it closed).
+    /// (upkeep room, reclaim), metrics (latency histograms) and tests (to see it closed).
     pub fn store_handle(&self) -> Arc<dyn DirStore> {
         self.store.clone()
     }
