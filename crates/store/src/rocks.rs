@@ -26,7 +26,9 @@ type Replication = (Arc<dyn Replicator>, Option<Arc<dyn DataSource>>);
 /// group's member hands its batches to the group instead (`replicate_through`).
 pub struct RocksStore {
     db: Arc<DB>,
-    committer: Option<mpsc::Sender<Queued>>,
+    /// The committer thread (with `sync = always`): where batches go, and the thread, which
+    /// holds the engine too and is joined when the store is dropped.
+    committer: Option<(mpsc::Sender<Queued>, std::thread::JoinHandle<()>)>,
     /// Set when the store is one member's copy of a replica group's state (with where the
     /// file data its batches refer to is read).
     replicator: std::sync::OnceLock<Replication>,
@@ -454,9 +456,13 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// The group-commit thread: takes every batch waiting, writes them as one WriteBatch with
 /// one fsync, then completes them all.
-fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::Sender<Queued> {
+fn spawn_committer(
+    db: Arc<DB>,
+    stats: Arc<Counters>,
+    format: Format,
+) -> (mpsc::Sender<Queued>, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel::<Queued>();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("plusfs-commit".into())
         .spawn(move || {
             while let Ok(first) = rx.recv() {
@@ -481,7 +487,18 @@ fn spawn_committer(db: Arc<DB>, stats: Arc<Counters>, format: Format) -> mpsc::S
             }
         })
         .expect("spawn committer thread");
-    tx
+    (tx, thread)
+}
+
+impl Drop for RocksStore {
+    /// Stops the committer thread and waits for it: it holds the engine too, so once the
+    /// store is gone the engine is closed (its lock released) and may be opened again.
+    fn drop(&mut self) {
+        if let Some((tx, thread)) = self.committer.take() {
+            drop(tx);
+            let _ = thread.join();
+        }
+    }
 }
 
 impl StoreRead for RocksStore {
@@ -705,7 +722,7 @@ impl DirStore for RocksStore {
             return rx;
         }
         match &self.committer {
-            Some(c) => {
+            Some((c, _)) => {
                 if let Err(mpsc::SendError((_, done))) = c.send((batch, tx)) {
                     let _ = done.send(Err(StoreError::Closed));
                 }
