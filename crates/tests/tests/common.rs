@@ -128,3 +128,14 @@ pub fn leader(tc: &ProcCluster, id: u32) -> u64 {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// Issues an identity named `name` with the `plusfs cert issue` flags `flags` into a new
+/// directory below `base`; returns the directory.
+pub fn issue(tc: &ProcCluster, base: &std::path::Path, name: &str, flags: &[&str]) -> PathBuf {
+    let out = base.join(name);
+    let mut args = vec!["cert", "issue", "--name", name, "--out", out.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let (code, stdout, stderr) = tc.cli(&args);
+    assert_eq!(code, 0, "cert issue: {stdout}{stderr}");
+    out
+}

@@ -7,7 +7,7 @@
 mod common;
 mod mounts;
 
-use common::ProcCluster;
+use common::{issue, ProcCluster};
 use plusfs_client::{Client, ClientOptions, NewFile};
 use plusfs_localcluster::ClusterSettings;
 use plusfs_placement::{ClusterMap, RebalanceSettings};
@@ -222,16 +222,6 @@ fn user_tar_loop(m: &mounts::Mount, base: &Path, stop: Arc<AtomicBool>) -> std::
         }
         (src, done)
     })
-}
-
-/// Issues, with `plusfs cert issue`, an identity `name` with `flags` below `base`.
-fn issue(c: &ProcCluster, base: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let out = base.join(name);
-    let mut args = vec!["cert", "issue", "--name", name, "--out", out.to_str().unwrap()];
-    args.extend_from_slice(flags);
-    let (code, stdout, stderr) = c.cli(&args);
-    assert_eq!(code, 0, "cert issue: {stdout}{stderr}");
-    out
 }
 
 /// A hostile user next to the others: `tasks` clients with `map` (which names the user's

@@ -5,21 +5,10 @@
 mod common;
 mod mounts;
 
-use common::ProcCluster;
+use common::{issue, ProcCluster};
 use mounts::{as_user, fuse_available, sh, Mount};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-/// Issues an identity named `name` with the `plusfs cert issue` flags `flags` into a new
-/// directory below `base`; returns the directory.
-fn issue(tc: &ProcCluster, base: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let out = base.join(name);
-    let mut args = vec!["cert", "issue", "--name", name, "--out", out.to_str().unwrap()];
-    args.extend_from_slice(flags);
-    let (code, stdout, stderr) = tc.cli(&args);
-    assert_eq!(code, 0, "cert issue: {stdout}{stderr}");
-    out
-}
 
 /// `sha256sum` of `path` run as `uid` (the hex digest).
 fn sha256_as(uid: u32, path: &Path) -> String {
