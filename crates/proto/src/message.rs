@@ -809,6 +809,31 @@ impl Request {
                 | DirXattr { op: XattrOp::Get { .. } | XattrOp::List | XattrOp::Set { create: false, .. }, .. }
         ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.is_idempotent())
     }
+
+    /// Whether the request changes state through a path, so that running it a second time
+    /// after another client renamed, removed or replaced what the path named would do
+    /// something else: an overwrite, a truncate or other attribute change, a batch of
+    /// file writes, an xattr set. Such a request is idempotent only while its path keeps
+    /// naming the same object; a replicated slot gets it exactly once (`Once`) like a
+    /// request that is not idempotent.
+    pub fn changes_by_path(&self) -> bool {
+        use Request::*;
+        matches!(
+            self,
+            Write { .. }
+                | SetAttr { .. }
+                | DirSetAttr { .. }
+                | BatchWrite { .. }
+                | Xattr { op: XattrOp::Set { .. } | XattrOp::Remove { .. }, .. }
+                | DirXattr { op: XattrOp::Set { .. } | XattrOp::Remove { .. }, .. }
+        ) || matches!(self, Shard { op, .. } | OnInode { op, .. } if op.changes_by_path())
+    }
+
+    /// Whether a resend of the request to a replicated slot must go as `Once`: it is not
+    /// idempotent, or it is only while its path names the same object.
+    pub fn needs_once(&self) -> bool {
+        !self.is_idempotent() || self.changes_by_path()
+    }
 }
 
 /// Who may send a request (see [`Request::privilege`]).

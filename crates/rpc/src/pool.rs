@@ -92,16 +92,18 @@ impl Pool {
     /// transport failure (with a short back-off); others report the failure, since they
     /// may have been applied.
     ///
-    /// To a replicated slot, a request that is not idempotent goes as `Once` (this pool's
-    /// id and a new sequence number; not from a pool that never resends): the slot answers
-    /// a resend with the first answer, so it is resent like an idempotent one, also after
-    /// its leader died.
+    /// To a replicated slot, a request that is not idempotent, or that changes state
+    /// through a path ([`Request::needs_once`]), goes as `Once` (this pool's id and a new
+    /// sequence number, kept by every resend of this call; not from a pool that never
+    /// resends): the slot answers a resend with the first answer, so it is resent like an
+    /// idempotent one, also after its leader died — and an overwrite whose first attempt
+    /// took effect is not run again on a file another client renamed meanwhile.
     pub async fn call_as(&self, server: ServerId, cred: &Cred, req: &Request) -> Result<Response, CallError> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         crate::counters::count_task_request();
         let once;
         // Without resends (servers' calls to their peers), the table would only cost.
-        let req = if self.retries > 0 && !req.is_idempotent() && self.transport.replicated(server) {
+        let req = if self.retries > 0 && req.needs_once() && self.transport.replicated(server) {
             let seq = self.once_seq.fetch_add(1, Ordering::Relaxed);
             once = Request::Once { client: self.once_id, seq, op: Box::new(req.clone()) };
             &once
@@ -125,4 +127,70 @@ impl Pool {
 /// A request that never reached the server (connect failed) can always be resent.
 fn retry_allowed(req: &Request, e: &CallError) -> bool {
     matches!(e, CallError::Connect { .. }) || req.is_idempotent()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::future::BoxFuture;
+    use plusfs_proto::Reply;
+    use std::sync::Mutex as StdMutex;
+
+    /// A replicated slot whose first `fail` attempts break the connection after the
+    /// request was sent; it keeps every request it is given.
+    struct Flaky {
+        fail: StdMutex<u32>,
+        seen: StdMutex<Vec<Request>>,
+    }
+
+    impl Transport for Flaky {
+        fn send<'a>(
+            &'a self,
+            _: ServerId,
+            _: &'a Cred,
+            req: &'a Request,
+        ) -> BoxFuture<'a, Result<Response, CallError>> {
+            self.seen.lock().unwrap().push(req.clone());
+            let mut fail = self.fail.lock().unwrap();
+            let r = match *fail {
+                0 => Ok(Ok(Reply::Done)),
+                _ => {
+                    *fail -= 1;
+                    Err(CallError::Broken { addr: "m1".into(), reason: "reset".into() })
+                }
+            };
+            Box::pin(async move { r })
+        }
+
+        fn replicated(&self, _: ServerId) -> bool {
+            true
+        }
+    }
+
+    fn once_ids(seen: &[Request]) -> Vec<(u64, u64)> {
+        seen.iter()
+            .map(|r| match r {
+                Request::Once { client, seq, .. } => (*client, *seq),
+                other => panic!("sent without Once: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn an_overwrite_keeps_one_exactly_once_id_across_resends() {
+        let flaky = Arc::new(Flaky { fail: StdMutex::new(2), seen: StdMutex::default() });
+        let pool = Pool::with_transport(flaky.clone(), Default::default(), 3).with_backoff(Duration::ZERO);
+        let write = Request::Write { path: "/d/f".into(), offset: 0, data: b"v".to_vec().into(), append: false };
+        assert_eq!(pool.call(0, &write).await.unwrap(), Ok(Reply::Done));
+        let ids = once_ids(&flaky.seen.lock().unwrap());
+        assert_eq!(ids.len(), 3, "two resends after broken connections");
+        assert!(ids.iter().all(|&id| id == ids[0]), "one id for every attempt: {ids:?}");
+        // The next call is another request.
+        pool.call(0, &write).await.unwrap().unwrap();
+        assert_ne!(once_ids(&flaky.seen.lock().unwrap())[3], ids[0]);
+        // A read stays as it is.
+        flaky.seen.lock().unwrap().clear();
+        pool.call(0, &Request::Stat { path: "/d/f".into() }).await.unwrap().unwrap();
+        assert!(matches!(flaky.seen.lock().unwrap()[0], Request::Stat { .. }));
+    }
 }

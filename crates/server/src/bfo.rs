@@ -180,10 +180,14 @@ impl Bfo {
             b.put_entry(host.obj.ino, &f.name, &inode);
             attrs.push(Attr::of_inode(&inode));
         }
-        if !attrs.is_empty() {
+        let answer = Reply::Batch(BatchReply { errnos, attrs, dist: None });
+        if matches!(&answer, Reply::Batch(r) if !r.attrs.is_empty()) {
             host.obj.mtime = now;
             host.obj.ctime = now;
             host.save(&mut b, dir);
+            // Recorded with the files: a resend after another client renamed one of them
+            // gets this answer, it does not write the file again.
+            c.answer_with_next_batch(&Ok(answer.clone()));
             self.engine.apply_for(c, b).await?;
         }
         drop(gate);
@@ -192,7 +196,7 @@ impl Bfo {
         if !host.shard && self.engine.over_threshold(&host.obj) {
             self.hugedirs.ensure_distributing(dir);
         }
-        Ok(Reply::Batch(BatchReply { errnos, attrs, dist: None }))
+        Ok(answer)
     }
 
     /// `BatchRead`: whole files, extents read in on-disk order with near ones merged.

@@ -5,7 +5,7 @@
 //! of its effects (`Engine::apply_for`) also records that it was applied, atomically with
 //! them (inode and record number reservations, and work the request hands to other
 //! tasks, are applied without it); once it is answered, the answer itself is recorded
-//! (not waited for). A resend — after its connection broke,
+//! (not waited for: until it is, the request stays in [`Running`]). A resend — after its connection broke,
 //! typically because the leader died — then gets:
 //! - the first run's answer, if that run is still going on here (it is waited for);
 //! - the recorded answer, if there is one;
@@ -54,8 +54,8 @@ fn eio(msg: String) -> WireError {
 
 /// The `Once` requests running on this member, so a resend that arrives while its first
 /// run goes on waits for that run's answer instead of running again.
-#[derive(Default)]
-pub struct Running(Mutex<HashMap<(u64, u64), FirstAnswer>>);
+#[derive(Default, Clone)]
+pub struct Running(Arc<Mutex<HashMap<(u64, u64), FirstAnswer>>>);
 
 /// Where the answer of a request's first run appears.
 type FirstAnswer = watch::Receiver<Option<Response>>;
@@ -79,9 +79,24 @@ pub(crate) async fn handle(
     }
     let (tx, rx) = watch::channel(None);
     running.0.lock().insert(key, rx);
-    let answer = run(osd, table, cred, key, (op, hint)).await;
+    let (answer, record) = run(osd, table, cred, key, (op, hint)).await;
     let _ = tx.send(Some(answer.clone()));
-    running.0.lock().remove(&key);
+    match record {
+        // The answer is recorded without waiting; until it is, a resend here gets it from
+        // the running table (after a failover, the next leader settles it from the state).
+        Some(b) => {
+            let (engine, running) = (osd.engine.clone(), running.clone());
+            tokio::spawn(async move {
+                if let Err(e) = engine.commit(b).await {
+                    tracing::debug!(cause = %e, "an answer was not recorded");
+                }
+                running.0.lock().remove(&key);
+            });
+        }
+        None => {
+            running.0.lock().remove(&key);
+        }
+    }
     if table.replication_failed() {
         // This member lost its lead meanwhile: what it did may or may not commit. The next
         // leader knows; the client resends there.
@@ -90,24 +105,27 @@ pub(crate) async fn handle(
     answer
 }
 
+/// Runs the request unless its table says it ran: its answer, and the batch that records
+/// that answer if it is still to be recorded.
 async fn run(
     osd: &Arc<Osd>,
     table: &RocksStore,
     cred: Cred,
     (client, seq): (u64, u64),
     (op, hint): (Request, u16),
-) -> Response {
+) -> (Response, Option<Batch>) {
     match table.get_once(client, seq) {
         Ok(Some(OnceState::Answered(bytes))) => {
-            return postcard::from_bytes(&bytes).map_err(|e| eio(format!("bad recorded answer: {e}")))?;
+            let answer = postcard::from_bytes(&bytes).map_err(|e| eio(format!("bad recorded answer: {e}")));
+            return (answer.and_then(|a| a), None);
         }
         Ok(Some(OnceState::Applied)) => {
             if let Some(answer) = settled(osd, &cred, &op).await {
-                return answer;
+                return (answer, None);
             }
         }
         Ok(None) => {}
-        Err(e) => return Err(eio(format!("cannot read the exactly-once table: {e}"))),
+        Err(e) => return (Err(eio(format!("cannot read the exactly-once table: {e}"))), None),
     }
     let call = Call::once(cred, client, seq);
     let answer = osd.handle_call(&call, op, hint).await;
@@ -116,21 +134,17 @@ async fn run(
         osd.failpoints.hit(crate::failpoint::FailStep::OnceBeforeAnswerRecord).await;
     }
     // Nothing applied: a resend may run it again. Recorded with its effects: done.
-    // Otherwise the answer is recorded, without waiting (if it is lost with the leader, a
-    // resend settles it from the state).
-    if marked && !answered {
-        if let Ok(bytes) = postcard::to_allocvec(&answer) {
+    // Otherwise the answer is to be recorded (if it is lost with the leader, a resend
+    // settles it from the state).
+    let record = match (marked && !answered, postcard::to_allocvec(&answer)) {
+        (true, Ok(bytes)) => {
             let mut b = Batch::new();
             b.ops.push(BatchOp::PutOnce(client, seq, plusfs_store::once_value(Some(&bytes))));
-            let engine = osd.engine.clone();
-            tokio::spawn(async move {
-                if let Err(e) = engine.commit(b).await {
-                    tracing::debug!(cause = %e, "an answer was not recorded");
-                }
-            });
+            Some(b)
         }
-    }
-    answer
+        _ => None,
+    };
+    (answer, record)
 }
 
 /// The answer to a request that was applied (at least in part) but whose answer was lost,

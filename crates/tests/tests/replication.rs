@@ -422,13 +422,30 @@ async fn a_resent_request_gets_its_first_answer_also_from_the_next_leader() {
     assert_eq!(again.unwrap_err().errno, Errno::EEXIST);
     let unlink = Request::Once { client: 42, seq: 3, op: Box::new(Request::Unlink { path: "/once/f".into() }) };
     assert_eq!(to_leader(&tc, &unlink).await, Ok(Reply::Done));
+    // An overwrite took effect, another client renamed the file, then the overwrite's
+    // resend came: its first answer, not ENOENT, and no second write.
+    c.create("/once/w", 0o644, true).await.unwrap();
+    c.write("/once/w", 0, b"old").await.unwrap();
+    let write = |data: &[u8]| Request::Once {
+        client: 42,
+        seq: 4,
+        op: Box::new(Request::Write { path: "/once/w".into(), offset: 0, data: data.to_vec().into(), append: false }),
+    };
+    let written = to_leader(&tc, &write(b"new")).await;
+    assert!(matches!(&written, Ok(Reply::Attr(a)) if a.size == 3), "{written:?}");
+    c.rename("/once/w", "/once/v").await.unwrap();
+    c.create("/once/w", 0o644, true).await.unwrap();
+    assert_eq!(to_leader(&tc, &write(b"new")).await, written, "the resent overwrite after a rename");
     // The leader dies; the next one has the answers in its table.
     let victim = leader(&tc, 0);
     tc.cluster.kill_member(0, victim).unwrap();
     assert_ne!(leader(&tc, 0), victim);
     assert_eq!(to_leader(&tc, &create(1)).await, first, "the create's first answer, from the new leader");
     assert_eq!(to_leader(&tc, &unlink).await, Ok(Reply::Done), "not ENOENT");
+    assert_eq!(to_leader(&tc, &write(b"new")).await, written, "the overwrite's first answer, from the new leader");
     assert_eq!(c.lstat("/once/f").await.unwrap_err().errno, Errno::ENOENT, "the unlink ran once, the create once");
+    assert_eq!(c.read_all("/once/v").await.unwrap(), b"new", "the renamed file has the write");
+    assert_eq!(c.read_all("/once/w").await.unwrap(), b"", "the file now at the path was not written");
     tc.cluster.start_member(0, victim).unwrap();
 }
 
@@ -676,9 +693,11 @@ async fn requests_whose_leader_died_right_after_applying_them_take_effect_once()
     c.link(&format!("{a}/f"), &format!("{b}/g")).await.unwrap();
     let names: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
     let mut hits = 0;
-    for step in 0..6 {
+    for step in 0..8 {
         arm_answer_failpoint(&mut tc, 0);
         let r = match step {
+            6 => c.write(&format!("{a}/x"), 1, b"Z").await.map(|at| assert_eq!(at.size, 2)),
+            7 => c.truncate(&format!("{a}/x"), 1).await.map(|at| assert_eq!(at.size, 1)),
             0 => c.append(&format!("{a}/f"), b"+1").await.map(|at| assert_eq!(at.size, 6)),
             1 => c.setxattr(&format!("{a}/f"), "user.k", b"v", true, false).await,
             2 => c.exchange(&format!("{a}/x"), &format!("{a}/y")).await,
@@ -700,7 +719,7 @@ async fn requests_whose_leader_died_right_after_applying_them_take_effect_once()
     assert_eq!(c.read_all(&format!("{a}/f")).await.unwrap(), b"base+1+2");
     assert_eq!(c.getxattr(&format!("{a}/f"), "user.k").await.unwrap(), b"v");
     assert_eq!(c.read_all(&format!("{a}/y")).await.unwrap(), b"x");
-    assert_eq!(c.read_all(&format!("{a}/x")).await.unwrap(), b"z");
+    assert_eq!(c.read_all(&format!("{a}/x")).await.unwrap(), b"z", "written to zZ, truncated to z");
     assert_eq!(c.read_all(&format!("{b}/z")).await.unwrap(), b"y");
     for n in &names {
         c.lstat(&format!("{a}/{n}")).await.unwrap();

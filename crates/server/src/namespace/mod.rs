@@ -246,10 +246,12 @@ impl Namespace {
         }
         apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
         t.save(&mut b);
+        let answer = Reply::Attr(Attr::of_inode(&t.inode));
+        c.answer_with_next_batch(&Ok(answer.clone()));
         self.engine.apply_for(c, b).await?;
         drop(gate);
         self.filedata.drop_remote(remote).await;
-        Ok(Reply::Attr(Attr::of_inode(&t.inode)))
+        Ok(answer)
     }
 
     pub(crate) async fn readlink(self: &Arc<Self>, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
