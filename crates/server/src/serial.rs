@@ -32,16 +32,19 @@ impl Serial {
         let txid = self.engine.new_txid().await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let undo = self.undo_of(&ops)?;
-        let (batch, remote) = self.engine.commit_batch(&prepared, &CommitPayload::default())?;
-        self.engine.apply_for(c, batch).await?;
-        drop(guard);
-        self.filedata.drop_remote(remote).await;
-        self.engine.check_thresholds(&prepared.ops);
         let made = ops.iter().find_map(|o| match o {
             SubOp::CreateDir { object, .. } => Some(plusfs_proto::Attr::of_dir(object)),
             _ => None,
         });
-        Ok(Reply::Undo { ops: undo, made })
+        let answer = Reply::Undo { ops: undo, made };
+        let (batch, remote) = self.engine.commit_batch(&prepared, &CommitPayload::default())?;
+        // Its one batch: a resend after a failover gets this answer.
+        c.answer_with_next_batch(&Ok(answer.clone()));
+        self.engine.apply_for(c, batch).await?;
+        drop(guard);
+        self.filedata.drop_remote(remote).await;
+        self.engine.check_thresholds(&prepared.ops);
+        Ok(answer)
     }
 
     /// Sub-operations undoing `ops` (checked, not yet applied): the CLEAR of serial
