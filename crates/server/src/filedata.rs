@@ -276,10 +276,12 @@ impl FileData {
         let mut b = Batch::new();
         let remote = self.engine.drop_unused(&before, &records(&t.inode.pieces), &mut b)?;
         t.save(&mut b);
+        let answer = Reply::Attr(Attr::of_inode(&t.inode));
+        c.answer_with_next_batch(&Ok(answer.clone()));
         self.engine.apply_for(c, b).await?;
         drop(gate);
         self.drop_remote(remote).await;
-        Ok(Reply::Attr(Attr::of_inode(&t.inode)))
+        Ok(answer)
     }
 
     /// The parts of a write of `data` at `offset` that go to other servers, stored before

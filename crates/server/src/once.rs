@@ -20,7 +20,9 @@
 //!   rest (create or unlink batches that went entry by entry, as they do for hard links);
 //! - otherwise nothing of it was applied, and it runs.
 //!
-//! Requests whose answer is known before their last batch — appends, xattr changes,
+//! Requests whose answer is known before their last batch — writes, commits of
+//! client-direct writes, file attribute changes, file write batches, serial Cx
+//! executions, appends, xattr changes,
 //! create and unlink batches, exchanges, renames, unlinks — record it in that batch
 //! ([`Call::answer_with_next_batch`], [`Call::answer_at_commit`]), atomically with their
 //! effects, so no window is left for them.
