@@ -40,6 +40,16 @@ enum Ended {
     Failed(WireError),
 }
 
+/// How a two-server operation the client drives ended.
+enum Driven {
+    /// Done; the attributes of the directory made, when a server said.
+    Done(Option<Attr>),
+    /// Both sides are now on one server (a newer map, or a shard of a distributed parent),
+    /// where only an admin may send the serial sub-operations: the caller sends it to the
+    /// parent's server as one request instead.
+    ViaParent,
+}
+
 impl Client {
     fn next_op_id(&self) -> OpId {
         OpId { client: self.cx.client, process: process_id(), seq: self.cx.seq.fetch_add(1, Ordering::Relaxed) }
@@ -120,7 +130,9 @@ impl Client {
                 self.cx.inos.lock().expect("ino lease").remove(&home);
                 return two_phase().await;
             }
-            made => made?,
+            Ok(Driven::ViaParent) => return two_phase().await,
+            Ok(Driven::Done(made)) => made,
+            Err(e) => return Err(e),
         };
         let cluster = match self.map().hugedirs.threshold_entries() {
             Some(n) => Threshold::Entries(n),
@@ -163,6 +175,7 @@ impl Client {
         match removed {
             // A distributed directory: its shards go too, which takes more than two servers.
             Err(e) if e.errno == Errno::EREMCHG => two_phase().await,
+            Ok(Driven::ViaParent) => two_phase().await,
             r => r.map(drop),
         }
     }
@@ -177,7 +190,7 @@ impl Client {
         name: &str,
         mut participant: Side,
         coordinator_op: impl Fn(Option<u64>) -> SubOp,
-    ) -> Result<Option<Attr>, FsError> {
+    ) -> Result<Driven, FsError> {
         let mut waiting = crate::routing::distribution_wait();
         for attempt in 0..MAX_ATTEMPTS {
             // A newer map (learnt from a refusal) may home the directory elsewhere.
@@ -187,13 +200,15 @@ impl Client {
             let (server, shard) = self.locate(dir, name);
             let coordinator = Side { server, ops: vec![coordinator_op(shard)] };
             let ended = match self.map().txn.protocol {
-                // Both objects on one server: one local store write makes it atomic.
+                // Both objects on one server: one local store write makes it atomic (a
+                // client that is no admin asks the parent's server to do it).
+                _ if server == participant.server && !self.trusted => return Ok(Driven::ViaParent),
                 _ if server == participant.server => self.one_server(&coordinator, &participant).await,
                 TxnProtocol::Serial => self.serial(&coordinator, &participant).await,
                 _ => self.cx_run(&coordinator, &participant).await,
             };
             let e = match ended {
-                Ok(Ended::Done(made)) => return Ok(made),
+                Ok(Ended::Done(made)) => return Ok(Driven::Done(made)),
                 Ok(Ended::Failed(e)) => e,
                 Err(call) => return Err(FsError { op, path: raw.to_string(), ..call }),
             };

@@ -59,9 +59,13 @@ impl WriteBatchIterator for Merge {
     }
 }
 
-/// One batch holding `raws` in order, or why not (a batch with operations other than
-/// put and delete, which the store never writes).
-fn merge(mut raws: Vec<Vec<u8>>) -> Result<Vec<u8>, String> {
+/// A store batch with operations other than put and delete (the store never writes one).
+#[derive(Debug, thiserror::Error)]
+#[error("a store batch holds operations other than put and delete")]
+struct UnmergeableBatch;
+
+/// One batch holding `raws` in order, or why not.
+fn merge(mut raws: Vec<Vec<u8>>) -> Result<Vec<u8>, UnmergeableBatch> {
     if raws.len() == 1 {
         return Ok(raws.pop().expect("one"));
     }
@@ -71,7 +75,7 @@ fn merge(mut raws: Vec<Vec<u8>>) -> Result<Vec<u8>, String> {
         let before = m.copied;
         b.iterate(&mut m);
         if m.copied - before != b.len() {
-            return Err("a store batch holds operations other than put and delete".into());
+            return Err(UnmergeableBatch);
         }
     }
     Ok(m.into.data().to_vec())
@@ -139,7 +143,7 @@ impl StoreReplicator {
                 let batch = match merge(raws) {
                     Ok(b) => b,
                     Err(e) => {
-                        answer_all(dones, || Err(StoreError::Replica(e.clone())));
+                        answer_all(dones, || Err(StoreError::Replica(e.to_string())));
                         continue;
                     }
                 };

@@ -66,7 +66,8 @@ impl Connection {
         counters: Arc<Counters>,
         tls: &plusfs_placement::TlsSettings,
     ) -> Result<Connection, CallError> {
-        let end = crate::secure::client_tls(tls).map_err(|reason| CallError::Connect { addr: addr.into(), reason })?;
+        let end = crate::secure::client_tls(tls)
+            .map_err(|e| CallError::Connect { addr: addr.into(), reason: e.to_string() })?;
         Connection::connect_with(addr, counters, end.as_deref()).await
     }
 

@@ -18,6 +18,6 @@ pub use conn::{transport_timeout, CallError, Connection};
 pub use counters::{counting, Counters, CountersSnapshot};
 pub use epoch::EpochWatch;
 pub use pool::Pool;
-pub use secure::{client_tls, identity_dir, set_process_identity};
+pub use secure::{client_tls, identity_dir, set_process_identity, ClientTlsError};
 pub use tcp::TcpTransport;
 pub use transport::Transport;

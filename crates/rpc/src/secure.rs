@@ -27,19 +27,29 @@ pub fn identity_dir(tls: &TlsSettings) -> Option<PathBuf> {
         .or_else(|| tls.identity.clone())
 }
 
+/// Why a process has no client end for a cluster that requires TLS.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientTlsError {
+    /// No identity directory is set.
+    #[error("the cluster requires TLS: set PLUSFS_IDENTITY to an identity directory (plusfs cert issue)")]
+    NoIdentity,
+    /// The CA certificate or the identity could not be loaded.
+    #[error("cannot load the TLS identity: {0}")]
+    Load(String),
+}
+
 /// The client end for a cluster with `tls` settings: `None` for an insecure cluster, an
 /// error (shown by every call) if the CA or identity cannot be loaded.
-pub fn client_tls(tls: &TlsSettings) -> Result<Option<Arc<ClientTls>>, String> {
+pub fn client_tls(tls: &TlsSettings) -> Result<Option<Arc<ClientTls>>, ClientTlsError> {
     let Some(ca) = tls.ca.clone() else { return Ok(None) };
-    let identity = identity_dir(tls)
-        .ok_or("the cluster requires TLS: set PLUSFS_IDENTITY to an identity directory (plusfs cert issue)")?;
+    let identity = identity_dir(tls).ok_or(ClientTlsError::NoIdentity)?;
     static LOADED: OnceLock<Mutex<HashMap<TlsFiles, Arc<ClientTls>>>> = OnceLock::new();
     let files = TlsFiles { ca, identity };
     let mut loaded = LOADED.get_or_init(Default::default).lock().expect("loaded TLS ends");
     if let Some(end) = loaded.get(&files) {
         return Ok(Some(end.clone()));
     }
-    let end = Arc::new(ClientTls::load(&files).map_err(|e| format!("cannot load the TLS identity: {e}"))?);
+    let end = Arc::new(ClientTls::load(&files).map_err(|e| ClientTlsError::Load(e.to_string()))?);
     loaded.insert(files, end.clone());
     Ok(Some(end))
 }

@@ -97,7 +97,7 @@ pub struct TcpTransport {
     per_server: usize,
     counters: Arc<Counters>,
     /// The TLS client end (none: plain TCP), or why it could not be loaded.
-    tls: Result<Option<Arc<ClientTls>>, String>,
+    tls: Result<Option<Arc<ClientTls>>, crate::secure::ClientTlsError>,
     /// A connection idle this long is reopened before its next call: half the time after
     /// which servers close idle client connections, so a call never races that close.
     reuse_within: std::time::Duration,
@@ -134,7 +134,8 @@ impl TcpTransport {
                 return Ok(c.clone());
             }
         }
-        let tls = self.tls.as_ref().map_err(|e| CallError::Connect { addr: addr.to_string(), reason: e.clone() })?;
+        let tls =
+            self.tls.as_ref().map_err(|e| CallError::Connect { addr: addr.to_string(), reason: e.to_string() })?;
         let c = Arc::new(Connection::connect_with(addr, self.counters.clone(), tls.as_deref()).await?);
         *guard = Some(c.clone());
         Ok(c)

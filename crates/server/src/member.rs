@@ -85,7 +85,7 @@ pub async fn run(
         None => None,
         Some(s) => {
             let client = plusfs_rpc::client_tls(&config.map.tls)
-                .map_err(|reason| plusfs_tls::CertError::Bad { path: dir.clone(), reason })?
+                .map_err(|e| plusfs_tls::CertError::Bad { path: dir.clone(), reason: e.to_string() })?
                 .expect("a cluster with TLS");
             Some(plusfs_replica::net::RaftTls { client, server: s.server_tls() })
         }

@@ -526,6 +526,53 @@ mod forged {
         tc.assert_fsck_clean();
     }
 
+    /// A node identity's mkdir in a distributed directory it has not learnt yet: planned
+    /// as a Cx over two servers, it learns from the first answer that the entry's shard is
+    /// on the new directory's own server, where only an admin may send the serial
+    /// sub-operations; it then goes to the parent's server as one request (it was refused
+    /// EPERM, found by the replica-group test during a group add).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_mkdir_whose_sides_meet_on_one_server_goes_through_the_parent() {
+        let tc = ProcCluster::start(2);
+        assert_eq!(tc.cluster.map().txn.protocol, plusfs_placement::TxnProtocol::Cx);
+        let t = tempfile::tempdir().unwrap();
+        let flags = ["--node", "--uids", "1000-1999", "--gids", "1000-1999", "--root-squash"];
+        let id = issue(&tc, t.path(), "machine1", &flags);
+        let admin = tc.client();
+        admin.mkdir_with("/big", 0o777, plusfs_proto::Threshold::Entries(0), 0).await.unwrap();
+        admin.create("/big/probe", 0o644, true).await.unwrap();
+        let info = admin.cached_distribution("/big").expect("distributed from birth");
+        assert!(info.servers().len() > 1, "{info:?}");
+        let parent_home = admin.home("/big");
+        // Names whose new directory is homed away from the parent's home (a Cx, planned
+        // before the client knows the distribution) but on the server of the name's shard.
+        let names: Vec<String> = (0..)
+            .map(|i| format!("m{i}"))
+            .filter(|n| {
+                let home = admin.home(&format!("/big/{n}"));
+                home != parent_home && info.server_of(n) == home
+            })
+            .take(4)
+            .collect();
+        let mut map = tc.cluster.map().clone();
+        map.tls.identity = Some(id.clone());
+        for n in &names {
+            // A fresh client each time: none has learnt the distribution.
+            let node = plusfs_client::Client::new(
+                map.clone(),
+                plusfs_client::ClientOptions { retries: 5, ..Default::default() },
+            )
+            .as_caller(Cred::new(1000, 1000, vec![]));
+            assert!(node.cached_distribution("/big").is_none());
+            node.mkdir(&format!("/big/{n}"), 0o755).await.unwrap_or_else(|e| panic!("mkdir /big/{n}: {e}"));
+            assert!(node.cached_distribution("/big").is_some(), "the client learnt the distribution on the way");
+            node.rmdir(&format!("/big/{n}")).await.unwrap();
+            node.mkdir(&format!("/big/{n}"), 0o755).await.unwrap();
+            assert_eq!(admin.stat(&format!("/big/{n}")).await.unwrap().uid, 1000);
+        }
+        tc.assert_fsck_clean();
+    }
+
     /// Connections of one identity to every server, by server id.
     struct Conns(std::collections::BTreeMap<u32, Connection>);
 
