@@ -725,8 +725,24 @@ async fn big_workload(c: Client, initial: usize, stop: Arc<AtomicBool>, window: 
 
 #[test]
 fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
-    const INITIAL: usize = 100_000;
-    let cluster = ProcCluster::start(3);
+    drain_a_storing_server_of_a_huge_directory(0, 100_000);
+}
+
+/// The same on replica groups of three: a group holding a 30,000-entry directory's shard
+/// is drained while the library and the mount work in the directory.
+#[test]
+#[ignore = "about 2 minutes: `cargo test -p plusfs-tests --test elastic -- --ignored replica_group`"]
+fn a_replica_group_storing_a_huge_directory_is_drained_and_removed_under_load() {
+    drain_a_storing_server_of_a_huge_directory(3, 30_000);
+}
+
+/// Three servers (replica groups of `replicas` members, 0 for none); `/big` is spread
+/// over them with `initial` files, hard links make server 1 the home of shared inodes;
+/// server 1 is drained and removed while clients create, unlink and look up entries of
+/// `/big`, rename link entries, and a mount writes and lists `/big`. Everything
+/// acknowledged is there afterwards, fsck clean, no error logged.
+fn drain_a_storing_server_of_a_huge_directory(replicas: usize, initial: usize) {
+    let cluster = ProcCluster::start_settings(3, &ClusterSettings { replicas, ..Default::default() });
     let _down = DownOnDrop(cluster.cluster.data().to_path_buf());
     let d = data_dir(&cluster);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -734,13 +750,13 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
     // Distributed from its first entry over the three servers, then filled in batches.
     rt.block_on(c.mkdir_with("/big", 0o755, plusfs_proto::Threshold::Entries(0), 0)).unwrap();
     let filled = Instant::now();
-    for chunk in (0..INITIAL).collect::<Vec<_>>().chunks(1000) {
+    for chunk in (0..initial).collect::<Vec<_>>().chunks(1000) {
         let files: Vec<NewFile> = chunk.iter().map(|&k| NewFile::new(format!("/big/f{k}"), content(k, 64))).collect();
         for r in rt.block_on(c.batch_write(files)) {
             r.expect("filling /big");
         }
     }
-    eprintln!("/big filled with {INITIAL} files in {:.1} s", filled.elapsed().as_secs_f64());
+    eprintln!("/big filled with {initial} files in {:.1} s", filled.elapsed().as_secs_f64());
     let before = rt.block_on(c.distribution("/big")).unwrap();
     assert_eq!(before.set.len(), 3, "{before:?}");
     let held = |id: u64| -> u64 {
@@ -748,13 +764,15 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
         st["shards"].as_array().unwrap().iter().filter(|s| s[0] == "/big").map(|s| s[1].as_u64().unwrap()).sum()
     };
     let on_one = held(1);
-    assert!(on_one > INITIAL as u64 / 4, "server 1 holds a third of /big: {on_one}");
+    assert!(on_one > initial as u64 / 4, "server 1 holds a third of /big: {on_one}");
     // Hard links: files of /big (a third of them on server 1's shard) and a chunked file of
     // a directory homed on server 1 get a second name in /hl: server 1 becomes the home of
     // their shared inodes, which the drain must move and every link learn.
     let on1 = (0..).map(|i| format!("/o{i}")).find(|p| c.home(p) == 1).unwrap();
-    let mut linked: Vec<(String, String, Vec<u8>)> =
-        (0..INITIAL).step_by(1000).map(|k| (format!("/big/f{k}"), format!("/hl/l{k}"), content(k, 64))).collect();
+    let mut linked: Vec<(String, String, Vec<u8>)> = (0..initial)
+        .step_by(initial / 100)
+        .map(|k| (format!("/big/f{k}"), format!("/hl/l{k}"), content(k, 64)))
+        .collect();
     linked.push((format!("{on1}/g"), "/hl/g".into(), content(7, 3 << 20)));
     rt.block_on(async {
         c.mkdir("/hl", 0o755).await.unwrap();
@@ -776,7 +794,7 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let window = Arc::new(std::sync::Mutex::new(None));
-    let work = rt.spawn(big_workload(c.clone(), INITIAL, stop.clone(), window.clone()));
+    let work = rt.spawn(big_workload(c.clone(), initial, stop.clone(), window.clone()));
     let renames = {
         let (c, stop, hm) = (c.clone(), stop.clone(), hm.clone());
         let names: Vec<String> = linked.iter().map(|(_, b, _)| b.trim_start_matches("/hl/").to_string()).collect();
@@ -810,7 +828,7 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
                 made.push(p);
                 if k % 500 == 0 {
                     let listed = std::fs::read_dir(&big).unwrap().count();
-                    assert!(listed >= INITIAL / 2, "listing /big through the mount gave {listed} names");
+                    assert!(listed >= initial / 2, "listing /big through the mount gave {listed} names");
                 }
             }
             made
@@ -857,7 +875,7 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
             let e = fresh.lstat(p).await.expect_err("an unlinked file came back");
             assert_eq!(e.errno, plusfs_proto::Errno::ENOENT, "{p}: {e}");
         }
-        for k in (0..INITIAL).step_by(2) {
+        for k in (0..initial).step_by(2) {
             fresh.lstat(&format!("/big/f{k}")).await.unwrap_or_else(|e| panic!("/big/f{k}: {e}"));
         }
         // Both names of every linked file reach one inode, its data whole; an unlink
@@ -879,7 +897,7 @@ fn a_storing_server_of_a_huge_directory_is_drained_and_removed_under_load() {
             assert_eq!(fresh.lstat(a).await.unwrap().nlink, 1, "{a}");
         }
     });
-    let expected = INITIAL + acked.created.len() + made.len() - acked.unlinked.len();
+    let expected = initial + acked.created.len() + made.len() - acked.unlinked.len();
     let listed = rt.block_on(fresh.readdir("/big")).unwrap().len();
     assert!(
         (expected..=expected + acked.unknown).contains(&listed),
