@@ -206,7 +206,7 @@ impl Links {
         // a failover of either slot) from its own table, under the same id, so it is
         // resent across a failover of that slot like an idempotent request.
         let mut resend_until = None;
-        if let Some((client, seq)) = c.once_id().filter(|_| !req.is_idempotent()) {
+        if let Some((client, seq)) = c.once_id().filter(|_| req.needs_once()) {
             if self.peers.pool.replicated(home) {
                 req = Request::Once { client, seq, op: Box::new(req) };
                 resend_until = Some(std::time::Instant::now() + FORWARD_FAILOVER);

@@ -12,7 +12,8 @@
 //! - if only the mark is there (the leader died between its effects and the record of
 //!   its answer): for a create or symlink (also in a shard), and a mkdir, rmdir or link
 //!   (over two servers: recovery settles them first), the state decides — done if its
-//!   effect is there, else it runs; an exchange, rename or unlink runs again (its answer
+//!   effect is there, else it runs; a directory's attribute change answers the
+//!   directory's attributes; an exchange, rename or unlink runs again (its answer
 //!   is recorded with its commit: its one local batch or its transaction's decision, so a
 //!   mark without it means the new leader's recovery undid it — the state could not tell:
 //!   another client may have removed the source meanwhile); a batch of mkdirs answers the
@@ -74,10 +75,16 @@ pub(crate) async fn handle(
     let key = (client, seq);
     let first = running.0.lock().get(&key).cloned();
     if let Some(mut rx) = first {
-        return match rx.wait_for(Option::is_some).await {
+        let answer = match rx.wait_for(Option::is_some).await {
             Ok(answer) => answer.clone().expect("an answer"),
             Err(_) => Err(eio("the first run of this request ended without an answer".into())),
         };
+        // As for the first run: a member that lost its lead meanwhile sends the client to
+        // the next leader, which knows what was applied.
+        if table.replication_failed() {
+            return Ok(Reply::Redirect { leader: None });
+        }
+        return answer;
     }
     let (tx, rx) = watch::channel(None);
     running.0.lock().insert(key, rx);
@@ -203,6 +210,12 @@ async fn settled(osd: &Arc<Osd>, cred: &Cred, op: &Request) -> Option<Response> 
         // Its answer goes with its commit decision (or its one local batch): marked
         // without it, the new leader's recovery aborted it.
         Request::Exchange { .. } => None,
+        // Marked only by its last batch (the ancestry transaction below it runs as the
+        // servers, unmarked): applied, so the directory's attributes now are its answer.
+        Request::DirSetAttr { path, .. } if incarnation.is_none() => match dir_stat(osd, path).await {
+            Ok(a @ Reply::Attr(_)) => Some(Ok(a)),
+            _ => unknown(path),
+        },
         Request::Batch { op: plusfs_proto::BatchOp::Mkdir, dir, names, .. } if incarnation.is_none() => {
             settle_mkdirs(osd, cred, inner, (dir, names)).await
         }

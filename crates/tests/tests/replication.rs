@@ -693,9 +693,12 @@ async fn requests_whose_leader_died_right_after_applying_them_take_effect_once()
     c.link(&format!("{a}/f"), &format!("{b}/g")).await.unwrap();
     let names: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
     let mut hits = 0;
-    for step in 0..8 {
+    for step in 0..10 {
         arm_answer_failpoint(&mut tc, 0);
         let r = match step {
+            // Through the hard link: b's server forwards it to the inode's home, a's.
+            9 => c.write(&format!("{b}/g"), 0, b"B").await.map(|at| assert_eq!(at.size, 8)),
+            8 => c.chmod(&a, 0o775).await.map(|at| assert_eq!(at.mode & 0o7777, 0o775)),
             6 => c.write(&format!("{a}/x"), 1, b"Z").await.map(|at| assert_eq!(at.size, 2)),
             7 => c.truncate(&format!("{a}/x"), 1).await.map(|at| assert_eq!(at.size, 1)),
             0 => c.append(&format!("{a}/f"), b"+1").await.map(|at| assert_eq!(at.size, 6)),
@@ -716,10 +719,11 @@ async fn requests_whose_leader_died_right_after_applying_them_take_effect_once()
     tc.cluster.start(0).unwrap();
     tc.cluster.wait_ready(Duration::from_secs(20)).unwrap();
     // Each took effect exactly once.
-    assert_eq!(c.read_all(&format!("{a}/f")).await.unwrap(), b"base+1+2");
+    assert_eq!(c.read_all(&format!("{a}/f")).await.unwrap(), b"Base+1+2");
     assert_eq!(c.getxattr(&format!("{a}/f"), "user.k").await.unwrap(), b"v");
     assert_eq!(c.read_all(&format!("{a}/y")).await.unwrap(), b"x");
     assert_eq!(c.read_all(&format!("{a}/x")).await.unwrap(), b"z", "written to zZ, truncated to z");
+    assert_eq!(c.stat(&a).await.unwrap().mode & 0o7777, 0o775);
     assert_eq!(c.read_all(&format!("{b}/z")).await.unwrap(), b"y");
     for n in &names {
         c.lstat(&format!("{a}/{n}")).await.unwrap();
