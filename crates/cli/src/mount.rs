@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use plusfs_client::{Client, ClientOptions};
-use plusfs_fuse::MountSettings;
+use plusfs_fuse::{MountSettings, UringMode};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -36,7 +36,10 @@ pub struct MountArgs {
     /// requests, default 2), `readers=N` (threads reading `/dev/fuse`, each on a clone of
     /// the device, default 2), `readahead=KIB` (the kernel's read-ahead, default 8192; 0
     /// keeps the kernel's 128 KiB), `metrics=HOST:PORT` (serve Prometheus histograms of
-    /// the FUSE operations there).
+    /// the FUSE operations there), `uring` (take the kernel's requests over io_uring queues,
+    /// one per CPU, or fail; by default they are used when the kernel offers them: as root,
+    /// `echo Y > /sys/module/fuse/parameters/enable_uring`), `nouring` (only `/dev/fuse`),
+    /// `uring_depth=N` (requests each queue holds, default 32).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -58,6 +61,12 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             None if o == "nodefault_permissions" => s.default_permissions = false,
             None if o == "nodeleg" => s.delegations = false,
             None if o == "deleg" => s.delegations = true,
+            None if o == "uring" => s.uring = UringMode::Required,
+            None if o == "nouring" => s.uring = UringMode::Off,
+            Some(("uring_depth", v)) => {
+                s.uring_depth =
+                    v.parse().ok().filter(|n| (1..=1024).contains(n)).context("uring_depth must be 1 to 1024")?
+            }
             Some(("max_background", v)) => {
                 s.max_background = v.parse().ok().filter(|n| *n > 0).context("max_background must be 1 to 65535")?
             }
@@ -87,7 +96,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
                  writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readers=N, \
-                 readahead=KIB, metrics=HOST:PORT, log=FILE)"
+                 readahead=KIB, metrics=HOST:PORT, log=FILE, uring, nouring, uring_depth=N)"
             ),
         }
     }
@@ -154,16 +163,31 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
         use std::os::unix::process::CommandExt;
         // Its log goes to `-o log=FILE` (appended), else nowhere: run `-f` in a terminal
         // to see it.
-        let log = match a.options.iter().find_map(|o| o.strip_prefix("log=")) {
+        let log_path = a.options.iter().find_map(|o| o.strip_prefix("log="));
+        let log = match log_path {
             Some(path) => Stdio::from(private_append(Path::new(path))?),
-            None => Stdio::null(),
+            // Kept until the mount is up, to report why it failed.
+            None => Stdio::piped(),
         };
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).process_group(0);
         let mut child = cmd.spawn().context("cannot start the mount process")?;
+        let early_errors = child.stderr.take().map(|mut err| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut err, &mut text);
+                text
+            })
+        });
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !mounted(&a.mountpoint) {
+        // Up: mounted, and its transport decided (the control file names it).
+        while !mounted(&a.mountpoint) || !transport_decided(&a.mountpoint) {
             if let Some(status) = child.try_wait()? {
-                bail!("the mount process exited ({status})");
+                let why = match (early_errors, log_path) {
+                    (Some(reader), _) => reader.join().unwrap_or_default(),
+                    (None, Some(path)) => last_lines(Path::new(path), 5),
+                    (None, None) => String::new(),
+                };
+                bail!("the mount process exited ({status}): {}", why.trim());
             }
             if Instant::now() > deadline {
                 bail!("{} was not mounted within 20 s", a.mountpoint.display());
@@ -183,6 +207,21 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
     plusfs_fuse::mount(client, &a.mountpoint, &s)
         .with_context(|| format!("cannot mount on {}", a.mountpoint.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the mount at `mountpoint` has decided how the kernel's requests reach it
+/// (`/dev/fuse` or io_uring): its control file no longer says `transport starting`.
+fn transport_decided(mountpoint: &Path) -> bool {
+    let file = mountpoint.join(plusfs_fuse::core::STATS_FILE);
+    std::fs::read_to_string(file)
+        .is_ok_and(|t| t.lines().any(|l| l.starts_with("transport") && l != "transport starting"))
+}
+
+/// The last `n` lines of the file at `path` (empty when it cannot be read).
+fn last_lines(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// `path` opened for appending, made (mode 0600) if missing: a mount's log names its

@@ -5,10 +5,10 @@
 //! request waits for another one's server round trip, and the kernel may keep many in
 //! flight (`max_background`). Nothing else happens here.
 
-use crate::callers::Callers;
 use crate::core::STATS_INO;
 use crate::core::{Caller, Errno, MountCore, RenameMode, XattrReply};
-use crate::MountSettings;
+use crate::runner::Runner;
+use crate::{MountSettings, UringMode};
 use fuser::{
     AccessFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
@@ -19,6 +19,7 @@ use plusfs_proto::{Attr, FileKind, SetAttr, TimeSet, Timespec};
 use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,7 +29,9 @@ pub struct PlusFs {
     core: Arc<MountCore>,
     rt: tokio::runtime::Runtime,
     settings: MountSettings,
-    callers: Callers,
+    runner: Arc<Runner>,
+    /// Set at `init` when the kernel agreed to take requests over io_uring.
+    uring_agreed: Arc<AtomicBool>,
 }
 
 fn time(t: Timespec) -> SystemTime {
@@ -165,12 +168,14 @@ impl PlusFs {
             rt.spawn(plusfs_metrics::serve(listener, registry, refresh));
             tracing::info!(addr, "mount metrics endpoint ready");
         }
-        Ok(PlusFs { core, rt, settings: settings.clone(), callers: Callers::default() })
+        let runner = Arc::new(Runner::new(core.clone(), rt.handle().clone(), settings.ttl));
+        let uring_agreed = Arc::new(AtomicBool::new(false));
+        Ok(PlusFs { core, rt, settings: settings.clone(), runner, uring_agreed })
     }
 
     /// Who makes request `req` (uid, gid and supplementary groups).
     fn caller(&self, req: &Request) -> Caller {
-        self.callers.get(req.uid(), req.gid(), req.pid())
+        self.runner.caller(req.uid(), req.gid(), req.pid())
     }
 
     /// The core behind the adapter.
@@ -182,15 +187,18 @@ impl PlusFs {
         self.settings.ttl
     }
 
-    /// Runs `call`, counted as FUSE operation `op`, and hands its result to `answer` (which
-    /// replies to the kernel). Returns at once.
-    ///
-    /// The call is first polled here, on the thread that read the request: most calls of a
-    /// mount are answered from what it knows (its caches, a delegated directory) without
-    /// waiting, and are then answered without handing the request to another thread, which
-    /// costs a wake-up and a context switch per request on a small machine. A call that has
-    /// to wait (for a server, a lock) continues as a task of the mount's runtime, which
-    /// polls it again with its own waker.
+    /// The runner the io_uring transport serves requests with.
+    pub(crate) fn runner(&self) -> Arc<Runner> {
+        self.runner.clone()
+    }
+
+    /// Set once the kernel agreed (at `init`) to take requests over io_uring.
+    pub(crate) fn uring_agreed(&self) -> Arc<AtomicBool> {
+        self.uring_agreed.clone()
+    }
+
+    /// Runs `call`, counted as FUSE operation `op`, and hands its result to `answer`
+    /// (`Runner::spawn`).
     fn spawn<T, Fut>(
         &self,
         op: &'static str,
@@ -200,22 +208,7 @@ impl PlusFs {
         Fut: Future<Output = Result<T, Errno>> + Send + 'static,
         T: Send + 'static,
     {
-        let core = self.core.clone();
-        let _in_runtime = self.rt.enter();
-        // Boxed at once: a call's future is ~10 KiB, and the wrappers below would
-        // otherwise copy it whole each time they take it in.
-        let fut = Box::pin(call(core.clone()));
-        let mut task = Box::pin(async move { answer(core.counted(op, fut).await) });
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        // A panic stays within this request (its dropped reply answers EIO), as it would in
-        // a runtime task; it must not unwind the thread that reads the kernel's requests.
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut cx))) {
-            Ok(std::task::Poll::Pending) => {
-                self.rt.spawn(task);
-            }
-            Ok(std::task::Poll::Ready(())) => {}
-            Err(_) => tracing::error!(op, "a mount operation panicked; the request gets EIO"),
-        }
+        self.runner.spawn(op, call, answer)
     }
 }
 
@@ -255,6 +248,12 @@ impl Filesystem for PlusFs {
         if let Err(missing) = config.add_capabilities(wanted) {
             tracing::warn!(?missing, "the kernel does not offer these FUSE capabilities; mounting without them");
             let _ = config.add_capabilities(wanted - missing);
+        }
+        // Requests over io_uring queues: offered by the kernel only where root switched it
+        // on (`/sys/module/fuse/parameters/enable_uring`).
+        if self.settings.uring != UringMode::Off {
+            let agreed = config.add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING).is_ok();
+            self.uring_agreed.store(agreed, Ordering::SeqCst);
         }
         Ok(())
     }

@@ -8,6 +8,8 @@
 mod adapter;
 mod callers;
 pub mod core;
+mod runner;
+pub mod uring;
 
 pub use adapter::{file_attr, PlusFs};
 pub use core::WRITE_BUFFER;
@@ -60,6 +62,22 @@ pub struct MountSettings {
     /// Serve Prometheus metrics (FUSE-operation latency histograms) on this `host:port`
     /// (`-o metrics=ADDR`).
     pub metrics: Option<String>,
+    /// Whether requests come over io_uring queues (default: when the kernel offers it).
+    pub uring: UringMode,
+    /// Entries per io_uring queue, one queue per CPU (`-o uring_depth=N`, default 32):
+    /// requests the kernel may hand over at once per CPU.
+    pub uring_depth: usize,
+}
+
+/// Whether a mount takes the kernel's requests over io_uring (`uring` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UringMode {
+    /// Over `/dev/fuse` only (`-o nouring`).
+    Off,
+    /// Over io_uring when the kernel offers it, else `/dev/fuse` (the default).
+    Auto,
+    /// Over io_uring, or the mount fails (`-o uring`).
+    Required,
 }
 
 impl Default for MountSettings {
@@ -77,6 +95,8 @@ impl Default for MountSettings {
             delegations: true,
             readahead_kib: 8192,
             metrics: None,
+            uring: UringMode::Auto,
+            uring_depth: 32,
         }
     }
 }
@@ -116,7 +136,62 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
     if settings.readahead_kib > 0 {
         set_readahead_when_up(mountpoint, settings.readahead_kib)?;
     }
-    fuser::mount(fs, mountpoint, &config(settings))
+    let (runner, agreed) = (fs.runner(), fs.uring_agreed());
+    let core = runner.core.clone();
+    let session = fuser::Session::new(fs, mountpoint, &config(settings))?;
+    // `Session::new` has answered the kernel's INIT: the transport is decided.
+    let agreed = agreed.load(std::sync::atomic::Ordering::SeqCst);
+    let over_uring = match (settings.uring, agreed) {
+        (UringMode::Off, _) => {
+            tracing::info!("FUSE requests over /dev/fuse (io_uring not asked for)");
+            false
+        }
+        (UringMode::Required, false) => {
+            return Err(std::io::Error::other(
+                "-o uring: the kernel does not offer FUSE over io_uring \
+                 (as root: echo Y > /sys/module/fuse/parameters/enable_uring, then mount again)",
+            ))
+        }
+        (UringMode::Auto, false) => {
+            tracing::info!(
+                "FUSE requests over /dev/fuse (the kernel does not offer io_uring: \
+                 /sys/module/fuse/parameters/enable_uring)"
+            );
+            false
+        }
+        (mode, true) => start_uring(&session, runner, settings, mode == UringMode::Required)?,
+    };
+    if !over_uring {
+        core.set_transport(Box::new(|| "transport /dev/fuse\n".to_string()));
+    }
+    session.run()
+}
+
+/// Starts the io_uring queues of `session` (whose INIT agreed to them); whether they run. A
+/// failure fails the mount when io_uring was `required`, else the mount goes on over
+/// `/dev/fuse`.
+fn start_uring<FS: fuser::Filesystem>(
+    session: &fuser::Session<FS>,
+    runner: std::sync::Arc<runner::Runner>,
+    settings: &MountSettings,
+    required: bool,
+) -> std::io::Result<bool> {
+    use std::os::fd::AsFd;
+    // The payload buffer holds the largest write (1 MiB) or read and its header.
+    let payload = (1 << 20) + 4096;
+    let core = runner.core.clone();
+    match uring::start(session.as_fd(), runner, settings.uring_depth, payload) {
+        Ok(t) => {
+            tracing::info!(queues = t.queue_count(), depth = settings.uring_depth, "FUSE requests over io_uring");
+            core.set_transport(Box::new(move || t.describe()));
+            Ok(true)
+        }
+        Err(e) if required => Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "FUSE over io_uring did not start: requests stay on /dev/fuse");
+            Ok(false)
+        }
+    }
 }
 
 /// Once the mount at `mountpoint` is up (its device differs from the directory's before),

@@ -83,7 +83,12 @@ pub struct MountCore {
     orphans_refused: std::sync::atomic::AtomicBool,
     /// FUSE-operation latencies, once a metrics endpoint serves them.
     latencies: std::sync::OnceLock<plusfs_metrics::Latencies>,
+    /// What the control file says about the transport the kernel's requests come over.
+    transport: std::sync::OnceLock<Transport>,
 }
+
+/// The control file's line about the transport, made when it is read.
+pub type Transport = Box<dyn Fn() -> String + Send + Sync>;
 
 /// The errno an application sees. A server that cannot be reached after the client's
 /// bounded retries is an I/O error to a POSIX program (EIO), not a socket error.
@@ -131,6 +136,21 @@ impl MountCore {
             orphans_ready: std::sync::atomic::AtomicBool::new(false),
             orphans_refused: std::sync::atomic::AtomicBool::new(false),
             latencies: std::sync::OnceLock::new(),
+            transport: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Names the transport the kernel's requests come over in the control file (set once,
+    /// by the mount once it is decided; until then the file says `transport starting`).
+    pub fn set_transport(&self, describe: Transport) {
+        let _ = self.transport.set(describe);
+    }
+
+    /// The control file's line about the transport.
+    fn transport_line(&self) -> String {
+        match self.transport.get() {
+            Some(describe) => describe(),
+            None => "transport starting\n".to_string(),
         }
     }
 

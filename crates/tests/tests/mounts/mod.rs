@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod tar_kill;
+
 use crate::common::{self, exe, ProcCluster};
 use std::fs;
 use std::path::Path;
@@ -52,7 +54,11 @@ impl Mount {
         let n = std::fs::read_dir(cluster.cluster.data()).map(|d| d.count()).unwrap_or(0);
         let log = cluster.cluster.data().join(format!("mount-{n}.log"));
         let log = format!("log={}", log.display());
-        let options: Vec<&str> = options.iter().copied().chain([log.as_str()]).collect();
+        // Options every mount of a test run gets (`PLUSFS_TEST_MOUNT_OPTIONS`, e.g. `uring`
+        // to run a FUSE suite over io_uring: `scripts/fuse_uring_suite.sh`).
+        let extra = std::env::var("PLUSFS_TEST_MOUNT_OPTIONS").unwrap_or_default();
+        let extra = extra.split(',').filter(|o| !o.is_empty());
+        let options: Vec<&str> = options.iter().copied().chain(extra).chain([log.as_str()]).collect();
         let joined = options.join(",");
         if !options.is_empty() {
             args.extend(["-o", &joined]);
