@@ -134,6 +134,9 @@ fn sync_mount(mountpoint: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Set for a mount process started in the background without a log (`quiet_when_up`).
+const QUIET_WHEN_UP: &str = "PLUSFS_MOUNT_QUIET_WHEN_UP";
+
 pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
     if a.stats {
         return print_stats(&a.mountpoint);
@@ -141,7 +144,8 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
     if a.sync {
         return sync_mount(&a.mountpoint);
     }
-    let s = settings(&a.options)?;
+    let mut s = settings(&a.options)?;
+    s.quiet_when_up = a.foreground && std::env::var_os(QUIET_WHEN_UP).is_some();
     if !a.mountpoint.is_dir() {
         bail!("mount point {} is not a directory", a.mountpoint.display());
     }
@@ -157,6 +161,11 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
             cmd.arg("--cluster").arg(c);
         }
         cmd.arg("mount").arg("-f").arg(&a.mountpoint);
+        // Without a log, the child's start-up errors come to this process through a pipe;
+        // the child points its standard error elsewhere once it is up.
+        if !a.options.iter().any(|o| o.starts_with("log=")) {
+            cmd.env(QUIET_WHEN_UP, "1");
+        }
         if !a.options.is_empty() {
             cmd.arg("-o").arg(a.options.join(","));
         }

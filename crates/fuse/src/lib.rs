@@ -67,6 +67,10 @@ pub struct MountSettings {
     /// Entries per io_uring queue, one queue per CPU (`-o uring_depth=N`, default 32):
     /// requests the kernel may hand over at once per CPU.
     pub uring_depth: usize,
+    /// Point standard error at `/dev/null` once the mount is up (set by `plusfs mount` in
+    /// the background, whose parent reads the mount's start-up errors from a pipe and exits
+    /// once it is up).
+    pub quiet_when_up: bool,
 }
 
 /// Whether a mount takes the kernel's requests over io_uring (`uring` module).
@@ -97,6 +101,7 @@ impl Default for MountSettings {
             metrics: None,
             uring: UringMode::Auto,
             uring_depth: 32,
+            quiet_when_up: false,
         }
     }
 }
@@ -144,7 +149,7 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
     let over_uring = match (settings.uring, agreed) {
         (UringMode::Off, _) => {
             tracing::info!("FUSE requests over /dev/fuse (io_uring not asked for)");
-            false
+            None
         }
         (UringMode::Required, false) => {
             return Err(std::io::Error::other(
@@ -157,40 +162,54 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
                 "FUSE requests over /dev/fuse (the kernel does not offer io_uring: \
                  /sys/module/fuse/parameters/enable_uring)"
             );
-            false
+            None
         }
         (mode, true) => start_uring(&session, runner, settings, mode == UringMode::Required)?,
     };
-    if !over_uring {
-        core.set_transport(Box::new(|| "transport /dev/fuse\n".to_string()));
+    if settings.quiet_when_up {
+        quiet_stderr();
+    }
+    // The control file names the transport from now on: the mount is up.
+    match over_uring {
+        Some(t) => core.set_transport(Box::new(move || t.describe())),
+        None => core.set_transport(Box::new(|| "transport /dev/fuse\n".to_string())),
     }
     session.run()
 }
 
-/// Starts the io_uring queues of `session` (whose INIT agreed to them); whether they run. A
-/// failure fails the mount when io_uring was `required`, else the mount goes on over
-/// `/dev/fuse`.
+/// Starts the io_uring queues of `session` (whose INIT agreed to them); `None` when they do
+/// not run. A failure fails the mount when io_uring was `required`, else the mount goes on
+/// over `/dev/fuse`.
 fn start_uring<FS: fuser::Filesystem>(
     session: &fuser::Session<FS>,
     runner: std::sync::Arc<runner::Runner>,
     settings: &MountSettings,
     required: bool,
-) -> std::io::Result<bool> {
+) -> std::io::Result<Option<uring::Transport>> {
     use std::os::fd::AsFd;
     // The payload buffer holds the largest write (1 MiB) or read and its header.
     let payload = (1 << 20) + 4096;
-    let core = runner.core.clone();
     match uring::start(session.as_fd(), runner, settings.uring_depth, payload) {
         Ok(t) => {
             tracing::info!(queues = t.queue_count(), depth = settings.uring_depth, "FUSE requests over io_uring");
-            core.set_transport(Box::new(move || t.describe()));
-            Ok(true)
+            Ok(Some(t))
         }
         Err(e) if required => Err(e),
         Err(e) => {
             tracing::warn!(error = %e, "FUSE over io_uring did not start: requests stay on /dev/fuse");
-            Ok(false)
+            Ok(None)
         }
+    }
+}
+
+/// Points standard error at `/dev/null` (its reader went away once the mount was up).
+fn quiet_stderr() {
+    match std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 onto descriptor 2 of a descriptor this function owns.
+        Ok(null) => unsafe {
+            libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 2);
+        },
+        Err(e) => tracing::warn!(error = %e, "cannot open /dev/null for standard error"),
     }
 }
 
