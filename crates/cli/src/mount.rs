@@ -39,7 +39,9 @@ pub struct MountArgs {
     /// the FUSE operations there), `uring` (take the kernel's requests over io_uring queues,
     /// one per CPU, or fail; by default they are used when the kernel offers them: as root,
     /// `echo Y > /sys/module/fuse/parameters/enable_uring`), `nouring` (only `/dev/fuse`),
-    /// `uring_depth=N` (requests each queue holds, default 32).
+    /// `uring_depth=N` (requests each queue holds, default 32), `noxattr` (no extended
+    /// attributes: `EOPNOTSUPP`; the kernel then skips its `security.capability` request
+    /// before each write).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -63,6 +65,8 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             None if o == "deleg" => s.delegations = true,
             None if o == "uring" => s.uring = UringMode::Required,
             None if o == "nouring" => s.uring = UringMode::Off,
+            None if o == "noxattr" => s.xattrs = false,
+            None if o == "xattr" => s.xattrs = true,
             Some(("uring_depth", v)) => {
                 s.uring_depth =
                     v.parse().ok().filter(|n| (1..=1024).contains(n)).context("uring_depth must be 1 to 1024")?
@@ -96,7 +100,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
                  writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readers=N, \
-                 readahead=KIB, metrics=HOST:PORT, log=FILE, uring, nouring, uring_depth=N)"
+                 readahead=KIB, metrics=HOST:PORT, log=FILE, uring, nouring, uring_depth=N, noxattr)"
             ),
         }
     }

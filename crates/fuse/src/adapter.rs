@@ -168,7 +168,7 @@ impl PlusFs {
             rt.spawn(plusfs_metrics::serve(listener, registry, refresh));
             tracing::info!(addr, "mount metrics endpoint ready");
         }
-        let runner = Arc::new(Runner::new(core.clone(), rt.handle().clone(), settings.ttl));
+        let runner = Arc::new(Runner::new(core.clone(), rt.handle().clone(), settings.ttl, settings.xattrs));
         let uring_agreed = Arc::new(AtomicBool::new(false));
         Ok(PlusFs { core, rt, settings: settings.clone(), runner, uring_agreed })
     }
@@ -259,12 +259,18 @@ impl Filesystem for PlusFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if !self.runner.xattrs() {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
         let who = self.caller(req);
         let name = name.to_owned();
         self.spawn("getxattr", move |c| async move { c.getxattr(&who, ino.0, &name, size).await }, |r| xattr(r, reply));
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if !self.runner.xattrs() {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
         let who = self.caller(req);
         self.spawn("listxattr", move |c| async move { c.listxattr(&who, ino.0, size).await }, |r| xattr(r, reply));
     }
@@ -279,6 +285,9 @@ impl Filesystem for PlusFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if !self.runner.xattrs() {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
         let who = self.caller(req);
         let (name, value) = (name.to_owned(), value.to_vec());
         let call = move |c: Arc<MountCore>| async move { c.setxattr(&who, ino.0, &name, &value, flags).await };
@@ -286,6 +295,9 @@ impl Filesystem for PlusFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !self.runner.xattrs() {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
         let who = self.caller(req);
         let name = name.to_owned();
         self.spawn("removexattr", move |c| async move { c.removexattr(&who, ino.0, &name).await }, |r| empty(r, reply));

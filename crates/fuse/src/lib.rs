@@ -71,6 +71,10 @@ pub struct MountSettings {
     /// the background, whose parent reads the mount's start-up errors from a pipe and exits
     /// once it is up).
     pub quiet_when_up: bool,
+    /// Serve extended attributes (default on; `-o noxattr` answers them `ENOSYS`, so the
+    /// kernel stops asking: programs get `EOPNOTSUPP`, and writes lose the kernel's
+    /// `security.capability` probe, one FUSE request per `write(2)`).
+    pub xattrs: bool,
 }
 
 /// Whether a mount takes the kernel's requests over io_uring (`uring` module).
@@ -102,6 +106,7 @@ impl Default for MountSettings {
             uring: UringMode::Auto,
             uring_depth: 32,
             quiet_when_up: false,
+            xattrs: true,
         }
     }
 }

@@ -16,12 +16,21 @@ pub(crate) struct Runner {
     rt: tokio::runtime::Handle,
     callers: Callers,
     ttl: Duration,
+    xattrs: bool,
 }
 
 impl Runner {
-    /// A runner serving `core` on the runtime behind `rt`.
-    pub fn new(core: Arc<MountCore>, rt: tokio::runtime::Handle, ttl: Duration) -> Runner {
-        Runner { core, rt, callers: Callers::default(), ttl }
+    /// A runner serving `core` on the runtime behind `rt`; `xattrs` false answers every
+    /// extended-attribute request `ENOSYS` (`-o noxattr`).
+    pub fn new(core: Arc<MountCore>, rt: tokio::runtime::Handle, ttl: Duration, xattrs: bool) -> Runner {
+        Runner { core, rt, callers: Callers::default(), ttl, xattrs }
+    }
+
+    /// Whether extended attributes are served. When not, the first xattr request of each
+    /// kind is answered `ENOSYS` and the kernel asks no more (programs get `EOPNOTSUPP`),
+    /// which also ends its `security.capability` probe before each `write(2)`.
+    pub fn xattrs(&self) -> bool {
+        self.xattrs
     }
 
     /// Who makes a request of process `pid` running as `uid`:`gid`.

@@ -103,6 +103,11 @@ pub(crate) fn serve(r: &Runner, h: InHeader, op_in: &[u8], payload: &[u8], slot:
             tracing::debug!(opcode, "FUSE operation not implemented");
             slot.send(libc::ENOSYS, 0)
         }
+        Ok(Op::Getxattr { .. } | Op::Listxattr { .. } | Op::Setxattr { .. } | Op::Removexattr { .. })
+            if !r.xattrs() =>
+        {
+            slot.send(libc::ENOSYS, 0)
+        }
         Ok(op) => run(r, h, op, slot),
         Err(errno) => {
             tracing::warn!(opcode = h.opcode, errno, "malformed FUSE request");
@@ -247,10 +252,7 @@ fn run_files(r: &Runner, h: InHeader, op: Op, slot: Slot, who: crate::core::Call
                 name,
                 move |c| async move { c.readdirplus_items(ino, fh, offset).await },
                 move |x| match x {
-                    Ok(items) => {
-                        let sent = listing_plus(slot, size, ttl, &items);
-                        items[..sent].iter().for_each(|i| core.handed_out(i));
-                    }
+                    Ok(items) => listing_plus(slot, size, ttl, &items, |i| core.handed_out(i)),
                     Err(e) => slot.send(e.raw(), 0),
                 },
             )
@@ -299,11 +301,18 @@ fn listing<'a>(mut slot: Slot, size: u32, items: impl Iterator<Item = crate::cor
     slot.send(0, at)
 }
 
-/// Answers a `readdirplus` with as many entries as fit in `size` bytes; returns how many
-/// were sent (the kernel holds a lookup on each of them).
-fn listing_plus(mut slot: Slot, size: u32, ttl: Duration, items: &[crate::core::PlusItem]) -> usize {
+/// Answers a `readdirplus` with as many entries as fit in `size` bytes, calling `handed_out`
+/// for each before the answer goes (the kernel holds a lookup on each entry it receives and
+/// may use it at once, from another queue).
+fn listing_plus(
+    mut slot: Slot,
+    size: u32,
+    ttl: Duration,
+    items: &[crate::core::PlusItem],
+    handed_out: impl Fn(&crate::core::PlusItem),
+) {
     let limit = (size as usize).min(slot.payload().len());
-    let (mut at, mut sent) = (0, 0);
+    let mut at = 0;
     for item in items {
         let i = item.as_dir_plus();
         let n = abi::ENTRY_OUT_SIZE + abi::dirent_size(i.name);
@@ -313,9 +322,8 @@ fn listing_plus(mut slot: Slot, size: u32, ttl: Duration, items: &[crate::core::
         let buf = &mut slot.payload()[at..at + n];
         abi::put_entry(buf, i.ino, i.attr, ttl, ttl);
         abi::put_dirent(&mut buf[abi::ENTRY_OUT_SIZE..], i.ino, i.offset, i.attr.kind, i.name);
+        handed_out(item);
         at += n;
-        sent += 1;
     }
     slot.send(0, at);
-    sent
 }
