@@ -193,7 +193,7 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
         });
         let deadline = Instant::now() + Duration::from_secs(20);
         // Up: mounted, and its transport decided (the control file names it).
-        while !mounted(&a.mountpoint) || !transport_decided(&a.mountpoint) {
+        while !mounted(&a.mountpoint) || !transport_decided(&a.mountpoint, deadline) {
             if let Some(status) = child.try_wait()? {
                 let why = match (early_errors, log_path) {
                     (Some(reader), _) => reader.join().unwrap_or_default(),
@@ -223,11 +223,16 @@ pub fn mount(a: MountArgs, cluster: Option<PathBuf>) -> Result<ExitCode> {
 }
 
 /// Whether the mount at `mountpoint` has decided how the kernel's requests reach it
-/// (`/dev/fuse` or io_uring): its control file no longer says `transport starting`.
-fn transport_decided(mountpoint: &Path) -> bool {
+/// (`/dev/fuse` or io_uring): its control file no longer says `transport starting`. The
+/// read goes through the mount, so it is given up at `deadline` (a hung mount).
+fn transport_decided(mountpoint: &Path, deadline: Instant) -> bool {
     let file = mountpoint.join(plusfs_fuse::core::STATS_FILE);
-    std::fs::read_to_string(file)
-        .is_ok_and(|t| t.lines().any(|l| l.starts_with("transport") && l != "transport starting"))
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || drop(tx.send(std::fs::read_to_string(file))));
+    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(Ok(t)) => t.lines().any(|l| l.starts_with("transport") && l != "transport starting"),
+        _ => false,
+    }
 }
 
 /// The last `n` lines of the file at `path` (empty when it cannot be read).

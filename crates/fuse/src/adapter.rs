@@ -187,6 +187,16 @@ impl PlusFs {
         self.settings.ttl
     }
 
+    /// Whether extended attributes are served (`-o noxattr`: not); a refused request is
+    /// counted as a failed call of `op`.
+    fn xattrs_served(&self, op: &'static str) -> bool {
+        let served = self.runner.xattrs();
+        if !served {
+            self.core.count_local(op, false);
+        }
+        served
+    }
+
     /// The runner the io_uring transport serves requests with.
     pub(crate) fn runner(&self) -> Arc<Runner> {
         self.runner.clone()
@@ -259,7 +269,7 @@ impl Filesystem for PlusFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if !self.runner.xattrs() {
+        if !self.xattrs_served("getxattr") {
             return reply.error(fuser::Errno::ENOSYS);
         }
         let who = self.caller(req);
@@ -268,7 +278,7 @@ impl Filesystem for PlusFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if !self.runner.xattrs() {
+        if !self.xattrs_served("listxattr") {
             return reply.error(fuser::Errno::ENOSYS);
         }
         let who = self.caller(req);
@@ -285,7 +295,7 @@ impl Filesystem for PlusFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if !self.runner.xattrs() {
+        if !self.xattrs_served("setxattr") {
             return reply.error(fuser::Errno::ENOSYS);
         }
         let who = self.caller(req);
@@ -295,7 +305,7 @@ impl Filesystem for PlusFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if !self.runner.xattrs() {
+        if !self.xattrs_served("removexattr") {
             return reply.error(fuser::Errno::ENOSYS);
         }
         let who = self.caller(req);

@@ -169,7 +169,7 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
             );
             None
         }
-        (mode, true) => start_uring(&session, runner, settings, mode == UringMode::Required)?,
+        (_, true) => start_uring(&session, runner, settings)?,
     };
     if settings.quiet_when_up {
         quiet_stderr();
@@ -182,14 +182,12 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
     session.run()
 }
 
-/// Starts the io_uring queues of `session` (whose INIT agreed to them); `None` when they do
-/// not run. A failure fails the mount when io_uring was `required`, else the mount goes on
-/// over `/dev/fuse`.
+/// Starts the io_uring queues of `session` (whose INIT agreed to them). A failure fails the
+/// mount, whether io_uring was required or not.
 fn start_uring<FS: fuser::Filesystem>(
     session: &fuser::Session<FS>,
     runner: std::sync::Arc<runner::Runner>,
     settings: &MountSettings,
-    required: bool,
 ) -> std::io::Result<Option<uring::Transport>> {
     use std::os::fd::AsFd;
     // The payload buffer holds the largest write (1 MiB) or read and its header.
@@ -199,11 +197,13 @@ fn start_uring<FS: fuser::Filesystem>(
             tracing::info!(queues = t.queue_count(), depth = settings.uring_depth, "FUSE requests over io_uring");
             Ok(Some(t))
         }
-        Err(e) if required => Err(e),
-        Err(e) => {
-            tracing::warn!(error = %e, "FUSE over io_uring did not start: requests stay on /dev/fuse");
-            Ok(None)
-        }
+        // Queues that registered part of their entries stay with the kernel (there is no
+        // way to take them back), which may then send requests nobody serves: the mount
+        // fails rather than going on over /dev/fuse.
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("FUSE over io_uring did not start ({e}); mount with -o nouring to use /dev/fuse"),
+        )),
     }
 }
 

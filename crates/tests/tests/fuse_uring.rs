@@ -165,3 +165,44 @@ fn a_mount_over_io_uring_killed_during_tar_x_loses_only_unsynced_work() {
     // `uring`: the mount fails rather than falling back to /dev/fuse.
     mounts::tar_kill::killed_during_tar_x_loses_only_unsynced_work(&["uring"]);
 }
+
+/// Calls of FUSE operation `op` in the mount's control file.
+fn calls(m: &Mount, op: &str) -> u64 {
+    let stats = m.stats();
+    let line = stats.lines().find(|l| l.split_whitespace().next() == Some(op));
+    line.and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn without_xattrs_the_kernel_stops_asking_before_each_write() {
+    if !uring_available() {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _on = Switch::set(true);
+    let cluster = ProcCluster::start(1);
+    let (with, without) =
+        (Mount::with_options(&cluster, &["uring"]), Mount::with_options(&cluster, &["uring", "noxattr"]));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto").canonicalize().unwrap();
+    let files = sh(&format!("find {} -type f | wc -l", src.display())).trim().parse::<u64>().unwrap();
+    for m in [&with, &without] {
+        sh(&format!(
+            "tar c -C {} . | tar x -C {} && diff -r {} {}",
+            src.display(),
+            m.path().display(),
+            src.display(),
+            m.path().display()
+        ));
+    }
+    // With xattrs, the kernel asks for security.capability before writes of the files.
+    let (probes, probes_without) = (calls(&with, "getxattr"), calls(&without, "getxattr"));
+    println!("tar x of {files} files: {probes} getxattr requests with xattrs, {probes_without} without");
+    assert!(probes >= files, "{}", with.stats());
+    assert_eq!(probes_without, 1, "one ENOSYS answer, then no more: {}", without.stats());
+    fs::write(without.path().join("pieces"), b"x").unwrap();
+    let f = std::ffi::CString::new(format!("{}/pieces", without.path().display())).unwrap();
+    let name = std::ffi::CString::new("user.k").unwrap();
+    // SAFETY: valid C strings.
+    let r = unsafe { libc::setxattr(f.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EOPNOTSUPP)));
+}

@@ -95,17 +95,17 @@ fn statfs(mut slot: Slot, r: Result<FsStats, Errno>) {
     }
 }
 
-/// Serves one request: `op_in` and `payload` are the entry's buffers, read here before
-/// anything answers.
-pub(crate) fn serve(r: &Runner, h: InHeader, op_in: &[u8], payload: &[u8], slot: Slot) {
-    match Op::parse(h.opcode, op_in, payload) {
+/// Serves one decoded request (`Err`: the errno of a malformed one).
+pub(crate) fn serve(r: &Runner, h: InHeader, op: Result<Op, i32>, slot: Slot) {
+    match op {
         Ok(Op::Unsupported { opcode }) => {
             tracing::debug!(opcode, "FUSE operation not implemented");
             slot.send(libc::ENOSYS, 0)
         }
-        Ok(Op::Getxattr { .. } | Op::Listxattr { .. } | Op::Setxattr { .. } | Op::Removexattr { .. })
+        Ok(op @ (Op::Getxattr { .. } | Op::Listxattr { .. } | Op::Setxattr { .. } | Op::Removexattr { .. }))
             if !r.xattrs() =>
         {
+            r.core.count_local(op.name(), false);
             slot.send(libc::ENOSYS, 0)
         }
         Ok(op) => run(r, h, op, slot),

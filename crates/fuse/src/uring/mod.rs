@@ -77,10 +77,16 @@ pub(crate) fn start(
         let (q, runner, started) = (q.clone(), runner.clone(), started_tx.clone());
         let name = format!("plusfs-ring-{}", q.qid());
         std::thread::Builder::new().name(name).spawn(move || {
-            let serve = |h, op_in: &[u8], payload: &[u8], slot| dispatch::serve(&runner, h, op_in, payload, slot);
+            let serve = |h, op, slot| dispatch::serve(&runner, h, op, slot);
             match q.run(&serve, |r| drop(started.send(r))) {
                 Stopped::Unmounted => tracing::debug!(qid = q.qid(), "FUSE ring queue ended: unmounted"),
-                Stopped::Failed(e) => tracing::error!(qid = q.qid(), error = %e, "FUSE ring queue failed"),
+                // The kernel would go on queueing this CPU's requests on the queue, which
+                // nobody serves any more: end the mount (its callers get ENOTCONN, unsynced
+                // delegated work is lost as after kill -9) rather than hang them.
+                Stopped::Failed(e) => {
+                    tracing::error!(qid = q.qid(), error = %e, "FUSE ring queue failed: the mount ends");
+                    std::process::exit(2);
+                }
             }
         })?;
     }

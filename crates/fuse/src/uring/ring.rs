@@ -9,12 +9,11 @@
 //! The only unsafe code of the transport is here: buffers shared with the kernel, and the
 //! rule that an entry's buffers belong to whoever holds its [`Slot`] (one at a time).
 
-use super::abi::{self, InHeader};
+use super::abi::{self, InHeader, Op};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::Cell;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 thread_local! {
@@ -22,9 +21,9 @@ thread_local! {
     static ON_RING_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// What serves a request: its header, its fixed arguments (`op_in`), its payload, and the
-/// slot to answer through.
-pub(crate) type Serve<'a> = dyn Fn(InHeader, &[u8], &[u8], Slot) + 'a;
+/// What serves a request: its header, its decoded operation (or the errno of a malformed
+/// one), and the slot to answer through.
+pub(crate) type Serve<'a> = dyn Fn(InHeader, Result<Op, i32>, Slot) + 'a;
 
 /// A page-aligned buffer the kernel reads and writes.
 struct Buf {
@@ -37,21 +36,30 @@ unsafe impl Send for Buf {}
 unsafe impl Sync for Buf {}
 
 impl Buf {
+    /// `len` bytes of anonymous memory: pages cost memory only once a request touches them.
     fn new(len: usize) -> std::io::Result<Buf> {
-        let layout = Layout::from_size_align(len, 4096).map_err(std::io::Error::other)?;
-        // Zeroed memory comes from the allocator's fresh pages, so an entry's megabyte of
-        // payload costs memory only once a request uses it.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        match ptr.is_null() {
-            true => Err(std::io::Error::from(std::io::ErrorKind::OutOfMemory)),
-            false => Ok(Buf { ptr, len }),
+        // SAFETY: a fresh private anonymous mapping, unmapped only by `drop`.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        match ptr == libc::MAP_FAILED {
+            true => Err(std::io::Error::last_os_error()),
+            false => Ok(Buf { ptr: ptr.cast(), len }),
         }
     }
 }
 
 impl Drop for Buf {
     fn drop(&mut self) {
-        unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, 4096).expect("layout")) }
+        // SAFETY: the mapping made by `new`, no longer used (its queue is gone).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
@@ -62,6 +70,8 @@ struct Ent {
     /// The two buffers as the kernel is given them at registration (kept in place).
     iov: Box<[libc::iovec; 2]>,
     last_cmd: AtomicU32,
+    /// The kernel ended the entry's last command without a request (registered again once).
+    ended: AtomicBool,
     /// The `unique` of the request the entry holds now (its commit id).
     commit_id: AtomicU64,
 }
@@ -105,7 +115,14 @@ impl Queue {
                     libc::iovec { iov_base: header.ptr.cast(), iov_len: abi::HEADER_SIZE },
                     libc::iovec { iov_base: payload.ptr.cast(), iov_len: payload.len },
                 ]);
-                Ok(Ent { header, payload, iov, last_cmd: AtomicU32::new(0), commit_id: AtomicU64::new(0) })
+                Ok(Ent {
+                    header,
+                    payload,
+                    iov,
+                    last_cmd: AtomicU32::new(0),
+                    ended: AtomicBool::new(false),
+                    commit_id: AtomicU64::new(0),
+                })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Queue { qid, ring, sq: Mutex::new(()), ents: ents.into(), served: AtomicU64::new(0) })
@@ -193,10 +210,10 @@ impl Queue {
             if let Some(stopped) = self.handle(&done, serve) {
                 return stopped;
             }
+            // An interrupted wait (a signal, a stopped process) still reads what completed.
             if let Err(e) = self.ring.submitter().submit_and_wait(1) {
-                match e.raw_os_error() {
-                    Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY) => continue,
-                    _ => return Stopped::Failed(e),
+                if !matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)) {
+                    return Stopped::Failed(e);
                 }
             }
             self.completed(&mut done);
@@ -210,41 +227,55 @@ impl Queue {
         done.extend(unsafe { self.ring.completion_shared() }.map(|c| (c.user_data() as usize, c.result())));
     }
 
-    /// Handles completions: serves requests, resends interrupted commands; `Some` when the
-    /// queue must stop.
+    /// Handles completions: serves requests, resends interrupted commands, registers again an
+    /// entry whose command the kernel ended (a cancelled command); `Some` when the queue must
+    /// stop: an entry ended twice in a row (the connection is gone) or a command refused.
+    /// Every request of the batch is served first, so none is left unanswered.
     fn handle(self: &Arc<Queue>, done: &[(usize, i32)], serve: &Serve<'_>) -> Option<Stopped> {
+        let mut stop = None;
         for &(idx, res) in done {
+            let ent = &self.ents[idx];
             match res {
-                0 => self.serve_entry(idx, serve),
+                0 => {
+                    ent.ended.store(false, Ordering::Relaxed);
+                    self.serve_entry(idx, serve)
+                }
                 r if r == -libc::EAGAIN || r == -libc::EINTR => {
-                    let again = self.command(idx, self.ents[idx].last_cmd.load(Ordering::Acquire));
-                    self.push(again)
+                    self.push(self.command(idx, ent.last_cmd.load(Ordering::Acquire)))
+                }
+                r if (r == -libc::ENOTCONN || r == -libc::ECANCELED) && !ent.ended.swap(true, Ordering::Relaxed) => {
+                    self.push(self.command(idx, abi::CMD_REGISTER))
                 }
                 r if r == -libc::ENOTCONN || r == -libc::ENODEV || r == -libc::ECANCELED => {
-                    return Some(Stopped::Unmounted)
+                    stop.get_or_insert(Stopped::Unmounted);
                 }
-                r => return Some(Stopped::Failed(std::io::Error::from_raw_os_error(-r))),
+                r => {
+                    stop.get_or_insert(Stopped::Failed(std::io::Error::from_raw_os_error(-r)));
+                }
             }
         }
-        None
+        stop
     }
 
-    /// Entry `idx` holds a request: decode its header and hand it on.
+    /// Entry `idx` holds a request: decode it and hand it on with the entry's slot.
     fn serve_entry(self: &Arc<Queue>, idx: usize, serve: &Serve<'_>) {
         let ent = &self.ents[idx];
-        // SAFETY: the kernel completed the entry's command, so the entry is ours until it
-        // is committed; the views end before the slot can be used to answer.
-        let header = unsafe { std::slice::from_raw_parts(ent.header.ptr, abi::HEADER_SIZE) };
-        let h = InHeader::parse(&header[..abi::IN_OUT_SIZE]);
-        let ent_in_out = &header[abi::ENT_IN_OUT..];
-        let commit_id = u64::from_le_bytes(ent_in_out[8..16].try_into().expect("8 bytes"));
-        let payload_len =
-            (u32::from_le_bytes(ent_in_out[16..20].try_into().expect("4 bytes")) as usize).min(ent.payload.len);
-        ent.commit_id.store(commit_id, Ordering::Release);
-        let payload = unsafe { std::slice::from_raw_parts(ent.payload.ptr, payload_len) };
+        let (h, op) = {
+            // SAFETY: the kernel completed the entry's command, so the entry is ours until
+            // it is committed; these views end here, before a slot exists to answer with.
+            let header = unsafe { std::slice::from_raw_parts(ent.header.ptr, abi::HEADER_SIZE) };
+            let h = InHeader::parse(&header[..abi::IN_OUT_SIZE]);
+            let ent_in_out = &header[abi::ENT_IN_OUT..];
+            let commit_id = u64::from_le_bytes(ent_in_out[8..16].try_into().expect("8 bytes"));
+            let payload_len =
+                (u32::from_le_bytes(ent_in_out[16..20].try_into().expect("4 bytes")) as usize).min(ent.payload.len);
+            ent.commit_id.store(commit_id, Ordering::Release);
+            let payload = unsafe { std::slice::from_raw_parts(ent.payload.ptr, payload_len) };
+            (h, Op::parse(h.opcode, &header[abi::IN_OUT_SIZE..abi::ENT_IN_OUT], payload))
+        };
         self.served.fetch_add(1, Ordering::Relaxed);
         let slot = Slot { queue: self.clone(), idx, unique: h.unique, answered: false };
-        serve(h, &header[abi::IN_OUT_SIZE..abi::ENT_IN_OUT], payload, slot);
+        serve(h, op, slot);
     }
 }
 
