@@ -7,7 +7,7 @@ mod mounts;
 
 use common::ProcCluster;
 use mounts::tar_kill::sync_mount;
-use mounts::{deleg_counters, fuse_available, mounted, sh, Mount};
+use mounts::{deleg_counters, fuse_available, sh, Mount};
 use plusfs_client::{Client, ClientOptions};
 use plusfs_placement::DelegSettings;
 use rand::rngs::StdRng;
@@ -15,7 +15,6 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn delegating(cluster: &ProcCluster) -> Client {
