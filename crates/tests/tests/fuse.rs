@@ -71,24 +71,7 @@ fn coreutils_and_tar_on_the_mount() {
     // SAFETY: valid C strings.
     let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, g.as_ptr(), libc::RENAME_NOREPLACE) };
     assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EEXIST)));
-    // Extended attributes, through the kernel's xattr system calls.
-    let f = std::ffi::CString::new(format!("{mnt}/f")).unwrap();
-    let name = std::ffi::CString::new("user.k").unwrap();
-    let mut buf = [0u8; 64];
-    // SAFETY: valid C strings and a buffer of the length passed.
-    unsafe {
-        assert_eq!(libc::setxattr(f.as_ptr(), name.as_ptr(), b"v1".as_ptr().cast(), 2, 0), 0);
-        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0), 2, "size query");
-        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), 2);
-        assert_eq!(&buf[..2], b"v1");
-        let n = libc::listxattr(f.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
-        assert_eq!(&buf[..n as usize], b"user.k\0");
-        assert_eq!(libc::setxattr(f.as_ptr(), name.as_ptr(), b"x".as_ptr().cast(), 1, libc::XATTR_CREATE), -1);
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST));
-        assert_eq!(libc::removexattr(f.as_ptr(), name.as_ptr()), 0);
-        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), -1);
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENODATA));
-    }
+    mounts::xattr_round_trip(&format!("{mnt}/f"));
     cluster.assert_fsck_clean();
 }
 

@@ -114,19 +114,7 @@ fn coreutils_tar_xattrs_and_a_large_directory_over_io_uring() {
     sh(&format!("echo hello > {mnt}/f && chmod 600 {mnt}/f && test \"$(stat -c %a {mnt}/f)\" = 600"));
     sh(&format!("truncate -s 3 {mnt}/f && test \"$(cat {mnt}/f)\" = hel && ln {mnt}/f {mnt}/g"));
     sh(&format!("test \"$(stat -c %h {mnt}/g)\" = 2 && mkfifo {mnt}/fifo && test -p {mnt}/fifo"));
-    let f = std::ffi::CString::new(format!("{mnt}/f")).unwrap();
-    let name = std::ffi::CString::new("user.k").unwrap();
-    let mut buf = [0u8; 64];
-    // SAFETY: valid C strings and a buffer of the length passed.
-    unsafe {
-        assert_eq!(libc::setxattr(f.as_ptr(), name.as_ptr(), b"v1".as_ptr().cast(), 2, 0), 0);
-        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0), 2, "size query");
-        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), 2);
-        assert_eq!(&buf[..2], b"v1");
-        let n = libc::listxattr(f.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
-        assert_eq!(&buf[..n as usize], b"user.k\0");
-        assert_eq!(libc::removexattr(f.as_ptr(), name.as_ptr()), 0);
-    }
+    mounts::xattr_round_trip(&format!("{mnt}/f"));
     // A directory of 3,000 entries listed with and without attributes; then removed.
     sh(&format!("mkdir {mnt}/big && cd {mnt}/big && seq 3000 | xargs touch"));
     assert_eq!(sh(&format!("ls -f {mnt}/big | wc -l")).trim(), "3002");

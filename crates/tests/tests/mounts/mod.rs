@@ -190,3 +190,25 @@ pub fn deleg_counters(cluster: &ProcCluster) -> (u64, u64, u64) {
     }
     sums
 }
+
+/// Sets, reads (size query and value), lists, refuses to create again and removes a
+/// `user.` extended attribute of `file` through the kernel's xattr system calls.
+pub fn xattr_round_trip(file: &str) {
+    let f = std::ffi::CString::new(file).unwrap();
+    let name = std::ffi::CString::new("user.k").unwrap();
+    let mut buf = [0u8; 64];
+    // SAFETY: valid C strings and a buffer of the length passed.
+    unsafe {
+        assert_eq!(libc::setxattr(f.as_ptr(), name.as_ptr(), b"v1".as_ptr().cast(), 2, 0), 0);
+        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0), 2, "size query");
+        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), 2);
+        assert_eq!(&buf[..2], b"v1");
+        let n = libc::listxattr(f.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..n as usize], b"user.k\0");
+        assert_eq!(libc::setxattr(f.as_ptr(), name.as_ptr(), b"x".as_ptr().cast(), 1, libc::XATTR_CREATE), -1);
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(libc::removexattr(f.as_ptr(), name.as_ptr()), 0);
+        assert_eq!(libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), -1);
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENODATA));
+    }
+}
