@@ -28,6 +28,7 @@ out=bench/out/transport
 mkdir -p "$out"
 raw="$out/raw.jsonl"
 : > "$raw"
+: > "$out/fuse-stats.txt"
 work=$(mktemp -d -p "$PWD/bench/out" transport-work.XXXXXX)
 cluster="$work/cluster"
 targets="plusfs-devfuse plusfs-uring tmpfs"
