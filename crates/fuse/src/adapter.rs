@@ -17,7 +17,6 @@ use fuser::{
 use plusfs_client::Client;
 use plusfs_proto::{Attr, FileKind, SetAttr, TimeSet, Timespec};
 use std::ffi::OsStr;
-use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -206,20 +205,6 @@ impl PlusFs {
     pub(crate) fn uring_agreed(&self) -> Arc<AtomicBool> {
         self.uring_agreed.clone()
     }
-
-    /// Runs `call`, counted as FUSE operation `op`, and hands its result to `answer`
-    /// (`Runner::spawn`).
-    fn spawn<T, Fut>(
-        &self,
-        op: &'static str,
-        call: impl FnOnce(Arc<MountCore>) -> Fut,
-        answer: impl FnOnce(Result<T, Errno>) + Send + 'static,
-    ) where
-        Fut: Future<Output = Result<T, Errno>> + Send + 'static,
-        T: Send + 'static,
-    {
-        self.runner.spawn(op, call, answer)
-    }
 }
 
 impl Filesystem for PlusFs {
@@ -274,7 +259,11 @@ impl Filesystem for PlusFs {
         }
         let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("getxattr", move |c| async move { c.getxattr(&who, ino.0, &name, size).await }, |r| xattr(r, reply));
+        self.runner.spawn(
+            "getxattr",
+            move |c| async move { c.getxattr(&who, ino.0, &name, size).await },
+            |r| xattr(r, reply),
+        );
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -282,7 +271,11 @@ impl Filesystem for PlusFs {
             return reply.error(fuser::Errno::ENOSYS);
         }
         let who = self.caller(req);
-        self.spawn("listxattr", move |c| async move { c.listxattr(&who, ino.0, size).await }, |r| xattr(r, reply));
+        self.runner.spawn(
+            "listxattr",
+            move |c| async move { c.listxattr(&who, ino.0, size).await },
+            |r| xattr(r, reply),
+        );
     }
 
     fn setxattr(
@@ -301,7 +294,7 @@ impl Filesystem for PlusFs {
         let who = self.caller(req);
         let (name, value) = (name.to_owned(), value.to_vec());
         let call = move |c: Arc<MountCore>| async move { c.setxattr(&who, ino.0, &name, &value, flags).await };
-        self.spawn("setxattr", call, |r| empty(r, reply));
+        self.runner.spawn("setxattr", call, |r| empty(r, reply));
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -310,13 +303,17 @@ impl Filesystem for PlusFs {
         }
         let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("removexattr", move |c| async move { c.removexattr(&who, ino.0, &name).await }, |r| empty(r, reply));
+        self.runner.spawn(
+            "removexattr",
+            move |c| async move { c.removexattr(&who, ino.0, &name).await },
+            |r| empty(r, reply),
+        );
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let who = self.caller(req);
         let (name, ttl) = (name.to_owned(), self.ttl());
-        self.spawn(
+        self.runner.spawn(
             "lookup",
             move |c| async move { c.lookup(&who, parent.0, &name).await },
             move |r| lookup_entry(ttl, r, reply),
@@ -331,7 +328,11 @@ impl Filesystem for PlusFs {
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let who = self.caller(req);
         let ttl = self.ttl();
-        self.spawn("getattr", move |c| async move { c.getattr(&who, ino.0).await }, move |r| attr(ttl, r, reply));
+        self.runner.spawn(
+            "getattr",
+            move |c| async move { c.getattr(&who, ino.0).await },
+            move |r| attr(ttl, r, reply),
+        );
     }
 
     fn setattr(
@@ -362,7 +363,7 @@ impl Filesystem for PlusFs {
             size,
         };
         let ttl = self.ttl();
-        self.spawn(
+        self.runner.spawn(
             "setattr",
             move |c| async move { c.setattr(&who, ino.0, set, fh.map(|h| h.0)).await },
             move |r| attr(ttl, r, reply),
@@ -372,47 +373,47 @@ impl Filesystem for PlusFs {
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let who = self.caller(req);
         let call = move |c: Arc<MountCore>| async move { c.readlink(&who, ino.0).await.map(String::into_bytes) };
-        self.spawn("readlink", call, |r| data(r, reply));
+        self.runner.spawn("readlink", call, |r| data(r, reply));
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let who = self.caller(req);
         let (name, ttl) = (name.to_owned(), self.ttl());
         let call = move |c: Arc<MountCore>| async move { c.mknod(&who, parent.0, &name, mode, umask, rdev).await };
-        self.spawn("mknod", call, move |r| entry(ttl, r, reply));
+        self.runner.spawn("mknod", call, move |r| entry(ttl, r, reply));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let who = self.caller(req);
         let (name, ttl) = (name.to_owned(), self.ttl());
         let call = move |c: Arc<MountCore>| async move { c.mkdir(&who, parent.0, &name, mode, umask).await };
-        self.spawn("mkdir", call, move |r| entry(ttl, r, reply));
+        self.runner.spawn("mkdir", call, move |r| entry(ttl, r, reply));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("unlink", move |c| async move { c.unlink(&who, parent.0, &name).await }, |r| empty(r, reply));
+        self.runner.spawn("unlink", move |c| async move { c.unlink(&who, parent.0, &name).await }, |r| empty(r, reply));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let who = self.caller(req);
         let name = name.to_owned();
-        self.spawn("rmdir", move |c| async move { c.rmdir(&who, parent.0, &name).await }, |r| empty(r, reply));
+        self.runner.spawn("rmdir", move |c| async move { c.rmdir(&who, parent.0, &name).await }, |r| empty(r, reply));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let who = self.caller(req);
         let (name, target, ttl) = (link_name.to_owned(), target.to_owned(), self.ttl());
         let call = move |c: Arc<MountCore>| async move { c.symlink(&who, parent.0, &name, &target).await };
-        self.spawn("symlink", call, move |r| entry(ttl, r, reply));
+        self.runner.spawn("symlink", call, move |r| entry(ttl, r, reply));
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let who = self.caller(req);
         let (name, ttl) = (newname.to_owned(), self.ttl());
         let call = move |c: Arc<MountCore>| async move { c.link(&who, ino.0, newparent.0, &name).await };
-        self.spawn("link", call, move |r| entry(ttl, r, reply));
+        self.runner.spawn("link", call, move |r| entry(ttl, r, reply));
     }
 
     fn rename(
@@ -429,7 +430,7 @@ impl Filesystem for PlusFs {
         let (name, newname, mode) = (name.to_owned(), newname.to_owned(), rename_mode(flags));
         let call =
             move |c: Arc<MountCore>| async move { c.rename(&who, parent.0, &name, newparent.0, &newname, mode).await };
-        self.spawn("rename", call, |r| empty(r, reply));
+        self.runner.spawn("rename", call, |r| empty(r, reply));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -442,7 +443,7 @@ impl Filesystem for PlusFs {
         } else {
             FopenFlags::empty()
         };
-        self.spawn(
+        self.runner.spawn(
             "open",
             move |c| async move { c.open(&who, ino.0, flags.0).await },
             move |r| match r {
@@ -465,7 +466,7 @@ impl Filesystem for PlusFs {
         reply: ReplyData,
     ) {
         let call = move |c: Arc<MountCore>| async move { c.read(ino.0, fh.0, offset, size).await };
-        self.spawn("read", call, |r| data(r, reply));
+        self.runner.spawn("read", call, |r| data(r, reply));
     }
 
     fn write(
@@ -488,14 +489,14 @@ impl Filesystem for PlusFs {
             }
             c.write(ino.0, fh.0, offset, &data, flags.0).await
         };
-        self.spawn("write", call, move |r| match r {
+        self.runner.spawn("write", call, move |r| match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fuse_errno(e)),
         });
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        self.spawn("flush", move |c| async move { c.flush(ino.0).await }, |r| empty(r, reply));
+        self.runner.spawn("flush", move |c| async move { c.flush(ino.0).await }, |r| empty(r, reply));
     }
 
     fn release(
@@ -508,15 +509,15 @@ impl Filesystem for PlusFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn("release", move |c| async move { c.release(ino.0, fh.0).await }, |r| empty(r, reply));
+        self.runner.spawn("release", move |c| async move { c.release(ino.0, fh.0).await }, |r| empty(r, reply));
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.spawn("fsync", move |c| async move { c.fsync(ino.0, fh.0).await }, |r| empty(r, reply));
+        self.runner.spawn("fsync", move |c| async move { c.fsync(ino.0, fh.0).await }, |r| empty(r, reply));
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.spawn("fsyncdir", move |c| async move { c.sync().await }, |r| empty(r, reply));
+        self.runner.spawn("fsyncdir", move |c| async move { c.sync().await }, |r| empty(r, reply));
     }
 
     fn destroy(&mut self) {
@@ -528,7 +529,7 @@ impl Filesystem for PlusFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let who = self.caller(req);
-        self.spawn(
+        self.runner.spawn(
             "opendir",
             move |c| async move { c.opendir(&who, ino.0).await },
             |r| match r {
@@ -540,7 +541,7 @@ impl Filesystem for PlusFs {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let call = move |c: Arc<MountCore>| async move { c.readdir_items(ino.0, fh.0, offset).await };
-        self.spawn("readdir", call, move |r| match r {
+        self.runner.spawn("readdir", call, move |r| match r {
             Ok(items) => {
                 for i in items.iter().map(|i| i.as_dir_item()) {
                     if reply.add(INodeNo(i.ino), i.offset, file_type(i.kind), i.name) {
@@ -556,7 +557,7 @@ impl Filesystem for PlusFs {
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let (ttl, core) = (self.ttl(), self.core.clone());
         let call = move |c: Arc<MountCore>| async move { c.readdirplus_items(ino.0, fh.0, offset).await };
-        self.spawn("readdirplus", call, move |r| match r {
+        self.runner.spawn("readdirplus", call, move |r| match r {
             Ok(items) => {
                 for item in &items {
                     let i = item.as_dir_plus();
@@ -578,7 +579,7 @@ impl Filesystem for PlusFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.spawn(
+        self.runner.spawn(
             "statfs",
             |c| async move { c.statfs().await },
             |r| match r {
@@ -590,7 +591,11 @@ impl Filesystem for PlusFs {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let who = self.caller(req);
-        self.spawn("access", move |c| async move { c.access(&who, ino.0, mask.bits()).await }, |r| empty(r, reply));
+        self.runner.spawn(
+            "access",
+            move |c| async move { c.access(&who, ino.0, mask.bits()).await },
+            |r| empty(r, reply),
+        );
     }
 
     fn create(
@@ -606,7 +611,7 @@ impl Filesystem for PlusFs {
         let who = self.caller(req);
         let (name, ttl) = (name.to_owned(), self.ttl());
         let call = move |c: Arc<MountCore>| async move { c.create(&who, parent.0, &name, mode, umask, flags).await };
-        self.spawn("create", call, move |r| match r {
+        self.runner.spawn("create", call, move |r| match r {
             Ok((a, fh)) => reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(fuse_errno(e)),
         });

@@ -352,19 +352,6 @@ pub const OPEN_OUT_SIZE: usize = 16;
 /// Size of `fuse_kstatfs`.
 pub const STATFS_OUT_SIZE: usize = 80;
 
-/// The `S_IF*` bits of a file kind.
-fn type_bits(k: FileKind) -> u32 {
-    match k {
-        FileKind::File => libc::S_IFREG,
-        FileKind::Dir => libc::S_IFDIR,
-        FileKind::Symlink => libc::S_IFLNK,
-        FileKind::Fifo => libc::S_IFIFO,
-        FileKind::BlockDev => libc::S_IFBLK,
-        FileKind::CharDev => libc::S_IFCHR,
-        FileKind::Socket => libc::S_IFSOCK,
-    }
-}
-
 /// Encodes `a` as a `fuse_attr` into `out` (88 bytes).
 pub fn put_attr(out: &mut [u8], a: &Attr) {
     put_u64(out, 0, a.ino);
@@ -376,7 +363,7 @@ pub fn put_attr(out: &mut [u8], a: &Attr) {
     put_u32(out, 48, a.atime.nsec);
     put_u32(out, 52, a.mtime.nsec);
     put_u32(out, 56, a.ctime.nsec);
-    put_u32(out, 60, type_bits(a.kind) | (a.mode & 0o7777));
+    put_u32(out, 60, a.kind.mode_bits() | (a.mode & 0o7777));
     put_u32(out, 64, a.nlink);
     put_u32(out, 68, a.uid);
     put_u32(out, 72, a.gid);
@@ -441,7 +428,7 @@ pub fn put_dirent(out: &mut [u8], ino: u64, next: u64, kind: FileKind, name: &st
     put_u64(out, 0, ino);
     put_u64(out, 8, next);
     put_u32(out, 16, name.len() as u32);
-    put_u32(out, 20, type_bits(kind) >> 12);
+    put_u32(out, 20, u32::from(kind.dirent_type()));
     out[24..24 + name.len()].copy_from_slice(name.as_bytes());
     out[24 + name.len()..size].fill(0);
 }
