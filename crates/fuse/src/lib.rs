@@ -148,7 +148,7 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
     }
     let (runner, agreed) = (fs.runner(), fs.uring_agreed());
     let core = runner.core.clone();
-    let session = fuser::Session::new(fs, mountpoint, &config(settings))?;
+    let mut session = fuser::Session::new(fs, mountpoint, &config(settings))?;
     // `Session::new` has answered the kernel's INIT: the transport is decided.
     let agreed = agreed.load(std::sync::atomic::Ordering::SeqCst);
     let over_uring = match (settings.uring, agreed) {
@@ -157,10 +157,11 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
             None
         }
         (UringMode::Required, false) => {
+            unmount_refused(&mut session);
             return Err(std::io::Error::other(
                 "-o uring: the kernel does not offer FUSE over io_uring \
                  (as root: echo Y > /sys/module/fuse/parameters/enable_uring, then mount again)",
-            ))
+            ));
         }
         (UringMode::Auto, false) => {
             tracing::info!(
@@ -169,7 +170,13 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
             );
             None
         }
-        (_, true) => start_uring(&session, runner, settings)?,
+        (_, true) => match start_uring(&session, runner, settings) {
+            Ok(t) => t,
+            Err(e) => {
+                unmount_refused(&mut session);
+                return Err(e);
+            }
+        },
     };
     if settings.quiet_when_up {
         quiet_stderr();
@@ -204,6 +211,14 @@ fn start_uring<FS: fuser::Filesystem>(
             e.kind(),
             format!("FUSE over io_uring did not start ({e}); mount with -o nouring to use /dev/fuse"),
         )),
+    }
+}
+
+/// Unmounts a mount that is given up before it served (its process then exits; the
+/// kernel would otherwise keep a dead mount point, "transport endpoint is not connected").
+fn unmount_refused<FS: fuser::Filesystem>(session: &mut fuser::Session<FS>) {
+    if let Err(e) = session.unmount() {
+        tracing::warn!(error = %e, "cannot unmount the refused mount");
     }
 }
 
