@@ -41,7 +41,9 @@ pub struct MountArgs {
     /// `echo Y > /sys/module/fuse/parameters/enable_uring`), `nouring` (only `/dev/fuse`),
     /// `uring_depth=N` (requests each queue holds, default 32), `noxattr` (no extended
     /// attributes: `EOPNOTSUPP`; the kernel then skips its `security.capability` request
-    /// before each write).
+    /// before each write), `deleg_ttl=SECONDS` (how long the kernel keeps the names and
+    /// file attributes of a directory the mount holds a delegation of, default 60; they
+    /// are invalidated when the delegation ends; 0 keeps `ttl`).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -90,6 +92,13 @@ fn settings(options: &[String]) -> Result<MountSettings> {
                 v.parse::<std::net::SocketAddr>().with_context(|| format!("metrics={v}: expected HOST:PORT"))?;
                 s.metrics = Some(v.to_string());
             }
+            Some(("deleg_ttl", v)) => {
+                let secs: f64 = v.parse().with_context(|| format!("deleg_ttl '{v}' is not a number of seconds"))?;
+                if !(0.0..=86400.0).contains(&secs) {
+                    bail!("deleg_ttl must be between 0 and 86400 seconds");
+                }
+                s.deleg_ttl = Duration::from_secs_f64(secs);
+            }
             Some(("ttl", v)) => {
                 let secs: f64 = v.parse().with_context(|| format!("ttl '{v}' is not a number of seconds"))?;
                 if !(0.0..=3600.0).contains(&secs) {
@@ -100,7 +109,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
                  writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readers=N, \
-                 readahead=KIB, metrics=HOST:PORT, log=FILE, uring, nouring, uring_depth=N, noxattr)"
+                 readahead=KIB, metrics=HOST:PORT, log=FILE, uring, nouring, uring_depth=N, noxattr, deleg_ttl=SECONDS)"
             ),
         }
     }

@@ -1,10 +1,20 @@
 //! The client calls answered under a directory delegation (`deleg`): each returns `None`
 //! when the call must go to the servers instead.
 
-use crate::deleg::{DelegWork, Held, NewEntry, Target};
+use crate::deleg::{DelegWork, EndWatcher, Found, Held, Local, NewEntry, Target};
 use crate::error::FsError;
 use crate::fs::Client;
 use plusfs_proto::{Attr, DirEntry, DistState, Errno, FileKind, SetAttr};
+
+/// What a kernel may keep beyond its usual TTL of an entry covered by a delegation held
+/// here ([`Client::kernel_cacheable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelCacheable {
+    /// The entry's attributes too (not only its name): a file or symlink known here and
+    /// not hard-linked (a hard-linked inode may change through another directory, and a
+    /// subdirectory's attributes change with its own entries).
+    pub attr: bool,
+}
 
 /// What a local operation needs of the caller's call.
 type Answer<T> = Option<Result<T, FsError>>;
@@ -295,6 +305,40 @@ impl Client {
             Some(d) => d.sync(false).await,
             None => Ok(()),
         }
+    }
+
+    /// Whether a kernel may keep `answer`, what this client's caller found of entry `name`
+    /// of `dir` (`None`: missing), beyond its usual TTL: a delegation covering it is held
+    /// here and leased, so nobody else can change it before the delegation ends, and its
+    /// end is told to the watcher set with [`Self::on_delegation_end`]. `None`: not
+    /// covered now (also when the delegation is busy this moment), or the answer is not
+    /// what the delegation knows (it was found before the delegation was granted). A
+    /// caller must record what it lets the kernel keep *before* asking, so an end told
+    /// meanwhile finds it.
+    pub fn kernel_cacheable(&self, dir: &str, name: &str, answer: Option<&Attr>) -> Option<KernelCacheable> {
+        let d = self.delegs.as_ref()?;
+        let slot = d.held(dir, self.deleg_target(dir, Some(name))?)?;
+        let mut h = slot.try_lock().ok()?;
+        if h.gone || h.releasing() || !d.leased(&h) || !h.places(name) {
+            return None;
+        }
+        let attr = match (h.find(name), answer) {
+            (Found::Absent, None) => false,
+            (Found::Here(Local::Known { attr, link, .. }), Some(a)) if attr.ino == a.ino => {
+                !link && attr.kind != FileKind::Dir && attr.ctime == a.ctime
+            }
+            _ => return None,
+        };
+        h.kernel_cached = true;
+        Some(KernelCacheable { attr })
+    }
+
+    /// Sets `watcher` to be told the directory of each delegation that ends (returned,
+    /// revoked, or its lease lapsed) after [`Self::kernel_cacheable`] said yes under it;
+    /// a return waits briefly for what the watcher gives. Once per client (and its
+    /// clones); false when delegations are off or a watcher was set already.
+    pub fn on_delegation_end(&self, watcher: EndWatcher) -> bool {
+        self.delegs.as_ref().is_some_and(|d| d.watch_ends(watcher))
     }
 
     /// Writes back and returns every delegation (at unmount).

@@ -6,7 +6,7 @@
 //! flight (`max_background`). Nothing else happens here.
 
 use crate::core::STATS_INO;
-use crate::core::{Caller, Errno, MountCore, RenameMode, XattrReply};
+use crate::core::{Caller, Entry, Errno, MountCore, RenameMode, XattrReply};
 use crate::runner::Runner;
 use crate::{MountSettings, UringMode};
 use fuser::{
@@ -120,30 +120,26 @@ fn data(r: Result<Vec<u8>, Errno>, reply: ReplyData) {
     }
 }
 
-fn attr(ttl: Duration, r: Result<Attr, Errno>, reply: ReplyAttr) {
+fn attr(r: Result<(Attr, Duration), Errno>, reply: ReplyAttr) {
     match r {
-        Ok(a) => reply.attr(&ttl, &file_attr(&a)),
+        Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a)),
         Err(e) => reply.error(fuse_errno(e)),
     }
 }
 
-fn entry(ttl: Duration, r: Result<Attr, Errno>, reply: ReplyEntry) {
+/// The answer naming an entry; a missing one is kept by the kernel as a negative entry
+/// (inode 0) for its entry TTL, so a second miss needs no request.
+fn entry(r: Result<Entry, Errno>, reply: ReplyEntry) {
     match r {
-        Ok(a) => reply.entry(&ttl, &file_attr(&a), Generation(0)),
-        Err(e) => reply.error(fuse_errno(e)),
-    }
-}
-
-/// The answer to a lookup: a missing name is cached by the kernel as a negative entry
-/// (inode 0) for the entry TTL, so a second miss needs no request.
-fn lookup_entry(ttl: Duration, r: Result<Attr, Errno>, reply: ReplyEntry) {
-    match r {
-        Err(Errno::ENOENT) if !ttl.is_zero() => {
+        Ok(Entry { attr: Some(a), ttls }) => {
+            reply.entry_with_ttls(&ttls.attr, &ttls.entry, &file_attr(&a), Generation(0))
+        }
+        Ok(Entry { attr: None, ttls }) => {
             let mut none = file_attr(&crate::core::stats_attr());
             none.ino = INodeNo(0);
-            reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0))
+            reply.entry_with_ttls(&Duration::ZERO, &ttls.entry, &none, Generation(0))
         }
-        r => entry(ttl, r, reply),
+        Err(e) => reply.error(fuse_errno(e)),
     }
 }
 
@@ -157,7 +153,7 @@ impl PlusFs {
             .build()?;
         let core = {
             let _in_runtime = rt.enter();
-            Arc::new(MountCore::with_ttl(client, settings.ttl))
+            Arc::new(MountCore::with_ttls(client, settings.ttl, settings.deleg_ttl))
         };
         if let Some(addr) = &settings.metrics {
             let registry = plusfs_metrics::prometheus::Registry::new();
@@ -167,7 +163,7 @@ impl PlusFs {
             rt.spawn(plusfs_metrics::serve(listener, registry, refresh));
             tracing::info!(addr, "mount metrics endpoint ready");
         }
-        let runner = Arc::new(Runner::new(core.clone(), rt.handle().clone(), settings.ttl, settings.xattrs));
+        let runner = Arc::new(Runner::new(core.clone(), rt.handle().clone(), settings.xattrs));
         let uring_agreed = Arc::new(AtomicBool::new(false));
         Ok(PlusFs { core, rt, settings: settings.clone(), runner, uring_agreed })
     }
@@ -180,10 +176,6 @@ impl PlusFs {
     /// The core behind the adapter.
     pub fn core(&self) -> &MountCore {
         &self.core
-    }
-
-    fn ttl(&self) -> Duration {
-        self.settings.ttl
     }
 
     /// Whether extended attributes are served (`-o noxattr`: not); a refused request is
@@ -312,11 +304,13 @@ impl Filesystem for PlusFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let who = self.caller(req);
-        let (name, ttl) = (name.to_owned(), self.ttl());
+        let (name, core) = (name.to_owned(), self.core.clone());
+        let looked_up = name.clone();
         self.runner.spawn(
             "lookup",
-            move |c| async move { c.lookup(&who, parent.0, &name).await },
-            move |r| lookup_entry(ttl, r, reply),
+            move |c| async move { c.lookup(&who, parent.0, &looked_up).await },
+            // A missing name is counted as a failed lookup, then answered as a negative entry.
+            move |r| entry(core.lookup_answer(parent.0, &name, r), reply),
         );
     }
 
@@ -327,11 +321,13 @@ impl Filesystem for PlusFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let who = self.caller(req);
-        let ttl = self.ttl();
         self.runner.spawn(
             "getattr",
-            move |c| async move { c.getattr(&who, ino.0).await },
-            move |r| attr(ttl, r, reply),
+            move |c| async move {
+                let r = c.getattr(&who, ino.0).await;
+                c.attr_answer(ino.0, r)
+            },
+            move |r| attr(r, reply),
         );
     }
 
@@ -362,11 +358,13 @@ impl Filesystem for PlusFs {
             mtime: mtime.map(time_set),
             size,
         };
-        let ttl = self.ttl();
         self.runner.spawn(
             "setattr",
-            move |c| async move { c.setattr(&who, ino.0, set, fh.map(|h| h.0)).await },
-            move |r| attr(ttl, r, reply),
+            move |c| async move {
+                let r = c.setattr(&who, ino.0, set, fh.map(|h| h.0)).await;
+                c.attr_answer(ino.0, r)
+            },
+            move |r| attr(r, reply),
         );
     }
 
@@ -378,16 +376,22 @@ impl Filesystem for PlusFs {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let who = self.caller(req);
-        let (name, ttl) = (name.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.mknod(&who, parent.0, &name, mode, umask, rdev).await };
-        self.runner.spawn("mknod", call, move |r| entry(ttl, r, reply));
+        let name = name.to_owned();
+        let call = move |c: Arc<MountCore>| async move {
+            let r = c.mknod(&who, parent.0, &name, mode, umask, rdev).await;
+            c.entry_answer(parent.0, &name, r)
+        };
+        self.runner.spawn("mknod", call, move |r| entry(r, reply));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let who = self.caller(req);
-        let (name, ttl) = (name.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.mkdir(&who, parent.0, &name, mode, umask).await };
-        self.runner.spawn("mkdir", call, move |r| entry(ttl, r, reply));
+        let name = name.to_owned();
+        let call = move |c: Arc<MountCore>| async move {
+            let r = c.mkdir(&who, parent.0, &name, mode, umask).await;
+            c.entry_answer(parent.0, &name, r)
+        };
+        self.runner.spawn("mkdir", call, move |r| entry(r, reply));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -404,16 +408,22 @@ impl Filesystem for PlusFs {
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let who = self.caller(req);
-        let (name, target, ttl) = (link_name.to_owned(), target.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.symlink(&who, parent.0, &name, &target).await };
-        self.runner.spawn("symlink", call, move |r| entry(ttl, r, reply));
+        let (name, target) = (link_name.to_owned(), target.to_owned());
+        let call = move |c: Arc<MountCore>| async move {
+            let r = c.symlink(&who, parent.0, &name, &target).await;
+            c.entry_answer(parent.0, &name, r)
+        };
+        self.runner.spawn("symlink", call, move |r| entry(r, reply));
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let who = self.caller(req);
-        let (name, ttl) = (newname.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.link(&who, ino.0, newparent.0, &name).await };
-        self.runner.spawn("link", call, move |r| entry(ttl, r, reply));
+        let name = newname.to_owned();
+        let call = move |c: Arc<MountCore>| async move {
+            let r = c.link(&who, ino.0, newparent.0, &name).await;
+            c.entry_answer(newparent.0, &name, r)
+        };
+        self.runner.spawn("link", call, move |r| entry(r, reply));
     }
 
     fn rename(
@@ -555,12 +565,13 @@ impl Filesystem for PlusFs {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let (ttl, core) = (self.ttl(), self.core.clone());
+        let core = self.core.clone();
         let call = move |c: Arc<MountCore>| async move { c.readdirplus_items(ino.0, fh.0, offset).await };
         self.runner.spawn("readdirplus", call, move |r| match r {
             Ok(items) => {
                 for item in &items {
                     let i = item.as_dir_plus();
+                    let ttl = core.plus_ttl(ino.0, i.name, i.attr);
                     if reply.add(INodeNo(i.ino), i.offset, i.name, &ttl, &file_attr(i.attr), Generation(0)) {
                         break;
                     }
@@ -609,10 +620,14 @@ impl Filesystem for PlusFs {
         reply: ReplyCreate,
     ) {
         let who = self.caller(req);
-        let (name, ttl) = (name.to_owned(), self.ttl());
-        let call = move |c: Arc<MountCore>| async move { c.create(&who, parent.0, &name, mode, umask, flags).await };
+        let name = name.to_owned();
+        let call = move |c: Arc<MountCore>| async move {
+            let (a, fh) = c.create(&who, parent.0, &name, mode, umask, flags).await?;
+            let ttl = c.plus_ttl(parent.0, &name, &a);
+            Ok((a, fh, ttl))
+        };
         self.runner.spawn("create", call, move |r| match r {
-            Ok((a, fh)) => reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+            Ok((a, fh, ttl)) => reply.created(&ttl, &file_attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(fuse_errno(e)),
         });
     }

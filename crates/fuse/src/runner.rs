@@ -7,23 +7,21 @@ use crate::callers::Callers;
 use crate::core::{Caller, Errno, MountCore};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// What every transport needs to serve a request: the core, the runtime's handle, who
-/// calls and the kernel cache lifetime.
+/// What every transport needs to serve a request: the core, the runtime's handle and who
+/// calls.
 pub(crate) struct Runner {
     pub core: Arc<MountCore>,
     rt: tokio::runtime::Handle,
     callers: Callers,
-    ttl: Duration,
     xattrs: bool,
 }
 
 impl Runner {
     /// A runner serving `core` on the runtime behind `rt`; `xattrs` false answers every
     /// extended-attribute request `ENOSYS` (`-o noxattr`).
-    pub fn new(core: Arc<MountCore>, rt: tokio::runtime::Handle, ttl: Duration, xattrs: bool) -> Runner {
-        Runner { core, rt, callers: Callers::default(), ttl, xattrs }
+    pub fn new(core: Arc<MountCore>, rt: tokio::runtime::Handle, xattrs: bool) -> Runner {
+        Runner { core, rt, callers: Callers::default(), xattrs }
     }
 
     /// Whether extended attributes are served. When not, the first xattr request of each
@@ -36,11 +34,6 @@ impl Runner {
     /// Who makes a request of process `pid` running as `uid`:`gid`.
     pub fn caller(&self, uid: u32, gid: u32, pid: u32) -> Caller {
         self.callers.get(uid, gid, pid)
-    }
-
-    /// How long the kernel may keep names and attributes.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
     }
 
     /// Runs `call`, counted as FUSE operation `op`, and hands its result to `answer` (which

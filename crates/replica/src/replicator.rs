@@ -174,15 +174,21 @@ impl StoreReplicator {
                     let r = match answer.await {
                         Ok(Ok(_)) => Ok(()),
                         Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
-                            Err(format!("leadership lost (leader: {:?})", f.leader_id))
+                            Err(Some(format!("leadership lost (leader: {:?})", f.leader_id)))
                         }
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("the replica stopped".to_string()),
+                        Ok(Err(e)) => Err(Some(e.to_string())),
+                        // The answer was dropped: this member's Raft was halted (the member
+                        // stops, and fails the requests still waiting for a commit).
+                        Err(_) => Err(None),
                     };
                     if r.is_err() {
                         flag.store(true, Ordering::Release);
                     }
-                    answer_all(dones, || r.clone().map_err(|e| unknown(&e)));
+                    answer_all(dones, || match &r {
+                        Ok(()) => Ok(()),
+                        Err(Some(e)) => Err(unknown(e)),
+                        Err(None) => Err(StoreError::Closed),
+                    });
                 });
             }
         });

@@ -1,6 +1,7 @@
 //! Directory delegations through real mounts: two mounts and a library client taking turns
-//! on one directory against a model, a mount that hangs (SIGSTOP) while it holds a
-//! delegation, and a mount killed (kill -9) in the middle of a `tar x`.
+//! on one directory against a model, a recall invalidating what the holder's kernel kept
+//! under the delegation, a mount that hangs (SIGSTOP) while it holds a delegation, and a
+//! mount killed (kill -9) in the middle of a `tar x`.
 
 mod common;
 mod mounts;
@@ -147,12 +148,80 @@ fn two_mounts_and_a_library_client_take_turns_on_one_directory() {
         };
     }
     assert_eq!(delegated, [true; 3], "each of the three held the directory at some turn");
+    // With `ttl=0` the kernels keep nothing but what delegations cover, which the recalls
+    // took back from them before the other actors' steps.
+    for m in [&a, &b] {
+        let (given, invalidated) = m.kernel_cache();
+        assert!(
+            given > 0 && invalidated > 0,
+            "kernel cache under delegations: {given} given, {invalidated} invalidated"
+        );
+    }
     let (flushes, recalls, _) = deleg_counters(&cluster);
     assert!(flushes > 0 && recalls > 0, "delegations were used and recalled: {flushes} flushes, {recalls} recalls");
     rt.block_on(c.sync()).unwrap();
     sh(&format!("{} mount --sync {}", common::exe().display(), a.path().display()));
     let st = rt.block_on(cluster.client().lstat("/d")).unwrap();
     assert_eq!(st.size, model.len() as u64, "the directory's entry count");
+    cluster.assert_fsck_clean();
+    cluster.assert_no_errors_logged();
+}
+
+/// Waits up to `within` for `cond`; whether it came.
+fn comes_within(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// While mount A holds a directory's delegation its kernel keeps the directory's names
+/// (missing ones too) and its files' attributes for the delegation TTL, far past the usual
+/// TTL; when mount B changes the directory, the recall makes A invalidate them, so A sees
+/// B's new name and new mode within the usual TTL (1 s), not the delegation TTL (60 s).
+#[test]
+fn a_recall_invalidates_what_the_holders_kernel_kept() {
+    if !fuse_available() {
+        return;
+    }
+    // A slow answer to a recall on a busy machine must not be taken for a hung holder.
+    let cluster = ProcCluster::start_delegations(3, DelegSettings { recall_timeout_ms: 10_000, ..Default::default() });
+    let (a, b) = (Mount::new(&cluster), Mount::new(&cluster));
+    let (ad, bd) = (a.path().join("d"), b.path().join("d"));
+    fs::create_dir(&ad).unwrap();
+    fs::write(ad.join("f"), b"kept").unwrap();
+    fs::set_permissions(ad.join("f"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    assert!(a.delegations().0 >= 1, "mount A holds the new directory");
+
+    // A's kernel keeps `x` as missing past the usual TTL: the second stat, 1.3 s later, is
+    // answered without asking the mount (one failed lookup, not two).
+    let (_, missed_before) = a.op_counts("lookup");
+    let out = sh(&format!(
+        "cd {} && stat -c %a f && ! stat x 2>/dev/null && sleep 1.3 && ! stat x 2>/dev/null && stat -c %a f",
+        ad.display()
+    ));
+    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["644", "644"]);
+    let (_, missed) = a.op_counts("lookup");
+    assert_eq!(missed - missed_before, 1, "A's kernel kept `x` as missing past the usual TTL");
+    let (given, invalidated_before) = a.kernel_cache();
+    assert!(given >= 2, "answers under the delegation were given its TTL: {given}");
+
+    // B changes the directory: the server recalls A's delegation first.
+    fs::write(bd.join("x"), b"from B").unwrap();
+    fs::set_permissions(bd.join("f"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let usual = Duration::from_millis(1000);
+    let (ax, af) = (ad.join("x"), ad.join("f"));
+    assert!(comes_within(usual, || fs::read(&ax).is_ok_and(|d| d == b"from B")), "A sees B's new name");
+    let mode = || fs::metadata(&af).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert!(comes_within(usual, || mode().is_ok_and(|m| m == 0o600)), "A sees B's chmod: {:?}", mode());
+    let (_, invalidated) = a.kernel_cache();
+    assert!(invalidated > invalidated_before, "the recall invalidated A's kernel entries");
     cluster.assert_fsck_clean();
     cluster.assert_no_errors_logged();
 }

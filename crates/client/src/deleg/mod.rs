@@ -26,7 +26,7 @@ mod held;
 mod local;
 
 pub(crate) use held::Held;
-use held::Local;
+pub(crate) use held::{Found, Local};
 pub(crate) use local::NewEntry;
 
 use crate::error::FsError;
@@ -65,6 +65,17 @@ const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 const BEFORE_PATIENCE: Duration = Duration::from_secs(10);
 
 type Slot = Arc<tokio::sync::Mutex<Held>>;
+
+/// Told the directory of a delegation ending (returned, revoked, its lease lapsed) under
+/// which a mount let the kernel keep names or attributes longer than its usual TTL; what
+/// it gives resolves once the kernel has dropped them (`Client::on_delegation_end`).
+pub type EndWatcher = Arc<dyn Fn(&str) -> Option<tokio::sync::oneshot::Receiver<()>> + Send + Sync>;
+
+/// Longest the return of a delegation waits for the kernel to drop what it kept under it.
+/// The kernel drops a name under its directory's lock, which a request of the same
+/// directory may hold while it waits for this delegation: past this the delegation is
+/// returned anyway, and the kernel drops the names as soon as that request is answered.
+const UNCACHE_WAIT: Duration = Duration::from_millis(50);
 
 /// Directories whose last batch stat through the servers is remembered.
 const MAX_UNLEARNT_DIRS: usize = 16;
@@ -165,6 +176,8 @@ pub(crate) struct Delegations {
     written: AtomicU64,
     /// How much work delegations cost here: see [`DelegWork`].
     work: [AtomicU64; 4],
+    /// Told of the end of delegations under which a kernel kept names longer.
+    watcher: std::sync::OnceLock<EndWatcher>,
 }
 
 /// Counts of the work this client's delegations did, which must follow what changed, not
@@ -191,7 +204,32 @@ impl Delegations {
             lost: Mutex::default(),
             written: AtomicU64::new(0),
             work: Default::default(),
+            watcher: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets who is told of the end of delegations under which a kernel kept names longer
+    /// (once per client; false if one was set already).
+    pub fn watch_ends(&self, watcher: EndWatcher) -> bool {
+        self.watcher.set(watcher).is_ok()
+    }
+
+    /// Tells the end watcher that what the kernel kept under `h` must go, if it kept any.
+    fn uncache(&self, h: &mut Held) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        if !std::mem::take(&mut h.kernel_cached) {
+            return None;
+        }
+        self.watcher.get().and_then(|w| w(&h.dir))
+    }
+
+    /// [`Self::uncache`], waiting (at most [`UNCACHE_WAIT`]) until the kernel dropped it:
+    /// before a delegation is returned, so no other client's change can reach the servers
+    /// while this client's kernel still answers from what it kept.
+    async fn uncache_before_return(&self, h: &mut Held) {
+        let Some(done) = self.uncache(h) else { return };
+        if tokio::time::timeout(UNCACHE_WAIT, done).await.is_err() {
+            tracing::debug!(dir = h.dir, "returning a delegation before the kernel dropped what it kept");
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -562,6 +600,9 @@ impl Delegations {
         if h.gone {
             return Ok(());
         }
+        if release {
+            self.uncache_before_return(h).await;
+        }
         if h.unacked.is_some() {
             self.send_flush(h, patience).await?;
         }
@@ -664,6 +705,7 @@ impl Delegations {
     /// Drops `h` (returned, revoked).
     fn forget(&self, h: &mut Held) {
         h.gone = true;
+        let _ = self.uncache(h);
         h.pending.clear();
         h.entries.clear();
         h.dirty.clear();
@@ -735,6 +777,11 @@ impl Delegations {
         let now = Instant::now();
         for slot in slots {
             let Ok(mut h) = slot.try_lock() else { continue };
+            if h.kernel_cached && !self.leased(&h) {
+                // Cut off from its server longer than the server waits for a recall: the
+                // server may have revoked it, and others changed the directory since.
+                let _ = self.uncache(&mut h);
+            }
             let due = h.since.is_some_and(|t| now - t >= self.writeback()) || h.unacked.is_some();
             let idle = now - h.last_use >= IDLE;
             if due || idle {
@@ -799,6 +846,7 @@ fn held_of(g: DelegGrant, t: Target, dir: &str, asked: Instant, read: bool) -> H
         gone: false,
         asked,
         unreachable: false,
+        kernel_cached: false,
     }
 }
 

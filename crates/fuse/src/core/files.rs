@@ -224,7 +224,7 @@ impl MountCore {
         let deleg = format!(
             "delegations held {} pending {} written {}\n\
              delegation work visited {} grants {} granted {} learnt {}\n\
-             direct io written {put} read {got} capabilities {caps}\n{}",
+             direct io written {put} read {got} capabilities {caps}\n{}{}",
             c.delegations_held(),
             c.delegated_pending(),
             c.delegated_written(),
@@ -233,6 +233,7 @@ impl MountCore {
             w.granted,
             w.learnt,
             self.transport_line(),
+            self.kernel_cache_line(),
         );
         self.stats.open(fh, &deleg);
         Ok(fh)

@@ -37,6 +37,7 @@ mod dirs;
 mod entries;
 mod files;
 mod inodes;
+mod kernel_cache;
 mod listings;
 mod open_files;
 mod page_cache;
@@ -45,14 +46,16 @@ mod types;
 mod writes;
 mod xattrs;
 
+pub use kernel_cache::{Invalidate, Ttls};
 pub use open_files::ORPHANS;
 pub use plusfs_proto::Errno;
 pub use stats::{render_stats, stats_attr, OpStats, STATS_FILE, STATS_INO};
-pub use types::{Caller, DirItem, DirPlusItem, FsStats, Opened, PlusItem, ReaddirItem, RenameMode, XattrReply};
+pub use types::{Caller, DirItem, DirPlusItem, Entry, FsStats, Opened, PlusItem, ReaddirItem, RenameMode, XattrReply};
 pub use writes::WRITE_BUFFER;
 
 use attrs::AttrCache;
 use inodes::Inodes;
+use kernel_cache::KernelCache;
 use listings::Listings;
 use open_files::OpenFiles;
 use page_cache::PageStamps;
@@ -85,6 +88,8 @@ pub struct MountCore {
     latencies: std::sync::OnceLock<plusfs_metrics::Latencies>,
     /// What the control file says about the transport the kernel's requests come over.
     transport: std::sync::OnceLock<Transport>,
+    /// What the kernel keeps longer under delegations, to be invalidated at their end.
+    kcache: std::sync::Arc<KernelCache>,
 }
 
 /// The control file's line about the transport, made when it is read.
@@ -123,6 +128,12 @@ impl MountCore {
 
     /// A mount that answers attributes it learnt itself for `ttl` (the kernel's TTL).
     pub fn with_ttl(client: Client, ttl: std::time::Duration) -> MountCore {
+        MountCore::with_ttls(client, ttl, std::time::Duration::ZERO)
+    }
+
+    /// A mount with kernel TTL `ttl` that, once [`Self::start_invalidations`] is called,
+    /// lets the kernel keep what a delegation covers for `deleg_ttl` (`kernel_cache.rs`).
+    pub fn with_ttls(client: Client, ttl: std::time::Duration, deleg_ttl: std::time::Duration) -> MountCore {
         MountCore {
             client: client.with_path_max(MAX_TREE_PATH_LEN),
             stats: Stats::default(),
@@ -137,7 +148,69 @@ impl MountCore {
             orphans_refused: std::sync::atomic::AtomicBool::new(false),
             latencies: std::sync::OnceLock::new(),
             transport: std::sync::OnceLock::new(),
+            kcache: std::sync::Arc::new(KernelCache::new(deleg_ttl)),
         }
+    }
+
+    /// Invalidates what the kernel keeps under a delegation through `kernel` when the
+    /// delegation ends; from now on delegated entries get the delegation TTL.
+    pub fn start_invalidations(&self, kernel: Box<dyn Invalidate>) {
+        self.kcache.start(&self.client, kernel);
+    }
+
+    /// The answer about entry `name` of `parent` that `r` found (`Ok` only).
+    pub fn entry_answer(&self, parent: u64, name: &OsStr, r: Result<Attr, Errno>) -> Result<Entry, Errno> {
+        let a = r?;
+        let ttls = self.entry_ttls(parent, name, Some(&a));
+        Ok(Entry { attr: Some(a), ttls })
+    }
+
+    /// The answer to a lookup of `name` in `parent` that found `r`: a missing name is an
+    /// entry the kernel keeps as missing (a negative entry) unless its TTL is zero.
+    pub fn lookup_answer(&self, parent: u64, name: &OsStr, r: Result<Attr, Errno>) -> Result<Entry, Errno> {
+        match r {
+            Err(Errno::ENOENT) => match self.entry_ttls(parent, name, None) {
+                ttls if ttls.entry.is_zero() => Err(Errno::ENOENT),
+                ttls => Ok(Entry { attr: None, ttls }),
+            },
+            r => self.entry_answer(parent, name, r),
+        }
+    }
+
+    /// The answer to a `getattr` or `setattr` of `ino` that found `r`, with its TTL.
+    pub fn attr_answer(&self, ino: u64, r: Result<Attr, Errno>) -> Result<(Attr, std::time::Duration), Errno> {
+        let a = r?;
+        let usual = self.attrs.ttl();
+        let Some(path) = self.inodes().path(ino).filter(|_| ino != STATS_INO) else {
+            return Ok((a, usual));
+        };
+        let dir_ino = self.inodes().parent_ino(&path);
+        let ttl = self.kcache.attr_ttl(&self.client, dir_ino, &path, &a, usual);
+        Ok((a, ttl))
+    }
+
+    /// The TTLs of an answer about entry `name` of `parent` (found to be `answer`, or
+    /// missing).
+    fn entry_ttls(&self, parent: u64, name: &OsStr, answer: Option<&Attr>) -> Ttls {
+        let usual = self.attrs.ttl();
+        let short = Ttls { entry: usual, attr: usual };
+        let (Some(name), Ok(dir)) = (name.to_str(), self.path(parent)) else { return short };
+        if is_control(parent, name) {
+            return short;
+        }
+        self.kcache.entry_ttls(&self.client, parent, (&dir, name), answer, usual)
+    }
+
+    /// The one TTL of an answer that gives the kernel entry `name` of `parent` and its
+    /// attributes `a` together (a create, a `readdirplus` entry).
+    pub fn plus_ttl(&self, parent: u64, name: impl AsRef<OsStr>, a: &Attr) -> std::time::Duration {
+        let t = self.entry_ttls(parent, name.as_ref(), Some(a));
+        t.entry.min(t.attr)
+    }
+
+    /// The control file's line about the kernel's longer caches.
+    fn kernel_cache_line(&self) -> String {
+        self.kcache.stats_line()
     }
 
     /// Names the transport the kernel's requests come over in the control file (set once,

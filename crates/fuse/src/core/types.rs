@@ -161,6 +161,14 @@ mod tests {
     }
 }
 
+/// An answer naming an entry: its attributes (`None`: the name is missing), and how long
+/// the kernel may keep the name and the attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub attr: Option<Attr>,
+    pub ttls: super::kernel_cache::Ttls,
+}
+
 /// What an `open` hands the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opened {

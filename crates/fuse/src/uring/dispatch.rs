@@ -4,7 +4,7 @@
 
 use super::abi::{self, InHeader, Op, RenameHow};
 use super::ring::Slot;
-use crate::core::{stats_attr, Errno, FsStats, MountCore, RenameMode, XattrReply, STATS_INO};
+use crate::core::{stats_attr, Entry, Errno, FsStats, MountCore, RenameMode, XattrReply, STATS_INO};
 use crate::runner::Runner;
 use plusfs_proto::Attr;
 use std::sync::Arc;
@@ -18,33 +18,26 @@ fn empty(slot: Slot, r: Result<(), Errno>) {
     }
 }
 
-/// Answers with `fuse_entry_out`.
-fn entry(mut slot: Slot, ttl: Duration, r: Result<Attr, Errno>) {
+/// Answers with `fuse_entry_out`; a missing name is kept by the kernel as a negative
+/// entry (inode 0) for its entry TTL.
+fn entry(mut slot: Slot, r: Result<Entry, Errno>) {
     match r {
-        Ok(a) => {
-            abi::put_entry(slot.payload(), a.ino, &a, ttl, ttl);
+        Ok(Entry { attr: Some(a), ttls }) => {
+            abi::put_entry(slot.payload(), a.ino, &a, ttls.entry, ttls.attr);
+            slot.send(0, abi::ENTRY_OUT_SIZE)
+        }
+        Ok(Entry { attr: None, ttls }) => {
+            abi::put_entry(slot.payload(), 0, &stats_attr(), ttls.entry, Duration::ZERO);
             slot.send(0, abi::ENTRY_OUT_SIZE)
         }
         Err(e) => slot.send(e.raw(), 0),
     }
 }
 
-/// The answer to a lookup: a missing name is cached by the kernel as a negative entry
-/// (inode 0) for the entry TTL.
-fn lookup(mut slot: Slot, ttl: Duration, r: Result<Attr, Errno>) {
-    match r {
-        Err(Errno::ENOENT) if !ttl.is_zero() => {
-            abi::put_entry(slot.payload(), 0, &stats_attr(), ttl, Duration::ZERO);
-            slot.send(0, abi::ENTRY_OUT_SIZE)
-        }
-        r => entry(slot, ttl, r),
-    }
-}
-
 /// Answers with `fuse_attr_out`.
-fn attr(mut slot: Slot, ttl: Duration, r: Result<Attr, Errno>) {
+fn attr(mut slot: Slot, r: Result<(Attr, Duration), Errno>) {
     match r {
-        Ok(a) => {
+        Ok((a, ttl)) => {
             abi::put_attr_out(slot.payload(), &a, ttl);
             slot.send(0, abi::ATTR_OUT_SIZE)
         }
@@ -118,16 +111,34 @@ pub(crate) fn serve(r: &Runner, h: InHeader, op: Result<Op, i32>, slot: Slot) {
 
 /// Runs `op` on the core and answers through `slot`.
 fn run(r: &Runner, h: InHeader, op: Op, slot: Slot) {
-    let (ino, ttl, name) = (h.nodeid, r.ttl(), op.name());
+    let (ino, name) = (h.nodeid, op.name());
     let who = r.caller(h.uid, h.gid, h.pid);
     match op {
         Op::Lookup { name: n } => {
-            r.spawn(name, move |c| async move { c.lookup(&who, ino, &n).await }, move |x| lookup(slot, ttl, x))
+            let (core, looked_up) = (r.core.clone(), n.clone());
+            // A missing name is counted as a failed lookup, then answered as a negative entry.
+            r.spawn(
+                name,
+                move |c| async move { c.lookup(&who, ino, &looked_up).await },
+                move |x| entry(slot, core.lookup_answer(ino, &n, x)),
+            )
         }
-        Op::Getattr => r.spawn(name, move |c| async move { c.getattr(&who, ino).await }, move |x| attr(slot, ttl, x)),
-        Op::Setattr { set, fh } => {
-            r.spawn(name, move |c| async move { c.setattr(&who, ino, set, fh).await }, move |x| attr(slot, ttl, x))
-        }
+        Op::Getattr => r.spawn(
+            name,
+            move |c| async move {
+                let x = c.getattr(&who, ino).await;
+                c.attr_answer(ino, x)
+            },
+            move |x| attr(slot, x),
+        ),
+        Op::Setattr { set, fh } => r.spawn(
+            name,
+            move |c| async move {
+                let x = c.setattr(&who, ino, set, fh).await;
+                c.attr_answer(ino, x)
+            },
+            move |x| attr(slot, x),
+        ),
         Op::Readlink => r.spawn(
             name,
             move |c| async move { c.readlink(&who, ino).await.map(String::into_bytes) },
@@ -135,18 +146,27 @@ fn run(r: &Runner, h: InHeader, op: Op, slot: Slot) {
         ),
         Op::Symlink { name: n, target } => r.spawn(
             name,
-            move |c| async move { c.symlink(&who, ino, &n, std::path::Path::new(&target)).await },
-            move |x| entry(slot, ttl, x),
+            move |c| async move {
+                let x = c.symlink(&who, ino, &n, std::path::Path::new(&target)).await;
+                c.entry_answer(ino, &n, x)
+            },
+            move |x| entry(slot, x),
         ),
         Op::Mknod { name: n, mode, rdev, umask } => r.spawn(
             name,
-            move |c| async move { c.mknod(&who, ino, &n, mode, umask, rdev).await },
-            move |x| entry(slot, ttl, x),
+            move |c| async move {
+                let x = c.mknod(&who, ino, &n, mode, umask, rdev).await;
+                c.entry_answer(ino, &n, x)
+            },
+            move |x| entry(slot, x),
         ),
         Op::Mkdir { name: n, mode, umask } => r.spawn(
             name,
-            move |c| async move { c.mkdir(&who, ino, &n, mode, umask).await },
-            move |x| entry(slot, ttl, x),
+            move |c| async move {
+                let x = c.mkdir(&who, ino, &n, mode, umask).await;
+                c.entry_answer(ino, &n, x)
+            },
+            move |x| entry(slot, x),
         ),
         Op::Unlink { name: n } => {
             r.spawn(name, move |c| async move { c.unlink(&who, ino, &n).await }, move |x| empty(slot, x))
@@ -165,8 +185,11 @@ fn run(r: &Runner, h: InHeader, op: Op, slot: Slot) {
         }
         Op::Link { oldnode, newname } => r.spawn(
             name,
-            move |c| async move { c.link(&who, oldnode, ino, &newname).await },
-            move |x| entry(slot, ttl, x),
+            move |c| async move {
+                let x = c.link(&who, oldnode, ino, &newname).await;
+                c.entry_answer(ino, &newname, x)
+            },
+            move |x| entry(slot, x),
         ),
         op => run_files(r, h, op, slot, who),
     }
@@ -187,7 +210,7 @@ fn open_flags(ino: u64, flags: i32, keep_cache: bool) -> u32 {
 
 /// The operations on open files, directories and attributes (`run` continued).
 fn run_files(r: &Runner, h: InHeader, op: Op, slot: Slot, who: crate::core::Caller) {
-    let (ino, ttl, name) = (h.nodeid, r.ttl(), op.name());
+    let (ino, name) = (h.nodeid, op.name());
     match op {
         Op::Open { flags } => r.spawn(
             name,
@@ -252,7 +275,7 @@ fn run_files(r: &Runner, h: InHeader, op: Op, slot: Slot, who: crate::core::Call
                 name,
                 move |c| async move { c.readdirplus_items(ino, fh, offset).await },
                 move |x| match x {
-                    Ok(items) => listing_plus(slot, size, ttl, &items, |i| core.handed_out(i)),
+                    Ok(items) => listing_plus(slot, size, &items, &core, ino),
                     Err(e) => slot.send(e.raw(), 0),
                 },
             )
@@ -268,9 +291,13 @@ fn run_files(r: &Runner, h: InHeader, op: Op, slot: Slot, who: crate::core::Call
         }
         Op::Create { name: n, mode, umask, flags } => r.spawn(
             name,
-            move |c| async move { c.create(&who, ino, &n, mode, umask, flags).await },
+            move |c| async move {
+                let (a, fh) = c.create(&who, ino, &n, mode, umask, flags).await?;
+                let ttl = c.plus_ttl(ino, &n, &a);
+                Ok((a, fh, ttl))
+            },
             move |x| match x {
-                Ok((a, fh)) => {
+                Ok((a, fh, ttl)) => {
                     let mut slot = slot;
                     abi::put_entry(slot.payload(), a.ino, &a, ttl, ttl);
                     abi::put_open(&mut slot.payload()[abi::ENTRY_OUT_SIZE..], fh, 0);
@@ -301,16 +328,10 @@ fn listing<'a>(mut slot: Slot, size: u32, items: impl Iterator<Item = crate::cor
     slot.send(0, at)
 }
 
-/// Answers a `readdirplus` with as many entries as fit in `size` bytes, calling `handed_out`
-/// for each before the answer goes (the kernel holds a lookup on each entry it receives and
-/// may use it at once, from another queue).
-fn listing_plus(
-    mut slot: Slot,
-    size: u32,
-    ttl: Duration,
-    items: &[crate::core::PlusItem],
-    handed_out: impl Fn(&crate::core::PlusItem),
-) {
+/// Answers a `readdirplus` of directory `dir` with as many entries as fit in `size` bytes,
+/// telling `core` of each before the answer goes (the kernel holds a lookup on each entry it
+/// receives and may use it at once, from another queue).
+fn listing_plus(mut slot: Slot, size: u32, items: &[crate::core::PlusItem], core: &MountCore, dir: u64) {
     let limit = (size as usize).min(slot.payload().len());
     let mut at = 0;
     for item in items {
@@ -319,10 +340,11 @@ fn listing_plus(
         if at + n > limit {
             break;
         }
+        let ttl = core.plus_ttl(dir, i.name, i.attr);
         let buf = &mut slot.payload()[at..at + n];
         abi::put_entry(buf, i.ino, i.attr, ttl, ttl);
         abi::put_dirent(&mut buf[abi::ENTRY_OUT_SIZE..], i.ino, i.offset, i.attr.kind, i.name);
-        handed_out(item);
+        core.handed_out(item);
         at += n;
     }
     slot.send(0, at);

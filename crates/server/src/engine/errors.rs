@@ -157,11 +157,16 @@ impl std::fmt::Display for OpError {
 }
 
 /// The store's error as an operation's: ENOSPC for a full disk (logged as a warning),
-/// else EIO (logged as an error).
+/// else EIO (logged as an error; as a warning when the store is closing, as when a
+/// replica group member stops with requests waiting for a commit).
 pub(crate) fn eio(e: StoreError) -> OpError {
     if let StoreError::NoSpace(_) = e {
         tracing::warn!(cause = %e, "store write refused: disk full");
         return OpError::Store { full: true, message: format!("{e}") };
+    }
+    if let StoreError::Closed = e {
+        tracing::warn!("store write ended by a shutdown: its outcome is unknown");
+        return OpError::Store { full: false, message: format!("store failure: {e}") };
     }
     tracing::error!(cause = %e, "store failure");
     OpError::Store { full: false, message: format!("store failure: {e}") }

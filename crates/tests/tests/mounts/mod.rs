@@ -91,6 +91,24 @@ impl Mount {
         (words[2].parse().unwrap(), words[4].parse().unwrap())
     }
 
+    /// (calls, errors) of FUSE operation `op`, from the control file.
+    pub fn op_counts(&self, op: &str) -> (u64, u64) {
+        let stats = self.stats();
+        let Some(line) = stats.lines().find(|l| l.split_whitespace().next() == Some(op)) else { return (0, 0) };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        (words[1].parse().unwrap(), words[2].parse().unwrap())
+    }
+
+    /// (answers given the delegation TTL, names and inodes invalidated), from the control
+    /// file's kernel cache line.
+    pub fn kernel_cache(&self) -> (u64, u64) {
+        let stats = self.stats();
+        let line = stats.lines().find(|l| l.starts_with("kernel cache ")).expect("kernel cache line");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!((words[4], words[6]), ("given", "invalidated"), "{line}");
+        (words[5].parse().unwrap(), words[7].parse().unwrap())
+    }
+
     /// Operations written back from this mount's delegations and applied by the servers.
     pub fn delegated_written(&self) -> u64 {
         let stats = self.stats();

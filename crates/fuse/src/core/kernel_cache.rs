@@ -1,0 +1,242 @@
+//! How long the kernel may keep what the mount tells it, and taking it back.
+//!
+//! By default the kernel keeps names and attributes for the mount's TTL (1 s), so another
+//! mount's changes show within it. While this mount holds a delegation of a directory,
+//! nobody else can change its entries before the delegation ends, and the client tells
+//! the mount when it does (returned, recalled, revoked, or its lease lapsed). So the
+//! entries of a delegated directory, present or missing, and the attributes of its files
+//! are given to the kernel for the longer *delegation TTL* (`-o deleg_ttl`, 60 s), each
+//! one recorded here under its directory; when the delegation ends, the recorded names
+//! and inodes are invalidated (`FUSE_NOTIFY_INVAL_ENTRY` and `FUSE_NOTIFY_INVAL_INODE`,
+//! attributes only) before it is returned.
+//!
+//! The kernel drops a name under its directory's lock. A request of that directory may
+//! hold the lock while the mount serves it, and that request may be waiting for the very
+//! delegation being returned: so invalidations are sent from a thread of their own, and
+//! the return waits for them only briefly (`deleg::UNCACHE_WAIT`). What a request
+//! answers is recorded *before* the mount asks the client whether a delegation covers
+//! it; an end told meanwhile therefore finds the record, or the client already says no.
+//! A reply the kernel had not taken in when its invalidation came is still dropped: its
+//! dentry is made under the same directory lock, and its attributes carry an older
+//! attribute version than the invalidation's.
+//!
+//! Records are bounded ([`MAX_NAMES_PER_DIR`], [`MAX_NAMES`]): past them, answers get
+//! the usual TTL.
+
+use plusfs_client::{Client, KernelCacheable};
+use plusfs_proto::path::split;
+use plusfs_proto::Attr;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// Most names recorded per directory.
+pub const MAX_NAMES_PER_DIR: usize = 16_384;
+/// Most names recorded in all.
+pub const MAX_NAMES: usize = 131_072;
+
+/// What the kernel is told to drop (the mount's transport implements it).
+pub trait Invalidate: Send {
+    /// Drops entry `name` of directory `parent` (present or missing).
+    fn entry(&self, parent: u64, name: &str);
+    /// Drops the attributes of inode `ino` (not its cached data).
+    fn attributes(&self, ino: u64);
+}
+
+/// What the kernel keeps beyond its usual TTL in one directory.
+#[derive(Default)]
+struct DirRecord {
+    ino: u64,
+    /// Names, with the answers about each not taken back yet.
+    names: HashMap<String, u32>,
+    /// Inodes whose attributes were answered, the same way.
+    inodes: HashMap<u64, u32>,
+}
+
+/// One directory's invalidations, and who waits for them.
+struct Job {
+    dir: DirRecord,
+    done: tokio::sync::oneshot::Sender<()>,
+}
+
+#[derive(Default)]
+struct Records {
+    dirs: HashMap<String, DirRecord>,
+    names: usize,
+}
+
+/// The kernel-cache records of a mount (see the module documentation).
+pub struct KernelCache {
+    /// The TTL of what a delegation covers (zero: never longer than usual).
+    long: Duration,
+    records: Mutex<Records>,
+    jobs: OnceLock<Mutex<mpsc::Sender<Job>>>,
+    /// Answers given the long TTL, and names and inodes invalidated.
+    given: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// The TTLs of an answer naming an entry: of the name, and of its attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttls {
+    pub entry: Duration,
+    pub attr: Duration,
+}
+
+impl KernelCache {
+    /// Records for a mount whose delegated entries the kernel may keep for `long`.
+    pub fn new(long: Duration) -> KernelCache {
+        KernelCache {
+            long,
+            records: Mutex::default(),
+            jobs: OnceLock::new(),
+            given: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts invalidating through `kernel` (once the mount is up) and asks `client` to
+    /// tell of delegation ends. Until then, and with a zero delegation TTL, answers get
+    /// the usual TTL.
+    pub fn start(self: &Arc<Self>, client: &Client, kernel: Box<dyn Invalidate>) {
+        if self.long.is_zero() || self.jobs.get().is_some() {
+            return;
+        }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let me = Arc::downgrade(self);
+        let watcher: plusfs_client::EndWatcher = Arc::new(move |dir: &str| me.upgrade().and_then(|kc| kc.ended(dir)));
+        if !client.on_delegation_end(watcher) {
+            return; // no delegations: nothing is ever kept longer
+        }
+        let spawned = std::thread::Builder::new().name("plusfs-inval".into()).spawn(move || {
+            for job in rx {
+                for name in job.dir.names.keys() {
+                    kernel.entry(job.dir.ino, name);
+                }
+                for ino in job.dir.inodes.keys() {
+                    kernel.attributes(*ino);
+                }
+                let _ = job.done.send(());
+            }
+        });
+        match spawned {
+            Ok(_) => _ = self.jobs.set(Mutex::new(tx)),
+            Err(e) => tracing::warn!(error = %e, "no invalidation thread: the kernel keeps names for the usual TTL"),
+        }
+    }
+
+    /// The TTLs for entry `name` of directory `dir_ino` at `dir`, found to be `answer`
+    /// (`None`: missing): the delegation TTL when a delegation covers it, else `usual`.
+    pub fn entry_ttls(
+        &self,
+        client: &Client,
+        dir_ino: u64,
+        (dir, name): (&str, &str),
+        answer: Option<&Attr>,
+        usual: Duration,
+    ) -> Ttls {
+        let short = Ttls { entry: usual, attr: usual };
+        let ino = answer.map(|a| a.ino);
+        if self.jobs.get().is_none() || !self.record(dir_ino, dir, name, ino) {
+            return short;
+        }
+        match client.kernel_cacheable(dir, name, answer) {
+            Some(KernelCacheable { attr }) => {
+                self.given.fetch_add(1, Ordering::Relaxed);
+                Ttls { entry: self.long, attr: if attr { self.long } else { usual } }
+            }
+            None => {
+                self.unrecord(dir, name, ino);
+                short
+            }
+        }
+    }
+
+    /// The attribute TTL of `answer`, the attributes of what is known under `path`.
+    pub fn attr_ttl(&self, client: &Client, dir_ino: u64, path: &str, answer: &Attr, usual: Duration) -> Duration {
+        match split(path) {
+            Some(entry) if path != "/" => self.entry_ttls(client, dir_ino, entry, Some(answer), usual).attr,
+            _ => usual,
+        }
+    }
+
+    /// Records one more answer about `name` (and `ino`) of `dir`; false when the records
+    /// are full.
+    fn record(&self, dir_ino: u64, dir: &str, name: &str, ino: Option<u64>) -> bool {
+        let mut r = self.records.lock().expect("kernel cache records");
+        let full = r.names >= MAX_NAMES;
+        if full && !r.dirs.get(dir).is_some_and(|d| d.names.contains_key(name)) {
+            return false;
+        }
+        let d = r.dirs.entry(dir.to_string()).or_default();
+        if !d.names.contains_key(name) && d.names.len() >= MAX_NAMES_PER_DIR {
+            return false;
+        }
+        d.ino = dir_ino;
+        if let Some(ino) = ino {
+            *d.inodes.entry(ino).or_default() += 1;
+        }
+        let count = d.names.entry(name.to_string()).or_default();
+        *count += 1;
+        if *count == 1 {
+            r.names += 1;
+        }
+        true
+    }
+
+    /// Takes back one answer recorded by [`Self::record`] (given the usual TTL after all).
+    fn unrecord(&self, dir: &str, name: &str, ino: Option<u64>) {
+        let mut r = self.records.lock().expect("kernel cache records");
+        let Some(d) = r.dirs.get_mut(dir) else { return };
+        if let Some(ino) = ino {
+            if let Some(c) = d.inodes.get_mut(&ino) {
+                *c -= 1;
+                if *c == 0 {
+                    d.inodes.remove(&ino);
+                }
+            }
+        }
+        let Some(c) = d.names.get_mut(name) else { return };
+        *c -= 1;
+        if *c > 0 {
+            return;
+        }
+        d.names.remove(name);
+        let empty = d.names.is_empty() && d.inodes.is_empty();
+        r.names -= 1;
+        if empty {
+            r.dirs.remove(dir);
+        }
+    }
+
+    /// The delegation of `dir` ended: what the kernel keeps there is dropped (on the
+    /// invalidation thread); the receiver resolves once it is.
+    fn ended(&self, dir: &str) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let rec = {
+            let mut r = self.records.lock().expect("kernel cache records");
+            let rec = r.dirs.remove(dir)?;
+            r.names -= rec.names.len();
+            rec
+        };
+        self.dropped.fetch_add((rec.names.len() + rec.inodes.len()) as u64, Ordering::Relaxed);
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let jobs = self.jobs.get()?;
+        jobs.lock().expect("invalidation queue").send(Job { dir: rec, done }).ok()?;
+        Some(rx)
+    }
+
+    /// The control file's line: the delegation TTL, answers given it, names and inodes
+    /// invalidated, and names recorded now.
+    pub fn stats_line(&self) -> String {
+        let recorded = self.records.lock().expect("kernel cache records").names;
+        format!(
+            "kernel cache deleg_ttl {}s given {} invalidated {} recorded {}\n",
+            self.long.as_secs(),
+            self.given.load(Ordering::Relaxed),
+            self.dropped.load(Ordering::Relaxed),
+            recorded
+        )
+    }
+}
