@@ -4,7 +4,13 @@
 # one run: `tar x`, `ls -lR`, `rm -rf` of a real tree (TREE, default /usr/include), a `git
 # clone` (checkout) of this repository, a C build (scripts/gen_c_project.py, make -j2), and
 # mdtest-style create and remove rates (plusfs bench, 1 process, FILES files). For plusfs
-# mounts: FUSE requests per extracted file and microseconds per FUSE request.
+# mounts: FUSE requests per extracted file and microseconds per FUSE request, and the
+# lookups and getattrs among them.
+#
+# The plusfs mounts are PLUSFS_TARGETS, NAME:OPTIONS pairs (default
+# "plusfs-devfuse:nouring plusfs-uring:uring"; e.g. add "plusfs-uring-dt0:uring,deleg_ttl=0"
+# to compare without the kernel's longer caches under delegations). A NAME containing
+# "uring" is compared with the floor over io_uring, others with the floor over /dev/fuse.
 #
 # The floor is FLOOR_FS: the path of an in-memory FUSE file system built outside this
 # project, taking `-o io_uring` for its io_uring transport, e.g. libfuse's example
@@ -19,6 +25,7 @@ RUNS=${RUNS:-3}
 FILES=${FILES:-2000}
 TREE=${TREE:-/usr/include}
 FLOOR_FS=${FLOOR_FS:-}
+PLUSFS_TARGETS=${PLUSFS_TARGETS:-plusfs-devfuse:nouring plusfs-uring:uring}
 cd "$(dirname "$0")/.."
 . scripts/bench_lib.sh
 switch=/sys/module/fuse/parameters/enable_uring
@@ -31,7 +38,9 @@ raw="$out/raw.jsonl"
 : > "$out/fuse-stats.txt"
 work=$(mktemp -d -p "$PWD/bench/out" transport-work.XXXXXX)
 cluster="$work/cluster"
-targets="plusfs-devfuse plusfs-uring tmpfs"
+plusfs_targets=""
+for p in $PLUSFS_TARGETS; do plusfs_targets="$plusfs_targets ${p%%:*}"; done
+targets="$plusfs_targets tmpfs"
 [ -n "$FLOOR_FS" ] && targets="$targets floor-devfuse floor-uring"
 for t in $targets; do mkdir -p "$work/$t"; done
 before=$(cat "$switch")
@@ -48,8 +57,7 @@ echo Y > "$switch"
 
 "$PLUSFS" cluster up --data "$cluster" --servers "$SERVERS" --detach >/dev/null
 export PLUSFS_CLUSTER="$cluster/cluster.toml"
-"$PLUSFS" mount "$work/plusfs-devfuse" -o nouring >/dev/null
-"$PLUSFS" mount "$work/plusfs-uring" -o uring >/dev/null
+for p in $PLUSFS_TARGETS; do "$PLUSFS" mount "$work/${p%%:*}" -o "${p#*:}" >/dev/null; done
 [ "$(mount_local "$work/tmpfs")" = tmpfs ] || { echo "cannot mount a tmpfs" >&2; exit 1; }
 if [ -n "$FLOOR_FS" ]; then
   "$FLOOR_FS" "$work/floor-devfuse" & floor_pids+=($!)
@@ -59,7 +67,7 @@ if [ -n "$FLOOR_FS" ]; then
     mountpoint -q "$work/$t" || { echo "$FLOOR_FS did not mount on $work/$t" >&2; exit 1; }
   done
 fi
-for t in plusfs-devfuse plusfs-uring; do "$PLUSFS" mount --stats "$work/$t" | grep '^transport'; done
+for t in $plusfs_targets; do "$PLUSFS" mount --stats "$work/$t" | grep '^transport'; done
 
 tarball="$work/tree.tar"
 tar cf "$tarball" -C "$(dirname "$TREE")" "$(basename "$TREE")"
@@ -68,25 +76,39 @@ echo "tree: $files files, $(du -h "$tarball" | cut -f1) in $TREE"
 project="$work/project.tar"
 "$PYTHON" scripts/gen_c_project.py "$work/gen" && tar cf "$project" -C "$work/gen" .
 
-# FUSE requests a plusfs mount has answered so far (0 for other targets).
+# FUSE requests a plusfs mount has answered so far: all, lookups, getattrs (0 0 0 for
+# other targets).
 fuse_calls() {
-  case $1 in plusfs-*) "$PLUSFS" mount --stats "$work/$1" | awk '$1 == "total" { print $2 }' ;; *) echo 0 ;; esac
+  case $1 in
+    plusfs-*) "$PLUSFS" mount --stats "$work/$1" |
+      awk '{ c[$1] = $2 } END { printf "%d %d %d\n", c["total"], c["lookup"], c["getattr"] }' ;;
+    *) echo 0 0 0 ;;
+  esac
 }
+
+# What reading the control file itself adds between two readings, per plusfs mount (its
+# requests after the counts are taken, and the next reading's before): all, getattrs.
+declare -A read_cost read_getattrs
+for t in $plusfs_targets; do
+  read -r a _ g < <(fuse_calls "$t"); read -r b _ h < <(fuse_calls "$t")
+  read_cost[$t]=$((b - a)); read_getattrs[$t]=$((h - g))
+done
 
 # Runs `sh -c CMD` on target $3; appends {"step","target","run","seconds","fuse","files"}.
 timed() {
   local step=$1 run=$2 target=$3 count=$4 cmd=$5
   drop_caches
-  local f0; f0=$(fuse_calls "$target")
+  local f0 l0 g0; read -r f0 l0 g0 < <(fuse_calls "$target")
   local t0; t0=$(date +%s.%N)
   # A floor file system may lack an operation (memfs_ll: symlinks): the step goes on.
   sh -c "$cmd" || echo "($step on $target exited non-zero)"
   local t1; t1=$(date +%s.%N)
-  local f1; f1=$(fuse_calls "$target")
+  local f1 l1 g1; read -r f1 l1 g1 < <(fuse_calls "$target")
   local secs; secs=$(printf '%.3f' "$(echo "$t1 - $t0" | bc)")
-  # Reading the control file costs 4 FUSE requests (lookup aside, cached).
-  local fuse=$(( f1 > f0 ? f1 - f0 - 4 : 0 ))
-  echo "{\"step\":\"$step\",\"target\":\"$target\",\"run\":$run,\"seconds\":$secs,\"fuse\":$fuse,\"files\":$count}" >> "$raw"
+  local cost=${read_cost[$target]:-0} gcost=${read_getattrs[$target]:-0}
+  local fuse=$(( f1 > f0 + cost ? f1 - f0 - cost : 0 ))
+  local lookups=$((l1 - l0)) getattrs=$(( g1 > g0 + gcost ? g1 - g0 - gcost : 0 ))
+  echo "{\"step\":\"$step\",\"target\":\"$target\",\"run\":$run,\"seconds\":$secs,\"fuse\":$fuse,\"files\":$count,\"lookup\":$lookups,\"getattr\":$getattrs}" >> "$raw"
   echo "$step [$target, run $run]: $secs s, $fuse FUSE requests"
 }
 
@@ -112,7 +134,7 @@ for run in $(seq 1 "$RUNS"); do
     done
   done
 done
-for t in plusfs-devfuse plusfs-uring; do
+for t in $plusfs_targets; do
   { echo "## $t"; "$PLUSFS" mount --stats "$work/$t"; } >> "$out/fuse-stats.txt"
 done
 "$PYTHON" scripts/transport_report.py "$raw" > "$out/report.md"

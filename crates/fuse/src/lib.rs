@@ -8,6 +8,7 @@
 mod adapter;
 mod callers;
 pub mod core;
+mod notify;
 mod runner;
 pub mod uring;
 
@@ -72,9 +73,10 @@ pub struct MountSettings {
     /// once it is up).
     pub quiet_when_up: bool,
     /// How long the kernel may keep the names and file attributes of a directory this
-    /// mount holds a delegation of (default 60 s, also with `ttl` 0; `-o deleg_ttl=SECONDS`,
-    /// 0 keeps `ttl`): nobody else can change them before the delegation ends, and before
-    /// it ends the mount invalidates what the kernel kept (`core/kernel_cache.rs`).
+    /// mount holds a delegation of (default 60 s; `-o deleg_ttl=SECONDS`, 0 keeps `ttl`,
+    /// and with `ttl` 0 nothing is kept): nobody else can change them before the delegation
+    /// ends, and when it ends the mount invalidates what the kernel kept
+    /// (`core/kernel_cache.rs`).
     pub deleg_ttl: Duration,
     /// Serve extended attributes (default on; `-o noxattr` answers them `ENOSYS`, so the
     /// kernel stops asking: programs get `EOPNOTSUPP`, and writes lose the kernel's
@@ -187,31 +189,16 @@ pub fn mount(client: Client, mountpoint: &Path, settings: &MountSettings) -> std
     if settings.quiet_when_up {
         quiet_stderr();
     }
-    core.start_invalidations(Box::new(Notify(session.notifier())));
+    match notify::Notifier::new(std::os::fd::AsFd::as_fd(&session)) {
+        Ok(n) => core.start_invalidations(Box::new(n)),
+        Err(e) => tracing::warn!(error = %e, "no invalidations: the kernel keeps names for the usual TTL"),
+    }
     // The control file names the transport from now on: the mount is up.
     match over_uring {
         Some(t) => core.set_transport(Box::new(move || t.describe())),
         None => core.set_transport(Box::new(|| "transport /dev/fuse\n".to_string())),
     }
     session.run()
-}
-
-/// Tells the kernel what to drop through `/dev/fuse` (whichever transport serves requests).
-struct Notify(fuser::Notifier);
-
-impl core::Invalidate for Notify {
-    fn entry(&self, parent: u64, name: &str) {
-        if let Err(e) = self.0.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(name)) {
-            tracing::debug!(parent, name, error = %e, "cannot invalidate a kernel entry");
-        }
-    }
-
-    fn attributes(&self, ino: u64) {
-        // A negative offset: the attributes only, the cached pages stay.
-        if let Err(e) = self.0.inval_inode(fuser::INodeNo(ino), -1, 0) {
-            tracing::debug!(ino, error = %e, "cannot invalidate kernel attributes");
-        }
-    }
 }
 
 /// Starts the io_uring queues of `session` (whose INIT agreed to them). A failure fails the

@@ -148,15 +148,6 @@ fn two_mounts_and_a_library_client_take_turns_on_one_directory() {
         };
     }
     assert_eq!(delegated, [true; 3], "each of the three held the directory at some turn");
-    // With `ttl=0` the kernels keep nothing but what delegations cover, which the recalls
-    // took back from them before the other actors' steps.
-    for m in [&a, &b] {
-        let (given, invalidated) = m.kernel_cache();
-        assert!(
-            given > 0 && invalidated > 0,
-            "kernel cache under delegations: {given} given, {invalidated} invalidated"
-        );
-    }
     let (flushes, recalls, _) = deleg_counters(&cluster);
     assert!(flushes > 0 && recalls > 0, "delegations were used and recalled: {flushes} flushes, {recalls} recalls");
     rt.block_on(c.sync()).unwrap();

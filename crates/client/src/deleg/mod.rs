@@ -66,16 +66,11 @@ const BEFORE_PATIENCE: Duration = Duration::from_secs(10);
 
 type Slot = Arc<tokio::sync::Mutex<Held>>;
 
-/// Told the directory of a delegation ending (returned, revoked, its lease lapsed) under
-/// which a mount let the kernel keep names or attributes longer than its usual TTL; what
-/// it gives resolves once the kernel has dropped them (`Client::on_delegation_end`).
-pub type EndWatcher = Arc<dyn Fn(&str) -> Option<tokio::sync::oneshot::Receiver<()>> + Send + Sync>;
-
-/// Longest the return of a delegation waits for the kernel to drop what it kept under it.
-/// The kernel drops a name under its directory's lock, which a request of the same
-/// directory may hold while it waits for this delegation: past this the delegation is
-/// returned anyway, and the kernel drops the names as soon as that request is answered.
-const UNCACHE_WAIT: Duration = Duration::from_millis(50);
+/// Told the directory of a delegation ending (about to be returned, revoked, its lease
+/// lapsed) under which a mount let the kernel keep names or attributes longer than its
+/// usual TTL (`Client::on_delegation_end`). It must not block: the kernel may need a lock
+/// that a request waiting for this delegation holds.
+pub type EndWatcher = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Directories whose last batch stat through the servers is remembered.
 const MAX_UNLEARNT_DIRS: usize = 16;
@@ -215,20 +210,11 @@ impl Delegations {
     }
 
     /// Tells the end watcher that what the kernel kept under `h` must go, if it kept any.
-    fn uncache(&self, h: &mut Held) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        if !std::mem::take(&mut h.kernel_cached) {
-            return None;
-        }
-        self.watcher.get().and_then(|w| w(&h.dir))
-    }
-
-    /// [`Self::uncache`], waiting (at most [`UNCACHE_WAIT`]) until the kernel dropped it:
-    /// before a delegation is returned, so no other client's change can reach the servers
-    /// while this client's kernel still answers from what it kept.
-    async fn uncache_before_return(&self, h: &mut Held) {
-        let Some(done) = self.uncache(h) else { return };
-        if tokio::time::timeout(UNCACHE_WAIT, done).await.is_err() {
-            tracing::debug!(dir = h.dir, "returning a delegation before the kernel dropped what it kept");
+    fn uncache(&self, h: &mut Held) {
+        if std::mem::take(&mut h.kernel_cached) {
+            if let Some(w) = self.watcher.get() {
+                w(&h.dir);
+            }
         }
     }
 
@@ -601,7 +587,10 @@ impl Delegations {
             return Ok(());
         }
         if release {
-            self.uncache_before_return(h).await;
+            // Before the return is sent. Not waited for: the kernel takes the directory's
+            // lock to expire a name, and the request that makes this client return the
+            // delegation (or that waits for a recalled one) may hold it.
+            self.uncache(h);
         }
         if h.unacked.is_some() {
             self.send_flush(h, patience).await?;
@@ -705,7 +694,7 @@ impl Delegations {
     /// Drops `h` (returned, revoked).
     fn forget(&self, h: &mut Held) {
         h.gone = true;
-        let _ = self.uncache(h);
+        self.uncache(h);
         h.pending.clear();
         h.entries.clear();
         h.dirty.clear();
@@ -780,7 +769,7 @@ impl Delegations {
             if h.kernel_cached && !self.leased(&h) {
                 // Cut off from its server longer than the server waits for a recall: the
                 // server may have revoked it, and others changed the directory since.
-                let _ = self.uncache(&mut h);
+                self.uncache(&mut h);
             }
             let due = h.since.is_some_and(|t| now - t >= self.writeback()) || h.unacked.is_some();
             let idle = now - h.last_use >= IDLE;

@@ -3,22 +3,24 @@
 //! By default the kernel keeps names and attributes for the mount's TTL (1 s), so another
 //! mount's changes show within it. While this mount holds a delegation of a directory,
 //! nobody else can change its entries before the delegation ends, and the client tells
-//! the mount when it does (returned, recalled, revoked, or its lease lapsed). So the
-//! entries of a delegated directory, present or missing, and the attributes of its files
-//! are given to the kernel for the longer *delegation TTL* (`-o deleg_ttl`, 60 s), each
-//! one recorded here under its directory; when the delegation ends, the recorded names
-//! and inodes are invalidated (`FUSE_NOTIFY_INVAL_ENTRY` and `FUSE_NOTIFY_INVAL_INODE`,
-//! attributes only) before it is returned.
+//! the mount when it does (about to be returned, recalled, revoked, or its lease lapsed).
+//! So the entries of a delegated directory, present or missing, and the attributes of its
+//! files are given to the kernel for the longer *delegation TTL* (`-o deleg_ttl`, 60 s),
+//! each one recorded here under its directory; when the delegation ends, the recorded
+//! names are expired and the recorded inodes' attributes invalidated (`notify.rs`), from
+//! the moment its return is sent.
 //!
-//! The kernel drops a name under its directory's lock. A request of that directory may
-//! hold the lock while the mount serves it, and that request may be waiting for the very
-//! delegation being returned: so invalidations are sent from a thread of their own, and
-//! the return waits for them only briefly (`deleg::UNCACHE_WAIT`). What a request
-//! answers is recorded *before* the mount asks the client whether a delegation covers
-//! it; an end told meanwhile therefore finds the record, or the client already says no.
-//! A reply the kernel had not taken in when its invalidation came is still dropped: its
-//! dentry is made under the same directory lock, and its attributes carry an older
-//! attribute version than the invalidation's.
+//! The kernel takes a directory's lock to expire a name in it. A request of that
+//! directory may hold the lock while the mount serves it, and that request may be waiting
+//! for the very delegation being returned (it is what returns it, or it waits for the
+//! recalled delegation's lock): so invalidations go to a thread of their own and nothing
+//! waits for them. Without such a request they take microseconds, well before another
+//! client's change can reach the servers after the return; with one, the names expire as
+//! soon as it is answered. What a request answers is recorded *before* the mount asks the
+//! client whether a delegation covers it; an end told meanwhile therefore finds the
+//! record, or the client already says no. A reply the kernel had not taken in when its
+//! invalidation came is still dropped: its dentry is made under the same directory lock,
+//! and its attributes carry an older attribute version than the invalidation's.
 //!
 //! Records are bounded ([`MAX_NAMES_PER_DIR`], [`MAX_NAMES`]): past them, answers get
 //! the usual TTL.
@@ -55,12 +57,6 @@ struct DirRecord {
     inodes: HashMap<u64, u32>,
 }
 
-/// One directory's invalidations, and who waits for them.
-struct Job {
-    dir: DirRecord,
-    done: tokio::sync::oneshot::Sender<()>,
-}
-
 #[derive(Default)]
 struct Records {
     dirs: HashMap<String, DirRecord>,
@@ -72,7 +68,7 @@ pub struct KernelCache {
     /// The TTL of what a delegation covers (zero: never longer than usual).
     long: Duration,
     records: Mutex<Records>,
-    jobs: OnceLock<Mutex<mpsc::Sender<Job>>>,
+    jobs: OnceLock<Mutex<mpsc::Sender<DirRecord>>>,
     /// Answers given the long TTL, and names and inodes invalidated.
     given: AtomicU64,
     dropped: AtomicU64,
@@ -104,21 +100,24 @@ impl KernelCache {
         if self.long.is_zero() || self.jobs.get().is_some() {
             return;
         }
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<DirRecord>();
         let me = Arc::downgrade(self);
-        let watcher: plusfs_client::EndWatcher = Arc::new(move |dir: &str| me.upgrade().and_then(|kc| kc.ended(dir)));
+        let watcher: plusfs_client::EndWatcher = Arc::new(move |dir: &str| {
+            if let Some(kc) = me.upgrade() {
+                kc.ended(dir);
+            }
+        });
         if !client.on_delegation_end(watcher) {
             return; // no delegations: nothing is ever kept longer
         }
         let spawned = std::thread::Builder::new().name("plusfs-inval".into()).spawn(move || {
-            for job in rx {
-                for name in job.dir.names.keys() {
-                    kernel.entry(job.dir.ino, name);
+            for dir in rx {
+                for name in dir.names.keys() {
+                    kernel.entry(dir.ino, name);
                 }
-                for ino in job.dir.inodes.keys() {
+                for ino in dir.inodes.keys() {
                     kernel.attributes(*ino);
                 }
-                let _ = job.done.send(());
             }
         });
         match spawned {
@@ -211,20 +210,19 @@ impl KernelCache {
         }
     }
 
-    /// The delegation of `dir` ended: what the kernel keeps there is dropped (on the
-    /// invalidation thread); the receiver resolves once it is.
-    fn ended(&self, dir: &str) -> Option<tokio::sync::oneshot::Receiver<()>> {
+    /// The delegation of `dir` ends: what the kernel keeps there is dropped, on the
+    /// invalidation thread (not waited for: see the module documentation).
+    fn ended(&self, dir: &str) {
         let rec = {
             let mut r = self.records.lock().expect("kernel cache records");
-            let rec = r.dirs.remove(dir)?;
+            let Some(rec) = r.dirs.remove(dir) else { return };
             r.names -= rec.names.len();
             rec
         };
         self.dropped.fetch_add((rec.names.len() + rec.inodes.len()) as u64, Ordering::Relaxed);
-        let (done, rx) = tokio::sync::oneshot::channel();
-        let jobs = self.jobs.get()?;
-        jobs.lock().expect("invalidation queue").send(Job { dir: rec, done }).ok()?;
-        Some(rx)
+        if let Some(jobs) = self.jobs.get() {
+            let _ = jobs.lock().expect("invalidation queue").send(rec);
+        }
     }
 
     /// The control file's line: the delegation TTL, answers given it, names and inodes

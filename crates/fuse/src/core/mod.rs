@@ -181,7 +181,7 @@ impl MountCore {
     pub fn attr_answer(&self, ino: u64, r: Result<Attr, Errno>) -> Result<(Attr, std::time::Duration), Errno> {
         let a = r?;
         let usual = self.attrs.ttl();
-        let Some(path) = self.inodes().path(ino).filter(|_| ino != STATS_INO) else {
+        let Some(path) = self.inodes().path(ino).filter(|_| ino != STATS_INO && !usual.is_zero()) else {
             return Ok((a, usual));
         };
         let dir_ino = self.inodes().parent_ino(&path);
@@ -195,7 +195,8 @@ impl MountCore {
         let usual = self.attrs.ttl();
         let short = Ttls { entry: usual, attr: usual };
         let (Some(name), Ok(dir)) = (name.to_str(), self.path(parent)) else { return short };
-        if is_control(parent, name) {
+        // `ttl=0` asks for no kernel cache at all: nothing is kept longer either.
+        if usual.is_zero() || is_control(parent, name) {
             return short;
         }
         self.kcache.entry_ttls(&self.client, parent, (&dir, name), answer, usual)
