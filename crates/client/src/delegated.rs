@@ -318,7 +318,7 @@ impl Client {
     pub fn kernel_cacheable(&self, dir: &str, name: &str, answer: Option<&Attr>) -> Option<KernelCacheable> {
         let d = self.delegs.as_ref()?;
         let slot = d.held(dir, self.deleg_target(dir, Some(name))?)?;
-        let mut h = slot.try_lock().ok()?;
+        let h = slot.try_lock().ok()?;
         if h.gone || h.releasing() || !d.leased(&h) || !h.places(name) {
             return None;
         }
@@ -329,7 +329,7 @@ impl Client {
             }
             _ => return None,
         };
-        h.kernel_cached = true;
+        d.kernel_caches(&h);
         Some(KernelCacheable { attr })
     }
 

@@ -1,11 +1,11 @@
 //! Invalidations the mount sends the kernel through `/dev/fuse` (whichever transport
 //! serves requests): names are *expired* (`FUSE_EXPIRE_ONLY`), attributes dropped.
 //!
-//! fuser's notifier invalidates a name with `d_invalidate`, for which the kernel takes the
-//! directory's lock; a request of that directory holding the lock may be waiting for the
-//! delegation whose end caused the invalidation, and on a busy directory (`tar x`) each
-//! notification waited a request's time for the lock. Expiring the name takes no lock:
-//! the kernel keeps the dentry but asks the mount again at its next use.
+//! fuser's notifier has no flags: it unhashes the name (`d_invalidate`), which drops the
+//! dentries below it and makes the kernel forget their inodes. Expiring keeps the dentry
+//! and makes the kernel ask the mount again at its next use. Either way the kernel takes
+//! the directory's lock, so a notification waits while a request of that directory is
+//! being served.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 

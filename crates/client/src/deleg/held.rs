@@ -70,9 +70,6 @@ pub(crate) struct Held {
     /// ones are tried once (no more waiting) until the server answers again, so each
     /// request meeting a lost server fails in one retry's time, not one patience each.
     pub unreachable: bool,
-    /// A mount let the kernel keep names or attributes under this delegation beyond its
-    /// usual TTL (`Client::kernel_cacheable`): its end is told to the end watcher.
-    pub kernel_cached: bool,
 }
 
 /// Where a name stands in a delegated directory as this client knows it.

@@ -156,6 +156,10 @@ struct State {
     /// The names of the last batch stat of a distributed directory that the servers
     /// answered for shards not delegated here, per directory (see `unlearnt`).
     unlearnt: HashMap<String, Vec<String>>,
+    /// Delegations under which a mount let the kernel keep names or attributes beyond
+    /// its usual TTL (`Client::kernel_cacheable`), by id: (directory, server, asked). Kept
+    /// here, not in the delegation, so a lapsed lease is seen without its lock.
+    kernel_cached: HashMap<u64, (String, ServerId, Instant)>,
     background: bool,
 }
 
@@ -210,11 +214,41 @@ impl Delegations {
     }
 
     /// Tells the end watcher that what the kernel kept under `h` must go, if it kept any.
-    fn uncache(&self, h: &mut Held) {
-        if std::mem::take(&mut h.kernel_cached) {
-            if let Some(w) = self.watcher.get() {
-                w(&h.dir);
-            }
+    fn uncache(&self, h: &Held) {
+        let cached = self.state().kernel_cached.remove(&h.id).is_some();
+        if let (true, Some(w)) = (cached, self.watcher.get()) {
+            w(&h.dir);
+        }
+    }
+
+    /// Records that a kernel keeps names or attributes under `h` (locked, leased) beyond
+    /// its usual TTL: its end will be told to the end watcher.
+    pub fn kernel_caches(&self, h: &Held) {
+        self.state().kernel_cached.insert(h.id, (h.dir.clone(), h.server, h.asked));
+    }
+
+    /// Tells the end watcher of every delegation the kernel keeps names under whose lease
+    /// lapsed (cut off from its server longer than the server waits for a recall: it may
+    /// have been revoked, and the directory changed by others since). Needs no
+    /// delegation's lock, so a delegation busy with a long write-back is not missed.
+    fn uncache_lapsed(&self) {
+        let lapsed: Vec<String> = {
+            let mut st = self.state();
+            let limit = self.recall_timeout() * 9 / 10;
+            let polled = st.polled.clone();
+            let mut out = Vec::new();
+            st.kernel_cached.retain(|_, (dir, server, asked)| {
+                let since = polled.get(server).map_or(*asked, |p| (*p).max(*asked));
+                let keep = since.elapsed() < limit;
+                if !keep {
+                    out.push(dir.clone());
+                }
+                keep
+            });
+            out
+        };
+        if let Some(w) = self.watcher.get() {
+            lapsed.iter().for_each(|dir| w(dir));
         }
     }
 
@@ -429,6 +463,9 @@ impl Delegations {
         if let Some(old) = replaced {
             let mut h = old.lock().await;
             h.gone = true;
+            // The new grant covers the directory, but what the kernel kept under the old
+            // one is no longer known to be: it is dropped now, not at the new one's end.
+            self.uncache(&h);
             self.state().ids.remove(&h.id);
         }
         self.start_tasks(t.server);
@@ -762,15 +799,11 @@ impl Delegations {
     /// One pass of the background flusher: old queues are written back, idle
     /// delegations returned.
     async fn tick(&self) {
+        self.uncache_lapsed();
         let slots: Vec<Slot> = self.state().held.values().cloned().collect();
         let now = Instant::now();
         for slot in slots {
             let Ok(mut h) = slot.try_lock() else { continue };
-            if h.kernel_cached && !self.leased(&h) {
-                // Cut off from its server longer than the server waits for a recall: the
-                // server may have revoked it, and others changed the directory since.
-                self.uncache(&mut h);
-            }
             let due = h.since.is_some_and(|t| now - t >= self.writeback()) || h.unacked.is_some();
             let idle = now - h.last_use >= IDLE;
             if due || idle {
@@ -835,7 +868,6 @@ fn held_of(g: DelegGrant, t: Target, dir: &str, asked: Instant, read: bool) -> H
         gone: false,
         asked,
         unreachable: false,
-        kernel_cached: false,
     }
 }
 

@@ -19,8 +19,13 @@
 //! soon as it is answered. What a request answers is recorded *before* the mount asks the
 //! client whether a delegation covers it; an end told meanwhile therefore finds the
 //! record, or the client already says no. A reply the kernel had not taken in when its
-//! invalidation came is still dropped: its dentry is made under the same directory lock,
-//! and its attributes carry an older attribute version than the invalidation's.
+//! invalidation came is mostly still dropped: a new dentry is made under the same
+//! directory lock, and attributes carry an older attribute version than the
+//! invalidation's. The exception is the kernel's revalidation of a name it has, sent
+//! without the directory's lock: its answer can land after the first invalidation, so
+//! every invalidation is sent a second time [`SECOND_PASS`] later. Each directory's
+//! record has a generation, so an answer taken back after the directory's delegation
+//! ended does not touch the next delegation's record.
 //!
 //! Records are bounded ([`MAX_NAMES_PER_DIR`], [`MAX_NAMES`]): past them, answers get
 //! the usual TTL.
@@ -32,7 +37,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most names recorded per directory.
 pub const MAX_NAMES_PER_DIR: usize = 16_384;
@@ -50,6 +55,8 @@ pub trait Invalidate: Send {
 /// What the kernel keeps beyond its usual TTL in one directory.
 #[derive(Default)]
 struct DirRecord {
+    /// Which record of the directory this is (a new one after each end).
+    generation: u64,
     ino: u64,
     /// Names, with the answers about each not taken back yet.
     names: HashMap<String, u32>,
@@ -61,6 +68,7 @@ struct DirRecord {
 struct Records {
     dirs: HashMap<String, DirRecord>,
     names: usize,
+    next_generation: u64,
 }
 
 /// The kernel-cache records of a mount (see the module documentation).
@@ -68,10 +76,48 @@ pub struct KernelCache {
     /// The TTL of what a delegation covers (zero: never longer than usual).
     long: Duration,
     records: Mutex<Records>,
-    jobs: OnceLock<Mutex<mpsc::Sender<DirRecord>>>,
+    jobs: OnceLock<Mutex<mpsc::Sender<Arc<DirRecord>>>>,
     /// Answers given the long TTL, and names and inodes invalidated.
     given: AtomicU64,
     dropped: AtomicU64,
+}
+
+/// How long after a directory's invalidations they are sent a second time: a lookup the
+/// kernel sent to revalidate a name (without the directory's lock) may have been answered
+/// with the long TTL just before the delegation ended, and the kernel applies that answer
+/// after the first invalidation.
+const SECOND_PASS: Duration = Duration::from_millis(50);
+
+/// Sends each directory's invalidations through `kernel` as they come, and once more
+/// [`SECOND_PASS`] later; returns when the queue is closed.
+fn invalidate_twice(rx: mpsc::Receiver<Arc<DirRecord>>, kernel: &dyn Invalidate) {
+    let send = |dir: &DirRecord| {
+        for name in dir.names.keys() {
+            kernel.entry(dir.ino, name);
+        }
+        for ino in dir.inodes.keys() {
+            kernel.attributes(*ino);
+        }
+    };
+    let mut again: std::collections::VecDeque<(Instant, Arc<DirRecord>)> = Default::default();
+    loop {
+        let next = match again.front() {
+            Some((at, _)) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match next {
+            Ok(dir) => {
+                send(&dir);
+                again.push_back((Instant::now() + SECOND_PASS, dir));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        while again.front().is_some_and(|(at, _)| *at <= Instant::now()) {
+            let (_, dir) = again.pop_front().expect("checked");
+            send(&dir);
+        }
+    }
 }
 
 /// The TTLs of an answer naming an entry: of the name, and of its attributes.
@@ -100,7 +146,7 @@ impl KernelCache {
         if self.long.is_zero() || self.jobs.get().is_some() {
             return;
         }
-        let (tx, rx) = mpsc::channel::<DirRecord>();
+        let (tx, rx) = mpsc::channel::<Arc<DirRecord>>();
         let me = Arc::downgrade(self);
         let watcher: plusfs_client::EndWatcher = Arc::new(move |dir: &str| {
             if let Some(kc) = me.upgrade() {
@@ -110,16 +156,9 @@ impl KernelCache {
         if !client.on_delegation_end(watcher) {
             return; // no delegations: nothing is ever kept longer
         }
-        let spawned = std::thread::Builder::new().name("plusfs-inval".into()).spawn(move || {
-            for dir in rx {
-                for name in dir.names.keys() {
-                    kernel.entry(dir.ino, name);
-                }
-                for ino in dir.inodes.keys() {
-                    kernel.attributes(*ino);
-                }
-            }
-        });
+        let spawned = std::thread::Builder::new()
+            .name("plusfs-inval".into())
+            .spawn(move || invalidate_twice(rx, kernel.as_ref()));
         match spawned {
             Ok(_) => _ = self.jobs.set(Mutex::new(tx)),
             Err(e) => tracing::warn!(error = %e, "no invalidation thread: the kernel keeps names for the usual TTL"),
@@ -138,16 +177,17 @@ impl KernelCache {
     ) -> Ttls {
         let short = Ttls { entry: usual, attr: usual };
         let ino = answer.map(|a| a.ino);
-        if self.jobs.get().is_none() || !self.record(dir_ino, dir, name, ino) {
+        if self.jobs.get().is_none() {
             return short;
         }
+        let Some(generation) = self.record(dir_ino, dir, name, ino) else { return short };
         match client.kernel_cacheable(dir, name, answer) {
             Some(KernelCacheable { attr }) => {
                 self.given.fetch_add(1, Ordering::Relaxed);
                 Ttls { entry: self.long, attr: if attr { self.long } else { usual } }
             }
             None => {
-                self.unrecord(dir, name, ino);
+                self.unrecord(dir, generation, name, ino);
                 short
             }
         }
@@ -161,18 +201,24 @@ impl KernelCache {
         }
     }
 
-    /// Records one more answer about `name` (and `ino`) of `dir`; false when the records
-    /// are full.
-    fn record(&self, dir_ino: u64, dir: &str, name: &str, ino: Option<u64>) -> bool {
+    /// Records one more answer about `name` (and `ino`) of `dir`: the generation of the
+    /// directory's record, `None` when the records are full.
+    fn record(&self, dir_ino: u64, dir: &str, name: &str, ino: Option<u64>) -> Option<u64> {
         let mut r = self.records.lock().expect("kernel cache records");
         let full = r.names >= MAX_NAMES;
         if full && !r.dirs.get(dir).is_some_and(|d| d.names.contains_key(name)) {
-            return false;
+            return None;
         }
-        let d = r.dirs.entry(dir.to_string()).or_default();
+        if !r.dirs.contains_key(dir) {
+            r.next_generation += 1;
+            let generation = r.next_generation;
+            r.dirs.insert(dir.to_string(), DirRecord { generation, ..Default::default() });
+        }
+        let d = r.dirs.get_mut(dir).expect("inserted above");
         if !d.names.contains_key(name) && d.names.len() >= MAX_NAMES_PER_DIR {
-            return false;
+            return None;
         }
+        let generation = d.generation;
         d.ino = dir_ino;
         if let Some(ino) = ino {
             *d.inodes.entry(ino).or_default() += 1;
@@ -182,13 +228,14 @@ impl KernelCache {
         if *count == 1 {
             r.names += 1;
         }
-        true
+        Some(generation)
     }
 
-    /// Takes back one answer recorded by [`Self::record`] (given the usual TTL after all).
-    fn unrecord(&self, dir: &str, name: &str, ino: Option<u64>) {
+    /// Takes back one answer recorded by [`Self::record`] in the directory's record of
+    /// `generation` (given the usual TTL after all); a later record is left alone.
+    fn unrecord(&self, dir: &str, generation: u64, name: &str, ino: Option<u64>) {
         let mut r = self.records.lock().expect("kernel cache records");
-        let Some(d) = r.dirs.get_mut(dir) else { return };
+        let Some(d) = r.dirs.get_mut(dir).filter(|d| d.generation == generation) else { return };
         if let Some(ino) = ino {
             if let Some(c) = d.inodes.get_mut(&ino) {
                 *c -= 1;
@@ -221,7 +268,7 @@ impl KernelCache {
         };
         self.dropped.fetch_add((rec.names.len() + rec.inodes.len()) as u64, Ordering::Relaxed);
         if let Some(jobs) = self.jobs.get() {
-            let _ = jobs.lock().expect("invalidation queue").send(rec);
+            let _ = jobs.lock().expect("invalidation queue").send(Arc::new(rec));
         }
     }
 
@@ -236,5 +283,43 @@ impl KernelCache {
             self.dropped.load(Ordering::Relaxed),
             recorded
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(kc: &KernelCache, dir: &str) -> Vec<(String, u32)> {
+        let r = kc.records.lock().unwrap();
+        let mut v: Vec<(String, u32)> =
+            r.dirs.get(dir).map(|d| d.names.iter().map(|(n, c)| (n.clone(), *c)).collect()).unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn an_answer_taken_back_after_an_end_leaves_the_next_record_alone() {
+        let kc = KernelCache::new(Duration::from_secs(60));
+        let old = kc.record(2, "/d", "n", Some(5)).expect("room");
+        kc.ended("/d");
+        let new = kc.record(2, "/d", "n", Some(5)).expect("room");
+        assert_ne!(old, new, "a new record after the end");
+        kc.unrecord("/d", old, "n", Some(5));
+        assert_eq!(names(&kc, "/d"), [("n".to_string(), 1)], "the new record keeps its answer");
+        kc.unrecord("/d", new, "n", Some(5));
+        assert!(names(&kc, "/d").is_empty());
+        assert_eq!(kc.records.lock().unwrap().names, 0);
+    }
+
+    #[test]
+    fn records_are_bounded_per_directory() {
+        let kc = KernelCache::new(Duration::from_secs(60));
+        for i in 0..MAX_NAMES_PER_DIR {
+            assert!(kc.record(2, "/d", &format!("f{i}"), None).is_some());
+        }
+        assert!(kc.record(2, "/d", "one-more", None).is_none(), "past the bound: the usual TTL");
+        assert!(kc.record(2, "/d", "f0", None).is_some(), "a name recorded already still counts");
+        assert!(kc.record(3, "/e", "x", None).is_some(), "another directory has room");
     }
 }
