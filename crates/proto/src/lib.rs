@@ -7,6 +7,7 @@
 //! human description of the same format; the golden-byte tests in `tests/golden.rs` pin it.
 #![deny(unsafe_code)]
 
+pub mod acl;
 pub mod admin;
 pub mod attr;
 pub mod batch;
