@@ -334,9 +334,9 @@ impl Client {
     }
 
     /// Sets `watcher` to be told the directory of each delegation that ends (returned,
-    /// revoked, or its lease lapsed) after [`Self::kernel_cacheable`] said yes under it;
-    /// a return waits briefly for what the watcher gives. Once per client (and its
-    /// clones); false when delegations are off or a watcher was set already.
+    /// revoked, or its lease lapsed) after [`Self::kernel_cacheable`] said yes under it
+    /// (nothing waits for the watcher). Once per client (and its clones); false when
+    /// delegations are off or a watcher was set already.
     pub fn on_delegation_end(&self, watcher: EndWatcher) -> bool {
         self.delegs.as_ref().is_some_and(|d| d.watch_ends(watcher))
     }

@@ -233,11 +233,11 @@ impl Delegations {
     /// delegation's lock, so a delegation busy with a long write-back is not missed.
     fn uncache_lapsed(&self) {
         let lapsed: Vec<String> = {
-            let mut st = self.state();
             let limit = self.recall_timeout() * 9 / 10;
-            let polled = st.polled.clone();
+            let mut st = self.state();
+            let State { kernel_cached, polled, .. } = &mut *st;
             let mut out = Vec::new();
-            st.kernel_cached.retain(|_, (dir, server, asked)| {
+            kernel_cached.retain(|_, (dir, server, asked)| {
                 let since = polled.get(server).map_or(*asked, |p| (*p).max(*asked));
                 let keep = since.elapsed() < limit;
                 if !keep {

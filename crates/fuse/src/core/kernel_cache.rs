@@ -165,6 +165,12 @@ impl KernelCache {
         }
     }
 
+    /// Whether any answer may be kept longer now: invalidations are running and `client`
+    /// holds a delegation. Cheap, so answers skip the records when nothing is delegated.
+    pub fn may_keep_longer(&self, client: &Client) -> bool {
+        self.jobs.get().is_some() && client.delegations_held() > 0
+    }
+
     /// The TTLs for entry `name` of directory `dir_ino` at `dir`, found to be `answer`
     /// (`None`: missing): the delegation TTL when a delegation covers it, else `usual`.
     pub fn entry_ttls(

@@ -181,10 +181,18 @@ impl MountCore {
     pub fn attr_answer(&self, ino: u64, r: Result<Attr, Errno>) -> Result<(Attr, std::time::Duration), Errno> {
         let a = r?;
         let usual = self.attrs.ttl();
-        let Some(path) = self.inodes().path(ino).filter(|_| ino != STATS_INO && !usual.is_zero()) else {
+        if usual.is_zero() || ino == STATS_INO || !self.kcache.may_keep_longer(&self.client) {
+            return Ok((a, usual));
+        }
+        let Some((path, dir_ino)) = ({
+            let inodes = self.inodes();
+            inodes.path(ino).map(|p| {
+                let parent = inodes.parent_ino(&p);
+                (p, parent)
+            })
+        }) else {
             return Ok((a, usual));
         };
-        let dir_ino = self.inodes().parent_ino(&path);
         let ttl = self.kcache.attr_ttl(&self.client, dir_ino, &path, &a, usual);
         Ok((a, ttl))
     }
@@ -194,9 +202,12 @@ impl MountCore {
     fn entry_ttls(&self, parent: u64, name: &OsStr, answer: Option<&Attr>) -> Ttls {
         let usual = self.attrs.ttl();
         let short = Ttls { entry: usual, attr: usual };
-        let (Some(name), Ok(dir)) = (name.to_str(), self.path(parent)) else { return short };
         // `ttl=0` asks for no kernel cache at all: nothing is kept longer either.
-        if usual.is_zero() || is_control(parent, name) {
+        if usual.is_zero() || !self.kcache.may_keep_longer(&self.client) {
+            return short;
+        }
+        let (Some(name), Ok(dir)) = (name.to_str(), self.path(parent)) else { return short };
+        if is_control(parent, name) {
             return short;
         }
         self.kcache.entry_ttls(&self.client, parent, (&dir, name), answer, usual)
