@@ -9,10 +9,10 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/plusfs/target
 ifeq ($(BUNDLED_ROCKSDB),1)
 CARGO_FEATURES := --features plusfs-store/bundled-rocksdb
-APT_PACKAGES := libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3 iproute2 nftables
+APT_PACKAGES := libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3 iproute2 nftables acl rsync
 else
 export ROCKSDB_LIB_DIR ?= /usr/lib/$(shell gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
-APT_PACKAGES := librocksdb-dev libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3 iproute2 nftables
+APT_PACKAGES := librocksdb-dev libclang-dev clang pkg-config openmpi-bin libopenmpi-dev python3-venv fuse3 iproute2 nftables acl rsync
 endif
 CARGO ?= cargo
 BIN := $(CARGO_TARGET_DIR)/release/plusfs

@@ -180,6 +180,28 @@ int plusfs_lstat(struct plusfs_t *fs, const char *path, struct stat *st);
 // `fs` and `path` are valid.
 int plusfs_mkdir(struct plusfs_t *fs, const char *path, mode_t mode);
 
+// The ACL of `path` in the short text form (`user::rw-,user:1001:r-x,group::r--,
+// mask::r-x,other::---`, numeric ids), written to `buf` (`len` bytes, NUL included):
+// the access ACL (its mode bits as an ACL when it has none), or with `default_acl` the
+// directory's default ACL (the empty string when it has none). Returns the text's length,
+// or a negated errno (`-ERANGE` when `buf` is too small).
+//
+// # Safety
+// `fs` and `path` are valid; `buf` is valid for `len` bytes.
+int plusfs_getfacl(struct plusfs_t *fs,
+                   const char *path,
+                   int default_acl,
+                   char *buf,
+                   uintptr_t len);
+
+// Sets the access ACL of `path` (or with `default_acl` its default ACL) from `text` in
+// the form `plusfs_getfacl` gives; a NULL or empty `text` removes it. Returns 0 or a
+// negated errno (`-EINVAL` for a text that is no valid ACL).
+//
+// # Safety
+// `fs` and `path` are valid; `text` is NULL or a valid string.
+int plusfs_setfacl(struct plusfs_t *fs, const char *path, int default_acl, const char *text_acl);
+
 // `mkdir(2)` with a huge-directory policy: the directory is spread over `width` servers
 // (0: the cluster's setting) once it holds more than `threshold` entries (0: from
 // creation; or `PLUSFS_HUGEDIR_NEVER` / `PLUSFS_HUGEDIR_CLUSTER`).

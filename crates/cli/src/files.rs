@@ -151,12 +151,12 @@ pub fn parse_mode(s: &str) -> Result<u32, String> {
 }
 
 /// Prints `plusfs: <error>` and remembers the failure.
-fn report(failed: &mut bool, e: FsError) {
+pub(crate) fn report(failed: &mut bool, e: FsError) {
     eprintln!("plusfs: {e}");
     *failed = true;
 }
 
-fn exit(failed: bool) -> ExitCode {
+pub(crate) fn exit(failed: bool) -> ExitCode {
     if failed {
         ExitCode::FAILURE
     } else {

@@ -1,6 +1,7 @@
 //! `plusfs`: one binary for servers, local clusters, file commands, benchmarks and fsck.
 //! Everything here parses flags and prints; the work is done by the library crates.
 
+mod acl;
 mod bench;
 mod cert;
 mod cluster;
@@ -70,6 +71,11 @@ enum Cmd {
     Chgrp(files::ChgrpArgs),
     /// Show or change how huge directories are spread over servers.
     Hugedir(files::HugedirArgs),
+    /// Show the POSIX ACLs of files and directories (numeric ids).
+    Getfacl(acl::GetfaclArgs),
+    /// Set, change or remove POSIX ACLs (`--set ACL`, `-m ENTRIES`, `-b`; `-d` for a
+    /// directory's default ACL).
+    Setfacl(acl::SetfaclArgs),
     /// Copy a local file into the cluster (`-` reads standard input).
     Put(data::PutArgs),
     /// Copy a cluster file to a local file (`-` writes standard output).
@@ -175,6 +181,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Chown(a) => files::chown(&client, a).await,
                     Cmd::Chgrp(a) => files::chgrp(&client, a).await,
                     Cmd::Hugedir(a) => files::hugedir(&client, a).await,
+                    Cmd::Getfacl(a) => acl::getfacl(&client, a).await,
+                    Cmd::Setfacl(a) => acl::setfacl(&client, a).await,
                     Cmd::Put(a) => data::put(&client, a).await,
                     Cmd::Get(a) => data::get(&client, a).await,
                     Cmd::Cat(a) => data::cat(&client, a).await,

@@ -41,7 +41,8 @@ pub struct MountArgs {
     /// `echo Y > /sys/module/fuse/parameters/enable_uring`), `nouring` (only `/dev/fuse`),
     /// `uring_depth=N` (requests each queue holds, default 32), `noxattr` (no extended
     /// attributes: `EOPNOTSUPP`; the kernel then skips its `security.capability` request
-    /// before each write), `deleg_ttl=SECONDS` (how long the kernel keeps the names and
+    /// before each write), `noacl` (no POSIX ACLs: the kernel checks mode bits only and
+    /// applies the umask itself), `deleg_ttl=SECONDS` (how long the kernel keeps the names and
     /// file attributes of a directory the mount holds a delegation of, default 60; they
     /// are invalidated when the delegation ends; 0 keeps `ttl`).
     #[arg(short = 'o', value_delimiter = ',')]
@@ -69,6 +70,8 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             None if o == "nouring" => s.uring = UringMode::Off,
             None if o == "noxattr" => s.xattrs = false,
             None if o == "xattr" => s.xattrs = true,
+            None if o == "noacl" => s.acl = false,
+            None if o == "acl" => s.acl = true,
             Some(("uring_depth", v)) => {
                 s.uring_depth =
                     v.parse().ok().filter(|n| (1..=1024).contains(n)).context("uring_depth must be 1 to 1024")?
@@ -109,7 +112,7 @@ fn settings(options: &[String]) -> Result<MountSettings> {
             _ => bail!(
                 "unknown mount option '{o}' (known: allow_other, ttl=SECONDS, noreaddirplus, noparallel_dirops, \
                  writeback_cache, nodefault_permissions, nodeleg, max_background=N, workers=N, readers=N, \
-                 readahead=KIB, metrics=HOST:PORT, log=FILE, uring, nouring, uring_depth=N, noxattr, deleg_ttl=SECONDS)"
+                 readahead=KIB, metrics=HOST:PORT, log=FILE, uring, nouring, uring_depth=N, noxattr, noacl, deleg_ttl=SECONDS)"
             ),
         }
     }

@@ -53,6 +53,9 @@ pub fn check(client: &Client, scans: &[(ServerId, FsckData)]) -> Vec<String> {
             }
             path_of.insert(*ino, p);
         }
+        for problem in &data.acl_problems {
+            problems.push(format!("server {server}: {problem}"));
+        }
         for (parent, name) in &data.orphans {
             problems.push(format!(
                 "entry '{name}' on server {server} belongs to directory inode {parent}, which is not there"

@@ -8,6 +8,7 @@
 //! learnt the directory's distribution (`dist.rs`, seed 001 §IV.C).
 //! [`BlockingClient`] wraps it for synchronous callers.
 
+mod acl;
 mod batch;
 mod bfo;
 mod blocking;
@@ -27,6 +28,7 @@ mod opids;
 mod routing;
 mod types;
 
+pub use acl::AclKind;
 pub use batch::Outcome;
 pub use bfo::{NewFile, DEFAULT_READ_BUFFER};
 pub use blocking::BlockingClient;
@@ -37,6 +39,7 @@ pub use error::FsError;
 pub use fds::FdTable;
 pub use file::IO_CHUNK;
 pub use fs::Client;
+pub use plusfs_proto::acl::Acl;
 pub use plusfs_rpc::{counting, CallError, Connection, Counters, CountersSnapshot, Pool, Transport};
 pub use routing::DistCache;
 pub use types::{ClientOptions, FileHandle, OpenFlags};

@@ -8,7 +8,7 @@
 #![allow(non_camel_case_types)]
 
 use libc::{c_char, c_int, c_void, mode_t};
-use plusfs_client::{BlockingClient, ClientOptions, FsError, OpenFlags};
+use plusfs_client::{AclKind, BlockingClient, ClientOptions, FsError, OpenFlags};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Attr, Errno, Semantics};
 use std::ffi::CStr;
@@ -519,6 +519,74 @@ pub unsafe extern "C" fn plusfs_lstat(fs: *mut plusfs_t, path: *const c_char, st
 #[no_mangle]
 pub unsafe extern "C" fn plusfs_mkdir(fs: *mut plusfs_t, path: *const c_char, mode: mode_t) -> c_int {
     one(fs, path, |fs, p| fs.bridge.run(|c| c.mkdir(p, mode)).map(|_| 0).map_err(|e| e.errno))
+}
+
+/// The ACL of `path` in the short text form (`user::rw-,user:1001:r-x,group::r--,
+/// mask::r-x,other::---`, numeric ids), written to `buf` (`len` bytes, NUL included):
+/// the access ACL (its mode bits as an ACL when it has none), or with `default_acl` the
+/// directory's default ACL (the empty string when it has none). Returns the text's length,
+/// or a negated errno (`-ERANGE` when `buf` is too small).
+///
+/// # Safety
+/// `fs` and `path` are valid; `buf` is valid for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_getfacl(
+    fs: *mut plusfs_t,
+    path: *const c_char,
+    default_acl: c_int,
+    buf: *mut c_char,
+    len: usize,
+) -> c_int {
+    if buf.is_null() {
+        return -libc::EFAULT;
+    }
+    one(fs, path, |fs, p| {
+        let kind = if default_acl != 0 { AclKind::Default } else { AclKind::Access };
+        let text = match fs.bridge.run(|c| c.get_acl(p, kind)).map_err(|e| e.errno)? {
+            Some(a) => a.to_text(),
+            None if kind == AclKind::Access => {
+                let mode = fs.bridge.run(|c| c.lstat(p)).map_err(|e| e.errno)?.mode;
+                plusfs_client::Acl::from_mode(mode).to_text()
+            }
+            None => String::new(),
+        };
+        if text.len() + 1 > len {
+            return Err(Errno(libc::ERANGE));
+        }
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, text.len());
+        *buf.add(text.len()) = 0;
+        Ok(text.len() as c_int)
+    })
+}
+
+/// Sets the access ACL of `path` (or with `default_acl` its default ACL) from `text` in
+/// the form `plusfs_getfacl` gives; a NULL or empty `text` removes it. Returns 0 or a
+/// negated errno (`-EINVAL` for a text that is no valid ACL).
+///
+/// # Safety
+/// `fs` and `path` are valid; `text` is NULL or a valid string.
+#[no_mangle]
+pub unsafe extern "C" fn plusfs_setfacl(
+    fs: *mut plusfs_t,
+    path: *const c_char,
+    default_acl: c_int,
+    text_acl: *const c_char,
+) -> c_int {
+    let acl = match text_acl.is_null() {
+        true => None,
+        false => match text(text_acl) {
+            Ok("") => None,
+            Ok(t) => match plusfs_client::Acl::from_text(t) {
+                Ok(a) => Some(a),
+                Err(_) => return -libc::EINVAL,
+            },
+            Err(e) => return e,
+        },
+    };
+    one(fs, path, |fs, p| {
+        let kind = if default_acl != 0 { AclKind::Default } else { AclKind::Access };
+        fs.bridge.run(|c| c.set_acl(p, kind, acl.as_ref())).map(|_| 0).map_err(|e| e.errno)
+    })
 }
 
 /// `plusfs_set_hugedir` threshold: never distribute the directory.

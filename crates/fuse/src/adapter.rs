@@ -236,6 +236,15 @@ impl Filesystem for PlusFs {
             tracing::warn!(?missing, "the kernel does not offer these FUSE capabilities; mounting without them");
             let _ = config.add_capabilities(wanted - missing);
         }
+        // POSIX ACLs: the kernel checks them, and sends modes unmasked with the umask so
+        // the servers can let a parent's default ACL replace it.
+        if self.settings.acl && self.settings.xattrs {
+            let acl = fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK;
+            match config.add_capabilities(acl) {
+                Ok(()) => self.core.serve_acls(),
+                Err(missing) => tracing::warn!(?missing, "the kernel does not offer POSIX ACLs over FUSE"),
+            }
+        }
         // Requests over io_uring queues: offered by the kernel only where root switched it
         // on (`/sys/module/fuse/parameters/enable_uring`).
         if self.settings.uring != UringMode::Off {

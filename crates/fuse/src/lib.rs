@@ -82,6 +82,10 @@ pub struct MountSettings {
     /// kernel stops asking: programs get `EOPNOTSUPP`, and writes lose the kernel's
     /// `security.capability` probe, one FUSE request per `write(2)`).
     pub xattrs: bool,
+    /// POSIX ACLs (default on with `xattrs`; `-o noacl` turns them off): the kernel checks
+    /// them (it reads `system.posix_acl_access` as the servers keep it) and leaves the
+    /// umask to the servers, which replace it by a parent's default ACL.
+    pub acl: bool,
 }
 
 /// Whether a mount takes the kernel's requests over io_uring (`uring` module).
@@ -115,6 +119,7 @@ impl Default for MountSettings {
             quiet_when_up: false,
             deleg_ttl: Duration::from_secs(60),
             xattrs: true,
+            acl: true,
         }
     }
 }

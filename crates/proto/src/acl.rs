@@ -48,6 +48,31 @@ pub struct Entry {
     pub perm: u32,
 }
 
+impl Entry {
+    /// One entry in text form, `TAG:ID:PERMS` (see [`Acl::from_text`]).
+    pub fn from_text(raw: &str) -> Result<Entry, AclError> {
+        let parts: Vec<&str> = raw.split(':').collect();
+        let [tag, id, perm] = parts[..] else {
+            return Err(bad(format!("'{raw}' is not TAG:ID:PERMS")));
+        };
+        let id = match id {
+            "" => None,
+            n => Some(n.parse::<u32>().map_err(|_| bad(format!("'{raw}': '{n}' is no numeric id")))?),
+        };
+        let tag = match (tag, id) {
+            ("u" | "user", None) => Tag::UserObj,
+            ("u" | "user", Some(n)) => Tag::User(n),
+            ("g" | "group", None) => Tag::GroupObj,
+            ("g" | "group", Some(n)) => Tag::Group(n),
+            ("m" | "mask", None) => Tag::Mask,
+            ("o" | "other", None) => Tag::Other,
+            _ => return Err(bad(format!("'{raw}': no such entry"))),
+        };
+        let perm = perm_of_text(perm).ok_or_else(|| bad(format!("'{raw}': bad permissions")))?;
+        Ok(Entry { tag, perm })
+    }
+}
+
 /// A valid ACL, its entries in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acl {
@@ -156,6 +181,49 @@ impl Acl {
                 Entry { tag: Tag::Other, perm: mode & 7 },
             ],
         }
+    }
+
+    /// The ACL stored as extended attribute `name` in `xattrs`, if any (a stored value
+    /// that does not parse counts as none: values are validated when set).
+    pub fn in_xattrs(xattrs: &[(String, Vec<u8>)], name: &str) -> Option<Acl> {
+        let (_, v) = xattrs.iter().find(|(n, _)| n == name)?;
+        Acl::from_xattr(v).ok().flatten()
+    }
+
+    /// The same ACL with only its search (`x`) bits: all a directory's ancestries need.
+    pub fn search_part(&self) -> Acl {
+        let entries = self.entries.iter().map(|e| Entry { tag: e.tag, perm: e.perm & 1 }).collect();
+        Acl { entries }
+    }
+
+    /// The ACL in the short text form of `setfacl`/`getfacl` with numeric ids: entries
+    /// `user::rwx`, `user:1001:r-x`, `group::r--`, `group:2000:rw-`, `mask::r-x`,
+    /// `other::---` (or `u`, `g`, `m`, `o`; bits as `rwx`/`-` or one octal digit),
+    /// separated by commas or newlines, in any order.
+    pub fn from_text(text: &str) -> Result<Acl, AclError> {
+        let mut entries = Vec::new();
+        for raw in text.split([',', '\n']).map(str::trim).filter(|e| !e.is_empty()) {
+            entries.push(Entry::from_text(raw)?);
+        }
+        entries.sort_by_key(|e| e.tag);
+        Acl::new(entries)
+    }
+
+    /// The short text form (`user::rw-,user:1001:r-x,group::r--,mask::r-x,other::---`).
+    pub fn to_text(&self) -> String {
+        let bits = |p: u32| {
+            let f = |b: u32, c: char| if p & b != 0 { c } else { '-' };
+            format!("{}{}{}", f(4, 'r'), f(2, 'w'), f(1, 'x'))
+        };
+        let line = |e: &Entry| match e.tag {
+            Tag::UserObj => format!("user::{}", bits(e.perm)),
+            Tag::User(n) => format!("user:{n}:{}", bits(e.perm)),
+            Tag::GroupObj => format!("group::{}", bits(e.perm)),
+            Tag::Group(n) => format!("group:{n}:{}", bits(e.perm)),
+            Tag::Mask => format!("mask::{}", bits(e.perm)),
+            Tag::Other => format!("other::{}", bits(e.perm)),
+        };
+        self.entries.iter().map(line).collect::<Vec<_>>().join(",")
     }
 
     /// Its entries, in canonical order.
@@ -281,6 +349,128 @@ impl Acl {
     }
 }
 
+/// `rwx`-style (any order, `-` for none) or one octal digit.
+fn perm_of_text(t: &str) -> Option<u32> {
+    if let Ok(n) = t.parse::<u32>() {
+        return (n <= 7 && t.len() == 1).then_some(n);
+    }
+    let mut p = 0;
+    for c in t.chars() {
+        p |= match c {
+            'r' => 4,
+            'w' => 2,
+            'x' => 1,
+            '-' => 0,
+            _ => return None,
+        };
+    }
+    (!t.is_empty()).then_some(p)
+}
+
+/// What is wrong with the ACL attributes among `xattrs` of an object of `mode` (a
+/// directory when `dir`), as `fsck` reports it: a value that is no valid ACL, an access
+/// ACL the mode says all of (never kept) or whose bits differ from the mode's, a default
+/// ACL on something that is no directory.
+pub fn problems(xattrs: &[(String, Vec<u8>)], mode: u32, dir: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, v) in xattrs.iter().filter(|(n, _)| is_acl_name(n)) {
+        match Acl::from_xattr(v) {
+            Err(e) => out.push(format!("{name}: {e}")),
+            Ok(None) => out.push(format!("{name}: an ACL without entries is kept")),
+            Ok(Some(a)) if name == ACCESS_XATTR && a.is_mode() => {
+                out.push(format!("{name}: kept although the mode says it all"))
+            }
+            Ok(Some(a)) if name == ACCESS_XATTR && a.mode_bits() != mode & 0o777 => {
+                out.push(format!("{name}: its bits {:o} differ from the mode {:o}", a.mode_bits(), mode & 0o777))
+            }
+            Ok(Some(_)) if name == DEFAULT_XATTR && !dir => {
+                out.push(format!("{name}: a default ACL on a non-directory"))
+            }
+            Ok(Some(_)) => {}
+        }
+    }
+    out
+}
+
+/// Whether `name` is one of the two ACL attributes.
+pub fn is_acl_name(name: &str) -> bool {
+    name == ACCESS_XATTR || name == DEFAULT_XATTR
+}
+
+/// Sets (`Some`) or removes (`None`) ACL attribute `name` among the `xattrs` (sorted by
+/// name) of an object of `mode`, as Linux's `set_posix_acl` does: the value must be a
+/// valid ACL (an empty one removes); an access ACL sets the mode's permission bits and is
+/// kept only when they cannot say it all. Removing an ACL that is not there is no error.
+pub fn store(
+    xattrs: &mut Vec<(String, Vec<u8>)>,
+    mode: &mut u32,
+    name: &str,
+    value: Option<&[u8]>,
+) -> Result<(), AclError> {
+    let acl = match value {
+        Some(v) => Acl::from_xattr(v)?,
+        None => None,
+    };
+    let kept = match acl {
+        Some(a) if name == ACCESS_XATTR => {
+            *mode = (*mode & !0o777) | a.mode_bits();
+            (!a.is_mode()).then(|| a.to_xattr())
+        }
+        Some(a) => Some(a.to_xattr()),
+        None => None,
+    };
+    let at = xattrs.binary_search_by(|(n, _)| n.as_str().cmp(name));
+    match (at, kept) {
+        (Ok(i), Some(v)) => xattrs[i].1 = v,
+        (Err(i), Some(v)) => xattrs.insert(i, (name.to_string(), v)),
+        (Ok(i), None) => {
+            xattrs.remove(i);
+        }
+        (Err(_), None) => {}
+    }
+    Ok(())
+}
+
+/// A `chmod` to `mode` of an object with these `xattrs`: its access ACL, if any, follows
+/// (the owner, mask and others entries take the mode's bits).
+pub fn chmod_xattrs(xattrs: &mut [(String, Vec<u8>)], mode: u32) {
+    if let Some((_, v)) = xattrs.iter_mut().find(|(n, _)| n == ACCESS_XATTR) {
+        if let Ok(Some(mut a)) = Acl::from_xattr(v) {
+            a.chmod(mode);
+            *v = a.to_xattr();
+        }
+    }
+}
+
+/// The ACL attributes of an object, in name order.
+pub fn acl_xattrs(xattrs: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+    xattrs.iter().filter(|(n, _)| is_acl_name(n)).cloned().collect()
+}
+
+/// Replaces the ACL attributes among `xattrs` by `acls` (both sorted by name).
+pub fn replace_acl_xattrs(xattrs: &mut Vec<(String, Vec<u8>)>, acls: &[(String, Vec<u8>)]) {
+    xattrs.retain(|(n, _)| !is_acl_name(n));
+    xattrs.extend(acls.iter().cloned());
+    xattrs.sort_by(|a, b| a.0.cmp(&b.0));
+}
+
+/// What an object created with `mode` by a caller of umask `umask` gets in a directory
+/// whose default ACL is `parent` (`posix_acl_create`): with one, the mode the ACL allows
+/// (no umask applies) and the ACL attributes to store (its access ACL unless the mode
+/// says it all; a directory also inherits the default ACL); without, `mode & !umask`.
+pub fn on_create(parent: Option<&Acl>, mode: u32, umask: u32, dir: bool) -> (u32, Vec<(String, Vec<u8>)>) {
+    let Some(d) = parent else { return (mode & !(umask & 0o777), Vec::new()) };
+    let (mode, access) = d.inherit(mode);
+    let mut out = Vec::new();
+    if let Some(a) = access {
+        out.push((ACCESS_XATTR.to_string(), a.to_xattr()));
+    }
+    if dir {
+        out.push((DEFAULT_XATTR.to_string(), d.to_xattr()));
+    }
+    (mode, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +507,18 @@ mod tests {
         assert_eq!(&bytes[4..12], &[1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff]);
         assert_eq!(Acl::from_xattr(&bytes).unwrap(), Some(a));
         assert_eq!(Acl::from_xattr(&VERSION.to_le_bytes()).unwrap(), None, "no entries: remove");
+    }
+
+    #[test]
+    fn the_text_form_round_trips() {
+        let a = Acl::from_text("o::---, u::rw-,u:1001:rwx ,g::r--,group:2002:6,m::r-x").unwrap();
+        assert_eq!(a, sample());
+        assert_eq!(a.to_text(), "user::rw-,user:1001:rwx,group::r--,group:2002:rw-,mask::r-x,other::---");
+        assert_eq!(Acl::from_text(&a.to_text()).unwrap(), a);
+        assert!(Acl::from_text("u::rwx,g::r--").is_err(), "no others entry");
+        assert!(Acl::from_text("u::rwx,u:bob:r--,g::r--,m::r--,o::---").is_err(), "names are not resolved");
+        assert!(Acl::from_text("u::rwx,u:5:r--,g::r--,o::---").is_err(), "a named entry without mask");
+        assert!(Acl::from_text("u::rwz,g::r--,o::---").is_err());
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub struct FsckData {
     pub records: Vec<(u64, u64)>,
     /// Records the files whose inodes live here use: server, record id.
     pub pieces: Vec<(ServerId, u64)>,
+    /// Broken ACL attributes and directory ancestries that miss their own directory's
+    /// search element (after an ACL or mode change): one sentence each, naming the path.
+    pub acl_problems: Vec<String>,
 }
 
 /// A replica-group member's view of its group (`cluster status`).

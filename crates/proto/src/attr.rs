@@ -130,6 +130,14 @@ impl XattrOp {
     pub fn is_read(&self) -> bool {
         matches!(self, XattrOp::Get { .. } | XattrOp::List)
     }
+
+    /// Whether the operation sets or removes a POSIX ACL.
+    pub fn changes_acl(&self) -> bool {
+        match self {
+            XattrOp::Set { name, .. } | XattrOp::Remove { name } => crate::acl::is_acl_name(name),
+            _ => false,
+        }
+    }
 }
 
 /// Applies `set` at time `now` to an object's (mode, uid, gid) and (atime, mtime, ctime):
@@ -172,7 +180,10 @@ impl DirObject {
     pub fn with_set(&self, set: &SetAttr, now: Timespec) -> DirObject {
         let mut n = self.clone();
         apply_set_at(set, now, (&mut n.mode, &mut n.uid, &mut n.gid), (&mut n.atime, &mut n.mtime, &mut n.ctime));
-        n.ancestry = n.ancestry.take().map(|a| a.replace(self.search_perm(), n.search_perm()));
+        if let Some(m) = set.mode {
+            crate::acl::chmod_xattrs(&mut n.xattrs, m);
+        }
+        n.ancestry = n.ancestry.take().map(|a| a.replace(self.search_elem(), n.search_elem()));
         n
     }
 
@@ -182,8 +193,9 @@ impl DirObject {
     /// check. A directory without subdirectories may change its group and search bits
     /// here: no ancestry below it holds them.
     pub fn change_stays_here(&self, n: &DirObject) -> bool {
-        let attrs = (self.mode, self.uid, self.gid) != (n.mode, n.uid, n.gid);
-        let everyone = self.search_perm() != n.search_perm()
+        let acls = crate::acl::acl_xattrs(&self.xattrs) != crate::acl::acl_xattrs(&n.xattrs);
+        let attrs = (self.mode, self.uid, self.gid) != (n.mode, n.uid, n.gid) || acls;
+        let everyone = self.search_elem() != n.search_elem()
             || self.uid != n.uid
             || (attrs && self.dist.state != DistState::Nondistributed);
         let leaf = self.subdirs == 0 && self.dist.state == DistState::Nondistributed && self.uid == n.uid;

@@ -37,12 +37,16 @@ pub struct Cred {
     /// for servers and tools): a directory delegation belongs to one session, and only
     /// other sessions' requests recall it.
     pub session: u64,
+    /// The caller's file mode creation mask, for the creates it makes: applied by the
+    /// server unless the parent directory has a default ACL (which replaces it). 0 for
+    /// library callers, whose modes are taken as given.
+    pub umask: u32,
 }
 
 impl Cred {
     /// A credential of `uid`, `gid` and supplementary `groups`, with no verifier.
     pub fn new(uid: u32, gid: u32, groups: Vec<u32>) -> Cred {
-        Cred { uid, gid, groups, verifier: Vec::new(), session: 0 }
+        Cred { uid, gid, groups, verifier: Vec::new(), session: 0, umask: 0 }
     }
 
     /// The credential servers use among themselves (uid 0; peers are trusted).

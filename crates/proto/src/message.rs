@@ -988,12 +988,13 @@ pub enum Reply {
         first: Ino,
         count: u32,
     },
-    /// A directory's mode, owner and ancestry (`DirPerms`).
+    /// A directory's mode, owner, ancestry and default ACL (`DirPerms`).
     DirPerms {
         mode: u32,
         uid: u32,
         gid: u32,
         ancestry: Option<Ancestry>,
+        default_acl: Option<Vec<u8>>,
     },
     /// A delegation granted (`DelegAcquire`).
     Deleg(Box<DelegGrant>),

@@ -4,7 +4,7 @@
 use crate::attr::Attr;
 use crate::error::WireError;
 use crate::ids::{Ino, OpId, ServerId};
-use crate::record::{Ancestry, DirObject, Inode, SearchPerm};
+use crate::record::{Ancestry, DirObject, Inode, SearchElem, SearchPerm};
 use serde::{Deserialize, Serialize};
 
 /// A directory object with all its entries, as moved by a directory rename.
@@ -16,12 +16,22 @@ pub struct DirDump {
 }
 
 /// What a new subdirectory takes from its parent: the parent's mode (its setgid bit),
-/// group and ancestry (`CxPerms`).
+/// group, ancestry and default ACL (`CxPerms`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParentPerms {
     pub mode: u32,
     pub gid: u32,
     pub ancestry: Option<Ancestry>,
+    /// The parent's default ACL (`system.posix_acl_default`'s value), if it has one.
+    pub default_acl: Option<Vec<u8>>,
+}
+
+impl ParentPerms {
+    /// The permissions a new subdirectory of `d` takes from it.
+    pub fn of(d: DirObject) -> ParentPerms {
+        let default_acl = d.xattrs.iter().find(|(n, _)| n == crate::acl::DEFAULT_XATTR).map(|(_, v)| v.clone());
+        ParentPerms { mode: d.mode, gid: d.gid, ancestry: d.ancestry, default_acl }
+    }
 }
 
 /// A participant's part of a two-phase-commit transaction (seed 004 Table I lists the
@@ -66,6 +76,18 @@ pub enum SubOp {
     /// ancestry; the entry of `root` in its parent, if held here, records `uid` (for the
     /// sticky-directory check).
     Reancestry { root: String, old: SearchPerm, new: SearchPerm, mode: u32, uid: u32, gid: u32 },
+    /// `Reancestry` with search elements that may be ACL rules, and the ACL attributes
+    /// (`system.posix_acl_*`) `root`'s object and shards take (chmod, chown or an ACL
+    /// change of a directory). Builds since ACLs send only this form.
+    ReancestryAcl {
+        root: String,
+        old: SearchElem,
+        new: SearchElem,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        acls: Vec<(String, Vec<u8>)>,
+    },
 }
 
 /// The directory one side of a Cx mkdir or rmdir names: made (`create`) or removed, at

@@ -5,6 +5,7 @@
 //! Servers check every request with them; a client holding a directory delegation checks
 //! the operations it answers itself with the same functions, so both decide alike.
 
+use crate::acl::{Acl, ACCESS_XATTR, DEFAULT_XATTR};
 use crate::attr::{SetAttr, TimeSet, XattrOp};
 use crate::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::errno::Errno;
@@ -36,10 +37,30 @@ fn what(want: u32) -> &'static str {
 
 /// `EACCES` unless `cred` has `want` on the object at `path`.
 pub fn check(cred: &Cred, mode: u32, uid: u32, gid: u32, want: u32, path: &str) -> OpResult<()> {
-    match may(cred, mode, uid, gid, want) {
+    check_acl(cred, mode, uid, gid, None, want, path)
+}
+
+/// True when `cred` has every permission of `want` on an object of `mode` owned by
+/// `uid`:`gid` with access ACL `acl` (`None`: its mode bits say everything). Root passes.
+pub fn may_acl(cred: &Cred, mode: u32, uid: u32, gid: u32, acl: Option<&Acl>, want: u32) -> bool {
+    match acl {
+        Some(a) => cred.is_root() || a.permits(cred, uid, gid, want),
+        None => may(cred, mode, uid, gid, want),
+    }
+}
+
+/// `EACCES` unless `cred` has `want` on the object at `path`, whose access ACL is `acl`.
+pub fn check_acl(cred: &Cred, mode: u32, uid: u32, gid: u32, acl: Option<&Acl>, want: u32, path: &str) -> OpResult<()> {
+    match may_acl(cred, mode, uid, gid, acl, want) {
         true => Ok(()),
         false => Err(denied(format!("{} permission denied on '{path}'", what(want)))),
     }
+}
+
+/// `EACCES` unless `cred` has `want` on directory `dir` itself (its object `d`, mode bits
+/// and access ACL).
+pub fn check_dir(cred: &Cred, d: &DirObject, want: u32, dir: &str) -> OpResult<()> {
+    check_acl(cred, d.mode, d.uid, d.gid, d.access_acl().as_ref(), want, dir)
 }
 
 fn denied(msg: String) -> WireError {
@@ -49,7 +70,7 @@ fn denied(msg: String) -> WireError {
 /// True when `cred` may search every directory an ancestry describes (`None`: an object
 /// from before ancestries, no restriction).
 pub fn may_search_all(cred: &Cred, anc: Option<&Ancestry>) -> bool {
-    anc.is_none_or(|a| a.iter().all(|e| may(cred, e.xbits as u32, e.uid, e.gid, MAY_EXEC)))
+    anc.is_none_or(|a| a.permits(cred))
 }
 
 /// Search permission on every directory from `/` to `dir` included (its object `d`): what
@@ -64,7 +85,7 @@ pub fn check_search(cred: &Cred, d: &DirObject, dir: &str) -> OpResult<()> {
 /// Search permission on the directories above `dir` (its object `d`): what reaching the
 /// directory itself takes.
 pub fn check_search_above(cred: &Cred, d: &DirObject, dir: &str) -> OpResult<()> {
-    let above = d.ancestry.clone().map(|a| a.without(d.search_perm()));
+    let above = d.ancestry.clone().map(|a| a.without(d.search_elem()));
     match may_search_all(cred, above.as_ref()) {
         true => Ok(()),
         false => Err(denied(format!("search permission denied on a directory above '{dir}'"))),
@@ -75,7 +96,7 @@ pub fn check_search_above(cred: &Cred, d: &DirObject, dir: &str) -> OpResult<()>
 /// takes.
 pub fn check_dir_write(cred: &Cred, d: &DirObject, dir: &str) -> OpResult<()> {
     check_search(cred, d, dir)?;
-    check(cred, d.mode, d.uid, d.gid, MAY_WRITE, dir)
+    check_dir(cred, d, MAY_WRITE, dir)
 }
 
 /// The sticky-directory rule: an entry (owned by `owner`) of a sticky directory `d` may
@@ -98,18 +119,36 @@ pub fn check_mknod(cred: &Cred, kind: crate::FileKind, path: &str) -> OpResult<(
 }
 
 /// The attributes a file or directory has now, as a `setattr` check needs them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Owned {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
     pub dir: bool,
+    /// Its access ACL, when it has one beyond its mode bits.
+    pub acl: Option<Acl>,
+}
+
+impl Owned {
+    /// A directory's.
+    pub fn of_dir(d: &DirObject) -> Owned {
+        Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true, acl: d.access_acl() }
+    }
+
+    /// A file's (any inode but a directory's).
+    pub fn of_inode(i: &crate::record::Inode) -> Owned {
+        Owned { mode: i.mode, uid: i.uid, gid: i.gid, dir: false, acl: i.access_acl() }
+    }
+
+    fn may(&self, cred: &Cred, want: u32) -> bool {
+        may_acl(cred, self.mode, self.uid, self.gid, self.acl.as_ref(), want)
+    }
 }
 
 /// Checks `set` against `cur` for `cred` (chmod, chown, utimes, truncate) and returns the
 /// `SetAttr` to apply: the mode with the bits Linux clears (`S_ISGID` set by a non-member,
 /// `S_ISUID`/`S_ISGID` of a file whose owner changes).
-pub fn check_setattr(cred: &Cred, cur: Owned, set: &SetAttr, path: &str) -> OpResult<SetAttr> {
+pub fn check_setattr(cred: &Cred, cur: &Owned, set: &SetAttr, path: &str) -> OpResult<SetAttr> {
     let owner = cred.is_root() || cred.uid == cur.uid;
     let eperm = |what: &str| err(Errno::EPERM, format!("{what} of '{path}': operation not permitted"));
     let mut out = set.clone();
@@ -143,7 +182,7 @@ pub fn check_setattr(cred: &Cred, cur: Owned, set: &SetAttr, path: &str) -> OpRe
         check_owner_or(cred, cur, owner, path)?;
     }
     if set.size.is_some() && !cur.dir && !cred.owner_through_handle(cur.uid) {
-        check(cred, cur.mode, cur.uid, cur.gid, MAY_WRITE, path)?;
+        check_acl(cred, cur.mode, cur.uid, cur.gid, cur.acl.as_ref(), MAY_WRITE, path)?;
     }
     if (set.uid.is_some() || set.gid.is_some()) && !cur.dir {
         let mode = out.mode.unwrap_or(cur.mode);
@@ -157,25 +196,39 @@ pub fn check_setattr(cred: &Cred, cur: Owned, set: &SetAttr, path: &str) -> OpRe
 
 /// Extended-attribute permissions (Linux `xattr_permission`): `user.` names need read
 /// (get) or write (set, remove) permission on the object, `trusted.` names root
-/// (`EPERM` for changes, `ENODATA` for reads); listing needs nothing.
-pub fn check_xattr(cred: &Cred, cur: Owned, op: &XattrOp, path: &str) -> OpResult<()> {
+/// (`EPERM` for changes, `ENODATA` for reads); listing needs nothing. ACLs anyone may
+/// read; only the owner or root may change them (`EPERM`), and only a directory has a
+/// default ACL (`EACCES` elsewhere, as Linux answers).
+pub fn check_xattr(cred: &Cred, cur: &Owned, op: &XattrOp, path: &str) -> OpResult<()> {
     let (name, want) = match op {
         XattrOp::List => return Ok(()),
         XattrOp::Get { name } => (name, MAY_READ),
         XattrOp::Set { name, .. } | XattrOp::Remove { name } => (name, MAY_WRITE),
     };
+    if name == ACCESS_XATTR || name == DEFAULT_XATTR {
+        if want == MAY_READ {
+            return Ok(());
+        }
+        if name == DEFAULT_XATTR && !cur.dir {
+            return Err(err(Errno::EACCES, format!("'{path}' is no directory: it has no default ACL")));
+        }
+        return match cred.is_root() || cred.uid == cur.uid {
+            true => Ok(()),
+            false => Err(err(Errno::EPERM, format!("'{path}': only its owner or root may change its ACL"))),
+        };
+    }
     if name.starts_with("trusted.") && !cred.is_root() {
         return Err(match want {
             MAY_WRITE => err(Errno::EPERM, format!("'{path}': only root may change {name}")),
             _ => err(Errno::ENODATA, format!("'{path}' has no attribute {name} visible to the caller")),
         });
     }
-    check(cred, cur.mode, cur.uid, cur.gid, want, path)
+    check_acl(cred, cur.mode, cur.uid, cur.gid, cur.acl.as_ref(), want, path)
 }
 
 /// Times set to "now" need ownership or write permission (`EACCES`).
-fn check_owner_or(cred: &Cred, cur: Owned, owner: bool, path: &str) -> OpResult<()> {
-    match owner || may(cred, cur.mode, cur.uid, cur.gid, MAY_WRITE) {
+fn check_owner_or(cred: &Cred, cur: &Owned, owner: bool, path: &str) -> OpResult<()> {
+    match owner || cur.may(cred, MAY_WRITE) {
         true => Ok(()),
         false => Err(denied(format!("write permission denied on '{path}' (setting the times)"))),
     }
@@ -210,6 +263,25 @@ pub fn new_owner(cred: &Cred, d_mode: u32, d_gid: u32, asked: (u32, u32), mode: 
     (uid, gid, mode)
 }
 
+/// Owner, mode and ACL attributes of an entry `cred` creates with `mode` in directory `d`
+/// ([`new_owner`], then `d`'s default ACL or else the caller's umask, see
+/// [`crate::acl::on_create`]).
+pub fn new_entry(cred: &Cred, d: &DirObject, asked: (u32, u32), mode: u32, dir: bool) -> NewEntry {
+    let (uid, gid, mode) = new_owner(cred, d.mode, d.gid, asked, mode & 0o7777, dir);
+    let (mode, xattrs) = crate::acl::on_create(d.default_acl().as_ref(), mode, cred.umask, dir);
+    NewEntry { uid, gid, mode, xattrs }
+}
+
+/// What [`new_entry`] decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEntry {
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    /// ACL attributes it starts with (sorted by name).
+    pub xattrs: Vec<(String, Vec<u8>)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,7 +307,7 @@ mod tests {
         d.ancestry = Some(Ancestry::root(SearchPerm::of(0o755, 0, 0)).with(SearchPerm::of(0o700, 5, 5)));
         assert!(check_search(&user(5, 5, &[]), &d, "/a").is_ok());
         assert_eq!(check_search(&user(6, 6, &[]), &d, "/a").unwrap_err().errno, Errno::EACCES);
-        let own = d.search_perm();
+        let own = d.search_elem();
         d.ancestry = d.ancestry.map(|a| a.without(SearchPerm::of(0o700, 5, 5)).with(own));
         assert!(check_search_above(&user(6, 6, &[]), &d, "/a").is_ok());
         d.ancestry = None;
@@ -252,26 +324,26 @@ mod tests {
 
     #[test]
     fn setattr_rules() {
-        let f = Owned { mode: 0o6755, uid: 5, gid: 5, dir: false };
+        let f = Owned { mode: 0o6755, uid: 5, gid: 5, dir: false, acl: None };
         let (owner, other) = (user(5, 5, &[7]), user(6, 6, &[]));
         let chmod = |m| SetAttr { mode: Some(m), ..Default::default() };
-        assert_eq!(check_setattr(&other, f, &chmod(0o644), "/f").unwrap_err().errno, Errno::EPERM);
-        assert_eq!(check_setattr(&owner, f, &chmod(0o2755), "/f").unwrap().mode, Some(0o2755));
-        let f8 = Owned { gid: 8, ..f };
-        assert_eq!(check_setattr(&owner, f8, &chmod(0o2755), "/f").unwrap().mode, Some(0o755));
+        assert_eq!(check_setattr(&other, &f, &chmod(0o644), "/f").unwrap_err().errno, Errno::EPERM);
+        assert_eq!(check_setattr(&owner, &f, &chmod(0o2755), "/f").unwrap().mode, Some(0o2755));
+        let f8 = Owned { gid: 8, ..f.clone() };
+        assert_eq!(check_setattr(&owner, &f8, &chmod(0o2755), "/f").unwrap().mode, Some(0o755));
         let chown = |u, g| SetAttr { uid: u, gid: g, ..Default::default() };
-        assert_eq!(check_setattr(&owner, f, &chown(Some(6), None), "/f").unwrap_err().errno, Errno::EPERM);
-        assert_eq!(check_setattr(&owner, f, &chown(None, Some(8)), "/f").unwrap_err().errno, Errno::EPERM);
-        assert_eq!(check_setattr(&owner, f, &chown(None, Some(7)), "/f").unwrap().mode, Some(0o755));
-        assert_eq!(check_setattr(&Cred::server(), f, &chown(Some(9), None), "/f").unwrap().mode, Some(0o755));
+        assert_eq!(check_setattr(&owner, &f, &chown(Some(6), None), "/f").unwrap_err().errno, Errno::EPERM);
+        assert_eq!(check_setattr(&owner, &f, &chown(None, Some(8)), "/f").unwrap_err().errno, Errno::EPERM);
+        assert_eq!(check_setattr(&owner, &f, &chown(None, Some(7)), "/f").unwrap().mode, Some(0o755));
+        assert_eq!(check_setattr(&Cred::server(), &f, &chown(Some(9), None), "/f").unwrap().mode, Some(0o755));
         let now = SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..Default::default() };
         let at = SetAttr { mtime: Some(TimeSet::At(Timespec::default())), ..Default::default() };
-        let open = Owned { mode: 0o666, ..f };
-        assert!(check_setattr(&other, open, &now, "/f").is_ok());
-        assert_eq!(check_setattr(&other, f, &now, "/f").unwrap_err().errno, Errno::EACCES);
-        assert_eq!(check_setattr(&other, open, &at, "/f").unwrap_err().errno, Errno::EPERM);
+        let open = Owned { mode: 0o666, ..f.clone() };
+        assert!(check_setattr(&other, &open, &now, "/f").is_ok());
+        assert_eq!(check_setattr(&other, &f, &now, "/f").unwrap_err().errno, Errno::EACCES);
+        assert_eq!(check_setattr(&other, &open, &at, "/f").unwrap_err().errno, Errno::EPERM);
         let trunc = SetAttr { size: Some(0), ..Default::default() };
-        assert_eq!(check_setattr(&other, f, &trunc, "/f").unwrap_err().errno, Errno::EACCES);
+        assert_eq!(check_setattr(&other, &f, &trunc, "/f").unwrap_err().errno, Errno::EACCES);
     }
 
     #[test]

@@ -115,6 +115,11 @@ impl Inode {
         }
     }
 
+    /// Its access ACL, if it has one beyond its mode bits.
+    pub fn access_acl(&self) -> Option<crate::acl::Acl> {
+        crate::acl::Acl::in_xattrs(&self.xattrs, crate::acl::ACCESS_XATTR)
+    }
+
     /// A subdirectory ("h") entry pointing at directory `ino`.
     pub fn subdir(ino: Ino) -> Inode {
         Inode {
@@ -205,9 +210,23 @@ impl DirObject {
         }
     }
 
-    /// What this directory contributes to the ancestries of its descendants.
-    pub fn search_perm(&self) -> SearchPerm {
-        SearchPerm::of(self.mode, self.uid, self.gid)
+    /// What this directory contributes to the ancestries of its descendants: its owner,
+    /// group and search bits, or with an access ACL, that ACL's search rule.
+    pub fn search_elem(&self) -> SearchElem {
+        match crate::acl::Acl::in_xattrs(&self.xattrs, crate::acl::ACCESS_XATTR) {
+            Some(acl) => SearchElem::Acl(SearchAcl { uid: self.uid, gid: self.gid, acl: acl.search_part().to_xattr() }),
+            None => SearchElem::Mode(SearchPerm::of(self.mode, self.uid, self.gid)),
+        }
+    }
+
+    /// Its access ACL, if it has one beyond its mode bits.
+    pub fn access_acl(&self) -> Option<crate::acl::Acl> {
+        crate::acl::Acl::in_xattrs(&self.xattrs, crate::acl::ACCESS_XATTR)
+    }
+
+    /// Its default ACL (what is created in it inherits), if it has one.
+    pub fn default_acl(&self) -> Option<crate::acl::Acl> {
+        crate::acl::Acl::in_xattrs(&self.xattrs, crate::acl::DEFAULT_XATTR)
     }
 }
 
@@ -228,69 +247,183 @@ impl SearchPerm {
     }
 }
 
-/// The multiset of [`SearchPerm`]s of every directory on a path, `/` to the directory
+/// The search rule of a directory with an access ACL: its owner and group, and the ACL
+/// reduced to its search (`x`) bits, in the extended attribute's binary form.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SearchAcl {
+    pub uid: u32,
+    pub gid: u32,
+    pub acl: Vec<u8>,
+}
+
+impl SearchAcl {
+    /// Whether `cred` may search the directory (a rule that does not parse lets nobody
+    /// but root through).
+    pub fn permits(&self, cred: &crate::cred::Cred) -> bool {
+        match crate::acl::Acl::from_xattr(&self.acl) {
+            Ok(Some(a)) => a.permits(cred, self.uid, self.gid, crate::cred::MAY_EXEC),
+            _ => false,
+        }
+    }
+}
+
+/// What one directory contributes to an ancestry: mode bits, or an access ACL's rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SearchElem {
+    Mode(SearchPerm),
+    Acl(SearchAcl),
+}
+
+impl From<SearchPerm> for SearchElem {
+    fn from(p: SearchPerm) -> SearchElem {
+        SearchElem::Mode(p)
+    }
+}
+
+impl SearchElem {
+    /// Whether `cred` may search the directory this element describes.
+    pub fn permits(&self, cred: &crate::cred::Cred) -> bool {
+        match self {
+            SearchElem::Mode(p) => cred.may(p.xbits as u32, p.uid, p.gid, crate::cred::MAY_EXEC),
+            SearchElem::Acl(a) => cred.is_root() || a.permits(cred),
+        }
+    }
+}
+
+/// The multiset of [`SearchElem`]s of every directory on a path, `/` to the directory
 /// itself (Lazy Hybrid: what permission checks need is kept with each directory object,
 /// so a server checks a whole path without asking the servers of its ancestors). A caller
 /// may search every directory of the path iff it may search each element. Order does not
 /// matter and equal elements collapse into a count, so it stays small; counts let a
 /// changed ancestor be replaced (one element out, one in) without knowing the others.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// Mode elements and ACL elements are kept apart; `acls` is the last field (records of
+/// version 2 end before it, see [`legacy_ancestry`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Ancestry {
     /// Sorted by element; counts are at least 1.
     pub elems: Vec<(SearchPerm, u32)>,
+    /// Directories with access ACLs: sorted, counts at least 1.
+    pub acls: Vec<(SearchAcl, u32)>,
+}
+
+thread_local! {
+    static LEGACY_ANCESTRY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `decode` reading ancestries in the layout of earlier builds (mode elements only,
+/// no `acls` field): how records and log records written before ACLs are read.
+pub fn legacy_ancestry<T>(decode: impl FnOnce() -> T) -> T {
+    let before = LEGACY_ANCESTRY.with(|f| f.replace(true));
+    let out = decode();
+    LEGACY_ANCESTRY.with(|f| f.set(before));
+    out
+}
+
+impl<'de> Deserialize<'de> for Ancestry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Ancestry, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename = "Ancestry")]
+        struct ModesOnly {
+            elems: Vec<(SearchPerm, u32)>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename = "Ancestry")]
+        struct Both {
+            elems: Vec<(SearchPerm, u32)>,
+            acls: Vec<(SearchAcl, u32)>,
+        }
+        match LEGACY_ANCESTRY.with(|f| f.get()) {
+            true => ModesOnly::deserialize(d).map(|a| Ancestry { elems: a.elems, acls: Vec::new() }),
+            false => Both::deserialize(d).map(|a| Ancestry { elems: a.elems, acls: a.acls }),
+        }
+    }
+}
+
+/// One occurrence more of `e` in a counted, sorted multiset.
+fn add<T: Ord>(set: &mut Vec<(T, u32)>, e: T) {
+    match set.binary_search_by(|(x, _)| x.cmp(&e)) {
+        Ok(i) => set[i].1 += 1,
+        Err(i) => set.insert(i, (e, 1)),
+    }
+}
+
+/// One occurrence less of `e` (none if it is not there).
+fn remove<T: Ord>(set: &mut Vec<(T, u32)>, e: &T) {
+    if let Ok(i) = set.binary_search_by(|(x, _)| x.cmp(e)) {
+        set[i].1 -= 1;
+        if set[i].1 == 0 {
+            set.remove(i);
+        }
+    }
 }
 
 impl Ancestry {
     /// The ancestry of `/`, whose only element is itself.
-    pub fn root(own: SearchPerm) -> Ancestry {
+    pub fn root(own: impl Into<SearchElem>) -> Ancestry {
         Ancestry::default().with(own)
     }
 
     /// This ancestry plus one occurrence of `e` (a child's: the parent's ancestry with
     /// the child's own element).
-    pub fn with(mut self, e: SearchPerm) -> Ancestry {
-        match self.elems.binary_search_by(|(x, _)| x.cmp(&e)) {
-            Ok(i) => self.elems[i].1 += 1,
-            Err(i) => self.elems.insert(i, (e, 1)),
+    pub fn with(mut self, e: impl Into<SearchElem>) -> Ancestry {
+        match e.into() {
+            SearchElem::Mode(p) => add(&mut self.elems, p),
+            SearchElem::Acl(a) => add(&mut self.acls, a),
         }
         self
     }
 
     /// This ancestry less one occurrence of `e` (unchanged if `e` is not in it).
-    pub fn without(mut self, e: SearchPerm) -> Ancestry {
-        if let Ok(i) = self.elems.binary_search_by(|(x, _)| x.cmp(&e)) {
-            self.elems[i].1 -= 1;
-            if self.elems[i].1 == 0 {
-                self.elems.remove(i);
-            }
+    pub fn without(mut self, e: impl Into<SearchElem>) -> Ancestry {
+        match e.into() {
+            SearchElem::Mode(p) => remove(&mut self.elems, &p),
+            SearchElem::Acl(a) => remove(&mut self.acls, &a),
         }
         self
     }
 
-    /// Replaces one occurrence of `old` by `new` (an ancestor's owner or mode changed).
-    pub fn replace(self, old: SearchPerm, new: SearchPerm) -> Ancestry {
+    /// Replaces one occurrence of `old` by `new` (an ancestor's owner, mode or ACL
+    /// changed).
+    pub fn replace(self, old: impl Into<SearchElem>, new: impl Into<SearchElem>) -> Ancestry {
         self.without(old).with(new)
     }
 
     /// Removes every element of `other` (counted) and adds those of `add`: moves a
     /// subtree from under one parent to another.
     pub fn rebase(mut self, remove: &Ancestry, add: &Ancestry) -> Ancestry {
-        for (e, n) in &remove.elems {
-            for _ in 0..*n {
-                self = self.without(*e);
-            }
+        for e in remove.counted() {
+            self = self.without(e);
         }
-        for (e, n) in &add.elems {
-            for _ in 0..*n {
-                self = self.with(*e);
-            }
+        for e in add.counted() {
+            self = self.with(e);
         }
         self
     }
 
-    /// The distinct elements.
+    /// Every element, once per occurrence.
+    fn counted(&self) -> impl Iterator<Item = SearchElem> + '_ {
+        let modes = self.elems.iter().flat_map(|(e, n)| std::iter::repeat_n(SearchElem::Mode(*e), *n as usize));
+        let acls = self.acls.iter().flat_map(|(e, n)| std::iter::repeat_n(SearchElem::Acl(e.clone()), *n as usize));
+        modes.chain(acls)
+    }
+
+    /// Whether `e` occurs in this ancestry.
+    pub fn holds(&self, e: &SearchElem) -> bool {
+        match e {
+            SearchElem::Mode(p) => self.elems.iter().any(|(x, _)| x == p),
+            SearchElem::Acl(a) => self.acls.iter().any(|(x, _)| x == a),
+        }
+    }
+
+    /// The distinct mode elements.
     pub fn iter(&self) -> impl Iterator<Item = &SearchPerm> {
         self.elems.iter().map(|(e, _)| e)
+    }
+
+    /// Whether `cred` may search every directory this ancestry describes.
+    pub fn permits(&self, cred: &crate::cred::Cred) -> bool {
+        self.iter().all(|e| cred.may(e.xbits as u32, e.uid, e.gid, crate::cred::MAY_EXEC))
+            && (cred.is_root() || self.acls.iter().all(|(a, _)| a.permits(cred)))
     }
 }
 

@@ -104,7 +104,7 @@ fn subop_touches(op: &SubOp, out: &mut Vec<(String, Touch, bool)>) {
         SubOp::CreateDir { path, .. } | SubOp::RemoveDir { path, .. } | SubOp::RemoveShard { path, .. } => {
             out.push((path.clone(), Touch::Object, false))
         }
-        SubOp::ExportSubtree { root, .. } | SubOp::Reancestry { root, .. } => {
+        SubOp::ExportSubtree { root, .. } | SubOp::Reancestry { root, .. } | SubOp::ReancestryAcl { root, .. } => {
             out.push((root.clone(), Touch::Object, true))
         }
         SubOp::AdjustLinks { .. } => {}

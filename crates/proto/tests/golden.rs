@@ -46,12 +46,31 @@ fn dir_object() -> DirObject {
             set: vec![3, 1, 0, 2],
         },
         xattrs: vec![],
-        ancestry: Some(Ancestry::root(SearchPerm::of(0o755, 0, 0)).with(SearchPerm::of(0o711, 1000, 100))),
+        ancestry: Some(
+            Ancestry::root(SearchPerm::of(0o755, 0, 0)).with(SearchPerm::of(0o711, 1000, 100)).with(acl_elem()),
+        ),
     }
 }
 
+/// `user::rwx, user:1001:r-x, group::---, mask::r-x, other::---` as a search rule.
+fn acl_elem() -> SearchElem {
+    SearchElem::Acl(SearchAcl { uid: 1000, gid: 100, acl: acl_value() })
+}
+
+fn acl_value() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in
+        [(1u16, 7u16, u32::MAX), (2, 5, 1001), (4, 0, u32::MAX), (0x10, 5, u32::MAX), (0x20, 0, u32::MAX)]
+    {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
 fn cred() -> Cred {
-    Cred { session: 0x5e55, ..Cred::new(1000, 100, vec![100, 4]) }
+    Cred { session: 0x5e55, umask: 0o022, ..Cred::new(1000, 100, vec![100, 4]) }
 }
 
 fn dist_info() -> DistInfo {
@@ -126,6 +145,15 @@ fn requests() -> Vec<Request> {
                     mode: 0o700,
                     uid: 1,
                     gid: 2,
+                },
+                SubOp::ReancestryAcl {
+                    root: "/a".into(),
+                    old: SearchElem::Mode(SearchPerm::of(0o755, 0, 0)),
+                    new: acl_elem(),
+                    mode: 0o750,
+                    uid: 1000,
+                    gid: 100,
+                    acls: vec![("system.posix_acl_access".into(), acl_value())],
                 },
             ],
             epoch: 3,
@@ -262,7 +290,12 @@ fn requests() -> Vec<Request> {
         Request::CxPerms {
             op: opid(),
             path: "/a".into(),
-            answer: Ok(ParentPerms { mode: 0o2775, gid: 2, ancestry: dir_object().ancestry }),
+            answer: Ok(ParentPerms {
+                mode: 0o2775,
+                gid: 2,
+                ancestry: dir_object().ancestry,
+                default_acl: Some(acl_value()),
+            }),
         },
         Request::GroupStatus,
         Request::GroupDigest,
@@ -344,6 +377,7 @@ fn responses() -> Vec<Response> {
             shared: vec![(300, 2)],
             records: vec![(17, 4096)],
             pieces: vec![(2, 17)],
+            acl_problems: vec!["'/a': its ancestry lacks its own search element".into()],
         })),
         Ok(Reply::Vote(Vote::default())),
         Ok(Reply::Files(vec![
@@ -380,7 +414,7 @@ fn responses() -> Vec<Response> {
         Ok(Reply::CxOutcome { committed: false }),
         Ok(Reply::Undo { ops: vec![SubOp::RemoveDir { path: "/a/b".into(), ino: 9, shards: vec![] }], made: None }),
         Ok(Reply::Inos { first: 1 << 48, count: 256 }),
-        Ok(Reply::DirPerms { mode: 0o2775, uid: 1, gid: 2, ancestry: dir_object().ancestry }),
+        Ok(Reply::DirPerms { mode: 0o2775, uid: 1, gid: 2, ancestry: dir_object().ancestry, default_acl: None }),
         Ok(Reply::Deleg(Box::new(DelegGrant {
             id: 12,
             dir: dir_object(),

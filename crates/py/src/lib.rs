@@ -7,7 +7,7 @@
 //! there on its first call, and keeps its descriptors. Failures raise
 //! `OSError(errno, strerror, path)`.
 
-use plusfs_client::{BlockingClient, Client as Core, ClientOptions, FsError, OpenFlags};
+use plusfs_client::{Acl, AclKind, BlockingClient, Client as Core, ClientOptions, FsError, OpenFlags};
 use plusfs_placement::ClusterMap;
 use plusfs_proto::{Attr, Errno, Semantics};
 use pyo3::exceptions::PyOSError;
@@ -203,6 +203,31 @@ impl Client {
 
     fn lstat(&self, py: Python<'_>, path: &str) -> PyResult<Stat> {
         self.run(py, |c| c.lstat(path)).map(|a| Stat::from(&a))
+    }
+
+    /// The access ACL of `path` in short text form (`user::rw-,user:1001:r-x,...`;
+    /// its mode bits as an ACL when it has none), or with `default=True` the directory's
+    /// default ACL (`None` when it has none).
+    #[pyo3(signature = (path, default = false))]
+    fn getfacl(&self, py: Python<'_>, path: &str, default: bool) -> PyResult<Option<String>> {
+        let kind = if default { AclKind::Default } else { AclKind::Access };
+        match self.run(py, |c| c.get_acl(path, kind))? {
+            Some(a) => Ok(Some(a.to_text())),
+            None if default => Ok(None),
+            None => self.run(py, |c| c.lstat(path)).map(|a| Some(Acl::from_mode(a.mode).to_text())),
+        }
+    }
+
+    /// Sets the access ACL of `path` (or with `default=True` its default ACL) from text
+    /// in the form `getfacl` gives; `None` removes it.
+    #[pyo3(signature = (path, acl, default = false))]
+    fn setfacl(&self, py: Python<'_>, path: &str, acl: Option<&str>, default: bool) -> PyResult<()> {
+        let kind = if default { AclKind::Default } else { AclKind::Access };
+        let acl = match acl {
+            Some(t) => Some(Acl::from_text(t).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?),
+            None => None,
+        };
+        self.run(py, |c| c.set_acl(path, kind, acl.as_ref()))
     }
 
     fn listdir(&self, py: Python<'_>, path: &str) -> PyResult<Vec<String>> {

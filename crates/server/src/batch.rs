@@ -97,7 +97,10 @@ impl Batches {
             return Ok(Reply::Batch(self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await));
         }
         let (uid, gid, mode) = match self.engine.host(dir, via) {
-            Ok(h) => perm::new_owner(c, h.obj.mode, h.obj.gid, owner, mode & 0o7777, false),
+            Ok(h) => {
+                let n = perm::new_entry(c, &h.obj, owner, mode, false);
+                (n.uid, n.gid, n.mode)
+            }
             Err(_) => (uid, gid, mode),
         };
         let reply = match op {
@@ -136,6 +139,8 @@ impl Batches {
     fn may_batch(&self, dir: &str, via: Via, c: &Call) -> bool {
         match self.engine.host(dir, via) {
             Err(_) => true,
+            // Creates under a default ACL inherit it: one by one, as single operations.
+            Ok(h) if h.obj.default_acl().is_some() => false,
             Ok(h) => c.is_root() || (perm::check_dir_write(c, &h.obj, dir).is_ok() && h.obj.mode & libc::S_ISVTX == 0),
         }
     }

@@ -100,7 +100,9 @@ impl Bfo {
                 (Some(e), _) if e.kind != FileKind::File => Errno::EINVAL,
                 // A hard-linked file's inode is elsewhere: the client writes it alone.
                 (Some(e), _) if e.link_home.is_some() => Errno::EXDEV,
-                (Some(e), _) if !perm::may(c, e.mode, e.uid, e.gid, MAY_WRITE) => Errno::EACCES,
+                (Some(e), _) if !perm::may_acl(c, e.mode, e.uid, e.gid, e.access_acl().as_ref(), MAY_WRITE) => {
+                    Errno::EACCES
+                }
                 (None, _) if !may_create => Errno::EACCES,
                 (cur, _) => {
                     todo.push((i, cur.clone()));
@@ -169,7 +171,8 @@ impl Bfo {
                 (inode.mode, inode.uid, inode.gid) = (f.mode & 0o7777, f.uid, f.gid);
             } else if new {
                 let d = &host.obj;
-                (inode.uid, inode.gid, inode.mode) = perm::new_owner(c, d.mode, d.gid, (0, 0), f.mode & 0o7777, false);
+                let n = perm::new_entry(c, d, (0, 0), f.mode, false);
+                (inode.uid, inode.gid, inode.mode, inode.xattrs) = (n.uid, n.gid, n.mode, n.xattrs);
             } else {
                 // An unprivileged writer keeps the owner; setuid goes as with any write.
                 inode.mode = perm::kill_suid(inode.mode);
@@ -225,7 +228,10 @@ impl Bfo {
                 None => FileRead::Failed(Errno::ENOENT),
                 Some(e) if e.kind == FileKind::Dir => FileRead::Failed(Errno::EISDIR),
                 Some(e) if e.kind != FileKind::File => FileRead::Failed(Errno::EINVAL),
-                Some(e) if e.link_home.is_none() && !perm::may(c, e.mode, e.uid, e.gid, MAY_READ) => {
+                Some(e)
+                    if e.link_home.is_none()
+                        && !perm::may_acl(c, e.mode, e.uid, e.gid, e.access_acl().as_ref(), MAY_READ) =>
+                {
                     FileRead::Failed(Errno::EACCES)
                 }
                 // Hard links, and files too big for one reply, are read on their own.

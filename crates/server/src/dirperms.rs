@@ -20,9 +20,10 @@ use crate::peers::Peers;
 use crate::pushed::PUSH_WAIT;
 use crate::twopc::{add_part, Parts};
 use crate::twopc::{Plan, TwoPhase};
+use plusfs_proto::acl::{self, Acl};
 use plusfs_proto::{
     Cred, CxRole, DirObject, Errno, FileKind, OpId, ParentPerms, Replace, Reply, Request, ServerId, SetAttr, SubOp,
-    Timespec,
+    Timespec, XattrOp,
 };
 use plusfs_store::Batch;
 use std::sync::Arc;
@@ -34,14 +35,20 @@ pub(crate) const PARENT_WAIT: Duration = Duration::from_secs(30);
 /// How long a Cx participant waits for it before leaving the ancestry to the commitment.
 pub(crate) const CX_PARENT_WAIT: Duration = Duration::from_secs(1);
 
-/// What a new directory takes from its parent: the group and setgid bit of a setgid
-/// parent, and the parent's ancestry with its own element.
-fn inherit(object: &mut DirObject, parent: ParentPerms) {
+/// What a new directory made by a caller of umask `umask` takes from its parent: the
+/// group and setgid bit of a setgid parent, the parent's default ACL (as its own default
+/// ACL, and as its access ACL within its mode; no umask then), and the parent's ancestry
+/// with its own element.
+fn inherit(object: &mut DirObject, parent: ParentPerms, umask: u32) {
     if parent.mode & libc::S_ISGID != 0 {
         object.gid = parent.gid;
         object.mode |= libc::S_ISGID;
     }
-    object.ancestry = parent.ancestry.map(|a| a.with(object.search_perm()));
+    let default = parent.default_acl.as_deref().and_then(|v| Acl::from_xattr(v).ok().flatten());
+    let (mode, acls) = acl::on_create(default.as_ref(), object.mode, umask, true);
+    object.mode = mode;
+    acl::replace_acl_xattrs(&mut object.xattrs, &acls);
+    object.ancestry = parent.ancestry.map(|a| a.with(object.search_elem()));
 }
 
 /// The Cx operation a participant executes, and its coordinator (which may push the
@@ -94,8 +101,11 @@ impl DirPerms {
                     (object.uid, object.gid, object.mode) = perm::new_owner(c, 0, 0, asked, object.mode, true);
                     let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
                     match self.pushed_or_asked(parent, wait, cx).await {
-                        Ok(perms) => inherit(object, perms),
+                        Ok(perms) => inherit(object, perms, c.umask),
                         Err(e) if defer && e.errno() == Errno::EIO => {
+                            // The umask applies now (a default ACL found at commit then
+                            // meets the masked mode).
+                            object.mode &= !(c.umask & 0o777);
                             tracing::info!(path = %path, cause = %e.message(), "ancestry filled at commit");
                         }
                         Err(e) => return Err(e),
@@ -121,7 +131,7 @@ impl DirPerms {
             if let SubOp::CreateDir { path, object } = op {
                 if object.ancestry.is_none() {
                     let Some((parent, _)) = plusfs_proto::path::split(path) else { continue };
-                    inherit(object, self.parent_perms(parent, PARENT_WAIT).await?);
+                    inherit(object, self.parent_perms(parent, PARENT_WAIT).await?, 0);
                 }
             }
         }
@@ -165,11 +175,7 @@ impl DirPerms {
                 if osd.engine.locks().tx_count() > 0 {
                     osd.engine.locks().settle(&[(path.clone(), Scope::object_only())], true).await;
                 }
-                let answer = osd.engine.dir_object(&path).map(|d| ParentPerms {
-                    mode: d.mode,
-                    gid: d.gid,
-                    ancestry: d.ancestry,
-                });
+                let answer = osd.engine.dir_object(&path).map(ParentPerms::of);
                 let req = Request::CxPerms { op, path, answer: answer.map_err(plusfs_proto::WireError::from) };
                 if let Err(e) = osd.peers.call(peer, req, &Cred::server()).await {
                     tracing::debug!(%op, peer, cause = %e.message, "cannot push a parent's permissions");
@@ -193,7 +199,9 @@ impl DirPerms {
         let mut backoff = Backoff::parent(&self.engine.map());
         loop {
             match self.peers.call(home, req.clone(), &Cred::server()).await {
-                Ok(Reply::DirPerms { mode, gid, ancestry, .. }) => return Ok(ParentPerms { mode, gid, ancestry }),
+                Ok(Reply::DirPerms { mode, gid, ancestry, default_acl, .. }) => {
+                    return Ok(ParentPerms { mode, gid, ancestry, default_acl })
+                }
                 Ok(other) => return Err(err(Errno::EIO, format!("unexpected reply {other:?}"))),
                 Err(e) if e.errno == Errno::EIO && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(dir, cause = %e.message, "parent's home unreachable; asking again");
@@ -220,8 +228,7 @@ impl DirPerms {
         let g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
         let d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;
-        let cur = perm::Owned { mode: d.mode, uid: d.uid, gid: d.gid, dir: true };
-        let set = perm::check_setattr(c, cur, set, p)?;
+        let set = perm::check_setattr(c, &perm::Owned::of_dir(&d), set, p)?;
         let n = d.with_set(&set, Timespec::now());
         if d.change_stays_here(&n) {
             let mut b = Batch::new();
@@ -242,18 +249,49 @@ impl DirPerms {
         Ok(Reply::Done)
     }
 
+    /// `DirXattr` setting or removing one of the ACL attributes of directory `p` (its
+    /// home): checked for `c`; a change of its search rule that directories below hold
+    /// in their ancestries, or of a distributed directory (whose shards check writes and
+    /// inherit), goes to every server as one transaction, like a `chmod`.
+    pub(crate) async fn dir_acl(self: &Arc<Self>, p: &str, op: &XattrOp, c: &Call) -> OpResult<Reply> {
+        check_dir_path(p)?;
+        self.twopc.retrying(|plan| self.dir_acl_once(plan, p, op, c)).await?;
+        Ok(Reply::Done)
+    }
+
+    async fn dir_acl_once(self: &Arc<Self>, plan: Plan, p: &str, op: &XattrOp, c: &Call) -> OpResult<Reply> {
+        let g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
+        let d = self.engine.dir_object(p)?;
+        perm::check_search_above(c, &d, p)?;
+        perm::check_xattr(c, &perm::Owned::of_dir(&d), op, p)?;
+        let mut n = d.clone();
+        crate::engine::xattrs::apply(&mut n.xattrs, &mut n.mode, op, p)?;
+        n.ctime = Timespec::now();
+        n.ancestry = n.ancestry.take().map(|a| a.replace(d.search_elem(), n.search_elem()));
+        if d.change_stays_here(&n) {
+            let mut b = Batch::new();
+            b.put_dir(p, &n);
+            self.engine.apply_for(c, b).await?;
+            return Ok(Reply::Done);
+        }
+        drop(g);
+        self.reancestry(plan, p, &d, &n).await?;
+        Ok(Reply::Done)
+    }
+
     /// Runs `SubOp::Reancestry` for directory `p` going from `old` to `new` on every
     /// server (the peers' trusted credential: the caller was checked here).
     async fn reancestry(self: &Arc<Self>, plan: Plan, p: &str, old: &DirObject, new: &DirObject) -> OpResult<()> {
         let mut parts = Parts::new();
         for s in &self.engine.map().servers {
-            let op = SubOp::Reancestry {
+            let op = SubOp::ReancestryAcl {
                 root: p.to_string(),
-                old: old.search_perm(),
-                new: new.search_perm(),
+                old: old.search_elem(),
+                new: new.search_elem(),
                 mode: new.mode,
                 uid: new.uid,
                 gid: new.gid,
+                acls: acl::acl_xattrs(&new.xattrs),
             };
             add_part(&mut parts, s.id, op);
         }
@@ -280,6 +318,6 @@ mod tests {
         let p = kit.osd.engine.dir_object("/p").unwrap();
         assert_eq!(p.mode & 0o7777, 0o700);
         let q = kit.osd.engine.dir_object("/p/q").unwrap();
-        assert_eq!(q.ancestry, p.ancestry.map(|a| a.with(q.search_perm())), "the child's ancestry follows");
+        assert_eq!(q.ancestry, p.ancestry.map(|a| a.with(q.search_elem())), "the child's ancestry follows");
     }
 }

@@ -107,7 +107,7 @@ impl FileData {
                 return Ok(found);
             }
             for w in [MAY_READ, MAY_WRITE].into_iter().filter(|w| want & w != 0) {
-                perm::check(c, i.mode, i.uid, i.gid, w, p)?;
+                perm::check_acl(c, i.mode, i.uid, i.gid, i.access_acl().as_ref(), w, p)?;
             }
         }
         Ok(found)

@@ -59,6 +59,10 @@ struct CoordRecord {
 impl Logged for CoordRecord {
     const KIND: LogKind = LogKind::Coordinator;
     const WHAT: &'static str = "coordinator record";
+    const VERSION: u8 = 2;
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self, crate::engine::logrec::RecordError> {
+        crate::engine::logrec::before_acls(version, body, Self::VERSION)
+    }
 }
 
 /// Where a rename puts the destination entry.
@@ -228,12 +232,14 @@ impl TwoPhase {
         let mut parts = Parts::new();
         let mut attrs = Vec::with_capacity(names.len());
         let parent = self.engine.host(dir, via)?.obj;
-        let (uid, gid, mode) = perm::new_owner(c, parent.mode, parent.gid, owner, mode & 0o7777, true);
+        let n = perm::new_entry(c, &parent, owner, mode, true);
+        let (uid, gid) = (n.uid, n.gid);
         for name in names {
-            let mut object = DirObject::new(self.engine.new_ino().await?, mode, uid, gid);
+            let mut object = DirObject::new(self.engine.new_ino().await?, n.mode, uid, gid);
+            object.xattrs = n.xattrs.clone();
             object.dist.threshold = policy.0;
             object.dist.width = policy.1;
-            object.ancestry = parent.ancestry.clone().map(|a| a.with(object.search_perm()));
+            object.ancestry = parent.ancestry.clone().map(|a| a.with(object.search_elem()));
             let path = plusfs_proto::path::join(dir, name);
             let entry = SubOp::InsertEntry {
                 dir: dir.to_string(),

@@ -2,6 +2,7 @@
 
 use crate::{Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreRead, StoreStats};
 use plusfs_metrics::prometheus::{Histogram, HistogramOpts};
+use plusfs_proto::record::legacy_ancestry;
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::de::DeserializeOwned;
@@ -47,8 +48,10 @@ pub struct Format(u8);
 
 /// The version of the stored-object layout this build writes (the layout of
 /// `plusfs_proto::record`). Bump it with any change there. Version 2 added
-/// `DirObject::ancestry`; records of version 1 are read with `ancestry: None`.
-pub const RECORD_VERSION: u8 = 2;
+/// `DirObject::ancestry`; records of version 1 are read with `ancestry: None`. Version 3
+/// added the ACL elements of ancestries (`Ancestry::acls`); older records are read
+/// without (`plusfs_proto::record::legacy_ancestry`).
+pub const RECORD_VERSION: u8 = 3;
 
 /// Bytes of a memtable (RocksDB's write buffer), and so of a level-0 table.
 ///
@@ -177,8 +180,17 @@ fn encode<T: Serialize>(format: Format, v: &T) -> Vec<u8> {
 fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason };
     let body = match (format.0, v.split_first()) {
-        (0, _) => return decode_v1(v).map_err(|e| corrupt(e.to_string())),
-        (_, Some((1, body))) => return decode_v1(body).map_err(|e| corrupt(e.to_string())),
+        // Bare records of any layout: the older layouts of a directory object are
+        // prefixes of the newest, so it reads the newest whole or is of an older one.
+        (0, _) => {
+            return postcard::from_bytes(v)
+                .or_else(|_| legacy_ancestry(|| decode_v1(v)))
+                .map_err(|e| corrupt(e.to_string()))
+        }
+        (_, Some((1, body))) => return legacy_ancestry(|| decode_v1(body)).map_err(|e| corrupt(e.to_string())),
+        (_, Some((2, body))) => {
+            return legacy_ancestry(|| postcard::from_bytes(body)).map_err(|e| corrupt(e.to_string()))
+        }
         (_, Some((&RECORD_VERSION, body))) => body,
         (_, Some((version, _))) => {
             return Err(corrupt(format!(
@@ -1018,6 +1030,19 @@ mod tests {
         let s = RocksStore::open(old.path(), false).unwrap();
         assert_eq!(s.format, Format(0));
         assert_eq!(s.get_dir("/b").unwrap().unwrap().ino, 9);
+        // Bare: a directory object with an ACL element in its ancestry (this layout),
+        // and one of the layout before them, both read whole.
+        let mut with_acl = obj(13);
+        let rule = plusfs_proto::SearchAcl { uid: 5, gid: 5, acl: vec![2, 0, 0, 0] };
+        with_acl.ancestry = Some(plusfs_proto::Ancestry::root(plusfs_proto::SearchElem::Acl(rule)));
+        s.db.put(dir_key("/acl"), postcard::to_allocvec(&with_acl).unwrap()).unwrap();
+        assert_eq!(s.get_dir("/acl").unwrap().unwrap(), with_acl);
+        let mut before = obj(14);
+        before.ancestry = Some(plusfs_proto::Ancestry::root(plusfs_proto::SearchPerm::of(0o711, 1, 1)));
+        let body = postcard::to_allocvec(&before).unwrap();
+        s.db.put(dir_key("/before"), &body[..body.len() - 1]).unwrap();
+        assert_eq!(s.get_dir("/before").unwrap().unwrap(), before);
+        drop(s);
         // A version-1 directory object (no ancestry field) reads with `ancestry: None`.
         let s = RocksStore::open(dir.path(), false).unwrap();
         let mut v1 = vec![1u8];
@@ -1026,6 +1051,17 @@ mod tests {
         s.db.put(dir_key("/v1"), v1).unwrap();
         let read = s.get_dir("/v1").unwrap().unwrap();
         assert_eq!((read.ino, read.ancestry), (11, None));
+        // A version-2 directory object (an ancestry without ACL elements) reads whole,
+        // in a versioned store and bare in a store from before formats.
+        let mut d = obj(12);
+        let anc = plusfs_proto::Ancestry::root(plusfs_proto::SearchPerm::of(0o755, 0, 0));
+        d.ancestry = Some(anc.with(plusfs_proto::SearchPerm::of(0o700, 5, 5)));
+        let body = postcard::to_allocvec(&d).unwrap();
+        let v2_body = &body[..body.len() - 1]; // without the empty `acls`
+        let mut v2 = vec![2u8];
+        v2.extend_from_slice(v2_body);
+        s.db.put(dir_key("/v2"), v2).unwrap();
+        assert_eq!(s.get_dir("/v2").unwrap().unwrap(), d);
         // A record of a version this build does not know is refused, not misread.
         s.db.put(dir_key("/c"), [RECORD_VERSION + 1, 0, 0]).unwrap();
         let e = s.get_dir("/c").unwrap_err().to_string();

@@ -408,7 +408,7 @@ mod forged {
             let mut object = DirObject::new(ino, 0o4777, 0, 0);
             object.xattrs = vec![("trusted.forged".into(), b"x".to_vec())];
             object.dist.threshold = Threshold::Entries(0);
-            object.ancestry = Some(plusfs_proto::Ancestry::root(object.search_perm()));
+            object.ancestry = Some(plusfs_proto::Ancestry::root(object.search_elem()));
             SubOp::CreateDir { path, object }
         };
         let yes = |r: Result<Reply, plusfs_proto::WireError>| match r {

@@ -122,7 +122,8 @@ impl Held {
             }
             let l = match inode {
                 Some(i) => {
-                    let link = i.link_home.is_some();
+                    // Hard links and entries with ACLs are the server's to check and change.
+                    let link = i.link_home.is_some() || i.access_acl().is_some();
                     Local::Known { attr: Attr::of_inode(&i), target: i.target, content: None, dirty: false, link }
                 }
                 None => Local::Removed,

@@ -90,8 +90,8 @@ impl Held {
             return None;
         }
         let o = &self.obj;
-        let allowed = perm::check_search_above(c, o, &self.dir)
-            .and_then(|()| perm::check(c, o.mode, o.uid, o.gid, MAY_READ, &self.dir));
+        let allowed =
+            perm::check_search_above(c, o, &self.dir).and_then(|()| perm::check_dir(c, o, MAY_READ, &self.dir));
         if let Err(e) = allowed {
             return Some(Err(e.errno));
         }
@@ -137,8 +137,7 @@ impl Held {
         if let Err(e) = perm::check_search_above(c, &self.obj, &self.dir) {
             return Some(Err(e.errno));
         }
-        let cur = Owned { mode: self.obj.mode, uid: self.obj.uid, gid: self.obj.gid, dir: true };
-        let set = match perm::check_setattr(c, cur, set, &self.dir) {
+        let set = match perm::check_setattr(c, &Owned::of_dir(&self.obj), set, &self.dir) {
             Ok(s) => s,
             Err(e) => return Some(Err(e.errno)),
         };
@@ -179,7 +178,9 @@ impl Held {
         }
         let ino = self.next_ino;
         self.next_ino += 1;
-        let (uid, gid, mode) = perm::new_owner(c, self.obj.mode, self.obj.gid, new.asked, mode & 0o7777, false);
+        // The server derives the same ACL from the directory's default ACL at write-back;
+        // an entry with one is then asked of the server (as a hard link is).
+        let perm::NewEntry { uid, gid, mode, xattrs } = perm::new_entry(c, &self.obj, new.asked, mode, false);
         let now = Timespec::now();
         let size = new.target.map_or(0, |t| t.len() as u64);
         let rdev = if matches!(new.kind, FileKind::BlockDev | FileKind::CharDev) { new.rdev } else { 0 };
@@ -213,7 +214,7 @@ impl Held {
             by,
         });
         let content = (new.kind == FileKind::File).then(Vec::new);
-        let l = Local::Known { attr: attr.clone(), target, content, dirty: false, link: false };
+        let l = Local::Known { attr: attr.clone(), target, content, dirty: false, link: !xattrs.is_empty() };
         self.entries.insert(name.to_string(), l);
         Some(Ok(attr))
     }
@@ -347,8 +348,9 @@ impl Held {
             None => return Some(Err(Errno::ENOENT)),
             Some(a) => a.clone(),
         };
-        let cur = Owned { mode: a.mode, uid: a.uid, gid: a.gid, dir: false };
-        let mut set = match perm::check_setattr(c, cur, set, name) {
+        // Entries with ACLs are not answered here (`link`): mode bits say it all.
+        let cur = Owned { mode: a.mode, uid: a.uid, gid: a.gid, dir: false, acl: None };
+        let mut set = match perm::check_setattr(c, &cur, set, name) {
             Ok(s) => s,
             Err(e) => return Some(Err(e.errno)),
         };

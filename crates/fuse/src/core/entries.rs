@@ -68,7 +68,7 @@ impl MountCore {
     ) -> Result<Attr, Errno> {
         let path = self.child(parent, name)?;
         let kind = node_kind(mode)?;
-        let fh = self.run(self.as_caller(caller).mknod(&path, kind, mode & !umask & 0o7777, rdev)).await?;
+        let fh = self.run(self.as_creator(caller, umask).mknod(&path, kind, mode & 0o7777, rdev)).await?;
         self.dir_changed(parent);
         self.remember(&path, &fh.attr);
         Ok(fh.attr)
@@ -84,7 +84,7 @@ impl MountCore {
         umask: u32,
     ) -> Result<Attr, Errno> {
         let p = self.child(parent, name)?;
-        let a = self.run(self.as_caller(caller).mkdir(&p, mode & !umask & 0o7777)).await?;
+        let a = self.run(self.as_creator(caller, umask).mkdir(&p, mode & 0o7777)).await?;
         self.dir_changed(parent);
         self.remember(&p, &a);
         Ok(a)

@@ -252,9 +252,9 @@ impl MountCore {
         flags: i32,
     ) -> Result<(Attr, u64), Errno> {
         let p = self.child(parent, name)?;
-        let c = self.as_caller(caller);
+        let c = self.as_creator(caller, umask);
         let exclusive = flags & libc::O_EXCL != 0;
-        let fh = self.run(c.create_with(&p, mode & !umask & 0o7777, exclusive, access_of(flags))).await?;
+        let fh = self.run(c.create_with(&p, mode & 0o7777, exclusive, access_of(flags))).await?;
         let mut attr = fh.attr;
         if flags & libc::O_TRUNC != 0 && attr.size > 0 {
             attr = self.run(c.truncate(&p, 0)).await?;

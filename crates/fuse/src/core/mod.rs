@@ -90,6 +90,8 @@ pub struct MountCore {
     transport: std::sync::OnceLock<Transport>,
     /// What the kernel keeps longer under delegations, to be invalidated at their end.
     kcache: std::sync::Arc<KernelCache>,
+    /// The kernel checks POSIX ACLs (`FUSE_POSIX_ACL`): they are read from the servers.
+    acls: std::sync::atomic::AtomicBool,
 }
 
 /// The control file's line about the transport, made when it is read.
@@ -149,7 +151,23 @@ impl MountCore {
             latencies: std::sync::OnceLock::new(),
             transport: std::sync::OnceLock::new(),
             kcache: std::sync::Arc::new(KernelCache::new(deleg_ttl)),
+            acls: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The kernel agreed to check POSIX ACLs: `system.posix_acl_*` are served from the
+    /// servers from now on (before, and on mounts without ACLs, they are answered
+    /// `ENODATA` here).
+    pub fn serve_acls(&self) {
+        self.acls.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The client acting for `caller`, with the umask of its create (the servers apply it
+    /// unless the parent has a default ACL).
+    fn as_creator(&self, caller: &Caller, umask: u32) -> Client {
+        let mut cred = caller.cred();
+        cred.umask = umask & 0o777;
+        self.client().as_caller(cred)
     }
 
     /// Invalidates what the kernel keeps under a delegation through `kernel` when the

@@ -9,13 +9,15 @@ fn utf8(name: &OsStr) -> Result<&str, Errno> {
 }
 
 impl MountCore {
-    /// `getxattr` for a buffer of `size` bytes. plusfs never stores the `system.` and
-    /// `security.` namespaces (setting them is EOPNOTSUPP), so the ACL and label probes
-    /// `ls -l` makes per entry are answered ENODATA here.
+    /// `getxattr` for a buffer of `size` bytes. plusfs stores no `security.` names and no
+    /// `system.` names but the POSIX ACLs (setting others is EOPNOTSUPP), so the label
+    /// probes `ls -l` makes per entry are answered ENODATA here, and so are ACLs on a
+    /// mount whose kernel does not check them.
     pub async fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr, size: u32) -> Result<XattrReply, Errno> {
         let p = self.path(ino)?;
         let name = utf8(name)?;
-        if name.starts_with("system.") || name.starts_with("security.") {
+        let acl = plusfs_proto::acl::is_acl_name(name) && self.acls.load(std::sync::atomic::Ordering::Relaxed);
+        if !acl && (name.starts_with("system.") || name.starts_with("security.")) {
             return Err(Errno::ENODATA);
         }
         XattrReply::fit(self.run(self.as_caller(caller).getxattr(&p, name)).await?, size)
@@ -44,12 +46,25 @@ impl MountCore {
         let p = self.path(ino)?;
         let name = utf8(name)?;
         let (create, replace) = (flags & libc::XATTR_CREATE != 0, flags & libc::XATTR_REPLACE != 0);
-        self.run(self.as_caller(caller).setxattr(&p, name, value, create, replace)).await
+        self.run(self.as_caller(caller).setxattr(&p, name, value, create, replace)).await?;
+        self.acl_changed(ino, name);
+        Ok(())
+    }
+
+    /// An ACL set or removed may have changed the mode and the ctime: the attributes this
+    /// mount kept for `ino` are stale (the kernel drops its own copy).
+    fn acl_changed(&self, ino: u64, name: &str) {
+        if plusfs_proto::acl::is_acl_name(name) {
+            self.attrs.stale(ino);
+        }
     }
 
     /// `removexattr`.
     pub async fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> Result<(), Errno> {
         let p = self.path(ino)?;
-        self.run(self.as_caller(caller).removexattr(&p, utf8(name)?)).await
+        let name = utf8(name)?;
+        self.run(self.as_caller(caller).removexattr(&p, name)).await?;
+        self.acl_changed(ino, name);
+        Ok(())
     }
 }

@@ -16,18 +16,22 @@ pub(super) enum Record {
     Decided { op: OpId, peer: ServerId, commit: bool },
 }
 
+/// The format of Cx records (2: ancestries with ACL elements; 1 is read as before them).
+const VERSION: u8 = 2;
+
 /// The stored form of `rec` (framed by the engine's record layer).
 pub(super) fn frame(rec: &Record) -> Vec<u8> {
-    crate::engine::logrec::encode_framed(1, rec)
+    crate::engine::logrec::encode_framed(VERSION, rec)
 }
 
 /// The record stored under `key`, or the store's "corrupt" error naming it.
 pub(super) fn unframe(key: TxId, bytes: &[u8]) -> Result<Record, StoreError> {
-    use crate::engine::logrec::{decode_framed, no_upgrade};
+    use crate::engine::logrec::{before_acls, decode_framed};
     // A record of an earlier build starts with its checksum, which may happen to start
     // with the frame's magic: one that is no sound frame is read as such a record if its
     // own checksum holds.
-    decode_framed(bytes, 1, no_upgrade, legacy)
+    let upgrade = |v, body: &[u8]| before_acls(v, body, VERSION);
+    decode_framed(bytes, VERSION, upgrade, legacy)
         .or_else(|e| legacy(bytes).map_err(|_| e))
         .map_err(|e| StoreError::Corrupt { key: format!("Cx record {key}"), reason: e.to_string() })
 }
@@ -41,7 +45,7 @@ fn legacy(bytes: &[u8]) -> Result<Record, RecordError> {
     if u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]) != crc32c::crc32c(body) {
         return Err(FrameError::Checksum.into());
     }
-    Ok(postcard::from_bytes(body)?)
+    Ok(plusfs_proto::record::legacy_ancestry(|| postcard::from_bytes(body))?)
 }
 
 #[cfg(test)]

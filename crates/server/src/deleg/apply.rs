@@ -197,8 +197,7 @@ fn replay_dir_attr(
         return Err(Errno::EINVAL);
     }
     perm::check_search_above(c, &host.obj, dir).map_err(errno_of)?;
-    let cur = perm::Owned { mode: host.obj.mode, uid: host.obj.uid, gid: host.obj.gid, dir: true };
-    let set = perm::check_setattr(c, cur, set, dir).map_err(errno_of)?;
+    let set = perm::check_setattr(c, &perm::Owned::of_dir(&host.obj), set, dir).map_err(errno_of)?;
     let n = host.obj.with_set(&set, time);
     if !host.obj.change_stays_here(&n) {
         return Err(Errno::EINVAL);
@@ -235,15 +234,18 @@ fn replay_namespace(
             let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, (*uid, *gid), *mode, false);
             let size = target.as_ref().map_or(0, |t| t.len() as u64);
             let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { *rdev } else { 0 };
+            // A delegated directory has no default ACL (none is granted for one, and
+            // setting one recalls it); should one be there, it is inherited here.
+            let (mode, acls) = plusfs_proto::acl::on_create(host.obj.default_acl().as_ref(), mode, 0, false);
             let mut inode = Inode { size, target: target.clone(), rdev, ..Inode::new(*ino, *kind, mode, uid, gid) };
+            inode.xattrs = acls;
             (inode.atime, inode.mtime, inode.ctime) = (*time, *time, *time);
             host.obj.count_entry(*kind, 1, *time);
             ov.entries.insert(name.clone(), Some(inode));
         }
         DelegOp::SetAttr { name, set, time, .. } => {
             let mut i = ov.plain(name)?;
-            let cur = perm::Owned { mode: i.mode, uid: i.uid, gid: i.gid, dir: false };
-            let set = perm::check_setattr(c, cur, set, name).map_err(errno_of)?;
+            let set = perm::check_setattr(c, &perm::Owned::of_inode(&i), set, name).map_err(errno_of)?;
             if set.size.is_some_and(|s| s > small) {
                 return Err(Errno::EFBIG);
             }
@@ -253,6 +255,9 @@ fn replay_namespace(
                 (&mut i.mode, &mut i.uid, &mut i.gid),
                 (&mut i.atime, &mut i.mtime, &mut i.ctime),
             );
+            if let Some(m) = set.mode {
+                plusfs_proto::acl::chmod_xattrs(&mut i.xattrs, m);
+            }
             ov.entries.insert(name.clone(), Some(i));
         }
         DelegOp::Unlink { name, time, .. } => {

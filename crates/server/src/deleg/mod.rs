@@ -208,7 +208,7 @@ impl Delegations {
             return Err(err(Errno::EAGAIN, format!("'{dir}' has too many entries to delegate")));
         }
         perm::check_search(cred, &host.obj, dir)?;
-        perm::check(cred, host.obj.mode, host.obj.uid, host.obj.gid, MAY_READ | MAY_WRITE, dir)?;
+        perm::check_dir(cred, &host.obj, MAY_READ | MAY_WRITE, dir)?;
         let (entries, digests) = self.grant_contents(&host.obj, settings.max_entries)?;
         let (first_ino, ino_count) = match read {
             true => (0, 0),

@@ -27,9 +27,19 @@ pub(crate) fn no_upgrade<T>(version: u8, _: &[u8]) -> Result<T, RecordError> {
     Err(RecordError::Version(version))
 }
 
-/// The `legacy` of a type whose format 1 is the layout earlier builds wrote unframed.
+/// The `legacy` of a type whose format 1 is the layout earlier builds wrote unframed
+/// (from before ancestries had ACL elements).
 pub(crate) fn unframed<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, RecordError> {
-    Ok(postcard::from_bytes(bytes)?)
+    Ok(plusfs_proto::record::legacy_ancestry(|| postcard::from_bytes(bytes))?)
+}
+
+/// The `upgrade` of a type holding directory ancestries (directory objects, sub-operations)
+/// whose format `current - 1` is its layout before ancestries had ACL elements.
+pub(crate) fn before_acls<T: DeserializeOwned>(version: u8, body: &[u8], current: u8) -> Result<T, RecordError> {
+    match version + 1 == current {
+        true => Ok(plusfs_proto::record::legacy_ancestry(|| postcard::from_bytes(body))?),
+        false => Err(RecordError::Version(version)),
+    }
 }
 
 /// A record kept in the store's log under `KIND`, in format `VERSION`.
@@ -118,6 +128,10 @@ pub(crate) struct Outbox {
 impl Logged for Outbox {
     const KIND: LogKind = LogKind::Outbox;
     const WHAT: &'static str = "outbox record";
+    const VERSION: u8 = 2;
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self, RecordError> {
+        before_acls(version, body, Self::VERSION)
+    }
 }
 
 /// A directory object taken over from its old home during the migration that started
@@ -157,7 +171,7 @@ pub(crate) enum MoveStage {
     /// Taker: stored here; the giver has not confirmed dropping its copy.
     Taken,
     /// Giver: handed over (no longer served here); its entries stay until `ShardDone`.
-    Out(DirObject),
+    Out(Box<DirObject>),
     /// Giver: gone; requests about it are redirected to `set`.
     Gone,
 }
@@ -165,6 +179,10 @@ pub(crate) enum MoveStage {
 impl Logged for ShardMove {
     const KIND: LogKind = LogKind::ShardMove;
     const WHAT: &'static str = "shard move record";
+    const VERSION: u8 = 2;
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self, RecordError> {
+        before_acls(version, body, Self::VERSION)
+    }
 }
 
 /// A shared inode a drained server handed to its heir `to`, keyed by inode number: the

@@ -17,6 +17,7 @@ pub(crate) mod logrec;
 pub(crate) mod perm;
 pub(crate) mod records;
 pub(crate) mod subops;
+pub(crate) mod xattrs;
 
 use crate::engine::errors::OpError;
 use crate::metrics::Metrics;

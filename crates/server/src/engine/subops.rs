@@ -12,7 +12,7 @@ use crate::engine::errors::OpError;
 use plusfs_proto::path::rebase;
 use plusfs_proto::WireError;
 use plusfs_proto::{
-    Ancestry, CommitPayload, Cred, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, SearchPerm,
+    Ancestry, CommitPayload, Cred, DirDump, DirObject, DistState, Errno, FileKind, Ino, Inode, Replace, SearchElem,
     ServerId, SubOp, Timespec, TxId, MAY_WRITE,
 };
 use plusfs_store::Batch;
@@ -33,6 +33,10 @@ pub(crate) struct Prepared {
 impl crate::engine::logrec::Logged for Prepared {
     const KIND: plusfs_store::LogKind = plusfs_store::LogKind::Participant;
     const WHAT: &'static str = "prepare record";
+    const VERSION: u8 = 2;
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self, crate::engine::logrec::RecordError> {
+        crate::engine::logrec::before_acls(version, body, Self::VERSION)
+    }
 }
 
 /// The ancestry of an object moved from under one parent to another: `anc` is (old
@@ -81,7 +85,7 @@ impl Engine {
                     vec![(new_root.clone(), Scope::Whole), (root.clone(), Scope::Whole)]
                 }
                 // The directory (its objects below come from the scan) and its entry.
-                SubOp::Reancestry { root, .. } => {
+                SubOp::Reancestry { root, .. } | SubOp::ReancestryAcl { root, .. } => {
                     let mut l = vec![(root.clone(), Scope::Whole)];
                     if let Some((dir, name)) = plusfs_proto::path::split(root) {
                         l.push((dir.to_string(), Scope::Name(name.to_string())));
@@ -153,7 +157,7 @@ impl Engine {
         // A subtree every object of which is locked: exported, or re-ancestried.
         let (export_root, exporting) = match ops.iter().find_map(|o| match o {
             SubOp::ExportSubtree { root, .. } => Some((root.clone(), true)),
-            SubOp::Reancestry { root, .. } => Some((root.clone(), false)),
+            SubOp::Reancestry { root, .. } | SubOp::ReancestryAcl { root, .. } => Some((root.clone(), false)),
             _ => None,
         }) {
             Some((root, exporting)) => (Some(root), exporting),
@@ -307,12 +311,8 @@ impl Engine {
             }
             SubOp::ExportSubtree { .. } => Ok(()),
             // The directory must still have the search element the change replaces.
-            SubOp::Reancestry { root, old, .. } => match self.store.get_dir(root).map_err(eio)? {
-                Some(d) if d.search_perm() != *old => {
-                    Err(OpError::Conflict(format!("'{root}' changed during the operation")))
-                }
-                _ => Ok(()),
-            },
+            SubOp::Reancestry { root, old, .. } => self.check_unchanged(root, &SearchElem::Mode(*old)),
+            SubOp::ReancestryAcl { root, old, .. } => self.check_unchanged(root, old),
         }
     }
 
@@ -351,7 +351,7 @@ impl Engine {
                     plusfs_proto::path::split(root).map(|x| x.0) != plusfs_proto::path::split(new_root).map(|x| x.0);
                 match self.store.get_dir(root).map_err(eio)? {
                     // Linux: moving a directory to another parent rewrites its "..".
-                    Some(d) if moved => perm::check(c, d.mode, d.uid, d.gid, MAY_WRITE, root).map_err(OpError::from),
+                    Some(d) if moved => perm::check_dir(c, &d, MAY_WRITE, root).map_err(OpError::from),
                     _ => Ok(()),
                 }
             }
@@ -446,8 +446,16 @@ impl Engine {
             }
         }
         for op in &p.ops {
-            if let SubOp::Reancestry { root, old, new, mode, uid, gid } = op {
-                self.commit_reancestry(root, (*old, *new), (*mode, *uid, *gid), &mut b)?;
+            match op {
+                SubOp::Reancestry { root, old, new, mode, uid, gid } => {
+                    let elems = (SearchElem::Mode(*old), SearchElem::Mode(*new));
+                    self.commit_reancestry(root, elems, (*mode, *uid, *gid), None, &mut b)?;
+                }
+                SubOp::ReancestryAcl { root, old, new, mode, uid, gid, acls } => {
+                    let elems = (old.clone(), new.clone());
+                    self.commit_reancestry(root, elems, (*mode, *uid, *gid), Some(acls), &mut b)?;
+                }
+                _ => {}
             }
         }
         for op in &p.ops {
@@ -509,21 +517,37 @@ impl Engine {
         Ok((b, remote))
     }
 
-    /// Applies a `Reancestry`: `root`'s objects here take the new attributes, every object
-    /// at or below it replaces one `old` by `new`, and `root`'s entry records the owner.
+    /// The vote of a `Reancestry`: the directory must still have the search element the
+    /// change replaces.
+    fn check_unchanged(&self, root: &str, old: &SearchElem) -> OpResult<()> {
+        match self.store.get_dir(root).map_err(eio)? {
+            Some(d) if d.search_elem() != *old => {
+                Err(OpError::Conflict(format!("'{root}' changed during the operation")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies a `Reancestry`: `root`'s objects here take the new attributes (and ACL
+    /// attributes, when given), every object at or below it replaces one `old` by `new`,
+    /// and `root`'s entry records the owner.
     fn commit_reancestry(
         &self,
         root: &str,
-        (old, new): (SearchPerm, SearchPerm),
+        (old, new): (SearchElem, SearchElem),
         (mode, uid, gid): (u32, u32, u32),
+        acls: Option<&[(String, Vec<u8>)]>,
         b: &mut Batch,
     ) -> OpResult<()> {
         let now = Timespec::now();
         let fix = |path: &str, d: &mut DirObject| {
             if path == root {
                 (d.mode, d.uid, d.gid, d.ctime) = (mode, uid, gid, now);
+                if let Some(acls) = acls {
+                    plusfs_proto::acl::replace_acl_xattrs(&mut d.xattrs, acls);
+                }
             }
-            d.ancestry = d.ancestry.take().map(|a| a.replace(old, new));
+            d.ancestry = d.ancestry.take().map(|a| a.replace(old.clone(), new.clone()));
         };
         for (path, mut d) in self.store.dirs_within(root).map_err(eio)? {
             fix(&path, &mut d);

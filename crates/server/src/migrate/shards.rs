@@ -266,7 +266,7 @@ impl Migration {
         check_dir_path(path)?;
         if let Some(rec) = self.shard_move(path)? {
             match rec.stage {
-                MoveStage::Out(obj) if obj.ino == ino => return self.first_page(path, obj),
+                MoveStage::Out(obj) if obj.ino == ino => return self.first_page(path, *obj),
                 // Its taker has it: whoever asks holds a move the home did not make.
                 MoveStage::Gone if rec.ino == ino => {
                     return Err(err(
@@ -313,7 +313,7 @@ impl Migration {
             from: me,
             to,
             set,
-            stage: MoveStage::Out(obj.clone()),
+            stage: MoveStage::Out(Box::new(obj.clone())),
         };
         let mut b = Batch::new();
         b.del_shard(path);

@@ -17,6 +17,7 @@ use crate::hugedir::HugeDirs;
 use crate::links::Found;
 use crate::links::Links;
 use crate::twopc::TwoPhase;
+use plusfs_proto::acl;
 use plusfs_proto::{
     Attr, DirEntry, DirObject, Dirents, DistState, Errno, FileKind, FsckData, Inode, Reply, Request, SetAttr, Statfs,
     MAY_READ, MAY_WRITE,
@@ -87,7 +88,7 @@ impl Namespace {
                     drop(g);
                     let i = self.links.resolve(p, e).await?;
                     for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
-                        perm::check(c, i.mode, i.uid, i.gid, want, p)?;
+                        perm::check_acl(c, i.mode, i.uid, i.gid, i.access_acl().as_ref(), want, p)?;
                     }
                     Ok(Reply::Attr(Attr::of_inode(&i)))
                 }
@@ -95,10 +96,11 @@ impl Namespace {
         }
         perm::check_dir_write(c, &host.obj, dir)?;
         perm::check_mknod(c, kind, p)?;
-        let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, owner, mode & 0o7777, false);
+        let n = perm::new_entry(c, &host.obj, owner, mode, false);
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
         let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { rdev } else { 0 };
-        let inode = Inode { size, target, rdev, ..Inode::new(self.engine.new_ino().await?, kind, mode, uid, gid) };
+        let new = Inode::new(self.engine.new_ino().await?, kind, n.mode, n.uid, n.gid);
+        let inode = Inode { size, target, rdev, xattrs: n.xattrs, ..new };
         count_entry(&mut host.obj, kind, 1);
         let mut b = Batch::new();
         b.put_entry(host.obj.ino, name, &inode);
@@ -142,7 +144,7 @@ impl Namespace {
             return Ok(Reply::IsDir { ino: e.ino });
         }
         for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
-            perm::check(c, e.mode, e.uid, e.gid, want, p)?;
+            perm::check_acl(c, e.mode, e.uid, e.gid, e.access_acl().as_ref(), want, p)?;
         }
         Ok(Reply::Attr(Attr::of_inode(&e)))
     }
@@ -167,7 +169,14 @@ impl Namespace {
     pub(crate) fn dir_perms(&self, p: &str) -> OpResult<Reply> {
         check_dir_path(p)?;
         let d = self.engine.dir_object(p)?;
-        Ok(Reply::DirPerms { mode: d.mode, uid: d.uid, gid: d.gid, ancestry: d.ancestry })
+        let perms = plusfs_proto::ParentPerms::of(d.clone());
+        Ok(Reply::DirPerms {
+            mode: d.mode,
+            uid: d.uid,
+            gid: d.gid,
+            ancestry: perms.ancestry,
+            default_acl: perms.default_acl,
+        })
     }
 
     pub(crate) async fn unlink(self: &Arc<Self>, p: &str, via: Via, c: &Call) -> OpResult<Reply> {
@@ -213,7 +222,7 @@ impl Namespace {
         check_dir_path(p)?;
         let d = self.engine.host(p, via)?.obj;
         perm::check_search_above(c, &d, p)?;
-        perm::check(c, d.mode, d.uid, d.gid, MAY_READ, p)?;
+        perm::check_dir(c, &d, MAY_READ, p)?;
         let limit = if limit == 0 { 1024 } else { limit.min(MAX_READDIR_PAGE) } as usize;
         let mut page = self.engine.store().list_entries(d.ino, after.as_deref(), limit + 1).map_err(eio)?;
         let more = page.len() > limit;
@@ -233,8 +242,7 @@ impl Namespace {
         if e.kind == FileKind::Dir {
             return Ok(Reply::IsDir { ino: e.ino });
         }
-        let cur = perm::Owned { mode: e.mode, uid: e.uid, gid: e.gid, dir: false };
-        let set = &perm::check_setattr(c, cur, set, p)?;
+        let set = &perm::check_setattr(c, &perm::Owned::of_inode(e), set, p)?;
         let gate = self.engine.data_gate().read().await;
         let mut b = Batch::new();
         let mut remote = Vec::new();
@@ -245,6 +253,9 @@ impl Namespace {
             remote = self.filedata.resize(e, size, &mut b)?;
         }
         apply_set(set, &mut e.mode, &mut e.uid, &mut e.gid, &mut e.atime, &mut e.mtime, &mut e.ctime);
+        if let Some(m) = set.mode {
+            plusfs_proto::acl::chmod_xattrs(&mut e.xattrs, m);
+        }
         t.save(&mut b);
         let answer = Reply::Attr(Attr::of_inode(&t.inode));
         c.answer_with_next_batch(&Ok(answer.clone()));
@@ -307,7 +318,17 @@ impl Namespace {
                 .collect(),
             ..Default::default()
         };
+        for (p, d) in dirs.iter().chain(shards.iter()) {
+            data.acl_problems.extend(acl::problems(&d.xattrs, d.mode, true).into_iter().map(|e| format!("'{p}': {e}")));
+            if d.ancestry.as_ref().is_some_and(|a| !a.holds(&d.search_elem())) {
+                data.acl_problems.push(format!("'{p}': its ancestry lacks its own search element"));
+            }
+        }
         let shared = self.engine.store().all_inodes().map_err(eio)?;
+        for i in &shared {
+            let found = acl::problems(&i.xattrs, i.mode, false);
+            data.acl_problems.extend(found.into_iter().map(|e| format!("shared inode {}: {e}", i.ino)));
+        }
         data.shared = shared.iter().map(|i| (i.ino, i.nlink)).collect();
         data.pieces = shared.iter().flat_map(|i| i.pieces.iter().map(|q| (q.server, q.record))).collect();
         data.records = self.filedata.record_inventory().await?;
@@ -315,6 +336,10 @@ impl Namespace {
             data.pieces.extend(inode.pieces.iter().map(|q| (q.server, q.record)));
             if let Some(home) = inode.link_home {
                 data.links.push((inode.ino, home));
+            } else if inode.kind != FileKind::Dir {
+                let found = acl::problems(&inode.xattrs, inode.mode, false);
+                data.acl_problems
+                    .extend(found.into_iter().map(|e| format!("entry '{name}' of directory inode {parent}: {e}")));
             }
             if moving.contains(&parent) {
                 continue;

@@ -220,6 +220,7 @@ impl Osd {
                 drop(data);
                 Ok(Reply::Data(bytes::Bytes::from_static(&PROBE_ZEROS[..reply_len.min(4 << 20) as usize]).into()))
             }
+            DirXattr { path, op } if op.changes_acl() => self.dirperms.dir_acl(&path, &op, c).await,
             DirXattr { path, op } => self.namespace.dir_xattr(&path, &op, c).await,
             DirPerms { path } => self.namespace.dir_perms(&path),
             CxPerms { op, path, answer } => {
@@ -343,6 +344,13 @@ impl LocalPeer for Osd {
             // Not a client's request: its batches are never a request's effects.
             let call = Call::new(c.clone());
             let c = &call;
+            // A transaction's changes recall the delegations on what they touch here too
+            // (a re-ancestry's subtree, entries), as they do when another server sends
+            // them: a holder must not go on checking with what the change replaces.
+            let _inflight = match &req {
+                Request::TxPrepare { .. } => Some(self.deleg.enter_delegated(c, &req).await),
+                _ => None,
+            };
             let answer = match req {
                 Request::Stat { path } => self.namespace.stat(&path, Via::Home, c).await,
                 Request::DirPerms { path } => self.namespace.dir_perms(&path),

@@ -81,7 +81,7 @@ impl Osd {
         let new_cluster = engine.map().epoch <= 1 && !engine.map().migrating();
         if new_cluster && engine.map().home_of_dir("/") == id && engine.store().get_dir("/")?.is_none() {
             let mut root = DirObject { incarnation: 1, ..DirObject::new(ROOT_INO, 0o755, 0, 0) };
-            root.ancestry = Some(plusfs_proto::Ancestry::root(root.search_perm()));
+            root.ancestry = Some(plusfs_proto::Ancestry::root(root.search_elem()));
             let mut b = Batch::new();
             b.put_dir("/", &root);
             engine.commit(b).await?;
