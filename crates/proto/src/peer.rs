@@ -78,7 +78,10 @@ pub enum SubOp {
     Reancestry { root: String, old: SearchPerm, new: SearchPerm, mode: u32, uid: u32, gid: u32 },
     /// `Reancestry` with search elements that may be ACL rules, and the ACL attributes
     /// (`system.posix_acl_*`) `root`'s object and shards take (chmod, chown or an ACL
-    /// change of a directory). Builds since ACLs send only this form.
+    /// change of a directory). `was` is what the change was decided from: `root`'s mode,
+    /// owner, group and ACL attributes, which its home must still have when it votes (a
+    /// change made meanwhile would otherwise be overwritten). Builds since ACLs send only
+    /// this form.
     ReancestryAcl {
         root: String,
         old: SearchElem,
@@ -87,7 +90,24 @@ pub enum SubOp {
         uid: u32,
         gid: u32,
         acls: Vec<(String, Vec<u8>)>,
+        was: DirAttrs,
     },
+}
+
+/// A directory's mode, owner, group and ACL attributes (`SubOp::ReancestryAcl`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirAttrs {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub acls: Vec<(String, Vec<u8>)>,
+}
+
+impl DirAttrs {
+    /// Those of `d`.
+    pub fn of(d: &DirObject) -> DirAttrs {
+        DirAttrs { mode: d.mode, uid: d.uid, gid: d.gid, acls: crate::acl::acl_xattrs(&d.xattrs) }
+    }
 }
 
 /// The directory one side of a Cx mkdir or rmdir names: made (`create`) or removed, at

@@ -209,7 +209,7 @@ pub fn check_xattr(cred: &Cred, cur: &Owned, op: &XattrOp, path: &str) -> OpResu
         if want == MAY_READ {
             return Ok(());
         }
-        if name == DEFAULT_XATTR && !cur.dir {
+        if name == DEFAULT_XATTR && !cur.dir && matches!(op, XattrOp::Set { .. }) {
             return Err(err(Errno::EACCES, format!("'{path}' is no directory: it has no default ACL")));
         }
         return match cred.is_root() || cred.uid == cur.uid {
@@ -263,11 +263,15 @@ pub fn new_owner(cred: &Cred, d_mode: u32, d_gid: u32, asked: (u32, u32), mode: 
     (uid, gid, mode)
 }
 
-/// Owner, mode and ACL attributes of an entry `cred` creates with `mode` in directory `d`
-/// ([`new_owner`], then `d`'s default ACL or else the caller's umask, see
-/// [`crate::acl::on_create`]).
-pub fn new_entry(cred: &Cred, d: &DirObject, asked: (u32, u32), mode: u32, dir: bool) -> NewEntry {
+/// Owner, mode and ACL attributes of an entry of `kind` `cred` creates with `mode` in
+/// directory `d` ([`new_owner`], then `d`'s default ACL or else the caller's umask, see
+/// [`crate::acl::on_create`]; a symbolic link has neither, as on Linux).
+pub fn new_entry(cred: &Cred, d: &DirObject, asked: (u32, u32), mode: u32, kind: crate::FileKind) -> NewEntry {
+    let dir = kind == crate::FileKind::Dir;
     let (uid, gid, mode) = new_owner(cred, d.mode, d.gid, asked, mode & 0o7777, dir);
+    if kind == crate::FileKind::Symlink {
+        return NewEntry { uid, gid, mode, xattrs: Vec::new() };
+    }
     let (mode, xattrs) = crate::acl::on_create(d.default_acl().as_ref(), mode, cred.umask, dir);
     NewEntry { uid, gid, mode, xattrs }
 }

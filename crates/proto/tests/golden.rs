@@ -154,6 +154,7 @@ fn requests() -> Vec<Request> {
                     uid: 1000,
                     gid: 100,
                     acls: vec![("system.posix_acl_access".into(), acl_value())],
+                    was: DirAttrs { mode: 0o755, uid: 0, gid: 0, acls: vec![] },
                 },
             ],
             epoch: 3,

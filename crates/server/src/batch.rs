@@ -98,7 +98,7 @@ impl Batches {
         }
         let (uid, gid, mode) = match self.engine.host(dir, via) {
             Ok(h) => {
-                let n = perm::new_entry(c, &h.obj, owner, mode, false);
+                let n = perm::new_entry(c, &h.obj, owner, mode, FileKind::File);
                 (n.uid, n.gid, n.mode)
             }
             Err(_) => (uid, gid, mode),

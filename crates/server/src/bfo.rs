@@ -167,12 +167,13 @@ impl Bfo {
             }
             remote.extend(self.engine.drop_unused(&before, &Default::default(), &mut b)?);
             inode.size = f.data.len() as u64;
-            if c.is_root() {
-                (inode.mode, inode.uid, inode.gid) = (f.mode & 0o7777, f.uid, f.gid);
-            } else if new {
-                let d = &host.obj;
-                let n = perm::new_entry(c, d, (0, 0), f.mode, false);
+            if new {
+                // Root records the owner it asks for (`new_owner`); everyone inherits.
+                let n = perm::new_entry(c, &host.obj, (f.uid, f.gid), f.mode, FileKind::File);
                 (inode.uid, inode.gid, inode.mode, inode.xattrs) = (n.uid, n.gid, n.mode, n.xattrs);
+            } else if c.is_root() {
+                (inode.mode, inode.uid, inode.gid) = (f.mode & 0o7777, f.uid, f.gid);
+                plusfs_proto::acl::chmod_xattrs(&mut inode.xattrs, inode.mode);
             } else {
                 // An unprivileged writer keeps the owner; setuid goes as with any write.
                 inode.mode = perm::kill_suid(inode.mode);

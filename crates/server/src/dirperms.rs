@@ -265,7 +265,7 @@ impl DirPerms {
         perm::check_search_above(c, &d, p)?;
         perm::check_xattr(c, &perm::Owned::of_dir(&d), op, p)?;
         let mut n = d.clone();
-        crate::engine::xattrs::apply(&mut n.xattrs, &mut n.mode, op, p)?;
+        crate::engine::xattrs::apply(&mut n.xattrs, (&mut n.mode, d.gid), op, p, c)?;
         n.ctime = Timespec::now();
         n.ancestry = n.ancestry.take().map(|a| a.replace(d.search_elem(), n.search_elem()));
         if d.change_stays_here(&n) {
@@ -292,6 +292,7 @@ impl DirPerms {
                 uid: new.uid,
                 gid: new.gid,
                 acls: acl::acl_xattrs(&new.xattrs),
+                was: plusfs_proto::DirAttrs::of(old),
             };
             add_part(&mut parts, s.id, op);
         }

@@ -232,7 +232,7 @@ impl TwoPhase {
         let mut parts = Parts::new();
         let mut attrs = Vec::with_capacity(names.len());
         let parent = self.engine.host(dir, via)?.obj;
-        let n = perm::new_entry(c, &parent, owner, mode, true);
+        let n = perm::new_entry(c, &parent, owner, mode, FileKind::Dir);
         let (uid, gid) = (n.uid, n.gid);
         for name in names {
             let mut object = DirObject::new(self.engine.new_ino().await?, n.mode, uid, gid);

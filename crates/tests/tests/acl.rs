@@ -100,6 +100,19 @@ async fn the_servers_check_acls_of_the_object_and_of_its_ancestors() {
     put(&dave, &format!("{shared}/sub/deeper"), b"x").await.unwrap();
     let deeper = root.get_acl(&format!("{shared}/sub/deeper"), AclKind::Access).await.unwrap().unwrap();
     assert_eq!(deeper.to_text(), "user::rw-,group::rwx,group:2000:rwx,mask::r--,other::---");
+    // A symbolic link takes no ACL, inherited or set.
+    let link = format!("{shared}/link");
+    dave.symlink("file", &link).await.unwrap();
+    assert_eq!(root.get_acl(&link, AclKind::Access).await.unwrap(), None);
+    assert_eq!(errno_of(dave.set_acl(&link, AclKind::Access, Some(&dflt)).await).await, Errno::EOPNOTSUPP);
+    // Setting an access ACL clears the set-group-ID bit of a caller outside the group.
+    root.chown(&format!("{shared}/sub"), Some(ALICE), Some(ALICE)).await.unwrap();
+    alice.chmod(&format!("{shared}/sub"), 0o2770).await.unwrap();
+    alice.set_acl(&format!("{shared}/sub"), AclKind::Access, Some(&dflt)).await.unwrap();
+    assert_eq!(root.stat(&format!("{shared}/sub")).await.unwrap().mode & 0o7777, 0o2770, "alice is in her group");
+    root.chown(&format!("{shared}/sub"), None, Some(TEAM)).await.unwrap();
+    alice.set_acl(&format!("{shared}/sub"), AclKind::Access, Some(&dflt)).await.unwrap();
+    assert_eq!(root.stat(&format!("{shared}/sub")).await.unwrap().mode & 0o7777, 0o770, "not in group 2000");
     // Without a default ACL the umask applies.
     alice.create("/proj/a/plain", 0o666, true).await.unwrap();
     assert_eq!(root.stat("/proj/a/plain").await.unwrap().mode & 0o777, 0o644);

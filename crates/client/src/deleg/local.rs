@@ -180,7 +180,7 @@ impl Held {
         self.next_ino += 1;
         // The server derives the same ACL from the directory's default ACL at write-back;
         // an entry with one is then asked of the server (as a hard link is).
-        let perm::NewEntry { uid, gid, mode, xattrs } = perm::new_entry(c, &self.obj, new.asked, mode, false);
+        let perm::NewEntry { uid, gid, mode, xattrs } = perm::new_entry(c, &self.obj, new.asked, mode, new.kind);
         let now = Timespec::now();
         let size = new.target.map_or(0, |t| t.len() as u64);
         let rdev = if matches!(new.kind, FileKind::BlockDev | FileKind::CharDev) { new.rdev } else { 0 };

@@ -234,8 +234,8 @@ fn replay_namespace(
             let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, (*uid, *gid), *mode, false);
             let size = target.as_ref().map_or(0, |t| t.len() as u64);
             let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { *rdev } else { 0 };
-            // A delegated directory has no default ACL (none is granted for one, and
-            // setting one recalls it); should one be there, it is inherited here.
+            // What a default ACL of the directory gives: the holder derived the same mode
+            // (`perm::new_entry`), and asks the server about such entries afterwards.
             let (mode, acls) = plusfs_proto::acl::on_create(host.obj.default_acl().as_ref(), mode, 0, false);
             let mut inode = Inode { size, target: target.clone(), rdev, ..Inode::new(*ino, *kind, mode, uid, gid) };
             inode.xattrs = acls;

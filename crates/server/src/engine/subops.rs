@@ -451,7 +451,7 @@ impl Engine {
                     let elems = (SearchElem::Mode(*old), SearchElem::Mode(*new));
                     self.commit_reancestry(root, elems, (*mode, *uid, *gid), None, &mut b)?;
                 }
-                SubOp::ReancestryAcl { root, old, new, mode, uid, gid, acls } => {
+                SubOp::ReancestryAcl { root, old, new, mode, uid, gid, acls, .. } => {
                     let elems = (old.clone(), new.clone());
                     self.commit_reancestry(root, elems, (*mode, *uid, *gid), Some(acls), &mut b)?;
                 }

@@ -5,21 +5,27 @@
 use crate::engine::errors::{err, OpResult};
 use plusfs_proto::acl;
 use plusfs_proto::filedata::{MAX_XATTR_NAME, MAX_XATTR_TOTAL, MAX_XATTR_VALUE};
-use plusfs_proto::{Errno, Reply, XattrOp};
+use plusfs_proto::{Cred, Errno, Reply, XattrOp};
 
 /// Namespaces plusfs stores besides the two ACLs; others (`security.`, other `system.`
 /// names) get EOPNOTSUPP when set.
 const STORED_NAMESPACES: [&str; 2] = ["user.", "trusted."];
 
-/// Applies `op` to `attrs` (sorted by name) of an object of `mode` (which setting an
-/// access ACL changes). Returns the reply and whether they changed.
+/// Applies `op` to `attrs` (sorted by name) of an object of `mode` owned by group `gid`
+/// (setting an access ACL changes the mode, and clears its set-group-ID bit when `c` is
+/// neither root nor a member of `gid`, as a chmod would). Returns the reply and whether
+/// they changed.
 pub(crate) fn apply(
     attrs: &mut Vec<(String, Vec<u8>)>,
-    mode: &mut u32,
+    (mode, gid): (&mut u32, u32),
     op: &XattrOp,
     p: &str,
+    c: &Cred,
 ) -> OpResult<(Reply, bool)> {
     if let Some(r) = apply_acl(attrs, mode, op, p) {
+        if matches!(op, XattrOp::Set { name, .. } if name == acl::ACCESS_XATTR) && !c.is_root() && !c.in_group(gid) {
+            *mode &= !libc::S_ISGID;
+        }
         return r;
     }
     let find = |attrs: &Vec<(String, Vec<u8>)>, name: &str| attrs.binary_search_by(|(n, _)| n.as_str().cmp(name));
@@ -114,41 +120,57 @@ mod tests {
             create,
             replace,
         };
-        assert!(apply(&mut a, &mut m, &set("user.b", b"2", false, false), "/f").unwrap().1);
-        apply(&mut a, &mut m, &set("user.a", b"1", true, false), "/f").unwrap();
-        assert_eq!(apply(&mut a, &mut m, &set("user.a", b"x", true, false), "/f").unwrap_err().errno(), Errno::EEXIST);
-        assert_eq!(apply(&mut a, &mut m, &set("user.c", b"x", false, true), "/f").unwrap_err().errno(), Errno::ENODATA);
+        assert!(apply(&mut a, (&mut m, 0), &set("user.b", b"2", false, false), "/f", &Cred::server()).unwrap().1);
+        apply(&mut a, (&mut m, 0), &set("user.a", b"1", true, false), "/f", &Cred::server()).unwrap();
         assert_eq!(
-            apply(&mut a, &mut m, &set("security.x", b"x", false, false), "/f").unwrap_err().errno(),
+            apply(&mut a, (&mut m, 0), &set("user.a", b"x", true, false), "/f", &Cred::server()).unwrap_err().errno(),
+            Errno::EEXIST
+        );
+        assert_eq!(
+            apply(&mut a, (&mut m, 0), &set("user.c", b"x", false, true), "/f", &Cred::server()).unwrap_err().errno(),
+            Errno::ENODATA
+        );
+        assert_eq!(
+            apply(&mut a, (&mut m, 0), &set("security.x", b"x", false, false), "/f", &Cred::server())
+                .unwrap_err()
+                .errno(),
             Errno::EOPNOTSUPP
         );
         let big = vec![0u8; MAX_XATTR_VALUE + 1];
         assert_eq!(
-            apply(&mut a, &mut m, &set("user.big", &big, false, false), "/f").unwrap_err().errno(),
+            apply(&mut a, (&mut m, 0), &set("user.big", &big, false, false), "/f", &Cred::server())
+                .unwrap_err()
+                .errno(),
             Errno::E2BIG
         );
         assert_eq!(
-            apply(&mut a, &mut m, &set(&"u".repeat(300), b"", false, false), "/f").unwrap_err().errno(),
+            apply(&mut a, (&mut m, 0), &set(&"u".repeat(300), b"", false, false), "/f", &Cred::server())
+                .unwrap_err()
+                .errno(),
             Errno::ERANGE
         );
         assert_eq!(
-            apply(&mut a, &mut m, &XattrOp::List, "/f").unwrap().0,
+            apply(&mut a, (&mut m, 0), &XattrOp::List, "/f", &Cred::server()).unwrap().0,
             Reply::Names(vec!["user.a".into(), "user.b".into()])
         );
         assert_eq!(
-            apply(&mut a, &mut m, &XattrOp::Get { name: "user.b".into() }, "/f").unwrap().0,
+            apply(&mut a, (&mut m, 0), &XattrOp::Get { name: "user.b".into() }, "/f", &Cred::server()).unwrap().0,
             Reply::Data(b"2".to_vec().into())
         );
-        apply(&mut a, &mut m, &XattrOp::Remove { name: "user.a".into() }, "/f").unwrap();
+        apply(&mut a, (&mut m, 0), &XattrOp::Remove { name: "user.a".into() }, "/f", &Cred::server()).unwrap();
         assert_eq!(
-            apply(&mut a, &mut m, &XattrOp::Get { name: "user.a".into() }, "/f").unwrap_err().errno(),
+            apply(&mut a, (&mut m, 0), &XattrOp::Get { name: "user.a".into() }, "/f", &Cred::server())
+                .unwrap_err()
+                .errno(),
             Errno::ENODATA
         );
         // The total per object is bounded.
         let half = vec![0u8; MAX_XATTR_VALUE / 2];
-        apply(&mut a, &mut m, &set("user.h1", &half, false, false), "/f").unwrap();
+        apply(&mut a, (&mut m, 0), &set("user.h1", &half, false, false), "/f", &Cred::server()).unwrap();
         assert_eq!(
-            apply(&mut a, &mut m, &set("user.h2", &half, false, false), "/f").unwrap_err().errno(),
+            apply(&mut a, (&mut m, 0), &set("user.h2", &half, false, false), "/f", &Cred::server())
+                .unwrap_err()
+                .errno(),
             Errno::ENOSPC
         );
     }

@@ -84,19 +84,16 @@ impl Namespace {
             return match e.kind {
                 _ if exclusive => Err(err(Errno::EEXIST, format!("'{p}' exists"))),
                 FileKind::Dir => Err(err(Errno::EISDIR, format!("'{p}' is a directory"))),
+                // An open of what is there, checked where its inode (and ACL) is kept.
                 _ => {
                     drop(g);
-                    let i = self.links.resolve(p, e).await?;
-                    for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
-                        perm::check_acl(c, i.mode, i.uid, i.gid, i.access_acl().as_ref(), want, p)?;
-                    }
-                    Ok(Reply::Attr(Attr::of_inode(&i)))
+                    self.open_entry(p, access, via, c).await
                 }
             };
         }
         perm::check_dir_write(c, &host.obj, dir)?;
         perm::check_mknod(c, kind, p)?;
-        let n = perm::new_entry(c, &host.obj, owner, mode, false);
+        let n = perm::new_entry(c, &host.obj, owner, mode, kind);
         let size = target.as_ref().map_or(0, |t| t.len() as u64);
         let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { rdev } else { 0 };
         let new = Inode::new(self.engine.new_ino().await?, kind, n.mode, n.uid, n.gid);

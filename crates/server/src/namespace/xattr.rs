@@ -3,13 +3,13 @@
 
 use super::Namespace;
 use crate::engine::call::Call;
-use crate::engine::errors::{check_dir_path, OpResult};
+use crate::engine::errors::{check_dir_path, err, OpResult};
 use crate::engine::host::Via;
 use crate::engine::locks::Scope;
 use crate::engine::perm;
 use crate::engine::xattrs::apply;
 use crate::links::Found;
-use plusfs_proto::{FileKind, Reply, Request, Timespec, XattrOp};
+use plusfs_proto::{Errno, FileKind, Reply, Request, Timespec, XattrOp};
 use plusfs_store::Batch;
 use std::sync::Arc;
 
@@ -27,7 +27,11 @@ impl Namespace {
         }
         let i = &t.inode;
         perm::check_xattr(c, &perm::Owned::of_inode(i), op, p)?;
-        let (reply, changed) = apply(&mut t.inode.xattrs, &mut t.inode.mode, op, p)?;
+        if t.inode.kind == FileKind::Symlink && op.changes_acl() {
+            return Err(err(Errno::EOPNOTSUPP, format!("'{p}' is a symbolic link: it has no ACL")));
+        }
+        let gid = t.inode.gid;
+        let (reply, changed) = apply(&mut t.inode.xattrs, (&mut t.inode.mode, gid), op, p, c)?;
         if changed {
             t.inode.ctime = Timespec::now();
             let mut b = Batch::new();
@@ -45,7 +49,8 @@ impl Namespace {
         let mut d = self.engine.dir_object(p)?;
         perm::check_search_above(c, &d, p)?;
         perm::check_xattr(c, &perm::Owned::of_dir(&d), op, p)?;
-        let (reply, changed) = apply(&mut d.xattrs, &mut d.mode, op, p)?;
+        let gid = d.gid;
+        let (reply, changed) = apply(&mut d.xattrs, (&mut d.mode, gid), op, p, c)?;
         if changed {
             d.ctime = Timespec::now();
             let mut b = Batch::new();
