@@ -96,12 +96,10 @@ impl Batches {
             // Permission errors differ per entry: entry by entry, as single operations.
             return Ok(Reply::Batch(self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await));
         }
-        let (uid, gid, mode) = match self.engine.host(dir, via) {
-            Ok(h) => {
-                let n = perm::new_entry(c, &h.obj, owner, mode, FileKind::File);
-                (n.uid, n.gid, n.mode)
-            }
-            Err(_) => (uid, gid, mode),
+        // What a new file gets: owner, mode, and the ACL a default ACL gives it.
+        let new = match self.engine.host(dir, via) {
+            Ok(h) => perm::new_entry(c, &h.obj, owner, mode, FileKind::File),
+            Err(_) => perm::NewEntry { uid, gid, mode, xattrs: Vec::new() },
         };
         let reply = match op {
             BatchOp::Mkdir => self.mkdirv(dir, names, mode, owner, semantics, via, c).await?,
@@ -111,7 +109,10 @@ impl Batches {
                     Some(_) if exclusive => Err(Errno::EEXIST),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Keep(Attr::of_inode(e))),
-                    None => Ok(Change::Create(Inode::new(0, FileKind::File, mode, uid, gid))),
+                    None => Ok(Change::Create(Inode {
+                        xattrs: new.xattrs.clone(),
+                        ..Inode::new(0, FileKind::File, new.mode, new.uid, new.gid)
+                    })),
                 })
                 .await?
             {
@@ -139,8 +140,6 @@ impl Batches {
     fn may_batch(&self, dir: &str, via: Via, c: &Call) -> bool {
         match self.engine.host(dir, via) {
             Err(_) => true,
-            // Creates under a default ACL inherit it: one by one, as single operations.
-            Ok(h) if h.obj.default_acl().is_some() => false,
             Ok(h) => c.is_root() || (perm::check_dir_write(c, &h.obj, dir).is_ok() && h.obj.mode & libc::S_ISVTX == 0),
         }
     }

@@ -1,5 +1,6 @@
 //! What a client keeps of one delegated directory.
 
+use plusfs_proto::acl::Acl;
 use plusfs_proto::{Attr, Cred, DelegOp, DirObject, Request, ServerId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -19,7 +20,9 @@ pub const MAX_KEPT: usize = 65_536;
 pub(crate) enum Local {
     /// Its attributes (a subdirectory's are its kind and inode only), symlink target,
     /// and whole contents when known (files created under the delegation).
-    Known { attr: Attr, target: Option<String>, content: Option<Vec<u8>>, dirty: bool, link: bool },
+    /// `acl` is its access ACL (checked here as the server would), `link` says it is a
+    /// hard link (its inode is the server's to check and change).
+    Known { attr: Attr, target: Option<String>, content: Option<Vec<u8>>, dirty: bool, link: bool, acl: Option<Acl> },
     /// Changed by a request sent to the server: ask the server.
     Unknown,
     /// Removed here (or found missing on the server) while its name's digest, granted
@@ -122,9 +125,8 @@ impl Held {
             }
             let l = match inode {
                 Some(i) => {
-                    // Hard links and entries with ACLs are the server's to check and change.
-                    let link = i.link_home.is_some() || i.access_acl().is_some();
-                    Local::Known { attr: Attr::of_inode(&i), target: i.target, content: None, dirty: false, link }
+                    let (link, acl) = (i.link_home.is_some(), i.access_acl());
+                    Local::Known { attr: Attr::of_inode(&i), target: i.target, content: None, dirty: false, link, acl }
                 }
                 None => Local::Removed,
             };

@@ -4,6 +4,7 @@
 //! to the server (after the queue, see `before`).
 
 use super::held::{Found, Held, Local, MAX_BYTES, MAX_OPS};
+use plusfs_proto::acl::{Acl, ACCESS_XATTR};
 use plusfs_proto::perm::{self, Owned};
 use plusfs_proto::{apply_set_at, Attr, Cred, DelegOp, DirEntry, Errno, FileKind, SetAttr, Timespec};
 use plusfs_proto::{MAY_READ, MAY_WRITE};
@@ -164,7 +165,7 @@ impl Held {
             Found::Here(Local::Known { .. }) if new.exclusive => return Some(Err(Errno::EEXIST)),
             Found::Here(Local::Known { attr, link: false, .. }) if attr.kind == FileKind::File => {
                 let attr = attr.clone();
-                return Some(self.may_open(&attr, new.access, c).map(|_| attr));
+                return Some(self.may_open(name, &attr, new.access, c).map(|_| attr));
             }
             Found::Here(_) | Found::AskServer => return None,
             Found::Absent => {}
@@ -178,8 +179,7 @@ impl Held {
         }
         let ino = self.next_ino;
         self.next_ino += 1;
-        // The server derives the same ACL from the directory's default ACL at write-back;
-        // an entry with one is then asked of the server (as a hard link is).
+        // The server derives the same ACL from the directory's default ACL at write-back.
         let perm::NewEntry { uid, gid, mode, xattrs } = perm::new_entry(c, &self.obj, new.asked, mode, new.kind);
         let now = Timespec::now();
         let size = new.target.map_or(0, |t| t.len() as u64);
@@ -214,18 +214,29 @@ impl Held {
             by,
         });
         let content = (new.kind == FileKind::File).then(Vec::new);
-        let l = Local::Known { attr: attr.clone(), target, content, dirty: false, link: !xattrs.is_empty() };
+        let acl = Acl::in_xattrs(&xattrs, ACCESS_XATTR);
+        let l = Local::Known { attr: attr.clone(), target, content, dirty: false, link: false, acl };
         self.entries.insert(name.to_string(), l);
         Some(Ok(attr))
     }
 
-    fn may_open(&self, a: &Attr, access: u32, c: &Cred) -> Result<(), Errno> {
+    /// Whether `c` may open entry `name` (attributes `a`) for `access`.
+    fn may_open(&self, name: &str, a: &Attr, access: u32, c: &Cred) -> Result<(), Errno> {
+        let acl = self.acl_of(name);
         for want in [MAY_READ, MAY_WRITE].into_iter().filter(|w| access & w != 0) {
-            if !c.may(a.mode, a.uid, a.gid, want) {
+            if !perm::may_acl(c, a.mode, a.uid, a.gid, acl, want) {
                 return Err(Errno::EACCES);
             }
         }
         Ok(())
+    }
+
+    /// The access ACL of entry `name`, if it has one.
+    fn acl_of(&self, name: &str) -> Option<&Acl> {
+        match self.entries.get(name) {
+            Some(Local::Known { acl, .. }) => acl.as_ref(),
+            _ => None,
+        }
     }
 
     /// `open` of an existing entry.
@@ -237,7 +248,7 @@ impl Held {
             None => Some(Err(Errno::ENOENT)),
             Some(a) => {
                 let a = a.clone();
-                Some(self.may_open(&a, access, c).map(|_| a))
+                Some(self.may_open(name, &a, access, c).map(|_| a))
             }
         }
     }
@@ -348,8 +359,7 @@ impl Held {
             None => return Some(Err(Errno::ENOENT)),
             Some(a) => a.clone(),
         };
-        // Entries with ACLs are not answered here (`link`): mode bits say it all.
-        let cur = Owned { mode: a.mode, uid: a.uid, gid: a.gid, dir: false, acl: None };
+        let cur = Owned { mode: a.mode, uid: a.uid, gid: a.gid, dir: false, acl: self.acl_of(name).cloned() };
         let mut set = match perm::check_setattr(c, &cur, set, name) {
             Ok(s) => s,
             Err(e) => return Some(Err(e.errno)),
@@ -365,13 +375,16 @@ impl Held {
         // the operation's time, checking what `utimensat(NULL)` needs (write permission),
         // not what explicit times need (ownership).
         let now = Timespec::now();
-        let Some(Local::Known { attr, content, dirty, .. }) = self.entries.get_mut(name) else { return None };
+        let Some(Local::Known { attr, content, dirty, acl, .. }) = self.entries.get_mut(name) else { return None };
         apply_set_at(
             &set,
             now,
             (&mut attr.mode, &mut attr.uid, &mut attr.gid),
             (&mut attr.atime, &mut attr.mtime, &mut attr.ctime),
         );
+        if let (Some(m), Some(a)) = (set.mode, acl.as_mut()) {
+            a.chmod(m); // as the server does at write-back (`acl::chmod_xattrs`)
+        }
         if let (Some(s), Some(c)) = (size, content.as_mut()) {
             c.resize(s as usize, 0);
             attr.size = s;

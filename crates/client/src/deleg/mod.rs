@@ -839,10 +839,9 @@ fn held_of(g: DelegGrant, t: Target, dir: &str, asked: Instant, read: bool) -> H
         .entries
         .into_iter()
         .map(|(name, i)| {
-            // Hard links and entries with ACLs are the server's to check and change.
-            let link = i.link_home.is_some() || i.access_acl().is_some();
+            let (link, acl) = (i.link_home.is_some(), i.access_acl());
             let attr = Attr::of_inode(&i);
-            (name, Local::Known { attr, target: i.target, content: None, dirty: false, link })
+            (name, Local::Known { attr, target: i.target, content: None, dirty: false, link, acl })
         })
         .collect();
     Held {
