@@ -285,12 +285,12 @@ impl Client {
     /// Writes into a small file whose contents are known here.
     pub(crate) async fn deleg_write(&self, dir: &str, name: &str, offset: u64, data: &[u8]) -> Option<Attr> {
         let small = self.delegs.as_ref()?.small_file_bytes();
-        self.under(dir, Some(name), Need::Write, |h| h.write(name, offset, data, small)).await
+        self.under(dir, Some(name), Need::Write, |h| h.write(name, offset, data, small, &self.caller)).await
     }
 
     /// Reads a file whose contents are known here.
     pub(crate) async fn deleg_read(&self, dir: &str, name: &str, offset: u64, len: usize) -> Option<Vec<u8>> {
-        self.under(dir, Some(name), Need::Held, |h| h.read(name, offset, len)).await
+        self.under(dir, Some(name), Need::Held, |h| h.read(name, offset, len, &self.caller)).await
     }
 
     /// The target of a symlink known here.

@@ -256,6 +256,10 @@ pub fn new_owner(cred: &Cred, d_mode: u32, d_gid: u32, asked: (u32, u32), mode: 
         gid = d_gid;
         if dir {
             mode |= libc::S_ISGID;
+        } else if !cred.is_root() && mode & libc::S_IXGRP != 0 && !cred.in_group(d_gid) {
+            // Linux's `mode_strip_sgid`: no set-group-ID executable of a group the
+            // creator is not in.
+            mode &= !libc::S_ISGID;
         }
     } else if !dir && !cred.is_root() && !cred.in_group(gid) {
         mode &= !libc::S_ISGID;
@@ -355,5 +359,9 @@ mod tests {
         assert_eq!(new_owner(&user(6, 6, &[]), 0o2777, 9, (0, 0), 0o755, true), (6, 9, 0o2755));
         assert_eq!(new_owner(&user(6, 6, &[]), 0o777, 9, (0, 0), 0o644, false), (6, 6, 0o644));
         assert_eq!(new_owner(&Cred::server(), 0o777, 9, (3, 4), 0o644, false), (3, 4, 0o644));
+        // A set-group-ID executable of the directory's group only for its members.
+        assert_eq!(new_owner(&user(6, 6, &[]), 0o2777, 9, (0, 0), 0o2755, false), (6, 9, 0o755));
+        assert_eq!(new_owner(&user(6, 6, &[9]), 0o2777, 9, (0, 0), 0o2755, false), (6, 9, 0o2755));
+        assert_eq!(new_owner(&user(6, 6, &[]), 0o2777, 9, (0, 0), 0o2644, false), (6, 9, 0o2644));
     }
 }

@@ -16,7 +16,7 @@ use crate::links::Links;
 use crate::namespace::Namespace;
 use crate::twopc::TwoPhase;
 use plusfs_proto::path::{check_name, join};
-use plusfs_proto::{Attr, BatchOp, BatchReply, Errno, FileKind, Ino, Inode, Reply, Semantics};
+use plusfs_proto::{Attr, BatchOp, BatchReply, DirObject, Errno, FileKind, Ino, Inode, Reply, Semantics};
 use plusfs_store::Batch;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -96,23 +96,20 @@ impl Batches {
             // Permission errors differ per entry: entry by entry, as single operations.
             return Ok(Reply::Batch(self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await));
         }
-        // What a new file gets: owner, mode, and the ACL a default ACL gives it.
-        let new = match self.engine.host(dir, via) {
-            Ok(h) => perm::new_entry(c, &h.obj, owner, mode, FileKind::File),
-            Err(_) => perm::NewEntry { uid, gid, mode, xattrs: Vec::new() },
-        };
         let reply = match op {
             BatchOp::Mkdir => self.mkdirv(dir, names, mode, owner, semantics, via, c).await?,
             BatchOp::Stat | BatchOp::Open => self.read_batch(op, dir, names, semantics, via, c).await?,
             BatchOp::Create { exclusive } => match self
-                .write_batch(dir, names, semantics, via, c, |cur| match cur {
+                .write_batch(dir, names, semantics, via, c, |d, cur| match cur {
                     Some(_) if exclusive => Err(Errno::EEXIST),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Keep(Attr::of_inode(e))),
-                    None => Ok(Change::Create(Inode {
-                        xattrs: new.xattrs.clone(),
-                        ..Inode::new(0, FileKind::File, new.mode, new.uid, new.gid)
-                    })),
+                    // Owner, mode and inherited ACL from the directory read under the locks.
+                    None => {
+                        let new = perm::new_entry(c, d, owner, mode, FileKind::File);
+                        let inode = Inode::new(0, FileKind::File, new.mode, new.uid, new.gid);
+                        Ok(Change::Create(Inode { xattrs: new.xattrs, ..inode }))
+                    }
                 })
                 .await?
             {
@@ -120,7 +117,7 @@ impl Batches {
                 None => self.each(op, dir, names, (mode, uid, gid), semantics, via, c).await,
             },
             BatchOp::Unlink => match self
-                .write_batch(dir, names, semantics, via, c, |cur| match cur {
+                .write_batch(dir, names, semantics, via, c, |_, cur| match cur {
                     None => Err(Errno::ENOENT),
                     Some(e) if e.kind == FileKind::Dir => Err(Errno::EISDIR),
                     Some(e) => Ok(Change::Remove(e.kind)),
@@ -250,7 +247,7 @@ impl Batches {
         decide: F,
     ) -> OpResult<Option<BatchReply>>
     where
-        F: Fn(Option<&Inode>) -> Result<Change, Errno>,
+        F: Fn(&DirObject, Option<&Inode>) -> Result<Change, Errno>,
     {
         let guard = self.lock_names(dir, names.iter().map(String::as_str)).await;
         let mut host = self.engine.host(dir, via)?;
@@ -280,7 +277,7 @@ impl Batches {
                 Err(e) => Err(e.errno),
                 Ok(()) => {
                     let cur = overlay.get(name.as_str()).cloned().flatten();
-                    match decide(cur.as_ref()) {
+                    match decide(&host.obj, cur.as_ref()) {
                         Err(e) => Err(e),
                         Ok(Change::Keep(a)) => Ok(Some(a)),
                         Ok(Change::Create(mut inode)) => {

@@ -230,14 +230,9 @@ impl DirPerms {
         perm::check_search_above(c, &d, p)?;
         let set = perm::check_setattr(c, &perm::Owned::of_dir(&d), set, p)?;
         let n = d.with_set(&set, Timespec::now());
-        if d.change_stays_here(&n) {
-            let mut b = Batch::new();
-            b.put_dir(p, &n);
-            self.engine.apply_for(c, b).await?;
+        if !self.store_change(plan, p, (&d, &n), g, c).await? {
             return Ok(Reply::Done);
         }
-        drop(g);
-        self.reancestry(plan, p, &d, &n).await?;
         if set.atime.is_some() || set.mtime.is_some() {
             let _g = self.engine.locks().lock(&[(p.to_string(), Scope::Whole)], None, true).await;
             let mut now = self.engine.dir_object(p)?;
@@ -268,15 +263,30 @@ impl DirPerms {
         crate::engine::xattrs::apply(&mut n.xattrs, (&mut n.mode, d.gid), op, p, c)?;
         n.ctime = Timespec::now();
         n.ancestry = n.ancestry.take().map(|a| a.replace(d.search_elem(), n.search_elem()));
-        if d.change_stays_here(&n) {
+        self.store_change(plan, p, (&d, &n), g, c).await?;
+        Ok(Reply::Done)
+    }
+
+    /// Stores directory `p`'s new object `n` in place of `d` (read under `g`): in its own
+    /// object when the change stays there, else by a re-ancestry on every server (after
+    /// `g` is released). Returns whether it took the re-ancestry.
+    async fn store_change(
+        self: &Arc<Self>,
+        plan: Plan,
+        p: &str,
+        (d, n): (&DirObject, &DirObject),
+        g: impl Send,
+        c: &Call,
+    ) -> OpResult<bool> {
+        if d.change_stays_here(n) {
             let mut b = Batch::new();
-            b.put_dir(p, &n);
+            b.put_dir(p, n);
             self.engine.apply_for(c, b).await?;
-            return Ok(Reply::Done);
+            return Ok(false);
         }
         drop(g);
-        self.reancestry(plan, p, &d, &n).await?;
-        Ok(Reply::Done)
+        self.reancestry(plan, p, d, n).await?;
+        Ok(true)
     }
 
     /// Runs `SubOp::Reancestry` for directory `p` going from `old` to `new` on every

@@ -118,6 +118,18 @@ async fn the_servers_check_acls_of_the_object_and_of_its_ancestors() {
     assert_eq!(root.stat("/proj/a/plain").await.unwrap().mode & 0o777, 0o644);
     assert_eq!(root.get_acl("/proj/a/plain", AclKind::Access).await.unwrap(), None);
 
+    // A file written under the writer's delegation (its contents known to the client)
+    // is read through that delegation by another caller of the same client: the client
+    // checks the file's ACL as the server would.
+    put(&alice, "/proj/a/b/small", b"small").await.unwrap();
+    alice
+        .set_acl("/proj/a/b/small", AclKind::Access, Some(&acl("u::rw-,u:1001:r--,g::---,m::r--,o::---")))
+        .await
+        .unwrap();
+    put(&alice, "/proj/a/b/small", b"SMALL").await.unwrap();
+    assert_eq!(bob.read("/proj/a/b/small", 0, 100).await.unwrap(), b"SMALL");
+    assert_eq!(errno_of(carol.read("/proj/a/b/small", 0, 100).await).await, Errno::EACCES);
+    assert_eq!(errno_of(put(&bob, "/proj/a/b/small", b"x").await).await, Errno::EACCES);
     // Bad values are refused and change nothing; an ACL the mode says all of is kept as
     // the mode only; removing gives the mode back.
     let bad = alice.setxattr("/proj/a/plain", "system.posix_acl_access", b"\x02\x00\x00\x00\x01", false, false).await;

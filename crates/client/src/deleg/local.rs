@@ -402,16 +402,31 @@ impl Held {
         Some(Ok(out))
     }
 
-    /// A write of `data` at `offset` of a file whose contents are known here, if the file
-    /// stays within `small` bytes.
-    pub fn write(&mut self, name: &str, offset: u64, data: &[u8], small: u64) -> Option<Attr> {
-        if self.read {
+    /// Whether `c` may do `want` (`MAY_READ` or `MAY_WRITE`) to the contents of entry
+    /// `name` here, as the server checks a read or write by path (search on the
+    /// directory, the entry's bits or ACL; the owner through a descriptor it opened). A
+    /// caller who may not is answered by the server.
+    fn may_io(&self, name: &str, want: u32, c: &Cred) -> bool {
+        let Some(Local::Known { attr, acl, .. }) = self.entries.get(name) else { return false };
+        perm::check_search(c, &self.obj, &self.dir).is_ok()
+            && (c.owner_through_handle(attr.uid) || perm::may_acl(c, attr.mode, attr.uid, attr.gid, acl.as_ref(), want))
+    }
+
+    /// A write of `data` at `offset` of a file whose contents are known here by `c`, if
+    /// the file stays within `small` bytes. A write that must clear set-id bits (by anyone
+    /// but root) is the server's.
+    pub fn write(&mut self, name: &str, offset: u64, data: &[u8], small: u64, c: &Cred) -> Option<Attr> {
+        if self.read || !self.may_io(name, MAY_WRITE, c) {
             return None;
         }
         self.touch();
-        let Some(Local::Known { attr, content: Some(c), dirty, link: false, .. }) = self.entries.get_mut(name) else {
+        let Some(Local::Known { attr, content: Some(c_), dirty, link: false, .. }) = self.entries.get_mut(name) else {
             return None;
         };
+        if !c.is_root() && perm::kill_suid(attr.mode) != attr.mode {
+            return None;
+        }
+        let c = c_;
         let end = offset.checked_add(data.len() as u64)?;
         if end.max(c.len() as u64) > small {
             return None;
@@ -430,8 +445,11 @@ impl Held {
         Some(out)
     }
 
-    /// Bytes `[offset, offset + len)` of a file whose contents are known here.
-    pub fn read(&mut self, name: &str, offset: u64, len: usize) -> Option<Vec<u8>> {
+    /// Bytes `[offset, offset + len)` of a file whose contents are known here, read by `c`.
+    pub fn read(&mut self, name: &str, offset: u64, len: usize, c: &Cred) -> Option<Vec<u8>> {
+        if !self.may_io(name, MAY_READ, c) {
+            return None;
+        }
         self.touch();
         let Some(Local::Known { content: Some(c), .. }) = self.entries.get(name) else { return None };
         let start = (offset as usize).min(c.len());

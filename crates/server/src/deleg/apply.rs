@@ -234,9 +234,13 @@ fn replay_namespace(
             let (uid, gid, mode) = perm::new_owner(c, host.obj.mode, host.obj.gid, (*uid, *gid), *mode, false);
             let size = target.as_ref().map_or(0, |t| t.len() as u64);
             let rdev = if matches!(kind, FileKind::BlockDev | FileKind::CharDev) { *rdev } else { 0 };
-            // What a default ACL of the directory gives: the holder derived the same mode
-            // (`perm::new_entry`), and asks the server about such entries afterwards.
-            let (mode, acls) = plusfs_proto::acl::on_create(host.obj.default_acl().as_ref(), mode, 0, false);
+            // What a default ACL of the directory gives (the holder derived the same mode
+            // and ACL with `perm::new_entry`, its umask already in `mode`); symbolic links
+            // take none.
+            let (mode, acls) = match kind {
+                FileKind::Symlink => (mode, Vec::new()),
+                _ => plusfs_proto::acl::on_create(host.obj.default_acl().as_ref(), mode, 0, false),
+            };
             let mut inode = Inode { size, target: target.clone(), rdev, ..Inode::new(*ino, *kind, mode, uid, gid) };
             inode.xattrs = acls;
             (inode.atime, inode.mtime, inode.ctime) = (*time, *time, *time);
