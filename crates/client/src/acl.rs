@@ -37,6 +37,15 @@ impl Client {
         }
     }
 
+    /// The ACL of `kind` of `path` as `getfacl` shows it: without an access ACL, its mode
+    /// bits as one; `None` only for a directory without a default ACL.
+    pub async fn shown_acl(&self, path: &str, kind: AclKind) -> Result<Option<Acl>, FsError> {
+        match self.get_acl(path, kind).await? {
+            None if kind == AclKind::Access => Ok(Some(Acl::from_mode(self.lstat(path).await?.mode))),
+            acl => Ok(acl),
+        }
+    }
+
     /// Sets the ACL of `kind` of `path` (`None` removes it). Setting an access ACL sets
     /// the mode's permission bits; only the owner or root may (`EPERM`); only a directory
     /// has a default ACL (`EACCES`).

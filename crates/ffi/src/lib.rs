@@ -542,14 +542,8 @@ pub unsafe extern "C" fn plusfs_getfacl(
     }
     one(fs, path, |fs, p| {
         let kind = if default_acl != 0 { AclKind::Default } else { AclKind::Access };
-        let text = match fs.bridge.run(|c| c.get_acl(p, kind)).map_err(|e| e.errno)? {
-            Some(a) => a.to_text(),
-            None if kind == AclKind::Access => {
-                let mode = fs.bridge.run(|c| c.lstat(p)).map_err(|e| e.errno)?.mode;
-                plusfs_client::Acl::from_mode(mode).to_text()
-            }
-            None => String::new(),
-        };
+        let acl = fs.bridge.run(|c| c.shown_acl(p, kind)).map_err(|e| e.errno)?;
+        let text = acl.map(|a| a.to_text()).unwrap_or_default();
         if text.len() + 1 > len {
             return Err(Errno(libc::ERANGE));
         }

@@ -5,7 +5,7 @@
 //! Servers check every request with them; a client holding a directory delegation checks
 //! the operations it answers itself with the same functions, so both decide alike.
 
-use crate::acl::{Acl, ACCESS_XATTR, DEFAULT_XATTR};
+use crate::acl::{Acl, DEFAULT_XATTR};
 use crate::attr::{SetAttr, TimeSet, XattrOp};
 use crate::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::errno::Errno;
@@ -205,7 +205,7 @@ pub fn check_xattr(cred: &Cred, cur: &Owned, op: &XattrOp, path: &str) -> OpResu
         XattrOp::Get { name } => (name, MAY_READ),
         XattrOp::Set { name, .. } | XattrOp::Remove { name } => (name, MAY_WRITE),
     };
-    if name == ACCESS_XATTR || name == DEFAULT_XATTR {
+    if crate::acl::is_acl_name(name) {
         if want == MAY_READ {
             return Ok(());
         }

@@ -213,7 +213,7 @@ impl DirObject {
     /// What this directory contributes to the ancestries of its descendants: its owner,
     /// group and search bits, or with an access ACL, that ACL's search rule.
     pub fn search_elem(&self) -> SearchElem {
-        match crate::acl::Acl::in_xattrs(&self.xattrs, crate::acl::ACCESS_XATTR) {
+        match self.access_acl() {
             Some(acl) => SearchElem::Acl(SearchAcl { uid: self.uid, gid: self.gid, acl: acl.search_part().to_xattr() }),
             None => SearchElem::Mode(SearchPerm::of(self.mode, self.uid, self.gid)),
         }
@@ -277,16 +277,6 @@ pub enum SearchElem {
 impl From<SearchPerm> for SearchElem {
     fn from(p: SearchPerm) -> SearchElem {
         SearchElem::Mode(p)
-    }
-}
-
-impl SearchElem {
-    /// Whether `cred` may search the directory this element describes.
-    pub fn permits(&self, cred: &crate::cred::Cred) -> bool {
-        match self {
-            SearchElem::Mode(p) => cred.may(p.xbits as u32, p.uid, p.gid, crate::cred::MAY_EXEC),
-            SearchElem::Acl(a) => cred.is_root() || a.permits(cred),
-        }
     }
 }
 

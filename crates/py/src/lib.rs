@@ -211,11 +211,7 @@ impl Client {
     #[pyo3(signature = (path, default = false))]
     fn getfacl(&self, py: Python<'_>, path: &str, default: bool) -> PyResult<Option<String>> {
         let kind = if default { AclKind::Default } else { AclKind::Access };
-        match self.run(py, |c| c.get_acl(path, kind))? {
-            Some(a) => Ok(Some(a.to_text())),
-            None if default => Ok(None),
-            None => self.run(py, |c| c.lstat(path)).map(|a| Some(Acl::from_mode(a.mode).to_text())),
-        }
+        Ok(self.run(py, |c| c.shown_acl(path, kind))?.map(|a| a.to_text()))
     }
 
     /// Sets the access ACL of `path` (or with `default=True` its default ACL) from text
