@@ -22,7 +22,7 @@ use thiserror::Error;
 /// Identifies plusfs frames; anything else on the socket is refused at once.
 pub const MAGIC: u16 = 0x5046;
 /// The protocol version this build speaks. Peers with another version get `EPROTO`.
-pub const PROTOCOL_VERSION: u8 = 19;
+pub const PROTOCOL_VERSION: u8 = 20;
 /// Bytes from the start of a frame to its body.
 pub const HEADER_LEN: usize = 20;
 /// Hard upper bound of one frame, length prefix included (16 MiB).

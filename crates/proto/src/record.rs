@@ -267,11 +267,14 @@ impl SearchAcl {
     }
 }
 
-/// What one directory contributes to an ancestry: mode bits, or an access ACL's rule.
+/// What one directory contributes to an ancestry: mode bits, or an access ACL's rule;
+/// and, for the root of a quota tree, its inode number (every directory at or below it
+/// carries it, so each server knows which trees an entry it stores counts in).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SearchElem {
     Mode(SearchPerm),
     Acl(SearchAcl),
+    Quota(Ino),
 }
 
 impl From<SearchPerm> for SearchElem {
@@ -286,27 +289,52 @@ impl From<SearchPerm> for SearchElem {
 /// may search every directory of the path iff it may search each element. Order does not
 /// matter and equal elements collapse into a count, so it stays small; counts let a
 /// changed ancestor be replaced (one element out, one in) without knowing the others.
-/// Mode elements and ACL elements are kept apart; `acls` is the last field (records of
-/// version 2 end before it, see [`legacy_ancestry`]).
+/// Mode elements, ACL elements and quota trees are kept apart; each was appended as the
+/// last field in its turn (records of version 2 end before `acls`, those of version 3
+/// before `quotas`: see [`legacy_ancestry`] and [`acl_ancestry`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Ancestry {
     /// Sorted by element; counts are at least 1.
     pub elems: Vec<(SearchPerm, u32)>,
     /// Directories with access ACLs: sorted, counts at least 1.
     pub acls: Vec<(SearchAcl, u32)>,
+    /// Roots of the quota trees the directory lies in (itself included): sorted inode
+    /// numbers, counts at least 1.
+    pub quotas: Vec<(Ino, u32)>,
+}
+
+/// Which fields an ancestry being decoded has (the layout of the build that wrote it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Mode elements only (before ACLs).
+    Modes,
+    /// Mode and ACL elements (before quota trees).
+    Acls,
+    /// Every field.
+    Current,
 }
 
 thread_local! {
-    static LEGACY_ANCESTRY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static ANCESTRY_LAYOUT: std::cell::Cell<Layout> = const { std::cell::Cell::new(Layout::Current) };
 }
 
-/// Runs `decode` reading ancestries in the layout of earlier builds (mode elements only,
-/// no `acls` field): how records and log records written before ACLs are read.
-pub fn legacy_ancestry<T>(decode: impl FnOnce() -> T) -> T {
-    let before = LEGACY_ANCESTRY.with(|f| f.replace(true));
+fn with_layout<T>(layout: Layout, decode: impl FnOnce() -> T) -> T {
+    let before = ANCESTRY_LAYOUT.with(|f| f.replace(layout));
     let out = decode();
-    LEGACY_ANCESTRY.with(|f| f.set(before));
+    ANCESTRY_LAYOUT.with(|f| f.set(before));
     out
+}
+
+/// Runs `decode` reading ancestries in the layout of builds before ACLs (mode elements
+/// only): how records and log records written then are read.
+pub fn legacy_ancestry<T>(decode: impl FnOnce() -> T) -> T {
+    with_layout(Layout::Modes, decode)
+}
+
+/// Runs `decode` reading ancestries in the layout of builds before quota trees (mode and
+/// ACL elements).
+pub fn acl_ancestry<T>(decode: impl FnOnce() -> T) -> T {
+    with_layout(Layout::Acls, decode)
 }
 
 impl<'de> Deserialize<'de> for Ancestry {
@@ -322,9 +350,17 @@ impl<'de> Deserialize<'de> for Ancestry {
             elems: Vec<(SearchPerm, u32)>,
             acls: Vec<(SearchAcl, u32)>,
         }
-        match LEGACY_ANCESTRY.with(|f| f.get()) {
-            true => ModesOnly::deserialize(d).map(|a| Ancestry { elems: a.elems, acls: Vec::new() }),
-            false => Both::deserialize(d).map(|a| Ancestry { elems: a.elems, acls: a.acls }),
+        #[derive(Deserialize)]
+        #[serde(rename = "Ancestry")]
+        struct All {
+            elems: Vec<(SearchPerm, u32)>,
+            acls: Vec<(SearchAcl, u32)>,
+            quotas: Vec<(Ino, u32)>,
+        }
+        match ANCESTRY_LAYOUT.with(|f| f.get()) {
+            Layout::Modes => ModesOnly::deserialize(d).map(|a| Ancestry { elems: a.elems, ..Ancestry::default() }),
+            Layout::Acls => Both::deserialize(d).map(|a| Ancestry { elems: a.elems, acls: a.acls, quotas: Vec::new() }),
+            Layout::Current => All::deserialize(d).map(|a| Ancestry { elems: a.elems, acls: a.acls, quotas: a.quotas }),
         }
     }
 }
@@ -359,6 +395,7 @@ impl Ancestry {
         match e.into() {
             SearchElem::Mode(p) => add(&mut self.elems, p),
             SearchElem::Acl(a) => add(&mut self.acls, a),
+            SearchElem::Quota(q) => add(&mut self.quotas, q),
         }
         self
     }
@@ -368,6 +405,7 @@ impl Ancestry {
         match e.into() {
             SearchElem::Mode(p) => remove(&mut self.elems, &p),
             SearchElem::Acl(a) => remove(&mut self.acls, &a),
+            SearchElem::Quota(q) => remove(&mut self.quotas, &q),
         }
         self
     }
@@ -394,7 +432,13 @@ impl Ancestry {
     fn counted(&self) -> impl Iterator<Item = SearchElem> + '_ {
         let modes = self.elems.iter().flat_map(|(e, n)| std::iter::repeat_n(SearchElem::Mode(*e), *n as usize));
         let acls = self.acls.iter().flat_map(|(e, n)| std::iter::repeat_n(SearchElem::Acl(e.clone()), *n as usize));
-        modes.chain(acls)
+        let quotas = self.quotas.iter().flat_map(|(q, n)| std::iter::repeat_n(SearchElem::Quota(*q), *n as usize));
+        modes.chain(acls).chain(quotas)
+    }
+
+    /// The roots of the quota trees the directory lies in (their inode numbers).
+    pub fn quota_trees(&self) -> impl Iterator<Item = Ino> + '_ {
+        self.quotas.iter().map(|(q, _)| *q)
     }
 
     /// Whether `e` occurs in this ancestry.
@@ -402,6 +446,7 @@ impl Ancestry {
         match e {
             SearchElem::Mode(p) => self.elems.iter().any(|(x, _)| x == p),
             SearchElem::Acl(a) => self.acls.iter().any(|(x, _)| x == a),
+            SearchElem::Quota(q) => self.quotas.iter().any(|(x, _)| x == q),
         }
     }
 

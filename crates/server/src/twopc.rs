@@ -59,9 +59,9 @@ struct CoordRecord {
 impl Logged for CoordRecord {
     const KIND: LogKind = LogKind::Coordinator;
     const WHAT: &'static str = "coordinator record";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     fn upgrade(version: u8, body: &[u8]) -> Result<Self, crate::engine::logrec::RecordError> {
-        crate::engine::logrec::before_acls(version, body, Self::VERSION)
+        crate::engine::logrec::older_ancestries(version, body, Self::VERSION)
     }
 }
 

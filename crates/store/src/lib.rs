@@ -19,6 +19,8 @@
 //! K <id: u64 BE>                -> bytes       map service records (0: the cluster map)
 //! R <record: u64 BE>            -> bytes       file-data records here (their extent, owner)
 //! G <segment: u32 BE> <off: u64 BE> -> u64 BE  record at that place (compaction's index)
+//! U <kind: u8> <id: u64 BE>     -> usage       quota usage counted here (see `usage`)
+//! T <dir ino: u64 BE>           -> [u64]       quota trees of a directory with entries here
 //! ```
 //! Entries are keyed by the directory's inode number, not its path, so listing a
 //! directory is one prefix scan in name order and renaming a directory whose object stays
@@ -29,6 +31,7 @@
 pub mod mem;
 pub mod record;
 mod rocks;
+pub mod usage;
 
 pub use rocks::RocksStore;
 
@@ -159,6 +162,12 @@ pub enum BatchOp {
     /// An exactly-once record (client, sequence, [`once_value`]).
     PutOnce(u64, u64, Vec<u8>),
     DelOnce(u64, u64),
+    /// A quota usage counter (written by the store's accounting, see [`usage`]).
+    PutUsage(usage::Owner, usage::Usage),
+    DelUsage(usage::Owner),
+    /// The quota trees of a directory whose entries are stored here (see [`usage`]).
+    PutTrees(Ino, Vec<Ino>),
+    DelTrees(Ino),
 }
 
 /// Changes applied atomically, in order (a later change of the same key wins).
@@ -308,6 +317,20 @@ pub trait StoreRead: Send + Sync + 'static {
     fn seg_refs(&self, segment: u32) -> Result<Vec<(u64, u64)>, StoreError>;
     /// Number of file-data records held.
     fn record_count(&self) -> Result<u64, StoreError>;
+    /// The quota usage counted here, by owner (see [`usage`]).
+    fn usage(&self) -> Result<std::collections::BTreeMap<usage::Owner, usage::Usage>, StoreError>;
+    /// The quota trees recorded for each directory whose entries are stored here.
+    fn tree_records(&self) -> Result<std::collections::HashMap<Ino, Vec<Ino>>, StoreError>;
+}
+
+/// A counter that disagrees with a recount of what the store holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageMismatch {
+    pub owner: usage::Owner,
+    /// What the counter says.
+    pub counted: usage::Usage,
+    /// What the store holds.
+    pub actual: usage::Usage,
 }
 
 /// What an OSD+ server needs from its directory-object store.
@@ -326,8 +349,12 @@ pub trait DirStore: StoreRead {
         let _ = free;
         Ok(())
     }
-    /// Applies `batch` atomically. The returned receiver resolves when it is durable.
+    /// Applies `batch` atomically, with the quota usage it changes (see [`usage`]). The
+    /// returned receiver resolves when it is durable.
     fn submit(&self, batch: Batch) -> Commit;
+    /// Recounts the quota usage of everything held here and returns the counters that
+    /// disagree; with `repair`, also sets them to the recount (writes wait meanwhile).
+    fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError>;
     /// Activity counters.
     fn stats(&self) -> StoreStats;
     /// Latency histograms of the engine's writes, for a metrics registry (none by default).

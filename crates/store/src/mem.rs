@@ -4,7 +4,8 @@
 //! given batch on, and a crash that keeps only what was committed (what a restarted
 //! server would find).
 
-use crate::{Batch, BatchOp, Commit, DirStore, LogKind, StoreError, StoreRead, StoreStats};
+use crate::usage::{Ledger, Owner, Usage};
+use crate::{Batch, BatchOp, Commit, DirStore, LogKind, StoreError, StoreRead, StoreStats, UsageMismatch};
 use parking_lot::Mutex;
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use std::collections::BTreeMap;
@@ -23,6 +24,8 @@ struct State {
     records: BTreeMap<u64, Vec<u8>>,
     seg_refs: BTreeMap<(u32, u64), u64>,
     once: BTreeMap<(u64, u64), Vec<u8>>,
+    usage: BTreeMap<Owner, Usage>,
+    trees: BTreeMap<Ino, Vec<Ino>>,
 }
 
 /// What a test makes the store do wrong.
@@ -39,6 +42,8 @@ pub struct Faults {
 pub struct MemStore {
     state: Mutex<State>,
     faults: Mutex<Faults>,
+    /// The quota counters as committed (`None`: read them from `state` first).
+    ledger: Mutex<Option<Ledger>>,
     batches: AtomicU64,
     writes: AtomicU64,
 }
@@ -65,7 +70,19 @@ impl MemStore {
         self.writes.load(Ordering::Relaxed)
     }
 
-    fn write(&self, batch: &Batch) -> Result<(), StoreError> {
+    fn write(&self, mut batch: Batch) -> Result<(), StoreError> {
+        let mut ledger = self.ledger.lock();
+        let mut l = match ledger.take() {
+            Some(l) => l,
+            None => Ledger::new(self.usage()?, self.tree_records()?),
+        };
+        l.account(&mut batch, self)?;
+        self.apply(&batch)?;
+        *ledger = Some(l);
+        Ok(())
+    }
+
+    fn apply(&self, batch: &Batch) -> Result<(), StoreError> {
         let n = self.batches.fetch_add(1, Ordering::Relaxed);
         let faults = self.faults.lock().clone();
         if faults.fail_from.is_some_and(|from| n >= from) {
@@ -103,6 +120,10 @@ impl State {
             BatchOp::DelSegRef(seg, off) => drop(self.seg_refs.remove(&(*seg, *off))),
             BatchOp::PutOnce(c, s, v) => drop(self.once.insert((*c, *s), v.clone())),
             BatchOp::DelOnce(c, s) => drop(self.once.remove(&(*c, *s))),
+            BatchOp::PutUsage(o, u) => drop(self.usage.insert(*o, *u)),
+            BatchOp::DelUsage(o) => drop(self.usage.remove(o)),
+            BatchOp::PutTrees(ino, t) => drop(self.trees.insert(*ino, t.clone())),
+            BatchOp::DelTrees(ino) => drop(self.trees.remove(ino)),
         }
     }
 }
@@ -181,13 +202,28 @@ impl StoreRead for MemStore {
     fn record_count(&self) -> Result<u64, StoreError> {
         Ok(self.state.lock().records.len() as u64)
     }
+    fn usage(&self) -> Result<BTreeMap<Owner, Usage>, StoreError> {
+        Ok(self.state.lock().usage.clone())
+    }
+    fn tree_records(&self) -> Result<std::collections::HashMap<Ino, Vec<Ino>>, StoreError> {
+        Ok(self.state.lock().trees.iter().map(|(k, v)| (*k, v.clone())).collect())
+    }
 }
 
 impl DirStore for MemStore {
     fn submit(&self, batch: Batch) -> Commit {
         let (tx, rx) = oneshot::channel();
-        let _ = tx.send(self.write(&batch));
+        let _ = tx.send(self.write(batch));
         rx
+    }
+    fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError> {
+        let mut ledger = self.ledger.lock();
+        let (found, fix) = crate::usage::check(self)?;
+        if repair && !fix.is_empty() {
+            *ledger = None;
+            self.apply(&fix)?;
+        }
+        Ok(found)
     }
     fn stats(&self) -> StoreStats {
         let writes = self.writes.load(Ordering::Relaxed);

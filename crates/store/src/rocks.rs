@@ -1,14 +1,18 @@
 //! The RocksDB engine of [`DirStore`](crate::DirStore).
 
-use crate::{Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreRead, StoreStats};
+use crate::usage::{Ledger, Owner, Usage};
+use crate::{
+    Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreRead, StoreStats, UsageMismatch,
+};
 use plusfs_metrics::prometheus::{Histogram, HistogramOpts};
-use plusfs_proto::record::legacy_ancestry;
+use plusfs_proto::record::{acl_ancestry, legacy_ancestry};
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;
 
@@ -35,6 +39,12 @@ pub struct RocksStore {
     replicator: std::sync::OnceLock<Replication>,
     stats: Arc<Counters>,
     format: Format,
+    /// The quota counters as submitted (`None`: read them from the engine first). Held
+    /// while a batch is counted and handed on, so batches are counted in the order they
+    /// are written.
+    ledger: parking_lot::Mutex<Option<Ledger>>,
+    /// Set when a counted batch failed to commit: the ledger is read again.
+    ledger_stale: Arc<AtomicBool>,
 }
 
 /// How the stored objects (directory objects, shards, entries, inodes) are framed.
@@ -50,8 +60,9 @@ pub struct Format(u8);
 /// `plusfs_proto::record`). Bump it with any change there. Version 2 added
 /// `DirObject::ancestry`; records of version 1 are read with `ancestry: None`. Version 3
 /// added the ACL elements of ancestries (`Ancestry::acls`); older records are read
-/// without (`plusfs_proto::record::legacy_ancestry`).
-pub const RECORD_VERSION: u8 = 3;
+/// without (`plusfs_proto::record::legacy_ancestry`). Version 4 added the quota trees of
+/// ancestries (`Ancestry::quotas`; `plusfs_proto::record::acl_ancestry` reads version 3).
+pub const RECORD_VERSION: u8 = 4;
 
 /// Bytes of a memtable (RocksDB's write buffer), and so of a level-0 table.
 ///
@@ -160,6 +171,19 @@ fn once_key(client: u64, seq: u64) -> Vec<u8> {
     k
 }
 
+fn usage_key(owner: Owner) -> Vec<u8> {
+    let (kind, id) = owner.key_parts();
+    let mut k = vec![b'U', kind];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn trees_key(dir: Ino) -> Vec<u8> {
+    let mut k = vec![b'T'];
+    k.extend_from_slice(&dir.to_be_bytes());
+    k
+}
+
 fn counter_key(name: &str) -> Vec<u8> {
     let mut k = vec![b'M'];
     k.extend_from_slice(name.as_bytes());
@@ -184,6 +208,7 @@ fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T
         // prefixes of the newest, so it reads the newest whole or is of an older one.
         (0, _) => {
             return postcard::from_bytes(v)
+                .or_else(|_| acl_ancestry(|| postcard::from_bytes(v)))
                 .or_else(|_| legacy_ancestry(|| decode_v1(v)))
                 .map_err(|e| corrupt(e.to_string()))
         }
@@ -191,6 +216,7 @@ fn decode<T: DeserializeOwned>(format: Format, key: &[u8], v: &[u8]) -> Result<T
         (_, Some((2, body))) => {
             return legacy_ancestry(|| postcard::from_bytes(body)).map_err(|e| corrupt(e.to_string()))
         }
+        (_, Some((3, body))) => return acl_ancestry(|| postcard::from_bytes(body)).map_err(|e| corrupt(e.to_string())),
         (_, Some((&RECORD_VERSION, body))) => body,
         (_, Some((version, _))) => {
             return Err(corrupt(format!(
@@ -265,6 +291,10 @@ fn to_write_batch(format: Format, batch: &Batch, wb: &mut WriteBatch) {
             BatchOp::DelSegRef(seg, off) => wb.delete(seg_ref_key(*seg, *off)),
             BatchOp::PutOnce(c, s, v) => wb.put(once_key(*c, *s), v),
             BatchOp::DelOnce(c, s) => wb.delete(once_key(*c, *s)),
+            BatchOp::PutUsage(o, u) => wb.put(usage_key(*o), u.encode()),
+            BatchOp::DelUsage(o) => wb.delete(usage_key(*o)),
+            BatchOp::PutTrees(d, t) => wb.put(trees_key(*d), postcard::to_allocvec(t).expect("in-memory encoding")),
+            BatchOp::DelTrees(d) => wb.delete(trees_key(*d)),
         }
     }
 }
@@ -289,8 +319,17 @@ impl RocksStore {
         let db = Arc::new(DB::open(&opts, dir).map_err(engine)?);
         let format = store_format(&db)?;
         let stats = Arc::new(Counters::default());
-        let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone(), format));
-        Ok(RocksStore { db, committer, stats, format, replicator: Default::default() })
+        let stale = Arc::new(AtomicBool::new(false));
+        let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone(), format, stale.clone()));
+        Ok(RocksStore {
+            db,
+            committer,
+            stats,
+            format,
+            replicator: Default::default(),
+            ledger: Default::default(),
+            ledger_stale: stale,
+        })
     }
 
     /// An integer property of the engine (`None` if it has no such property).
@@ -397,6 +436,37 @@ impl RocksStore {
         Ok(out)
     }
 
+    /// Counts `batch`'s quota usage into `ledger` (read from the engine first if it is
+    /// not loaded or a counted batch failed), appending the counter changes to it.
+    fn account(&self, ledger: &mut Option<Ledger>, batch: &mut Batch) -> Result<(), StoreError> {
+        let stale = self.ledger_stale.swap(false, Ordering::AcqRel) || self.replication_failed();
+        let mut l = match ledger.take() {
+            Some(l) if !stale => l,
+            _ => Ledger::new(self.usage()?, self.tree_records()?),
+        };
+        l.account(batch, self)?;
+        *ledger = Some(l);
+        Ok(())
+    }
+
+    /// `done`, but marking the ledger stale first if the batch fails.
+    fn stale_on_failure(
+        &self,
+        done: oneshot::Sender<Result<(), StoreError>>,
+    ) -> oneshot::Sender<Result<(), StoreError>> {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return done };
+        let (tx, rx) = oneshot::channel();
+        let stale = self.ledger_stale.clone();
+        rt.spawn(async move {
+            let result = rx.await.unwrap_or(Err(StoreError::Closed));
+            if result.is_err() {
+                stale.store(true, Ordering::Release);
+            }
+            let _ = done.send(result);
+        });
+        tx
+    }
+
     fn write_now(&self, batch: &Batch) -> Result<(), StoreError> {
         let mut wb = WriteBatch::default();
         to_write_batch(self.format, batch, &mut wb);
@@ -472,6 +542,7 @@ fn spawn_committer(
     db: Arc<DB>,
     stats: Arc<Counters>,
     format: Format,
+    ledger_stale: Arc<AtomicBool>,
 ) -> (mpsc::Sender<Queued>, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel::<Queued>();
     let thread = std::thread::Builder::new()
@@ -493,6 +564,9 @@ fn spawn_committer(
                 timer.observe_duration();
                 stats.writes.fetch_add(1, Ordering::Relaxed);
                 stats.syncs.fetch_add(1, Ordering::Relaxed);
+                if result.is_err() {
+                    ledger_stale.store(true, Ordering::Release);
+                }
                 for (_, done) in group {
                     let _ = done.send(result.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
                 }
@@ -625,6 +699,30 @@ impl StoreRead for RocksStore {
         Ok(n)
     }
 
+    fn usage(&self) -> Result<BTreeMap<Owner, Usage>, StoreError> {
+        let mut out = BTreeMap::new();
+        for item in self.scan_prefix(b"U") {
+            let (k, v) = item?;
+            let corrupt = || StoreError::Corrupt { key: format!("{k:?}"), reason: "bad usage counter".into() };
+            let id = k.get(2..10).ok_or_else(corrupt)?;
+            let owner = Owner::from_key_parts(k[1], u64::from_be_bytes(id.try_into().expect("8 bytes")));
+            out.insert(owner.ok_or_else(corrupt)?, Usage::decode(&v).ok_or_else(corrupt)?);
+        }
+        Ok(out)
+    }
+
+    fn tree_records(&self) -> Result<HashMap<Ino, Vec<Ino>>, StoreError> {
+        let mut out = HashMap::new();
+        for item in self.scan_prefix(b"T") {
+            let (k, v) = item?;
+            let corrupt = |reason: String| StoreError::Corrupt { key: format!("{k:?}"), reason };
+            let ino = k.get(1..9).ok_or_else(|| corrupt("short key".into()))?;
+            let trees = postcard::from_bytes(&v).map_err(|e| corrupt(e.to_string()))?;
+            out.insert(u64::from_be_bytes(ino.try_into().expect("8 bytes")), trees);
+        }
+        Ok(out)
+    }
+
     fn get_inode(&self, ino: Ino) -> Result<Option<Inode>, StoreError> {
         let key = inode_key(ino);
         match self.db.get_pinned(&key).map_err(engine)? {
@@ -714,9 +812,14 @@ impl DirStore for RocksStore {
         Ok(())
     }
 
-    fn submit(&self, batch: Batch) -> Commit {
+    fn submit(&self, mut batch: Batch) -> Commit {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
+        let mut ledger = self.ledger.lock();
+        if let Err(e) = self.account(&mut ledger, &mut batch) {
+            let _ = tx.send(Err(e));
+            return rx;
+        }
         if let Some((r, source)) = self.replicator.get() {
             let pieces = match source {
                 Some(s) => match s.pieces(&batch) {
@@ -730,7 +833,7 @@ impl DirStore for RocksStore {
             };
             let mut wb = WriteBatch::default();
             to_write_batch(self.format, &batch, &mut wb);
-            r.replicate(wb.data().to_vec(), pieces, tx);
+            r.replicate(wb.data().to_vec(), pieces, self.stale_on_failure(tx));
             return rx;
         }
         match &self.committer {
@@ -740,10 +843,28 @@ impl DirStore for RocksStore {
                 }
             }
             None => {
-                let _ = tx.send(self.write_now(&batch));
+                let written = self.write_now(&batch);
+                if written.is_err() {
+                    *ledger = None;
+                }
+                let _ = tx.send(written);
             }
         }
         rx
+    }
+
+    fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError> {
+        let mut ledger = self.ledger.lock();
+        let (found, fix) = crate::usage::check(self)?;
+        if repair && !fix.is_empty() {
+            *ledger = None;
+            let mut wo = WriteOptions::default();
+            wo.set_sync(true);
+            let mut wb = WriteBatch::default();
+            to_write_batch(self.format, &fix, &mut wb);
+            self.db.write_opt(wb, &wo).map_err(engine)?;
+        }
+        Ok(found)
     }
 
     fn latency_histograms(&self) -> Vec<Histogram> {
@@ -1037,10 +1158,18 @@ mod tests {
         with_acl.ancestry = Some(plusfs_proto::Ancestry::root(plusfs_proto::SearchElem::Acl(rule)));
         s.db.put(dir_key("/acl"), postcard::to_allocvec(&with_acl).unwrap()).unwrap();
         assert_eq!(s.get_dir("/acl").unwrap().unwrap(), with_acl);
+        // Bare, of the layout before quota trees (no `quotas` field).
+        let body = postcard::to_allocvec(&with_acl).unwrap();
+        s.db.put(dir_key("/acl3"), &body[..body.len() - 1]).unwrap();
+        assert_eq!(s.get_dir("/acl3").unwrap().unwrap(), with_acl);
+        let mut quota = obj(15);
+        quota.ancestry = Some(plusfs_proto::Ancestry::root(plusfs_proto::SearchElem::Quota(15)));
+        s.db.put(dir_key("/quota"), postcard::to_allocvec(&quota).unwrap()).unwrap();
+        assert_eq!(s.get_dir("/quota").unwrap().unwrap(), quota);
         let mut before = obj(14);
         before.ancestry = Some(plusfs_proto::Ancestry::root(plusfs_proto::SearchPerm::of(0o711, 1, 1)));
         let body = postcard::to_allocvec(&before).unwrap();
-        s.db.put(dir_key("/before"), &body[..body.len() - 1]).unwrap();
+        s.db.put(dir_key("/before"), &body[..body.len() - 2]).unwrap();
         assert_eq!(s.get_dir("/before").unwrap().unwrap(), before);
         drop(s);
         // A version-1 directory object (no ancestry field) reads with `ancestry: None`.
@@ -1057,11 +1186,16 @@ mod tests {
         let anc = plusfs_proto::Ancestry::root(plusfs_proto::SearchPerm::of(0o755, 0, 0));
         d.ancestry = Some(anc.with(plusfs_proto::SearchPerm::of(0o700, 5, 5)));
         let body = postcard::to_allocvec(&d).unwrap();
-        let v2_body = &body[..body.len() - 1]; // without the empty `acls`
+        let v2_body = &body[..body.len() - 2]; // without the empty `acls` and `quotas`
         let mut v2 = vec![2u8];
         v2.extend_from_slice(v2_body);
         s.db.put(dir_key("/v2"), v2).unwrap();
         assert_eq!(s.get_dir("/v2").unwrap().unwrap(), d);
+        // A version-3 directory object (no quota trees) reads whole.
+        let mut v3 = vec![3u8];
+        v3.extend_from_slice(&body[..body.len() - 1]);
+        s.db.put(dir_key("/v3"), v3).unwrap();
+        assert_eq!(s.get_dir("/v3").unwrap().unwrap(), d);
         // A record of a version this build does not know is refused, not misread.
         s.db.put(dir_key("/c"), [RECORD_VERSION + 1, 0, 0]).unwrap();
         let e = s.get_dir("/c").unwrap_err().to_string();

@@ -237,11 +237,7 @@ impl TestCluster {
                 node.crash_at_failpoint(&net);
             }
         });
-        let counters = Arc::<Counters>::default();
-        let transport = SimTransport { net: self.net.clone(), from: id, counters: counters.clone() };
-        let peers = Pool::with_transport(Arc::new(transport), counters, 0);
-        let (config, fps) = (node.config.clone(), node.failpoints.clone());
-        let opened = rt.spawn(async move { plusfs_server::open(&config, peers, fps).await }).await;
+        let opened = open_when_unlocked(&node, &rt, &self.net).await;
         let osd = match opened {
             Ok(Ok(osd)) => osd,
             failed => {
@@ -304,6 +300,31 @@ pub fn cross_server_name(c: &Client, prefix: &str) -> (String, ServerId, ServerI
             (p, root, child)
         })
         .expect("some name lands elsewhere")
+}
+
+/// Opens `node`'s server on `rt`. An `Arc`'s strong count reaches zero before the value's
+/// drop runs, so [`Node::wait_closed`] may return while the last instance's RocksDB is
+/// still closing and holds its `LOCK` file: the open is then retried until the lock is
+/// free (up to [`TEARDOWN`]), as a supervisor restarting a process that still exits would.
+async fn open_when_unlocked(
+    node: &Node,
+    rt: &tokio::runtime::Runtime,
+    net: &Arc<SimNet>,
+) -> Result<Result<Arc<Osd>, StartError>, tokio::task::JoinError> {
+    let deadline = Instant::now() + TEARDOWN;
+    loop {
+        let counters = Arc::<Counters>::default();
+        let transport = SimTransport { net: net.clone(), from: node.config.id, counters: counters.clone() };
+        let peers = Pool::with_transport(Arc::new(transport), counters, 0);
+        let (config, fps) = (node.config.clone(), node.failpoints.clone());
+        let opened = rt.spawn(async move { plusfs_server::open(&config, peers, fps).await }).await;
+        let locked =
+            matches!(&opened, Ok(Err(StartError::Store { source, .. })) if source.to_string().contains("LOCK"));
+        if !locked || Instant::now() > deadline {
+            return opened;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 impl Node {

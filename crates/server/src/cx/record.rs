@@ -17,7 +17,7 @@ pub(super) enum Record {
 }
 
 /// The format of Cx records (2: ancestries with ACL elements; 1 is read as before them).
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// The stored form of `rec` (framed by the engine's record layer).
 pub(super) fn frame(rec: &Record) -> Vec<u8> {
@@ -26,11 +26,11 @@ pub(super) fn frame(rec: &Record) -> Vec<u8> {
 
 /// The record stored under `key`, or the store's "corrupt" error naming it.
 pub(super) fn unframe(key: TxId, bytes: &[u8]) -> Result<Record, StoreError> {
-    use crate::engine::logrec::{before_acls, decode_framed};
+    use crate::engine::logrec::{decode_framed, older_ancestries};
     // A record of an earlier build starts with its checksum, which may happen to start
     // with the frame's magic: one that is no sound frame is read as such a record if its
     // own checksum holds.
-    let upgrade = |v, body: &[u8]| before_acls(v, body, VERSION);
+    let upgrade = |v, body: &[u8]| older_ancestries(v, body, VERSION);
     decode_framed(bytes, VERSION, upgrade, legacy)
         .or_else(|e| legacy(bytes).map_err(|_| e))
         .map_err(|e| StoreError::Corrupt { key: format!("Cx record {key}"), reason: e.to_string() })

@@ -34,11 +34,14 @@ pub(crate) fn unframed<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, RecordErr
 }
 
 /// The `upgrade` of a type holding directory ancestries (directory objects, sub-operations)
-/// whose format `current - 1` is its layout before ancestries had ACL elements.
-pub(crate) fn before_acls<T: DeserializeOwned>(version: u8, body: &[u8], current: u8) -> Result<T, RecordError> {
-    match version + 1 == current {
-        true => Ok(plusfs_proto::record::legacy_ancestry(|| postcard::from_bytes(body))?),
-        false => Err(RecordError::Version(version)),
+/// whose format `current - 1` is its layout before ancestries had quota trees, and format
+/// `current - 2` its layout before they had ACL elements.
+pub(crate) fn older_ancestries<T: DeserializeOwned>(version: u8, body: &[u8], current: u8) -> Result<T, RecordError> {
+    use plusfs_proto::record::{acl_ancestry, legacy_ancestry};
+    match current - version {
+        1 => Ok(acl_ancestry(|| postcard::from_bytes(body))?),
+        2 => Ok(legacy_ancestry(|| postcard::from_bytes(body))?),
+        _ => Err(RecordError::Version(version)),
     }
 }
 
@@ -128,9 +131,9 @@ pub(crate) struct Outbox {
 impl Logged for Outbox {
     const KIND: LogKind = LogKind::Outbox;
     const WHAT: &'static str = "outbox record";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     fn upgrade(version: u8, body: &[u8]) -> Result<Self, RecordError> {
-        before_acls(version, body, Self::VERSION)
+        older_ancestries(version, body, Self::VERSION)
     }
 }
 
@@ -179,9 +182,9 @@ pub(crate) enum MoveStage {
 impl Logged for ShardMove {
     const KIND: LogKind = LogKind::ShardMove;
     const WHAT: &'static str = "shard move record";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     fn upgrade(version: u8, body: &[u8]) -> Result<Self, RecordError> {
-        before_acls(version, body, Self::VERSION)
+        older_ancestries(version, body, Self::VERSION)
     }
 }
 

@@ -33,9 +33,9 @@ pub(crate) struct Prepared {
 impl crate::engine::logrec::Logged for Prepared {
     const KIND: plusfs_store::LogKind = plusfs_store::LogKind::Participant;
     const WHAT: &'static str = "prepare record";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     fn upgrade(version: u8, body: &[u8]) -> Result<Self, crate::engine::logrec::RecordError> {
-        crate::engine::logrec::before_acls(version, body, Self::VERSION)
+        crate::engine::logrec::older_ancestries(version, body, Self::VERSION)
     }
 }
 
