@@ -25,6 +25,7 @@ mod file;
 mod fs;
 pub mod fsck;
 mod opids;
+mod quota;
 mod routing;
 mod types;
 
@@ -41,5 +42,6 @@ pub use file::IO_CHUNK;
 pub use fs::Client;
 pub use plusfs_proto::acl::Acl;
 pub use plusfs_rpc::{counting, CallError, Connection, Counters, CountersSnapshot, Pool, Transport};
+pub use quota::QuotaLine;
 pub use routing::DistCache;
 pub use types::{ClientOptions, FileHandle, OpenFlags};

@@ -21,6 +21,8 @@ impl Errno {
     pub const EISDIR: Errno = Errno(libc::EISDIR);
     pub const EINVAL: Errno = Errno(libc::EINVAL);
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    /// A quota's limit is reached.
+    pub const EDQUOT: Errno = Errno(libc::EDQUOT);
     pub const EFBIG: Errno = Errno(libc::EFBIG);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
     pub const E2BIG: Errno = Errno(libc::E2BIG);
@@ -64,6 +66,7 @@ impl Errno {
             (Self::EISDIR, "EISDIR"),
             (Self::EINVAL, "EINVAL"),
             (Self::ENOSPC, "ENOSPC"),
+            (Self::EDQUOT, "EDQUOT"),
             (Self::EFBIG, "EFBIG"),
             (Self::ENODATA, "ENODATA"),
             (Self::E2BIG, "E2BIG"),

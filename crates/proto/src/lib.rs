@@ -28,6 +28,7 @@ pub mod path;
 pub mod payload;
 pub mod peer;
 pub mod perm;
+pub mod quota;
 pub mod record;
 pub mod touch;
 

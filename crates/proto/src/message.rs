@@ -501,6 +501,10 @@ pub enum Request {
         from: ServerId,
         moved: Vec<(Ino, ServerId)>,
     },
+    /// Quotas: set, report, recount, and the allowances servers ask each other for.
+    Quota {
+        op: crate::quota::QuotaOp,
+    },
 }
 
 impl Request {
@@ -644,6 +648,7 @@ impl Request {
             InodeIn { .. } => 76,
             InodeHome { .. } => 77,
             Relink { .. } => 78,
+            Quota { .. } => 79,
         }
     }
 
@@ -718,6 +723,7 @@ impl Request {
             | InodeHome { .. }
             | Relink { .. } => Privilege::Server,
             Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | MapChange { .. } => Privilege::Admin,
+            Quota { op } => op.privilege(),
             // Data records by number (direct I/O) are any identity's: a client that is no
             // admin presents the capability the file's server issued with `Layout` (checked
             // at admission, then against each record's owner) and commits only receipted
@@ -800,6 +806,7 @@ impl Request {
                 | InodeIn { .. }
                 | InodeHome { .. }
                 | Relink { .. }
+                | Quota { .. }
                 | DelegFlush { .. }
                 | DelegWait { .. }
                 | DelegEntries { .. }
@@ -848,7 +855,7 @@ pub enum Privilege {
 }
 
 /// Names of the opcodes, indexed by opcode.
-pub const OPCODE_NAMES: [&str; 79] = [
+pub const OPCODE_NAMES: [&str; 80] = [
     "invalid",
     "ping",
     "mkdir",
@@ -928,6 +935,7 @@ pub const OPCODE_NAMES: [&str; 79] = [
     "inode_in",
     "inode_home",
     "relink",
+    "quota",
 ];
 
 /// Name of an opcode (`"invalid"` for unknown ones).
@@ -1029,6 +1037,8 @@ pub enum Reply {
     Home(ServerId),
     /// How many objects a request found (`Relink`).
     Count(u64),
+    /// Answers to `Quota`.
+    Quota(crate::quota::QuotaReply),
 }
 
 /// What a response body holds.

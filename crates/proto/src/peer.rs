@@ -92,6 +92,10 @@ pub enum SubOp {
         acls: Vec<(String, Vec<u8>)>,
         was: DirAttrs,
     },
+    /// Sets (`remove`: lifts) quota `def` here; a tree quota also adds (removes) its
+    /// quota element to the ancestry of every directory object and shard at or below its
+    /// root here.
+    SetQuota { def: crate::quota::QuotaDef, remove: bool },
 }
 
 /// A directory's mode, owner, group and ACL attributes (`SubOp::ReancestryAcl`).

@@ -55,6 +55,10 @@ pub fn touched(req: &Request) -> Vec<(String, Touch, bool)> {
         DirSetAttr { path, .. } | DirXattr { path, .. } | SetPolicy { path, .. } => {
             out.push((path.clone(), Touch::Object, false))
         }
+        // A tree quota counts (and from then on limits) everything below its root.
+        Quota { op: crate::quota::QuotaOp::Set { target: crate::quota::QuotaTarget::Tree(path), .. } } => {
+            out.push((path.clone(), Touch::Object, true))
+        }
         Rename { src, dst } | Link { src, dst } => {
             entry(src, true, &mut out);
             entry(dst, true, &mut out);
@@ -107,6 +111,9 @@ fn subop_touches(op: &SubOp, out: &mut Vec<(String, Touch, bool)>) {
         SubOp::ExportSubtree { root, .. } | SubOp::Reancestry { root, .. } | SubOp::ReancestryAcl { root, .. } => {
             out.push((root.clone(), Touch::Object, true))
         }
+        // A tree quota changes the ancestry of everything below its root; a user or group
+        // quota ends every write delegation (quotas are counted on the servers).
+        SubOp::SetQuota { def, .. } => out.push((def.path.clone().unwrap_or_else(|| "/".into()), Touch::Object, true)),
         SubOp::AdjustLinks { .. } => {}
     }
 }

@@ -268,7 +268,7 @@ impl Batches {
             return Ok(None); // hard links: entry by entry (`each`)
         }
         let mut overlay: HashMap<&str, Option<Inode>> = valid.into_iter().zip(found).collect();
-        let mut batch = Batch::new();
+        let mut batch = Batch::counted();
         let mut results = Results::new(semantics, names.len());
         // Data records of removed files.
         let mut gone = std::collections::BTreeSet::new();

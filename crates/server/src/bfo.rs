@@ -138,7 +138,7 @@ impl Bfo {
         .map_err(|e| err(Errno::EIO, format!("data task failed: {e}")))?;
         let mut extents = extents.map_err(crate::filedata::data_err)?.into_iter();
         // Phase 2: all inodes and index entries in one store write.
-        let mut b = Batch::new();
+        let mut b = Batch::counted();
         let mut remote = Vec::new();
         let mut attrs = Vec::with_capacity(todo.len());
         let now = Timespec::now();

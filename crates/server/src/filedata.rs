@@ -191,7 +191,7 @@ impl FileData {
             }
         }
         let gate = self.engine.data_gate().read().await;
-        let mut b = Batch::new();
+        let mut b = Batch::counted();
         for &(at, _, range) in parts.iter().filter(|p| p.1 == self.engine.id()) {
             new_pieces.extend(self.put_local(inode.ino, at, bytes_of(range), &mut b).await?);
         }
@@ -273,7 +273,7 @@ impl FileData {
         let before = records(&t.inode.pieces);
         lay_over(&mut t.inode, pieces, (end, len > 0), c);
         let gate = self.engine.data_gate().read().await;
-        let mut b = Batch::new();
+        let mut b = Batch::counted();
         let remote = self.engine.drop_unused(&before, &records(&t.inode.pieces), &mut b)?;
         t.save(&mut b);
         let answer = Reply::Attr(Attr::of_inode(&t.inode));

@@ -30,6 +30,7 @@ mod once;
 mod osd;
 mod peers;
 mod pushed;
+mod quota;
 mod replica_data;
 pub mod security;
 mod serial;

@@ -21,6 +21,7 @@
 //! G <segment: u32 BE> <off: u64 BE> -> u64 BE  record at that place (compaction's index)
 //! U <kind: u8> <id: u64 BE>     -> usage       quota usage counted here (see `usage`)
 //! T <dir ino: u64 BE>           -> [u64]       quota trees of a directory with entries here
+//! Z <0: u64 BE>                 -> bytes       the quotas (limits) of the cluster
 //! ```
 //! Entries are keyed by the directory's inode number, not its path, so listing a
 //! directory is one prefix scan in name order and renaming a directory whose object stays
@@ -52,6 +53,10 @@ pub enum StoreError {
     Corrupt { key: String, reason: String },
     #[error("store is shutting down")]
     Closed,
+    /// The batch would take `owner`'s usage here `need` past its ceiling; `batch` is the
+    /// batch, unapplied, to submit again once the ceiling is raised.
+    #[error("the quota of {owner} needs {} more files and {} more bytes here", need.files, need.bytes)]
+    OverQuota { owner: usage::Owner, need: usage::Usage, batch: Box<Batch> },
     /// A replicated store's group did not take the batch (this member does not lead it,
     /// or lost its quorum).
     #[error("replication: {0}")]
@@ -80,6 +85,8 @@ pub enum LogKind {
     ShardMove,
     /// Shared inodes a drained server moved to their heir, keyed by inode number.
     InodeMove,
+    /// The quotas every server keeps (one record, id 0).
+    Quota,
 }
 
 impl LogKind {
@@ -94,6 +101,7 @@ impl LogKind {
             LogKind::Meta => b'K',
             LogKind::ShardMove => b'V',
             LogKind::InodeMove => b'W',
+            LogKind::Quota => b'Z',
         }
     }
 }
@@ -174,11 +182,19 @@ pub enum BatchOp {
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     pub ops: Vec<BatchOp>,
+    /// Refused (`StoreError::OverQuota`, nothing applied) if it would take a limited
+    /// owner's usage here past its ceiling. Set by the operations a quota may refuse;
+    /// the commit of a decided transaction never is.
+    pub quota: bool,
 }
 
 impl Batch {
     pub fn new() -> Batch {
         Batch::default()
+    }
+    /// An empty batch that a quota may refuse (see [`Batch::quota`]).
+    pub fn counted() -> Batch {
+        Batch { quota: true, ..Batch::default() }
     }
     /// Appends the operations of `other` (applied after those already here).
     pub fn extend(&mut self, other: Batch) {
@@ -323,15 +339,7 @@ pub trait StoreRead: Send + Sync + 'static {
     fn tree_records(&self) -> Result<std::collections::HashMap<Ino, Vec<Ino>>, StoreError>;
 }
 
-/// A counter that disagrees with a recount of what the store holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageMismatch {
-    pub owner: usage::Owner,
-    /// What the counter says.
-    pub counted: usage::Usage,
-    /// What the store holds.
-    pub actual: usage::Usage,
-}
+pub use usage::UsageMismatch;
 
 /// What an OSD+ server needs from its directory-object store.
 pub trait DirStore: StoreRead {
@@ -355,6 +363,17 @@ pub trait DirStore: StoreRead {
     /// Recounts the quota usage of everything held here and returns the counters that
     /// disagree; with `repair`, also sets them to the recount (writes wait meanwhile).
     fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError>;
+    /// The owners whose usage here is limited: a batch with `quota` set may take each only
+    /// up to its ceiling. An owner new to the list starts with its usage as ceiling.
+    fn limit(&self, owners: &[usage::Owner]);
+    /// Sets `owner`'s ceiling (if it is limited) to its usage, which it returns: the
+    /// allowance above is given back.
+    fn shrink(&self, owner: usage::Owner) -> Result<usage::Usage, StoreError>;
+    /// Sets `owner`'s ceiling (if it is limited).
+    fn raise(&self, owner: usage::Owner, ceiling: usage::Usage);
+    /// How far `delta` more would take `owner` past its ceiling here (zero: it fits, or
+    /// the owner is not limited).
+    fn shortfall(&self, owner: usage::Owner, delta: usage::Usage) -> Result<usage::Usage, StoreError>;
     /// Activity counters.
     fn stats(&self) -> StoreStats;
     /// Latency histograms of the engine's writes, for a metrics registry (none by default).

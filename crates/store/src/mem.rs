@@ -4,7 +4,7 @@
 //! given batch on, and a crash that keeps only what was committed (what a restarted
 //! server would find).
 
-use crate::usage::{Ledger, Owner, Usage};
+use crate::usage::{Books, Owner, Usage};
 use crate::{Batch, BatchOp, Commit, DirStore, LogKind, StoreError, StoreRead, StoreStats, UsageMismatch};
 use parking_lot::Mutex;
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
@@ -42,8 +42,8 @@ pub struct Faults {
 pub struct MemStore {
     state: Mutex<State>,
     faults: Mutex<Faults>,
-    /// The quota counters as committed (`None`: read them from `state` first).
-    ledger: Mutex<Option<Ledger>>,
+    /// The quota books (counters as committed, ceilings).
+    books: Mutex<Books>,
     batches: AtomicU64,
     writes: AtomicU64,
 }
@@ -71,15 +71,13 @@ impl MemStore {
     }
 
     fn write(&self, mut batch: Batch) -> Result<(), StoreError> {
-        let mut ledger = self.ledger.lock();
-        let mut l = match ledger.take() {
-            Some(l) => l,
-            None => Ledger::new(self.usage()?, self.tree_records()?),
-        };
-        l.account(&mut batch, self)?;
-        self.apply(&batch)?;
-        *ledger = Some(l);
-        Ok(())
+        let mut books = self.books.lock();
+        books.account(&mut batch, self, false)?;
+        let applied = self.apply(&batch);
+        if applied.is_err() {
+            books.forget();
+        }
+        applied
     }
 
     fn apply(&self, batch: &Batch) -> Result<(), StoreError> {
@@ -217,13 +215,28 @@ impl DirStore for MemStore {
         rx
     }
     fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError> {
-        let mut ledger = self.ledger.lock();
+        let mut books = self.books.lock();
         let (found, fix) = crate::usage::check(self)?;
         if repair && !fix.is_empty() {
-            *ledger = None;
+            books.forget();
             self.apply(&fix)?;
         }
         Ok(found)
+    }
+    fn limit(&self, owners: &[Owner]) {
+        if let Err(e) = self.books.lock().limit(owners, self) {
+            tracing::error!(cause = %e, "quota counters cannot be read");
+        }
+    }
+    fn shrink(&self, owner: Owner) -> Result<Usage, StoreError> {
+        self.books.lock().shrink(owner, self)
+    }
+    fn raise(&self, owner: Owner, ceiling: Usage) {
+        self.books.lock().raise(owner, ceiling)
+    }
+
+    fn shortfall(&self, owner: Owner, delta: Usage) -> Result<Usage, StoreError> {
+        self.books.lock().shortfall(owner, delta, self)
     }
     fn stats(&self) -> StoreStats {
         let writes = self.writes.load(Ordering::Relaxed);

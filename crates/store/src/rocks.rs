@@ -1,6 +1,6 @@
 //! The RocksDB engine of [`DirStore`](crate::DirStore).
 
-use crate::usage::{Ledger, Owner, Usage};
+use crate::usage::{Books, Owner, Usage};
 use crate::{
     Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreRead, StoreStats, UsageMismatch,
 };
@@ -39,10 +39,9 @@ pub struct RocksStore {
     replicator: std::sync::OnceLock<Replication>,
     stats: Arc<Counters>,
     format: Format,
-    /// The quota counters as submitted (`None`: read them from the engine first). Held
-    /// while a batch is counted and handed on, so batches are counted in the order they
-    /// are written.
-    ledger: parking_lot::Mutex<Option<Ledger>>,
+    /// The quota books (counters as submitted, ceilings). Held while a batch is counted
+    /// and handed on, so batches are counted in the order they are written.
+    books: parking_lot::Mutex<Books>,
     /// Set when a counted batch failed to commit: the ledger is read again.
     ledger_stale: Arc<AtomicBool>,
 }
@@ -327,7 +326,7 @@ impl RocksStore {
             stats,
             format,
             replicator: Default::default(),
-            ledger: Default::default(),
+            books: Default::default(),
             ledger_stale: stale,
         })
     }
@@ -436,17 +435,11 @@ impl RocksStore {
         Ok(out)
     }
 
-    /// Counts `batch`'s quota usage into `ledger` (read from the engine first if it is
-    /// not loaded or a counted batch failed), appending the counter changes to it.
-    fn account(&self, ledger: &mut Option<Ledger>, batch: &mut Batch) -> Result<(), StoreError> {
+    /// Counts `batch`'s quota usage into `books` (read from the engine again if a counted
+    /// batch failed), appending the counter changes to it.
+    fn account(&self, books: &mut Books, batch: &mut Batch) -> Result<(), StoreError> {
         let stale = self.ledger_stale.swap(false, Ordering::AcqRel) || self.replication_failed();
-        let mut l = match ledger.take() {
-            Some(l) if !stale => l,
-            _ => Ledger::new(self.usage()?, self.tree_records()?),
-        };
-        l.account(batch, self)?;
-        *ledger = Some(l);
-        Ok(())
+        books.account(batch, self, stale)
     }
 
     /// `done`, but marking the ledger stale first if the batch fails.
@@ -815,8 +808,8 @@ impl DirStore for RocksStore {
     fn submit(&self, mut batch: Batch) -> Commit {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let mut ledger = self.ledger.lock();
-        if let Err(e) = self.account(&mut ledger, &mut batch) {
+        let mut books = self.books.lock();
+        if let Err(e) = self.account(&mut books, &mut batch) {
             let _ = tx.send(Err(e));
             return rx;
         }
@@ -845,7 +838,7 @@ impl DirStore for RocksStore {
             None => {
                 let written = self.write_now(&batch);
                 if written.is_err() {
-                    *ledger = None;
+                    books.forget();
                 }
                 let _ = tx.send(written);
             }
@@ -854,10 +847,10 @@ impl DirStore for RocksStore {
     }
 
     fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError> {
-        let mut ledger = self.ledger.lock();
+        let mut books = self.books.lock();
         let (found, fix) = crate::usage::check(self)?;
         if repair && !fix.is_empty() {
-            *ledger = None;
+            books.forget();
             let mut wo = WriteOptions::default();
             wo.set_sync(true);
             let mut wb = WriteBatch::default();
@@ -865,6 +858,24 @@ impl DirStore for RocksStore {
             self.db.write_opt(wb, &wo).map_err(engine)?;
         }
         Ok(found)
+    }
+
+    fn limit(&self, owners: &[Owner]) {
+        if let Err(e) = self.books.lock().limit(owners, self) {
+            tracing::error!(cause = %e, "quota counters cannot be read");
+        }
+    }
+
+    fn shrink(&self, owner: Owner) -> Result<Usage, StoreError> {
+        self.books.lock().shrink(owner, self)
+    }
+
+    fn raise(&self, owner: Owner, ceiling: Usage) {
+        self.books.lock().raise(owner, ceiling)
+    }
+
+    fn shortfall(&self, owner: Owner, delta: Usage) -> Result<Usage, StoreError> {
+        self.books.lock().shortfall(owner, delta, self)
     }
 
     fn latency_histograms(&self) -> Vec<Histogram> {
@@ -1113,6 +1124,7 @@ mod tests {
             LogKind::Meta,
             LogKind::ShardMove,
             LogKind::InodeMove,
+            LogKind::Quota,
         ];
         let mut b = Batch::new();
         // Objects, shards and entries of every kind of key next to the logs.

@@ -22,82 +22,98 @@
 //! into or out of one) the directory's entries here are charged again in the same batch.
 
 use crate::{Batch, BatchOp, StoreError, StoreRead};
+pub use plusfs_proto::quota::{Owner, Usage, UsageMismatch};
 use plusfs_proto::{DirObject, FileKind, Ino, Inode};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
-/// Whose usage a counter holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Owner {
-    Uid(u32),
-    Gid(u32),
-    /// The quota tree whose root directory has this inode number.
-    Tree(Ino),
+/// The ceilings of the owners whose usage is limited here.
+pub type Ceilings = HashMap<Owner, Usage>;
+
+/// Sets the limited owners of `ceilings` to `owners`: those new to it start at their
+/// usage in `ledger`, those no longer limited go.
+pub fn limit(ceilings: &mut Ceilings, owners: &[Owner], ledger: &Ledger) {
+    ceilings.retain(|o, _| owners.contains(o));
+    for o in owners {
+        ceilings.entry(*o).or_insert_with(|| ledger.used(*o));
+    }
 }
 
-impl Owner {
-    /// The kind byte and id of the counter's key.
-    pub fn key_parts(self) -> (u8, u64) {
-        match self {
-            Owner::Uid(u) => (b'u', u64::from(u)),
-            Owner::Gid(g) => (b'g', u64::from(g)),
-            Owner::Tree(t) => (b't', t),
+/// A store's quota books: its ledger (read from the store when first needed, and again
+/// after a counted batch failed) and the ceilings of its limited owners.
+#[derive(Debug, Default)]
+pub struct Books {
+    ledger: Option<Ledger>,
+    ceilings: Ceilings,
+}
+
+impl Books {
+    /// The ledger, read from `store` if it is not loaded (or `stale`).
+    fn ledger(&mut self, store: &dyn StoreRead, stale: bool) -> Result<&mut Ledger, StoreError> {
+        if stale {
+            self.ledger = None;
+        }
+        if self.ledger.is_none() {
+            self.ledger = Some(Ledger::new(store.usage()?, store.tree_records()?));
+        }
+        Ok(self.ledger.as_mut().expect("loaded"))
+    }
+
+    /// Counts `batch` (see [`Ledger::account`]), refusing it if it has `quota` set and
+    /// takes a limited owner past its ceiling. A failure other than that leaves the
+    /// ledger to be read again.
+    pub fn account(&mut self, batch: &mut Batch, store: &dyn StoreRead, stale: bool) -> Result<(), StoreError> {
+        let ceilings = std::mem::take(&mut self.ceilings);
+        let counted = self.ledger(store, stale).and_then(|l| l.account(batch, store, &ceilings));
+        self.ceilings = ceilings;
+        match counted {
+            Err(StoreError::OverQuota { owner, need, .. }) => {
+                Err(StoreError::OverQuota { owner, need, batch: Box::new(std::mem::take(batch)) })
+            }
+            Err(e) => {
+                self.forget();
+                Err(e)
+            }
+            Ok(()) => Ok(()),
         }
     }
 
-    /// The owner of a counter key's kind byte and id.
-    pub fn from_key_parts(kind: u8, id: u64) -> Option<Owner> {
-        match kind {
-            b'u' => u32::try_from(id).ok().map(Owner::Uid),
-            b'g' => u32::try_from(id).ok().map(Owner::Gid),
-            b't' => Some(Owner::Tree(id)),
-            _ => None,
+    /// Makes the ledger be read again (a counted batch failed to commit).
+    pub fn forget(&mut self) {
+        self.ledger = None;
+    }
+
+    /// See [`crate::DirStore::limit`].
+    pub fn limit(&mut self, owners: &[Owner], store: &dyn StoreRead) -> Result<(), StoreError> {
+        let ledger = self.ledger(store, false)?.clone();
+        limit(&mut self.ceilings, owners, &ledger);
+        Ok(())
+    }
+
+    /// See [`crate::DirStore::shrink`].
+    pub fn shrink(&mut self, owner: Owner, store: &dyn StoreRead) -> Result<Usage, StoreError> {
+        let used = self.ledger(store, false)?.used(owner);
+        if let Some(c) = self.ceilings.get_mut(&owner) {
+            *c = used;
         }
+        Ok(used)
     }
-}
 
-impl std::fmt::Display for Owner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Owner::Uid(u) => write!(f, "uid {u}"),
-            Owner::Gid(g) => write!(f, "gid {g}"),
-            Owner::Tree(t) => write!(f, "tree {t}"),
+    /// See [`crate::DirStore::shortfall`].
+    pub fn shortfall(&mut self, owner: Owner, delta: Usage, store: &dyn StoreRead) -> Result<Usage, StoreError> {
+        let Some(ceiling) = self.ceilings.get(&owner).copied() else { return Ok(Usage::default()) };
+        let now = self.ledger(store, false)?.used(owner).plus(delta);
+        let short = |d: i64, now: i64, c: i64| if d > 0 && now > c { now - c } else { 0 };
+        Ok(Usage {
+            files: short(delta.files, now.files, ceiling.files),
+            bytes: short(delta.bytes, now.bytes, ceiling.bytes),
+        })
+    }
+
+    /// See [`crate::DirStore::raise`].
+    pub fn raise(&mut self, owner: Owner, ceiling: Usage) {
+        if let Some(c) = self.ceilings.get_mut(&owner) {
+            *c = ceiling;
         }
-    }
-}
-
-/// Files and bytes counted for one owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Usage {
-    pub files: i64,
-    pub bytes: i64,
-}
-
-impl Usage {
-    /// The stored form: files, then bytes, each 8 bytes big-endian.
-    pub fn encode(self) -> [u8; 16] {
-        let mut v = [0u8; 16];
-        v[..8].copy_from_slice(&self.files.to_be_bytes());
-        v[8..].copy_from_slice(&self.bytes.to_be_bytes());
-        v
-    }
-
-    /// The usage stored as `v`, if it is 16 bytes.
-    pub fn decode(v: &[u8]) -> Option<Usage> {
-        let v: &[u8; 16] = v.try_into().ok()?;
-        let files = i64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
-        let bytes = i64::from_be_bytes(v[8..].try_into().expect("8 bytes"));
-        Some(Usage { files, bytes })
-    }
-
-    fn add(&mut self, files: i64, bytes: i64) {
-        self.files += files;
-        self.bytes += bytes;
-    }
-
-    /// True when nothing is counted.
-    pub fn is_zero(self) -> bool {
-        self == Usage::default()
     }
 }
 
@@ -222,7 +238,12 @@ impl Ledger {
     /// Counts `batch` against the store as `before` holds it: appends to it the counter
     /// and tree records it changes, and takes them into this ledger. If the batch then
     /// fails to commit, the ledger must be read from the store again.
-    pub fn account(&mut self, batch: &mut Batch, before: &dyn StoreRead) -> Result<(), StoreError> {
+    pub fn account(
+        &mut self,
+        batch: &mut Batch,
+        before: &dyn StoreRead,
+        ceilings: &Ceilings,
+    ) -> Result<(), StoreError> {
         let mut view = Overlay { before, entries: HashMap::new(), inodes: HashMap::new(), dirs: HashMap::new() };
         let mut trees: HashMap<Ino, Vec<Ino>> = HashMap::new();
         let mut d = Deltas::default();
@@ -273,6 +294,9 @@ impl Ledger {
                 _ => {}
             }
         }
+        if batch.quota {
+            self.check(&d, ceilings)?;
+        }
         for (ino, t) in trees {
             batch.ops.push(match t.is_empty() {
                 true => BatchOp::DelTrees(ino),
@@ -292,6 +316,29 @@ impl Ledger {
             });
         }
         Ok(())
+    }
+
+    /// Refuses deltas `d` if they take a limited owner past its ceiling (with an empty
+    /// batch in the error, for the caller to fill in).
+    fn check(&self, d: &Deltas, ceilings: &Ceilings) -> Result<(), StoreError> {
+        for (owner, delta) in &d.0 {
+            let Some(ceiling) = ceilings.get(owner) else { continue };
+            let now = self.usage.get(owner).copied().unwrap_or_default().plus(*delta);
+            let short = |delta: i64, now: i64, ceiling: i64| if delta > 0 && now > ceiling { now - ceiling } else { 0 };
+            let need = Usage {
+                files: short(delta.files, now.files, ceiling.files),
+                bytes: short(delta.bytes, now.bytes, ceiling.bytes),
+            };
+            if !need.is_zero() {
+                return Err(StoreError::OverQuota { owner: *owner, need, batch: Box::default() });
+            }
+        }
+        Ok(())
+    }
+
+    /// The usage counted for `owner`.
+    pub fn used(&self, owner: Owner) -> Usage {
+        self.usage.get(&owner).copied().unwrap_or_default()
     }
 
     /// Takes the quota trees of `obj` (an object or shard being written) for its inode:
@@ -345,7 +392,7 @@ pub fn stored_trees(store: &dyn StoreRead) -> Result<HashMap<Ino, Vec<Ino>>, Sto
 
 /// What a recount of `store` finds: the counters that disagree with what it holds, and
 /// the store changes that set them (and the tree records) right.
-pub fn check(store: &dyn StoreRead) -> Result<(Vec<crate::UsageMismatch>, Batch), StoreError> {
+pub fn check(store: &dyn StoreRead) -> Result<(Vec<UsageMismatch>, Batch), StoreError> {
     let recorded = store.tree_records()?;
     let objects = stored_trees(store)?;
     let trees = |dir: Ino| objects.get(&dir).or_else(|| recorded.get(&dir)).cloned().unwrap_or_default();
@@ -356,7 +403,7 @@ pub fn check(store: &dyn StoreRead) -> Result<(Vec<crate::UsageMismatch>, Batch)
     for owner in counted.keys().chain(actual.keys()).collect::<std::collections::BTreeSet<_>>() {
         let (c, a) = (counted.get(owner).copied().unwrap_or_default(), actual.get(owner).copied().unwrap_or_default());
         if c != a {
-            out.push(crate::UsageMismatch { owner: *owner, counted: c, actual: a });
+            out.push(UsageMismatch { owner: *owner, counted: c, actual: a });
             fix.ops.push(match a.is_zero() {
                 true => BatchOp::DelUsage(*owner),
                 false => BatchOp::PutUsage(*owner, a),

@@ -2,6 +2,7 @@
 //! pending transactions on them first.
 
 use crate::engine::locks::Scope;
+use plusfs_proto::quota::{QuotaOp, QuotaTarget};
 use plusfs_proto::Request;
 
 /// The (directory, scope) pairs a client request reads or changes, for
@@ -43,6 +44,8 @@ pub(crate) fn request_scopes(req: &Request) -> Vec<(String, Scope)> {
         DirPerms { path } => out.push((path.clone(), Scope::object_only())),
         // A delegation starts from the committed directory: pending Cx work on it first.
         DelegAcquire { dir, .. } => out.push((dir.clone(), Scope::Whole)),
+        // A tree quota starts from the committed tree.
+        Quota { op: QuotaOp::Set { target: QuotaTarget::Tree(path), .. } } => of_path(path, &mut out),
         Fsync { path } if !path.is_empty() => of_path(path, &mut out),
         Rename { src, dst } | Link { src, dst } => {
             of_path(src, &mut out);

@@ -150,6 +150,9 @@ impl Delegations {
         if !self.engine.map().delegations.enabled || cred.session == 0 {
             return Err(err(Errno::EAGAIN, format!("delegations are off for '{dir}'")));
         }
+        if !read && self.under_quota(dir, via)? {
+            return Err(err(Errno::EAGAIN, format!("'{dir}' is under a quota: its changes go to the servers")));
+        }
         let id = self.engine.new_txid().await?;
         let shard = match via {
             Via::Home => None,
@@ -166,6 +169,21 @@ impl Delegations {
                 Err(e)
             }
         }
+    }
+
+    /// Whether a quota may refuse what is created in `dir`: a user or group quota exists,
+    /// or `dir` lies in a quota tree. Its writes are then not delegated (a holder's
+    /// creates would be acknowledged before any server counted them).
+    fn under_quota(&self, dir: &str, via: Via) -> OpResult<bool> {
+        let quotas = self.engine.quotas();
+        if quotas.is_empty() {
+            return Ok(false);
+        }
+        if quotas.keys().any(|o| !matches!(o, plusfs_proto::quota::Owner::Tree(_))) {
+            return Ok(true);
+        }
+        let host = self.engine.host(dir, via)?;
+        Ok(host.obj.ancestry.as_ref().is_some_and(|a| a.quota_trees().next().is_some()))
     }
 
     /// Waits for the requests in flight on `dir`, then reads it and records the grant (in

@@ -15,6 +15,7 @@ pub(crate) mod links;
 pub(crate) mod locks;
 pub(crate) mod logrec;
 pub(crate) mod perm;
+pub(crate) mod quota;
 pub(crate) mod records;
 pub(crate) mod subops;
 pub(crate) mod xattrs;
@@ -50,6 +51,11 @@ pub struct Engine {
     data_gate: tokio::sync::RwLock<()>,
     /// Directories a read found half-distributed: the redistribution protocol finishes them.
     distribution_wanted: mpsc::UnboundedSender<String>,
+    /// The quotas kept here (the quota table, see [`quota`]).
+    quotas:
+        parking_lot::RwLock<Arc<std::collections::BTreeMap<plusfs_proto::quota::Owner, plusfs_proto::quota::QuotaDef>>>,
+    /// Where batches over a ceiling get more allowance (the quota protocol).
+    allowances: std::sync::OnceLock<std::sync::Weak<dyn quota::Allowances>>,
 }
 
 pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
@@ -66,7 +72,7 @@ impl Engine {
         data: Arc<plusfs_data::DataStore>,
         distribution_wanted: mpsc::UnboundedSender<String>,
     ) -> Result<Engine, StoreError> {
-        Ok(Engine {
+        let engine = Engine {
             inos: IdAllocator::load(store.as_ref(), "next_ino", id)?,
             txids: IdAllocator::load(store.as_ref(), "next_txid", id)?,
             records: IdAllocator::load(store.as_ref(), "next_record", id)?,
@@ -78,7 +84,11 @@ impl Engine {
             data,
             data_gate: tokio::sync::RwLock::new(()),
             distribution_wanted,
-        })
+            quotas: Default::default(),
+            allowances: Default::default(),
+        };
+        engine.load_quotas()?;
+        Ok(engine)
     }
 
     /// The cluster map this server works with now.
@@ -112,7 +122,7 @@ impl Engine {
 
     /// Makes `b` durable atomically: the only way a server's state changes.
     pub(crate) async fn apply(&self, b: Batch) -> OpResult<()> {
-        self.commit(b).await.map_err(eio)
+        self.commit_counted(b).await
     }
 
     /// Applies `b`, a batch of `call`'s effects: with the request's exactly-once mark (and

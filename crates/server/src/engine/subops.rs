@@ -85,6 +85,12 @@ impl Engine {
                     vec![(new_root.clone(), Scope::Whole), (root.clone(), Scope::Whole)]
                 }
                 // The directory (its objects below come from the scan) and its entry.
+                // The quota table (one change at a time), and a tree quota's root.
+                SubOp::SetQuota { def, .. } => {
+                    let mut l = vec![("#quota-table".to_string(), Scope::Whole)];
+                    l.extend(def.path.iter().map(|root| (root.clone(), Scope::Whole)));
+                    l
+                }
                 SubOp::Reancestry { root, .. } | SubOp::ReancestryAcl { root, .. } => {
                     let mut l = vec![(root.clone(), Scope::Whole)];
                     if let Some((dir, name)) = plusfs_proto::path::split(root) {
@@ -158,11 +164,13 @@ impl Engine {
         let (export_root, exporting) = match ops.iter().find_map(|o| match o {
             SubOp::ExportSubtree { root, .. } => Some((root.clone(), true)),
             SubOp::Reancestry { root, .. } | SubOp::ReancestryAcl { root, .. } => Some((root.clone(), false)),
+            SubOp::SetQuota { def, .. } => def.path.clone().map(|root| (root, false)),
             _ => None,
         }) {
             Some((root, exporting)) => (Some(root), exporting),
             None => (None, false),
         };
+        self.room_for(ops).await?;
         let shards_within = |root: &str| -> OpResult<Vec<String>> {
             Ok(self.store.shards_within(root).map_err(eio)?.into_iter().map(|(p, _)| p).collect())
         };
@@ -313,6 +321,14 @@ impl Engine {
             // The directory must still have the search element the change replaces.
             SubOp::Reancestry { root, old, .. } => self.check_unchanged(root, &SearchElem::Mode(*old)),
             SubOp::ReancestryAcl { root, old, .. } => self.check_unchanged(root, old),
+            // The tree's root must still be the directory the quota was set on.
+            SubOp::SetQuota { def, .. } => match (&def.path, def.owner) {
+                (Some(root), plusfs_proto::quota::Owner::Tree(ino)) => match self.store.get_dir(root).map_err(eio)? {
+                    Some(d) if d.ino != ino => Err(OpError::Conflict(format!("'{root}' changed during the operation"))),
+                    _ => Ok(()),
+                },
+                _ => Ok(()),
+            },
         }
     }
 
@@ -455,6 +471,7 @@ impl Engine {
                     let elems = (old.clone(), new.clone());
                     self.commit_reancestry(root, elems, (*mode, *uid, *gid), Some(acls), &mut b)?;
                 }
+                SubOp::SetQuota { def, remove } => self.commit_set_quota(def, *remove, &mut b)?,
                 _ => {}
             }
         }

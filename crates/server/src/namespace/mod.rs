@@ -99,7 +99,7 @@ impl Namespace {
         let new = Inode::new(self.engine.new_ino().await?, kind, n.mode, n.uid, n.gid);
         let inode = Inode { size, target, rdev, xattrs: n.xattrs, ..new };
         count_entry(&mut host.obj, kind, 1);
-        let mut b = Batch::new();
+        let mut b = Batch::counted();
         b.put_entry(host.obj.ino, name, &inode);
         host.save(&mut b, dir);
         self.engine.apply_for(c, b).await?;
@@ -241,7 +241,7 @@ impl Namespace {
         }
         let set = &perm::check_setattr(c, &perm::Owned::of_inode(e), set, p)?;
         let gate = self.engine.data_gate().read().await;
-        let mut b = Batch::new();
+        let mut b = Batch::counted();
         let mut remote = Vec::new();
         if let Some(size) = set.size {
             if e.kind != FileKind::File {

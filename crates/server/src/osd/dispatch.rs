@@ -262,6 +262,7 @@ impl Osd {
             InodeIn { inode, from } => self.migrate.inode_in(inode, from).await,
             InodeHome { ino } => self.engine.inode_home(ino).map(Reply::Home),
             Relink { from, moved } => self.migrate.relink(from, moved).await.map(Reply::Count),
+            Quota { op } => self.quotas.handle(op, c).await,
             // An empty path (from a peer): this server's data store.
             Fsync { .. } => self.filedata.fsync_data().await,
         }

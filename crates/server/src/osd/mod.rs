@@ -49,6 +49,7 @@ pub struct Osd {
     pub(crate) cx: Arc<Cx>,
     pub(crate) batches: Arc<Batches>,
     pub(crate) bfo: Arc<Bfo>,
+    pub(crate) quotas: Arc<crate::quota::Quotas>,
 }
 
 impl Osd {
@@ -114,6 +115,9 @@ impl Osd {
             filedata.clone(),
         ));
         let bfo = Arc::new(Bfo::new(e(), batches.clone(), filedata.clone(), hugedirs.clone()));
+        let quotas = Arc::new(crate::quota::Quotas::new(e(), peers.clone(), twopc.clone()));
+        let allowances: Arc<dyn crate::engine::quota::Allowances> = quotas.clone();
+        engine.set_allowances(Arc::downgrade(&allowances));
         Osd {
             engine,
             peers,
@@ -129,6 +133,7 @@ impl Osd {
             cx,
             batches,
             bfo,
+            quotas,
         }
     }
 

@@ -1,0 +1,196 @@
+//! Quotas, enforced by the servers: a tree quota and user quotas on files and bytes, the
+//! create and the byte that cross a limit refused with EDQUOT wherever they land, usage
+//! exact (equal to fsck's recount) also after kill -9 of a server in the middle of the
+//! work, soft limits with their grace.
+
+mod common;
+
+use common::ProcCluster;
+use plusfs_client::{Client, FsError};
+use plusfs_proto::quota::{Limit, Limits, Owner, QuotaTarget, Usage};
+use plusfs_proto::{Cred, Errno};
+use std::time::Duration;
+
+const ALICE: u32 = 1000;
+const BOB: u32 = 1001;
+
+fn user(c: &Client, uid: u32) -> Client {
+    c.as_caller(Cred { umask: 0, ..Cred::new(uid, uid, vec![]) })
+}
+
+fn files(n: u64) -> Limits {
+    Limits { files: Limit { hard: Some(n), soft: None }, ..Limits::default() }
+}
+
+fn bytes(n: u64) -> Limits {
+    Limits { bytes: Limit { hard: Some(n), soft: None }, ..Limits::default() }
+}
+
+async fn used(c: &Client, target: &QuotaTarget) -> Usage {
+    c.quota_of(target).await.unwrap().used
+}
+
+/// Creates files `prefix0..` spread over `dirs` until one is refused; returns how many
+/// were made and the refusal.
+async fn fill(c: &Client, dirs: &[&str], prefix: &str, max: usize) -> (usize, FsError) {
+    for i in 0..max {
+        let p = format!("{}/{prefix}{i}", dirs[i % dirs.len()]);
+        if let Err(e) = c.create(&p, 0o644, true).await {
+            return (i, e);
+        }
+    }
+    panic!("{max} creates and no refusal");
+}
+
+/// Asserts every server's counters equal a recount of what it stores.
+async fn assert_exact(c: &Client) {
+    let wrong = c.quota_check(false).await.unwrap();
+    assert!(wrong.is_empty(), "counters differ from the recount: {wrong:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_and_user_quotas_refuse_the_create_and_the_byte_that_cross_them() {
+    let tc = ProcCluster::start(3);
+    let root = tc.client();
+    let (alice, bob) = (user(&root, ALICE), user(&root, BOB));
+    root.mkdir("/proj", 0o777).await.unwrap();
+    // Subdirectories whose objects (and so entries) live on different servers.
+    let mut dirs = Vec::new();
+    for i in 0..12 {
+        let d = format!("/proj/d{i}");
+        alice.mkdir(&d, 0o777).await.unwrap();
+        dirs.push(d);
+    }
+    let homes: std::collections::BTreeSet<u32> = dirs.iter().map(|d| root.home(d)).collect();
+    assert!(homes.len() >= 2, "the directories span servers: {homes:?}");
+    for i in 0..5 {
+        alice.create(&format!("/proj/d0/pre{i}"), 0o644, true).await.unwrap();
+    }
+    alice.write("/proj/d0/pre0", 0, &[7u8; 1000]).await.unwrap();
+
+    // A tree quota set on a populated tree counts what is there: 12 directories, 5 files.
+    let tree = QuotaTarget::Tree("/proj".into());
+    assert_eq!(alice.quota_set(&tree, Some(files(40))).await.unwrap_err().errno, Errno::EPERM, "admins only");
+    root.quota_set(&tree, Some(files(40))).await.unwrap();
+    assert_eq!(used(&root, &tree).await, Usage { files: 17, bytes: 1000 });
+    assert_exact(&root).await;
+
+    // 23 more fit, wherever they land; the 24th is refused, for any user.
+    let refs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    let (made, e) = fill(&alice, &refs, "f", 100).await;
+    assert_eq!((made, e.errno), (23, Errno::EDQUOT), "{e}");
+    assert!(e.to_string().contains("/proj/d"), "the error names the path: {e}");
+    assert_eq!(bob.create("/proj/d3/bob", 0o644, true).await.unwrap_err().errno, Errno::EDQUOT);
+    assert_eq!(alice.mkdir("/proj/d1/sub", 0o755).await.err().map(|e| e.errno), Some(Errno::EDQUOT));
+    assert_eq!(used(&root, &tree).await.files, 40);
+    // Outside the tree nothing is limited; inside, a removal makes room for one.
+    root.create("/outside", 0o644, true).await.unwrap();
+    alice.unlink("/proj/d5/f5").await.unwrap();
+    bob.create("/proj/d5/bob", 0o644, true).await.unwrap();
+    assert_eq!(bob.create("/proj/d6/bob", 0o644, true).await.unwrap_err().errno, Errno::EDQUOT);
+
+    // A user's bytes: the write that crosses the limit is refused, the one up to it not.
+    let alice_q = QuotaTarget::Uid(ALICE);
+    let base = used(&root, &alice_q).await.bytes as u64;
+    root.quota_set(&alice_q, Some(bytes(base + 5000))).await.unwrap();
+    alice.write("/proj/d2/f2", 0, &[1u8; 3000]).await.unwrap();
+    alice.write("/proj/d7/f7", 0, &[2u8; 2000]).await.unwrap();
+    assert_eq!(used(&root, &alice_q).await.bytes as u64, base + 5000);
+    let e = alice.write("/proj/d8/f8", 0, &[3u8]).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EDQUOT, "{e}");
+    let e = alice.truncate("/proj/d9/f9", 10).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EDQUOT, "{e}");
+    // Bob is not alice: his bytes still go.
+    bob.write("/proj/d5/bob", 0, &[4u8; 100]).await.unwrap();
+    // Shrinking a file gives room back.
+    alice.truncate("/proj/d2/f2", 1000).await.unwrap();
+    alice.write("/proj/d8/f8", 0, &[3u8; 2000]).await.unwrap();
+
+    // Lifting the quotas lifts the refusals; the counters stay exact throughout.
+    root.quota_set(&tree, None).await.unwrap();
+    root.quota_set(&alice_q, None).await.unwrap();
+    alice.create("/proj/d1/free", 0o644, true).await.unwrap();
+    alice.write("/proj/d1/free", 0, &[5u8; 10_000]).await.unwrap();
+    let report = root.quota_report().await.unwrap();
+    assert!(report.iter().all(|l| l.quota.is_none()), "{report:?}");
+    assert!(report.iter().any(|l| l.owner == Owner::Uid(ALICE)), "usage is still counted: {report:?}");
+    assert_exact(&root).await;
+    tc.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_stays_exact_after_kill_9_mid_work_and_the_limit_holds_after_restarts() {
+    let mut tc = ProcCluster::start(3);
+    let root = tc.client();
+    let bob = user(&root, BOB);
+    root.mkdir("/w", 0o777).await.unwrap();
+    let dirs: Vec<String> = (0..6).map(|i| format!("/w/d{i}")).collect();
+    for d in &dirs {
+        bob.mkdir(d, 0o777).await.unwrap();
+    }
+    let bob_q = QuotaTarget::Uid(BOB);
+    let start = used(&root, &bob_q).await.files as u64;
+    root.quota_set(&bob_q, Some(files(start + 60))).await.unwrap();
+
+    // Bob creates and removes while one server is killed and started again.
+    let victim = root.home(&dirs[1]);
+    let worker = {
+        let (bob, dirs) = (bob.clone(), dirs.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            for i in 0..200 {
+                let p = format!("{}/k{i}", dirs[i % dirs.len()]);
+                match bob.create(&p, 0o644, true).await {
+                    Ok(_) => ok += 1,
+                    Err(_) => failed += 1,
+                }
+                if i % 3 == 0 {
+                    let _ = bob.unlink(&p).await;
+                }
+            }
+            (ok, failed)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!worker.is_finished(), "the kill lands in the middle of the work");
+    tc.cluster.kill(victim).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tc.cluster.start(victim).unwrap();
+    tc.cluster.wait_ready(Duration::from_secs(20)).unwrap();
+    let (ok, failed) = worker.await.unwrap();
+    assert!(ok > 0 && failed > 0, "some creates went and some met the limit or the dead server: {ok} / {failed}");
+    assert_exact(&root).await;
+
+    // Whatever happened, bob's usage never passed the limit, and the limit still holds.
+    let (_, e) = fill(&bob, &dirs.iter().map(String::as_str).collect::<Vec<_>>(), "after", 200).await;
+    assert_eq!(e.errno, Errno::EDQUOT, "{e}");
+    assert_eq!(used(&root, &bob_q).await.files as u64, start + 60);
+    assert_exact(&root).await;
+    tc.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_limit_is_a_hard_one_once_its_grace_is_over() {
+    let tc = ProcCluster::start(2);
+    let root = tc.client();
+    root.mkdir("/s", 0o777).await.unwrap();
+    let tree = QuotaTarget::Tree("/s".into());
+    let limits = Limits { files: Limit { hard: Some(20), soft: Some(5) }, grace_secs: 2, ..Limits::default() };
+    let bad = Limits { files: Limit { hard: Some(5), soft: Some(20) }, ..Limits::default() };
+    assert_eq!(root.quota_set(&tree, Some(bad)).await.unwrap_err().errno, Errno::EINVAL);
+    root.quota_set(&tree, Some(limits)).await.unwrap();
+    // Above the soft limit during the grace period: allowed.
+    for i in 0..8 {
+        root.create(&format!("/s/f{i}"), 0o644, true).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Grace over: refused while above the soft limit...
+    let e = root.create("/s/late", 0o644, true).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EDQUOT, "{e}");
+    // ...and allowed again once back under it.
+    for i in 0..4 {
+        root.unlink(&format!("/s/f{i}")).await.unwrap();
+    }
+    root.create("/s/late", 0o644, true).await.unwrap();
+    assert_exact(&root).await;
+}
