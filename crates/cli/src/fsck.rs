@@ -9,7 +9,9 @@
 //!   gives it;
 //! - every shared inode (hard-linked file) has exactly as many link entries as its link
 //!   count, and every link entry's shared inode exists on the home it names;
-//! - every data record a file names exists on the server it names.
+//! - every data record a file names exists on the server it names;
+//! - every server's quota usage counters equal a recount of what it stores (`--repair`
+//!   sets wrong ones right).
 //!
 //! Records no file names (left by a write a crash cut between storing and committing its
 //! bytes) are reported as unused space, not as problems; `--reclaim` deletes those still
@@ -38,19 +40,49 @@ pub struct FsckArgs {
     /// write capability stays valid, plus 10 s; a commit cannot come later).
     #[arg(long, value_name = "SECS", requires = "reclaim")]
     reclaim_after: Option<u64>,
+    /// Set quota usage counters that disagree with the recount to the recount.
+    #[arg(long)]
+    repair: bool,
 }
 
 pub async fn run(client: &Client, args: FsckArgs) -> Result<ExitCode> {
     let namespace = namespace(client).await?;
+    let quotas = quota_usage(client, args.repair).await?;
     if args.reclaim {
         let wait = args.reclaim_after.unwrap_or(client.map().tls.capability_secs() + 10);
         reclaim(client, Duration::from_secs(wait)).await?;
     }
-    if !args.replicas {
-        return Ok(namespace);
+    let replicas = !args.replicas || crate::groups::check_replicas(&client.map()).await;
+    Ok(if replicas && quotas && namespace == ExitCode::SUCCESS { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Recounts every server's quota usage and reports the counters that disagree (with
+/// `repair`, sets them right). True when none disagreed or all were repaired.
+async fn quota_usage(client: &Client, repair: bool) -> Result<bool> {
+    let wrong = match client.quota_check(repair).await {
+        Ok(w) => w,
+        Err(e) if e.errno == plusfs_proto::Errno::EPERM => {
+            println!("fsck: quota usage not recounted ({e}): needs root with an admin identity");
+            return Ok(true);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for (server, m) in &wrong {
+        println!(
+            "fsck: server {server}: quota usage of {} counted {} files, {} bytes; it holds {} files, {} bytes{}",
+            m.owner,
+            m.counted.files,
+            m.counted.bytes,
+            m.actual.files,
+            m.actual.bytes,
+            if repair { " (repaired)" } else { "" }
+        );
     }
-    let replicas = crate::groups::check_replicas(&client.map()).await;
-    Ok(if replicas && namespace == ExitCode::SUCCESS { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    println!(
+        "fsck: quota usage: {}",
+        if wrong.is_empty() { "exact".to_string() } else { format!("{} counters wrong", wrong.len()) }
+    );
+    Ok(wrong.is_empty() || repair)
 }
 
 /// Deletes the records unused in two scans `wait` apart.

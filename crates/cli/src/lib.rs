@@ -17,6 +17,7 @@ mod largefile;
 mod mount;
 mod mpirun;
 mod netns;
+mod quota;
 mod sim;
 mod top;
 mod xbench;
@@ -76,6 +77,9 @@ enum Cmd {
     /// Set, change or remove POSIX ACLs (`--set ACL`, `-m ENTRIES`, `-b`; `-d` for a
     /// directory's default ACL).
     Setfacl(acl::SetfaclArgs),
+    /// Quotas of directory trees, users and groups (files and bytes, enforced by the
+    /// servers): `set`, `clear`, `show`, `report`.
+    Quota(quota::QuotaArgs),
     /// Copy a local file into the cluster (`-` reads standard input).
     Put(data::PutArgs),
     /// Copy a cluster file to a local file (`-` writes standard output).
@@ -183,6 +187,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Cmd::Hugedir(a) => files::hugedir(&client, a).await,
                     Cmd::Getfacl(a) => acl::getfacl(&client, a).await,
                     Cmd::Setfacl(a) => acl::setfacl(&client, a).await,
+                    Cmd::Quota(a) => quota::run(&client, a).await,
                     Cmd::Put(a) => data::put(&client, a).await,
                     Cmd::Get(a) => data::get(&client, a).await,
                     Cmd::Cat(a) => data::cat(&client, a).await,

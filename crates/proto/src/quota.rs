@@ -175,9 +175,9 @@ pub enum QuotaOp {
     /// Recounts this server's usage (fsck); with `repair`, sets wrong counters right
     /// (admins).
     Check { repair: bool },
-    /// To the master of `owner` (servers): `from` uses `used` and wants `want` more;
-    /// answered with its new ceiling, or `EDQUOT`.
-    Grant { owner: Owner, from: ServerId, used: Usage, want: Usage },
+    /// To the master of `owner` (servers): `from` uses `used` under its ceiling `ceiling`
+    /// and needs `want` more; answered with its new ceiling, or `EDQUOT`.
+    Grant { owner: Owner, from: ServerId, used: Usage, ceiling: Usage, want: Usage },
     /// From the master of `owner` (servers): give back unused allowance; answered with
     /// the usage here, which is now the ceiling.
     Shrink { owner: Owner },

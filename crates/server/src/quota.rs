@@ -2,9 +2,9 @@
 //!
 //! Each server counts what it stores (the store's books) and may take a limited owner's
 //! usage there up to its *ceiling*. A batch that would go past it is held while this
-//! server asks the owner's *master* (`Owner::master` over the map's servers) for more: it
-//! first gives back its own unused allowance (its ceiling drops to its usage), then the
-//! master grants from what the limit leaves after every server's ceiling. The master
+//! server asks the owner's *master* (`Owner::master` over the map's servers) for more,
+//! reporting its ceiling; the master records it as this server's share and grants from
+//! what the limit leaves after every server's share. The master
 //! learns the others' ceilings by asking each to give its unused allowance back
 //! (`Shrink`): once when it starts serving an owner, and again whenever what is left
 //! would not cover a request. So the sum of the ceilings never exceeds the limit, and the
@@ -86,8 +86,8 @@ impl Quotas {
             QuotaOp::Check { repair } => {
                 QuotaReply::Mismatches(self.engine.store_handle().check_usage(repair).map_err(eio)?)
             }
-            QuotaOp::Grant { owner, from, used, want } => {
-                QuotaReply::Ceiling(self.grant(owner, from, used, want).await?)
+            QuotaOp::Grant { owner, from, used, ceiling, want } => {
+                QuotaReply::Ceiling(self.grant(owner, from, (used, ceiling), want).await?)
             }
             QuotaOp::Shrink { owner } => QuotaReply::Used(self.engine.store_handle().shrink(owner).map_err(eio)?),
         };
@@ -126,9 +126,9 @@ impl Quotas {
         Ok(Reply::Quota(QuotaReply::Done))
     }
 
-    /// The master's side of a grant: `from` uses `used` (its ceiling now) and needs at least
-    /// `want` more. Answers its new ceiling.
-    async fn grant(&self, owner: Owner, from: ServerId, used: Usage, want: Usage) -> OpResult<Usage> {
+    /// The master's side of a grant: `from` uses `used` under its ceiling `held` and needs
+    /// at least `want` more. Answers its new ceiling.
+    async fn grant(&self, owner: Owner, from: ServerId, (used, held): (Usage, Usage), want: Usage) -> OpResult<Usage> {
         let Some(def) = self.engine.quotas().get(&owner).cloned() else {
             return Ok(Usage { files: UNLIMITED, bytes: UNLIMITED });
         };
@@ -139,15 +139,15 @@ impl Quotas {
             *g = Granted { epoch, ..Granted::default() };
             self.learn(owner, from, g).await?;
         }
-        g.ceilings.insert(from, used);
+        g.ceilings.insert(from, held);
         g.used.insert(from, used);
         let mut limit = self.limit_now(&def.limits, g);
         let mut free = free(limit, g);
-        if want.files > free.files || want.bytes > free.bytes {
+        if short(want, free) {
             self.learn(owner, from, g).await?;
             limit = self.limit_now(&def.limits, g);
             free = self::free(limit, g);
-            if want.files > free.files || want.bytes > free.bytes {
+            if short(want, free) {
                 return Err(edquot(owner));
             }
         }
@@ -164,11 +164,11 @@ impl Quotas {
         };
         let (lf, lb) = (&def.limits.files, &def.limits.bytes);
         let ceiling = Usage {
-            files: used
+            files: held
                 .files
                 .saturating_add(give(want.files, free.files, limit.0, lf.soft, total.files))
                 .min(UNLIMITED),
-            bytes: used
+            bytes: held
                 .bytes
                 .saturating_add(give(want.bytes, free.bytes, limit.1, lb.soft, total.bytes))
                 .min(UNLIMITED),
@@ -229,14 +229,16 @@ impl Quotas {
     async fn ask(&self, owner: Owner, need: Usage) -> OpResult<()> {
         let _one = self.asking.lock().await;
         let store = self.engine.store_handle();
-        let used = store.shrink(owner).map_err(eio)?;
+        // The master takes the ceiling reported as this server's grant and adds to it.
+        let Some(now) = store.allowance(owner).map_err(eio)? else { return Ok(()) };
+        let (used, ceiling) = (now.used, now.ceiling);
         let want = Usage { files: need.files.max(0), bytes: need.bytes.max(0) };
         let servers: Vec<ServerId> = self.engine.map().servers.iter().map(|s| s.id).collect();
         let master = owner.master(&servers).unwrap_or(self.engine.id());
         let ceiling = match master == self.engine.id() {
-            true => self.grant(owner, master, used, want).await?,
+            true => self.grant(owner, master, (used, ceiling), want).await?,
             false => {
-                let req = Request::Quota { op: QuotaOp::Grant { owner, from: self.engine.id(), used, want } };
+                let req = Request::Quota { op: QuotaOp::Grant { owner, from: self.engine.id(), used, ceiling, want } };
                 match self.peers.call(master, req, &Cred::server()).await {
                     Ok(Reply::Quota(QuotaReply::Ceiling(c))) => c,
                     Ok(other) => return Err(err(Errno::EIO, format!("quota master {master} answered {other:?}"))),
@@ -244,9 +246,17 @@ impl Quotas {
                 }
             }
         };
-        store.raise(owner, ceiling);
+        // Lowered meanwhile by the master taking allowance back: the master's record is
+        // that lower ceiling; the batch will ask again.
+        store.raise(owner, now.shrinks, ceiling);
         Ok(())
     }
+}
+
+/// Whether `free` does not cover what is wanted (only dimensions something is wanted of:
+/// a write needs no files, even when usage is above a files limit).
+fn short(want: Usage, free: Usage) -> bool {
+    (want.files > 0 && want.files > free.files) || (want.bytes > 0 && want.bytes > free.bytes)
 }
 
 /// What `limit` leaves after every ceiling in `g` (unlimited dimensions: all).

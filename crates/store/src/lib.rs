@@ -369,8 +369,12 @@ pub trait DirStore: StoreRead {
     /// Sets `owner`'s ceiling (if it is limited) to its usage, which it returns: the
     /// allowance above is given back.
     fn shrink(&self, owner: usage::Owner) -> Result<usage::Usage, StoreError>;
-    /// Sets `owner`'s ceiling (if it is limited).
-    fn raise(&self, owner: usage::Owner, ceiling: usage::Usage);
+    /// Sets `owner`'s ceiling to `to` unless it was shrunk since [`DirStore::allowance`]
+    /// answered `shrinks` (a master took allowance back meanwhile); true if it did.
+    fn raise(&self, owner: usage::Owner, shrinks: u64, to: usage::Usage) -> bool;
+    /// `owner`'s usage and ceiling here, and how many times it was shrunk (`None`: not
+    /// limited).
+    fn allowance(&self, owner: usage::Owner) -> Result<Option<usage::Allowance>, StoreError>;
     /// How far `delta` more would take `owner` past its ceiling here (zero: it fits, or
     /// the owner is not limited).
     fn shortfall(&self, owner: usage::Owner, delta: usage::Usage) -> Result<usage::Usage, StoreError>;

@@ -231,8 +231,12 @@ impl DirStore for MemStore {
     fn shrink(&self, owner: Owner) -> Result<Usage, StoreError> {
         self.books.lock().shrink(owner, self)
     }
-    fn raise(&self, owner: Owner, ceiling: Usage) {
-        self.books.lock().raise(owner, ceiling)
+    fn raise(&self, owner: Owner, shrinks: u64, to: Usage) -> bool {
+        self.books.lock().raise(owner, shrinks, to)
+    }
+
+    fn allowance(&self, owner: Owner) -> Result<Option<crate::usage::Allowance>, StoreError> {
+        self.books.lock().allowance(owner, self)
     }
 
     fn shortfall(&self, owner: Owner, delta: Usage) -> Result<Usage, StoreError> {

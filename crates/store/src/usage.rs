@@ -29,6 +29,15 @@ use std::collections::{BTreeMap, HashMap};
 /// The ceilings of the owners whose usage is limited here.
 pub type Ceilings = HashMap<Owner, Usage>;
 
+/// An owner's usage and ceiling on one server (see [`crate::DirStore::allowance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowance {
+    pub used: Usage,
+    pub ceiling: Usage,
+    /// How many times the ceiling was shrunk (given back to the master).
+    pub shrinks: u64,
+}
+
 /// Sets the limited owners of `ceilings` to `owners`: those new to it start at their
 /// usage in `ledger`, those no longer limited go.
 pub fn limit(ceilings: &mut Ceilings, owners: &[Owner], ledger: &Ledger) {
@@ -44,6 +53,7 @@ pub fn limit(ceilings: &mut Ceilings, owners: &[Owner], ledger: &Ledger) {
 pub struct Books {
     ledger: Option<Ledger>,
     ceilings: Ceilings,
+    shrinks: HashMap<Owner, u64>,
 }
 
 impl Books {
@@ -94,6 +104,7 @@ impl Books {
         let used = self.ledger(store, false)?.used(owner);
         if let Some(c) = self.ceilings.get_mut(&owner) {
             *c = used;
+            *self.shrinks.entry(owner).or_default() += 1;
         }
         Ok(used)
     }
@@ -109,10 +120,22 @@ impl Books {
         })
     }
 
+    /// See [`crate::DirStore::allowance`].
+    pub fn allowance(&mut self, owner: Owner, store: &dyn StoreRead) -> Result<Option<Allowance>, StoreError> {
+        let Some(ceiling) = self.ceilings.get(&owner).copied() else { return Ok(None) };
+        let used = self.ledger(store, false)?.used(owner);
+        Ok(Some(Allowance { used, ceiling, shrinks: self.shrinks.get(&owner).copied().unwrap_or(0) }))
+    }
+
     /// See [`crate::DirStore::raise`].
-    pub fn raise(&mut self, owner: Owner, ceiling: Usage) {
-        if let Some(c) = self.ceilings.get_mut(&owner) {
-            *c = ceiling;
+    pub fn raise(&mut self, owner: Owner, shrinks: u64, to: Usage) -> bool {
+        let now = self.shrinks.get(&owner).copied().unwrap_or(0);
+        match self.ceilings.get_mut(&owner) {
+            Some(c) if now == shrinks => {
+                *c = to;
+                true
+            }
+            _ => false,
         }
     }
 }

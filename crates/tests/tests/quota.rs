@@ -193,4 +193,29 @@ async fn a_soft_limit_is_a_hard_one_once_its_grace_is_over() {
     }
     root.create("/s/late", 0o644, true).await.unwrap();
     assert_exact(&root).await;
+
+    // The same through the command line.
+    root.mkdir("/s/cli", 0o755).await.unwrap();
+    let (code, _, err) = tc.cli(&["quota", "set", "/s/cli", "--files", "2", "--bytes", "1k"]);
+    assert_eq!(code, 0, "{err}");
+    root.create("/s/cli/a", 0o644, true).await.unwrap();
+    eprintln!("DBG {:?}", root.quota_report().await.unwrap());
+    let r = root.write("/s/cli/a", 0, &[0u8; 1024]).await;
+    eprintln!("DBG {r:?} {:?}", root.quota_report().await.unwrap());
+    r.unwrap();
+    root.create("/s/cli/b", 0o644, true).await.unwrap();
+    assert_eq!(root.create("/s/cli/c", 0o644, true).await.unwrap_err().errno, Errno::EDQUOT);
+    let (code, out, err) = tc.cli(&["quota", "show", "/s/cli"]);
+    assert_eq!(code, 0, "{err}");
+    let row = out.lines().find(|l| l.starts_with("tree /s/cli")).unwrap_or_else(|| panic!("no row: {out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[2..], ["2", "-", "2", "1024", "-", "1024"], "{out}");
+    let (code, out, _) = tc.cli(&["quota", "report"]);
+    assert!(code == 0 && out.contains("tree /s/cli") && out.contains("tree /s"), "{out}");
+    let (code, _, err) = tc.cli(&["quota", "set", "--uid", "5", "--bytes", "3X"]);
+    assert!(code != 0 && err.contains("unknown size suffix"), "{err}");
+    let (code, _, err) = tc.cli(&["quota", "clear", "/s/cli"]);
+    assert_eq!(code, 0, "{err}");
+    root.create("/s/cli/c", 0o644, true).await.unwrap();
+    tc.assert_fsck_clean();
 }
