@@ -23,7 +23,7 @@ VENV := .venv
 ## soak: many more seeded fault schedules on the in-process cluster (PLUSFS_SCHEDULES, default 20000)
 SOAK_SCHEDULES ?= 20000
 
-.PHONY: deps build demo test lint unit check-broken soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-transport test-uring bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic bench-identity bench-bigdir bench-acl venv clean
+.PHONY: deps build demo test lint unit check-broken soak ctest pytest pymodule venv-base bench bench-hugedirs bench-mount bench-transport test-uring bench-bfo bench-cp bench-cx bench-deleg bench-io bench-network bench-model bench-replica bench-security bench-elastic bench-identity bench-bigdir bench-acl bench-quota venv clean
 
 ## deps: install missing system packages (apt-get when root, else print the command)
 deps:
@@ -122,6 +122,10 @@ bench-mount: build venv
 ## bench-acl: what POSIX ACLs cost: creates (library, unbatched and batched) and tar x through the mount, with and without a default ACL, and a mount with -o noacl (root)
 bench-acl: build venv
 	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/acl_bench.sh
+
+## bench-quota: what quotas cost: creates (library, unbatched and batched) and tar x through the mount, with and without a tree quota, and with a user quota (root)
+bench-quota: build venv
+	PLUSFS=$(BIN) PYTHON=$(VENV)/bin/python scripts/quota_bench.sh
 
 ## bench-transport: the mount over /dev/fuse and FUSE over io_uring vs tmpfs and an in-memory FUSE floor (FLOOR_FS=path, e.g. libfuse's memfs_ll built elsewhere; root)
 bench-transport: build venv

@@ -629,6 +629,20 @@ fn status(map: ClusterMap) -> Result<ExitCode> {
                         s.id, st.delegations, st.deleg_flushes, st.deleg_recalls, st.deleg_revoked
                     ));
                 }
+                for (def, used) in &st.quotas {
+                    let who = match (&def.path, def.owner) {
+                        (Some(p), plusfs_proto::quota::Owner::Tree(_)) => format!("tree {p}"),
+                        (_, o) => o.to_string(),
+                    };
+                    ops_lines.push(format!(
+                        "server {} quota {who}: {} files, {} bytes here (limits: files {}, bytes {})",
+                        s.id,
+                        used.files,
+                        used.bytes,
+                        def.limits.files.hard.map_or("-".into(), |l| l.to_string()),
+                        def.limits.bytes.hard.map_or("-".into(), |l| l.to_string())
+                    ));
+                }
                 hugedirs.extend(st.hugedirs);
                 shards.extend(st.shards.into_iter().map(|(p, n)| (s.id, p, n)));
             }

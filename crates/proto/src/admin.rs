@@ -73,6 +73,8 @@ pub struct ServerStatus {
     pub migration: Option<MigrationReport>,
     /// Requests this server forwarded to their directory's home under a newer epoch.
     pub forwarded: u64,
+    /// The quotas kept, each with this server's share of its owner's usage.
+    pub quotas: Vec<(crate::quota::QuotaDef, crate::quota::Usage)>,
 }
 
 /// One server's part of a migration (`cluster status`).

@@ -176,8 +176,10 @@ pub enum QuotaOp {
     /// (admins).
     Check { repair: bool },
     /// To the master of `owner` (servers): `from` uses `used` under its ceiling `ceiling`
-    /// and needs `want` more; answered with its new ceiling, or `EDQUOT`.
-    Grant { owner: Owner, from: ServerId, used: Usage, ceiling: Usage, want: Usage },
+    /// and needs `want` more (nothing: it went past its ceiling by a transaction's commit,
+    /// and the master learns every server's share again); `limits` as `from` keeps them.
+    /// Answered with its new ceiling, or `EDQUOT`.
+    Grant { owner: Owner, from: ServerId, used: Usage, ceiling: Usage, want: Usage, limits: Limits },
     /// From the master of `owner` (servers): give back unused allowance; answered with
     /// the usage here, which is now the ceiling.
     Shrink { owner: Owner },

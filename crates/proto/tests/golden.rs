@@ -1,6 +1,7 @@
 //! Golden bytes: the exact encoding of every message. A change here is a wire-format change
 //! and needs a new PROTOCOL_VERSION and an entry in docs/protocol.md.
 
+use plusfs_proto::quota::{Limit, Limits, Owner, QuotaDef, QuotaOp, QuotaReply, Usage};
 use plusfs_proto::*;
 
 fn t(sec: i64) -> Timespec {
@@ -320,6 +321,20 @@ fn requests() -> Vec<Request> {
         Request::InodeIn { inode: inode(), from: 2 },
         Request::InodeHome { ino: 7 },
         Request::Relink { from: 2, moved: vec![(7, 1), (8, 0)] },
+        Request::Quota {
+            op: QuotaOp::Grant {
+                owner: Owner::Tree(7),
+                from: 2,
+                used: Usage { files: 3, bytes: 4096 },
+                ceiling: Usage { files: 5, bytes: 8192 },
+                want: Usage { files: 1, bytes: 0 },
+                limits: Limits {
+                    files: Limit { hard: Some(10), soft: Some(8) },
+                    bytes: Limit::default(),
+                    grace_secs: 60,
+                },
+            },
+        },
     ]
 }
 
@@ -467,6 +482,14 @@ fn responses() -> Vec<Response> {
         Ok(Reply::Entries(vec![Some(inode()), None])),
         Ok(Reply::Home(1)),
         Ok(Reply::Count(3)),
+        Ok(Reply::Quota(QuotaReply::Usage {
+            counted: vec![(Owner::Uid(1000), Usage { files: 2, bytes: 10 })],
+            quotas: vec![QuotaDef {
+                owner: Owner::Tree(7),
+                limits: Limits { files: Limit { hard: Some(10), soft: None }, ..Limits::default() },
+                path: Some("/proj".into()),
+            }],
+        })),
     ]
 }
 

@@ -82,6 +82,8 @@ pub struct Exporter {
     lag: IntGaugeVec,
     /// Entries per storing server of the directories being (re)distributed now.
     spreading: IntGaugeVec,
+    /// Per quota: this server's share of its usage, and its hard limits.
+    quota: [IntGaugeVec; 4],
     /// Whether an endpoint serves the registry (latencies are observed only then).
     enabled: std::sync::atomic::AtomicBool,
 }
@@ -128,7 +130,25 @@ impl Exporter {
         )
         .expect("valid gauge");
         r.register(Box::new(spreading.clone())).expect("a new metric name");
+        let quota_gauge = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["owner"]).expect("valid gauge");
+            r.register(Box::new(g.clone())).expect("a new metric name");
+            g
+        };
+        let quota = [
+            quota_gauge(
+                "plusfs_quota_used_files",
+                "Files of a quota's owner counted on this server (sum over servers).",
+            ),
+            quota_gauge(
+                "plusfs_quota_used_bytes",
+                "Bytes of a quota's owner counted on this server (sum over servers).",
+            ),
+            quota_gauge("plusfs_quota_limit_files", "A quota's hard limit of files (-1: none)."),
+            quota_gauge("plusfs_quota_limit_bytes", "A quota's hard limit of bytes (-1: none)."),
+        ];
         Exporter {
+            quota,
             spreading,
             totals: TOTALS.iter().map(|(n, h, _)| (*n, counter(&r, n, h))).collect(),
             levels: LEVELS.iter().map(|(n, h, _)| (*n, gauge(&r, n, h))).collect(),
@@ -210,6 +230,20 @@ impl Exporter {
         self.spreading.reset();
         for (server, n) in spreading {
             self.spreading.with_label_values(&[server.to_string().as_str()]).set(n as i64);
+        }
+        for g in &self.quota {
+            g.reset();
+        }
+        for (def, used) in &s.quotas {
+            let owner = match (&def.path, def.owner) {
+                (Some(p), plusfs_proto::quota::Owner::Tree(_)) => format!("tree {p}"),
+                (_, o) => o.to_string(),
+            };
+            let limit = |l: Option<u64>| l.map_or(-1, |l| l as i64);
+            let values = [used.files, used.bytes, limit(def.limits.files.hard), limit(def.limits.bytes.hard)];
+            for (g, v) in self.quota.iter().zip(values) {
+                g.with_label_values(&[owner.as_str()]).set(v);
+            }
         }
     }
 

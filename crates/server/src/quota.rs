@@ -32,6 +32,8 @@ use std::sync::Arc;
 struct Granted {
     /// The map epoch it was learnt under (a new map: asked again).
     epoch: u64,
+    /// The limits it was learnt for (new limits: asked again).
+    limits: Limits,
     /// Each server's ceiling as granted (or as it reported when it gave back).
     ceilings: HashMap<ServerId, Usage>,
     /// Each server's usage as last reported.
@@ -84,14 +86,69 @@ impl Quotas {
             }
             QuotaOp::Usage => self.usage()?,
             QuotaOp::Check { repair } => {
-                QuotaReply::Mismatches(self.engine.store_handle().check_usage(repair).map_err(eio)?)
+                let (wrong, fix) = self.engine.store_handle().check_usage().map_err(eio)?;
+                if repair && !fix.is_empty() {
+                    self.engine.apply(fix).await?;
+                }
+                QuotaReply::Mismatches(wrong)
             }
-            QuotaOp::Grant { owner, from, used, ceiling, want } => {
-                QuotaReply::Ceiling(self.grant(owner, from, (used, ceiling), want).await?)
+            QuotaOp::Grant { owner, from, used, ceiling, want, limits } => {
+                QuotaReply::Ceiling(self.grant(owner, from, (used, ceiling), want, limits).await?)
             }
             QuotaOp::Shrink { owner } => QuotaReply::Used(self.engine.store_handle().shrink(owner).map_err(eio)?),
         };
         Ok(Reply::Quota(reply))
+    }
+
+    /// A server whose quota table is empty (one that joined the cluster after quotas were
+    /// set) takes the table of the first other server that answers, in the background:
+    /// until then what lands on it is counted but not limited.
+    pub(crate) fn fetch_table(self: &Arc<Self>) {
+        // A new cluster (epoch 1) has no server that joined later.
+        let map = self.engine.map();
+        if !self.engine.quotas().is_empty() || map.servers.len() < 2 || map.epoch <= 1 {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            for _ in 0..60 {
+                let Some(q) = weak.upgrade() else { return };
+                match q.table_from_peers().await {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(cause = %e, "the quota table could not be stored"),
+                }
+                drop(q);
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+    }
+
+    /// Asks the other servers for their quota table; stores the first one answered (and
+    /// not empty). True when done (or nothing to take).
+    async fn table_from_peers(&self) -> OpResult<bool> {
+        let me = self.engine.id();
+        let mut answered = false;
+        for s in self.engine.map().servers.iter().map(|s| s.id).filter(|s| *s != me) {
+            let req = Request::Quota { op: QuotaOp::Usage };
+            let Ok(Reply::Quota(QuotaReply::Usage { quotas, .. })) = self.peers.call(s, req, &Cred::server()).await
+            else {
+                continue;
+            };
+            answered = true;
+            if quotas.is_empty() {
+                continue;
+            }
+            if !self.engine.quotas().is_empty() {
+                return Ok(true);
+            }
+            let mut b = plusfs_store::Batch::new();
+            self.engine.put_quota_table(quotas, &mut b);
+            self.engine.apply(b).await?;
+            tracing::info!(from = s, "took the quota table");
+            return Ok(true);
+        }
+        Ok(answered)
     }
 
     /// The counters here and the quotas kept.
@@ -121,48 +178,61 @@ impl Quotas {
             add_part(&mut parts, s.id, SubOp::SetQuota { def: def.clone(), remove: limits.is_none() });
         }
         self.twopc.run(plan, parts, &Call::server()).await?;
-        // A new limit starts from what is known now.
-        self.master.lock().await.remove(&owner);
         Ok(Reply::Quota(QuotaReply::Done))
     }
 
     /// The master's side of a grant: `from` uses `used` under its ceiling `held` and needs
-    /// at least `want` more. Answers its new ceiling.
-    async fn grant(&self, owner: Owner, from: ServerId, (used, held): (Usage, Usage), want: Usage) -> OpResult<Usage> {
-        let Some(def) = self.engine.quotas().get(&owner).cloned() else {
-            return Ok(Usage { files: UNLIMITED, bytes: UNLIMITED });
-        };
+    /// at least `want` more (nothing: it went past its ceiling by a transaction's commit,
+    /// and every server's share is learnt again). `limits` are the quota's as the asker
+    /// keeps them, used if this server does not know the quota (yet). Answers its new
+    /// ceiling.
+    async fn grant(
+        &self,
+        owner: Owner,
+        from: ServerId,
+        (used, held): (Usage, Usage),
+        want: Usage,
+        limits: Limits,
+    ) -> OpResult<Usage> {
+        let limits = self.engine.quotas().get(&owner).map_or(limits, |d| d.limits);
         let mut master = self.master.lock().await;
         let epoch = self.engine.map().epoch;
         let g = master.entry(owner).or_default();
-        if g.epoch != epoch {
-            *g = Granted { epoch, ..Granted::default() };
-            self.learn(owner, from, g).await?;
+        if g.epoch != epoch || g.limits != limits || want.is_zero() {
+            // Installed only once every server answered (or kept its known share).
+            let mut fresh = Granted { epoch, limits, ..Granted::default() };
+            if g.epoch == epoch {
+                fresh.ceilings = g.ceilings.clone();
+                fresh.used = g.used.clone();
+            }
+            self.learn(owner, from, &mut fresh).await?;
+            *g = fresh;
         }
         g.ceilings.insert(from, held);
         g.used.insert(from, used);
-        let mut limit = self.limit_now(&def.limits, g);
+        let mut limit = self.limit_now(&limits, g);
         let mut free = free(limit, g);
         if short(want, free) {
             self.learn(owner, from, g).await?;
-            limit = self.limit_now(&def.limits, g);
+            limit = self.limit_now(&limits, g);
             free = self::free(limit, g);
             if short(want, free) {
                 return Err(edquot(owner));
             }
         }
         // A share of the limit beyond what was asked, but not past a soft limit: above it,
-        // each step asks, so the end of the grace period is seen at once.
+        // or with only a soft limit, each step asks, so the end of the grace period is seen.
         let total = g.used.values().fold(Usage::default(), |a, u| a.plus(*u));
-        let give = |want: i64, free: i64, limit: Option<u64>, soft: Option<u64>, total: i64| match limit {
-            None => UNLIMITED,
-            Some(l) => {
+        let give = |want: i64, free: i64, limit: Option<u64>, soft: Option<u64>, total: i64| match (limit, soft) {
+            (None, None) => UNLIMITED,
+            (None, Some(_)) => want,
+            (Some(l), soft) => {
                 let more = want.max(l as i64 / CHUNK);
                 let more = if soft.is_some_and(|s| total + more > s as i64) { want } else { more };
                 more.min(free).max(0)
             }
         };
-        let (lf, lb) = (&def.limits.files, &def.limits.bytes);
+        let (lf, lb) = (&limits.files, &limits.bytes);
         let ceiling = Usage {
             files: held
                 .files
@@ -231,14 +301,16 @@ impl Quotas {
         let store = self.engine.store_handle();
         // The master takes the ceiling reported as this server's grant and adds to it.
         let Some(now) = store.allowance(owner).map_err(eio)? else { return Ok(()) };
+        let Some(limits) = self.engine.quotas().get(&owner).map(|d| d.limits) else { return Ok(()) };
         let (used, ceiling) = (now.used, now.ceiling);
         let want = Usage { files: need.files.max(0), bytes: need.bytes.max(0) };
         let servers: Vec<ServerId> = self.engine.map().servers.iter().map(|s| s.id).collect();
         let master = owner.master(&servers).unwrap_or(self.engine.id());
         let ceiling = match master == self.engine.id() {
-            true => self.grant(owner, master, (used, ceiling), want).await?,
+            true => self.grant(owner, master, (used, ceiling), want, limits).await?,
             false => {
-                let req = Request::Quota { op: QuotaOp::Grant { owner, from: self.engine.id(), used, ceiling, want } };
+                let from = self.engine.id();
+                let req = Request::Quota { op: QuotaOp::Grant { owner, from, used, ceiling, want, limits } };
                 match self.peers.call(master, req, &Cred::server()).await {
                     Ok(Reply::Quota(QuotaReply::Ceiling(c))) => c,
                     Ok(other) => return Err(err(Errno::EIO, format!("quota master {master} answered {other:?}"))),
@@ -259,9 +331,14 @@ fn short(want: Usage, free: Usage) -> bool {
     (want.files > 0 && want.files > free.files) || (want.bytes > 0 && want.bytes > free.bytes)
 }
 
-/// What `limit` leaves after every ceiling in `g` (unlimited dimensions: all).
+/// What `limit` leaves after every server's share in `g`: its ceiling, or its usage where
+/// that is higher (unlimited dimensions: all).
 fn free(limit: (Option<u64>, Option<u64>), g: &Granted) -> Usage {
-    let sum = g.ceilings.values().fold(Usage::default(), |a, u| a.plus(*u));
+    let share = |s: &ServerId, c: &Usage| {
+        let u = g.used.get(s).copied().unwrap_or_default();
+        Usage { files: c.files.max(u.files), bytes: c.bytes.max(u.bytes) }
+    };
+    let sum = g.ceilings.iter().fold(Usage::default(), |a, (s, c)| a.plus(share(s, c)));
     let left = |l: Option<u64>, used: i64| l.map_or(UNLIMITED, |l| (l as i64).saturating_sub(used));
     Usage { files: left(limit.0, sum.files), bytes: left(limit.1, sum.bytes) }
 }

@@ -506,6 +506,7 @@ impl TwoPhase {
     /// All sub-operations are local: prepare and commit them as one batch, no log.
     async fn run_local(self: &Arc<Self>, ops: Vec<SubOp>, c: &Call) -> OpResult<()> {
         let txid = self.engine.new_txid().await?;
+        self.engine.room_for(&ops).await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), c).await?;
         let mut payloads = if prepared.exported.is_empty() {
             HashMap::new()
@@ -728,6 +729,7 @@ impl TwoPhase {
                 "planned with the map of epoch {epoch}; this server is at epoch {mine}"
             )));
         }
+        self.engine.room_for(&ops).await?;
         let (guard, prepared) = self.engine.check_subops(txid, &ops, false, &mut Vec::new(), c).await?;
         let exports = self.engine.dump(&prepared.exported)?;
         let mut b = Batch::new();

@@ -360,9 +360,10 @@ pub trait DirStore: StoreRead {
     /// Applies `batch` atomically, with the quota usage it changes (see [`usage`]). The
     /// returned receiver resolves when it is durable.
     fn submit(&self, batch: Batch) -> Commit;
-    /// Recounts the quota usage of everything held here and returns the counters that
-    /// disagree; with `repair`, also sets them to the recount (writes wait meanwhile).
-    fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError>;
+    /// Recounts the quota usage of everything held here: the counters that disagree, and
+    /// the batch that sets them (and the tree records) to the recount, to submit for a
+    /// repair (its counter values are taken as they are, not counted).
+    fn check_usage(&self) -> Result<(Vec<UsageMismatch>, Batch), StoreError>;
     /// The owners whose usage here is limited: a batch with `quota` set may take each only
     /// up to its ceiling. An owner new to the list starts with its usage as ceiling.
     fn limit(&self, owners: &[usage::Owner]);
@@ -375,6 +376,9 @@ pub trait DirStore: StoreRead {
     /// `owner`'s usage and ceiling here, and how many times it was shrunk (`None`: not
     /// limited).
     fn allowance(&self, owner: usage::Owner) -> Result<Option<usage::Allowance>, StoreError>;
+    /// The limited owners whose usage here passed their ceiling by a batch that may not
+    /// be refused since the last call (their ceilings are raised to their usage).
+    fn take_overdrawn(&self) -> Vec<usage::Owner>;
     /// How far `delta` more would take `owner` past its ceiling here (zero: it fits, or
     /// the owner is not limited).
     fn shortfall(&self, owner: usage::Owner, delta: usage::Usage) -> Result<usage::Usage, StoreError>;

@@ -214,14 +214,9 @@ impl DirStore for MemStore {
         let _ = tx.send(self.write(batch));
         rx
     }
-    fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError> {
-        let mut books = self.books.lock();
-        let (found, fix) = crate::usage::check(self)?;
-        if repair && !fix.is_empty() {
-            books.forget();
-            self.apply(&fix)?;
-        }
-        Ok(found)
+    fn check_usage(&self) -> Result<(Vec<UsageMismatch>, Batch), StoreError> {
+        let _writes_wait = self.books.lock();
+        crate::usage::check(self)
     }
     fn limit(&self, owners: &[Owner]) {
         if let Err(e) = self.books.lock().limit(owners, self) {
@@ -237,6 +232,10 @@ impl DirStore for MemStore {
 
     fn allowance(&self, owner: Owner) -> Result<Option<crate::usage::Allowance>, StoreError> {
         self.books.lock().allowance(owner, self)
+    }
+
+    fn take_overdrawn(&self) -> Vec<Owner> {
+        self.books.lock().take_overdrawn()
     }
 
     fn shortfall(&self, owner: Owner, delta: Usage) -> Result<Usage, StoreError> {

@@ -818,6 +818,7 @@ impl DirStore for RocksStore {
                 Some(s) => match s.pieces(&batch) {
                     Ok(p) => p,
                     Err(e) => {
+                        books.forget();
                         let _ = tx.send(Err(e));
                         return rx;
                     }
@@ -846,18 +847,9 @@ impl DirStore for RocksStore {
         rx
     }
 
-    fn check_usage(&self, repair: bool) -> Result<Vec<UsageMismatch>, StoreError> {
-        let mut books = self.books.lock();
-        let (found, fix) = crate::usage::check(self)?;
-        if repair && !fix.is_empty() {
-            books.forget();
-            let mut wo = WriteOptions::default();
-            wo.set_sync(true);
-            let mut wb = WriteBatch::default();
-            to_write_batch(self.format, &fix, &mut wb);
-            self.db.write_opt(wb, &wo).map_err(engine)?;
-        }
-        Ok(found)
+    fn check_usage(&self) -> Result<(Vec<UsageMismatch>, Batch), StoreError> {
+        let _writes_wait = self.books.lock();
+        crate::usage::check(self)
     }
 
     fn limit(&self, owners: &[Owner]) {
@@ -876,6 +868,10 @@ impl DirStore for RocksStore {
 
     fn allowance(&self, owner: Owner) -> Result<Option<crate::usage::Allowance>, StoreError> {
         self.books.lock().allowance(owner, self)
+    }
+
+    fn take_overdrawn(&self) -> Vec<Owner> {
+        self.books.lock().take_overdrawn()
     }
 
     fn shortfall(&self, owner: Owner, delta: Usage) -> Result<Usage, StoreError> {

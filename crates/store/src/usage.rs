@@ -54,6 +54,9 @@ pub struct Books {
     ledger: Option<Ledger>,
     ceilings: Ceilings,
     shrinks: HashMap<Owner, u64>,
+    /// Limited owners a batch that may not be refused took past their ceiling here (the
+    /// ceiling is raised to the usage; the master is to learn of it).
+    overdrawn: Vec<Owner>,
 }
 
 impl Books {
@@ -83,8 +86,37 @@ impl Books {
                 self.forget();
                 Err(e)
             }
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.note_overdrawn();
+                Ok(())
+            }
         }
+    }
+
+    /// Raises every ceiling the usage passed (by a batch that may not be refused: a
+    /// decided transaction's commit) to the usage, noting its owner.
+    fn note_overdrawn(&mut self) {
+        let Some(ledger) = self.ledger.as_ref() else { return };
+        let over: Vec<(Owner, Usage)> = self
+            .ceilings
+            .iter()
+            .filter_map(|(o, c)| {
+                let u = ledger.used(*o);
+                (u.files > c.files || u.bytes > c.bytes)
+                    .then(|| (*o, Usage { files: c.files.max(u.files), bytes: c.bytes.max(u.bytes) }))
+            })
+            .collect();
+        for (o, c) in over {
+            self.ceilings.insert(o, c);
+            if !self.overdrawn.contains(&o) {
+                self.overdrawn.push(o);
+            }
+        }
+    }
+
+    /// See [`crate::DirStore::take_overdrawn`].
+    pub fn take_overdrawn(&mut self) -> Vec<Owner> {
+        std::mem::take(&mut self.overdrawn)
     }
 
     /// Makes the ledger be read again (a counted batch failed to commit).
@@ -314,6 +346,11 @@ impl Ledger {
                     view.dirs.insert(path.clone(), None);
                 }
                 BatchOp::PutShard(_, obj) => self.retree(obj, &mut trees, &view, &mut d)?,
+                // A repair's counters and tree records are taken as they are.
+                BatchOp::PutUsage(owner, u) => drop(self.usage.insert(*owner, *u)),
+                BatchOp::DelUsage(owner) => drop(self.usage.remove(owner)),
+                BatchOp::PutTrees(ino, t) => drop(self.trees.insert(*ino, t.clone())),
+                BatchOp::DelTrees(ino) => drop(self.trees.remove(ino)),
                 _ => {}
             }
         }
@@ -526,7 +563,7 @@ mod tests {
         // And set again: the entries already there are counted in the same batch.
         apply(&s, |b| b.put_dir("/q", &dir(2, 7, &[2]))).await;
         assert_eq!(used(&s, Owner::Tree(2)), (1, 0));
-        assert!(s.check_usage(false).unwrap().is_empty(), "counters equal a recount");
+        assert!(s.check_usage().unwrap().0.is_empty(), "counters equal a recount");
     }
 
     #[tokio::test]
@@ -538,11 +575,12 @@ mod tests {
         })
         .await;
         apply(&s, |b| b.ops.push(BatchOp::PutUsage(Owner::Uid(3), Usage { files: 9, bytes: 1 }))).await;
-        let found = s.check_usage(true).unwrap();
+        let (found, fix) = s.check_usage().unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].actual, Usage { files: 1, bytes: 42 });
-        assert!(s.check_usage(false).unwrap().is_empty());
+        commit(&s, fix).await.unwrap();
+        assert!(s.check_usage().unwrap().0.is_empty());
         apply(&s, |b| b.del_entry(1, "f")).await;
-        assert_eq!(used(&s, Owner::Uid(3)), (0, 0), "the ledger was read again after the repair");
+        assert_eq!(used(&s, Owner::Uid(3)), (0, 0), "the ledger took the repair's counters");
     }
 }

@@ -1,9 +1,11 @@
 //! Quotas, enforced by the servers: a tree quota and user quotas on files and bytes, the
 //! create and the byte that cross a limit refused with EDQUOT wherever they land, usage
 //! exact (equal to fsck's recount) also after kill -9 of a server in the middle of the
-//! work, soft limits with their grace.
+//! work, soft limits with their grace, a server added after the quotas were set, and
+//! `tar x` and `dd` through the mount.
 
 mod common;
+mod mounts;
 
 use common::ProcCluster;
 use plusfs_client::{Client, FsError};
@@ -40,6 +42,14 @@ async fn fill(c: &Client, dirs: &[&str], prefix: &str, max: usize) -> (usize, Fs
         }
     }
     panic!("{max} creates and no refusal");
+}
+
+/// Waits for the mkdirs of `dirs` to be committed on their servers (a Cx mkdir answers
+/// before), so usage read next counts them: a stat of each waits for pending work.
+async fn settle(c: &Client, dirs: &[String]) {
+    for d in dirs {
+        c.stat(d).await.unwrap();
+    }
 }
 
 /// Asserts every server's counters equal a recount of what it stores.
@@ -129,6 +139,7 @@ async fn usage_stays_exact_after_kill_9_mid_work_and_the_limit_holds_after_resta
         bob.mkdir(d, 0o777).await.unwrap();
     }
     let bob_q = QuotaTarget::Uid(BOB);
+    settle(&root, &dirs).await;
     let start = used(&root, &bob_q).await.files as u64;
     root.quota_set(&bob_q, Some(files(start + 60))).await.unwrap();
 
@@ -218,4 +229,124 @@ async fn a_soft_limit_is_a_hard_one_once_its_grace_is_over() {
     assert_eq!(code, 0, "{err}");
     root.create("/s/cli/c", 0o644, true).await.unwrap();
     tc.assert_fsck_clean();
+}
+
+/// Stops every server of the cluster in a data directory when dropped, those `cluster add`
+/// started included.
+struct DownOnDrop(std::path::PathBuf);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = plusfs_localcluster::down(&self.0, Duration::from_secs(5));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_added_to_the_cluster_enforces_the_quotas_set_before() {
+    let tc = ProcCluster::start(2);
+    let _down = DownOnDrop(tc.cluster.data().to_path_buf());
+    let root = tc.client();
+    let bob = user(&root, BOB);
+    root.mkdir("/g", 0o777).await.unwrap();
+    let dirs: Vec<String> = (0..16).map(|i| format!("/g/d{i}")).collect();
+    for d in &dirs {
+        bob.mkdir(d, 0o777).await.unwrap();
+    }
+    let tree = QuotaTarget::Tree("/g".into());
+    root.quota_set(&tree, Some(files(60))).await.unwrap();
+    root.quota_set(&QuotaTarget::Uid(BOB), Some(files(70))).await.unwrap();
+    for (i, d) in dirs.iter().enumerate() {
+        bob.create(&format!("{d}/before{i}"), 0o644, true).await.unwrap();
+    }
+    let data = tc.cluster.data().display().to_string();
+    let (code, out, err) = tc.cli(&["cluster", "add", "--data", &data, "--wait"]);
+    assert_eq!(code, 0, "cluster add failed:\n{out}\n{err}");
+    let map = plusfs_placement::ClusterMap::load(&tc.cluster.map_file()).unwrap();
+    assert_eq!(map.servers.len(), 3);
+    let new_id = map.servers.iter().map(|s| s.id).max().unwrap();
+    let fresh = Client::new(map.clone(), plusfs_client::ClientOptions { retries: 5, ..Default::default() });
+    let bob = user(&fresh, BOB);
+    let lands_on_new = dirs.iter().filter(|d| fresh.home(d) == new_id).count();
+    assert!(lands_on_new > 0, "some directories moved to the new server");
+    // The new server took the quota table: the tree's limit holds wherever files land.
+    let (made, e) = fill(&bob, &dirs.iter().map(String::as_str).collect::<Vec<_>>(), "after", 200).await;
+    assert_eq!((made, e.errno), (60 - 32, Errno::EDQUOT), "{e}");
+    assert_eq!(used(&fresh, &tree).await.files, 60);
+    assert_exact(&fresh).await;
+    tc.assert_fsck_clean();
+}
+
+/// Through the mount: `tar x` into a tree at its files limit and a write past a bytes
+/// limit fail with "Disk quota exceeded", and exactly the limit is used.
+#[test]
+fn edquot_through_the_mount_for_tar_and_writes() {
+    use mounts::{as_user, fuse_available, sh, Mount};
+    if !fuse_available() {
+        return;
+    }
+    let tc = ProcCluster::start(3);
+    let m = Mount::with_options(&tc, &["allow_other"]);
+    let d = m.path().display().to_string();
+    sh(&format!("mkdir -m 777 {d}/mq {d}/mb"));
+    let (code, _, err) = tc.cli(&["quota", "set", "/mq", "--files", "30"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = tc.cli(&["quota", "set", "/mb", "--bytes", "64k"]);
+    assert_eq!(code, 0, "{err}");
+    // A tree of 4 directories and 40 files, 10 bytes each.
+    let src = tempfile::tempdir().unwrap();
+    let s = src.path().display().to_string();
+    sh(&format!(
+        "cd {s} && mkdir t && for i in 0 1 2 3; do mkdir t/d$i; for j in $(seq 1 10); do echo 123456789 > t/d$i/f$j; \
+         done; done && tar -cf t.tar t"
+    ));
+    let (ok, _, err) = as_user(BOB, &[], &format!("tar -xf {s}/t.tar -C {d}/mq"));
+    assert!(!ok && err.contains("Disk quota exceeded"), "tar stops at the limit: {err}");
+    let n: usize = sh(&format!("find {d}/mq -mindepth 1 | wc -l")).trim().parse().unwrap();
+    assert_eq!(n, 30, "exactly the limit was made");
+    let (ok, _, err) = as_user(BOB, &[], &format!("dd if=/dev/zero of={d}/mb/big bs=4k count=32 conv=fsync"));
+    assert!(!ok && err.contains("Disk quota exceeded"), "128 KiB do not fit in 64 KiB: {err}");
+    let size: u64 = sh(&format!("stat -c %s {d}/mb/big")).trim().parse().unwrap();
+    assert!(size <= 64 << 10, "no more than the limit was kept: {size}");
+    let (code, out, _) = tc.cli(&["quota", "report"]);
+    let row = out.lines().find(|l| l.starts_with("tree /mq")).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(row.split_whitespace().nth(2), Some("30"), "{out}");
+    assert_eq!(code, 0);
+    drop(m);
+    tc.assert_fsck_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_files_between_servers_does_not_open_room_past_the_limit() {
+    let tc = ProcCluster::start(3);
+    let root = tc.client();
+    let bob = user(&root, BOB);
+    root.mkdir("/m", 0o777).await.unwrap();
+    let mut dirs: Vec<String> = Vec::new();
+    for i in 0.. {
+        let d = format!("/m/d{i}");
+        if dirs.iter().all(|o| root.home(o) != root.home(&d)) {
+            bob.mkdir(&d, 0o777).await.unwrap();
+            dirs.push(d);
+        }
+        if dirs.len() == 2 {
+            break;
+        }
+    }
+    let bob_q = QuotaTarget::Uid(BOB);
+    settle(&root, &dirs).await;
+    let start = used(&root, &bob_q).await.files as u64;
+    root.quota_set(&bob_q, Some(files(start + 20))).await.unwrap();
+    let (made, e) = fill(&bob, &[dirs[0].as_str()], "f", 100).await;
+    assert_eq!((made, e.errno), (20, Errno::EDQUOT));
+    // Renames move the usage to the other server; the room they leave behind is taken
+    // back by the master, so no create goes past the limit afterwards.
+    for i in 0..10 {
+        bob.rename(&format!("{}/f{i}", dirs[0]), &format!("{}/f{i}", dirs[1])).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = bob.create(&format!("{}/after", dirs[0]), 0o644, true).await.unwrap_err();
+    assert_eq!(refused.errno, Errno::EDQUOT, "{refused}");
+    assert_eq!(bob.create(&format!("{}/after", dirs[1]), 0o644, true).await.unwrap_err().errno, Errno::EDQUOT);
+    assert_eq!(used(&root, &bob_q).await.files as u64, start + 20);
+    assert_exact(&root).await;
 }

@@ -266,7 +266,10 @@ impl Cx {
         };
         let estimate = 64 + postcard::to_allocvec(&ops).map(|v| v.len() as u64).unwrap_or(0) * 2;
         self.wait_for_log_space(estimate).await;
-        let checked = self.engine.check_subops(txid, &ops, true, &mut Vec::new(), &cred).await;
+        let checked = match self.engine.room_for(&ops).await {
+            Ok(()) => self.engine.check_subops(txid, &ops, true, &mut Vec::new(), &cred).await,
+            Err(e) => Err(e),
+        };
         let hint = self.cx.st().ops.get(&id).map(|o| o.hint.clone()).unwrap_or_default();
         let (guard, prepared) = match checked {
             Ok(x) => x,

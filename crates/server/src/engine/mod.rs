@@ -62,6 +62,9 @@ pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_allocvec(v).expect("in-memory encoding cannot fail")
 }
 
+/// The counter that records that a store's quota usage was counted from what it held.
+const USAGE_COUNTED: &str = "usage_counted";
+
 impl Engine {
     /// Opens the state of server `id` over `store` and `data`. Directories found to need
     /// their redistribution finished are sent to `distribution_wanted`.
@@ -89,6 +92,21 @@ impl Engine {
         };
         engine.load_quotas()?;
         Ok(engine)
+    }
+
+    /// Counts the quota usage of a store that was written before usage was counted (once:
+    /// a counter records it), so its counters start from what it holds.
+    pub(crate) async fn count_usage_once(&self) -> Result<(), StoreError> {
+        if self.store.get_counter(USAGE_COUNTED)? == Some(1) {
+            return Ok(());
+        }
+        let (wrong, mut fix) = self.store.check_usage()?;
+        fix.put_counter(USAGE_COUNTED, 1);
+        commit(self.store.as_ref(), fix).await?;
+        if !wrong.is_empty() {
+            tracing::info!(owners = wrong.len(), "counted the quota usage of what the store held");
+        }
+        Ok(())
     }
 
     /// The cluster map this server works with now.

@@ -52,8 +52,20 @@ impl Engine {
         let defs: BTreeMap<Owner, QuotaDef> = table.defs.into_iter().map(|d| (d.owner, d)).collect();
         let owners: Vec<Owner> = defs.keys().copied().collect();
         self.store.limit(&owners);
+        // A changed limit: the allowance held here goes back (the master learns anew).
+        let before = self.quotas();
+        for (owner, def) in &defs {
+            if before.get(owner).is_some_and(|b| b.limits != def.limits) {
+                self.store.shrink(*owner)?;
+            }
+        }
         *self.quotas.write() = Arc::new(defs);
         Ok(())
+    }
+
+    /// Adds to `b` the quota table holding `defs` (a server that joined takes another's).
+    pub(crate) fn put_quota_table(&self, defs: Vec<QuotaDef>, b: &mut Batch) {
+        logrec::put(b, TABLE, &QuotaTable { defs });
     }
 
     /// Installs the quota protocol the commit loop asks for allowance.
@@ -79,6 +91,7 @@ impl Engine {
                     if touches_table {
                         self.load_quotas().map_err(eio)?;
                     }
+                    self.report_overdrawn();
                     return Ok(());
                 }
             }
@@ -101,12 +114,15 @@ impl Engine {
             let owners: Vec<Owner> =
                 [Owner::Uid(object.uid), Owner::Gid(object.gid)].into_iter().chain(trees.map(Owner::Tree)).collect();
             for owner in owners {
-                for _ in 0..GRANT_ROUNDS {
+                let mut rounds = 0;
+                loop {
                     let need = self.store.shortfall(owner, one).map_err(eio)?;
                     if need.is_zero() {
                         break;
                     }
-                    let Some(a) = self.allowances.get().and_then(Weak::upgrade) else {
+                    rounds += 1;
+                    let a = self.allowances.get().and_then(Weak::upgrade).filter(|_| rounds <= GRANT_ROUNDS);
+                    let Some(a) = a else {
                         return Err(err(Errno::EDQUOT, format!("the quota of {owner} is exhausted")));
                     };
                     a.more(owner, need).await?;
@@ -114,6 +130,21 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Tells the masters of the owners a decided transaction took past their ceiling here
+    /// (a file moved in by a rename): they learn every server's share again, taking back
+    /// the room the other side was left with.
+    fn report_overdrawn(&self) {
+        let over = self.store.take_overdrawn();
+        let Some(a) = self.allowances.get().and_then(Weak::upgrade).filter(|_| !over.is_empty()) else { return };
+        tokio::spawn(async move {
+            for owner in over {
+                if let Err(e) = a.more(owner, Usage::default()).await {
+                    tracing::warn!(%owner, cause = %e, "the quota master could not be told of a ceiling passed");
+                }
+            }
+        });
     }
 
     /// Applies a `SetQuota` sub-operation into `b`: the quota table changes, and for a tree

@@ -170,7 +170,6 @@ impl Engine {
             Some((root, exporting)) => (Some(root), exporting),
             None => (None, false),
         };
-        self.room_for(ops).await?;
         let shards_within = |root: &str| -> OpResult<Vec<String>> {
             Ok(self.store.shards_within(root).map_err(eio)?.into_iter().map(|(p, _)| p).collect())
         };

@@ -328,7 +328,20 @@ impl Osd {
             migrating: map.migrating(),
             migration: self.migrate.migration.report(map.migration.as_ref().map(|m| m.from_epoch)),
             forwarded: self.migrate.migration.forwarded.load(std::sync::atomic::Ordering::Relaxed),
+            quotas: self.quota_shares()?,
         })))
+    }
+}
+
+impl Osd {
+    /// The quotas kept here with this server's usage of each owner.
+    fn quota_shares(&self) -> OpResult<Vec<(plusfs_proto::quota::QuotaDef, plusfs_proto::quota::Usage)>> {
+        let quotas = self.engine.quotas();
+        if quotas.is_empty() {
+            return Ok(Vec::new());
+        }
+        let used = self.engine.store().usage().map_err(eio)?;
+        Ok(quotas.values().map(|d| (d.clone(), used.get(&d.owner).copied().unwrap_or_default())).collect())
     }
 }
 

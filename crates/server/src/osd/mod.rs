@@ -69,7 +69,9 @@ impl Osd {
         let engine = Arc::new(Engine::open(id, map, store, data, wanted_tx)?);
         let osd = Arc::new(Osd::assemble(engine, pool, failpoints, caps));
         osd.peers.serve_locally_with(Arc::downgrade(&(osd.clone() as Arc<dyn LocalPeer>)));
+        osd.engine.count_usage_once().await?;
         osd.deleg.load_delegations()?;
+        osd.quotas.fetch_table();
         let weak = Arc::downgrade(&osd.hugedirs);
         tokio::spawn(async move {
             while let Some(dir) = wanted.recv().await {
