@@ -38,60 +38,23 @@ mkdir "$m/plain" "$m/withacl"
 setfacl -m g:2000:rwx,u:1001:r-x "$m/withacl"
 setfacl -d -m u::rwx,g::r-x,g:2000:rwx,u:1001:r-x,o::r-x "$m/withacl"
 
-record() { echo "{\"run\":$1,\"case\":\"$2\",\"value\":$3,\"unit\":\"$4\"}" >> "$raw"; }
-
-# Creates per second of one library client (`plusfs bench`), batch size $3, in $2.
-creates() {
-  local run=$1 dir=$2 batch=$3 name=$4
-  local rate
-  rate=$("$PLUSFS" bench create -n "$FILES" -b "$batch" --dir "$dir/r$run-b$batch" --json 2>/dev/null |
-    "$PYTHON" -c 'import json,sys; print([json.loads(l) for l in sys.stdin if l.strip()][0]["ops_per_sec"])')
-  record "$run" "$name" "$rate" "creates/s"
-}
-
-# Seconds of `tar x` of the tree into $2 (sync included).
-untar() {
-  local run=$1 dir=$2 name=$3
-  mkdir -p "$dir"
-  drop_caches
-  local t0 t1
-  t0=$(date +%s.%N)
-  tar -xf "$work/tree.tar" -C "$dir"
-  sync
-  t1=$(date +%s.%N)
-  record "$run" "$name" "$(echo "$t1 - $t0" | bc)" "s"
-}
-
 for run in $(seq 1 "$RUNS"); do
   echo "round $run of $RUNS" >&2
-  creates "$run" /plain 1 "create unbatched, no ACL"
-  creates "$run" /withacl 1 "create unbatched, default ACL"
-  creates "$run" /plain 64 "create batched (64), no ACL"
-  creates "$run" /withacl 64 "create batched (64), default ACL"
-  untar "$run" "$m/plain/t$run" "tar x, mount, no ACL"
-  untar "$run" "$m/withacl/t$run" "tar x, mount, default ACL"
-  untar "$run" "$work/noacl/plain/n$run" "tar x, mount -o noacl"
+  bench_creates "$run" /plain 1 "create unbatched, no ACL"
+  bench_creates "$run" /withacl 1 "create unbatched, default ACL"
+  bench_creates "$run" /plain 64 "create batched (64), no ACL"
+  bench_creates "$run" /withacl 64 "create batched (64), default ACL"
+  bench_untar "$run" "$m/plain/t$run" "tar x, mount, no ACL"
+  bench_untar "$run" "$m/withacl/t$run" "tar x, mount, default ACL"
+  bench_untar "$run" "$work/noacl/plain/n$run" "tar x, mount -o noacl"
 done
-"$PYTHON" - "$raw" > "$out/report.md" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-cases = list(dict.fromkeys(r["case"] for r in rows))
-med = {c: statistics.median(r["value"] for r in rows if r["case"] == c) for c in cases}
-unit = {r["case"]: r["unit"] for r in rows}
-print("| case | median | runs |")
-print("|---|---|---|")
-for c in cases:
-    vals = ", ".join(f"{r['value']:.2f}" for r in rows if r["case"] == c)
-    print(f"| {c} | {med[c]:.2f} {unit[c]} | {vals} |")
-def ratio(a, b, higher_better):
-    # Time per operation of case a over case b, minus one.
-    x = med[b] / med[a] if higher_better else med[a] / med[b]
-    return f"{(x - 1) * 100:+.1f} %"
-print()
-print("Cost of ACLs (slowdown of the median; positive: slower):")
-print(f"- unbatched create, default ACL vs none: {ratio('create unbatched, default ACL', 'create unbatched, no ACL', True)}")
-print(f"- batched create, default ACL vs none: {ratio('create batched (64), default ACL', 'create batched (64), no ACL', True)}")
-print(f"- tar x, default ACL vs none: {ratio('tar x, mount, default ACL', 'tar x, mount, no ACL', False)}")
-print(f"- tar x, ACL-checking mount vs -o noacl: {ratio('tar x, mount, no ACL', 'tar x, mount -o noacl', False)}")
-EOF
+{
+  median_table
+  echo
+  echo "Cost of ACLs (slowdown of the median; positive: slower):"
+  slowdown "unbatched create, default ACL vs none" "create unbatched, default ACL" "create unbatched, no ACL" 1
+  slowdown "batched create, default ACL vs none" "create batched (64), default ACL" "create batched (64), no ACL" 1
+  slowdown "tar x, default ACL vs none" "tar x, mount, default ACL" "tar x, mount, no ACL" 0
+  slowdown "tar x, ACL-checking mount vs -o noacl" "tar x, mount, no ACL" "tar x, mount -o noacl" 0
+} > "$out/report.md"
 cat "$out/report.md"

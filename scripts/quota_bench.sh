@@ -33,74 +33,38 @@ tar -cf "$work/tree.tar" -C "$(dirname "$TREE")" "$(basename "$TREE")" 2>/dev/nu
 export PLUSFS_CLUSTER="$cluster/cluster.toml"
 "$PLUSFS" mount "$work/m" >/dev/null
 m="$work/m"
-mkdir "$m/plain" "$m/limited"
+mkdir "$m/plain" "$m/plain/user" "$m/limited"
 "$PLUSFS" quota set /limited --files 100000000 --bytes 1T >/dev/null
-
-record() { echo "{\"run\":$1,\"case\":\"$2\",\"value\":$3,\"unit\":\"$4\"}" >> "$raw"; }
-
-# Creates per second of one library client (`plusfs bench`), batch size $3, in $2.
-creates() {
-  local run=$1 dir=$2 batch=$3 name=$4
-  local rate
-  rate=$("$PLUSFS" bench create -n "$FILES" -b "$batch" --dir "$dir/r$run-b$batch" --json 2>/dev/null |
-    "$PYTHON" -c 'import json,sys; print([json.loads(l) for l in sys.stdin if l.strip()][0]["ops_per_sec"])')
-  record "$run" "$name" "$rate" "creates/s"
-}
-
-# Seconds of `tar x` of the tree into $2 (sync included).
-untar() {
-  local run=$1 dir=$2 name=$3
-  mkdir -p "$dir"
-  drop_caches
-  local t0 t1
-  t0=$(date +%s.%N)
-  tar -xf "$work/tree.tar" -C "$dir"
-  sync
-  t1=$(date +%s.%N)
-  record "$run" "$name" "$(echo "$t1 - $t0" | bc)" "s"
-}
 
 for run in $(seq 1 "$RUNS"); do
   echo "round $run of $RUNS" >&2
-  creates "$run" /plain 1 "create unbatched, no quota"
-  creates "$run" /limited 1 "create unbatched, tree quota"
-  creates "$run" /plain 64 "create batched (64), no quota"
-  creates "$run" /limited 64 "create batched (64), tree quota"
-  untar "$run" "$m/plain/t$run" "tar x, mount, no quota"
-  untar "$run" "$m/limited/t$run" "tar x, mount, tree quota"
+  bench_creates "$run" /plain 1 "create unbatched, no quota"
+  bench_creates "$run" /limited 1 "create unbatched, tree quota"
+  bench_creates "$run" /plain 64 "create batched (64), no quota"
+  bench_creates "$run" /limited 64 "create batched (64), tree quota"
+  bench_untar "$run" "$m/plain/t$run" "tar x, mount, no quota"
+  bench_untar "$run" "$m/limited/t$run" "tar x, mount, tree quota"
 done
 # The same with a user quota on root (every create anywhere is limited), last: a user
 # quota ends write delegations everywhere.
 "$PLUSFS" quota set --uid 0 --files 100000000 --bytes 1T >/dev/null
 for run in $(seq 1 "$RUNS"); do
   echo "user quota round $run of $RUNS" >&2
-  creates "$run" /plain 1 "create unbatched, user quota"
-  creates "$run" /plain 64 "create batched (64), user quota"
-  untar "$run" "$m/plain/u$run" "tar x, mount, user quota"
+  bench_creates "$run" /plain/user 1 "create unbatched, user quota"
+  bench_creates "$run" /plain/user 64 "create batched (64), user quota"
+  bench_untar "$run" "$m/plain/u$run" "tar x, mount, user quota"
 done
 "$PLUSFS" quota report > "$out/quota-report.txt"
 "$PLUSFS" fsck > "$out/fsck.txt" || true
-"$PYTHON" - "$raw" > "$out/report.md" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-cases = list(dict.fromkeys(r["case"] for r in rows))
-med = {c: statistics.median(r["value"] for r in rows if r["case"] == c) for c in cases}
-unit = {r["case"]: r["unit"] for r in rows}
-print("| case | median | runs |")
-print("|---|---|---|")
-for c in cases:
-    vals = ", ".join(f"{r['value']:.2f}" for r in rows if r["case"] == c)
-    print(f"| {c} | {med[c]:.2f} {unit[c]} | {vals} |")
-def ratio(a, b, higher_better):
-    # Time per operation of case a over case b, minus one.
-    x = med[b] / med[a] if higher_better else med[a] / med[b]
-    return f"{(x - 1) * 100:+.1f} %"
-print()
-print("Cost of quotas (slowdown of the median; positive: slower):")
-for kind in ["tree quota", "user quota"]:
-    print(f"- unbatched create, {kind} vs none: {ratio(f'create unbatched, {kind}', 'create unbatched, no quota', True)}")
-    print(f"- batched create, {kind} vs none: {ratio(f'create batched (64), {kind}', 'create batched (64), no quota', True)}")
-    print(f"- tar x, {kind} vs none: {ratio(f'tar x, mount, {kind}', 'tar x, mount, no quota', False)}")
-EOF
+{
+  median_table
+  echo
+  echo "Cost of quotas (slowdown of the median; positive: slower):"
+  for kind in "tree quota" "user quota"; do
+    slowdown "unbatched create, $kind vs none" "create unbatched, $kind" "create unbatched, no quota" 1
+    slowdown "batched create, $kind vs none" "create batched (64), $kind" "create batched (64), no quota" 1
+    slowdown "tar x, $kind vs none" "tar x, mount, $kind" "tar x, mount, no quota" 0
+  done
+} > "$out/report.md"
 cat "$out/report.md"
 tail -1 "$out/fsck.txt"

@@ -723,7 +723,12 @@ impl Request {
             | InodeHome { .. }
             | Relink { .. } => Privilege::Server,
             Compact { .. } | FsckScan | GroupReplace { .. } | GroupDigest | MapChange { .. } => Privilege::Admin,
-            Quota { op } => op.privilege(),
+            // Setting and recounting quotas are for admins, allowances for servers, the
+            // usage report for anyone.
+            Quota { op: crate::quota::QuotaOp::Set { .. } | crate::quota::QuotaOp::Check { .. } } => Privilege::Admin,
+            Quota { op: crate::quota::QuotaOp::Grant { .. } | crate::quota::QuotaOp::Shrink { .. } } => {
+                Privilege::Server
+            }
             // Data records by number (direct I/O) are any identity's: a client that is no
             // admin presents the capability the file's server issued with `Layout` (checked
             // at admission, then against each record's owner) and commits only receipted

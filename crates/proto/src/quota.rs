@@ -201,16 +201,3 @@ pub enum QuotaReply {
     /// `Shrink`: the usage (and ceiling) of the server asked.
     Used(Usage),
 }
-
-impl QuotaOp {
-    /// Who may send it: setting and recounting are for admins, allowances for servers,
-    /// the usage report for anyone.
-    pub fn privilege(&self) -> crate::message::Privilege {
-        use crate::message::Privilege;
-        match self {
-            QuotaOp::Set { .. } | QuotaOp::Check { .. } => Privilege::Admin,
-            QuotaOp::Grant { .. } | QuotaOp::Shrink { .. } => Privilege::Server,
-            QuotaOp::Usage => Privilege::Any,
-        }
-    }
-}

@@ -360,28 +360,50 @@ pub trait DirStore: StoreRead {
     /// Applies `batch` atomically, with the quota usage it changes (see [`usage`]). The
     /// returned receiver resolves when it is durable.
     fn submit(&self, batch: Batch) -> Commit;
+    /// The store's quota books (counters as submitted, ceilings): the methods below work
+    /// on them, against this store's reads.
+    fn books(&self) -> &parking_lot::Mutex<usage::Books>;
+    /// This store as its reads.
+    fn reads(&self) -> &dyn StoreRead;
     /// Recounts the quota usage of everything held here: the counters that disagree, and
     /// the batch that sets them (and the tree records) to the recount, to submit for a
-    /// repair (its counter values are taken as they are, not counted).
-    fn check_usage(&self) -> Result<(Vec<UsageMismatch>, Batch), StoreError>;
+    /// repair (its counter values are taken as they are, not counted). Writes wait.
+    fn check_usage(&self) -> Result<(Vec<UsageMismatch>, Batch), StoreError> {
+        let _writes_wait = self.books().lock();
+        usage::check(self.reads())
+    }
     /// The owners whose usage here is limited: a batch with `quota` set may take each only
     /// up to its ceiling. An owner new to the list starts with its usage as ceiling.
-    fn limit(&self, owners: &[usage::Owner]);
+    fn limit(&self, owners: &[usage::Owner]) {
+        if let Err(e) = self.books().lock().limit(owners, self.reads()) {
+            tracing::error!(cause = %e, "quota counters cannot be read");
+        }
+    }
     /// Sets `owner`'s ceiling (if it is limited) to its usage, which it returns: the
     /// allowance above is given back.
-    fn shrink(&self, owner: usage::Owner) -> Result<usage::Usage, StoreError>;
+    fn shrink(&self, owner: usage::Owner) -> Result<usage::Usage, StoreError> {
+        self.books().lock().shrink(owner, self.reads())
+    }
     /// Sets `owner`'s ceiling to `to` unless it was shrunk since [`DirStore::allowance`]
     /// answered `shrinks` (a master took allowance back meanwhile); true if it did.
-    fn raise(&self, owner: usage::Owner, shrinks: u64, to: usage::Usage) -> bool;
+    fn raise(&self, owner: usage::Owner, shrinks: u64, to: usage::Usage) -> bool {
+        self.books().lock().raise(owner, shrinks, to)
+    }
     /// `owner`'s usage and ceiling here, and how many times it was shrunk (`None`: not
     /// limited).
-    fn allowance(&self, owner: usage::Owner) -> Result<Option<usage::Allowance>, StoreError>;
+    fn allowance(&self, owner: usage::Owner) -> Result<Option<usage::Allowance>, StoreError> {
+        self.books().lock().allowance(owner, self.reads())
+    }
     /// The limited owners whose usage here passed their ceiling by a batch that may not
     /// be refused since the last call (their ceilings are raised to their usage).
-    fn take_overdrawn(&self) -> Vec<usage::Owner>;
+    fn take_overdrawn(&self) -> Vec<usage::Owner> {
+        self.books().lock().take_overdrawn()
+    }
     /// How far `delta` more would take `owner` past its ceiling here (zero: it fits, or
     /// the owner is not limited).
-    fn shortfall(&self, owner: usage::Owner, delta: usage::Usage) -> Result<usage::Usage, StoreError>;
+    fn shortfall(&self, owner: usage::Owner, delta: usage::Usage) -> Result<usage::Usage, StoreError> {
+        self.books().lock().shortfall(owner, delta, self.reads())
+    }
     /// Activity counters.
     fn stats(&self) -> StoreStats;
     /// Latency histograms of the engine's writes, for a metrics registry (none by default).

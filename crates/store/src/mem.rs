@@ -5,7 +5,7 @@
 //! server would find).
 
 use crate::usage::{Books, Owner, Usage};
-use crate::{Batch, BatchOp, Commit, DirStore, LogKind, StoreError, StoreRead, StoreStats, UsageMismatch};
+use crate::{Batch, BatchOp, Commit, DirStore, LogKind, StoreError, StoreRead, StoreStats};
 use parking_lot::Mutex;
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
 use std::collections::BTreeMap;
@@ -214,32 +214,12 @@ impl DirStore for MemStore {
         let _ = tx.send(self.write(batch));
         rx
     }
-    fn check_usage(&self) -> Result<(Vec<UsageMismatch>, Batch), StoreError> {
-        let _writes_wait = self.books.lock();
-        crate::usage::check(self)
-    }
-    fn limit(&self, owners: &[Owner]) {
-        if let Err(e) = self.books.lock().limit(owners, self) {
-            tracing::error!(cause = %e, "quota counters cannot be read");
-        }
-    }
-    fn shrink(&self, owner: Owner) -> Result<Usage, StoreError> {
-        self.books.lock().shrink(owner, self)
-    }
-    fn raise(&self, owner: Owner, shrinks: u64, to: Usage) -> bool {
-        self.books.lock().raise(owner, shrinks, to)
+    fn books(&self) -> &parking_lot::Mutex<Books> {
+        &self.books
     }
 
-    fn allowance(&self, owner: Owner) -> Result<Option<crate::usage::Allowance>, StoreError> {
-        self.books.lock().allowance(owner, self)
-    }
-
-    fn take_overdrawn(&self) -> Vec<Owner> {
-        self.books.lock().take_overdrawn()
-    }
-
-    fn shortfall(&self, owner: Owner, delta: Usage) -> Result<Usage, StoreError> {
-        self.books.lock().shortfall(owner, delta, self)
+    fn reads(&self) -> &dyn StoreRead {
+        self
     }
     fn stats(&self) -> StoreStats {
         let writes = self.writes.load(Ordering::Relaxed);

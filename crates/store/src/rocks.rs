@@ -1,9 +1,7 @@
 //! The RocksDB engine of [`DirStore`](crate::DirStore).
 
 use crate::usage::{Books, Owner, Usage};
-use crate::{
-    Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreRead, StoreStats, UsageMismatch,
-};
+use crate::{Batch, BatchOp, Commit, DataSource, DirStore, LogKind, Replicator, StoreError, StoreRead, StoreStats};
 use plusfs_metrics::prometheus::{Histogram, HistogramOpts};
 use plusfs_proto::record::{acl_ancestry, legacy_ancestry};
 use plusfs_proto::{DirObject, Ino, Inode, TxId};
@@ -847,35 +845,12 @@ impl DirStore for RocksStore {
         rx
     }
 
-    fn check_usage(&self) -> Result<(Vec<UsageMismatch>, Batch), StoreError> {
-        let _writes_wait = self.books.lock();
-        crate::usage::check(self)
+    fn books(&self) -> &parking_lot::Mutex<Books> {
+        &self.books
     }
 
-    fn limit(&self, owners: &[Owner]) {
-        if let Err(e) = self.books.lock().limit(owners, self) {
-            tracing::error!(cause = %e, "quota counters cannot be read");
-        }
-    }
-
-    fn shrink(&self, owner: Owner) -> Result<Usage, StoreError> {
-        self.books.lock().shrink(owner, self)
-    }
-
-    fn raise(&self, owner: Owner, shrinks: u64, to: Usage) -> bool {
-        self.books.lock().raise(owner, shrinks, to)
-    }
-
-    fn allowance(&self, owner: Owner) -> Result<Option<crate::usage::Allowance>, StoreError> {
-        self.books.lock().allowance(owner, self)
-    }
-
-    fn take_overdrawn(&self) -> Vec<Owner> {
-        self.books.lock().take_overdrawn()
-    }
-
-    fn shortfall(&self, owner: Owner, delta: Usage) -> Result<Usage, StoreError> {
-        self.books.lock().shortfall(owner, delta, self)
+    fn reads(&self) -> &dyn StoreRead {
+        self
     }
 
     fn latency_histograms(&self) -> Vec<Histogram> {

@@ -1,6 +1,7 @@
 //! The engine's part of quotas: the table of quotas every server keeps (one log record),
 //! the sub-operation that sets one, and the commit loop that asks for more allowance when
-//! a batch would take a limited owner past its ceiling here (see `crate::quota`).
+//! a batch would take a limited owner past its ceiling here (the quota protocol, behind
+//! [`Allowances`]).
 
 use super::errors::{eio, err, OpResult};
 use super::logrec::{self, Logged};
