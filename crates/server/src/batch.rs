@@ -141,8 +141,9 @@ impl Batches {
         }
     }
 
-    /// A create or unlink batch that meets hard links: entry by entry, through the
-    /// single-entry operations (which handle links). A redirect stops it and goes back
+    /// A create or unlink batch that meets hard links or a quota's limit: entry by entry,
+    /// through the single-entry operations (which handle links and refuse each create
+    /// past a limit). A redirect stops it and goes back
     /// in the reply, as in `write_batch`.
     #[allow(clippy::too_many_arguments)]
     async fn each(
@@ -321,7 +322,15 @@ impl Batches {
                 recorded.dist = Some(info);
             }
             c.answer_with_next_batch(&Ok(Reply::Batch(recorded)));
-            self.engine.apply_for(c, batch).await?;
+            match self.engine.apply_for(c, batch).await {
+                // A quota refuses the batch: entry by entry, so those that fit are made
+                // and the rest get EDQUOT (`each`).
+                Err(e) if e.errno() == Errno::EDQUOT => {
+                    c.disarm();
+                    return Ok(None);
+                }
+                applied => applied?,
+            }
         }
         drop(gate);
         drop(guard);

@@ -72,8 +72,9 @@ impl MemStore {
 
     fn write(&self, mut batch: Batch) -> Result<(), StoreError> {
         let mut books = self.books.lock();
-        books.account(&mut batch, self, false)?;
+        let seq = books.account(&mut batch, self, false)?;
         let applied = self.apply(&batch);
+        books.settle(seq);
         if applied.is_err() {
             books.forget();
         }

@@ -15,7 +15,8 @@ use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;
 
 /// A batch waiting for the committer thread, with the channel that reports its outcome.
-type Queued = (Batch, oneshot::Sender<Result<(), StoreError>>);
+/// A batch for the group-commit thread: the batch, who waits for it, its number in the books.
+type Queued = (Batch, oneshot::Sender<Result<(), StoreError>>, u64);
 
 /// A raw key-value pair from a scan.
 type Kv = (Box<[u8]>, Box<[u8]>);
@@ -39,7 +40,7 @@ pub struct RocksStore {
     format: Format,
     /// The quota books (counters as submitted, ceilings). Held while a batch is counted
     /// and handed on, so batches are counted in the order they are written.
-    books: parking_lot::Mutex<Books>,
+    books: Arc<parking_lot::Mutex<Books>>,
     /// Set when a counted batch failed to commit: the ledger is read again.
     ledger_stale: Arc<AtomicBool>,
 }
@@ -317,16 +318,10 @@ impl RocksStore {
         let format = store_format(&db)?;
         let stats = Arc::new(Counters::default());
         let stale = Arc::new(AtomicBool::new(false));
-        let committer = sync_always.then(|| spawn_committer(db.clone(), stats.clone(), format, stale.clone()));
-        Ok(RocksStore {
-            db,
-            committer,
-            stats,
-            format,
-            replicator: Default::default(),
-            books: Default::default(),
-            ledger_stale: stale,
-        })
+        let books: Arc<parking_lot::Mutex<Books>> = Arc::default();
+        let committer =
+            sync_always.then(|| spawn_committer(db.clone(), stats.clone(), format, (stale.clone(), books.clone())));
+        Ok(RocksStore { db, committer, stats, format, replicator: Default::default(), books, ledger_stale: stale })
     }
 
     /// An integer property of the engine (`None` if it has no such property).
@@ -386,7 +381,12 @@ impl RocksStore {
         r: Arc<dyn Replicator>,
         data: Option<Arc<dyn DataSource>>,
     ) -> Result<(), StoreError> {
-        self.replicator.set((r, data)).map_err(|_| StoreError::Replica("the store already has a replicator".into()))
+        self.replicator.set((r, data)).map_err(|_| StoreError::Replica("the store already has a replicator".into()))?;
+        // While this member followed, the group's entries changed the engine under any
+        // ledger read then (a segment collector's batch reads one): read it again now
+        // that every committed entry is applied and only this store's batches follow.
+        self.books.lock().forget();
+        Ok(())
     }
 
     /// Whether this store writes through a replica group whose replication failed (its
@@ -435,24 +435,27 @@ impl RocksStore {
 
     /// Counts `batch`'s quota usage into `books` (read from the engine again if a counted
     /// batch failed), appending the counter changes to it.
-    fn account(&self, books: &mut Books, batch: &mut Batch) -> Result<(), StoreError> {
+    fn account(&self, books: &mut Books, batch: &mut Batch) -> Result<u64, StoreError> {
         let stale = self.ledger_stale.swap(false, Ordering::AcqRel) || self.replication_failed();
         books.account(batch, self, stale)
     }
 
-    /// `done`, but marking the ledger stale first if the batch fails.
-    fn stale_on_failure(
+    /// `done`, but first settling batch `seq` in the books (it is applied here once the
+    /// group answers), and marking the ledger stale if the batch failed.
+    fn settle_when_done(
         &self,
         done: oneshot::Sender<Result<(), StoreError>>,
+        seq: u64,
     ) -> oneshot::Sender<Result<(), StoreError>> {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return done };
         let (tx, rx) = oneshot::channel();
-        let stale = self.ledger_stale.clone();
+        let (stale, books) = (self.ledger_stale.clone(), self.books.clone());
         rt.spawn(async move {
             let result = rx.await.unwrap_or(Err(StoreError::Closed));
             if result.is_err() {
                 stale.store(true, Ordering::Release);
             }
+            books.lock().settle(seq);
             let _ = done.send(result);
         });
         tx
@@ -533,7 +536,7 @@ fn spawn_committer(
     db: Arc<DB>,
     stats: Arc<Counters>,
     format: Format,
-    ledger_stale: Arc<AtomicBool>,
+    (ledger_stale, books): (Arc<AtomicBool>, Arc<parking_lot::Mutex<Books>>),
 ) -> (mpsc::Sender<Queued>, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel::<Queued>();
     let thread = std::thread::Builder::new()
@@ -545,7 +548,7 @@ fn spawn_committer(
                     group.push(more);
                 }
                 let mut wb = WriteBatch::default();
-                for (b, _) in &group {
+                for (b, _, _) in &group {
                     to_write_batch(format, b, &mut wb);
                 }
                 let mut wo = WriteOptions::default();
@@ -558,7 +561,12 @@ fn spawn_committer(
                 if result.is_err() {
                     ledger_stale.store(true, Ordering::Release);
                 }
-                for (_, done) in group {
+                let mut b = books.lock();
+                for (_, _, seq) in &group {
+                    b.settle(*seq);
+                }
+                drop(b);
+                for (_, done, _) in group {
                     let _ = done.send(result.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
                 }
             }
@@ -807,15 +815,19 @@ impl DirStore for RocksStore {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let mut books = self.books.lock();
-        if let Err(e) = self.account(&mut books, &mut batch) {
-            let _ = tx.send(Err(e));
-            return rx;
-        }
+        let seq = match self.account(&mut books, &mut batch) {
+            Ok(seq) => seq,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return rx;
+            }
+        };
         if let Some((r, source)) = self.replicator.get() {
             let pieces = match source {
                 Some(s) => match s.pieces(&batch) {
                     Ok(p) => p,
                     Err(e) => {
+                        books.settle(seq);
                         books.forget();
                         let _ = tx.send(Err(e));
                         return rx;
@@ -825,17 +837,19 @@ impl DirStore for RocksStore {
             };
             let mut wb = WriteBatch::default();
             to_write_batch(self.format, &batch, &mut wb);
-            r.replicate(wb.data().to_vec(), pieces, self.stale_on_failure(tx));
+            r.replicate(wb.data().to_vec(), pieces, self.settle_when_done(tx, seq));
             return rx;
         }
         match &self.committer {
             Some((c, _)) => {
-                if let Err(mpsc::SendError((_, done))) = c.send((batch, tx)) {
+                if let Err(mpsc::SendError((_, done, _))) = c.send((batch, tx, seq)) {
+                    books.settle(seq);
                     let _ = done.send(Err(StoreError::Closed));
                 }
             }
             None => {
                 let written = self.write_now(&batch);
+                books.settle(seq);
                 if written.is_err() {
                     books.forget();
                 }

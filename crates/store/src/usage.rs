@@ -52,6 +52,10 @@ pub fn limit(ceilings: &mut Ceilings, owners: &[Owner], ledger: &Ledger) {
 #[derive(Debug, Default)]
 pub struct Books {
     ledger: Option<Ledger>,
+    /// Records of batches counted and not yet in the engine.
+    flight: InFlight,
+    /// The number of the last batch counted.
+    seq: u64,
     ceilings: Ceilings,
     shrinks: HashMap<Owner, u64>,
     /// Limited owners a batch that may not be refused took past their ceiling here (the
@@ -74,10 +78,14 @@ impl Books {
     /// Counts `batch` (see [`Ledger::account`]), refusing it if it has `quota` set and
     /// takes a limited owner past its ceiling. A failure other than that leaves the
     /// ledger to be read again.
-    pub fn account(&mut self, batch: &mut Batch, store: &dyn StoreRead, stale: bool) -> Result<(), StoreError> {
+    /// On success, returns the batch's number, to [`Books::settle`] once it is in the
+    /// engine (or failed).
+    pub fn account(&mut self, batch: &mut Batch, store: &dyn StoreRead, stale: bool) -> Result<u64, StoreError> {
         let ceilings = std::mem::take(&mut self.ceilings);
-        let counted = self.ledger(store, stale).and_then(|l| l.account(batch, store, &ceilings));
+        let flight = std::mem::take(&mut self.flight);
+        let counted = self.ledger(store, stale).and_then(|l| l.account(batch, (store, &flight), &ceilings));
         self.ceilings = ceilings;
+        self.flight = flight;
         match counted {
             Err(StoreError::OverQuota { owner, need, .. }) => {
                 Err(StoreError::OverQuota { owner, need, batch: Box::new(std::mem::take(batch)) })
@@ -88,9 +96,16 @@ impl Books {
             }
             Ok(()) => {
                 self.note_overdrawn();
-                Ok(())
+                self.seq += 1;
+                self.flight.add(self.seq, batch);
+                Ok(self.seq)
             }
         }
+    }
+
+    /// Batch `seq` is in the engine (or failed): its records are read from there again.
+    pub fn settle(&mut self, seq: u64) {
+        self.flight.settle(seq);
     }
 
     /// Raises every ceiling the usage passed (by a batch that may not be refused: a
@@ -184,9 +199,47 @@ fn trees_of(obj: &DirObject) -> Vec<Ino> {
     obj.ancestry.as_ref().map(|a| a.quota_trees().collect()).unwrap_or_default()
 }
 
-/// A batch's view of the store: the records as the batch's earlier operations left them.
+/// The records written by batches counted but not yet in the engine (queued for group
+/// commit, or replicating), each with the number of the last batch that wrote it: a batch
+/// is counted against them, not against the engine's older copy, also when no lock keeps
+/// two batches on one record apart.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    entries: HashMap<(Ino, String), (u64, Option<Inode>)>,
+    inodes: HashMap<Ino, (u64, Option<Inode>)>,
+    dirs: HashMap<String, (u64, Option<DirObject>)>,
+}
+
+impl InFlight {
+    /// Records what batch `seq` writes.
+    fn add(&mut self, seq: u64, batch: &Batch) {
+        for op in &batch.ops {
+            match op {
+                BatchOp::PutEntry(d, n, i) => drop(self.entries.insert((*d, n.clone()), (seq, Some(i.clone())))),
+                BatchOp::DelEntry(d, n) => drop(self.entries.insert((*d, n.clone()), (seq, None))),
+                BatchOp::PutInode(i) => drop(self.inodes.insert(i.ino, (seq, Some(i.clone())))),
+                BatchOp::DelInode(ino) => drop(self.inodes.insert(*ino, (seq, None))),
+                BatchOp::PutDir(p, o) => drop(self.dirs.insert(p.clone(), (seq, Some(o.clone())))),
+                BatchOp::DelDir(p) => drop(self.dirs.insert(p.clone(), (seq, None))),
+                _ => {}
+            }
+        }
+    }
+
+    /// Forgets what batch `seq` wrote (it is in the engine now, or failed) unless a later
+    /// batch wrote it again.
+    fn settle(&mut self, seq: u64) {
+        self.entries.retain(|_, (s, _)| *s != seq);
+        self.inodes.retain(|_, (s, _)| *s != seq);
+        self.dirs.retain(|_, (s, _)| *s != seq);
+    }
+}
+
+/// A batch's view of the store: the records as the batch's earlier operations, and the
+/// batches in flight before it, left them.
 struct Overlay<'a> {
     before: &'a dyn StoreRead,
+    flight: &'a InFlight,
     entries: HashMap<(Ino, String), Option<Inode>>,
     inodes: HashMap<Ino, Option<Inode>>,
     dirs: HashMap<String, Option<DirObject>>,
@@ -194,30 +247,32 @@ struct Overlay<'a> {
 
 impl Overlay<'_> {
     fn entry(&self, dir: Ino, name: &str) -> Result<Option<Inode>, StoreError> {
-        match self.entries.get(&(dir, name.to_string())) {
-            Some(e) => Ok(e.clone()),
-            None => self.before.get_entry(dir, name),
+        let key = (dir, name.to_string());
+        match (self.entries.get(&key), self.flight.entries.get(&key)) {
+            (Some(e), _) | (None, Some((_, e))) => Ok(e.clone()),
+            (None, None) => self.before.get_entry(dir, name),
         }
     }
 
     fn inode(&self, ino: Ino) -> Result<Option<Inode>, StoreError> {
-        match self.inodes.get(&ino) {
-            Some(i) => Ok(i.clone()),
-            None => self.before.get_inode(ino),
+        match (self.inodes.get(&ino), self.flight.inodes.get(&ino)) {
+            (Some(i), _) | (None, Some((_, i))) => Ok(i.clone()),
+            (None, None) => self.before.get_inode(ino),
         }
     }
 
     fn dir(&self, path: &str) -> Result<Option<DirObject>, StoreError> {
-        match self.dirs.get(path) {
-            Some(d) => Ok(d.clone()),
-            None => self.before.get_dir(path),
+        match (self.dirs.get(path), self.flight.dirs.get(path)) {
+            (Some(d), _) | (None, Some((_, d))) => Ok(d.clone()),
+            (None, None) => self.before.get_dir(path),
         }
     }
 
     /// Every entry of `dir` as the batch has left them so far.
     fn all_entries(&self, dir: Ino) -> Result<BTreeMap<String, Inode>, StoreError> {
         let mut out: BTreeMap<String, Inode> = self.before.list_entries(dir, None, usize::MAX)?.into_iter().collect();
-        for ((d, name), e) in &self.entries {
+        let flying = self.flight.entries.iter().map(|(k, (_, e))| (k, e));
+        for ((d, name), e) in flying.chain(self.entries.iter()) {
             if *d == dir {
                 match e {
                     Some(i) => out.insert(name.clone(), i.clone()),
@@ -296,10 +351,11 @@ impl Ledger {
     pub fn account(
         &mut self,
         batch: &mut Batch,
-        before: &dyn StoreRead,
+        (before, flight): (&dyn StoreRead, &InFlight),
         ceilings: &Ceilings,
     ) -> Result<(), StoreError> {
-        let mut view = Overlay { before, entries: HashMap::new(), inodes: HashMap::new(), dirs: HashMap::new() };
+        let mut view =
+            Overlay { before, flight, entries: HashMap::new(), inodes: HashMap::new(), dirs: HashMap::new() };
         let mut trees: HashMap<Ino, Vec<Ino>> = HashMap::new();
         let mut d = Deltas::default();
         for op in &batch.ops {

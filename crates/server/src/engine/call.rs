@@ -97,6 +97,15 @@ impl Call {
         }
     }
 
+    /// Forgets an answer armed for the next batch (that batch failed and the request goes
+    /// on another way).
+    pub(crate) fn disarm(&self) {
+        if let Some(m) = &self.once {
+            let mut p = m.progress.lock();
+            (p.pending, p.armed) = (None, None);
+        }
+    }
+
     /// [`Call::answer_at_commit`] and [`Call::commit_point`] at once, for a request whose
     /// next batch is its only one.
     pub(crate) fn answer_with_next_batch(&self, answer: &Response) {
