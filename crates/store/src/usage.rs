@@ -38,13 +38,11 @@ pub struct Allowance {
     pub shrinks: u64,
 }
 
-/// Sets the limited owners of `ceilings` to `owners`: those new to it start at their
-/// usage in `ledger`, those no longer limited go.
-pub fn limit(ceilings: &mut Ceilings, owners: &[Owner], ledger: &Ledger) {
-    ceilings.retain(|o, _| owners.contains(o));
-    for o in owners {
-        ceilings.entry(*o).or_insert_with(|| ledger.used(*o));
-    }
+/// How far `delta` more takes usage `used` past `ceiling`, in the dimensions `delta` grows.
+fn past(used: Usage, delta: Usage, ceiling: Usage) -> Usage {
+    let now = used.plus(delta);
+    let short = |d: i64, now: i64, c: i64| if d > 0 && now > c { now - c } else { 0 };
+    Usage { files: short(delta.files, now.files, ceiling.files), bytes: short(delta.bytes, now.bytes, ceiling.bytes) }
 }
 
 /// A store's quota books: its ledger (read from the store when first needed, and again
@@ -141,8 +139,12 @@ impl Books {
 
     /// See [`crate::DirStore::limit`].
     pub fn limit(&mut self, owners: &[Owner], store: &dyn StoreRead) -> Result<(), StoreError> {
-        let ledger = self.ledger(store, false)?.clone();
-        limit(&mut self.ceilings, owners, &ledger);
+        let ledger = self.ledger(store, false)?;
+        let used: Vec<(Owner, Usage)> = owners.iter().map(|o| (*o, ledger.used(*o))).collect();
+        self.ceilings.retain(|o, _| owners.contains(o));
+        for (o, u) in used {
+            self.ceilings.entry(o).or_insert(u);
+        }
         Ok(())
     }
 
@@ -159,12 +161,7 @@ impl Books {
     /// See [`crate::DirStore::shortfall`].
     pub fn shortfall(&mut self, owner: Owner, delta: Usage, store: &dyn StoreRead) -> Result<Usage, StoreError> {
         let Some(ceiling) = self.ceilings.get(&owner).copied() else { return Ok(Usage::default()) };
-        let now = self.ledger(store, false)?.used(owner).plus(delta);
-        let short = |d: i64, now: i64, c: i64| if d > 0 && now > c { now - c } else { 0 };
-        Ok(Usage {
-            files: short(delta.files, now.files, ceiling.files),
-            bytes: short(delta.bytes, now.bytes, ceiling.bytes),
-        })
+        Ok(past(self.ledger(store, false)?.used(owner), delta, ceiling))
     }
 
     /// See [`crate::DirStore::allowance`].
@@ -439,12 +436,7 @@ impl Ledger {
     fn check(&self, d: &Deltas, ceilings: &Ceilings) -> Result<(), StoreError> {
         for (owner, delta) in &d.0 {
             let Some(ceiling) = ceilings.get(owner) else { continue };
-            let now = self.usage.get(owner).copied().unwrap_or_default().plus(*delta);
-            let short = |delta: i64, now: i64, ceiling: i64| if delta > 0 && now > ceiling { now - ceiling } else { 0 };
-            let need = Usage {
-                files: short(delta.files, now.files, ceiling.files),
-                bytes: short(delta.bytes, now.bytes, ceiling.bytes),
-            };
+            let need = past(self.used(*owner), *delta, *ceiling);
             if !need.is_zero() {
                 return Err(StoreError::OverQuota { owner: *owner, need, batch: Box::default() });
             }
